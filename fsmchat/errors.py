@@ -1,0 +1,45 @@
+"""Exceptions fsmchat raises, and the way a failed run's result travels on an exception."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class FsmchatError(Exception):
+    """Base class of fsmchat's own errors."""
+
+
+class GraphError(FsmchatError, ValueError):
+    """A state graph is malformed; the message names the state(s) at fault and how to fix it."""
+
+
+class RenderError(FsmchatError, RuntimeError):
+    """A graph could not be rendered (for example Graphviz's ``dot`` is missing)."""
+
+
+class NoTransitionError(FsmchatError, RuntimeError):
+    """No outgoing guard of a state matched at run time."""
+
+
+class ModelCallError(FsmchatError, RuntimeError):
+    """A model call failed after fsmchat's retries; carries the agent name and the cause."""
+
+    def __init__(self, agent: str, cause: BaseException, attempts: int):
+        self.agent = agent
+        self.cause = cause
+        self.attempts = attempts
+        super().__init__(f"model call for agent {agent!r} failed after {attempts} attempt(s): "
+                         f"{type(cause).__name__}: {cause}")
+
+
+def attach_result(exc: BaseException, result: Any) -> BaseException:
+    """Hang a run's result (trace, transcript so far) on an exception before it propagates."""
+    try:
+        exc.fsmchat_result = result  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # exotic exceptions with __slots__
+        pass
+    return exc
+
+
+def result_of(exc: BaseException) -> Any:
+    """The ``RunResult`` an exception raised by a run carries, or None."""
+    return getattr(exc, "fsmchat_result", None)

@@ -1,0 +1,274 @@
+"""Layer 2: ``StateGraph``, the one intermediate form that is run, drawn, analysed and tested.
+
+A graph holds named states (each with an optional action and a one-line description), final
+states, nested subgraphs and guarded transitions in declared order. ``flatten()`` turns nesting
+into qualified names (``loop.discussion.turn``): the engine runs that flat form, the renderer
+draws it with clusters, and tests walk it, so all three see the same graph.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import networkx as nx
+
+from ..errors import GraphError
+
+Action = Callable[[Any], Any]
+Guard = Callable[[Any], bool]
+
+
+def first_line(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0].strip() if doc.strip() else ""
+
+
+def callable_name(fn: Any) -> str:
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return "guard" if name == "<lambda>" else name
+
+
+@dataclass
+class State:
+    """A named state: its action (awaited on entry), description, and kind."""
+
+    name: str
+    action: Action | None = None
+    description: str = ""
+    final: bool = False
+    reason: str | None = None  # stop reason reported when a run ends here
+    subgraph: "StateGraph | None" = None
+
+
+@dataclass
+class Transition:
+    """An edge: taken when ``guard(ctx)`` is true (or always, when unguarded), in declared order."""
+
+    source: str
+    dest: str
+    guard: Guard | None = None
+    label: str = ""
+    order: int = 0
+
+    @property
+    def guard_name(self) -> str | None:
+        return callable_name(self.guard) if self.guard is not None else None
+
+
+@dataclass
+class FlatState:
+    """A state of the flattened graph (qualified name) with its resolved outgoing transitions."""
+
+    name: str
+    action: Action | None
+    description: str
+    final: bool
+    reason: str | None
+    cluster: tuple[str, ...]  # enclosing subgraph states, outermost first
+    out: list[Transition] = field(default_factory=list)
+
+
+@dataclass
+class FlatGraph:
+    name: str
+    initial: str
+    states: dict[str, FlatState]
+    clusters: dict[tuple[str, ...], str]  # cluster path -> description
+
+    @property
+    def transitions(self) -> list[Transition]:
+        return [t for s in self.states.values() for t in s.out]
+
+
+class StateGraph:
+    """A state graph built fluently: ``state``, ``final``, ``subgraph``, ``edge``.
+
+    The first declared state is the initial one unless ``initial=`` says otherwise.
+    """
+
+    def __init__(self, name: str, *, context: type | None = None, description: str = "",
+                 initial: str | None = None):
+        self.name = name
+        self.context = context
+        self.description = description
+        self._initial = initial
+        self.states: dict[str, State] = {}
+        self.transitions: list[Transition] = []
+        self._compiled: Any = None
+        self._flat: FlatGraph | None = None
+
+    # ---- building ----
+    def _add(self, state: State) -> "StateGraph":
+        if not state.name or "." in state.name:
+            raise GraphError(f"graph {self.name!r}: state name {state.name!r} must be non-empty and "
+                             "contain no '.' (dots join nested names)")
+        if state.name in self.states:
+            raise GraphError(f"graph {self.name!r}: state {state.name!r} is declared twice")
+        self.states[state.name] = state
+        self._compiled = self._flat = None
+        return self
+
+    def state(self, name: str, action: Action | None = None, description: str | None = None) -> "StateGraph":
+        """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered."""
+        desc = description if description is not None else (first_line(action) if action else "")
+        return self._add(State(name, action, desc))
+
+    def final(self, name: str, description: str = "", reason: str | None = None) -> "StateGraph":
+        """Declare a final state; ``reason`` (if set) is the run's stop reason when it ends here."""
+        return self._add(State(name, None, description, final=True, reason=reason))
+
+    def subgraph(self, name: str, graph: "StateGraph", description: str | None = None) -> "StateGraph":
+        """Declare a state whose body is another graph, entered at its initial state."""
+        return self._add(State(name, None, description if description is not None else graph.description,
+                               subgraph=graph))
+
+    def edge(self, source: str, dest: str, when: Guard | None = None, label: str | None = None) -> "StateGraph":
+        """Declare a transition; guards are tried in declared order, the first true one fires."""
+        lbl = label or (callable_name(when) if when is not None else "next")
+        self.transitions.append(Transition(source, dest, when, lbl, len(self.transitions)))
+        self._compiled = self._flat = None
+        return self
+
+    @property
+    def initial(self) -> str:
+        if self._initial is not None:
+            return self._initial
+        if not self.states:
+            raise GraphError(f"graph {self.name!r} has no states; declare at least an initial and a final state")
+        return next(iter(self.states))
+
+    def outgoing(self, name: str) -> list[Transition]:
+        return [t for t in self.transitions if t.source == name]
+
+    # ---- analysis ----
+    def to_networkx(self) -> nx.MultiDiGraph:
+        """This level of the graph as a networkx ``MultiDiGraph`` (node and edge data attached)."""
+        g = nx.MultiDiGraph(name=self.name)
+        for s in self.states.values():
+            g.add_node(s.name, final=s.final, description=s.description, subgraph=s.subgraph is not None)
+        for t in self.transitions:
+            g.add_edge(t.source, t.dest, key=t.order, label=t.label, guard=t.guard_name)
+        return g
+
+    def validate(self) -> "StateGraph":
+        """Raise ``GraphError`` naming the state(s) at fault; validates nested graphs too."""
+        where = f"graph {self.name!r}"
+        if not self.states:
+            raise GraphError(f"{where} has no states; declare at least an initial and a final state")
+        if self.initial not in self.states:
+            raise GraphError(f"{where}: initial state {self.initial!r} is not declared")
+        for t in self.transitions:
+            for end in (t.source, t.dest):
+                if end not in self.states:
+                    raise GraphError(f"{where}: transition {t.source!r} -> {t.dest!r} ({t.label}) names the "
+                                     f"undeclared state {end!r}; declared states: {', '.join(self.states)}")
+            if self.states[t.source].final:
+                raise GraphError(f"{where}: final state {t.source!r} has an outgoing transition to {t.dest!r}; "
+                                 "a run ends on entering a final state")
+        if not any(s.final for s in self.states.values()):
+            raise GraphError(f"{where} has no final state; declare one with .final(name)")
+        for s in self.states.values():
+            out = self.outgoing(s.name)
+            if not s.final and not out:
+                raise GraphError(f"{where}: state {s.name!r} is not final and has no outgoing transition; "
+                                 "add an edge from it or declare it with .final()")
+            unguarded = [t for t in out if t.guard is None]
+            if len(unguarded) > 1:
+                raise GraphError(f"{where}: state {s.name!r} has {len(unguarded)} unguarded transitions "
+                                 f"(to {', '.join(repr(t.dest) for t in unguarded)}); at most one may be "
+                                 "unguarded, as the fallback declared last")
+            if unguarded and out[-1] is not unguarded[0]:
+                dead = out[out.index(unguarded[0]) + 1:]
+                raise GraphError(f"{where}: state {s.name!r}: the unguarded transition to "
+                                 f"{unguarded[0].dest!r} is declared before "
+                                 f"{', '.join(repr(t.dest) for t in dead)}, which can then never fire; "
+                                 "declare guarded transitions first and the unguarded fallback last")
+            if s.subgraph is not None:
+                if s.subgraph is self:
+                    raise GraphError(f"{where}: state {s.name!r} nests its own graph")
+                s.subgraph.validate()
+        g = nx.DiGraph(self.to_networkx())
+        unreachable = [n for n in self.states if n != self.initial and not nx.has_path(g, self.initial, n)]
+        if unreachable:
+            raise GraphError(f"{where}: state(s) {', '.join(map(repr, unreachable))} cannot be reached from "
+                             f"the initial state {self.initial!r}")
+        forced = nx.DiGraph()
+        for s in self.states.values():
+            out = self.outgoing(s.name)
+            if len(out) == 1 and out[0].guard is None:
+                forced.add_edge(s.name, out[0].dest)
+        for cycle in nx.simple_cycles(forced):
+            loop = " -> ".join(map(repr, cycle + cycle[:1]))
+            raise GraphError(f"{where}: cycle {loop} has no guarded exit, so a run entering it never "
+                             "ends; guard one of its transitions (e.g. with a turn counter) and add an exit")
+        finals = [n for n, s in self.states.items() if s.final]
+        reaches_final = set(finals)
+        for f in finals:
+            reaches_final |= nx.ancestors(g, f)
+        stuck = [n for n in self.states if n not in reaches_final]
+        if stuck:
+            raise GraphError(f"{where}: no final state can be reached from {', '.join(map(repr, stuck))}; "
+                             "add a transition towards a final state")
+        return self
+
+    # ---- flattening (what the engine runs and the renderer draws) ----
+    def flatten(self) -> FlatGraph:
+        """Nested subgraphs inlined under qualified names; a subgraph's final states take on the
+        enclosing state's outgoing transitions. Validates first."""
+        if self._flat is None:
+            self.validate()
+            states: dict[str, FlatState] = {}
+            clusters: dict[tuple[str, ...], str] = {}
+            initial = self._inline(self, "", (), states, clusters, None)
+            self._flat = FlatGraph(self.name, initial, states, clusters)
+        return self._flat
+
+    @staticmethod
+    def _entry(graph: "StateGraph", prefix: str) -> str:
+        s = graph.states[graph.initial]
+        name = prefix + s.name
+        return StateGraph._entry(s.subgraph, name + ".") if s.subgraph is not None else name
+
+    @staticmethod
+    def _inline(graph: "StateGraph", prefix: str, cluster: tuple[str, ...],
+                states: dict[str, FlatState], clusters: dict[tuple[str, ...], str],
+                exits: list[Transition] | None) -> str:
+        """Inline ``graph`` under ``prefix``; ``exits`` are the enclosing state's outgoing transitions
+        (already qualified) that this graph's final states take on. Returns the entry state."""
+        for s in graph.states.values():
+            q = prefix + s.name
+            out = [Transition(q, StateGraph._target(graph, t.dest, prefix), t.guard, t.label, t.order)
+                   for t in graph.outgoing(s.name)]
+            if s.subgraph is not None:
+                sub_cluster = cluster + (q,)
+                clusters[sub_cluster] = s.description or s.subgraph.name
+                StateGraph._inline(s.subgraph, q + ".", sub_cluster, states, clusters, out)
+                continue
+            if s.final and exits is not None:
+                states[q] = FlatState(q, None, s.description, False, None, cluster,
+                                      [Transition(q, t.dest, t.guard, t.label, t.order) for t in exits])
+            else:
+                states[q] = FlatState(q, s.action, s.description, s.final, s.reason, cluster, out)
+        return StateGraph._entry(graph, prefix)
+
+    @staticmethod
+    def _target(graph: "StateGraph", dest: str, prefix: str) -> str:
+        s = graph.states[dest]
+        return StateGraph._entry(s.subgraph, prefix + dest + ".") if s.subgraph is not None else prefix + dest
+
+    # ---- rendering (layer 3) ----
+    def to_dot(self, trace: Any = None) -> str:
+        from .render import to_dot
+        return to_dot(self, trace)
+
+    def to_mermaid(self, trace: Any = None) -> str:
+        from .render import to_mermaid
+        return to_mermaid(self, trace)
+
+    def render(self, path: str, trace: Any = None) -> str:
+        from .render import render
+        return render(self, path, trace)
+
+    def __repr__(self) -> str:
+        return f"StateGraph({self.name!r}, {len(self.states)} states, {len(self.transitions)} transitions)"

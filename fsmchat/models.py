@@ -1,0 +1,140 @@
+"""Layer 1: the data every other layer speaks (messages, transcripts, bids, trace events, results)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Message(BaseModel):
+    """One row of a shared conversation: who spoke, what, and metadata (e.g. the bid score)."""
+
+    model_config = ConfigDict(frozen=True)
+    role: str
+    content: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        return {"role": self.role, "content": self.content, "metadata": dict(self.metadata)}
+
+
+class Transcript:
+    """Append-only conversation; listeners hear every post as it happens."""
+
+    __slots__ = ("_rows", "_listeners")
+
+    def __init__(self, rows: list[Message] | None = None):
+        self._rows: list[Message] = list(rows or [])
+        self._listeners: list[Any] = []
+
+    def post(self, role: str, content: str, **metadata: Any) -> Message:
+        msg = Message(role=role, content=content, metadata=metadata)
+        self._rows.append(msg)
+        for listener in self._listeners:
+            listener(msg)
+        return msg
+
+    def listen(self, listener: Any) -> None:
+        self._listeners.append(listener)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self._rows)
+
+    def __getitem__(self, i: int) -> Message:
+        return self._rows[i]
+
+    @property
+    def messages(self) -> list[Message]:
+        return list(self._rows)
+
+    def __repr__(self) -> str:
+        return f"Transcript({len(self._rows)} messages)"
+
+
+class Bid(BaseModel):
+    """A participant's wish to speak: ``score`` in 0..1 and the reply it would give."""
+
+    score: float = Field(ge=0.0, le=1.0)
+    message: str = ""
+
+    def __init__(self, score: float = 0.0, message: str = "", **kw: Any):
+        super().__init__(score=score, message=message, **kw)
+
+
+@dataclass(slots=True)
+class TraceEvent:
+    """One step of a run: the state left, the transition label fired, where it went, when, payload.
+
+    A plain slotted dataclass rather than a pydantic model: one is made per engine step, and the
+    engine's budget is a few microseconds per step.
+    """
+
+    step: int
+    state: str
+    trigger: str | None
+    dest: str | None
+    t: float
+    payload: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "state": self.state, "trigger": self.trigger,
+                "dest": self.dest, "t": self.t, "payload": self.payload}
+
+
+StopReason = Literal["max_loops", "lull", "until", "rounds", "closed", "ttl", "budget",
+                     "error", "cancelled", "max_steps", "done"]
+
+
+@dataclass
+class RunResult:
+    """What one run of a graph produced: the path, the trace, why it stopped, and its context.
+
+    Patterns also fill ``transcript``, ``calls`` (model calls), ``usage`` (token counts) and
+    ``output`` (formatted per the pattern's ``output_type``).
+    """
+
+    path: list[str]
+    trace: list[TraceEvent]
+    stop_reason: str
+    context: Any
+    error: BaseException | None = None
+    transcript: list[Message] = field(default_factory=list)
+    calls: int = 0
+    usage: dict[str, int] = field(default_factory=dict)
+    output: Any = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.stop_reason != "cancelled"
+
+
+# ---- output types (SEMANTICS.md "Output types"), one implementation for every pattern ----
+OUTPUT_TYPES = ("str-all-except-first", "str", "string", "all", "list", "dict", "final", "last", "json")
+
+
+def check_output_type(output_type: str) -> str:
+    if output_type not in OUTPUT_TYPES:
+        raise ValueError(f"output_type={output_type!r} is not supported; choose from {list(OUTPUT_TYPES)}")
+    return output_type
+
+
+def format_output(rows: list[Message], output_type: str) -> Any:
+    """Format a transcript as the reference libraries do for ``output_type``."""
+    check_output_type(output_type)
+    if output_type == "str-all-except-first":
+        return "\n".join(m.content for m in rows[1:])
+    if output_type in ("str", "string", "all"):
+        return "\n\n".join(f"{m.role}: {m.content}" for m in rows)
+    if output_type == "list":
+        return [{"role": m.role, "content": m.content} for m in rows]
+    if output_type == "dict":
+        return [m.row() for m in rows]
+    if output_type in ("final", "last"):
+        return rows[-1].content if rows else ""
+    return json.dumps([m.row() for m in rows])

@@ -1,0 +1,220 @@
+"""Layer 5: who speaks. ``Agent`` (a model reached through litellm), plain callables, and the
+request a participant is given on its turn."""
+from __future__ import annotations
+
+import asyncio
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from ..models import Bid, Message
+from . import llm
+from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
+    respond_response_format, silent
+
+SEED_ROLE = "User"
+
+
+class Agent(BaseModel):
+    """A participant backed by a model that litellm reaches (OpenAI, Anthropic, Ollama, ...).
+
+    Any extra keyword (``api_base``, ``api_key``, ``temperature``, ``max_tokens``, ...) is passed
+    to ``litellm.acompletion`` unchanged. Reference spellings are accepted: ``agent_name``,
+    ``model_name``, ``instructions``/``prompt``, ``tools_list_dictionary``. ``max_loops``,
+    ``persistent_memory`` and an agent-level ``output_type`` are accepted for compatibility with
+    swarms and have no effect here: every fsmchat call is one single-shot completion and the
+    pattern, not the agent, formats the output.
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, arbitrary_types_allowed=True)
+
+    name: str = Field(validation_alias=AliasChoices("name", "agent_name"))
+    system_prompt: str = Field("", validation_alias=AliasChoices("system_prompt", "instructions", "prompt"))
+    model: str | None = Field(None, validation_alias=AliasChoices("model", "model_name"))
+    tools: list[dict[str, Any]] = Field(default_factory=list,
+                                        validation_alias=AliasChoices("tools", "tools_list_dictionary"))
+    tool_mode: Literal["native", "json"] | None = None
+    timeout: float | None = llm.DEFAULT_TIMEOUT
+    num_retries: int = Field(llm.DEFAULT_RETRIES, ge=0)
+    max_loops: int | None = None
+    persistent_memory: bool | None = None
+    output_type: str | None = None
+
+    def __init__(self, name: str | None = None, /, **data: Any):
+        if name is not None:
+            data["name"] = name
+        super().__init__(**data)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError("an agent needs a non-empty name")
+        return v
+
+    @property
+    def litellm_kwargs(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @property
+    def resolved_tool_mode(self) -> str:
+        if self.tool_mode is not None:
+            return self.tool_mode
+        return "native" if llm.supports_tools(self.model) else "json"
+
+    def equipped(self) -> "Agent":
+        """A copy carrying ``RESPOND_TOOL`` (no-op if it already does)."""
+        if any((t.get("function") or {}).get("name") == "respond" for t in self.tools):
+            return self
+        return self.model_copy(update={"tools": [*self.tools, RESPOND_TOOL]})
+
+    def carries_respond(self) -> bool:
+        return any((t.get("function") or {}).get("name") == "respond" for t in self.tools)
+
+    async def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Any:
+        return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
+                                   timeout=self.timeout, num_retries=self.num_retries, stats=stats, **request)
+
+    async def reply(self, turn: "Turn") -> str:
+        response = await self._call(turn.request_messages(self.system_prompt), turn.stats)
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise llm_empty(self.name)
+        return (choices[0].message.content or "").strip()
+
+    async def bid(self, turn: "Turn") -> BidOutcome:
+        """A forced ``respond`` call; every failure becomes a silent bid with its reason."""
+        messages = turn.request_messages(self.system_prompt)
+        try:
+            if not self.carries_respond():
+                extra = {"tools": self.tools} if self.tools else {}
+                response = await self._call(messages, turn.stats, **extra)
+                outcome = parse_bid(response, "native")
+                return silent("agent does not carry the respond tool (auto_equip=False): " + outcome.reason) \
+                    if outcome.valid else outcome
+            if self.resolved_tool_mode == "json":
+                response = await self._call(messages, turn.stats, response_format=respond_response_format())
+                return parse_bid(response, "json")
+            response = await self._call(messages, turn.stats, tools=self.tools, tool_choice=RESPOND_TOOL_CHOICE)
+            return parse_bid(response, "native")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return silent(f"model call failed: {exc}")
+
+
+def llm_empty(agent: str) -> Exception:
+    from ..errors import ModelCallError
+    return ModelCallError(agent, ValueError("response has no choices"), 1)
+
+
+@dataclass
+class Turn:
+    """What a participant is given on its turn: its name, the conversation, the instruction.
+
+    Callables receive this object; agents turn it into chat messages (``request_messages``).
+    """
+
+    agent: str
+    transcript: Sequence[Message]
+    instruction: str
+    kind: Literal["reply", "bid"] = "reply"
+    stats: llm.CallStats | None = None
+    variables: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] | None = None  # a private memory replacing the shared view
+    images: list[str] = field(default_factory=list)
+
+    @property
+    def last(self) -> Message | None:
+        return self.transcript[-1] if self.transcript else None
+
+    def request_messages(self, system_prompt: str) -> list[dict[str, Any]]:
+        msgs: list[dict[str, Any]] = []
+        if system_prompt.strip():
+            msgs.append({"role": "system", "content": system_prompt})
+        msgs.extend(self.history if self.history is not None else conversation_view(self.agent, self.transcript))
+        msgs.append({"role": "user", "content": user_content(self.instruction, self.images)})
+        return msgs
+
+
+def user_content(text: str, images: Sequence[str]) -> Any:
+    if not images:
+        return text
+    from .images import image_part
+    return [{"type": "text", "text": text}, *(image_part(i) for i in images)]
+
+
+def conversation_view(agent: str, transcript: Sequence[Message]) -> list[dict[str, Any]]:
+    """The shared conversation as ``agent`` sees it: own rows as assistant, the seed as plain
+    user, everyone else as user ``"Name: text"``; system rows dropped."""
+    out = []
+    for m in transcript:
+        if m.role == "system":
+            continue
+        if m.role == agent:
+            out.append({"role": "assistant", "content": m.content})
+        elif m.role == SEED_ROLE:
+            out.append({"role": "user", "content": m.content})
+        else:
+            out.append({"role": "user", "content": f"{m.role}: {m.content}"})
+    return out
+
+
+class CallableSpeaker:
+    """Any callable as a participant: sync or async, ``fn(turn) -> str | Bid``."""
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None):
+        self.fn = fn
+        self.name = name or getattr(fn, "name", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+    async def _invoke(self, turn: Turn) -> Any:
+        out = self.fn(turn)
+        if inspect.isawaitable(out):
+            out = await out
+        return out
+
+    async def reply(self, turn: Turn) -> str:
+        out = await self._invoke(turn)
+        if isinstance(out, Bid):
+            return out.message.strip()
+        return "" if out is None else str(out).strip()
+
+    async def bid(self, turn: Turn) -> BidOutcome:
+        out = await self._invoke(turn)
+        if isinstance(out, Bid):
+            return BidOutcome(out.score, out.message.strip())
+        if isinstance(out, BidOutcome):
+            return out
+        if isinstance(out, dict):
+            return bid_from_arguments(out)
+        if isinstance(out, tuple) and len(out) == 2:
+            return bid_from_arguments({"score": out[0], "message": out[1]})
+        return silent(f"callable returned {type(out).__name__}, not a Bid")
+
+
+Speaker = Any  # Agent | CallableSpeaker (anything with .name, async reply(turn), async bid(turn))
+
+
+def as_speaker(x: Any) -> Speaker:
+    """Agents stay agents; callables become ``CallableSpeaker``; anything else is refused."""
+    if isinstance(x, Agent) or (hasattr(x, "name") and hasattr(x, "reply") and hasattr(x, "bid")):
+        return x
+    if callable(x):
+        return CallableSpeaker(x)
+    raise TypeError(f"a participant must be an fsmchat Agent or a callable (turn) -> str | Bid, "
+                    f"got {type(x).__name__}")
+
+
+def check_roster(agents: Sequence[Any], what: str) -> list[Speaker]:
+    """Wrap participants and refuse duplicate names (they would make the transcript ambiguous)."""
+    speakers = [as_speaker(a) for a in agents]
+    seen: set[str] = set()
+    for s in speakers:
+        if s.name in seen:
+            raise ValueError(f"{what}: agent names must be unique; {s.name!r} appears more than once")
+        if s.name == SEED_ROLE:
+            raise ValueError(f"{what}: the name {SEED_ROLE!r} is reserved for the task message")
+        seen.add(s.name)
+    return speakers

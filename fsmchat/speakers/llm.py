@@ -1,0 +1,161 @@
+"""The one path to every model: ``litellm.acompletion``, imported lazily, with fsmchat's own
+timeout (``asyncio.wait_for``: litellm ignores ``timeout`` for custom providers) and fsmchat's
+own bounded retries (litellm's hidden SDK retries are switched off)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+OFFLINE_PROVIDER = "fsmchat-offline"
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_RETRIES = 2
+
+_lock = threading.Lock()
+_litellm: Any = None
+_providers: dict[str, Any] = {}
+
+
+def default_model() -> str:
+    """``FSMCHAT_MODEL`` if set, else the built-in offline model."""
+    return os.environ.get("FSMCHAT_MODEL") or "offline"
+
+
+def resolve_model(model: str | None) -> str:
+    """The litellm model string for a user's model name (``offline`` -> fsmchat's provider)."""
+    m = model or default_model()
+    if m == "offline" or m.startswith("offline/"):
+        return f"{OFFLINE_PROVIDER}/{m.partition('/')[2] or 'default'}"
+    return m
+
+
+def register_provider(name: str, handler: Any) -> None:
+    """Add a litellm custom provider, keeping whatever the user registered already."""
+    with _lock:
+        _providers[name] = handler
+        if _litellm is not None:
+            _install(_litellm, name, handler)
+
+
+def _install(lm: Any, name: str, handler: Any) -> None:
+    if not any(p.get("provider") == name for p in lm.custom_provider_map):
+        lm.custom_provider_map.append({"provider": name, "custom_handler": handler})
+
+
+def get_litellm() -> Any:
+    """Import litellm on first use (never at ``import fsmchat``), offline cost map by default."""
+    global _litellm
+    if _litellm is None:
+        with _lock:
+            if _litellm is None:
+                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+                import litellm as lm
+
+                lm.suppress_debug_info = True
+                from .offline import OfflineModel
+
+                _providers.setdefault(OFFLINE_PROVIDER, OfflineModel())
+                for name, handler in _providers.items():
+                    _install(lm, name, handler)
+                _litellm = lm
+    return _litellm
+
+
+def supports_tools(model: str | None) -> bool:
+    resolved = resolve_model(model)
+    if resolved.split("/", 1)[0] in _providers or resolved.startswith(OFFLINE_PROVIDER):
+        return True
+    try:
+        return bool(get_litellm().supports_function_calling(resolved))
+    except Exception:
+        return False
+
+
+_NO_RETRY = ("BadRequestError", "AuthenticationError", "ContextWindowExceededError", "NotFoundError",
+             "PermissionDeniedError", "UnprocessableEntityError", "ContentPolicyViolationError",
+             "UnsupportedParamsError", "InvalidRequestError")
+
+
+def retryable(exc: BaseException) -> bool:
+    """Transient faults (timeouts, 429, 5xx, dropped connections) are retried; request errors never."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return True
+    names = {c.__name__ for c in type(exc).__mro__}
+    if names & set(_NO_RETRY):
+        return False
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return status == 408 or status == 429 or status >= 500
+    return "APIConnectionError" in names or "Timeout" in names or "ServiceUnavailableError" in names
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds from a Retry-After header on the error's response, if any."""
+    for holder in (getattr(exc, "response", None), exc):
+        headers = getattr(holder, "headers", None) or getattr(holder, "litellm_response_headers", None)
+        if headers:
+            value = headers.get("retry-after") or headers.get("Retry-After")
+            try:
+                return max(0.0, float(value)) if value is not None else None
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+@dataclass
+class CallStats:
+    """Counts for one run: logical model calls, HTTP-level attempts, tokens."""
+
+    calls: int = 0
+    attempts: int = 0
+    usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0,
+                                                           "total_tokens": 0})
+
+    def add_usage(self, response: Any) -> None:
+        u = getattr(response, "usage", None)
+        for k in self.usage:
+            v = getattr(u, k, None) if u is not None else None
+            if isinstance(v, int):
+                self.usage[k] += v
+
+
+async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
+                    kwargs: dict[str, Any], timeout: float | None, num_retries: int,
+                    stats: CallStats | None = None, backoff: float = 0.5, **request: Any) -> Any:
+    """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``."""
+    from ..errors import ModelCallError
+
+    lm = get_litellm()
+    params = dict(kwargs)
+    params.update(request)
+    params["max_retries"] = 0  # litellm/openai SDK retries off: retries happen here only
+    params.pop("num_retries", None)
+    meta = dict(params.pop("metadata", None) or {})
+    meta.setdefault("fsmchat_agent", agent)
+    if timeout is not None:
+        params.setdefault("timeout", timeout)
+    if stats is not None:
+        stats.calls += 1
+    attempt = 0
+    while True:
+        attempt += 1
+        if stats is not None:
+            stats.attempts += 1
+        try:
+            coro = lm.acompletion(model=resolve_model(model), messages=messages, metadata=meta, **params)
+            response = await (asyncio.wait_for(coro, timeout) if timeout is not None else coro)
+            if stats is not None:
+                stats.add_usage(response)
+            return response
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if attempt > num_retries or not retryable(exc):
+                raise ModelCallError(agent, exc, attempt) from exc
+            wait = retry_after(exc)
+            if wait is None:
+                wait = backoff * (2 ** (attempt - 1)) * (1 + random.random() * 0.25)
+            await asyncio.sleep(min(wait, 60.0))

@@ -1,0 +1,111 @@
+"""The forced ``respond(score, message)`` tool of the bid-based group chat, and bid parsing."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+RESPOND_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "respond",
+        "description": (
+            "Decide whether to reply in the groupchat. Set score 0..1 for how much you want to speak. "
+            "If you don't want to speak, set message to empty string."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "score": {
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": 1,
+                    "description": "How much you want to respond (0 = silent, 1 = strongly want to).",
+                },
+                "message": {
+                    "type": "string",
+                    "description": "Your reply to the group, or empty string if you don't want to speak.",
+                },
+            },
+            "required": ["score", "message"],
+        },
+    },
+}
+
+RESPOND_TOOL_CHOICE: dict[str, Any] = {"type": "function", "function": {"name": "respond"}}
+
+
+def respond_response_format() -> dict[str, Any]:
+    """``response_format`` for models without native tool calling: the tool's parameters as schema."""
+    return {"type": "json_schema",
+            "json_schema": {"name": "respond", "schema": RESPOND_TOOL["function"]["parameters"]}}
+
+
+def carries_respond(tools: list[dict[str, Any]]) -> bool:
+    return any((t.get("function") or {}).get("name") == "respond" for t in tools)
+
+
+@dataclass(frozen=True, slots=True)
+class BidOutcome:
+    """A parsed bid: what selection uses (score, message) and whether the model bid properly."""
+
+    score: float
+    message: str
+    valid: bool = True
+    reason: str = ""
+
+
+def silent(reason: str) -> BidOutcome:
+    return BidOutcome(0.0, "", False, reason)
+
+
+def bid_from_arguments(args: Any) -> BidOutcome:
+    """Score via float (failure -> 0.0) clamped to [0, 1]; message via str(), stripped."""
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except (ValueError, TypeError) as exc:
+            return silent(f"respond arguments are not JSON: {exc}")
+    if not isinstance(args, dict):
+        return silent(f"respond arguments are a {type(args).__name__}, not an object")
+    reasons = []
+    raw = args.get("score", 0.0)
+    try:
+        score = float(raw)
+        if score != score:  # NaN
+            raise ValueError("NaN")
+    except (TypeError, ValueError):
+        score = 0.0
+        reasons.append(f"score {raw!r} is not a number")
+    if score < 0.0 or score > 1.0:
+        reasons.append(f"score {raw!r} is outside 0..1 (clamped)")
+        score = min(1.0, max(0.0, score))
+    msg = args.get("message", "")
+    message = ("" if msg is None else str(msg)).strip()
+    return BidOutcome(score, message, not reasons, "; ".join(reasons))
+
+
+def parse_bid(response: Any, mode: str = "native") -> BidOutcome:
+    """Read a bid from a litellm response: the first ``respond`` tool call, or JSON content in
+    ``json`` mode. Anything else is a silent bid with the reason recorded (never an exception)."""
+    try:
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            return silent("response has no choices")
+        message = choices[0].message
+        if mode == "json":
+            content = (getattr(message, "content", None) or "").strip()
+            if not content:
+                return silent("json mode: empty content")
+            return bid_from_arguments(content)
+        calls = getattr(message, "tool_calls", None) or []
+        if not calls:
+            return silent("no tool call (plain text instead of respond)")
+        for call in calls:
+            fn = getattr(call, "function", None)
+            if fn is not None and getattr(fn, "name", None) == "respond":
+                return bid_from_arguments(getattr(fn, "arguments", None))
+        names = [getattr(getattr(c, "function", None), "name", None) for c in calls]
+        return silent(f"tool call(s) {names} are not respond")
+    except Exception as exc:  # a malformed provider object must never break the chat
+        return silent(f"unreadable response: {type(exc).__name__}: {exc}")
