@@ -1,1 +1,17 @@
-"""fsmchat."""
+"""fsmchat: multi-agent LLM conversations as explicit state graphs run by one engine.
+
+Importing fsmchat never imports litellm (it costs seconds and reaches for the network);
+the model layer imports it on first use.
+"""
+from .engine import run, run_graph, run_sync
+from .errors import FsmchatError, GraphError, ModelCallError, NoTransitionError, RenderError, result_of
+from .graph import StateGraph
+from .models import Bid, Message, RunResult, TraceEvent, Transcript, format_output
+from .patterns import ChatContext, GroupChat, Pattern
+from .speakers import RESPOND_TOOL, Agent, Turn
+
+__version__ = "0.1.0"
+__all__ = ["StateGraph", "GraphError", "RenderError", "NoTransitionError", "ModelCallError", "FsmchatError",
+           "result_of", "run", "run_graph", "run_sync", "Bid", "Message", "RunResult", "TraceEvent",
+           "Transcript", "format_output", "Agent", "Turn", "RESPOND_TOOL", "GroupChat", "Pattern",
+           "ChatContext"]

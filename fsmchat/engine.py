@@ -165,7 +165,10 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     """
     try:
         asyncio.get_running_loop()
+        running = True
     except RuntimeError:
+        running = False
+    if not running:  # outside the except block, so run errors carry no stray exception context
         return asyncio.run(make())
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsmchat-run") as pool:
         return pool.submit(lambda: asyncio.run(make())).result()

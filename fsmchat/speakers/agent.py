@@ -102,6 +102,8 @@ class Agent(BaseModel):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if llm.find_fatal(exc) is not None:
+                raise
             return silent(f"model call failed: {exc}")
 
 

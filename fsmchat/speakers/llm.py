@@ -14,6 +14,8 @@ OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 2
 
+# Set before anything imports litellm: its import otherwise fetches a price list over the network.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 _lock = threading.Lock()
 _litellm: Any = None
 _providers: dict[str, Any] = {}
@@ -105,6 +107,20 @@ def retry_after(exc: BaseException) -> float | None:
     return None
 
 
+def find_fatal(exc: BaseException | None) -> BaseException | None:
+    """An exception marked ``fsmchat_fatal`` anywhere in the chain (litellm wraps provider errors)."""
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if getattr(e, "fsmchat_fatal", False):
+            return e
+        todo.extend([e.__cause__, e.__context__, getattr(e, "original_exception", None)])
+    return None
+
+
 @dataclass
 class CallStats:
     """Counts for one run: logical model calls, HTTP-level attempts, tokens."""
@@ -153,6 +169,9 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            fatal = find_fatal(exc)
+            if fatal is not None:  # a broken test double or harness: fail loudly, never retry
+                raise fatal from exc
             if attempt > num_retries or not retryable(exc):
                 raise ModelCallError(agent, exc, attempt) from exc
             wait = retry_after(exc)

@@ -116,7 +116,7 @@ class OfflineModel(CustomLLM):
         spoke_last = bool(convo) and convo[-1].get("role") == "assistant"
         posts = sum(1 for m in convo if m.get("role") == "assistant" or re.match(r"^[\w\-. ]{1,40}: ",
                                                                                    _text(m.get("content"))))
-        score = 0.45 + 0.35 * min(1.0, overlap) + rng.uniform(-0.15, 0.3) - 0.06 * posts
+        score = 0.55 + 0.3 * min(1.0, overlap) + rng.uniform(-0.15, 0.25) - 0.035 * posts
         score -= 0.3 if spoke_last else 0.0
         score = round(min(1.0, max(0.0, score)), 2)
         args = json.dumps({"score": score, "message": text if score >= 0.3 else ""})

@@ -1,0 +1,160 @@
+"""The bid-based, self-selecting ``GroupChat`` (swarms), as a state graph:
+
+    seed -> bid -> select -> post -> penalize -> (bid | stop)
+    seed -> stop [max_loops]      select -> stop [lull]
+
+Every agent bids each turn through a forced ``respond(score, message)`` call, concurrently;
+the best recency-adjusted bid strictly above ``threshold`` is posted (no second call).
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..graph.state_graph import StateGraph
+from ..models import check_output_type
+from ..speakers.agent import Agent, check_roster
+from ..speakers.respond import BidOutcome
+from .base import ChatContext, Pattern
+
+
+class GroupChatConfig(BaseModel):
+    """GroupChat's limits, validated before any model call."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_loops: int = Field(20, ge=1, description="cap on total messages, the task included")
+    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    recency_penalty: float = Field(0.3, ge=0.0)
+    recency_window: int = Field(1, ge=0)
+    idle_timeout: float = 8.0
+    output_type: str = "str-all-except-first"
+    auto_equip: bool = True
+    verbose: bool = False
+
+    @field_validator("output_type")
+    @classmethod
+    def _ot(cls, v: str) -> str:
+        return check_output_type(v)
+
+
+# ---- guards ----
+def under_cap(ctx: ChatContext) -> bool:
+    """fewer than max_loops messages posted"""
+    return len(ctx.transcript) < ctx.scratch["cfg"].max_loops
+
+
+def has_winner(ctx: ChatContext) -> bool:
+    """an adjusted bid cleared the threshold"""
+    return ctx.scratch["winner"] is not None
+
+
+# ---- actions ----
+def post_task(ctx: ChatContext) -> None:
+    """post the task as message 1"""
+    ctx.seed()
+
+
+def bid_instruction(name: str, others: Sequence[str], sender: str, text: str) -> str:
+    return (f"You are {name} in a group chat with {', '.join(others) or 'no one else'}. "
+            f"The latest message is from {sender}:\n\n{text}\n\n"
+            "Decide whether to speak next. Call the respond tool exactly once: score (0..1) is how much "
+            "you want the floor, message is your reply to the group, or an empty string to stay silent.")
+
+
+async def collect_bids(ctx: ChatContext) -> dict[str, float]:
+    """every agent bids at once"""
+    names = [s.name for s in ctx.speakers]
+    last = ctx.transcript[-1]
+
+    def turn(s: Any):
+        others = [n for n in names if n != s.name]
+        return ctx.turn_for(s, bid_instruction(s.name, others, last.role, last.content), kind="bid")
+
+    bids: list[BidOutcome] = list(await asyncio.gather(*(s.bid(turn(s)) for s in ctx.speakers)))
+    ctx.scratch["bids"] = bids
+    for s, b in zip(ctx.speakers, bids):
+        if not b.valid:
+            ctx.events.append({"event": "invalid_bid", "turn": ctx.turn, "agent": s.name, "reason": b.reason})
+    return {s.name: b.score for s, b in zip(ctx.speakers, bids)}
+
+
+def pick_speaker(ctx: ChatContext) -> dict[str, Any]:
+    """best adjusted bid strictly above threshold; ties to the earlier agent"""
+    cfg: GroupChatConfig = ctx.scratch["cfg"]
+    recent = set(ctx.scratch["recent"][-max(1, cfg.recency_window):])
+    best_i, best = None, cfg.threshold
+    adjusted = {}
+    for i, (s, b) in enumerate(zip(ctx.speakers, ctx.scratch["bids"])):
+        if not b.message:
+            continue
+        score = b.score - cfg.recency_penalty if s.name in recent else b.score
+        adjusted[s.name] = round(score, 6)
+        if score > best:
+            best_i, best = i, score
+    ctx.scratch["winner"] = best_i
+    return {"winner": ctx.speakers[best_i].name if best_i is not None else None, "adjusted": adjusted}
+
+
+def post_winner(ctx: ChatContext) -> str:
+    """post the winner's bid message"""
+    i = ctx.scratch["winner"]
+    speaker, bid = ctx.speakers[i], ctx.scratch["bids"][i]
+    ctx.post(speaker.name, bid.message, score=bid.score)
+    ctx.turn += 1
+    return speaker.name
+
+
+def remember_speaker(ctx: ChatContext) -> None:
+    """recency window"""
+    ctx.scratch["recent"].append(ctx.speakers[ctx.scratch["winner"]].name)
+
+
+def compile_group_chat(name: str = "group_chat", description: str = "") -> StateGraph:
+    g = StateGraph(name, context=ChatContext, description=description)
+    g.state("seed", post_task)
+    g.state("bid", collect_bids)
+    g.state("select", pick_speaker)
+    g.state("post", post_winner)
+    g.state("penalize", remember_speaker)
+    g.final("stop")
+    g.edge("seed", "bid", when=under_cap)
+    g.edge("seed", "stop", label="max_loops")
+    g.edge("bid", "select")
+    g.edge("select", "post", when=has_winner)
+    g.edge("select", "stop", label="lull")
+    g.edge("post", "penalize")
+    g.edge("penalize", "bid", when=under_cap)
+    g.edge("penalize", "stop", label="max_loops")
+    return g
+
+
+class GroupChat(Pattern):
+    """Turn-based, self-selecting multi-agent chat: one speaker per turn, chosen by bids."""
+
+    def __init__(self, name: str = "dynamic-groupchat",
+                 description: str = "Agents take turns; one speaker per turn.",
+                 agents: Sequence[Any] | None = None, max_loops: int = 20, threshold: float = 0.5,
+                 recency_penalty: float = 0.3, recency_window: int = 1, idle_timeout: float = 8.0,
+                 output_type: str = "str-all-except-first", auto_equip: bool = True, verbose: bool = False):
+        if not agents or len(agents) < 2:
+            raise ValueError("GroupChat requires at least 2 agents.")
+        self.config = GroupChatConfig(max_loops=max_loops, threshold=threshold, recency_penalty=recency_penalty,
+                                      recency_window=recency_window, idle_timeout=idle_timeout,
+                                      output_type=output_type, auto_equip=auto_equip, verbose=verbose)
+        self.name, self.description = name, description
+        self.agents = check_roster(agents, "GroupChat")
+        self.output_type, self.verbose = output_type, verbose
+        self.max_loops, self.threshold = max_loops, threshold
+        self.recency_penalty, self.recency_window = recency_penalty, recency_window
+        self.idle_timeout, self.auto_equip = idle_timeout, auto_equip
+
+    def _compile(self) -> StateGraph:
+        return compile_group_chat(description=self.description)
+
+    def _context(self, task: str) -> ChatContext:
+        speakers = [a.equipped() if self.config.auto_equip and isinstance(a, Agent) else a for a in self.agents]
+        ctx = ChatContext(task, speakers)
+        ctx.scratch.update(cfg=self.config, recent=[], bids=[], winner=None)
+        return ctx
