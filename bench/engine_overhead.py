@@ -1,20 +1,17 @@
-"""Engine overhead: per-turn cost of ``fsmchat.engine.run_graph`` against a plain asyncio floor.
+"""Engine overhead: µs per turn of ``fsmchat.engine.run_graph`` against a plain asyncio floor.
 
-Workload: a round robin of 3 instant async agents (each appends ``(name, text)`` to ``ctx.rows``
-and bumps ``ctx.t``) for T turns: states A, B, C, final ``stop``; each goes to the next when
-``more`` (``ctx.t < ctx.T``), else to ``stop`` ("turns"). The floor is a plain async loop doing
-the same work: same actions, same guard, one trace tuple (with a timestamp) per step. Timing is
-inside the coroutine (loop start-up excluded), one fresh context and ``asyncio.run`` per
-repetition, graph built once, engine and floor interleaved; medians are reported.
+A round robin of 3 instant async agents for T turns (A -> B -> C -> A while ``more``, else
+-> ``stop``), run by the engine and by a hand-written async loop doing the same work (same
+actions, same guard, one trace tuple per step). Timed inside the coroutine, fresh context and
+``asyncio.run`` per repetition, graph built once, engine and floor interleaved; medians.
 
-    .venv/bin/python bench/engine_overhead.py [--quick] [--profile] [--write]
+    .venv/bin/python bench/engine_overhead.py [--quick] [--write]   # also prints a cProfile
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import cProfile
-import datetime
 import gc
 import io
 import os
@@ -22,11 +19,10 @@ import platform
 import pstats
 import re
 import statistics
-import sysconfig
 import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
-from time import perf_counter
+from time import perf_counter, strftime, thread_time
 from typing import Any, Awaitable, Callable
 
 import transitions
@@ -73,22 +69,13 @@ def build_graph() -> StateGraph:
     return g
 
 
-async def engine(g: StateGraph, ctx: Ctx, prof: cProfile.Profile | None = None) -> float:
-    t0 = perf_counter()
-    if prof:
-        prof.enable()
+async def engine(g: StateGraph, ctx: Ctx) -> None:
     res = await run_graph(g, ctx)
-    if prof:
-        prof.disable()
-    dt = perf_counter() - t0
     assert res.stop_reason == "turns" and len(ctx.rows) == ctx.T, (res.stop_reason, res.error)
-    return dt
 
 
-async def floor(g: StateGraph, ctx: Ctx) -> float:
-    t0 = perf_counter()
-    trace: list[tuple[Any, ...]] = []
-    n = i = 0
+async def floor(g: StateGraph, ctx: Ctx) -> None:
+    t0, trace, n, i = perf_counter(), [], 0, 0
     while True:
         name, payload = NAMES[i], await AGENTS[i](ctx)
         if not more(ctx):
@@ -97,92 +84,90 @@ async def floor(g: StateGraph, ctx: Ctx) -> float:
         i = (i + 1) % len(NAMES)
         trace.append((n, name, "more", NAMES[i], perf_counter() - t0, payload))
         n += 1
-    dt = perf_counter() - t0
     assert len(ctx.rows) == ctx.T == len(trace)
-    return dt
 
 
-RUNS: dict[str, Callable[[StateGraph, Ctx], Awaitable[float]]] = {"fsmchat": engine, "floor": floor}
+Run = Callable[[StateGraph, Ctx], Awaitable[None]]
+RUNS: dict[str, Run] = {"fsmchat": engine, "floor": floor}
 
 
-def peak_kib(run: Callable[[StateGraph, Ctx], Awaitable[float]], g: StateGraph, T: int) -> float:
-    async def measured() -> int:
+def once(run: Run, g: StateGraph, T: int, on: Callable[[], Any] | None = None,
+         off: Callable[[], Any] | None = None) -> tuple[float, float]:
+    """One run on a fresh context and event loop, ``on``/``off`` around it: µs/turn (wall, CPU)."""
+    async def go() -> tuple[float, float]:
         ctx = Ctx(T)
-        tracemalloc.start()
+        if on:
+            on()
+        t0, c0 = perf_counter(), thread_time()
         await run(g, ctx)
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        return peak
+        wall, cpu = perf_counter() - t0, thread_time() - c0
+        if off:
+            off()
+        return wall / T * 1e6, cpu / T * 1e6
     gc.collect()
-    return asyncio.run(measured()) / 1024
+    return asyncio.run(go())
 
 
 def table(g: StateGraph, reps: int) -> str:
+    load, lo, hi = os.getloadavg()[0], TURNS[0], TURNS[-1]
     for run in RUNS.values():  # warm-up: compiles the graph, warms caches
-        asyncio.run(run(g, Ctx(TURNS[0])))
-    times: dict[tuple[str, int], list[float]] = {(k, T): [] for k in RUNS for T in TURNS}
+        once(run, g, lo)
+    times: dict[tuple[str, int], list[tuple[float, float]]] = {(k, T): [] for k in RUNS for T in TURNS}
     for _ in range(reps):
         for T in TURNS:
             for k, run in RUNS.items():
-                gc.collect()
-                times[k, T].append(asyncio.run(run(g, Ctx(T))) / T * 1e6)
-    us = {key: statistics.median(v) for key, v in times.items()}
-    mem = {k: peak_kib(run, g, TURNS[-1]) for k, run in RUNS.items()}
-    lo, hi = TURNS[0], TURNS[-1]
+                times[k, T].append(once(run, g, T))
+    us = {key: statistics.median(w for w, _ in v) for key, v in times.items()}
+    cpu = {key: statistics.median(c for _, c in v) for key, v in times.items()}
+    mem: dict[str, float] = {}
+    for k, run in RUNS.items():
+        once(run, g, hi, tracemalloc.start)
+        mem[k] = tracemalloc.get_traced_memory()[1] / 1024  # the peak was reached inside the run
+        tracemalloc.stop()
     flat = {k: us[k, hi] / us[k, lo] for k in RUNS}
-    lines = [f"Measured {datetime.date.today().isoformat()} on {os.cpu_count()} cores (`nproc` = "
-             f"{len(os.sched_getaffinity(0))}), {platform.machine()}, Python {platform.python_version()}, "
-             f"transitions {transitions.__version__}; median of {reps} repetitions, microseconds per turn.",
-             "", "| T (turns) | fsmchat µs/turn | plain asyncio floor µs/turn | fsmchat / floor |",
-             "|---:|---:|---:|---:|"]
-    lines += [f"| {T} | {us['fsmchat', T]:.2f} | {us['floor', T]:.2f} | {us['fsmchat', T] / us['floor', T]:.1f}x |"
-              for T in TURNS]
-    lines += ["", f"- Flatness, per-turn at T={hi} / T={lo}: fsmchat {flat['fsmchat']:.2f}, floor "
-              f"{flat['floor']:.2f} (1.00 = flat).",
-              f"- Peak traced memory at T={hi} (tracemalloc, inside the run): fsmchat {mem['fsmchat']:.0f} KiB, "
-              f"floor {mem['floor']:.0f} KiB ({mem['fsmchat'] / mem['floor']:.2f}x).",
-              f"- Goal (<= 20 µs/turn at T={hi}, flat within 10%): "
-              f"{'met' if us['fsmchat', hi] <= 20 and abs(flat['fsmchat'] - 1) <= 0.1 else 'NOT met'}."]
-    return "\n".join(lines)
+    ok = us["fsmchat", hi] <= 20 and flat["fsmchat"] <= 1.1
+    return "\n".join([
+        f"Measured {strftime('%Y-%m-%d')} on {os.cpu_count()} cores (`nproc` = {len(os.sched_getaffinity(0))}, "
+        f"load average {load:.2f} at start), {platform.machine()}, Python {platform.python_version()}, "
+        f"transitions {transitions.__version__}; median of {reps} repetitions, microseconds per turn.", "",
+        "| T (turns) | fsmchat µs/turn | plain asyncio floor µs/turn | fsmchat / floor "
+        "| fsmchat CPU µs/turn | floor CPU µs/turn |", "|---:|---:|---:|---:|---:|---:|",
+        *(f"| {T} | {us['fsmchat', T]:.2f} | {us['floor', T]:.2f} | {us['fsmchat', T] / us['floor', T]:.1f}x "
+          f"| {cpu['fsmchat', T]:.2f} | {cpu['floor', T]:.2f} |" for T in TURNS), "",
+        f"- Flatness, per-turn at T={hi} / T={lo} (1.00 = flat): fsmchat {flat['fsmchat']:.2f}, floor "
+        f"{flat['floor']:.2f}; in CPU time (immune to preemption by other processes) fsmchat "
+        f"{cpu['fsmchat', hi] / cpu['fsmchat', lo]:.2f}, floor {cpu['floor', hi] / cpu['floor', lo]:.2f}.",
+        f"- Peak traced memory at T={hi} (tracemalloc, inside the run): fsmchat {mem['fsmchat']:.0f} KiB, "
+        f"floor {mem['floor']:.0f} KiB ({mem['fsmchat'] / mem['floor']:.2f}x).",
+        f"- Goal (<= 20 µs/turn at T={hi}, no growth above 10% from T={lo}): {'met' if ok else 'NOT met'}."])
 
 
 def profile(g: StateGraph, top: int = 8) -> str:
-    gc.collect()
-    prof = cProfile.Profile()
-    asyncio.run(engine(g, Ctx(TURNS[-1]), prof))
-    out = io.StringIO()
+    """cProfile of one engine run at the largest T, top functions by tottime, paths shortened."""
+    prof, out = cProfile.Profile(), io.StringIO()
+    once(engine, g, TURNS[-1], prof.enable, prof.disable)
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-    text = out.getvalue()
-    for prefix in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"], str(DOC.parents[1])):
-        text = text.replace(prefix + os.sep, "")
-    head = text[:text.index("ncalls")].split("\n")[0].strip()  # "N function calls in S seconds"
-    body = text[text.index("ncalls") - 3:].rstrip()
-    return (f"cProfile of one engine run at T={TURNS[-1]} ({head}; the profiler inflates every "
-            f"call, so read shares, not absolute times), top {top} by tottime:\n\n```\n{body}\n```")
-
-
-def replace(doc: str, key: str, body: str) -> str:
-    start, end = f"<!-- {key}:start -->", f"<!-- {key}:end -->"
-    block = f"{start}\n{body}\n{end}"
-    if start in doc and end in doc:
-        return re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
-    return doc.rstrip() + "\n\n" + block + "\n"
+    text = re.sub(r"\S*/(site-packages|python3\.\d+)/", "", out.getvalue()).replace(f"{DOC.parents[1]}/", "")
+    head, body = text[:text.index("ncalls")].strip().split("\n")[0], text[text.index("ncalls") - 3:].rstrip()
+    return (f"cProfile of one engine run at T={TURNS[-1]} ({head}; the profiler inflates every call, so "
+            f"read the shares, not the absolute times), top {top} by tottime:\n\n```\n{body}\n```")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 repetitions instead of 9")
-    ap.add_argument("--profile", action="store_true", help="also print a cProfile of one engine run")
     ap.add_argument("--write", action="store_true", help="rewrite the marked sections of docs/benchmarks.md")
     args = ap.parse_args()
     g = build_graph()
-    tbl = table(g, 3 if args.quick else 9)
-    print(tbl)
-    prof = profile(g) if args.profile or args.write else ""
-    print(f"\n{prof}" if prof else "", end="\n" if prof else "")
+    sections = {"engine_overhead": table(g, 3 if args.quick else 9), "engine_profile": profile(g)}
+    print("\n\n".join(sections.values()))
     if args.write:
         doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-        DOC.write_text(replace(replace(doc, "engine_overhead", tbl), "engine_profile", prof))
+        for key, body in sections.items():
+            block = f"<!-- {key}:start -->\n{body}\n<!-- {key}:end -->"
+            marked = re.compile(f"<!-- {key}:start -->.*?<!-- {key}:end -->", re.S)
+            doc = marked.sub(lambda _: block, doc) if marked.search(doc) else f"{doc.rstrip()}\n\n{block}\n"
+        DOC.write_text(doc)
         print(f"\nwrote {DOC}")
 
 

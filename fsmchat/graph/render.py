@@ -84,8 +84,12 @@ def to_dot(graph: StateGraph, trace: Any = None) -> str:
     return dot.source
 
 
+_MERMAID_WORDS = {"end", "state", "note", "direction", "classDef", "class", "style", "click", "default"}
+
+
 def _mid(name: str) -> str:
-    return re.sub(r"\W", "_", name)
+    mid = re.sub(r"\W", "_", name)
+    return mid + "_" if mid in _MERMAID_WORDS else mid
 
 
 def _mtext(text: str) -> str:

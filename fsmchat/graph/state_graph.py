@@ -198,7 +198,10 @@ class StateGraph:
             out = self.outgoing(s.name)
             if len(out) == 1 and out[0].guard is None:
                 forced.add_edge(s.name, out[0].dest)
+        order = {n: i for i, n in enumerate(self.states)}
         for cycle in nx.simple_cycles(forced):
+            k = min(range(len(cycle)), key=lambda i: order[cycle[i]])
+            cycle = cycle[k:] + cycle[:k]  # start at the state declared first: stable messages
             loop = " -> ".join(map(repr, cycle + cycle[:1]))
             raise GraphError(f"{where}: cycle {loop} has no guarded exit, so a run entering it never "
                              "ends; guard one of its transitions (e.g. with a turn counter) and add an exit")

@@ -158,3 +158,9 @@ class GroupChat(Pattern):
         ctx = ChatContext(task, speakers)
         ctx.scratch.update(cfg=self.config, recent=[], bids=[], winner=None)
         return ctx
+
+
+def example_graph() -> StateGraph:
+    """GroupChat's graph for the gallery (it does not depend on the roster)."""
+    return compile_group_chat(description="GroupChat: every agent bids each turn; the best bid above "
+                                          "threshold speaks")

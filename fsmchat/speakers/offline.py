@@ -47,8 +47,18 @@ _CLOSERS = [
 ]
 
 
+_TEMPLATE_WORDS: set[str] = set()
+
+
 def _words(text: str) -> list[str]:
     return [w for w in re.findall(r"[a-zA-Z][a-zA-Z\-']{3,}", text.lower()) if w not in _STOP]
+
+
+def _template_words() -> set[str]:
+    if not _TEMPLATE_WORDS:
+        for t in _OPENERS + _BODIES + _CLOSERS:
+            _TEMPLATE_WORDS.update(re.findall(r"[a-z][a-z\-']{3,}", t.lower()))
+    return _TEMPLATE_WORDS
 
 
 def _keywords(text: str, n: int = 3) -> list[str]:
@@ -94,7 +104,9 @@ class OfflineModel(CustomLLM):
         last = _text(convo[-1]["content"]) if convo else _text(messages[-1].get("content"))
         prev, _, last_text = last.partition(": ") if re.match(r"^[\w\-. ]{1,40}: ", last) else ("", "", last)
         task = next((_text(m["content"]) for m in convo if m.get("role") == "user"), last_text)
-        keys = _keywords(last_text) + _keywords(task)
+        names = {w.lower() for m in convo for w in re.findall(r"^([\w\-.]{1,40}): ", _text(m.get("content")))}
+        noise = _template_words() | names | set(_words(system)) | {prev.lower()}
+        keys = [k for k in _keywords(last_text, 6) + _keywords(task, 4) if k not in noise]
         keys = list(dict.fromkeys(keys)) or ["the question"]
         k1, k2 = keys[0], (keys[1] if len(keys) > 1 else "the trade-offs")
         role = _role_phrase(system)

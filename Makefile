@@ -1,0 +1,39 @@
+# Two entry points, each doing all of its own set-up on a fresh clone (Python 3.11 + root):
+#   make demo   venv + install + Graphviz, regenerate graphs/, run the offline group chat
+#   make test   venv + install + Graphviz, then the whole test suite (python -m pytest)
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.fsmchat-installed
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test install graphviz graphs bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { \
+	  echo "installing Graphviz (dot) with apt-get"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; }
+
+graphs: install graphviz
+	$(BIN)/fsmchat graphs
+
+demo: install graphviz
+	$(BIN)/fsmchat graphs
+	$(BIN)/fsmchat run examples/group_chat.py
+
+test: install graphviz
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python bench/engine_overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
