@@ -118,7 +118,8 @@ async def run_graph(graph: StateGraph, context: Any, *, max_steps: int = DEFAULT
             path.append(state)
             n = len(path) - 1
             if st.final:
-                stop_reason = st.reason or (trace[-1].trigger if trace else None) or state
+                reason = st.reason(context) if callable(st.reason) else st.reason
+                stop_reason = reason or (trace[-1].trigger if trace else None) or state
                 record(TraceEvent(n, state, None, None, perf_counter() - t0))
                 break
             if n >= max_steps:

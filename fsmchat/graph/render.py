@@ -38,6 +38,18 @@ def _overlay(trace: Any) -> tuple[set[str], Counter]:
     return visited, hits
 
 
+def _branch_graphs(flat: FlatGraph, prefix: str = "") -> list[tuple[str, str, FlatGraph]]:
+    """(owner state id, branch id prefix, branch flat graph) for every fork state, recursively."""
+    out = []
+    for s in flat.states.values():
+        for i, b in enumerate(s.branches, 1):
+            bp = f"{prefix}{s.name}|{i}."
+            bf = b.flatten()
+            out.append((prefix + s.name, bp, bf))
+            out.extend(_branch_graphs(bf, bp))
+    return out
+
+
 def to_dot(graph: StateGraph, trace: Any = None) -> str:
     flat = graph.flatten()
     visited, hits = _overlay(trace) if trace is not None else (set(), Counter())
@@ -48,39 +60,48 @@ def to_dot(graph: StateGraph, trace: Any = None) -> str:
                            edge_attr={"fontname": "Helvetica", "fontsize": "10"})
     dot.node("__start__", "", shape="circle", style="filled", fillcolor="black", width="0.2")
     bodies: dict[tuple[str, ...], graphviz.Digraph] = {(): dot}
+    order: list[tuple[graphviz.Digraph, graphviz.Digraph]] = []
+    labels: dict[tuple[str, ...], str] = {}
 
     def body(path: tuple[str, ...]) -> graphviz.Digraph:
         if path not in bodies:
             parent = body(path[:-1])
             sub = graphviz.Digraph(name="cluster_" + re.sub(r"\W", "_", path[-1]),
-                                   graph_attr={"label": f"{path[-1]}\n{flat.clusters.get(path, '')}".strip(),
-                                               "style": "rounded,dashed"})
+                                   graph_attr={"label": labels.get(path, path[-1]), "style": "rounded,dashed"})
             bodies[path] = sub
             order.append((parent, sub))
         return bodies[path]
 
-    order: list[tuple[graphviz.Digraph, graphviz.Digraph]] = []
-    for s in flat.states.values():
-        label = s.name.rsplit(".", 1)[-1] + (f"\n{s.description}" if s.description else "")
-        attrs: dict[str, str] = {}
-        if s.final:
-            attrs.update(peripheries="2")
-        if s.name in visited:
-            attrs.update(style="rounded,filled", fillcolor="lightblue")
-        body(s.cluster).node(s.name, label, **attrs)
+    def emit(fg: FlatGraph, prefix: str, base: tuple[str, ...]) -> None:
+        for cpath, desc in fg.clusters.items():
+            labels[base + tuple(prefix + c for c in cpath)] = f"{cpath[-1].rsplit('.', 1)[-1]}\n{desc}".strip()
+        for s in fg.states.values():
+            label = s.name.rsplit(".", 1)[-1] + (f"\n{s.description}" if s.description else "")
+            attrs: dict[str, str] = {}
+            if s.final:
+                attrs.update(peripheries="2")
+            if prefix + s.name in visited:
+                attrs.update(style="rounded,filled", fillcolor="lightblue")
+            body(base + tuple(prefix + c for c in s.cluster)).node(prefix + s.name, label, **attrs)
+        for t in fg.transitions:
+            text = "" if (t.guard is None and t.label == "next") else edge_text(t)
+            attrs = {}
+            n = hits.get((prefix + t.source, prefix + t.dest, t.label), 0)
+            if trace is not None and n:
+                text = f"{text} ×{n}".strip()
+                attrs.update(penwidth="2", color="blue")
+            body(base).edge(prefix + t.source, prefix + t.dest, text, **attrs)
+
+    emit(flat, "", ())
+    for owner, bp, bf in _branch_graphs(flat):
+        owner_cluster = next((s.cluster for n, s in flat.states.items() if n == owner), ())
+        cpath = tuple(owner_cluster) + (bp.rstrip("."),)
+        labels[cpath] = f"{owner.rsplit('.', 1)[-1]} branch {bp.rstrip('.').rsplit('|', 1)[-1]}: {bf.name}"
+        emit(bf, bp, cpath)
+        body(()).edge(owner, bp + bf.initial, "fork", style="dashed")
     for parent, sub in reversed(order):  # innermost first, so nested clusters are complete when added
         parent.subgraph(sub)
     dot.edge("__start__", flat.initial)
-    for t in flat.transitions:
-        text = edge_text(t)
-        attrs = {}
-        n = hits.get((t.source, t.dest, t.label), 0)
-        if trace is not None and n:
-            text = f"{text} ×{n}"
-            attrs.update(penwidth="2", color="blue")
-        if t.guard is None and t.label in ("next",):
-            text = ""
-        dot.edge(t.source, t.dest, text, **attrs)
     return dot.source
 
 
@@ -115,6 +136,15 @@ def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
             lines.append(f"{indent}}}")
 
     emit((), "    ")
+    for owner, bp, bf in _branch_graphs(flat):
+        lines.append(f"    state {_mid(bp.rstrip('.'))} {{")
+        for s in bf.states.values():
+            lines.append(f'        state "{s.name.rsplit(".", 1)[-1]}" as {_mid(bp + s.name)}')
+        for t in bf.transitions:
+            text = edge_text(t) if not (t.guard is None and t.label == "next") else ""
+            lines.append(f"        {_mid(bp + t.source)} --> {_mid(bp + t.dest)}" + (f" : {_mtext(text)}" if text else ""))
+        lines.append("    }")
+        lines.append(f"    {_mid(owner)} --> {_mid(bp + bf.initial)} : fork")
     lines.append(f"    [*] --> {_mid(flat.initial)}")
     for t in flat.transitions:
         text = edge_text(t) if not (t.guard is None and t.label == "next") else ""

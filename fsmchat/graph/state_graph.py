@@ -37,8 +37,9 @@ class State:
     action: Action | None = None
     description: str = ""
     final: bool = False
-    reason: str | None = None  # stop reason reported when a run ends here
+    reason: "str | Callable[[Any], str] | None" = None  # stop reason when a run ends here
     subgraph: "StateGraph | None" = None
+    branches: "list[StateGraph]" = field(default_factory=list)  # sub-runs its action forks (drawn only)
 
 
 @dataclass
@@ -64,9 +65,10 @@ class FlatState:
     action: Action | None
     description: str
     final: bool
-    reason: str | None
+    reason: "str | Callable[[Any], str] | None"
     cluster: tuple[str, ...]  # enclosing subgraph states, outermost first
     out: list[Transition] = field(default_factory=list)
+    branches: "list[StateGraph]" = field(default_factory=list)
 
 
 @dataclass
@@ -109,13 +111,20 @@ class StateGraph:
         self._compiled = self._flat = None
         return self
 
-    def state(self, name: str, action: Action | None = None, description: str | None = None) -> "StateGraph":
-        """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered."""
-        desc = description if description is not None else (first_line(action) if action else "")
-        return self._add(State(name, action, desc))
+    def state(self, name: str, action: Action | None = None, description: str | None = None,
+              branches: "list[StateGraph] | None" = None) -> "StateGraph":
+        """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
 
-    def final(self, name: str, description: str = "", reason: str | None = None) -> "StateGraph":
-        """Declare a final state; ``reason`` (if set) is the run's stop reason when it ends here."""
+        ``branches`` are graphs the action runs as concurrent sub-runs (a fork/join state); they
+        are validated and drawn inside the state's cluster, but the engine does not inline them.
+        """
+        desc = description if description is not None else (first_line(action) if action else "")
+        return self._add(State(name, action, desc, branches=list(branches or [])))
+
+    def final(self, name: str, description: str = "", reason: "str | Callable[[Any], str] | None" = None
+              ) -> "StateGraph":
+        """Declare a final state; ``reason`` (a string, or ``reason(ctx)``) is the run's stop reason
+        when it ends here."""
         return self._add(State(name, None, description, final=True, reason=reason))
 
     def subgraph(self, name: str, graph: "StateGraph", description: str | None = None) -> "StateGraph":
@@ -188,6 +197,8 @@ class StateGraph:
                 if s.subgraph is self:
                     raise GraphError(f"{where}: state {s.name!r} nests its own graph")
                 s.subgraph.validate()
+            for b in s.branches:
+                b.validate()
         g = nx.DiGraph(self.to_networkx())
         unreachable = [n for n in self.states if n != self.initial and not nx.has_path(g, self.initial, n)]
         if unreachable:
@@ -252,7 +263,7 @@ class StateGraph:
                 states[q] = FlatState(q, None, s.description, False, None, cluster,
                                       [Transition(q, t.dest, t.guard, t.label, t.order) for t in exits])
             else:
-                states[q] = FlatState(q, s.action, s.description, s.final, s.reason, cluster, out)
+                states[q] = FlatState(q, s.action, s.description, s.final, s.reason, cluster, out, s.branches)
         return StateGraph._entry(graph, prefix)
 
     @staticmethod
