@@ -7,6 +7,7 @@ from .engine import run, run_graph, run_sync
 from .errors import FsmchatError, GraphError, ModelCallError, NoTransitionError, RenderError, result_of
 from .graph import StateGraph
 from .models import Bid, Message, RunResult, TraceEvent, Transcript, format_output
+from .flow import AgentFlow, Discussion, Flow, StepResult, Task, if_, loop, parallel, repeat, route, when
 from .patterns import ChatContext, GroupChat, Pattern
 from .speakers import RESPOND_TOOL, Agent, Turn
 
@@ -14,4 +15,5 @@ __version__ = "0.1.0"
 __all__ = ["StateGraph", "GraphError", "RenderError", "NoTransitionError", "ModelCallError", "FsmchatError",
            "result_of", "run", "run_graph", "run_sync", "Bid", "Message", "RunResult", "TraceEvent",
            "Transcript", "format_output", "Agent", "Turn", "RESPOND_TOOL", "GroupChat", "Pattern",
-           "ChatContext"]
+           "ChatContext", "AgentFlow", "Flow", "Discussion", "StepResult", "Task", "loop", "parallel", "route",
+           "if_", "when", "repeat"]

@@ -1,0 +1,19 @@
+"""A Discussion nested in a loop over drafts: each draft gets its own two-round discussion."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _flow_common import report, task  # noqa: E402
+
+from fsmchat import Agent, AgentFlow, Discussion, loop  # noqa: E402
+
+
+def build() -> AgentFlow:
+    critic = Agent(name="critic", instructions="Critique this item: {{item}}")
+    author = Agent(name="author", instructions="Revise this item: {{item}}")
+    return AgentFlow(agents=[critic, author], steps=[loop(steps=[Discussion([critic, author], rounds=2)], over="items")],
+                     variables={"items": ["draft A", "draft B"]})
+
+
+if __name__ == "__main__":
+    report(build(), task("Refine each draft"))

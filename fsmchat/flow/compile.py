@@ -1,0 +1,417 @@
+"""Compile workflow steps into ONE nested ``StateGraph``: each step a state, each combinator a
+subgraph (a cluster in the diagram), each Discussion ``begin -> turn -> check_until -> (turn |
+done)``. Every step state leaves by ``[halted] -> done`` first, so a failure or a deliberate stop
+propagates out of every level as an edge in the graph."""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from typing import Any, Callable, Sequence
+
+from ..engine import run_graph
+from ..graph.state_graph import StateGraph
+from ..speakers.agent import Agent, Turn
+from .context import FlowContext, StepResult
+from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, Task, as_task
+
+
+class StepError(RuntimeError):
+    """A step failed under ``on_error="stop"``; names the step and the cause."""
+
+
+def halted(ctx: FlowContext) -> bool:
+    """a step failed or stopped the workflow"""
+    return ctx.halted
+
+
+def _named(fn: Callable[..., Any], name: str, doc: str = "") -> Callable[..., Any]:
+    fn.__name__ = re.sub(r"\W+", "_", name).strip("_") or "step"
+    fn.__doc__ = doc
+    return fn
+
+
+# ---- running one step under its policy ----
+async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
+    if task.agent is not None:
+        agent = task.agent
+        system = ctx.render(agent.system_prompt)
+        if system != agent.system_prompt:
+            agent = agent.model_copy(update={"system_prompt": system})
+        if prompt is None:
+            template = task.action if task.action is not None else None
+            prompt = ctx.render(template) if template is not None else \
+                (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
+        return await agent.reply(Turn(agent.name, [], prompt, stats=ctx.stats, variables=ctx.variables, history=[]))
+    out = task.handler(ctx)  # type: ignore[misc]
+    if inspect.isawaitable(out):
+        out = await out
+    return out
+
+
+async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, record_as: str | None = None
+                   ) -> tuple[str, Any]:
+    """Run ``task``; returns (status, output) with status completed | failed | skipped | stopped.
+    Failures follow ``task.on_error``; ``ctx.status`` becomes failed/stopped when the flow must halt."""
+    name = record_as or task.name or "step"
+    if task.should_run is not None and not task.should_run(ctx):
+        ctx.steps.append({"name": name, "output": None, "status": "skipped"})
+        return "skipped", None
+    attempts = 1 + (task.max_retries if task.on_error == "retry" else 0)
+    for k in range(attempts):
+        try:
+            out = await _invoke(task, ctx, prompt)
+            break
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if k + 1 < attempts:
+                ctx.events.append({"event": "retry", "step": name, "attempt": k + 1, "error": repr(exc)})
+                await asyncio.sleep(task.retry_delay * (2 ** k))
+                continue
+            ctx.steps.append({"name": name, "output": None, "status": "failed",
+                              "error": f"{type(exc).__name__}: {exc}"})
+            if task.on_error == "continue":
+                ctx.events.append({"event": "step_failed", "step": name, "error": repr(exc), "policy": "continue"})
+                return "failed", None
+            err = StepError(f"step {name!r} failed: {type(exc).__name__}: {exc}")
+            err.__cause__ = exc
+            ctx.status, ctx.error = "failed", err
+            return "failed", None
+    stop = False
+    if isinstance(out, StepResult):
+        ctx.variables.update(out.variables)
+        stop, out = out.stop_workflow, out.output
+    output = "" if out is None else (out if isinstance(out, str) else str(out))
+    ctx.previous_result = output
+    ctx.steps.append({"name": name, "output": output, "status": "stopped" if stop else "completed"})
+    ctx.transcript.post(name, output)
+    if stop:
+        ctx.status = "stopped"
+        ctx.events.append({"event": "stop_workflow", "step": name})
+        return "stopped", output
+    return "completed", output
+
+
+# ---- compiling ----
+class Compiler:
+    """Builds the nested graph; ``bound`` computes the worst-case number of model calls."""
+
+    def __init__(self) -> None:
+        self._ids = 0
+
+    def key(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def sequence(self, steps: Sequence[Any], name: str, final: str = "done", reason: Any = None,
+                 description: str = "") -> StateGraph:
+        g = StateGraph(name, description=description)
+        names: list[str] = []
+        for step in steps:
+            base = re.sub(r"\W+", "_", getattr(step, "name", None) or as_task(step).name or "step").strip("_")
+            state = base or "step"
+            n = 2
+            while state in names or state == final:
+                state, n = f"{base}_{n}", n + 1
+            names.append(state)
+            self.add(g, state, step)
+        g.final(final, reason=reason)
+        for i, state in enumerate(names):
+            nxt = names[i + 1] if i + 1 < len(names) else final
+            if nxt != final:
+                g.edge(state, final, when=halted, label="halt")
+            g.edge(state, nxt)
+        return g
+
+    def add(self, g: StateGraph, state: str, step: Any) -> None:
+        if isinstance(step, Discussion):
+            g.subgraph(state, self.discussion(step), f"Discussion: {step.rounds} round(s) of "
+                                                     f"{', '.join(t.name for t in step.tasks)}")
+        elif isinstance(step, Loop):
+            if step.parallel:
+                body = self.sequence(step.steps, f"{state}_body")
+                g.state(state, self.loop_parallel(step, body), f"each {step.var_name} in {step.over}, concurrently",
+                        branches=[body])
+            else:
+                g.subgraph(state, self.loop(step), f"each {step.var_name} in {step.over}")
+        elif isinstance(step, Parallel):
+            branches = [self.sequence([s], f"{state}_{i + 1}") for i, s in enumerate(step.steps)]
+            g.state(state, self.fork(branches), f"{len(branches)} branches concurrently", branches=branches)
+        elif isinstance(step, Route):
+            g.subgraph(state, self.route(step), "first key said in the previous output")
+        elif isinstance(step, If):
+            g.subgraph(state, self.if_(step), f"if {step.condition.__doc__ or step.condition.__name__}")
+        elif isinstance(step, Repeat):
+            g.subgraph(state, self.repeat(step), f"until {getattr(step.until, '__name__', 'max')}, "
+                                                 f"at most {step.max_iterations}x")
+        else:
+            task = as_task(step)
+
+            async def run_step(ctx: FlowContext, task: Task = task) -> str:
+                status, _ = await run_task(task, ctx)
+                return status
+
+            desc = f"agent {task.agent.name}" if task.agent is not None else f"call {task.name}"
+            g.state(state, _named(run_step, f"run_{task.name}", desc), desc)
+
+    # -- Discussion: begin -> turn -> check_until -> (turn | done)
+    def discussion(self, d: Discussion) -> StateGraph:
+        key, n = self.key(), len(d.tasks)
+        limit = d.rounds * n
+
+        def begin(ctx: FlowContext) -> None:
+            """start a fresh transcript"""
+            ctx.frames[key] = {"t": 0, "lines": [], "topic": ctx.previous_result if ctx.previous_result
+                               is not None else ctx.input}
+            ctx.variables["discussion_transcript"] = ""
+
+        async def turn(ctx: FlowContext) -> str:
+            """the scheduled speaker talks"""
+            f = ctx.frames[key]
+            t = f["t"]
+            task = d.task_for(d.select(t, ctx)) if d.select is not None else d.tasks[t % n]
+            prompt = None
+            if task.agent is not None:
+                prompt = discussion_prompt(task.name or "", f["topic"], f["lines"], ctx.previous_result)
+            status, out = await run_task(task, ctx, prompt, record_as=task.name)
+            f["t"] = t + 1
+            if status in ("completed", "stopped"):
+                f["lines"].append(f"{task.name}: {out}")
+                ctx.variables["discussion_transcript"] = "\n".join(f["lines"])
+            return f"{task.name}: {status}"
+
+        def check_until(ctx: FlowContext) -> bool | None:
+            """until(ctx) after every turn"""
+            if d.until is None or ctx.halted:
+                ctx.frames[key]["met"] = False
+                return None
+            try:
+                met = bool(d.until(ctx))
+            except Exception as exc:
+                raise ValueError(f"Discussion until() raised {type(exc).__name__}: {exc}. It is checked after "
+                                 "every turn, so a failing condition would run the full round budget.") from exc
+            ctx.frames[key]["met"] = met
+            return met
+
+        def until_met(ctx: FlowContext) -> bool:
+            """until(ctx) is true"""
+            return ctx.frames[key]["met"]
+
+        def turns_left(ctx: FlowContext) -> bool:
+            return ctx.frames[key]["t"] < limit
+
+        _named(turns_left, "turns_left", f"fewer than {d.rounds} x {n} turns")
+        g = StateGraph(d.name, description=f"Discussion {d.name}")
+        g.state("begin", begin).state("turn", turn).state("check_until", check_until).final("done")
+        g.edge("begin", "turn").edge("turn", "check_until")
+        g.edge("check_until", "done", when=halted, label="halt")
+        g.edge("check_until", "done", when=until_met, label="until")
+        g.edge("check_until", "turn", when=turns_left)
+        g.edge("check_until", "done", label="rounds")
+        return g
+
+    # -- loop: begin -> next -> (body -> next | done)
+    def loop(self, lp: Loop) -> StateGraph:
+        key = self.key()
+
+        def begin(ctx: FlowContext) -> int:
+            """read the list to iterate"""
+            items = _items(ctx, lp.over)
+            ctx.frames[key] = {"i": -1, "items": items}
+            return len(items)
+
+        def next_item(ctx: FlowContext) -> Any:
+            """set item and loop_index"""
+            f = ctx.frames[key]
+            f["i"] += 1
+            if f["i"] < len(f["items"]):
+                ctx.variables[lp.var_name] = f["items"][f["i"]]
+                ctx.variables["loop_index"] = f["i"]
+                return f["i"]
+            return None
+
+        def has_item(ctx: FlowContext) -> bool:
+            """items left"""
+            f = ctx.frames[key]
+            return f["i"] < len(f["items"])
+
+        g = StateGraph(lp.name, description=f"loop over {lp.over}")
+        g.state("begin", begin).state("next", next_item)
+        g.subgraph("body", self.sequence(lp.steps, "body"), "")
+        g.final("done")
+        g.edge("begin", "next")
+        g.edge("next", "body", when=has_item)
+        g.edge("next", "done", label="exhausted")
+        g.edge("body", "done", when=halted, label="halt")
+        g.edge("body", "next")
+        return g
+
+    def loop_parallel(self, lp: Loop, body: StateGraph) -> Callable[[FlowContext], Any]:
+        async def each_concurrently(ctx: FlowContext) -> dict[str, Any]:
+            items = _items(ctx, lp.over)
+            children = []
+            for i, item in enumerate(items):
+                c = ctx.child()
+                c.variables[lp.var_name], c.variables["loop_index"] = item, i
+                children.append(c)
+            return await _join(ctx, [body] * len(items), children, "loop_outputs")
+        return each_concurrently
+
+    def fork(self, branches: list[StateGraph]) -> Callable[[FlowContext], Any]:
+        async def run_branches(ctx: FlowContext) -> dict[str, Any]:
+            return await _join(ctx, branches, [ctx.child() for _ in branches], "parallel_outputs")
+        return run_branches
+
+    # -- route: decide -> (route_<key> | default | done)
+    def route(self, r: Route) -> StateGraph:
+        g = StateGraph(r.name, description="route")
+        g.state("decide", None, "match a key in the previous output")
+        states = []
+        for k, steps in r.routes.items():
+            st = "to_" + (re.sub(r"\W+", "_", k).strip("_") or "route")
+            g.subgraph(st, self.sequence(steps, st), f"route {k!r}")
+            states.append((k, st))
+        if r.default:
+            g.subgraph("default", self.sequence(r.default, "default"), "no key matched")
+        g.final("done")
+        for k, st in states:
+            pattern = re.compile(rf"\b{re.escape(k)}\b", re.IGNORECASE)
+
+            def says(ctx: FlowContext, pattern: re.Pattern[str] = pattern) -> bool:
+                return bool(pattern.search(str(ctx.previous_result or "")))
+
+            g.edge("decide", st, when=_named(says, f"says_{k}", f"previous output says {k!r}"))
+        g.edge("decide", "default" if r.default else "done", label="no_match")
+        for _, st in states:
+            g.edge(st, "done")
+        if r.default:
+            g.edge("default", "done")
+        return g
+
+    # -- if_: check -> (then | else | done)
+    def if_(self, c: If) -> StateGraph:
+        g = StateGraph(c.name, description="if")
+        g.state("check", None, c.condition.__doc__ or c.condition.__name__)
+        g.subgraph("then", self.sequence(c.then_steps, "then"), "")
+        if c.else_steps:
+            g.subgraph("else", self.sequence(c.else_steps, "else"), "")
+        g.final("done")
+        g.edge("check", "then", when=c.condition)
+        g.edge("check", "else" if c.else_steps else "done", label="otherwise")
+        g.edge("then", "done")
+        if c.else_steps:
+            g.edge("else", "done")
+        return g
+
+    # -- repeat: begin -> body -> check -> (body | done)
+    def repeat(self, rp: Repeat) -> StateGraph:
+        key = self.key()
+
+        def begin(ctx: FlowContext) -> None:
+            """reset the iteration count"""
+            ctx.frames[key] = {"n": 0, "met": False}
+
+        def check(ctx: FlowContext) -> int:
+            """count a pass, evaluate until"""
+            f = ctx.frames[key]
+            f["n"] += 1
+            f["met"] = bool(rp.until(ctx)) if rp.until is not None and not ctx.halted else False
+            return f["n"]
+
+        def until_met(ctx: FlowContext) -> bool:
+            """until(ctx) is true"""
+            return ctx.frames[key]["met"]
+
+        def iterations_left(ctx: FlowContext) -> bool:
+            return ctx.frames[key]["n"] < rp.max_iterations
+
+        _named(iterations_left, "iterations_left", f"fewer than {rp.max_iterations} passes")
+        g = StateGraph(rp.name, description="repeat")
+        g.state("begin", begin)
+        g.subgraph("body", self.sequence(rp.steps, "body"), "")
+        g.state("check", check)
+        g.final("done")
+        g.edge("begin", "body").edge("body", "check")
+        g.edge("check", "done", when=halted, label="halt")
+        g.edge("check", "done", when=until_met, label="until")
+        g.edge("check", "body", when=iterations_left)
+        g.edge("check", "done", label="max_iterations")
+        return g
+
+
+def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) -> str:
+    """What an agent speaker is asked on its Discussion turn."""
+    parts = [str(topic) if topic is not None else ""]
+    if lines:
+        parts.append("Discussion so far:\n" + "\n".join(lines))
+    parts.append(f"You are {name}. " + ("Respond to the latest turn and move the discussion forward."
+                                         if lines else "Open the discussion."))
+    return "\n\n".join(p for p in parts if p)
+
+
+def _items(ctx: FlowContext, over: str) -> list[Any]:
+    try:
+        items = ctx.lookup(over)
+    except KeyError:
+        raise ValueError(f"loop over={over!r}: no such variable; variables are {sorted(ctx.variables)}") from None
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+        raise ValueError(f"loop over={over!r}: expected a list, got {type(items).__name__}")
+    return list(items)
+
+
+async def _join(ctx: FlowContext, graphs: list[StateGraph], children: list[FlowContext], out_var: str
+                ) -> dict[str, Any]:
+    """Run branch graphs concurrently on their contexts; merge in declaration order."""
+    results = await asyncio.gather(*(run_graph(g, c) for g, c in zip(graphs, children)))
+    base = dict(ctx.variables)
+    outputs = []
+    for c, r in zip(children, results):
+        if r.error is not None:
+            raise r.error
+        for k, v in c.variables.items():
+            if k not in base or base[k] is not v:
+                ctx.variables[k] = v
+        ctx.steps.extend(c.steps)
+        for m in c.transcript:
+            ctx.transcript.post(m.role, m.content, **m.metadata)
+        ctx.events.extend(c.events)
+        outputs.append(c.previous_result)
+        if c.halted and not ctx.halted:
+            ctx.status, ctx.error = c.status, c.error
+    ctx.variables[out_var] = outputs
+    ctx.previous_result = "\n\n".join("" if o is None else str(o) for o in outputs)
+    return {"branches": [r.path for r in results]}
+
+
+# ---- worst-case model calls ----
+def bound(steps: Sequence[Any], items: dict[str, int]) -> int:
+    """The most model calls ``steps`` can make; loop sizes from ``items`` (variable -> length)."""
+    total = 0
+    for s in steps:
+        if isinstance(s, Discussion):
+            per_turn = [_calls(t) for t in s.tasks]  # a selector may pick the costliest speaker every turn
+            total += s.rounds * (len(per_turn) * max(per_turn) if s.select is not None else sum(per_turn))
+        elif isinstance(s, Loop):
+            if s.over not in items:
+                raise ValueError(f"bound: give the length of loop variable {s.over!r} (items={{'{s.over}': n}})")
+            total += items[s.over] * bound(s.steps, items)
+        elif isinstance(s, Parallel):
+            total += sum(bound([x], items) for x in s.steps)
+        elif isinstance(s, Route):
+            total += max([bound(v, items) for v in s.routes.values()] + [bound(s.default, items)])
+        elif isinstance(s, If):
+            total += max(bound(s.then_steps, items), bound(s.else_steps, items))
+        elif isinstance(s, Repeat):
+            total += s.max_iterations * bound(s.steps, items)
+        elif isinstance(s, Block):
+            raise TypeError(f"unknown block {type(s).__name__}")
+        else:
+            total += _calls(as_task(s))
+    return total
+
+
+def _calls(task: Task) -> int:
+    if task.agent is None:
+        return 0
+    return (1 + task.max_retries) if task.on_error == "retry" else 1

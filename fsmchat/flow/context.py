@@ -1,0 +1,129 @@
+"""The typed context of a flow run: input, variables, previous result, step records, status;
+plus ``{{name}}`` templating and the small condition language (``"{{score}} > 80"``)."""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..models import Transcript
+from ..speakers.llm import CallStats
+
+_VAR = re.compile(r"\{\{\s*([\w.]+)\s*\}\}")
+
+
+@dataclass
+class StepResult:
+    """What a step may return instead of a plain string."""
+
+    output: Any = None
+    stop_workflow: bool = False
+    variables: dict[str, Any] = field(default_factory=dict)
+
+
+class FlowContext:
+    """The context every step, guard and predicate of a flow sees (``ctx``)."""
+
+    def __init__(self, input: str, variables: dict[str, Any], stats: CallStats | None = None):
+        self.input = input
+        self.variables: dict[str, Any] = variables
+        self.previous_result: Any = None
+        self.steps: list[dict[str, Any]] = []
+        self.status = "running"  # running | completed | failed | stopped
+        self.error: BaseException | None = None
+        self.stats = stats or CallStats()
+        self.transcript = Transcript()
+        self.events: list[dict[str, Any]] = []
+        self.frames: dict[int, dict[str, Any]] = {}  # per-block working state, keyed by block id
+
+    @property
+    def previous_output(self) -> Any:
+        return self.previous_result
+
+    @property
+    def halted(self) -> bool:
+        return self.status in ("failed", "stopped")
+
+    def frame(self, key: int) -> dict[str, Any]:
+        return self.frames.setdefault(key, {})
+
+    def lookup(self, name: str) -> Any:
+        if name == "input":
+            return self.input
+        if name in ("previous_output", "previous_result"):
+            return self.previous_result
+        value: Any = self.variables
+        for part in name.split("."):
+            if isinstance(value, dict) and part in value:
+                value = value[part]
+            else:
+                raise KeyError(name)
+        return value
+
+    def render(self, template: str) -> str:
+        """Replace ``{{name}}`` with input, previous_output or a variable; unknown names stay."""
+        def sub(m: re.Match[str]) -> str:
+            try:
+                v = self.lookup(m.group(1))
+            except KeyError:
+                return m.group(0)
+            return "" if v is None else str(v)
+        return _VAR.sub(sub, template) if "{{" in template else template
+
+    def child(self) -> "FlowContext":
+        """A branch context: a deep copy of the variables, the same input, stats and previous result."""
+        c = FlowContext(self.input, copy.deepcopy(self.variables), self.stats)
+        c.previous_result = self.previous_result
+        return c
+
+    def __repr__(self) -> str:
+        return f"FlowContext(status={self.status!r}, steps={len(self.steps)}, variables={sorted(self.variables)})"
+
+
+_OPS = (">=", "<=", "==", "!=", ">", "<", " contains ", " in ")
+
+
+def _num(x: str) -> float | None:
+    try:
+        return float(x)
+    except ValueError:
+        return None
+
+
+def compile_condition(condition: Any, what: str = "condition") -> Callable[[FlowContext], bool]:
+    """A callable ``(ctx) -> bool`` as is, or a string expression: ``{{var}} OP value`` with
+    OP in >, >=, <, <=, ==, !=, in (substring), contains; or a lone ``{{flag}}`` (truthy)."""
+    if callable(condition):
+        return condition
+    if not isinstance(condition, str) or not condition.strip():
+        raise TypeError(f"{what} must be a callable (ctx) -> bool or an expression string such as "
+                        f"'{{{{score}}}} > 80', got {type(condition).__name__}")
+    expr = condition.strip()
+    op = next((o for o in _OPS if o in expr), None)
+
+    def truthy(v: str) -> bool:
+        return v.strip().lower() not in ("", "0", "false", "no", "none", "null")
+
+    def evaluate(ctx: FlowContext) -> bool:
+        if op is None:
+            return truthy(ctx.render(expr))
+        left, right = (ctx.render(s).strip() for s in expr.split(op, 1))
+        o = op.strip()
+        if o == "in":
+            return left.lower() in right.lower()
+        if o == "contains":
+            return right.lower() in left.lower()
+        ln, rn = _num(left), _num(right)
+        if ln is not None and rn is not None:
+            a: Any = ln
+            b: Any = rn
+        else:
+            a, b = left.strip("'\"").lower(), right.strip("'\"").lower()
+            if o in (">", "<", ">=", "<="):
+                return False
+        return {"==": a == b, "!=": a != b, ">": a > b, "<": a < b, ">=": a >= b, "<=": a <= b}[o]
+
+    evaluate.__name__ = re.sub(r"\W+", "_", _VAR.sub(r"\1", expr)).strip("_")[:40] or "condition"
+    evaluate.__doc__ = expr
+    return evaluate

@@ -1,0 +1,174 @@
+"""Workflow steps as data: ``Task``, ``Discussion`` and the combinators ``loop``, ``parallel``,
+``route``, ``if_`` (``when``) and ``repeat``. ``compile.py`` turns them into state graphs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Sequence
+
+from ..speakers.agent import Agent
+from .context import compile_condition
+
+OnError = Literal["stop", "continue", "retry"]
+
+
+@dataclass
+class Task:
+    """A step with its error policy: a ``handler`` callable ``(ctx) -> str | StepResult`` or an
+    ``agent``; ``on_error`` is "stop" (halt the flow), "continue" (record and go on) or "retry"
+    (up to ``max_retries`` more attempts with exponential backoff from ``retry_delay`` s).
+    ``should_run(ctx)`` false skips the step. ``action`` is the agent's prompt template
+    (default: the previous output, or the flow's input)."""
+
+    handler: Callable[..., Any] | None = None
+    agent: Agent | None = None
+    name: str | None = None
+    action: str | None = None
+    on_error: OnError = "stop"
+    max_retries: int = 0
+    should_run: Callable[[Any], bool] | None = None
+    retry_delay: float = 0.1
+
+    def __post_init__(self) -> None:
+        if (self.handler is None) == (self.agent is None):
+            raise ValueError("Task needs exactly one of handler= (a callable) or agent= (an Agent)")
+        if self.handler is not None and not callable(self.handler):
+            raise TypeError(f"Task handler must be callable, got {type(self.handler).__name__}")
+        if self.agent is not None and not isinstance(self.agent, Agent):
+            raise TypeError(f"Task agent must be an fsmchat Agent, got {type(self.agent).__name__}")
+        if self.on_error not in ("stop", "continue", "retry"):
+            raise ValueError(f"Task on_error={self.on_error!r} is not allowed; choose from "
+                             "['stop', 'continue', 'retry']")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError(f"Task max_retries must be an int >= 0, got {self.max_retries!r}")
+        if self.name is None:
+            self.name = self.agent.name if self.agent is not None else \
+                getattr(self.handler, "__name__", type(self.handler).__name__)
+
+
+def as_task(step: Any) -> Task:
+    """A bare Agent or callable becomes a Task with the default policy (on_error="stop")."""
+    if isinstance(step, Task):
+        return step
+    if isinstance(step, Agent):
+        return Task(agent=step)
+    if callable(step) and not isinstance(step, Block):
+        return Task(handler=step)
+    raise TypeError(f"a step must be an Agent, a callable (ctx) -> str | StepResult, a Task, a Discussion or "
+                    f"a combinator (loop, parallel, route, if_, repeat); got {type(step).__name__}")
+
+
+def _steps(steps: Any, what: str) -> list[Any]:
+    items = list(steps) if isinstance(steps, (list, tuple)) else [steps]
+    if not items:
+        raise ValueError(f"{what} needs at least one step")
+    for s in items:
+        if not isinstance(s, Block):
+            as_task(s)  # type check now, before any call
+    return items
+
+
+class Block:
+    """Base of composite steps (each compiles to a subgraph or a fork state)."""
+
+    name: str = "block"
+
+
+class Discussion(Block):
+    """N speakers take turns on one thread: ``rounds`` passes, an optional ``select(turn, ctx)``
+    choosing each speaker, and ``until(ctx)`` checked after every turn."""
+
+    def __init__(self, agents: Sequence[Any] | None = None, rounds: int = 3, until: Callable[[Any], bool] | None = None,
+                 select: Callable[[int, Any], Any] | None = None, name: str = "discussion"):
+        if not agents:
+            raise ValueError("Discussion needs at least one speaker; an empty discussion would run zero turns "
+                             "and report success.")
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError("Discussion rounds must be >= 1.")
+        if until is not None and not callable(until):
+            raise TypeError(f"Discussion until must be a callable (ctx) -> bool, got {type(until).__name__}")
+        if select is not None and not callable(select):
+            raise TypeError(f"Discussion select must be a callable (turn, ctx) -> speaker, got {type(select).__name__}")
+        self.agents = list(agents)
+        self.tasks = [as_task(a) for a in self.agents]
+        self.rounds, self.until, self.select, self.name = rounds, until, select, name
+
+    def task_for(self, speaker: Any) -> Task:
+        for a, t in zip(self.agents, self.tasks):
+            if speaker is a or speaker is t:
+                return t
+        for t in self.tasks:  # a selector may return an equal-named agent copy
+            if isinstance(speaker, (Agent, Task)) and speaker.name == t.name:
+                return t
+        names = [t.name for t in self.tasks]
+        raise ValueError(f"Discussion {self.name!r} select() returned {speaker!r}, which is not one of its "
+                         f"speakers {names}")
+
+
+class Loop(Block):
+    def __init__(self, steps: Any, over: str = "items", var_name: str = "item", parallel: bool = False,
+                 name: str = "loop"):
+        if not isinstance(over, str) or not over:
+            raise ValueError(f"loop over= must name a variable holding a list, got {over!r}")
+        self.steps, self.over, self.var_name = _steps(steps, "loop"), over, var_name
+        self.parallel, self.name = bool(parallel), name
+
+
+class Parallel(Block):
+    def __init__(self, steps: Sequence[Any], name: str = "parallel"):
+        self.steps, self.name = _steps(list(steps), "parallel"), name
+
+
+class Route(Block):
+    def __init__(self, routes: dict[str, Any], default: Any = None, name: str = "route"):
+        if not isinstance(routes, dict) or not routes:
+            raise ValueError("route needs routes={'key': [steps], ...} with at least one key")
+        self.routes = {str(k): _steps(v, f"route {k!r}") for k, v in routes.items()}
+        self.default = _steps(default, "route default") if default else []
+        self.name = name
+
+
+class If(Block):
+    def __init__(self, condition: Any, then_steps: Any, else_steps: Any = None, name: str = "if"):
+        self.condition = compile_condition(condition, "if_ condition")
+        self.then_steps = _steps(then_steps, "if_ then_steps")
+        self.else_steps = _steps(else_steps, "if_ else_steps") if else_steps else []
+        self.name = name
+
+
+class Repeat(Block):
+    def __init__(self, step: Any, until: Any = None, max_iterations: int = 10, name: str = "repeat"):
+        if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or max_iterations < 1:
+            raise ValueError(f"repeat max_iterations must be an int >= 1, got {max_iterations!r}")
+        self.steps = _steps(step, "repeat")
+        self.until = compile_condition(until, "repeat until") if until is not None else None
+        self.max_iterations, self.name = max_iterations, name
+
+
+def loop(step: Any = None, over: str = "items", var_name: str = "item", parallel: bool = False,
+         steps: Any = None, name: str = "loop") -> Loop:
+    """Run the body once per item of the list variable ``over`` (``item``/``loop_index`` set)."""
+    return Loop(steps if steps is not None else step, over, var_name, parallel, name)
+
+
+def parallel(steps: Sequence[Any], name: str = "parallel") -> Parallel:
+    """Run the steps concurrently on copies of the variables; merge writes in declaration order."""
+    return Parallel(steps, name)
+
+
+def route(routes: dict[str, Any], default: Any = None, name: str = "route") -> Route:
+    """Take the first route whose key appears as a whole word in the previous output."""
+    return Route(routes, default, name)
+
+
+def if_(condition: Any, then_steps: Any, else_steps: Any = None, name: str = "if") -> If:
+    """Branch on ``condition(ctx)`` or an expression such as ``"{{score}} >= 70"``."""
+    return If(condition, then_steps, else_steps, name)
+
+
+when = if_
+
+
+def repeat(step: Any, until: Any = None, max_iterations: int = 10, name: str = "repeat") -> Repeat:
+    """Run ``step`` until ``until(ctx)`` holds (checked after each pass), at most ``max_iterations``."""
+    return Repeat(step, until, max_iterations, name)
+
