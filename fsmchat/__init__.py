@@ -8,7 +8,8 @@ from .errors import FsmchatError, GraphError, ModelCallError, NoTransitionError,
 from .graph import StateGraph
 from .models import Bid, Message, RunResult, TraceEvent, Transcript, format_output
 from .flow import AgentFlow, Discussion, Flow, StepResult, Task, if_, loop, parallel, repeat, route, when
-from .patterns import ChatContext, GroupChat, Pattern
+from .patterns import ChatContext, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, Pattern, RoundRobinSwarm, \
+    build_collaborative_task, build_turn_header, one_on_one_debate
 from .speakers import RESPOND_TOOL, Agent, Turn
 
 __version__ = "0.1.0"
@@ -16,4 +17,5 @@ __all__ = ["StateGraph", "GraphError", "RenderError", "NoTransitionError", "Mode
            "result_of", "run", "run_graph", "run_sync", "Bid", "Message", "RunResult", "TraceEvent",
            "Transcript", "format_output", "Agent", "Turn", "RESPOND_TOOL", "GroupChat", "Pattern",
            "ChatContext", "AgentFlow", "Flow", "Discussion", "StepResult", "Task", "loop", "parallel", "route",
-           "if_", "when", "repeat"]
+           "if_", "when", "repeat", "RoundRobinSwarm", "build_turn_header", "build_collaborative_task",
+           "OneOnOneDebate", "one_on_one_debate", "ExpertPanelDiscussion"]

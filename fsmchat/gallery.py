@@ -17,6 +17,10 @@ from .graph.state_graph import StateGraph
 # built-in patterns: gallery name -> "module:zero-arg factory returning a StateGraph"
 PATTERNS: dict[str, str] = {
     "group_chat": "fsmchat.patterns.group_chat:example_graph",
+    "round_robin": "fsmchat.patterns.round_robin:example_graph",
+    "one_on_one_debate": "fsmchat.patterns.debate:example_graph",
+    "one_on_one_debate_function": "fsmchat.patterns.debate:example_function_graph",
+    "expert_panel": "fsmchat.patterns.panel:example_graph",
 }
 
 

@@ -12,7 +12,6 @@ import fnmatch
 import itertools
 import json
 import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -111,7 +110,9 @@ def _response(item: Any) -> Any:
 class _Provider:
     """The one registered litellm provider; dispatches to ScriptedModel instances by model id."""
 
-    _instances: "weakref.WeakValueDictionary[str, ScriptedModel]" = weakref.WeakValueDictionary()
+    # Strong references: an agent names its model only by string, so the model must outlive any
+    # temporary. Ids are unique, so instances never see each other's requests; close() drops one.
+    _instances: "dict[str, ScriptedModel]" = {}
     _handler: Any = None
 
     @classmethod
@@ -157,6 +158,16 @@ class ScriptedModel:
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         _Provider._instances[self.id] = self
+
+    def close(self) -> None:
+        """Unregister this model (its agents' calls then fail loudly)."""
+        _Provider._instances.pop(self.id, None)
+
+    def __enter__(self) -> "ScriptedModel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def agent(self, name: str, system_prompt: str = "", **kw: Any) -> Any:
         from .speakers.agent import Agent
@@ -266,3 +277,168 @@ def assert_calls(model: ScriptedModel, n: int, agent: str | None = None) -> None
     got = model.calls(agent)
     who = f"agent {agent!r}" if agent else "all agents"
     assert got == n, f"{who} made {got} model call(s), expected {n}"
+
+
+class FunctionModel(ScriptedModel):
+    """A scripted model whose every answer is computed from the request: ``fn(Request) -> item``."""
+
+    def __init__(self, fn: Callable[[Request], Any], name: str = "function"):
+        super().__init__(None, fn=fn, name=name)
+
+
+# ---- matchers for trace and id comparisons ----
+class _Matcher:
+    def __init__(self, name: str, test: Callable[[Any], bool]):
+        self.name, self.test = name, test
+
+    def __eq__(self, other: Any) -> bool:
+        return self.test(other)
+
+    def __ne__(self, other: Any) -> bool:
+        return not self.test(other)
+
+    def __repr__(self) -> str:
+        return self.name
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+ANY = _Matcher("ANY", lambda x: True)
+ANY_TIME = _Matcher("ANY_TIME", lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0)
+ANY_ID = _Matcher("ANY_ID", lambda x: isinstance(x, str) and bool(x) and " " not in x)
+ANY_STR = _Matcher("ANY_STR", lambda x: isinstance(x, str))
+
+
+def assert_trace(run: RunResult, expected: Sequence[dict[str, Any]]) -> None:
+    """Compare ``run.trace`` (as dicts) with ``expected``; use ANY, ANY_TIME, ANY_ID for volatile
+    fields, and leave out keys you do not care about."""
+    actual = [e.to_dict() for e in run.trace]
+    trimmed = [{k: a[k] for k in e} for a, e in zip(actual, expected)]
+    if len(actual) != len(expected) or trimmed != list(expected):
+        raise AssertionError(f"trace mismatch\nexpected: {list(expected)}\nactual:   {actual}")
+
+
+# ---- graph snapshots ----
+_UPDATE_GRAPHS = {"on": False}
+
+
+def update_graphs_enabled() -> bool:
+    import os
+
+    return _UPDATE_GRAPHS["on"] or os.environ.get("FSMCHAT_UPDATE_GRAPHS", "") not in ("", "0")
+
+
+def assert_graph_matches(graph: Any, path: Any) -> None:
+    """The graph's DOT equals the snapshot at ``path`` (created when missing; rewritten with
+    ``pytest --fsmchat-update-graphs`` or ``FSMCHAT_UPDATE_GRAPHS=1``). Pass a StateGraph or a pattern."""
+    import difflib
+    from pathlib import Path
+
+    g = graph if isinstance(graph, StateGraph) else graph.graph
+    p = Path(path)
+    dot = g.to_dot()
+    if update_graphs_enabled() or not p.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(dot)
+        return
+    old = p.read_text()
+    if old != dot:
+        diff = "\n".join(difflib.unified_diff(old.splitlines(), dot.splitlines(), str(p), "current graph",
+                                              lineterm=""))
+        raise AssertionError(f"graph {g.name!r} no longer matches {p}; if the change is intended, rerun with "
+                             f"--fsmchat-update-graphs\n{diff}")
+
+
+# ---- record and replay ----
+class CassetteMiss(AssertionError):
+    """A replayed run sent a request the cassette does not hold."""
+
+    fsmchat_fatal = True
+
+
+def request_key(model: str, messages: Any, params: dict[str, Any]) -> str:
+    import hashlib
+
+    body = {"model": model, "messages": messages, **{k: params.get(k) for k in
+                                                    ("tools", "tool_choice", "response_format")}}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+class Cassette:
+    """Records every model request/response of a run to JSON, or replays them offline.
+
+    ``mode``: "record" (call the real model, write the file), "replay" (never call out; a request
+    not in the file raises ``CassetteMiss``), "auto" (replay when the file exists, else record).
+    Only the model name, messages, tools, tool_choice and response_format are stored: never keys.
+    """
+
+    def __init__(self, path: Any, mode: str = "auto"):
+        from pathlib import Path
+
+        if mode not in ("auto", "record", "replay"):
+            raise ValueError(f"cassette mode={mode!r}; choose from ['auto', 'record', 'replay']")
+        self.path = Path(path)
+        self.mode = "replay" if mode == "auto" and self.path.exists() else ("record" if mode == "auto" else mode)
+        self.interactions: list[dict[str, Any]] = []
+        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self._token: Any = None
+        if self.mode == "replay":
+            if not self.path.exists():
+                raise FileNotFoundError(f"cassette {self.path} does not exist; record it first (mode='record')")
+            data = json.loads(self.path.read_text())
+            for item in data["interactions"]:
+                self._pending.setdefault(item["key"], []).append(item)
+
+    async def _send(self, acompletion: Any, agent: str, model: str, messages: Any, meta: dict[str, Any],
+                    params: dict[str, Any]) -> Any:
+        key = request_key(model, messages, params)
+        if self.mode == "replay":
+            queue = self._pending.get(key)
+            if not queue:
+                last = messages[-1].get("content") if messages else None
+                raise CassetteMiss(f"cassette {self.path.name}: no recorded response for agent {agent!r}'s request "
+                                   f"to {model} (key {key}); last message: {str(last)[:200]!r}. Re-record with "
+                                   "mode='record' if the workflow changed on purpose.")
+            item = queue.pop(0)
+            if item.get("error"):
+                raise _error(Fail(item["error"]["status"], item["error"]["message"]), model)
+            from litellm import ModelResponse
+
+            return ModelResponse(**item["response"])
+        entry = {"key": key, "agent": agent, "model": model, "request": {"messages": messages, **{
+            k: params[k] for k in ("tools", "tool_choice", "response_format") if k in params}}}
+        try:
+            response = await acompletion(model=model, messages=messages, metadata=meta, **params)
+        except Exception as exc:
+            status = getattr(exc, "status_code", 500)
+            entry["error"] = {"status": status if isinstance(status, int) else 500, "message": str(exc)[:500]}
+            self.interactions.append(entry)
+            raise
+        entry["response"] = response.model_dump(mode="json")
+        self.interactions.append(entry)
+        return response
+
+    def __enter__(self) -> "Cassette":
+        from .speakers.llm import INTERCEPTOR
+
+        self._token = INTERCEPTOR.set(self._send)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from .speakers.llm import INTERCEPTOR
+
+        INTERCEPTOR.reset(self._token)
+        if self.mode == "record":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps({"version": 1, "interactions": self.interactions}, indent=1,
+                                            sort_keys=True) + "\n")
+
+    @property
+    def unused(self) -> int:
+        """Recorded interactions a replay did not consume."""
+        return sum(len(v) for v in self._pending.values())
+
+
+def cassette(path: Any, mode: str = "auto") -> Cassette:
+    """``with cassette("tests/cassettes/x.json"): chat.run(task)`` records once, then replays."""
+    return Cassette(path, mode)

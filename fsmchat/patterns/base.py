@@ -3,17 +3,25 @@
 A pattern is configuration of the engine: it validates its config, compiles a ``StateGraph``
 whose actions are small functions over a ``ChatContext``, and inherits the API
 (``run``, ``arun``, ``execute``, ``aexecute``, ``run_batch``, ``stream``) from ``Pattern``.
+Also shared: ``PatternConfig`` (one way to refuse a bad value), private memories and the run's
+image on ``ChatContext`` (``ask_private``), and ``speaker_chain`` / ``bind`` for graphs that draw
+one state per speaker.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+import re
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..engine import run_graph, run_sync
 from ..errors import attach_result, result_of
 from ..graph.state_graph import StateGraph
-from ..models import Message, RunResult, TraceEvent, Transcript, format_output
+from ..models import Message, RunResult, TraceEvent, Transcript, check_output_type, format_output
 from ..speakers.agent import SEED_ROLE, Speaker, Turn
 from ..speakers.llm import CallStats
 
@@ -29,6 +37,12 @@ class ChatContext:
     events: list[dict[str, Any]] = field(default_factory=list)  # notable facts (invalid bids, ...)
     turn: int = 0
     scratch: dict[str, Any] = field(default_factory=dict)  # pattern-specific working state
+    images: list[str] = field(default_factory=list)  # attached to every call of the run (``img``)
+    memory: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # private memories, by name
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.speakers]
 
     def post(self, role: str, content: str, **metadata: Any) -> Message:
         return self.transcript.post(role, content, **metadata)
@@ -37,17 +51,123 @@ class ChatContext:
         return self.post(SEED_ROLE, self.task)
 
     def turn_for(self, speaker: Speaker, instruction: str, kind: str = "reply", **kw: Any) -> Turn:
+        if self.images:
+            kw.setdefault("images", list(self.images))
         return Turn(speaker.name, self.transcript.messages, instruction, kind, self.stats, **kw)  # type: ignore[arg-type]
 
     async def ask(self, speaker: Speaker, instruction: str, **kw: Any) -> str:
         """One reply from ``speaker`` on the shared conversation plus ``instruction``."""
         return await speaker.reply(self.turn_for(speaker, instruction, **kw))
 
+    async def ask_private(self, speaker: Speaker, prompt: str, **kw: Any) -> str:
+        """One reply from ``speaker`` on its private memory (instead of the shared conversation)
+        plus ``prompt``; the prompt (as ``user``) and the reply (as ``assistant``) are then
+        remembered, as text: an image rides on the current call only. Memories live in the
+        context, so each run starts with empty ones."""
+        memory = self.memory.setdefault(speaker.name, [])
+        reply = await self.ask(speaker, prompt, history=list(memory), **kw)
+        memory += [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
+        return reply
+
 
 def check_task(task: Any, what: str) -> str:
     if not isinstance(task, str) or not task.strip():
         raise ValueError(f"{what}.run(task): task must be a non-empty string, got {task!r}")
     return task
+
+
+def check_image(img: str | None, what: str) -> list[str]:
+    """``img`` as the run's image list, refused before any call when it cannot be sent."""
+    if img is None:
+        return []
+    from ..speakers.images import image_part
+
+    if not isinstance(img, str) or not img:
+        raise ValueError(f"{what}: img must be a URL, a data URL or a local image path, got {img!r}")
+    try:
+        image_part(img)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    return [img]
+
+
+# ---- configs: one base, one way to report a bad value ----
+class PatternConfig(BaseModel):
+    """What every pattern config shares; a pattern subclasses it with its limits and builds it
+    with ``make(owner, ...)`` so a bad value is a plain ``ValueError`` naming the field."""
+
+    model_config = ConfigDict(extra="forbid")
+    output_type: str = "final"
+    verbose: bool = False
+
+    @field_validator("output_type")
+    @classmethod
+    def _output_type(cls, v: str) -> str:
+        return check_output_type(v)
+
+    @classmethod
+    def make(cls, owner: str, **values: Any) -> Any:
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise ValueError(config_error(owner, exc)) from None
+
+
+def config_error(owner: str, exc: ValidationError) -> str:
+    """``"RoundRobinSwarm: max_loops=0 is invalid: input should be greater than or equal to 1"``."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err["loc"]) or "config"
+        msg = str(err["msg"])
+        if err["type"] == "value_error":
+            parts.append(msg.removeprefix("Value error, "))
+        elif err["type"] == "extra_forbidden":
+            parts.append(f"unknown option {where!r}")
+        else:
+            parts.append(f"{where}={err.get('input')!r} is invalid: {msg[:1].lower()}{msg[1:]}")
+    return f"{owner}: " + "; ".join(parts)
+
+
+# ---- graph building blocks shared by the patterns ----
+def bind(fn: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
+    """``fn(ctx, *args)`` as a one-argument state action (name and docstring kept), so one
+    small function serves a state per speaker: ``g.state("Analyst", bind(take_turn, 0))``."""
+    if inspect.iscoroutinefunction(fn):
+        async def action(ctx: Any) -> Any:
+            return await fn(ctx, *args)
+    else:
+        def action(ctx: Any) -> Any:
+            return fn(ctx, *args)
+    return functools.update_wrapper(action, fn)
+
+
+def state_names(names: Sequence[str], reserved: Sequence[str] = ()) -> list[str]:
+    """One state name per speaker, for graphs that draw a state per speaker: the speaker's name
+    with non-word characters (``.`` joins nested names) as ``_``, suffixed ``_2``, ``_3`` ... when
+    it would collide with a ``reserved`` state or an earlier speaker."""
+    taken = set(reserved)
+    out = []
+    for i, name in enumerate(names):
+        base = re.sub(r"\W", "_", name) or f"speaker_{i + 1}"
+        candidate, k = base, 2
+        while candidate in taken:
+            candidate, k = f"{base}_{k}", k + 1
+        taken.add(candidate)
+        out.append(candidate)
+    return out
+
+
+def speaker_chain(g: StateGraph, names: Sequence[str], action: Callable[..., Any],
+                  description: str = "{name}'s turn", reserved: Sequence[str] = ()) -> list[str]:
+    """Declare one state per speaker, in roster order, whose action is ``action(ctx, i)``, chained
+    by unguarded transitions; returns the state names (the first is the entry, the last the exit).
+    State names avoid the graph's states so far and ``reserved`` (states declared later)."""
+    states = state_names(names, reserved=[*g.states, *reserved])
+    for i, (state, name) in enumerate(zip(states, names)):
+        g.state(state, bind(action, i), description.format(name=name))
+    for a, b in zip(states, states[1:]):
+        g.edge(a, b)
+    return states
 
 
 class Pattern:

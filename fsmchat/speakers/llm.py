@@ -4,6 +4,7 @@ own bounded retries (litellm's hidden SDK retries are switched off)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import random
 import threading
@@ -19,6 +20,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 _lock = threading.Lock()
 _litellm: Any = None
 _providers: dict[str, Any] = {}
+
+
+# A hook around every model request (used by fsmchat.testing.cassette to record and replay):
+# ``send(acompletion, agent, model, messages, metadata, params) -> awaitable response``.
+# A ContextVar, so one test's cassette never leaks into another's concurrent run.
+INTERCEPTOR: contextvars.ContextVar[Any] = contextvars.ContextVar("fsmchat_interceptor", default=None)
 
 
 def default_model() -> str:
@@ -161,7 +168,9 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         if stats is not None:
             stats.attempts += 1
         try:
-            coro = lm.acompletion(model=resolve_model(model), messages=messages, metadata=meta, **params)
+            send = INTERCEPTOR.get()
+            coro = (send(lm.acompletion, agent, resolve_model(model), messages, meta, params) if send is not None
+                    else lm.acompletion(model=resolve_model(model), messages=messages, metadata=meta, **params))
             response = await (asyncio.wait_for(coro, timeout) if timeout is not None else coro)
             if stats is not None:
                 stats.add_usage(response)

@@ -1,0 +1,41 @@
+"""The reference's two debate examples: `OneOnOneDebate` (two philosophers, with introductions)
+and the `one_on_one_debate` function (an optimist and a skeptic, replies only).
+
+Runs offline by default (fsmchat's simulated model); `fsmchat run examples/one_on_one_debate.py
+--model gpt-4o-mini` (or FSMCHAT_MODEL=...) uses a real model through litellm.
+"""
+import os
+
+from fsmchat import Agent
+from fsmchat.patterns.debate import OneOnOneDebate, one_on_one_debate
+
+TASK = "Is artificial intelligence consciousness possible?"
+FUNCTION_TASK = "Will open-weight models match frontier models within two years?"
+
+
+def build() -> OneOnOneDebate:
+    philosopher1 = Agent(agent_name="Philosopher1", output_type="final",
+                         system_prompt="You are a philosopher who argues machine consciousness is possible.")
+    philosopher2 = Agent(agent_name="Philosopher2", output_type="final",
+                         system_prompt="You are a philosopher who doubts machines can be conscious.")
+    return OneOnOneDebate(max_loops=3, agents=[philosopher1, philosopher2], output_type="str")
+
+
+def main() -> None:
+    debate = build()
+    result = debate.execute(os.environ.get("FSMCHAT_TASK", TASK))
+    if result.error is not None:
+        raise result.error
+    print(result.output)
+    print(f"\n-- stopped: {result.stop_reason} after {len(result.transcript)} messages, "
+          f"{result.calls} model calls; path: {' -> '.join(result.path)}\n")
+
+    optimist = Agent(agent_name="Optimist", system_prompt="You are an optimist about open-weight AI models.")
+    skeptic = Agent(agent_name="Skeptic", system_prompt="You are a skeptic about open-weight AI models.")
+    transcript = one_on_one_debate(max_loops=4, task=FUNCTION_TASK, agents=[optimist, skeptic], output_type="str")
+    print(transcript)
+    print("\n-- one_on_one_debate stopped: max_loops after 4 turns (4 model calls, no introductions)")
+
+
+if __name__ == "__main__":
+    main()

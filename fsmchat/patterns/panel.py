@@ -1,0 +1,165 @@
+"""``ExpertPanelDiscussion`` (swarms): a moderated panel, as a state graph with one state per expert:
+
+    brief -> open_round -> AI_Expert -> Ethics_Expert -> synthesize
+          -> (open_round [rounds_remain] | stop [rounds])
+
+The briefing tells the moderator, then each expert, who is on the panel (not posted). Each round
+r (1-based) the moderator opens with ``Round {r}: {topic}`` (posted), every expert answers the
+opener in roster order (posted), and the moderator synthesises the round's labelled answers
+(``Name: reply`` blocks) into a follow-up question (posted) that becomes the next topic.
+Calls = 1 + N + max_rounds x (N + 2); posts = max_rounds x (N + 2), ordered M, E1..EN, M.
+Every participant keeps a private memory for the run (briefing, its prompts and replies), as the
+reference's agents do; they meet through the opener and the synthesis transcript, which is why
+the briefing matters. A normal run stops with ``stop_reason="rounds"``.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from pydantic import Field
+
+from ..graph.state_graph import StateGraph
+from ..speakers.agent import check_roster
+from .base import ChatContext, Pattern, PatternConfig, check_task, speaker_chain
+
+TOO_FEW_EXPERTS = "At least two expert agents are required for a panel discussion."
+NO_MODERATOR = "A moderator agent is required for panel discussion."
+
+
+class PanelConfig(PatternConfig):
+    """The panel's limits, validated before any model call."""
+
+    max_rounds: int = Field(3, ge=1, description="rounds of opener, expert answers and synthesis")
+    output_type: str = "str-all-except-first"
+
+
+def moderator_brief(moderator: str, experts: Sequence[str]) -> str:
+    return (f"You are {moderator}, moderating a panel discussion with the experts {', '.join(experts)}. "
+            "Each round you open with the round's question, hear every expert, then synthesise their "
+            "answers and ask one follow-up question. Guide the discussion professionally.")
+
+
+def expert_brief(expert: str, i: int, experts: Sequence[str], moderator: str) -> str:
+    others = ", ".join(e for e in experts if e != expert) or "none"
+    return (f"You are {expert}, expert {i + 1} of {len(experts)} on a panel moderated by {moderator}. "
+            f"Other experts: {others}. Each round, answer the moderator's question with your expert insight.")
+
+
+def opener_prompt(r: int, topic: str) -> str:
+    return f"Round {r}: {topic}\n\nOpen round {r} by putting this question to the panel."
+
+
+def expert_prompt(expert: str, moderator: str, opener: str) -> str:
+    return f"{expert}, please respond to {moderator}:\n\n{opener}"
+
+
+def synthesis_prompt(r: int, answers: Sequence[tuple[str, str]]) -> str:
+    transcript = "\n\n".join(f"{name}: {reply}" for name, reply in answers)
+    return (f"Synthesize the experts' answers to round {r} below and ask the panel one follow-up "
+            f"question.\n\n{transcript}")
+
+
+# ---- guards ----
+def rounds_remain(ctx: ChatContext) -> bool:
+    """fewer than max_rounds rounds held"""
+    return ctx.scratch["round"] < ctx.scratch["cfg"].max_rounds
+
+
+# ---- actions ----
+async def brief(ctx: ChatContext) -> None:
+    """moderator, then each expert, told who is on the panel (not posted)"""
+    moderator, names = ctx.scratch["moderator"], ctx.names
+    await ctx.ask_private(moderator, moderator_brief(moderator.name, names))
+    for i, expert in enumerate(ctx.speakers):
+        await ctx.ask_private(expert, expert_brief(expert.name, i, names, moderator.name))
+
+
+async def open_round(ctx: ChatContext) -> int:
+    """the moderator opens the round on the topic"""
+    moderator = ctx.scratch["moderator"]
+    r = ctx.scratch["round"] = ctx.scratch["round"] + 1
+    opener = await ctx.ask_private(moderator, opener_prompt(r, ctx.scratch["topic"]))
+    ctx.post(moderator.name, opener, round=r, phase="open")
+    ctx.scratch.update(opener=opener, answers=[])
+    return r
+
+
+async def expert_answers(ctx: ChatContext, i: int) -> str:
+    """the expert answers the moderator's opener"""
+    expert, moderator = ctx.speakers[i], ctx.scratch["moderator"]
+    reply = await ctx.ask_private(expert, expert_prompt(expert.name, moderator.name, ctx.scratch["opener"]))
+    ctx.post(expert.name, reply, round=ctx.scratch["round"], phase="answer")
+    ctx.scratch["answers"].append((expert.name, reply))
+    return expert.name
+
+
+async def synthesize(ctx: ChatContext) -> None:
+    """the moderator synthesises the answers and asks a follow-up (the next topic)"""
+    moderator, r = ctx.scratch["moderator"], ctx.scratch["round"]
+    synthesis = await ctx.ask_private(moderator, synthesis_prompt(r, ctx.scratch["answers"]))
+    ctx.post(moderator.name, synthesis, round=r, phase="synthesis")
+    ctx.scratch["topic"] = synthesis
+
+
+def compile_panel(experts: Sequence[str], moderator: str = "moderator", description: str = "",
+                  name: str = "expert_panel") -> StateGraph:
+    """The panel over a known roster: one state per expert; the round counter is a guard."""
+    if len(experts) < 2:
+        raise ValueError(TOO_FEW_EXPERTS)
+    g = StateGraph(name, context=ChatContext, description=description)
+    g.state("brief", brief)
+    g.state("open_round", open_round, f"{moderator} opens with 'Round r: topic'")
+    states = speaker_chain(g, experts, expert_answers, "{name} answers the opener", reserved=["synthesize", "stop"])
+    g.state("synthesize", synthesize, f"{moderator} synthesises, asks a follow-up (the next topic)")
+    g.final("stop", reason="rounds")
+    g.edge("brief", "open_round")
+    g.edge("open_round", states[0])
+    g.edge(states[-1], "synthesize")
+    g.edge("synthesize", "open_round", when=rounds_remain)
+    g.edge("synthesize", "stop", label="rounds")
+    return g
+
+
+class ExpertPanelDiscussion(Pattern):
+    """A moderator runs ``max_rounds`` rounds over at least two experts (see the module doc).
+
+    Both roster errors are raised by ``run`` (and by ``.graph``, which needs the roster), before
+    any model call.
+    """
+
+    name = "ExpertPanelDiscussion"
+
+    def __init__(self, max_rounds: int = 3, agents: Sequence[Any] | None = None, moderator: Any = None,
+                 output_type: str = "str-all-except-first", *, verbose: bool = False):
+        self.config = PanelConfig.make("ExpertPanelDiscussion", max_rounds=max_rounds, output_type=output_type,
+                                       verbose=verbose)
+        self.max_rounds, self.agents, self.moderator = max_rounds, agents, moderator
+        self.output_type, self.verbose = output_type, verbose
+
+    def _roster(self) -> tuple[list[Any], Any]:
+        if not self.agents or len(self.agents) < 2:
+            raise ValueError(TOO_FEW_EXPERTS)
+        if not self.moderator:
+            raise ValueError(NO_MODERATOR)
+        *experts, moderator = check_roster([*self.agents, self.moderator], "ExpertPanelDiscussion")
+        return experts, moderator
+
+    def _check_run(self, task: Any) -> None:
+        self._roster()
+        check_task(task, "ExpertPanelDiscussion")
+
+    def _compile(self) -> StateGraph:
+        experts, moderator = self._roster()
+        return compile_panel([e.name for e in experts], moderator.name)
+
+    def _context(self, task: str) -> ChatContext:
+        experts, moderator = self._roster()
+        ctx = ChatContext(task, experts)
+        ctx.scratch.update(cfg=self.config, moderator=moderator, topic=task, round=0, opener="", answers=[])
+        return ctx
+
+
+def example_graph() -> StateGraph:
+    """ExpertPanelDiscussion's graph for the gallery (three experts, as in the reference example)."""
+    return compile_panel(["AI_Expert", "Ethics_Expert", "Neuroscience_Expert"], "Moderator",
+                         "ExpertPanelDiscussion: briefing, then rounds of opener, answers and synthesis")

@@ -1,0 +1,133 @@
+"""``RoundRobinSwarm`` (swarms): every agent speaks once per loop, in roster order, as a state graph.
+
+With the roster known, the graph has one state per speaker, so the diagram reads the rotation:
+
+    seed -> Analyst -> Strategist -> Implementer -> (Analyst [next_loop] | stop [max_loops])
+
+Turn t goes to ``agents[t % N]`` for t < N x max_loops; each turn sends the typed shared
+conversation (own replies as ``assistant``, others as ``user`` ``"Name: text"``, the task as
+``user``) and the per-turn header prompt. A normal run stops with ``stop_reason="max_loops"``
+(the reference's parameter); an agent's exception ends it with ``"error"`` and is re-raised by
+``run`` with the transcript so far on ``exc.fsmchat_result``.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from pydantic import Field
+
+from ..graph.state_graph import StateGraph
+from ..speakers.agent import check_roster
+from .base import ChatContext, Pattern, PatternConfig, speaker_chain
+
+OPENING = "(none — you open the conversation)"
+CLOSING = "(none — you close the conversation)"
+COLLABORATE = ("Review the transcript above and build on the prior speaker's contribution. Add your own "
+               "perspective concisely; if you are the opening speaker, address the original task directly."
+               "\n\nYour response:")
+
+
+def build_turn_header(agent_name: str, position: int, total: int, loop: int, max_loops: int,
+                      prev_name: str | None = None, next_name: str | None = None,
+                      agent_names: Sequence[str] | None = None) -> str:
+    """The one-line role header of a turn (1-based ``position`` and ``loop``); exact reference text."""
+    others = ", ".join(n for n in (agent_names or []) if n != agent_name) or "(none)"
+    return (f"You are {agent_name}, agent {position} of {total} in loop {loop} of {max_loops}. "
+            f"Previous speaker: {prev_name or OPENING}. Next speaker: {next_name or CLOSING}. "
+            f"Other participants: {others}.")
+
+
+def build_collaborative_task(conversation_context: str, turn_header: str) -> str:
+    """The turn's prompt: the context (if any), the header and the standing instruction; exact
+    reference text. ``run`` passes ``""`` as context: the transcript travels as typed turns."""
+    head = f"{conversation_context}\n\n" if conversation_context else ""
+    return f"{head}{turn_header}\n\n{COLLABORATE}"
+
+
+class RoundRobinConfig(PatternConfig):
+    """RoundRobinSwarm's limits, validated before any model call."""
+
+    max_loops: int = Field(1, ge=1, description="full passes over the roster")
+    output_type: str = "final"
+
+
+# ---- guards ----
+def next_loop(ctx: ChatContext) -> bool:
+    """another loop remains"""
+    return ctx.turn < len(ctx.speakers) * ctx.scratch["cfg"].max_loops
+
+
+# ---- actions ----
+def post_task(ctx: ChatContext) -> None:
+    """post the task as message 1"""
+    ctx.seed()
+
+
+def turn_prompt(ctx: ChatContext, t: int) -> str:
+    """The header prompt of global turn ``t`` (0-based); prev/next wrap across loops."""
+    names, max_loops = ctx.names, ctx.scratch["cfg"].max_loops
+    n = len(names)
+    header = build_turn_header(names[t % n], t % n + 1, n, t // n + 1, max_loops,
+                               names[(t - 1) % n] if t > 0 else None,
+                               names[(t + 1) % n] if t + 1 < n * max_loops else None, names)
+    return build_collaborative_task("", header)
+
+
+async def take_turn(ctx: ChatContext, i: int) -> str:
+    """the speaker builds on the conversation so far"""
+    speaker = ctx.speakers[i]
+    assert ctx.turn % len(ctx.speakers) == i, f"turn {ctx.turn} is not {speaker.name}'s"
+    reply = await ctx.ask(speaker, turn_prompt(ctx, ctx.turn))
+    ctx.post(speaker.name, reply, loop=ctx.turn // len(ctx.speakers) + 1)
+    ctx.turn += 1
+    return speaker.name
+
+
+def compile_round_robin(names: Sequence[str], description: str = "",
+                        name: str = "round_robin") -> StateGraph:
+    """The rotation over a known roster: one state per speaker; the loop counter is a guard."""
+    if not names:
+        raise ValueError("compile_round_robin needs at least one speaker name")
+    g = StateGraph(name, context=ChatContext, description=description)
+    g.state("seed", post_task)
+    states = speaker_chain(g, names, take_turn, "{name} builds on the conversation", reserved=["stop"])
+    g.final("stop", reason="max_loops")
+    g.edge("seed", states[0])
+    g.edge(states[-1], states[0], when=next_loop)
+    g.edge(states[-1], "stop", label="max_loops")
+    return g
+
+
+class RoundRobinSwarm(Pattern):
+    """Deterministic round robin: turn t goes to ``agents[t % N]`` for N x ``max_loops`` turns.
+
+    Each turn's request is ``[system prompt] + typed shared conversation + [user: header
+    prompt]`` (``build_turn_header`` / ``build_collaborative_task``); the reply is posted under
+    the agent's name. Calls = N x max_loops; the transcript holds 1 + N x max_loops rows.
+    """
+
+    def __init__(self, name: str = "RoundRobinSwarm",
+                 description: str = "A swarm implementation that executes tasks in a round-robin fashion.",
+                 agents: Sequence[Any] | None = None, verbose: bool = False, max_loops: int = 1,
+                 output_type: str = "final"):
+        if not agents:
+            raise ValueError("RoundRobinSwarm cannot be initialized without agents")
+        self.config = RoundRobinConfig.make("RoundRobinSwarm", max_loops=max_loops, output_type=output_type,
+                                            verbose=verbose)
+        self.name, self.description = name, description
+        self.agents = check_roster(agents, "RoundRobinSwarm")
+        self.verbose, self.max_loops, self.output_type = verbose, max_loops, output_type
+
+    def _compile(self) -> StateGraph:
+        return compile_round_robin([a.name for a in self.agents], self.description)
+
+    def _context(self, task: str) -> ChatContext:
+        ctx = ChatContext(task, list(self.agents))
+        ctx.scratch["cfg"] = self.config
+        return ctx
+
+
+def example_graph() -> StateGraph:
+    """RoundRobinSwarm's graph for the gallery: the reference's three agents."""
+    return compile_round_robin(["Analyst", "Strategist", "Implementer"],
+                               "RoundRobinSwarm: each agent speaks once per loop, in roster order")
