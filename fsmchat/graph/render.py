@@ -74,7 +74,8 @@ def to_dot(graph: StateGraph, trace: Any = None) -> str:
 
     def emit(fg: FlatGraph, prefix: str, base: tuple[str, ...]) -> None:
         for cpath, desc in fg.clusters.items():
-            labels[base + tuple(prefix + c for c in cpath)] = f"{cpath[-1].rsplit('.', 1)[-1]}\n{desc}".strip()
+            short = cpath[-1].rsplit(".", 1)[-1]
+            labels[base + tuple(prefix + c for c in cpath)] = short if desc in ("", short) else f"{short}\n{desc}"
         for s in fg.states.values():
             label = s.name.rsplit(".", 1)[-1] + (f"\n{s.description}" if s.description else "")
             attrs: dict[str, str] = {}
