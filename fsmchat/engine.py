@@ -85,13 +85,17 @@ class _Runner:
 
 
 async def run_graph(graph: StateGraph, context: Any, *, max_steps: int = DEFAULT_MAX_STEPS,
-                    observers: Iterable[Observer] = (), start: str | None = None) -> RunResult:
+                    observers: Iterable[Observer] = (), start: str | None = None,
+                    history: list[TraceEvent] | None = None) -> RunResult:
     """Run ``graph`` against ``context`` until a final state; never raises for action errors.
 
     An exception in an action or guard ends the run with ``stop_reason="error"`` and the
     exception on ``result.error``. A cancellation ends it with ``"cancelled"``; the
     ``CancelledError`` is re-raised (asyncio semantics) carrying the result as
     ``exc.fsmchat_result``. Either way the context, and so the transcript, is intact.
+
+    ``start`` and ``history`` resume a run: enter ``start`` (a declared state) with the earlier
+    transitions as the beginning of the path and trace.
     """
     cg = compile_graph(graph)
     obs = list(observers)
@@ -99,8 +103,8 @@ async def run_graph(graph: StateGraph, context: Any, *, max_steps: int = DEFAULT
     cg.attach(runner)
     if start is not None and start != cg.initial:
         runner.state = start  # resume point (the machine accepts any declared state)
-    trace: list[TraceEvent] = []
-    path: list[str] = []
+    trace: list[TraceEvent] = list(history or ())
+    path: list[str] = [e.state for e in trace]
     t0 = perf_counter()
     steps = cg.steps
     state = runner.state

@@ -36,6 +36,14 @@ class Transcript:
             listener(msg)
         return msg
 
+    def since(self, i: int) -> list[Message]:
+        """Rows from index ``i`` on (what a checkpoint has not stored yet)."""
+        return self._rows[i:] if i < len(self._rows) else []
+
+    def restore(self, rows: list[Message]) -> None:
+        """Refill from a checkpoint, without telling listeners (those rows were heard before)."""
+        self._rows.extend(rows)
+
     def listen(self, listener: Any) -> None:
         self._listeners.append(listener)
 
@@ -108,6 +116,7 @@ class RunResult:
     usage: dict[str, int] = field(default_factory=dict)
     output: Any = None
     events: list[dict[str, Any]] = field(default_factory=list)
+    run_id: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -71,6 +71,32 @@ class FlowContext:
             return "" if v is None else str(v)
         return _VAR.sub(sub, template) if "{{" in template else template
 
+    def snapshot(self) -> dict[str, Any]:
+        """The working state a checkpoint stores after each step (variables must be JSON-able)."""
+        from ..checkpoint import NotSerializable, encode
+
+        try:
+            variables = encode(self.variables)
+        except NotSerializable as exc:
+            raise TypeError(f"checkpointing a flow needs JSON-able variables; found a {exc}") from None
+        return {"variables": variables, "previous_result": self.previous_result, "steps": self.steps,
+                "status": self.status, "error": None if self.error is None else str(self.error),
+                "frames": encode(self.frames), "events": self.events, "stats": self.stats.to_state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        from ..checkpoint import decode
+
+        self.variables.clear()
+        self.variables.update(decode(state["variables"]))
+        self.previous_result = state["previous_result"]
+        self.steps[:] = state["steps"]
+        self.status = state["status"]
+        if state["error"] is not None:
+            self.error = RuntimeError(state["error"])
+        self.frames = decode(state["frames"])
+        self.events[:] = state["events"]
+        self.stats.restore(state["stats"])
+
     def child(self) -> "FlowContext":
         """A branch context: a deep copy of the variables, the same input, stats and previous result."""
         c = FlowContext(self.input, copy.deepcopy(self.variables), self.stats)

@@ -82,7 +82,10 @@ class AgentFlow(Pattern):
             ctx.status, ctx.error = "failed", result.error
         elif ctx.status == "running":
             ctx.status = "completed"
-        result.stop_reason = result.stop_reason if result.error is not None else _flow_reason(ctx)
+        if result.stop_reason not in ("budget", "deadline", "cancelled", "max_steps") and result.error is None:
+            result.stop_reason = _flow_reason(ctx)
+        if result.stop_reason in ("budget", "deadline"):
+            ctx.status = "stopped"
         result.transcript = ctx.transcript.messages
         result.calls = ctx.stats.calls
         result.usage = dict(ctx.stats.usage)

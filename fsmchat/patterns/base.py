@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from abc import ABC, abstractmethod
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -18,7 +19,9 @@ from typing import Any, AsyncIterator, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from ..checkpoint import Recorder, new_run_id
 from ..engine import run_graph, run_sync
+from ..limits import Limits, add_limit_edges, start_clock
 from ..errors import attach_result, result_of
 from ..graph.state_graph import StateGraph
 from ..models import Message, RunResult, TraceEvent, Transcript, check_output_type, format_output
@@ -58,6 +61,22 @@ class ChatContext:
     async def ask(self, speaker: Speaker, instruction: str, **kw: Any) -> str:
         """One reply from ``speaker`` on the shared conversation plus ``instruction``."""
         return await speaker.reply(self.turn_for(speaker, instruction, **kw))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The working state a checkpoint stores after each step (the transcript goes as deltas)."""
+        from ..checkpoint import encode_fields
+
+        return {"turn": self.turn, "scratch": encode_fields(self.scratch), "memory": self.memory,
+                "events": self.events, "stats": self.stats.to_state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        from ..checkpoint import decode
+
+        self.turn = state["turn"]
+        self.scratch.update(decode(state["scratch"]))
+        self.memory.update(state["memory"])
+        self.events[:] = state["events"]
+        self.stats.restore(state["stats"])
 
     async def ask_private(self, speaker: Speaker, prompt: str, **kw: Any) -> str:
         """One reply from ``speaker`` on its private memory (instead of the shared conversation)
@@ -170,7 +189,7 @@ def speaker_chain(g: StateGraph, names: Sequence[str], action: Callable[..., Any
     return states
 
 
-class Pattern:
+class Pattern(ABC):
     """Base of every conversation pattern: the compiled graph and the run API."""
 
     output_type: str = "final"
@@ -179,11 +198,13 @@ class Pattern:
     _graph: StateGraph | None = None
 
     # ---- what a pattern supplies ----
-    def _compile(self) -> StateGraph:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _compile(self) -> StateGraph:
+        """The pattern's graph (validated by ``graph``)."""
 
-    def _context(self, task: str) -> ChatContext:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _context(self, task: str) -> Any:
+        """A fresh context for one run of ``task``."""
 
     def _check_run(self, task: Any) -> None:
         """Run-time checks (before any model call)."""
@@ -193,14 +214,46 @@ class Pattern:
         return ctx.transcript.messages
 
     # ---- shared ----
+    limits: Limits | None = None
+    factory: str | None = None  # "module:attr" that rebuilds this pattern (stored with checkpoints)
+
     @property
     def graph(self) -> StateGraph:
         if self._graph is None:
-            self._graph = self._compile().validate()
+            g = self._compile()
+            if self.limits is not None:
+                add_limit_edges(g, self.limits)
+            self._graph = g.validate()
         return self._graph
+
+    def with_limits(self, limits: Limits | None = None, **kw: Any) -> "Pattern":
+        """Set budgets/deadline (``max_tokens``, ``max_cost_usd``, ``max_model_calls``,
+        ``deadline_s``, ``price_per_1k_tokens``, ``refuse_over_bound``); the graph gains the
+        ``over_budget``/``past_deadline`` exits. Returns the pattern."""
+        try:
+            self.limits = limits if limits is not None else Limits(**kw)
+        except ValidationError as exc:
+            raise ValueError(config_error(f"{type(self).__name__}.with_limits", exc)) from None
+        self._graph = None
+        return self
+
+    def max_calls(self) -> int:
+        """The most model calls one run can make (worst case, from the pattern's limits)."""
+        raise TypeError(f"{type(self).__name__} does not report a worst-case call bound")
+
+    def _check_limits(self) -> None:
+        lim = self.limits
+        if lim is not None and lim.refuse_over_bound and lim.max_model_calls is not None:
+            worst = self.max_calls()
+            if worst > lim.max_model_calls:
+                raise ValueError(f"{type(self).__name__}: a run can make up to {worst} model calls, over "
+                                 f"max_model_calls={lim.max_model_calls}; raise the budget or lower the limits "
+                                 "(refuse_over_bound=True refuses such runs up front)")
 
     def _finish(self, result: RunResult) -> RunResult:
         ctx: ChatContext = result.context
+        if ctx.stats.limit_hit and result.stop_reason == "budget":
+            ctx.events.append({"event": "budget", "limit": ctx.stats.limit_hit})
         result.transcript = ctx.transcript.messages
         result.calls = ctx.stats.calls
         result.usage = dict(ctx.stats.usage)
@@ -216,38 +269,93 @@ class Pattern:
         title = msg.role + (f"  (bid {score:.2f})" if isinstance(score, (int, float)) else "")
         Console().print(Panel(msg.content, title=title, title_align="left"))
 
-    async def aexecute(self, task: str, *, observers: Sequence[Any] = (),
-                       on_message: Sequence[Any] = ()) -> RunResult:
-        """Run once and return the ``RunResult`` (path, trace, stop reason, transcript, calls)."""
-        self._check_run(task)
+    async def _drive(self, ctx: Any, observers: Sequence[Any], on_message: Sequence[Any],
+                     checkpoint: Any, run_id: str | None, meta: dict[str, Any] | None,
+                     saved: Any = None) -> RunResult:
+        """Run the graph on ``ctx`` (fresh, or restored from ``saved``), committing to ``checkpoint``."""
         graph = self.graph
-        ctx = self._context(task)
+        start_clock(self.limits, ctx.stats)
         for listener in on_message:
             ctx.transcript.listen(listener)
         if self.verbose:
             ctx.transcript.listen(self._print_post)
+        obs = list(observers)
+        if checkpoint is not None:
+            run_id = run_id or new_run_id()
+            if saved is None:
+                checkpoint.start(run_id, meta or {})
+            obs.append(Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript)))
+        history = [e for e in saved.events if e.dest is not None] if saved is not None else None
+        start = history[-1].dest if history else None
         try:
-            result = await run_graph(graph, ctx, observers=observers)
+            result = await run_graph(graph, ctx, observers=obs, start=start, history=history)
         except asyncio.CancelledError as exc:
             partial = result_of(exc)
             if partial is not None:
+                partial.run_id = run_id
                 self._finish(partial)
+                self._last_partial = partial
+            if checkpoint is not None:
+                checkpoint.finish(run_id, "cancelled")
             raise
+        result.run_id = run_id
+        if checkpoint is not None:
+            checkpoint.finish(run_id, result.stop_reason)
         return self._finish(result)
 
-    def execute(self, task: str) -> RunResult:
-        return run_sync(lambda: self.aexecute(task))
+    async def aexecute(self, task: str, *, observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
+                       checkpoint: Any = None, run_id: str | None = None) -> RunResult:
+        """Run once and return the ``RunResult`` (path, trace, stop reason, transcript, calls).
+        With ``checkpoint=`` every step is committed under ``run_id`` (a new id if None)."""
+        self._check_run(task)
+        self._check_limits()
+        meta = {"pattern": type(self).__name__, "name": self.name, "task": task, "factory": self.factory}
+        return await self._drive(self._context(task), observers, on_message, checkpoint, run_id, meta)
 
-    async def arun(self, task: str) -> Any:
+    async def aresume(self, run_id: str, checkpoint: Any, *, observers: Sequence[Any] = (),
+                      on_message: Sequence[Any] = ()) -> RunResult:
+        """Continue a checkpointed run from its last committed state; a finished run's result is
+        rebuilt from the checkpoint without calling any model."""
+        saved = checkpoint.load(run_id)
+        ctx = self._context(saved.meta["task"])
+        ctx.transcript.restore(saved.messages)
+        if saved.state is not None:
+            ctx.restore(saved.state)
+        if saved.finished:
+            result = RunResult([e.state for e in saved.events], list(saved.events), saved.stop_reason or "done", ctx)
+            result.run_id = run_id
+            return self._finish(result)
+        return await self._drive(ctx, observers, on_message, checkpoint, run_id, None, saved)
+
+    def resume(self, run_id: str, checkpoint: Any) -> RunResult:
+        return self._sync(lambda: self.aresume(run_id, checkpoint))
+
+    def _sync(self, make: Any) -> Any:
+        """``run_sync``, keeping the transcript so far on a Ctrl-C (KeyboardInterrupt)."""
+        self._last_partial = None
+        try:
+            return run_sync(make)
+        except KeyboardInterrupt as exc:
+            if self._last_partial is not None:
+                attach_result(exc, self._last_partial)
+            raise
+
+    def execute(self, task: str, **kw: Any) -> RunResult:
+        return self._sync(lambda: self.aexecute(task, **kw))
+
+    async def arun(self, task: str, **kw: Any) -> Any:
         """Run once; return the output per ``output_type``. A failure is re-raised with the run's
         result (transcript so far) as ``exc.fsmchat_result``."""
-        result = await self.aexecute(task)
+        result = await self.aexecute(task, **kw)
         if result.error is not None:
             raise attach_result(result.error, result)
         return result.output
 
     def run(self, task: str, *args: Any, **kwargs: Any) -> Any:
-        return run_sync(lambda: self.arun(task))
+        """Run once (sync); ``checkpoint=``/``run_id=`` as for ``aexecute``. Other arguments the
+        reference forwards to each agent's ``run()`` have no meaning here and are ignored."""
+        kw = {k: kwargs[k] for k in ("checkpoint", "run_id") if k in kwargs}
+        return self._sync(lambda: self.arun(task, **kw))
 
     async def arun_batch(self, tasks: Sequence[str], max_concurrency: int = 16) -> list[Any]:
         if max_concurrency < 1:
@@ -264,7 +372,7 @@ class Pattern:
 
     def run_batch(self, tasks: Sequence[str], max_concurrency: int = 16) -> list[Any]:
         """One independent run per task, run concurrently (bounded); results in task order."""
-        return run_sync(lambda: self.arun_batch(list(tasks), max_concurrency))
+        return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency))
 
     async def stream(self, task: str) -> AsyncIterator[TraceEvent | Message | RunResult]:
         """Yield trace events and posted messages as they happen, then the final ``RunResult``."""

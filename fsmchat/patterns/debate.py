@@ -104,6 +104,10 @@ class OneOnOneDebate(Pattern):
         self.max_loops, self.agents, self.img, self.output_type = max_loops, agents, img, output_type
         self.send_intros, self.verbose = send_intros, verbose
 
+    def max_calls(self) -> int:
+        """Two introductions (when sent), then one call per turn."""
+        return (2 if self.config.send_intros else 0) + self.config.max_loops
+
     def _speakers(self) -> list[Any]:
         if self.agents is None or len(self.agents) != 2:
             raise ValueError(TWO_AGENTS)

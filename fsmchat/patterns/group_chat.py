@@ -150,6 +150,10 @@ class GroupChat(Pattern):
         self.recency_penalty, self.recency_window = recency_penalty, recency_window
         self.idle_timeout, self.auto_equip = idle_timeout, auto_equip
 
+    def max_calls(self) -> int:
+        """N bids per turn, at most max_loops - 1 turns (a turn that posts nothing ends the chat)."""
+        return len(self.agents) * max(0, self.config.max_loops - 1)
+
     def _compile(self) -> StateGraph:
         return compile_group_chat(description=self.description)
 

@@ -136,6 +136,11 @@ class ExpertPanelDiscussion(Pattern):
         self.max_rounds, self.agents, self.moderator = max_rounds, agents, moderator
         self.output_type, self.verbose = output_type, verbose
 
+    def max_calls(self) -> int:
+        """1 + N briefings, then N + 2 calls per round."""
+        n = len(self._roster()[0])
+        return 1 + n + self.config.max_rounds * (n + 2)
+
     def _roster(self) -> tuple[list[Any], Any]:
         if not self.agents or len(self.agents) < 2:
             raise ValueError(TOO_FEW_EXPERTS)

@@ -118,6 +118,10 @@ class RoundRobinSwarm(Pattern):
         self.agents = check_roster(agents, "RoundRobinSwarm")
         self.verbose, self.max_loops, self.output_type = verbose, max_loops, output_type
 
+    def max_calls(self) -> int:
+        """N x max_loops: one call per turn."""
+        return len(self.agents) * self.config.max_loops
+
     def _compile(self) -> StateGraph:
         return compile_round_robin([a.name for a in self.agents], self.description)
 

@@ -8,6 +8,7 @@ import contextvars
 import os
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,10 @@ def retry_after(exc: BaseException) -> float | None:
     return None
 
 
+class DeadlineExceeded(TimeoutError):
+    """The run's ``deadline_s`` passed before a model call could be made or finish."""
+
+
 def find_fatal(exc: BaseException | None) -> BaseException | None:
     """An exception marked ``fsmchat_fatal`` anywhere in the chain (litellm wraps provider errors)."""
     todo, seen = [exc], set()
@@ -136,13 +141,38 @@ class CallStats:
     attempts: int = 0
     usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0,
                                                            "total_tokens": 0})
+    cost_usd: float = 0.0
+    deadline: float | None = None  # time.monotonic() by which the run must end
+    price: tuple[float, float] | None = None  # user price per 1k (prompt, completion) tokens
+    limit_hit: str | None = None
 
     def add_usage(self, response: Any) -> None:
         u = getattr(response, "usage", None)
+        got = {}
         for k in self.usage:
             v = getattr(u, k, None) if u is not None else None
             if isinstance(v, int):
                 self.usage[k] += v
+                got[k] = v
+        cost = None
+        try:
+            cost = float(get_litellm().completion_cost(completion_response=response))
+        except Exception:
+            cost = None
+        if not cost and self.price is not None:
+            cost = (got.get("prompt_tokens", 0) * self.price[0] + got.get("completion_tokens", 0) * self.price[1]) / 1000
+        self.cost_usd += cost or 0.0
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def to_state(self) -> dict[str, Any]:
+        return {"calls": self.calls, "attempts": self.attempts, "usage": dict(self.usage), "cost_usd": self.cost_usd}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.calls, self.attempts = state["calls"], state["attempts"]
+        self.usage.update(state["usage"])
+        self.cost_usd = state["cost_usd"]
 
 
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
@@ -165,13 +195,19 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     attempt = 0
     while True:
         attempt += 1
+        limit = timeout
+        left = stats.remaining() if stats is not None else None
+        if left is not None:
+            if left <= 0:
+                raise ModelCallError(agent, DeadlineExceeded("the run's deadline_s has passed"), attempt - 1)
+            limit = left if limit is None else min(limit, left)
         if stats is not None:
             stats.attempts += 1
         try:
             send = INTERCEPTOR.get()
             coro = (send(lm.acompletion, agent, resolve_model(model), messages, meta, params) if send is not None
                     else lm.acompletion(model=resolve_model(model), messages=messages, metadata=meta, **params))
-            response = await (asyncio.wait_for(coro, timeout) if timeout is not None else coro)
+            response = await (asyncio.wait_for(coro, limit) if limit is not None else coro)
             if stats is not None:
                 stats.add_usage(response)
             return response
@@ -186,4 +222,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             wait = retry_after(exc)
             if wait is None:
                 wait = backoff * (2 ** (attempt - 1)) * (1 + random.random() * 0.25)
+            left = stats.remaining() if stats is not None else None
+            if left is not None and wait >= left:
+                raise ModelCallError(agent, exc, attempt) from exc  # no retry can finish in time
             await asyncio.sleep(min(wait, 60.0))

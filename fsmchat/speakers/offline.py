@@ -87,9 +87,21 @@ def _text(content: Any) -> str:
 class OfflineModel(CustomLLM):
     """litellm provider ``fsmchat-offline``: deterministic simulated participants."""
 
-    def __init__(self, delay: float = 0.0):
+    def __init__(self, delay: float | None = None):
         super().__init__()
-        self.delay = delay
+        self._delay = delay
+
+    @property
+    def delay(self) -> float:
+        """Simulated latency in seconds (``FSMCHAT_OFFLINE_DELAY``, default 0)."""
+        if self._delay is not None:
+            return self._delay
+        import os
+
+        try:
+            return max(0.0, float(os.environ.get("FSMCHAT_OFFLINE_DELAY", "0") or 0))
+        except ValueError:
+            return 0.0
 
     def _compose(self, messages: list[dict[str, Any]], optional_params: dict[str, Any],
                  litellm_params: dict[str, Any] | None) -> ModelResponse:

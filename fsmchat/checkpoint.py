@@ -1,0 +1,234 @@
+"""Durable runs: after every transition the new trace event, the messages posted since the last
+commit and a small snapshot of the run's working state are appended, in one transaction, keyed by
+run id; never the whole transcript again. ``pattern.resume(run_id, checkpoint=...)`` continues
+from the last committed state.
+
+``SqliteCheckpointer`` (stdlib sqlite3, WAL) is the embedded default; anything implementing
+``Checkpointer`` (``start``, ``commit``, ``finish``, ``load``) plugs in, e.g. ``MemoryCheckpointer``.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from .models import Message, TraceEvent
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, default=repr, separators=(",", ":"))
+
+
+@dataclass
+class Saved:
+    """What a checkpointer holds for one run."""
+
+    run_id: str
+    meta: dict[str, Any]
+    events: list[TraceEvent]
+    messages: list[Message]
+    state: dict[str, Any] | None
+    stop_reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.stop_reason is not None and self.stop_reason not in ("error", "cancelled")
+
+    @property
+    def resume_at(self) -> str | None:
+        """The state to enter next: the destination of the last committed transition."""
+        for ev in reversed(self.events):
+            if ev.dest is not None:
+                return ev.dest
+        return None
+
+
+class Checkpointer(Protocol):
+    def start(self, run_id: str, meta: dict[str, Any]) -> None: ...
+
+    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None
+               ) -> None: ...
+
+    def finish(self, run_id: str, stop_reason: str) -> None: ...
+
+    def load(self, run_id: str) -> Saved: ...
+
+
+class SqliteCheckpointer:
+    """Checkpoints in one SQLite file (WAL mode; ``synchronous=NORMAL`` survives a killed process)."""
+
+    SCHEMA = """
+    CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, meta TEXT NOT NULL, stop_reason TEXT,
+                                     created REAL NOT NULL, updated REAL NOT NULL);
+    CREATE TABLE IF NOT EXISTS events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, step INTEGER, state TEXT,
+                                       trigger TEXT, dest TEXT, t REAL, payload TEXT,
+                                       PRIMARY KEY (run_id, seq));
+    CREATE TABLE IF NOT EXISTS messages (run_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT, content TEXT,
+                                         metadata TEXT, PRIMARY KEY (run_id, seq));
+    CREATE TABLE IF NOT EXISTS states (run_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state TEXT NOT NULL);
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(self.SCHEMA)
+        self._seq: dict[str, tuple[int, int]] = {}  # run -> (events, messages) committed
+
+    def start(self, run_id: str, meta: dict[str, Any]) -> None:
+        now = time.time()
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
+            self._seq[run_id] = self._counts(run_id)
+
+    def _counts(self, run_id: str) -> tuple[int, int]:
+        e = self._db.execute("SELECT COUNT(*) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
+        m = self._db.execute("SELECT COUNT(*) FROM messages WHERE run_id=?", (run_id,)).fetchone()[0]
+        return e, m
+
+    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None) -> None:
+        with self._lock:
+            ne, nm = self._seq.get(run_id) or self._counts(run_id)
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           (run_id, ne, event.step, event.state, event.trigger, event.dest, event.t,
+                            _dumps(event.payload)))
+                if messages:
+                    db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
+                                   [(run_id, nm + i, m.role, m.content, _dumps(m.metadata))
+                                    for i, m in enumerate(messages)])
+                if state is not None:
+                    db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, ne, _dumps(state)))
+                db.execute("UPDATE runs SET updated=? WHERE run_id=?", (time.time(), run_id))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self._seq[run_id] = (ne + 1, nm + len(messages))
+
+    def finish(self, run_id: str, stop_reason: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
+
+    def load(self, run_id: str) -> Saved:
+        with self._lock:
+            row = self._db.execute("SELECT meta, stop_reason FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no checkpointed run {run_id!r} in {self.path}")
+            events = [TraceEvent(step, state, trig, dest, t, json.loads(p) if p else None) for step, state, trig, dest, t, p
+                      in self._db.execute("SELECT step, state, trigger, dest, t, payload FROM events WHERE run_id=? "
+                                          "ORDER BY seq", (run_id,))]
+            messages = [Message(role=r, content=c, metadata=json.loads(md)) for r, c, md in
+                        self._db.execute("SELECT role, content, metadata FROM messages WHERE run_id=? ORDER BY seq",
+                                         (run_id,))]
+            st = self._db.execute("SELECT state FROM states WHERE run_id=?", (run_id,)).fetchone()
+        return Saved(run_id, json.loads(row[0]), events, messages, json.loads(st[0]) if st else None, row[1])
+
+    def runs(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT run_id FROM runs ORDER BY created")]
+
+    def close(self) -> None:
+        self._db.close()
+
+
+@dataclass
+class MemoryCheckpointer:
+    """An in-process checkpointer (same protocol), for tests and for stores built on top."""
+
+    data: dict[str, Saved] = field(default_factory=dict)
+
+    def start(self, run_id: str, meta: dict[str, Any]) -> None:
+        self.data.setdefault(run_id, Saved(run_id, json.loads(_dumps(meta)), [], [], None))
+
+    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None) -> None:
+        s = self.data[run_id]
+        s.events.append(TraceEvent(event.step, event.state, event.trigger, event.dest, event.t,
+                                   json.loads(_dumps(event.payload))))
+        s.messages.extend(messages)
+        if state is not None:
+            s.state = json.loads(_dumps(state))
+
+    def finish(self, run_id: str, stop_reason: str) -> None:
+        self.data[run_id].stop_reason = stop_reason
+
+    def load(self, run_id: str) -> Saved:
+        if run_id not in self.data:
+            raise KeyError(f"no checkpointed run {run_id!r}")
+        return self.data[run_id]
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Recorder:
+    """The engine observer that commits each trace event with the messages posted since the last one."""
+
+    def __init__(self, cp: Checkpointer, run_id: str, transcript: Any, snapshot: Callable[[], dict[str, Any]],
+                 saved_messages: int = 0):
+        self.cp, self.run_id, self.transcript, self.snapshot = cp, run_id, transcript, snapshot
+        self.saved = saved_messages
+
+    def __call__(self, ev: TraceEvent) -> None:
+        rows = self.transcript.since(self.saved)
+        self.cp.commit(self.run_id, ev, rows, self.snapshot() if ev.dest is not None else None)
+        self.saved += len(rows)
+
+
+class NotSerializable(TypeError):
+    pass
+
+
+def encode(obj: Any) -> Any:
+    """JSON-able form of working state: dataclasses (e.g. BidOutcome) tagged with their type,
+    tuples as lists; anything else non-JSON raises ``NotSerializable`` (the caller skips it and
+    the pattern rebuilds it from its config on resume)."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [encode(x) for x in obj]
+    if isinstance(obj, dict):
+        if not all(isinstance(k, (str, int)) for k in obj):
+            raise NotSerializable(type(obj).__name__)
+        return {"__dict__": [[k, encode(v)] for k, v in obj.items()]} if any(isinstance(k, int) for k in obj) \
+            else {k: encode(v) for k, v in obj.items()}
+    from .speakers.respond import BidOutcome
+
+    if isinstance(obj, BidOutcome):
+        return {"__bid__": [obj.score, obj.message, obj.valid, obj.reason]}
+    raise NotSerializable(type(obj).__name__)
+
+
+def decode(obj: Any) -> Any:
+    if isinstance(obj, list):
+        return [decode(x) for x in obj]
+    if isinstance(obj, dict):
+        if "__bid__" in obj:
+            from .speakers.respond import BidOutcome
+
+            return BidOutcome(*obj["__bid__"])
+        if "__dict__" in obj:
+            return {k: decode(v) for k, v in obj["__dict__"]}
+        return {k: decode(v) for k, v in obj.items()}
+    return obj
+
+
+def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """Encode what can be encoded; leave out the rest (rebuilt by the pattern on resume)."""
+    out = {}
+    for k, v in values.items():
+        try:
+            out[k] = encode(v)
+        except NotSerializable:
+            continue
+    return out

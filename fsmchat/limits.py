@@ -1,0 +1,82 @@
+"""Budgets and deadlines as stop transitions: ``max_tokens``, ``max_cost_usd``,
+``max_model_calls`` and ``deadline_s``. ``add_limit_edges`` gives every non-final state a first,
+guarded way out (``[over_budget] -> over_budget``, ``[past_deadline] -> past_deadline``) in every
+nested level, so the run stops at the next state boundary and the diagram shows it."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .graph.state_graph import StateGraph, Transition
+
+
+class Limits(BaseModel):
+    """Per-run limits; ``price_per_1k_tokens=(prompt, completion)`` prices models litellm cannot."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_tokens: int | None = Field(None, ge=1)
+    max_cost_usd: float | None = Field(None, gt=0)
+    max_model_calls: int | None = Field(None, ge=1)
+    deadline_s: float | None = Field(None, gt=0)
+    price_per_1k_tokens: tuple[float, float] | None = None
+    refuse_over_bound: bool = False  # refuse a run whose worst-case calls exceed max_model_calls
+
+    @property
+    def has_budget(self) -> bool:
+        return any(v is not None for v in (self.max_tokens, self.max_cost_usd, self.max_model_calls))
+
+
+def over(limits: Limits, stats: Any) -> str | None:
+    """Which budget ``stats`` has reached, if any."""
+    if limits.max_model_calls is not None and stats.calls >= limits.max_model_calls:
+        return "max_model_calls"
+    if limits.max_tokens is not None and stats.usage.get("total_tokens", 0) >= limits.max_tokens:
+        return "max_tokens"
+    if limits.max_cost_usd is not None and stats.cost_usd >= limits.max_cost_usd:
+        return "max_cost_usd"
+    return None
+
+
+def add_limit_edges(graph: StateGraph, limits: Limits) -> StateGraph:
+    """Insert the budget/deadline exits into ``graph`` and its subgraphs (in place); returns it."""
+    def over_budget(ctx: Any) -> bool:
+        """a budget is spent"""
+        which = over(limits, ctx.stats)
+        if which is not None:
+            ctx.stats.limit_hit = which
+        return which is not None
+
+    def past_deadline(ctx: Any) -> bool:
+        """deadline_s has passed"""
+        return ctx.stats.deadline is not None and time.monotonic() >= ctx.stats.deadline
+
+    def transform(g: StateGraph) -> None:
+        guards = ([("over_budget", over_budget, "budget")] if limits.has_budget else []) + \
+                 ([("past_deadline", past_deadline, "deadline")] if limits.deadline_s is not None else [])
+        if not guards:
+            return
+        for s in list(g.states.values()):
+            if s.subgraph is not None:
+                transform(s.subgraph)
+        new: list[Transition] = []
+        for name, s in g.states.items():
+            if s.final:
+                continue
+            new += [Transition(name, final, guard, final) for final, guard, _ in guards]
+            new += [t for t in g.transitions if t.source == name]
+        for final, _, reason in guards:
+            g.final(final, f"stop: {reason}", reason=reason)
+        g.transitions = [Transition(t.source, t.dest, t.guard, t.label, i) for i, t in enumerate(new)]
+        g._compiled = g._flat = None
+
+    transform(graph)
+    return graph
+
+
+def start_clock(limits: Limits | None, stats: Any) -> None:
+    if limits is not None:
+        stats.price = limits.price_per_1k_tokens
+        if limits.deadline_s is not None:
+            stats.deadline = time.monotonic() + limits.deadline_s

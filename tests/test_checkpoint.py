@@ -1,0 +1,141 @@
+"""Checkpoints and resume: deltas per transition, resume equals an uninterrupted run, crash safety."""
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fsmchat import Agent, AgentFlow, Discussion, GroupChat, RoundRobinSwarm, loop
+from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.testing import assert_trace_is_path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def chat():
+    return GroupChat(agents=[Agent("a", system_prompt="You argue for cats."),
+                             Agent("b", system_prompt="You argue for dogs."),
+                             Agent("c", system_prompt="You love birds and feathers.")], max_loops=8)
+
+
+def flow():
+    critic = Agent("critic", system_prompt="Critique this item: {{item}}")
+    author = Agent("author", system_prompt="Revise this item: {{item}}")
+    return AgentFlow(steps=[loop(steps=[Discussion([critic, author], rounds=2)], over="items")],
+                     variables={"items": ["draft A", "draft B"]})
+
+
+def interrupt_after(pattern, task, cp, run_id, state, k):
+    """Run with checkpoints and cancel the run when `state` has been left k times."""
+    async def go():
+        me = asyncio.current_task()
+        seen = []
+
+        def obs(ev):
+            if ev.state == state and ev.dest is not None:
+                seen.append(ev)
+                if len(seen) == k:
+                    me.cancel()
+
+        with pytest.raises(asyncio.CancelledError):
+            await pattern.aexecute(task, checkpoint=cp, run_id=run_id, observers=[obs])
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("make, task, state", [(chat, "pets?", "post"), (flow, "Refine each draft", "loop.body.discussion.turn"),
+                                               (lambda: RoundRobinSwarm(agents=[Agent("x", system_prompt="You plan."),
+                                                                                Agent("y", system_prompt="You build.")],
+                                                                        max_loops=3), "ship it", "x")])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_resume_equals_uninterrupted_run(tmp_path, make, task, state, k):
+    full = make().execute(task)
+    cp = SqliteCheckpointer(tmp_path / "runs.db")
+    interrupt_after(make(), task, cp, "run1", state, k)
+    saved = cp.load("run1")
+    assert saved.stop_reason == "cancelled" and not saved.finished
+    assert [m.content for m in saved.messages] == [m.content for m in full.transcript[:len(saved.messages)]]
+    pattern = make()
+    resumed = pattern.resume("run1", cp)
+    assert [(m.role, m.content) for m in resumed.transcript] == [(m.role, m.content) for m in full.transcript]
+    assert resumed.path == full.path and resumed.stop_reason == full.stop_reason
+    assert resumed.output == full.output and resumed.calls == full.calls
+    assert_trace_is_path(pattern.graph, resumed)
+    again = make().resume("run1", cp)  # a finished run is rebuilt, not re-run
+    assert again.transcript == resumed.transcript and again.calls == resumed.calls
+
+
+def test_each_transition_appends_deltas_only(tmp_path):
+    cp = SqliteCheckpointer(tmp_path / "runs.db")
+    r = chat().execute("pets?", checkpoint=cp, run_id="d")
+    db = sqlite3.connect(tmp_path / "runs.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    n_events = db.execute("SELECT COUNT(*) FROM events WHERE run_id='d'").fetchone()[0]
+    n_msgs = db.execute("SELECT COUNT(*) FROM messages WHERE run_id='d'").fetchone()[0]
+    assert n_events == len(r.trace) and n_msgs == len(r.transcript)  # each message stored once
+    (state,) = db.execute("SELECT state FROM states WHERE run_id='d'").fetchone()
+    assert len(state) < 2000  # a small working-state snapshot, not the transcript
+    assert r.run_id == "d" and cp.load("d").stop_reason == r.stop_reason
+
+
+def test_memory_checkpointer_plugs_in():
+    cp = MemoryCheckpointer()
+    full = chat().execute("pets?")
+    interrupt_after(chat(), "pets?", cp, "m", "post", 2)
+    assert chat().resume("m", cp).transcript == full.transcript
+
+
+def test_unknown_run_id():
+    with pytest.raises(KeyError, match="no checkpointed run 'nope'"):
+        chat().resume("nope", MemoryCheckpointer())
+
+
+CRASH_SCRIPT = textwrap.dedent('''
+    import sys
+    from fsmchat import Agent, GroupChat
+    from fsmchat.checkpoint import SqliteCheckpointer
+    chat = GroupChat(agents=[Agent("a", system_prompt="You argue for cats."),
+                             Agent("b", system_prompt="You argue for dogs."),
+                             Agent("c", system_prompt="You love birds and feathers.")], max_loops=8)
+    def said(m):
+        print(m.role, flush=True)
+    chat.execute("pets?", checkpoint=SqliteCheckpointer(sys.argv[1]), run_id="crash", on_message=[said])
+    print("DONE", flush=True)
+''')
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_sigkill_mid_run_then_resume(tmp_path, k):
+    full = chat().execute("pets?")
+    assert len(full.transcript) > k
+    script = tmp_path / "crash.py"
+    script.write_text(CRASH_SCRIPT)
+    db = tmp_path / "crash.db"
+    env = {**os.environ, "FSMCHAT_OFFLINE_DELAY": "0.05"}
+    proc = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE, text=True, env=env)
+    posted = []
+    try:
+        for line in proc.stdout:
+            posted.append(line.strip())
+            if len(posted) == k:
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL and "DONE" not in posted
+    cp = SqliteCheckpointer(db)
+    saved = cp.load("crash")
+    assert saved.stop_reason is None  # it never finished
+    roles = [m.role for m in saved.messages]
+    assert roles == posted[:len(roles)] and len(roles) >= k - 1  # each committed post exactly once
+    old_path = [e.state for e in saved.events]
+    pattern = chat()
+    resumed = pattern.resume("crash", cp)
+    assert resumed.path[:len(old_path)] == old_path
+    assert [(m.role, m.content) for m in resumed.transcript] == [(m.role, m.content) for m in full.transcript]
+    assert resumed.stop_reason == full.stop_reason
+    assert_trace_is_path(pattern.graph, resumed)
