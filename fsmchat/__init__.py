@@ -3,7 +3,9 @@
 Importing fsmchat never imports litellm (it costs seconds and reaches for the network);
 the model layer imports it on first use.
 """
+from .checkpoint import MemoryCheckpointer, SqliteCheckpointer, resume
 from .engine import run, run_graph, run_sync
+from .limits import Limits
 from .errors import FsmchatError, GraphError, ModelCallError, NoTransitionError, RenderError, result_of
 from .graph import StateGraph
 from .models import Bid, Message, RunResult, TraceEvent, Transcript, format_output
@@ -18,4 +20,5 @@ __all__ = ["StateGraph", "GraphError", "RenderError", "NoTransitionError", "Mode
            "Transcript", "format_output", "Agent", "Turn", "RESPOND_TOOL", "GroupChat", "Pattern",
            "ChatContext", "AgentFlow", "Flow", "Discussion", "StepResult", "Task", "loop", "parallel", "route",
            "if_", "when", "repeat", "RoundRobinSwarm", "build_turn_header", "build_collaborative_task",
-           "OneOnOneDebate", "one_on_one_debate", "ExpertPanelDiscussion"]
+           "OneOnOneDebate", "one_on_one_debate", "ExpertPanelDiscussion", "SqliteCheckpointer",
+           "MemoryCheckpointer", "resume", "Limits"]

@@ -232,3 +232,19 @@ def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
         except NotSerializable:
             continue
     return out
+
+
+def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None) -> Any:
+    """Continue a checkpointed run. ``pattern`` rebuilds it; without one, the ``factory``
+    ("module:attr", set as ``pattern.factory`` before the first run) stored with the run is used."""
+    if pattern is None:
+        factory = checkpoint.load(run_id).meta.get("factory")
+        if not factory:
+            raise ValueError(f"run {run_id!r} was checkpointed without a factory; pass the pattern: "
+                             "resume(run_id, checkpoint, pattern=...) or set pattern.factory='module:attr'")
+        from .gallery import load_target
+
+        pattern = load_target(factory)
+        if callable(pattern) and not hasattr(pattern, "resume"):
+            pattern = pattern()
+    return pattern.resume(run_id, checkpoint)

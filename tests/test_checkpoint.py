@@ -139,3 +139,24 @@ def test_sigkill_mid_run_then_resume(tmp_path, k):
     assert [(m.role, m.content) for m in resumed.transcript] == [(m.role, m.content) for m in full.transcript]
     assert resumed.stop_reason == full.stop_reason
     assert_trace_is_path(pattern.graph, resumed)
+
+
+def build_for_resume():
+    c = chat()
+    c.factory = "test_checkpoint:build_for_resume"
+    return c
+
+
+def test_top_level_resume_uses_the_stored_factory():
+    import fsmchat
+
+    cp = MemoryCheckpointer()
+    full = chat().execute("pets?")
+    interrupt_after(build_for_resume(), "pets?", cp, "f", "post", 1)
+    assert cp.load("f").meta["factory"] == "test_checkpoint:build_for_resume"
+    assert fsmchat.resume("f", cp).transcript == full.transcript
+    cp2 = MemoryCheckpointer()
+    interrupt_after(chat(), "pets?", cp2, "g", "post", 1)
+    with pytest.raises(ValueError, match="without a factory"):
+        fsmchat.resume("g", cp2)
+    assert fsmchat.resume("g", cp2, pattern=chat()).transcript == full.transcript

@@ -54,6 +54,11 @@ class Agent(BaseModel):
             raise ValueError("an agent needs a non-empty name")
         return v
 
+    def __repr_args__(self) -> Any:
+        """Reprs, logs and tracebacks never show secrets (api keys, tokens, passwords)."""
+        for k, v in super().__repr_args__():
+            yield (k, "***" if k is not None and is_secret(k) and v else mask_secrets(v))
+
     @property
     def litellm_kwargs(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -105,6 +110,23 @@ class Agent(BaseModel):
             if llm.find_fatal(exc) is not None:
                 raise
             return silent(f"model call failed: {exc}")
+
+
+_SECRET_WORDS = ("key", "token", "secret", "password", "authorization", "credential")
+
+
+def is_secret(name: str) -> bool:
+    n = name.lower()
+    return any(w in n for w in _SECRET_WORDS)
+
+
+def mask_secrets(value: Any) -> Any:
+    """``value`` with every secret-named entry of nested dicts replaced by ``***``."""
+    if isinstance(value, dict):
+        return {k: "***" if isinstance(k, str) and is_secret(k) and v else mask_secrets(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(mask_secrets(v) for v in value)
+    return value
 
 
 def llm_empty(agent: str) -> Exception:

@@ -1,0 +1,105 @@
+"""Bad configurations and inputs, tried: each gets a clear error of the right type before any
+model call (the scripted model must record zero requests), or is handled as documented."""
+import pytest
+
+from fsmchat import Agent, AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, \
+    RoundRobinSwarm, StateGraph, GraphError, Task, if_, loop, one_on_one_debate, repeat, route
+from fsmchat.testing import ScriptedModel
+
+M = ScriptedModel(fn=lambda req: "never")
+A, B, C = M.agent("a"), M.agent("b"), M.agent("c")
+
+
+def unreachable_graph():
+    g = StateGraph("g").state("a").state("island").final("z")
+    g.edge("a", "z").edge("island", "z")
+    return g.validate()
+
+
+CASES = [
+    # (id, callable, exception type, message fragment)
+    ("gc no agents", lambda: GroupChat(agents=None), ValueError, "GroupChat requires at least 2 agents."),
+    ("gc one agent", lambda: GroupChat(agents=[A]), ValueError, "at least 2 agents"),
+    ("gc duplicate names", lambda: GroupChat(agents=[A, M.agent("a")]), ValueError, "unique"),
+    ("gc reserved name", lambda: GroupChat(agents=[A, M.agent("User")]), ValueError, "reserved"),
+    ("gc threshold > 1", lambda: GroupChat(agents=[A, B], threshold=2), ValueError, "threshold"),
+    ("gc threshold str", lambda: GroupChat(agents=[A, B], threshold="high"), ValueError, "threshold"),
+    ("gc negative penalty", lambda: GroupChat(agents=[A, B], recency_penalty=-0.1), ValueError, "recency_penalty"),
+    ("gc negative window", lambda: GroupChat(agents=[A, B], recency_window=-1), ValueError, "recency_window"),
+    ("gc max_loops 0", lambda: GroupChat(agents=[A, B], max_loops=0), ValueError, "max_loops"),
+    ("gc max_loops float", lambda: GroupChat(agents=[A, B], max_loops=2.5), ValueError, "max_loops"),
+    ("gc output_type", lambda: GroupChat(agents=[A, B], output_type="xml"), ValueError, "output_type"),
+    ("gc agent is an int", lambda: GroupChat(agents=[A, 42]), TypeError, "Agent or a callable"),
+    ("gc agent is a str", lambda: GroupChat(agents=[A, "bob"]), TypeError, "got str"),
+    ("gc empty task", lambda: GroupChat(agents=[A, B]).run(""), ValueError, "non-empty string"),
+    ("gc task None", lambda: GroupChat(agents=[A, B]).run(None), ValueError, "non-empty string"),
+    ("gc task list", lambda: GroupChat(agents=[A, B]).run(["x"]), ValueError, "non-empty string"),
+    ("gc batch bad task", lambda: GroupChat(agents=[A, B]).run_batch(["ok", ""]), ValueError, "non-empty"),
+    ("gc batch concurrency", lambda: GroupChat(agents=[A, B]).run_batch(["ok"], max_concurrency=0), ValueError,
+     "max_concurrency"),
+    ("agent no name", lambda: Agent(), ValueError, "name"),
+    ("agent blank name", lambda: Agent("  "), ValueError, "non-empty name"),
+    ("agent bad tool_mode", lambda: Agent("x", tool_mode="xml"), ValueError, "tool_mode"),
+    ("agent negative retries", lambda: Agent("x", num_retries=-1), ValueError, "num_retries"),
+    ("rr no agents", lambda: RoundRobinSwarm(agents=[]), ValueError, "RoundRobinSwarm cannot be initialized without agents"),
+    ("rr max_loops 0", lambda: RoundRobinSwarm(agents=[A], max_loops=0), ValueError, "max_loops"),
+    ("rr output_type", lambda: RoundRobinSwarm(agents=[A], output_type="csv"), ValueError, "output_type"),
+    ("debate three agents", lambda: OneOnOneDebate(agents=[A, B, C]).run("t"), ValueError,
+     "There must be exactly two agents in the dialogue."),
+    ("debate no agents", lambda: OneOnOneDebate().run("t"), ValueError, "exactly two agents"),
+    ("debate bad img", lambda: OneOnOneDebate(agents=[A, B], img="/no/such.png").run("t"), ValueError, "img"),
+    ("debate fn no task", lambda: one_on_one_debate(agents=[A, B]), ValueError, "task"),
+    ("panel one expert", lambda: ExpertPanelDiscussion(agents=[A], moderator=B).run("t"), ValueError,
+     "At least two expert agents are required for a panel discussion."),
+    ("panel no moderator", lambda: ExpertPanelDiscussion(agents=[A, B]).run("t"), ValueError,
+     "A moderator agent is required for panel discussion."),
+    ("panel rounds 0", lambda: ExpertPanelDiscussion(max_rounds=0, agents=[A, B], moderator=C), ValueError,
+     "max_rounds"),
+    ("discussion empty", lambda: Discussion([]), ValueError, "Discussion needs at least one speaker"),
+    ("discussion rounds 0", lambda: Discussion([A], rounds=0), ValueError, "Discussion rounds must be >= 1."),
+    ("discussion rounds str", lambda: Discussion([A], rounds="3"), ValueError, "Discussion rounds must be >= 1."),
+    ("discussion until not callable", lambda: Discussion([A], until="AGREED"), TypeError, "until must be a callable"),
+    ("discussion select not callable", lambda: Discussion([A], select=3), TypeError, "select must be a callable"),
+    ("discussion select stranger", lambda: AgentFlow(steps=[Discussion([lambda c: "x"], rounds=1,
+                                                                       select=lambda t, c: C)]).run("go"),
+     ValueError, "not one of its speakers"),
+    ("flow no steps", lambda: AgentFlow(steps=[]), ValueError, "at least one step"),
+    ("flow step is a number", lambda: AgentFlow(steps=[3.14]), TypeError, "a step must be"),
+    ("flow variables not a dict", lambda: AgentFlow(steps=[A], variables=["x"]), TypeError, "variables must be a dict"),
+    ("flow input not a str", lambda: AgentFlow(steps=[lambda c: "x"]).run(123), TypeError, "input must be a str"),
+    ("flow roster", lambda: AgentFlow(agents=[A], steps=[B]), ValueError, "not in agents="),
+    ("task both", lambda: Task(handler=print, agent=A), ValueError, "exactly one of handler"),
+    ("task policy", lambda: Task(handler=print, on_error="ignore"), ValueError, "on_error='ignore'"),
+    ("task retries", lambda: Task(handler=print, max_retries=-2), ValueError, "max_retries"),
+    ("loop over missing", lambda: AgentFlow(steps=[loop(lambda c: "x", over="nope")]).run("go"), ValueError,
+     "no such variable"),
+    ("loop over a string", lambda: AgentFlow(steps=[loop(lambda c: "x", over="s")], variables={"s": "abc"}).run("go"),
+     ValueError, "expected a list"),
+    ("route empty", lambda: route({}), ValueError, "at least one key"),
+    ("if_ bad condition", lambda: if_(42, [A]), TypeError, "condition must be a callable"),
+    ("repeat zero", lambda: repeat(A, max_iterations=0), ValueError, "max_iterations"),
+    ("graph unreachable", unreachable_graph, GraphError, "'island' cannot be reached"),
+    ("limits bad", lambda: GroupChat(agents=[A, B]).with_limits(max_model_calls=0), ValueError, "max_model_calls"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_a_clear_error_before_any_call(case):
+    _, fn, exc_type, fragment = case
+    before = M.calls()
+    with pytest.raises(exc_type) as e:
+        fn()
+    assert fragment in str(e.value), f"message {str(e.value)!r} lacks {fragment!r}"
+    assert M.calls() == before, "a model was called before the error"
+
+
+def test_there_are_at_least_forty_cases():
+    assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize("task", ["¿Debería 🤖 regular la IA? — ünïcødé", "x" * 1_000_000])
+def test_unicode_and_huge_tasks_are_handled(task):
+    m = ScriptedModel(fn=lambda req: "ok")
+    r = RoundRobinSwarm(agents=[m.agent("a")], max_loops=1).execute(task)
+    assert r.transcript[0].content == task and r.error is None
+    assert m.requests_of("a")[0].messages[0] == {"role": "user", "content": task}  # no blank system prompt
