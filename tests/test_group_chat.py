@@ -310,3 +310,42 @@ def test_group_chat_graph_shape():
     assert edges == [("seed", "bid", "under_cap"), ("seed", "stop", "max_loops"), ("bid", "select", "next"),
                      ("select", "post", "has_winner"), ("select", "stop", "lull"), ("post", "penalize", "next"),
                      ("penalize", "bid", "under_cap"), ("penalize", "stop", "max_loops")]
+
+
+def test_context_window_shows_the_task_and_the_last_messages():
+    m, chat = chat_of({"a": [Bid(0.9, "a1"), Bid(0.1, ""), Bid(0.9, "a3"), Bid(0, "")],
+                       "b": [Bid(0.1, ""), Bid(0.9, "b2"), Bid(0.1, ""), Bid(0, "")]})
+    chat = GroupChat(agents=chat.agents, context_window=2)
+    r = chat.execute(TASK)
+    assert [x.content for x in r.transcript] == [TASK, "a1", "b2", "a3"]
+    last = m.requests_of("b")[3].messages  # system, task, b2 (own), a3, instruction
+    assert [x["content"] for x in last[1:-1]] == [TASK, "b2", "a: a3"]
+    with pytest.raises(ValueError, match="context_window"):
+        GroupChat(agents=chat.agents, context_window=0)
+
+
+def test_a_users_own_litellm_provider_is_kept_and_used():
+    from fsmchat.speakers.llm import get_litellm
+
+    lm = get_litellm()
+
+    class Mine(lm.CustomLLM):
+        async def acompletion(self, *args, **kwargs):
+            return lm.ModelResponse(choices=[{"message": {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "respond",
+                                                             "arguments": '{"score": 0.9, "message": "mine"}'}}]},
+                                              "finish_reason": "tool_calls"}])
+
+    entry = {"provider": "my-own-llm", "custom_handler": Mine()}
+    lm.custom_provider_map.append(entry)
+    try:
+        unknown = GroupChat(agents=[Agent("x", model="my-own-llm/any", num_retries=0),
+                                    ScriptedModel({"y": [Bid(0, "")]}).agent("y")], max_loops=2).execute(TASK)
+        assert "set the agent's tool_mode='native'" in unknown.events[0]["reason"]  # litellm: no native tools
+        chat = GroupChat(agents=[Agent("x", model="my-own-llm/any", num_retries=0, tool_mode="native"),
+                                 ScriptedModel({"y": [Bid(0, ""), Bid(0, "")]}).agent("y")], max_loops=2)
+        assert [m_.content for m_ in chat.execute(TASK).transcript] == [TASK, "mine"]
+        providers = [p["provider"] for p in lm.custom_provider_map]
+        assert "my-own-llm" in providers and "fsmchat-offline" in providers and "fsmchat-scripted" in providers
+    finally:
+        lm.custom_provider_map.remove(entry)

@@ -32,6 +32,8 @@ class GroupChatConfig(BaseModel):
     output_type: str = "str-all-except-first"
     auto_equip: bool = True
     verbose: bool = False
+    context_window: int | None = Field(None, ge=1, description="fsmchat extension: bidders see the task and "
+                                                                "only the last N messages")
 
     @field_validator("output_type")
     @classmethod
@@ -68,9 +70,16 @@ async def collect_bids(ctx: ChatContext) -> dict[str, float]:
     names = [s.name for s in ctx.speakers]
     last = ctx.transcript[-1]
 
+    window = ctx.scratch["cfg"].context_window
+    rows = ctx.transcript.messages
+    if window is not None and len(rows) > window + 1:
+        rows = rows[:1] + rows[-window:]  # the task, then the last `window` messages
+
     def turn(s: Any):
         others = [n for n in names if n != s.name]
-        return ctx.turn_for(s, bid_instruction(s.name, others, last.role, last.content), kind="bid")
+        t = ctx.turn_for(s, bid_instruction(s.name, others, last.role, last.content), kind="bid")
+        t.transcript = rows
+        return t
 
     bids: list[BidOutcome] = list(await asyncio.gather(*(s.bid(turn(s)) for s in ctx.speakers)))
     ctx.scratch["bids"] = bids
@@ -137,13 +146,18 @@ class GroupChat(Pattern):
                  description: str = "Agents take turns; one speaker per turn.",
                  agents: Sequence[Any] | None = None, max_loops: int = 20, threshold: float = 0.5,
                  recency_penalty: float = 0.3, recency_window: int = 1, idle_timeout: float = 8.0,
-                 output_type: str = "str-all-except-first", auto_equip: bool = True, verbose: bool = False):
+                 output_type: str = "str-all-except-first", auto_equip: bool = True, verbose: bool = False,
+                 context_window: int | None = None):
+        """``context_window`` (an fsmchat extension, default off) shows bidders the task plus only
+        the last N messages, which bounds prompt tokens per call in long chats."""
         if not agents or len(agents) < 2:
             raise ValueError("GroupChat requires at least 2 agents.")
         self.config = GroupChatConfig(max_loops=max_loops, threshold=threshold, recency_penalty=recency_penalty,
                                       recency_window=recency_window, idle_timeout=idle_timeout,
-                                      output_type=output_type, auto_equip=auto_equip, verbose=verbose)
+                                      output_type=output_type, auto_equip=auto_equip, verbose=verbose,
+                                      context_window=context_window)
         self.name, self.description = name, description
+        self.context_window = context_window
         self.agents = check_roster(agents, "GroupChat")
         self.output_type, self.verbose = output_type, verbose
         self.max_loops, self.threshold = max_loops, threshold

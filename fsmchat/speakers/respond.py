@@ -96,6 +96,9 @@ def parse_bid(response: Any, mode: str = "native") -> BidOutcome:
         if mode == "json":
             content = (getattr(message, "content", None) or "").strip()
             if not content:
+                if getattr(message, "tool_calls", None):
+                    return silent("json mode: no JSON content, the model made a tool call instead "
+                                  "(set the agent's tool_mode='native')")
                 return silent("json mode: empty content")
             return bid_from_arguments(content)
         calls = getattr(message, "tool_calls", None) or []
