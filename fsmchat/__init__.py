@@ -1,24 +1,77 @@
 """fsmchat: multi-agent LLM conversations as explicit state graphs run by one engine.
 
-Importing fsmchat never imports litellm (it costs seconds and reaches for the network);
-the model layer imports it on first use.
+``import fsmchat`` is cheap: public names load on first use (PEP 562), and litellm is imported
+only on the first model call (it costs seconds and, unless ``LITELLM_LOCAL_MODEL_COST_MAP`` is
+set, fetches a price list over the network; fsmchat sets it unless you did).
 """
-from .checkpoint import MemoryCheckpointer, SqliteCheckpointer, resume
-from .engine import run, run_graph, run_sync
-from .limits import Limits
-from .errors import FsmchatError, GraphError, ModelCallError, NoTransitionError, RenderError, result_of
-from .graph import StateGraph
-from .models import Bid, Message, RunResult, TraceEvent, Transcript, format_output
-from .flow import AgentFlow, Discussion, Flow, StepResult, Task, if_, loop, parallel, repeat, route, when
-from .patterns import ChatContext, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, Pattern, RoundRobinSwarm, \
-    build_collaborative_task, build_turn_header, one_on_one_debate
-from .speakers import RESPOND_TOOL, Agent, Turn
+from __future__ import annotations
+
+import importlib
+import os
+from typing import TYPE_CHECKING, Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __version__ = "0.1.0"
-__all__ = ["StateGraph", "GraphError", "RenderError", "NoTransitionError", "ModelCallError", "FsmchatError",
-           "result_of", "run", "run_graph", "run_sync", "Bid", "Message", "RunResult", "TraceEvent",
-           "Transcript", "format_output", "Agent", "Turn", "RESPOND_TOOL", "GroupChat", "Pattern",
-           "ChatContext", "AgentFlow", "Flow", "Discussion", "StepResult", "Task", "loop", "parallel", "route",
-           "if_", "when", "repeat", "RoundRobinSwarm", "build_turn_header", "build_collaborative_task",
-           "OneOnOneDebate", "one_on_one_debate", "ExpertPanelDiscussion", "SqliteCheckpointer",
-           "MemoryCheckpointer", "resume", "Limits"]
+
+_EXPORTS: dict[str, str] = {
+    # layer 1-4: models, errors, graphs, engine
+    "Bid": "models", "Message": "models", "RunResult": "models", "TraceEvent": "models", "Transcript": "models",
+    "format_output": "models",
+    "FsmchatError": "errors", "GraphError": "errors", "ModelCallError": "errors", "NoTransitionError": "errors",
+    "RenderError": "errors", "result_of": "errors",
+    "StateGraph": "graph",
+    "run": "engine", "run_graph": "engine", "run_sync": "engine",
+    "SqliteCheckpointer": "checkpoint", "MemoryCheckpointer": "checkpoint", "resume": "checkpoint",
+    "Limits": "limits",
+    # layer 5: speakers
+    "Agent": "speakers", "Turn": "speakers", "RESPOND_TOOL": "speakers",
+    # layer 6: patterns
+    "Pattern": "patterns", "ChatContext": "patterns", "GroupChat": "patterns", "RoundRobinSwarm": "patterns",
+    "build_turn_header": "patterns", "build_collaborative_task": "patterns", "OneOnOneDebate": "patterns",
+    "one_on_one_debate": "patterns", "ExpertPanelDiscussion": "patterns",
+    # layer 7: flows
+    "AgentFlow": "flow", "Flow": "flow", "Discussion": "flow", "StepResult": "flow", "Task": "flow", "loop": "flow",
+    "parallel": "flow", "route": "flow", "if_": "flow", "when": "flow", "repeat": "flow",
+    # layer 8: network (hub, discussion channels)
+    "Hub": "network", "HubClient": "network", "Channel": "network", "MemoryKnowledgeStore": "network",
+    "wait_for_text_count": "network", "DiscussionState": "network", "Envelope": "network", "EV_TEXT": "network",
+    "EV_CHANNEL_INVITE": "network", "EV_CHANNEL_INVITE_ACK": "network", "EV_CHANNEL_INVITE_REJECT": "network",
+    "EV_CHANNEL_OPENED": "network", "EV_CHANNEL_CLOSED": "network", "EV_CHANNEL_EXPIRED": "network",
+    "EV_TURN_FAILED": "network", "EV_EXPECTATION_VIOLATED": "network", "ORDERING_ROUND_ROBIN": "network",
+    "NetworkError": "network", "ProtocolError": "network", "NotFoundError": "network", "turn_within": "network",
+    "ManualClock": "network",
+    "Reactor": "reactive",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fsmchat' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from .checkpoint import MemoryCheckpointer, SqliteCheckpointer, resume
+    from .engine import run, run_graph, run_sync
+    from .errors import FsmchatError, GraphError, ModelCallError, NoTransitionError, RenderError, result_of
+    from .flow import AgentFlow, Discussion, Flow, StepResult, Task, if_, loop, parallel, repeat, route, when
+    from .graph import StateGraph
+    from .limits import Limits
+    from .models import Bid, Message, RunResult, TraceEvent, Transcript, format_output
+    from .patterns import ChatContext, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, Pattern, \
+        RoundRobinSwarm, build_collaborative_task, build_turn_header, one_on_one_debate
+    from .network import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \
+        EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, \
+        ORDERING_ROUND_ROBIN, Channel, DiscussionState, Envelope, Hub, HubClient, ManualClock, \
+        MemoryKnowledgeStore, NetworkError, NotFoundError, ProtocolError, turn_within, wait_for_text_count
+    from .reactive import Reactor
+    from .speakers import RESPOND_TOOL, Agent, Turn

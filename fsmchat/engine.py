@@ -15,8 +15,6 @@ import threading
 from time import perf_counter
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
-from transitions import Machine
-
 from .errors import NoTransitionError, attach_result
 from .graph.state_graph import StateGraph
 from .models import RunResult, TraceEvent
@@ -57,6 +55,8 @@ class CompiledGraph:
                 machine_transitions.append({"trigger": trig, "source": t.source, "dest": t.dest})
                 out.append((t.guard, trig, t.label, t.dest))
             self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out)
+        from transitions import Machine  # imported on first compile, not at `import fsmchat`
+
         self.machine = Machine(model=None, states=list(self.steps), transitions=machine_transitions,
                                initial=self.initial, auto_transitions=False, send_event=False,
                                ignore_invalid_triggers=False)

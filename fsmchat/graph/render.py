@@ -13,8 +13,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import graphviz
-
 from ..errors import RenderError
 from .state_graph import FlatGraph, StateGraph, Transition
 
@@ -51,6 +49,8 @@ def _branch_graphs(flat: FlatGraph, prefix: str = "") -> list[tuple[str, str, Fl
 
 
 def to_dot(graph: StateGraph, trace: Any = None) -> str:
+    import graphviz
+
     flat = graph.flatten()
     visited, hits = _overlay(trace) if trace is not None else (set(), Counter())
     dot = graphviz.Digraph(name=graph.name, graph_attr={"rankdir": "TB", "label": graph.description or graph.name,
@@ -177,6 +177,8 @@ def render_svg(dot_source: str) -> str:
     if shutil.which("dot") is None:
         raise RenderError(f"Graphviz's 'dot' program is not on PATH (needed for .svg/.png/.pdf); {INSTALL_HINT}. "
                           ".dot and .mmd output work without it.")
+    import graphviz
+
     svg = graphviz.Source(dot_source).pipe(format="svg").decode()
     stamp = f"<!-- {DOT_HASH_MARK}{dot_hash(dot_source)} -->\n"
     return svg.replace("<svg", stamp + "<svg", 1)
@@ -196,6 +198,8 @@ def render(graph: StateGraph, path: str | Path, trace: Any = None) -> str:
         if shutil.which("dot") is None:
             raise RenderError(f"Graphviz's 'dot' program is not on PATH (needed for .{fmt}); {INSTALL_HINT}. "
                               ".dot and .mmd output work without it.")
+        import graphviz
+
         p.write_bytes(graphviz.Source(to_dot(graph, trace)).pipe(format=fmt))
     else:
         raise RenderError(f"cannot render to {p.name!r}: unknown suffix {p.suffix!r}; "

@@ -11,8 +11,6 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import networkx as nx
-
 from ..errors import GraphError
 
 Action = Callable[[Any], Any]
@@ -151,8 +149,10 @@ class StateGraph:
         return [t for t in self.transitions if t.source == name]
 
     # ---- analysis ----
-    def to_networkx(self) -> nx.MultiDiGraph:
+    def to_networkx(self) -> Any:
         """This level of the graph as a networkx ``MultiDiGraph`` (node and edge data attached)."""
+        import networkx as nx  # imported on use: it is a third of fsmchat's cold start otherwise
+
         g = nx.MultiDiGraph(name=self.name)
         for s in self.states.values():
             g.add_node(s.name, final=s.final, description=s.description, subgraph=s.subgraph is not None)
@@ -162,6 +162,8 @@ class StateGraph:
 
     def validate(self) -> "StateGraph":
         """Raise ``GraphError`` naming the state(s) at fault; validates nested graphs too."""
+        import networkx as nx
+
         where = f"graph {self.name!r}"
         if not self.states:
             raise GraphError(f"{where} has no states; declare at least an initial and a final state")

@@ -1,0 +1,157 @@
+"""The discussion adapter: participant order, knobs, and the turn rule (``validate_send``,
+``can_send``), all read from the channel's turn graph rather than from hand-kept variables."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ..models import TraceEvent
+from ..reactive import Reactor
+from .errors import NotFoundError, ProtocolError
+from .events import EV_TEXT, ORDERING_ROUND_ROBIN, ORDERINGS
+from .graphs import LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, LIFECYCLE_PENDING, ChannelContext, \
+    turn_graph, turn_state_names, ttl_elapsed
+
+DISCUSSION = "discussion"
+KNOWN_KNOBS = ("max_texts", "ordering")
+
+
+@dataclass(slots=True)
+class DiscussionState:
+    """The reference's adapter state: who speaks in which order, who is next, how many texts so far."""
+
+    participant_order: list[str]
+    expected_next_speaker: str
+    turn_count: int = 0
+
+
+def check_knobs(knobs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Normalised knobs, or ``ProtocolError`` before anything is created or sent.
+
+    ``ordering`` defaults to round robin (the only one shipped); ``max_texts`` (fsmchat's exact
+    cap) is a positive integer or absent.
+    """
+    knobs = dict(knobs or {})
+    ordering = knobs.get("ordering", ORDERING_ROUND_ROBIN)
+    if ordering not in ORDERINGS:
+        raise ProtocolError(f"discussion knobs.ordering={ordering!r} not supported; choose from {list(ORDERINGS)}")
+    unknown = sorted(k for k in knobs if k not in KNOWN_KNOBS)
+    if unknown:
+        raise ProtocolError(f"discussion knobs {unknown} not supported; known knobs: {list(KNOWN_KNOBS)}")
+    max_texts = knobs.get("max_texts")
+    if max_texts is not None and (isinstance(max_texts, bool) or not isinstance(max_texts, int) or max_texts < 1):
+        raise ProtocolError(f"discussion knobs.max_texts={max_texts!r} must be a positive integer (the exact "
+                            "number of texts after which the channel closes)")
+    return {"ordering": ordering, **({"max_texts": max_texts} if max_texts is not None else {})}
+
+
+def participant_order(creator: str, targets: Sequence[str], known: Iterable[str]) -> list[str]:
+    """Creator first, then the targets in the order given (the creator is not repeated if listed).
+
+    A duplicate or unknown target, or fewer than 2 participants, is refused (``ProtocolError``).
+    """
+    known = set(known)
+    order = [creator]
+    seen: set[str] = set()
+    for t in targets:
+        if not isinstance(t, str):
+            raise ProtocolError(f"discussion targets are agent ids (str), got {type(t).__name__} {t!r}")
+        if t in seen:
+            raise ProtocolError(f"discussion target {t!r} is listed twice")
+        seen.add(t)
+        if t == creator:
+            continue
+        if t not in known:
+            raise NotFoundError(f"discussion target {t!r} is not a registered agent; registered: {sorted(known)}")
+        order.append(t)
+    if len(order) < 2:
+        raise ProtocolError(f"a discussion needs at least 2 participants (creator first, then targets), "
+                            f"got {order}")
+    return order
+
+
+class DiscussionAdapter:
+    """One channel's turn rule, held by a ``Reactor`` on the channel's turn graph.
+
+    The expected speaker is the participant of the turn graph's current ``awaiting_<p>`` state;
+    an accepted text is the graph's ``text`` event.
+    """
+
+    type = DISCUSSION
+
+    def __init__(self, ctx: ChannelContext, observers: Iterable[Callable[[TraceEvent], None]] = ()):
+        self.ctx = ctx
+        self.graph = turn_graph(ctx.order, ctx.max_texts)
+        self._speaker_of = dict(zip(turn_state_names(ctx.order), ctx.order))
+        self.turns = Reactor(self.graph, ctx, observers=observers, clock=ctx.clock)
+        ctx.turns = self.turns
+
+    # ---- reading ----
+    @property
+    def expected(self) -> str:
+        """Who speaks next: the turn graph's state, or (once the turns ended) the next in order."""
+        who = self._speaker_of.get(self.turns.state)
+        return who if who is not None else self.ctx.order[self.ctx.turn_count % len(self.ctx.order)]
+
+    def state(self) -> DiscussionState:
+        return DiscussionState(list(self.ctx.order), self.expected, self.ctx.turn_count)
+
+    def lifecycle_refusal(self) -> str | None:
+        """Why no text could be accepted now because of the channel's lifecycle (None if active)."""
+        state = self.ctx.state
+        cid = self.ctx.channel_id
+        if state == LIFECYCLE_CLOSED:
+            return f"channel '{cid}' is closed"
+        if state == LIFECYCLE_EXPIRED or ttl_elapsed(self.ctx):
+            return f"channel '{cid}' is expired"
+        if state == LIFECYCLE_PENDING:
+            return f"channel '{cid}' is not open yet: waiting for invite acks from {self.missing_acks()}"
+        return None
+
+    def missing_acks(self) -> list[str]:
+        return [p for p in self.ctx.invitees if p not in self.ctx.acked]
+
+    def validate_send(self, sender: str, event_type: str) -> None:
+        """Raise ``ProtocolError`` if ``sender`` may not send ``event_type`` now; changes nothing.
+
+        Non-participants are refused; every send to a closed or expired channel is refused; only
+        text is turn-gated (protocol and custom events pass at any time while the channel lives).
+        """
+        cid = self.ctx.channel_id
+        if sender not in self.ctx.order:
+            raise ProtocolError(f"'{sender}' is not a participant of channel '{cid}'")
+        state = self.ctx.state
+        if state == LIFECYCLE_CLOSED:
+            raise ProtocolError(f"channel '{cid}' is closed")
+        if state == LIFECYCLE_EXPIRED or ttl_elapsed(self.ctx):
+            raise ProtocolError(f"channel '{cid}' is expired")
+        if event_type != EV_TEXT:
+            return
+        if state != LIFECYCLE_ACTIVE:
+            raise ProtocolError(f"channel '{cid}' is not open yet: waiting for invite acks from "
+                                f"{self.missing_acks()}")
+        expected = self.expected
+        if sender != expected or not self.turns.can_fire("text"):
+            raise ProtocolError(f"discussion channel '{cid}' expects '{expected}' to speak, got '{sender}'")
+
+    def can_send(self, agent_id: str) -> bool:
+        """Whether a text from ``agent_id`` would be accepted now (no side effects)."""
+        try:
+            self.validate_send(agent_id, EV_TEXT)
+        except ProtocolError:
+            return False
+        return True
+
+    # ---- stepping (the hub calls these after validate_send) ----
+    def accept_text(self, sender: str) -> bool:
+        """Advance the turn graph by one text; True when that text ended the turns (max_texts)."""
+        self.turns.fire("text", {"sender": sender, "turn": self.ctx.turn_count})
+        self.ctx.turn_count += 1
+        self.ctx.turn_started = self.ctx.clock()
+        self.ctx.hidden = False
+        return self.turns.finished
+
+    def end(self, label: str) -> None:
+        """Follow the lifecycle into ``close`` / ``expire`` (no-op once the turns have ended)."""
+        if not self.turns.finished:
+            self.turns.fire(label)

@@ -1,0 +1,34 @@
+"""Clocks for the hub: the real monotonic clock, and a manual one tests and simulations advance."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+Clock = Callable[[], float]
+
+
+def monotonic() -> float:
+    """Seconds from ``time.monotonic`` (the hub's default clock)."""
+    return time.monotonic()
+
+
+class ManualClock:
+    """A clock that only moves when told: ``clock()`` reads it, ``clock.advance(s)`` moves it.
+
+    Give it to ``Hub.open(..., clock=clock)`` to make TTLs and expectations deterministic.
+    """
+
+    def __init__(self, start: float = 0.0):
+        self.now = float(start)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        if seconds < 0:
+            raise ValueError(f"a clock only moves forward; got advance({seconds})")
+        self.now += seconds
+        return self.now
+
+    def __repr__(self) -> str:
+        return f"ManualClock({self.now})"

@@ -1,0 +1,187 @@
+"""The two state graphs of a discussion channel, stepped by the hub through ``Reactor``s.
+
+- **lifecycle** (one graph shared by every channel): ``pending -> active -> closed | expired``.
+  ``pending`` sends the invites; each ack is an event; the last one opens the channel.
+- **turns** (built per channel from its participant order): ``awaiting_<p>`` for each participant,
+  a ``text`` event moving to ``awaiting_<next>`` (the round-robin rule), an optional exact cap
+  (``text [reaches_cap]`` ends the turns at exactly ``max_texts`` texts), and ``close``/``expire``
+  following the lifecycle.
+
+Guards and actions are small functions over ``ChannelContext``; their names and docstrings are
+the diagrams' labels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from ..graph.state_graph import StateGraph
+from .clock import Clock, monotonic
+from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED
+
+if TYPE_CHECKING:
+    from ..reactive import Reactor
+    from .expectations import Expectation
+
+LIFECYCLE_PENDING, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED = "pending", "active", "closed", "expired"
+TURNS_CLOSED, TURNS_EXPIRED = "closed", "expired"
+
+
+def _no_emit(*_a: Any, **_k: Any) -> None:
+    return None
+
+
+@dataclass
+class ChannelContext:
+    """What a channel's guards and actions read and write (one per channel, shared by its two graphs)."""
+
+    channel_id: str
+    creator: str
+    order: list[str]
+    max_texts: int | None = None
+    expires_at: float | None = None
+    clock: Clock = monotonic
+    emit: Callable[..., Any] = _no_emit  # (event_type, *, sender, audience, data) -> Envelope
+    expectations: Sequence["Expectation"] = ()
+    type: str = "discussion"
+    knobs: dict[str, Any] = field(default_factory=dict)
+    acked: set[str] = field(default_factory=set)
+    rejected_by: str | None = None
+    close_reason: str | None = None
+    closed_by: str | None = None
+    turn_count: int = 0
+    turn_started: float = 0.0
+    hidden: bool = False
+    fired: set[tuple[int, int]] = field(default_factory=set)  # (expectation index, turn) already reported
+    lifecycle: "Reactor | None" = None
+    turns: "Reactor | None" = None
+
+    @property
+    def invitees(self) -> list[str]:
+        return [p for p in self.order if p != self.creator]
+
+    @property
+    def state(self) -> str:
+        return self.lifecycle.state if self.lifecycle is not None else LIFECYCLE_PENDING
+
+
+# ---- lifecycle guards ----
+def all_acked(ctx: ChannelContext) -> bool:
+    """every invitee has acknowledged"""
+    return set(ctx.invitees) <= ctx.acked
+
+
+def acks_missing(ctx: ChannelContext) -> bool:
+    """some invitee has not acknowledged yet"""
+    return not all_acked(ctx)
+
+
+def ttl_elapsed(ctx: ChannelContext) -> bool:
+    """the channel's TTL has run out on the hub's clock"""
+    return ctx.expires_at is not None and ctx.clock() >= ctx.expires_at
+
+
+def invite_rejected(ctx: ChannelContext) -> bool:
+    """an invitee rejected its invite"""
+    return ctx.rejected_by is not None
+
+
+# ---- lifecycle actions ----
+def send_invites(ctx: ChannelContext) -> list[str]:
+    """One invite per invitee (the hub sends them once, as the channel is created in ``pending``;
+    ``pending`` has no action because each partial ack re-enters it)."""
+    for invitee in ctx.invitees:
+        ctx.emit(EV_CHANNEL_INVITE, sender=ctx.creator, audience=(invitee,),
+                 data={"type": ctx.type, "participants": list(ctx.order), "knobs": dict(ctx.knobs)})
+    return ctx.invitees
+
+
+def announce_opened(ctx: ChannelContext) -> list[str]:
+    """EV_CHANNEL_OPENED to everyone; the first turn starts"""
+    ctx.turn_started = ctx.clock()
+    ctx.emit(EV_CHANNEL_OPENED, audience=tuple(ctx.order), data={"participants": list(ctx.order)})
+    return list(ctx.order)
+
+
+def lifecycle_graph(name: str = "discussion_channel") -> StateGraph:
+    """A channel's lifecycle: invites and acks, then active until close() or TTL."""
+    g = StateGraph(name, context=ChannelContext,
+                   description="Discussion channel lifecycle: invite, ack, active until close() or TTL")
+    g.state(LIFECYCLE_PENDING, None, "one invite per invitee sent; waiting for every ack")
+    g.state(LIFECYCLE_ACTIVE, announce_opened)
+    g.final(LIFECYCLE_CLOSED, "close(), max_texts or a rejected invite; first reason kept", reason="closed")
+    g.final(LIFECYCLE_EXPIRED, "TTL ran out", reason="ttl")
+    g.edge(LIFECYCLE_PENDING, LIFECYCLE_ACTIVE, when=all_acked, label="ack")
+    g.edge(LIFECYCLE_PENDING, LIFECYCLE_PENDING, when=acks_missing, label="ack")
+    g.edge(LIFECYCLE_PENDING, LIFECYCLE_CLOSED, when=invite_rejected, label="reject")
+    g.edge(LIFECYCLE_PENDING, LIFECYCLE_EXPIRED, when=ttl_elapsed, label="expire")
+    g.edge(LIFECYCLE_PENDING, LIFECYCLE_CLOSED, label="close")
+    g.edge(LIFECYCLE_ACTIVE, LIFECYCLE_EXPIRED, when=ttl_elapsed, label="expire")
+    g.edge(LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, label="close")
+    return g
+
+
+LIFECYCLE = lifecycle_graph()
+"""The lifecycle graph every channel runs (compiled once; each channel is one model on its machine)."""
+
+
+# ---- turn rule ----
+def reaches_cap(ctx: ChannelContext) -> bool:
+    """this text is the max_texts-th"""
+    return ctx.max_texts is not None and ctx.turn_count + 1 >= ctx.max_texts
+
+
+def channel_closed(ctx: ChannelContext) -> bool:
+    """the channel lifecycle is closed"""
+    return ctx.lifecycle is not None and ctx.lifecycle.state == LIFECYCLE_CLOSED
+
+
+def channel_expired(ctx: ChannelContext) -> bool:
+    """the channel lifecycle is expired"""
+    return ctx.lifecycle is not None and ctx.lifecycle.state == LIFECYCLE_EXPIRED
+
+
+def turn_state_names(order: Sequence[str]) -> list[str]:
+    """``awaiting_<participant>`` per participant, made unique and free of dots (state-name rules)."""
+    names: list[str] = []
+    for p in order:
+        base = "awaiting_" + (p.replace(".", "_") or "_")
+        name, k = base, 2
+        while name in names or name in (TURNS_CLOSED, TURNS_EXPIRED):
+            name, k = f"{base}_{k}", k + 1
+        names.append(name)
+    return names
+
+
+def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "discussion_turns") -> StateGraph:
+    """The round-robin turn rule for ``order`` (creator first): after ``order[i]`` speaks,
+    ``order[(i + 1) % N]`` is expected; with ``max_texts`` the turns end at exactly that many texts."""
+    order = list(order)
+    if len(order) < 2:
+        raise ValueError(f"a discussion turn graph needs at least 2 participants, got {order}")
+    states = turn_state_names(order)
+    cap = f"; closes at exactly {max_texts} texts" if max_texts is not None else ""
+    g = StateGraph(name, context=ChannelContext,
+                   description=f"Discussion turns (round robin): {' -> '.join(order)} -> {order[0]} ...{cap}")
+    for p, s in zip(order, states):
+        g.state(s, None, f"{p} speaks next")
+    g.final(TURNS_CLOSED, "channel closed or max_texts reached", reason="closed")
+    g.final(TURNS_EXPIRED, "channel expired", reason="ttl")
+    for i, s in enumerate(states):
+        if max_texts is not None:
+            g.edge(s, TURNS_CLOSED, when=reaches_cap, label="text")
+        g.edge(s, TURNS_CLOSED, when=channel_closed, label="close")
+        g.edge(s, TURNS_EXPIRED, when=channel_expired, label="expire")
+        g.edge(s, states[(i + 1) % len(states)], label="text")
+    return g
+
+
+# ---- gallery factories (zero-argument) ----
+def example_lifecycle_graph() -> StateGraph:
+    """The discussion channel lifecycle, for the graphs/ gallery."""
+    return lifecycle_graph()
+
+
+def example_turn_graph() -> StateGraph:
+    """The reference's alice/bob/carol turn rule, for the graphs/ gallery."""
+    return turn_graph(["alice", "bob", "carol"])

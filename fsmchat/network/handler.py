@@ -1,0 +1,219 @@
+"""The default participant handler: ack invites, and take a turn only when the hub says it is ours.
+
+Every participant receives every text; its handler probes ``hub.can_send(channel, me)`` and calls
+its model only on its own turn (once per turn), so a round-robin discussion of N agents makes
+exactly one model call per text. The model sees the windowed view (``view.py``); an empty or
+failed reply becomes a turn-failure event instead of a silent stall.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..models import Message
+from ..speakers.agent import Agent, Turn
+from ..speakers.llm import CallStats
+from .errors import ProtocolError
+from .events import EV_CHANNEL_INVITE, EV_TEXT, Envelope
+from .view import WindowedSummary, texts_of, window_size
+
+if TYPE_CHECKING:
+    from .hub import HubClient
+
+CLOSE_TOOL_NAME = "close_channel"
+CLOSE_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": CLOSE_TOOL_NAME,
+        "description": "Close this discussion channel for every participant. Call it when the discussion has "
+                       "reached its goal or should not go on.",
+        "parameters": {
+            "type": "object",
+            "properties": {"reason": {"type": "string", "description": "Why the discussion ends, in a few words."}},
+            "required": ["reason"],
+        },
+    },
+}
+
+
+@dataclass
+class TurnStats:
+    """Counts of the default handlers (per channel on the hub, per participant on its client)."""
+
+    texts: int = 0  # accepted texts (the hub's count for a channel; a client's own for a client)
+    deliveries: int = 0  # texts delivered to default handlers
+    skipped_deliveries: int = 0  # deliveries that were not the receiver's turn: no model call
+    model_calls: int = 0
+    replies: int = 0  # model replies accepted as texts
+    wasted_calls: int = 0  # model calls whose reply the channel no longer took (closed/expired meanwhile)
+    turn_failures: int = 0  # empty or failed replies
+    rejected_sends: int = 0
+
+    def copy(self) -> "TurnStats":
+        return TurnStats(**{f.name: getattr(self, f.name) for f in fields(self)})
+
+
+@dataclass
+class ReplyOutcome:
+    """What one model call produced: a text (maybe empty) and, if the close tool was called, a reason."""
+
+    text: str
+    close_reason: str | None = None
+
+
+def instruction_for(me: str, order: list[str], can_close: bool) -> str:
+    others = [p for p in order if p != me]
+    text = (f"You are {me} in a round-robin discussion with {', '.join(others)} (speaking order: "
+            f"{' -> '.join(order)}). The discussion so far is above. It is your turn: reply with your next "
+            "contribution only, without a name label.")
+    if can_close:
+        text += (f" If the discussion has reached its goal, call the {CLOSE_TOOL_NAME} tool with a short reason "
+                 "to close the channel for everyone.")
+    return text
+
+
+def framing(channel_id: str, order: list[str]) -> str:
+    """The channel's context line (a system message after the agent's own system prompt)."""
+    return (f"Discussion channel '{channel_id}': {', '.join(order[:-1])} and {order[-1]} take turns in this "
+            "order on the topic of its first text. Texts are labelled [name]: ...; texts older than the "
+            "recent window are folded into one [summary] line.")
+
+
+def build_turn(me: str, order: list[str], log: list[Envelope], *, channel_id: str, turn: int,
+               stats: CallStats | None, can_close: bool) -> Turn:
+    """The request for ``me``'s turn: a channel framing (system), the windowed view (one user
+    message), then the instruction.
+
+    Callables get the same ``Turn``: ``turn.history[-1]["content"]`` is the view,
+    ``turn.transcript`` the windowed texts as messages, and ``turn.variables`` holds ``channel_id``,
+    ``participants``, ``turn``, ``view`` (lines) and, when the close tool is offered,
+    ``close_channel(reason)`` (installed by ``call_speaker``).
+    """
+    texts = texts_of(log)
+    window = WindowedSummary(window_size(len(order)))
+    lines = window.lines(texts)
+    recent = texts[-window.recent_n:]
+    variables: dict[str, Any] = {"channel_id": channel_id, "participants": list(order), "turn": turn,
+                                 "view": lines}
+    history = [{"role": "system", "content": framing(channel_id, order)},
+               {"role": "user", "content": "\n".join(lines)}]
+    return Turn(me, [Message(role=s, content=t) for s, t in recent], instruction_for(me, order, can_close),
+                stats=stats, variables=variables, history=history)
+
+
+def _tool_calls(message: Any) -> list[Any]:
+    calls = getattr(message, "tool_calls", None)
+    if calls is None and isinstance(message, dict):
+        calls = message.get("tool_calls")
+    return list(calls or [])
+
+
+def _call_name_args(call: Any) -> tuple[str, str]:
+    fn = getattr(call, "function", None)
+    if fn is None and isinstance(call, dict):
+        fn = call.get("function") or {}
+    name = getattr(fn, "name", None) if not isinstance(fn, dict) else fn.get("name")
+    args = getattr(fn, "arguments", None) if not isinstance(fn, dict) else fn.get("arguments")
+    return str(name or ""), args if isinstance(args, str) else json.dumps(args or {})
+
+
+def parse_close(message: Any) -> str | None:
+    """The reason of a ``close_channel`` tool call in a model message, else None."""
+    for call in _tool_calls(message):
+        name, raw = _call_name_args(call)
+        if name != CLOSE_TOOL_NAME:
+            continue
+        try:
+            args = json.loads(raw) if raw else {}
+        except ValueError:
+            args = {}
+        reason = str(args.get("reason") or "").strip() if isinstance(args, dict) else ""
+        return reason or "closed by agent"
+    return None
+
+
+async def call_speaker(speaker: Any, turn: Turn, close_tool: bool) -> ReplyOutcome:
+    """One model call through the speaker layer. An ``Agent`` offered the close tool is called with
+    ``tools=[CLOSE_TOOL]`` (through the same litellm path as ``Agent.reply``); a callable closes by
+    calling ``turn.variables["close_channel"](reason)``."""
+    closed: list[str] = []
+    if close_tool:
+        turn.variables[CLOSE_TOOL_NAME] = lambda reason="closed by agent": closed.append(str(reason))
+    if close_tool and isinstance(speaker, Agent):
+        from ..speakers import llm
+
+        response = await llm.acomplete(speaker.model, turn.request_messages(speaker.system_prompt),
+                                       agent=speaker.name, kwargs=speaker.litellm_kwargs, timeout=speaker.timeout,
+                                       num_retries=speaker.num_retries, stats=turn.stats,
+                                       tools=[CLOSE_TOOL], tool_choice="auto")
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise ValueError("the model response has no choices")
+        message = choices[0].message
+        return ReplyOutcome((getattr(message, "content", None) or "").strip(), parse_close(message))
+    text = await speaker.reply(turn)
+    return ReplyOutcome((text or "").strip(), closed[0] if closed else None)
+
+
+class DefaultHandler:
+    """Acks (or rejects) invites; on a text, takes its turn if ``can_send`` says so, at most once per turn.
+
+    ``accept_invites``: True, False, or ``fn(envelope) -> bool``. ``close_tool``: offer the model a
+    ``close_channel(reason)`` tool (the reference's agent-side close).
+    """
+
+    def __init__(self, accept_invites: bool | Callable[[Envelope], bool] = True, close_tool: bool = False):
+        self.accept_invites = accept_invites
+        self.close_tool = close_tool
+        self._attempted: dict[str, int] = {}  # channel -> turn_count of our last attempt
+
+    async def __call__(self, client: "HubClient", envelope: Envelope) -> None:
+        if envelope.event_type == EV_CHANNEL_INVITE:
+            ok = self.accept_invites(envelope) if callable(self.accept_invites) else bool(self.accept_invites)
+            channel = client.channel(envelope.channel_id)
+            await (channel.ack() if ok else channel.reject())
+        elif envelope.event_type == EV_TEXT:
+            await self.on_text(client, envelope)
+
+    async def on_text(self, client: "HubClient", envelope: Envelope) -> None:
+        hub, cid, me = client.hub, envelope.channel_id, client.agent_id
+        if client.speaker is None:
+            return
+        hub._count(cid, me, "deliveries")
+        turn_no = hub.adapter_state(cid).turn_count
+        if not hub.can_send(cid, me) or self._attempted.get(cid) == turn_no:
+            hub._count(cid, me, "skipped_deliveries")
+            hub._notify_kind("skipped", cid, me, envelope=envelope)
+            return
+        self._attempted[cid] = turn_no
+        channel = client.channel(cid)
+        turn = build_turn(me, hub.adapter_state(cid).participant_order, hub.read_log(cid), channel_id=cid,
+                          turn=turn_no, stats=hub._call_stats(cid), can_close=self.close_tool)
+        hub._count(cid, me, "model_calls")
+        hub._notify_kind("model_call", cid, me, data={"turn": turn_no})
+        task = asyncio.create_task(call_speaker(client.speaker, turn, self.close_tool),
+                                   name=f"fsmchat-turn-{cid}-{me}")
+        try:
+            outcome = await hub._track_turn(cid, task)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the model call failed: report it, never stall silently
+            hub._turn_failed(cid, me, f"{type(exc).__name__}: {exc}", turn_no)
+            return
+        if outcome is None:  # the channel ended while the model was thinking; the call was cancelled
+            hub._count(cid, me, "wasted_calls")
+            hub._notify_kind("wasted_call", cid, me, data={"turn": turn_no, "why": "cancelled"})
+            return
+        if outcome.text:
+            try:
+                await channel.send(outcome.text)
+                hub._count(cid, me, "replies")
+            except ProtocolError as exc:
+                hub._count(cid, me, "wasted_calls")
+                hub._notify_kind("wasted_call", cid, me, error=exc, data={"turn": turn_no})
+        elif outcome.close_reason is None:
+            hub._turn_failed(cid, me, "empty reply", turn_no)
+        if outcome.close_reason is not None:
+            await channel.close(outcome.close_reason)

@@ -1,0 +1,61 @@
+"""What a participant's model sees of a channel: a window of recent texts, older ones folded."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .events import EV_TEXT, Envelope
+
+SUMMARY_PREFIX = "[summary]"
+
+
+def window_size(n_participants: int) -> int:
+    """The reference's ``WindowedSummary(recent_n=N*2)``, at least 4."""
+    return max(2 * n_participants, 4)
+
+
+def label(sender: str, text: str) -> str:
+    return f"[{sender}]: {text}"
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= limit else one_line[: limit - 1].rstrip() + "…"
+
+
+def summary_line(older: Sequence[tuple[str, str]]) -> str:
+    """One line standing for every text older than the window: how many, by whom, how it opened."""
+    counts = Counter(s for s, _ in older)
+    who = ", ".join(f"{s} {n}" for s, n in counts.items())
+    first_sender, first_text = older[0]
+    noun = "text" if len(older) == 1 else "texts"
+    return (f"{SUMMARY_PREFIX} {len(older)} earlier {noun} ({who}); "
+            f"it opened with {label(first_sender, _clip(first_text))}")
+
+
+@dataclass(frozen=True)
+class WindowedSummary:
+    """The last ``recent_n`` texts labelled ``[name]: text``; anything older folded into one line."""
+
+    recent_n: int
+
+    def lines(self, texts: Sequence[tuple[str, str]]) -> list[str]:
+        texts = list(texts)
+        older, recent = texts[: max(0, len(texts) - self.recent_n)], texts[-self.recent_n:] if self.recent_n else []
+        out = [summary_line(older)] if older else []
+        out.extend(label(s, t) for s, t in recent)
+        return out
+
+    def render(self, texts: Sequence[tuple[str, str]]) -> str:
+        return "\n".join(self.lines(texts))
+
+
+def texts_of(log: Iterable[Envelope]) -> list[tuple[str, str]]:
+    """(sender, text) of every text envelope, in order."""
+    return [(e.sender, e.text or "") for e in log if e.event_type == EV_TEXT]
+
+
+def windowed_view(log: Iterable[Envelope], n_participants: int) -> list[str]:
+    """The default view of a discussion channel: ``max(2N, 4)`` labelled texts plus a summary line."""
+    return WindowedSummary(window_size(n_participants)).lines(texts_of(log))
