@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _flow_common import report, task  # noqa: E402
+from _common import report  # noqa: E402
 
 from fsmchat import Agent, AgentFlow, Discussion, loop  # noqa: E402
 
@@ -16,4 +16,4 @@ def build() -> AgentFlow:
 
 
 if __name__ == "__main__":
-    report(build(), task("Refine each draft"))
+    report(build(), "Refine each draft")

@@ -4,9 +4,13 @@ and the `one_on_one_debate` function (an optimist and a skeptic, replies only).
 Runs offline by default (fsmchat's simulated model); `fsmchat run examples/one_on_one_debate.py
 --model gpt-4o-mini` (or FSMCHAT_MODEL=...) uses a real model through litellm.
 """
-import os
+import sys
+from pathlib import Path
 
-from fsmchat import Agent
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import show  # noqa: E402
+
+from fsmchat import Agent  # noqa: E402
 from fsmchat.patterns.debate import OneOnOneDebate, one_on_one_debate
 
 TASK = "Is artificial intelligence consciousness possible?"
@@ -22,13 +26,8 @@ def build() -> OneOnOneDebate:
 
 
 def main() -> None:
-    debate = build()
-    result = debate.execute(os.environ.get("FSMCHAT_TASK", TASK))
-    if result.error is not None:
-        raise result.error
-    print(result.output)
-    print(f"\n-- stopped: {result.stop_reason} after {len(result.transcript)} messages, "
-          f"{result.calls} model calls; path: {' -> '.join(result.path)}\n")
+    show(build(), TASK)
+    print()
 
     optimist = Agent(agent_name="Optimist", system_prompt="You are an optimist about open-weight AI models.")
     skeptic = Agent(agent_name="Skeptic", system_prompt="You are a skeptic about open-weight AI models.")

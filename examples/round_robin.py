@@ -3,9 +3,13 @@
 Runs offline by default (fsmchat's simulated model); `fsmchat run examples/round_robin.py
 --model gpt-4o-mini` (or FSMCHAT_MODEL=...) uses a real model through litellm.
 """
-import os
+import sys
+from pathlib import Path
 
-from fsmchat import Agent
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import show  # noqa: E402
+
+from fsmchat import Agent  # noqa: E402
 from fsmchat.patterns.round_robin import RoundRobinSwarm
 
 TASK = "How should we approach building a new AI product?"
@@ -24,13 +28,7 @@ def build() -> RoundRobinSwarm:
 
 
 def main() -> None:
-    swarm = build()
-    result = swarm.execute(os.environ.get("FSMCHAT_TASK", TASK))
-    if result.error is not None:
-        raise result.error
-    print(result.output)
-    print(f"\n-- stopped: {result.stop_reason} after {len(result.transcript)} messages, "
-          f"{result.calls} model calls; path: {' -> '.join(result.path)}")
+    show(build(), TASK)
 
 
 if __name__ == "__main__":
