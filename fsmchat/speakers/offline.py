@@ -113,7 +113,10 @@ class OfflineModel(CustomLLM):
         digest = hashlib.sha256(json.dumps([seed, agent, system, messages], sort_keys=True, default=str)
                                 .encode()).digest()
         rng = random.Random(digest)
-        last = _text(convo[-1]["content"]) if convo else _text(messages[-1].get("content"))
+        # the latest thing said to this agent: the last turn of the conversation, unless that is its
+        # own reply (private-memory patterns: debates, panels), then the prompt it was just given
+        own_last = not convo or convo[-1].get("role") == "assistant"
+        last = _text(messages[-1].get("content")) if own_last else _text(convo[-1]["content"])
         prev, _, last_text = last.partition(": ") if re.match(r"^[\w\-. ]{1,40}: ", last) else ("", "", last)
         task = next((_text(m["content"]) for m in convo if m.get("role") == "user"), last_text)
         names = {w.lower() for m in convo for w in re.findall(r"^([\w\-.]{1,40}): ", _text(m.get("content")))}
