@@ -81,6 +81,7 @@ class SqliteCheckpointer:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(self.SCHEMA)
         self._seq: dict[str, tuple[int, int]] = {}  # run -> (events, messages) committed
+        self._last_state: dict[str, str] = {}  # run -> last snapshot written (skip unchanged ones)
 
     def start(self, run_id: str, meta: dict[str, Any]) -> None:
         now = time.time()
@@ -106,9 +107,10 @@ class SqliteCheckpointer:
                     db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
                                    [(run_id, nm + i, m.role, m.content, _dumps(m.metadata))
                                     for i, m in enumerate(messages)])
-                if state is not None:
-                    db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, ne, _dumps(state)))
-                db.execute("UPDATE runs SET updated=? WHERE run_id=?", (time.time(), run_id))
+                text = _dumps(state) if state is not None else None
+                if text is not None and text != self._last_state.get(run_id):
+                    db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, ne, text))
+                    self._last_state[run_id] = text
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -117,6 +119,7 @@ class SqliteCheckpointer:
 
     def finish(self, run_id: str, stop_reason: str) -> None:
         with self._lock:
+            self._last_state.pop(run_id, None)
             self._db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
 
     def load(self, run_id: str) -> Saved:

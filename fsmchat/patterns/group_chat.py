@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..graph.state_graph import StateGraph
 from ..models import check_output_type
-from ..speakers.agent import Agent, check_roster
+from ..speakers.agent import Agent, Turn, check_roster
 from ..speakers.respond import BidOutcome
 from .base import ChatContext, Pattern
 
@@ -75,11 +75,9 @@ async def collect_bids(ctx: ChatContext) -> dict[str, float]:
     if window is not None and len(rows) > window + 1:
         rows = rows[:1] + rows[-window:]  # the task, then the last `window` messages
 
-    def turn(s: Any):
+    def turn(s: Any) -> Turn:  # every bidder shares one view of the rows (no copy per bid)
         others = [n for n in names if n != s.name]
-        t = ctx.turn_for(s, bid_instruction(s.name, others, last.role, last.content), kind="bid")
-        t.transcript = rows
-        return t
+        return Turn(s.name, rows, bid_instruction(s.name, others, last.role, last.content), "bid", ctx.stats)
 
     bids: list[BidOutcome] = list(await asyncio.gather(*(s.bid(turn(s)) for s in ctx.speakers)))
     ctx.scratch["bids"] = bids

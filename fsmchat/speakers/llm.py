@@ -155,10 +155,12 @@ class CallStats:
                 self.usage[k] += v
                 got[k] = v
         cost = None
-        try:
-            cost = float(get_litellm().completion_cost(completion_response=response))
-        except Exception:
-            cost = None
+        provider = str(getattr(response, "model", "") or "")
+        if not provider.startswith(("fsmchat-", "offline")) and provider not in ("", "scripted"):
+            try:  # litellm's price for known models (fsmchat's own providers cost nothing)
+                cost = float(get_litellm().completion_cost(completion_response=response))
+            except Exception:
+                cost = None
         if not cost and self.price is not None:
             cost = (got.get("prompt_tokens", 0) * self.price[0] + got.get("completion_tokens", 0) * self.price[1]) / 1000
         self.cost_usd += cost or 0.0

@@ -1,0 +1,82 @@
+"""The benchmark suite (issue 9): every target's script, one after the other (each in its own
+interpreter, so one's imports and heap never weigh on the next), then the summary table built
+from ``bench/results/*.json``.
+
+    .venv/bin/python bench/run_all.py [--quick] [--write] [--only engine_overhead,scale,...]
+
+``--write`` rewrites each script's marked sections of docs/benchmarks.md, its results file, and
+the ``summary`` section. With ``--summary-only`` it just rebuilds the summary from the results
+files. A full run takes ~15 minutes on the 2-core VM (scale's 10,000-chat runs are most of it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+from common import PY, RESULTS, ROOT, write_doc
+
+SCRIPTS = ["engine_overhead", "durable_overhead", "fanout", "scale", "cold_start", "tokens", "whatif"]
+
+
+def fmt(v: object) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v}"
+
+
+def summary() -> str:
+    lines = ["| target | measure | fsmchat | floor | LangGraph | notes | goal | status | reproduce |",
+             "|---|---|---:|---:|---:|---|---|---|---|"]
+    dates = set()
+    for name in SCRIPTS:
+        if name == "whatif":
+            continue
+        f = RESULTS / f"{name}.json"
+        if not f.exists():
+            lines.append(f"| {name} | not run yet | | | | | | | `.venv/bin/python bench/{name}.py --write` |")
+            continue
+        data = json.loads(f.read_text())
+        dates.add(data["date"])
+        for r in data["rows"]:
+            ok = r.get("ok")
+            st = "n/a" if ok is None else ("met" if ok else "**missed**")
+            lines.append(f"| {r['target']} | {r['measure']} | {fmt(r.get('fsmchat'))} | {fmt(r.get('floor'))} | "
+                         f"{fmt(r.get('langgraph'))} | {r.get('ratio') or ''} | {r.get('goal') or ''} | {st} | "
+                         f"`{r['command']}` |")
+    lines += ["", "Row 7 (calls-per-step regression budget) is a test, not a timing: `.venv/bin/python -m pytest "
+              "tests/test_perf_budget.py`.", f"Results dated {', '.join(sorted(dates)) or '-'}; each row's section "
+              "below has the machine line and the method."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated script names (default: all)")
+    ap.add_argument("--summary-only", action="store_true")
+    args = ap.parse_args()
+    names = [n for n in (args.only.split(",") if args.only else SCRIPTS) if n]
+    failed = []
+    if not args.summary_only:
+        for name in names:
+            cmd = [PY, str(ROOT / "bench" / f"{name}.py")] + (["--quick"] if args.quick else []) + \
+                  (["--write"] if args.write else [])
+            print(f"\n==== {name} ====", flush=True)
+            t0 = time.perf_counter()
+            rc = subprocess.run(cmd, cwd=ROOT).returncode
+            print(f"==== {name}: exit {rc} in {time.perf_counter() - t0:.0f} s", flush=True)
+            if rc:
+                failed.append(name)
+    text = summary()
+    print("\n" + text)
+    if args.write:
+        write_doc({"summary": text})
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

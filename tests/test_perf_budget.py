@@ -1,0 +1,126 @@
+"""Calls-per-step budgets: overhead must not creep back unnoticed (issue 9, target 7).
+
+Not a timing: cProfile counts the Python function calls (and builtins) the engine makes, which is
+deterministic for instant agents (no await ever suspends, so the event loop adds nothing) and
+does not depend on the machine's speed or load. The per-step number is the marginal count,
+``(calls at 2T - calls at T) / T``, so the run's fixed cost (compiling is cached, start-up,
+result) does not blur it; the fixed part has its own, looser budget.
+
+If a change legitimately needs more calls, raise the budget in the same commit and say why; if
+it saves calls, lower it (keep ~15% headroom over the measured number, printed on failure).
+Measured when committed: engine 69 calls/step, 12 per run; GroupChat 538 calls/bidding turn (3
+callable agents).
+"""
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import pstats
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from fsmchat import Bid, GroupChat
+from fsmchat.engine import run_graph
+from fsmchat.graph import StateGraph
+
+ENGINE_CALLS_PER_STEP = 45  # measured 39 (69 before the lean Transition/Event classes)
+ENGINE_CALLS_PER_RUN = 50  # measured 12 (fixed part: start, stop, result)
+GROUP_CHAT_CALLS_PER_TURN = 475  # measured 412 (538 before); 3 agents: gather, bids, select, post, 4 steps
+
+NAMES = ("A", "B", "C")
+
+
+@dataclass
+class Ctx:
+    T: int
+    t: int = 0
+    rows: list[tuple[str, int]] = field(default_factory=list)
+
+
+def make_agent(name: str) -> Callable[[Ctx], Any]:
+    async def agent(ctx: Ctx) -> str:
+        """an instant agent: posts one row"""
+        ctx.rows.append((name, ctx.t))
+        ctx.t += 1
+        return name
+    return agent
+
+
+def more(ctx: Ctx) -> bool:
+    return ctx.t < ctx.T
+
+
+def round_robin() -> StateGraph:
+    """A -> B -> C -> A while ``more``, else -> stop (the engine-overhead benchmark's graph)."""
+    g = StateGraph("round_robin_budget")
+    for name in NAMES:
+        g.state(name, make_agent(name))
+    g.final("stop")
+    for i, name in enumerate(NAMES):
+        g.edge(name, NAMES[(i + 1) % len(NAMES)], when=more, label="more")
+        g.edge(name, "stop", label="turns")
+    return g
+
+
+def engine_calls(g: StateGraph, T: int) -> int:
+    async def go() -> int:
+        ctx = Ctx(T)
+        prof = cProfile.Profile()
+        prof.enable()
+        res = await run_graph(g, ctx)
+        prof.disable()
+        assert res.stop_reason == "turns" and len(ctx.rows) == T, (res.stop_reason, res.error)
+        return pstats.Stats(prof).total_calls  # type: ignore[attr-defined]
+    return asyncio.run(go())
+
+
+def test_engine_calls_per_step_within_budget() -> None:
+    g = round_robin()
+    engine_calls(g, 3)  # compile once (cached on the graph)
+    T = 300
+    a, b = engine_calls(g, T), engine_calls(g, 2 * T)
+    per_step = (b - a) / T
+    fixed = a - per_step * T
+    assert per_step <= ENGINE_CALLS_PER_STEP, (
+        f"the engine makes {per_step:.1f} Python calls per step, over the budget of {ENGINE_CALLS_PER_STEP} "
+        f"(cProfile, round robin of 3 instant agents, {T} and {2 * T} steps: {a} and {b} calls). Find the new "
+        "calls with bench/engine_overhead.py's profile, or raise the budget here with a reason.")
+    assert fixed <= ENGINE_CALLS_PER_RUN, (
+        f"a run costs {fixed:.0f} Python calls besides its steps, over the budget of {ENGINE_CALLS_PER_RUN}")
+
+
+def test_engine_call_count_is_deterministic() -> None:
+    g = round_robin()
+    engine_calls(g, 3)
+    assert engine_calls(g, 100) == engine_calls(g, 100)
+
+
+def bidder(name: str) -> Callable[[Any], Bid]:
+    def agent(turn: Any) -> Bid:
+        return Bid(0.9, f"{name} speaks")
+    agent.__name__ = name
+    return agent
+
+
+def group_chat_calls(max_loops: int) -> int:
+    chat = GroupChat(agents=[bidder(n) for n in NAMES], max_loops=max_loops)
+    chat.graph  # compile outside the count
+
+    async def go() -> int:
+        prof = cProfile.Profile()
+        prof.enable()
+        res = await chat.aexecute("Plan the launch.")
+        prof.disable()
+        assert res.stop_reason == "max_loops" and len(res.transcript) == max_loops, (res.stop_reason, res.error)
+        return pstats.Stats(prof).total_calls  # type: ignore[attr-defined]
+    return asyncio.run(go())
+
+
+def test_group_chat_calls_per_turn_within_budget() -> None:
+    group_chat_calls(3)
+    a, b = group_chat_calls(11), group_chat_calls(21)
+    per_turn = (b - a) / 10
+    assert per_turn <= GROUP_CHAT_CALLS_PER_TURN, (
+        f"a GroupChat bidding turn (3 callable agents) makes {per_turn:.1f} Python calls, over the budget of "
+        f"{GROUP_CHAT_CALLS_PER_TURN} (cProfile; 10 and 20 turns: {a} and {b} calls). Profile "
+        "bench/scale.py to find them, or raise the budget here with a reason.")
