@@ -18,7 +18,7 @@ import time
 
 from common import PY, RESULTS, ROOT, write_doc
 
-SCRIPTS = ["engine_overhead", "durable_overhead", "fanout", "scale", "cold_start", "tokens", "whatif"]
+SCRIPTS = ["engine_overhead", "durable_overhead", "fanout", "scale", "cold_start", "tokens", "ray_batch", "whatif"]
 
 
 def fmt(v: object) -> str:

@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "StateGraph": "graph",
     "run": "engine", "run_graph": "engine", "run_sync": "engine",
     "SqliteCheckpointer": "checkpoint", "MemoryCheckpointer": "checkpoint", "resume": "checkpoint",
-    "Limits": "limits",
+    "Limits": "limits", "from_config": "config",
     # layer 5: speakers
     "Agent": "speakers", "Turn": "speakers", "RESPOND_TOOL": "speakers",
     # layer 6: patterns
@@ -61,6 +61,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .checkpoint import MemoryCheckpointer, SqliteCheckpointer, resume
+    from .config import from_config
     from .engine import run, run_graph, run_sync
     from .errors import FsmchatError, GraphError, ModelCallError, NoTransitionError, RenderError, result_of
     from .flow import AgentFlow, Discussion, Flow, StepResult, Task, if_, loop, parallel, repeat, route, when

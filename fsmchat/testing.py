@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import fnmatch
 import itertools
 import json
@@ -149,15 +150,31 @@ class ScriptedModel:
     """
 
     def __init__(self, scripts: dict[str, Sequence[Any]] | None = None,
-                 fn: Callable[[Request], Any] | None = None, name: str = "scripted"):
+                 fn: Callable[[Request], Any] | None = None, name: str = "scripted", *, id: str | None = None):
         _Provider.install()
-        self.id = f"{name}-{next(_ids)}"
+        self.id = id or f"{name}-{next(_ids)}"
         self.model = f"{SCRIPTED_PROVIDER}/{self.id}"
         self.scripts = {k: list(v) for k, v in (scripts or {}).items()}
         self.fn = fn
         self.requests: list[Request] = []
         self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}  # calls per agent: O(1) per request, not a scan of every request
         _Provider._instances[self.id] = self
+
+    def to_config(self) -> Any:
+        """This model as data (``fsmchat.config.ScriptedModelSpec``): scripts, and ``fn`` by import
+        path, so a Ray worker can rebuild it under the same id (agents name it by that id)."""
+        from .config import scripted_model_spec
+
+        return scripted_model_spec(self)
+
+    @staticmethod
+    def from_config(spec: Any) -> "ScriptedModel":
+        """Rebuild (or find, in this process) the model ``to_config`` described."""
+        from .config import ScriptedModelSpec, build_scripted_model
+
+        return build_scripted_model(spec if isinstance(spec, ScriptedModelSpec)
+                                    else ScriptedModelSpec.model_validate(spec))
 
     def close(self) -> None:
         """Unregister this model (its agents' calls then fail loudly)."""
@@ -185,7 +202,9 @@ class ScriptedModel:
                       litellm_params: dict[str, Any]) -> Any:
         agent = str((litellm_params.get("metadata") or {}).get("fsmchat_agent", "?"))
         with self._lock:
-            n = self.calls(agent) + 1
+            if sum(self._counts.values()) != len(self.requests):  # the list was changed from outside: recount
+                self._counts = dict(collections.Counter(r.agent for r in self.requests))
+            n = self._counts[agent] = self._counts.get(agent, 0) + 1
             req = Request(agent, n, model, messages, params.get("tools"), params.get("tool_choice"),
                           params.get("response_format"),
                           {k: v for k, v in params.items() if k not in ("tools", "tool_choice", "response_format")})
@@ -282,8 +301,8 @@ def assert_calls(model: ScriptedModel, n: int, agent: str | None = None) -> None
 class FunctionModel(ScriptedModel):
     """A scripted model whose every answer is computed from the request: ``fn(Request) -> item``."""
 
-    def __init__(self, fn: Callable[[Request], Any], name: str = "function"):
-        super().__init__(None, fn=fn, name=name)
+    def __init__(self, fn: Callable[[Request], Any], name: str = "function", *, id: str | None = None):
+        super().__init__(None, fn=fn, name=name, id=id)
 
 
 # ---- matchers for trace and id comparisons ----

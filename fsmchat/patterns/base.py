@@ -370,9 +370,29 @@ class Pattern(ABC):
 
         return list(await asyncio.gather(*(one(t) for t in tasks)))
 
-    def run_batch(self, tasks: Sequence[str], max_concurrency: int = 16) -> list[Any]:
-        """One independent run per task, run concurrently (bounded); results in task order."""
-        return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency))
+    def run_batch(self, tasks: Sequence[str], max_concurrency: int = 16, *, executor: str = "local",
+                  address: str | None = None, max_concurrency_per_worker: int | None = None,
+                  checkpoint_dir: Any = None, **options: Any) -> list[Any]:
+        """One independent run per task, run concurrently (bounded); results in task order.
+
+        ``executor="ray"`` shards the tasks over Ray workers (``address=None`` starts a local Ray,
+        ``"auto"``/``"ray://host:10001"`` joins a cluster), each running ``max_concurrency_per_worker``
+        at once; a failed task's slot holds a ``TaskFailure`` instead of losing the batch. With
+        ``checkpoint_dir`` every run is checkpointed and a re-run skips the finished ones. More
+        options (``workers``, ``progress``, ...): ``fsmchat.distributed.execute_batch``."""
+        if executor == "local" and checkpoint_dir is None and address is None and not options:
+            return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency))
+        from ..distributed import run_batch
+
+        return run_batch(self, tasks, executor=executor, address=address, checkpoint_dir=checkpoint_dir,
+                         max_concurrency_per_worker=max_concurrency_per_worker or max_concurrency, **options)
+
+    def to_config(self) -> Any:
+        """This pattern as a JSON-able pydantic model (``fsmchat.config``); ``from_config`` rebuilds it.
+        Secrets are left out; a lambda or closure anywhere raises ``TypeError``."""
+        from ..config import to_config
+
+        return to_config(self)
 
     async def stream(self, task: str) -> AsyncIterator[TraceEvent | Message | RunResult]:
         """Yield trace events and posted messages as they happen, then the final ``RunResult``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
@@ -112,12 +113,21 @@ class Agent(BaseModel):
             return silent(f"model call failed: {exc}")
 
 
-_SECRET_WORDS = ("key", "token", "secret", "password", "authorization", "credential")
+_SECRET_PARTS = {"key", "apikey", "token", "secret", "password", "passwd", "authorization", "auth", "credential",
+                 "credentials", "cookie", "bearer"}
+
+
+_TOKEN_COUNT = re.compile(r"^(max|min|budget|num|total|prompt|completion|reasoning)(_[a-z]+)*_tokens$")
 
 
 def is_secret(name: str) -> bool:
-    n = name.lower()
-    return any(w in n for w in _SECRET_WORDS)
+    """Whether a keyword names a secret: ``api_key``, ``x-api-key``, ``access_token``,
+    ``Authorization``... but not counts such as ``max_tokens``."""
+    lowered = name.lower()
+    parts = re.split(r"[_\-\s.]+", lowered)
+    if any(p in _SECRET_PARTS for p in parts) or lowered.endswith(("apikey", "api_key", "secret")):
+        return True
+    return "tokens" in parts and not _TOKEN_COUNT.match(lowered)  # api_tokens yes; max_tokens no
 
 
 def mask_secrets(value: Any) -> Any:
