@@ -12,7 +12,6 @@ command alike), median. Then
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -24,7 +23,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from common import PY, ROOT, finish, machine_line, median, status, version
+from common import PY, ROOT, cli_args, finish, machine_line, median, status, version
 
 FSMCHAT = str(Path(PY).parent / "fsmchat")
 RENDER_TARGET = "fsmchat.patterns.group_chat:example_graph"
@@ -166,10 +165,7 @@ def measure(quick: bool) -> tuple[str, list[dict[str, Any]]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="10 runs instead of 20, 3 importtime runs instead of 5")
-    ap.add_argument("--write", action="store_true", help="rewrite the marked section of docs/benchmarks.md")
-    args = ap.parse_args()
+    args = cli_args(__doc__, "10 runs instead of 20, 3 importtime runs instead of 5")
     text, rows = measure(args.quick)
     finish("cold_start", {"cold_start": text}, rows, args.write)
 

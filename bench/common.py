@@ -142,3 +142,44 @@ def shorten(text: str) -> str:
 
 def status(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "**missed**")
+
+
+def cli_args(doc: str | None, quick_help: str) -> Any:
+    """The two flags every bench script takes: ``--quick`` and ``--write``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--write", action="store_true", help="rewrite the marked section of docs/benchmarks.md")
+    return ap.parse_args()
+
+
+def instant_agents(names: Any, post: Callable[[Any, str, str], None]) -> list[Callable[[Any], Any]]:
+    """Target 1's instant agents: each calls ``post(ctx, name, text)`` and counts a turn."""
+    def make_agent(agent_name: str) -> Callable[[Any], Any]:
+        async def agent(ctx: Any) -> str:
+            """an instant agent: posts one message"""
+            text = f"{agent_name} says {ctx.t}"
+            post(ctx, agent_name, text)
+            ctx.t += 1
+            return text
+        return agent
+    return [make_agent(n) for n in names]
+
+
+def more(ctx: Any) -> bool:
+    return ctx.t < ctx.T
+
+
+def round_robin_graph(name: str, names: Any, agents: list[Callable[[Any], Any]]) -> Any:
+    """Target 1's workload as a StateGraph: one state per agent, ``[more]`` to the next, ``turns`` to stop."""
+    from fsmchat.graph import StateGraph
+
+    g = StateGraph(name)
+    for n, agent in zip(names, agents):
+        g.state(n, agent)
+    g.final("stop")
+    for i, n in enumerate(names):
+        g.edge(n, names[(i + 1) % len(names)], when=more, label="more")
+        g.edge(n, "stop", label="turns")
+    return g

@@ -24,7 +24,6 @@ transcript (its rows, deep-counted), for the target "peak within 2x of the trans
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import importlib.util
@@ -38,7 +37,8 @@ from time import perf_counter
 from typing import Any, Awaitable, Callable
 
 import engine_overhead as eo
-from common import deep_size, finish, machine_line, median, peak_traced, status, version
+from common import (cli_args, deep_size, finish, instant_agents, machine_line, median, more, peak_traced,
+                    round_robin_graph, status, version)
 from fsmchat.engine import run_graph
 from fsmchat.graph import StateGraph
 from fsmchat.models import Transcript
@@ -54,32 +54,11 @@ class Ctx:
     rows: list[Any] = field(default_factory=list)  # LangGraph's transcript (tuples)
 
 
-def make_agent(name: str) -> Callable[[Ctx], Awaitable[str]]:
-    async def agent(ctx: Ctx) -> str:
-        """an instant agent: posts one message"""
-        text = f"{name} says {ctx.t}"
-        ctx.transcript.post(name, text)
-        ctx.t += 1
-        return text
-    return agent
-
-
-def more(ctx: Ctx) -> bool:
-    return ctx.t < ctx.T
-
-
-AGENTS = [make_agent(n) for n in NAMES]
+AGENTS = instant_agents(NAMES, lambda ctx, name, text: ctx.transcript.post(name, text))
 
 
 def build_graph() -> StateGraph:
-    g = StateGraph("round_robin_durable")
-    for name, agent in zip(NAMES, AGENTS):
-        g.state(name, agent)
-    g.final("stop")
-    for i, name in enumerate(NAMES):
-        g.edge(name, NAMES[(i + 1) % len(NAMES)], when=more, label="more")
-        g.edge(name, "stop", label="turns")
-    return g
+    return round_robin_graph("round_robin_durable", NAMES, AGENTS)
 
 
 # ---- fsmchat (HOOK for the lead) ---------------------------------------------------------
@@ -339,10 +318,7 @@ def eo_engine_us(T: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="5 repetitions instead of 9")
-    ap.add_argument("--write", action="store_true", help="rewrite the marked section of docs/benchmarks.md")
-    args = ap.parse_args()
+    args = cli_args(__doc__, "5 repetitions instead of 9")
     text, rows = measure(5 if args.quick else 9)
     finish("durable_overhead", {"durable_overhead": text}, rows, args.write)
 

@@ -30,7 +30,7 @@ from typing import Any, Awaitable, Callable
 
 import transitions
 
-from common import finish, version
+from common import finish, instant_agents, more, round_robin_graph, version
 from fsmchat.engine import run_graph
 from fsmchat.graph import StateGraph
 
@@ -53,32 +53,11 @@ class Ctx:
     rows: list[tuple[str, str]] = field(default_factory=list)
 
 
-def make_agent(name: str) -> Callable[[Ctx], Awaitable[str]]:
-    async def agent(ctx: Ctx) -> str:
-        """an instant agent: posts one row"""
-        text = f"{name} says {ctx.t}"
-        ctx.rows.append((name, text))
-        ctx.t += 1
-        return text
-    return agent
-
-
-def more(ctx: Ctx) -> bool:
-    return ctx.t < ctx.T
-
-
-AGENTS = [make_agent(n) for n in NAMES]
+AGENTS = instant_agents(NAMES, lambda ctx, name, text: ctx.rows.append((name, text)))
 
 
 def build_graph() -> StateGraph:
-    g = StateGraph("round_robin")
-    for name, agent in zip(NAMES, AGENTS):
-        g.state(name, agent)
-    g.final("stop")
-    for i, name in enumerate(NAMES):
-        g.edge(name, NAMES[(i + 1) % len(NAMES)], when=more, label="more")
-        g.edge(name, "stop", label="turns")
-    return g
+    return round_robin_graph("round_robin", NAMES, AGENTS)
 
 
 async def engine(g: StateGraph, ctx: Ctx) -> None:

@@ -16,13 +16,12 @@ A turn is (run wall time) / (turns posted); CPU is ``process_time`` over the sam
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 from time import perf_counter, process_time
 from typing import Any, Callable
 
-from common import finish, machine_line, median, status, version
+from common import cli_args, finish, machine_line, median, status, version
 from floors import group_chat_floor, sleeping_agent
 from fsmchat import Bid, GroupChat
 
@@ -130,10 +129,7 @@ def measure(reps: int) -> tuple[str, list[dict[str, Any]]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="5 repetitions instead of 9")
-    ap.add_argument("--write", action="store_true", help="rewrite the marked section of docs/benchmarks.md")
-    args = ap.parse_args()
+    args = cli_args(__doc__, "5 repetitions instead of 9")
     text, rows = measure(5 if args.quick else 9)
     finish("fanout", {"fanout": text}, rows, args.write)
 

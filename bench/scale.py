@@ -20,7 +20,6 @@ Peak memory is the child's peak RSS (VmHWM) minus its RSS after imports and warm
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import cProfile
 import gc
@@ -33,7 +32,8 @@ from collections import defaultdict
 from time import perf_counter, process_time
 from typing import Any
 
-from common import child, finish, machine_line, median, peak_rss_kib, rss_kib, shorten, status, version
+from common import (child, cli_args, finish, machine_line, median, peak_rss_kib, rss_kib, shorten, status,
+                    version)
 from floors import batch_floor, sleeping_agent
 
 N, ROSTER = 3, ["Analyst", "Critic", "Writer"]
@@ -219,10 +219,7 @@ def main() -> None:
         kind, chats, latency, max_loops, profile = sys.argv[2:7]
         print(json.dumps(child_main(kind, int(chats), float(latency), int(max_loops), profile == "1")), flush=True)
         os._exit(0)  # skip tearing down a heap of 10,000 chats
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="1,000 idle chats instead of 10,000, 20 litellm chats")
-    ap.add_argument("--write", action="store_true", help="rewrite the marked section of docs/benchmarks.md")
-    args = ap.parse_args()
+    args = cli_args(__doc__, "1,000 idle chats instead of 10,000, 20 litellm chats")
     text, rows = measure(args.quick)
     finish("scale", {"scale": text}, rows, args.write)
 

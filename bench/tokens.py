@@ -22,12 +22,11 @@ the history is the task plus the last W messages. Any difference is an extra res
 """
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 from typing import Any
 
-from common import finish
+from common import cli_args, finish
 from fsmchat import Bid, GroupChat
 from fsmchat.speakers.respond import RESPOND_TOOL
 
@@ -168,10 +167,7 @@ def measure() -> tuple[str, list[dict[str, Any]]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="no effect (the counts are deterministic)")
-    ap.add_argument("--write", action="store_true", help="rewrite the marked section of docs/benchmarks.md")
-    args = ap.parse_args()
+    args = cli_args(__doc__, "no effect (the counts are deterministic)")
     text, rows = measure()
     finish("tokens", {"tokens": text}, rows, args.write)
 

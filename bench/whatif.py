@@ -21,7 +21,6 @@ process) and the 1,000-chat ``run_batch`` of scale.py (child processes, median o
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import json
@@ -32,7 +31,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from common import child, finish, machine_line, median
+from common import child, cli_args, finish, machine_line, median
 
 VARIANTS = ["current", "set-state", "gc", "set-state+gc"]
 
@@ -161,10 +160,7 @@ def main() -> None:
             print(json.dumps(scale_child(sys.argv[3])), flush=True)
             os._exit(0)
         return
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer engine repetitions")
-    ap.add_argument("--write", action="store_true", help="rewrite the marked section of docs/benchmarks.md")
-    args = ap.parse_args()
+    args = cli_args(__doc__, "fewer engine repetitions")
     text, rows = measure(args.quick)
     finish("whatif", {"whatif": text}, rows, args.write)
 
