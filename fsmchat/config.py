@@ -182,6 +182,7 @@ class GroupChatSpec(_PatternSpec):
     output_type: str = "str-all-except-first"
     auto_equip: bool = True
     verbose: bool = False
+    context_window: int | None = None
 
 
 class RoundRobinSpec(_PatternSpec):
@@ -500,7 +501,8 @@ def to_config(pattern: Any) -> Any:
                              agents=[w.participant(a, f"{who} agent") for a in pattern.agents],
                              max_loops=c.max_loops, threshold=c.threshold, recency_penalty=c.recency_penalty,
                              recency_window=c.recency_window, idle_timeout=c.idle_timeout, output_type=c.output_type,
-                             auto_equip=c.auto_equip, verbose=c.verbose, **common)
+                             auto_equip=c.auto_equip, verbose=c.verbose, context_window=c.context_window,
+                             **common)
     elif isinstance(pattern, RoundRobinSwarm):
         c = pattern.config
         spec = RoundRobinSpec(name=pattern.name, description=pattern.description,
@@ -580,7 +582,7 @@ def _build(spec: Any) -> Any:
             name=spec.name, description=spec.description, agents=[participant(a) for a in spec.agents],
             max_loops=spec.max_loops, threshold=spec.threshold, recency_penalty=spec.recency_penalty,
             recency_window=spec.recency_window, idle_timeout=spec.idle_timeout, output_type=spec.output_type,
-            auto_equip=spec.auto_equip, verbose=spec.verbose)
+            auto_equip=spec.auto_equip, verbose=spec.verbose, context_window=spec.context_window)
     if isinstance(spec, RoundRobinSpec):
         return _cls(spec, RoundRobinSwarm)(
             name=spec.name, description=spec.description, agents=[participant(a) for a in spec.agents],

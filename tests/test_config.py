@@ -304,3 +304,8 @@ def test_progress_bar_shows_done_failed_total(capsys):
     report = execute_batch(chat, ["a", "x", "b"], executor="local", checkpoint_dir=None, progress=True)
     err = capsys.readouterr().err
     assert report.failed == 1 and "3/3" in err and "failed 1" in err and "ETA" in err
+
+
+def test_group_chat_context_window_travels():
+    chat = GroupChat(agents=[Agent("a"), Agent("b")], context_window=3)
+    assert from_config(chat.to_config().model_dump_json()).config.context_window == 3
