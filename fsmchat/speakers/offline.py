@@ -24,7 +24,8 @@ about into over under more most less very just also such only own same too any e
 some argue argues weigh seek find focus focuses perspective view side sides role one short sentence answer
 agent agents speaker speakers previous next loop round turn response reply respond transcript conversation
 group groupchat participants participant opening close closing task original prior contribution concisely
-directly review build address add named latest message messages want score decide""".split())
+directly review build address add named latest message messages want score decide against between toward
+towards without within among across because since while""".split())
 
 _OPENERS = [
     "Building on {prev}'s point about {k1}, ",
@@ -120,7 +121,7 @@ class OfflineModel(CustomLLM):
         prev, _, last_text = last.partition(": ") if re.match(r"^[\w\-. ]{1,40}: ", last) else ("", "", last)
         task = next((_text(m["content"]) for m in convo if m.get("role") == "user"), last_text)
         names = {w.lower() for m in convo for w in re.findall(r"^([\w\-.]{1,40}): ", _text(m.get("content")))}
-        noise = _template_words() | names | set(_words(system)) | {prev.lower()}
+        noise = _template_words() | names | set(_words(system)) | {prev.lower(), agent.lower()}
         keys = [k for k in _keywords(last_text, 6) + _keywords(task, 4) if k not in noise]
         keys = list(dict.fromkeys(keys)) or ["the question"]
         k1, k2 = keys[0], (keys[1] if len(keys) > 1 else "the trade-offs")
