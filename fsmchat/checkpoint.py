@@ -86,7 +86,9 @@ class SqliteCheckpointer:
     def start(self, run_id: str, meta: dict[str, Any]) -> None:
         now = time.time()
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
+            if self._db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
+                raise ValueError(already_used(run_id))
+            self._db.execute("INSERT INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
             self._seq[run_id] = self._counts(run_id)
 
     def _counts(self, run_id: str) -> tuple[int, int]:
@@ -151,7 +153,9 @@ class MemoryCheckpointer:
     data: dict[str, Saved] = field(default_factory=dict)
 
     def start(self, run_id: str, meta: dict[str, Any]) -> None:
-        self.data.setdefault(run_id, Saved(run_id, json.loads(_dumps(meta)), [], [], None))
+        if run_id in self.data:
+            raise ValueError(already_used(run_id))
+        self.data[run_id] = Saved(run_id, json.loads(_dumps(meta)), [], [], None)
 
     def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None) -> None:
         s = self.data[run_id]
@@ -168,6 +172,11 @@ class MemoryCheckpointer:
         if run_id not in self.data:
             raise KeyError(f"no checkpointed run {run_id!r}")
         return self.data[run_id]
+
+
+def already_used(run_id: str) -> str:
+    return (f"run id {run_id!r} is already checkpointed; resume it with pattern.resume({run_id!r}, checkpoint) "
+            "or start a new run under another id")
 
 
 def new_run_id() -> str:

@@ -201,7 +201,8 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine to completion from sync code, also inside a running loop (Jupyter).
 
     With no loop in this thread it uses ``asyncio.run``; inside one, it runs the coroutine on a
-    fresh loop in a worker thread and waits for it.
+    fresh loop in a worker thread and waits for it. A Ctrl-C while waiting cancels that run (so it
+    ends through its cancellation path, keeping what it has) before the KeyboardInterrupt goes on.
     """
     try:
         asyncio.get_running_loop()
@@ -210,8 +211,31 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
         running = False
     if not running:  # outside the except block, so run errors carry no stray exception context
         return asyncio.run(make())
+    box: dict[str, Any] = {}
+    started = threading.Event()
+
+    def worker() -> T:
+        loop = asyncio.new_event_loop()
+        try:
+            box["loop"], box["task"] = loop, loop.create_task(make())
+            started.set()
+            return loop.run_until_complete(box["task"])
+        finally:
+            started.set()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsmchat-run") as pool:
-        return pool.submit(lambda: asyncio.run(make())).result()
+        future = pool.submit(worker)
+        try:
+            return future.result()
+        except BaseException:
+            if not future.done():  # interrupted while waiting (KeyboardInterrupt): cancel the run
+                started.wait()
+                if "task" in box:
+                    box["loop"].call_soon_threadsafe(box["task"].cancel)
+                concurrent.futures.wait([future])
+            raise
 
 
 def run(graph: StateGraph, context: Any, **kw: Any) -> RunResult:

@@ -52,14 +52,19 @@ def add_limit_edges(graph: StateGraph, limits: Limits) -> StateGraph:
         """deadline_s has passed"""
         return ctx.stats.deadline is not None and time.monotonic() >= ctx.stats.deadline
 
+    done: set[int] = set()
+
     def transform(g: StateGraph) -> None:
         guards = ([("over_budget", over_budget, "budget")] if limits.has_budget else []) + \
                  ([("past_deadline", past_deadline, "deadline")] if limits.deadline_s is not None else [])
-        if not guards:
+        if not guards or id(g) in done:  # a graph nested in two places is transformed once
             return
+        done.add(id(g))
         for s in list(g.states.values()):
             if s.subgraph is not None:
                 transform(s.subgraph)
+            for branch in s.branches:  # fork states' sub-runs (parallel, loop(parallel=True)) too
+                transform(branch)
         new: list[Transition] = []
         for name, s in g.states.items():
             if s.final:

@@ -160,3 +160,11 @@ def test_top_level_resume_uses_the_stored_factory():
     with pytest.raises(ValueError, match="without a factory"):
         fsmchat.resume("g", cp2)
     assert fsmchat.resume("g", cp2, pattern=chat()).transcript == full.transcript
+
+
+def test_a_run_id_is_used_once(tmp_path):
+    for cp in (SqliteCheckpointer(tmp_path / "r.db"), MemoryCheckpointer()):
+        chat().execute("task one", checkpoint=cp, run_id="job")
+        with pytest.raises(ValueError, match="run id 'job' is already checkpointed; resume it"):
+            chat().execute("task two", checkpoint=cp, run_id="job")
+        assert cp.load("job").meta["task"] == "task one"

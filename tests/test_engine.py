@@ -160,3 +160,36 @@ def test_import_does_not_import_litellm():
     code = "import sys, fsmchat; print('litellm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_ctrl_c_inside_a_running_loop_cancels_the_run():
+    """Jupyter: the sync API inside a running loop; a KeyboardInterrupt while waiting cancels the
+    worker's run at once (it does not finish the remaining steps)."""
+    import threading
+    import time
+
+    async def slow(ctx):
+        ctx["n"] += 1
+        await asyncio.sleep(0.2)
+
+    g = StateGraph("slow").state("s", slow).final("z")
+    g.edge("s", "s", when=lambda ctx: ctx["n"] < 50).edge("s", "z")
+    ctx = {"n": 0}
+    main = threading.main_thread()
+
+    async def cell():
+        import os
+        import signal
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # a real Ctrl-C
+        t = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            run(g, ctx)
+        return time.perf_counter() - t
+
+    assert threading.current_thread() is main
+    loop = asyncio.new_event_loop()  # like a notebook kernel: Python's own SIGINT handler stays
+    try:
+        took = loop.run_until_complete(cell())
+    finally:
+        loop.close()
+    assert took < 2.0 and ctx["n"] < 10  # 50 steps of 0.2 s would take 10 s

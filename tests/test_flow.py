@@ -483,3 +483,38 @@ def test_stream_and_arun():
     items, out = asyncio.run(go())
     assert [getattr(x, "content", None) for x in items if type(x).__name__ == "Message"] == ["a1", "b1"]
     assert out["status"] == "completed"
+
+
+def test_parallel_merge_keeps_a_write_over_an_untouched_copy():
+    def writer(ctx):
+        ctx.variables["report"]["score"] = 1
+        return "wrote"
+
+    def idle(ctx):
+        return "idle"
+
+    for order in ([writer, idle], [idle, writer]):
+        r = run(AgentFlow(steps=[parallel(order)], variables={"report": {"score": 0}}))
+        assert r.output["variables"]["report"] == {"score": 1}
+
+
+def test_a_failed_join_merges_nothing():
+    calls = {"n": 0}
+
+    def flaky(ctx):
+        calls["n"] += 1
+        raise RuntimeError("until broke")
+
+    a = speaker("a", ["A-said"])
+    flow = AgentFlow(steps=[parallel([a, Discussion([speaker("b")], rounds=1, until=flaky)])])
+    with pytest.raises(ValueError, match="until\\(\\) raised RuntimeError") as e:
+        flow.run("go")
+    assert [m.content for m in e.value.fsmchat_result.transcript] == []
+
+
+def test_task_action_is_the_discussion_topic():
+    m = ScriptedModel(fn=lambda req: "ok")
+    flow = AgentFlow(steps=[loop(Discussion([Task(agent=m.agent("a"), action="Critique {{item}}"), m.agent("b")],
+                                            rounds=1), over="items")], variables={"items": ["APPLE", "PEAR"]})
+    run(flow)
+    assert [r.prompt.split("\n")[0] for r in m.requests_of("a")] == ["Critique APPLE", "Critique PEAR"]

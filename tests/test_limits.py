@@ -90,3 +90,20 @@ def test_bad_limits(kw, needle):
     _, chat = two()
     with pytest.raises(ValueError, match=needle):
         chat.with_limits(**kw)
+
+
+def test_limits_reach_parallel_branches_and_shared_subgraphs():
+    from fsmchat import StateGraph, parallel
+    from fsmchat.limits import Limits, add_limit_edges
+
+    m = ScriptedModel(fn=lambda req: "ok")
+    d = lambda: Discussion([m.agent("a"), m.agent("b")], rounds=5)  # noqa: E731
+    flow = AgentFlow(steps=[parallel([d(), d()])]).with_limits(max_model_calls=2)
+    r = flow.execute("x")
+    assert r.calls <= 2 + 2  # each branch stops at its first boundary past the budget
+    sub = StateGraph("sub").state("w").final("end")
+    sub.edge("w", "end")
+    g = StateGraph("g").subgraph("first", sub).subgraph("second", sub).final("z")
+    g.edge("first", "second").edge("second", "z")
+    add_limit_edges(g, Limits(max_model_calls=3)).validate()
+    assert "over_budget" in sub.states

@@ -97,3 +97,12 @@ def test_ctrl_c_returns_the_transcript_so_far(tmp_path):
     assert int(final[2]) == posts
     saved = SqliteCheckpointer(tmp_path / "k.db").load("k")
     assert saved.stop_reason == "cancelled" and len(saved.messages) == posts
+
+
+def test_camel_case_secret_names_are_masked():
+    from fsmchat.speakers.agent import is_secret
+
+    assert all(is_secret(n) for n in ("accessToken", "secretKey", "privateKey", "awsSecretAccessKey", "apiKey"))
+    assert not any(is_secret(n) for n in ("maxTokens", "max_tokens", "temperature", "top_p"))
+    a = Agent("x", secretKey="s4", extra_headers={"accessToken": "tok-2"})
+    assert "s4" not in repr(a) and "tok-2" not in repr(a)

@@ -5,6 +5,7 @@ propagates out of every level as an edge in the graph."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import re
 from typing import Any, Callable, Sequence
@@ -173,7 +174,8 @@ class Compiler:
             task = d.task_for(d.select(t, ctx)) if d.select is not None else d.tasks[t % n]
             prompt = None
             if task.agent is not None:
-                prompt = discussion_prompt(task.name or "", f["topic"], f["lines"], ctx.previous_result)
+                topic = ctx.render(task.action) if task.action is not None else f["topic"]
+                prompt = discussion_prompt(task.name or "", topic, f["lines"], ctx.previous_result)
             status, out = await run_task(task, ctx, prompt, record_as=task.name)
             f["t"] = t + 1
             if status in ("completed", "stopped"):
@@ -362,15 +364,17 @@ def _items(ctx: FlowContext, over: str) -> list[Any]:
 
 async def _join(ctx: FlowContext, graphs: list[StateGraph], children: list[FlowContext], out_var: str
                 ) -> dict[str, Any]:
-    """Run branch graphs concurrently on their contexts; merge in declaration order."""
+    """Run branch graphs concurrently on their contexts; merge in declaration order: a branch's
+    variable overrides only if that branch changed it (compared with its copy at the fork)."""
+    forked = [copy.deepcopy(c.variables) for c in children]
     results = await asyncio.gather(*(run_graph(g, c) for g, c in zip(graphs, children)))
-    base = dict(ctx.variables)
-    outputs = []
-    for c, r in zip(children, results):
+    for r in results:  # nothing is merged (or posted) unless every branch ran to its end
         if r.error is not None:
             raise r.error
+    outputs = []
+    for c, at_fork in zip(children, forked):
         for k, v in c.variables.items():
-            if k not in base or base[k] is not v:
+            if k not in at_fork or at_fork[k] != v:
                 ctx.variables[k] = v
         ctx.steps.extend(c.steps)
         for m in c.transcript:

@@ -123,7 +123,7 @@ _TOKEN_COUNT = re.compile(r"^(max|min|budget|num|total|prompt|completion|reasoni
 def is_secret(name: str) -> bool:
     """Whether a keyword names a secret: ``api_key``, ``x-api-key``, ``access_token``,
     ``Authorization``... but not counts such as ``max_tokens``."""
-    lowered = name.lower()
+    lowered = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()  # accessToken -> access_token
     parts = re.split(r"[_\-\s.]+", lowered)
     if any(p in _SECRET_PARTS for p in parts) or lowered.endswith(("apikey", "api_key", "secret")):
         return True
