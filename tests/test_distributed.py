@@ -1,8 +1,6 @@
 """Batches on Ray (the ``ray`` extra): a local Ray with 2 CPUs, 2 workers. Results equal the local
 ``run_batch``; a failing task is isolated; a killed worker loses nothing; a re-run with the same
 checkpoint_dir makes no model call for finished tasks."""
-import hashlib
-
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -10,17 +8,9 @@ ray = pytest.importorskip("ray")
 from fsmchat import Agent, AgentFlow, Bid, Discussion, GroupChat, loop  # noqa: E402
 from fsmchat.distributed import TaskFailure, execute_batch, shutdown, start_local_ray  # noqa: E402
 from fsmchat.testing import Delay, FunctionModel  # noqa: E402
+from test_config import bid_fn  # noqa: E402  (one scripted model for config and Ray tests)
 
 N = 200
-
-
-def bid_fn(req):
-    """The scripted model: a deterministic function of the request (never of call order)."""
-    text = "|".join(str(m.get("content")) for m in req.messages)
-    h = int(hashlib.sha256(f"{req.agent}|{text}".encode()).hexdigest()[:8], 16)
-    if req.tools or req.response_format:
-        return Bid((h % 1000) / 1000, f"{req.agent}: point {h % 97}")
-    return f"{req.agent} replies {h % 89}"
 
 
 def slow_bid_fn(req):

@@ -196,10 +196,6 @@ class Compiler:
             ctx.frames[key]["met"] = met
             return met
 
-        def until_met(ctx: FlowContext) -> bool:
-            """until(ctx) is true"""
-            return ctx.frames[key]["met"]
-
         def turns_left(ctx: FlowContext) -> bool:
             return ctx.frames[key]["t"] < limit
 
@@ -207,10 +203,7 @@ class Compiler:
         g = StateGraph(d.name, description=f"Discussion {d.name}")
         g.state("begin", begin).state("turn", turn).state("check_until", check_until).final("done")
         g.edge("begin", "turn").edge("turn", "check_until")
-        g.edge("check_until", "done", when=halted, label="halt")
-        g.edge("check_until", "done", when=until_met, label="until")
-        g.edge("check_until", "turn", when=turns_left)
-        g.edge("check_until", "done", label="rounds")
+        bounded_exits(g, "check_until", "turn", key, turns_left, "rounds")
         return g
 
     # -- loop: begin -> next -> (body -> next | done)
@@ -321,10 +314,6 @@ class Compiler:
             f["met"] = bool(rp.until(ctx)) if rp.until is not None and not ctx.halted else False
             return f["n"]
 
-        def until_met(ctx: FlowContext) -> bool:
-            """until(ctx) is true"""
-            return ctx.frames[key]["met"]
-
         def iterations_left(ctx: FlowContext) -> bool:
             return ctx.frames[key]["n"] < rp.max_iterations
 
@@ -335,11 +324,23 @@ class Compiler:
         g.state("check", check)
         g.final("done")
         g.edge("begin", "body").edge("body", "check")
-        g.edge("check", "done", when=halted, label="halt")
-        g.edge("check", "done", when=until_met, label="until")
-        g.edge("check", "body", when=iterations_left)
-        g.edge("check", "done", label="max_iterations")
+        bounded_exits(g, "check", "body", key, iterations_left, "max_iterations")
         return g
+
+
+def bounded_exits(g: StateGraph, check: str, again: str, key: int, more: Callable[[FlowContext], bool],
+                  exhausted: str) -> None:
+    """The exits of a bounded loop's check state (Discussion, repeat), in order: a halt, ``until``
+    (the check action stored ``met`` in the block's frame), another pass while ``more``, else
+    ``exhausted`` (the limit's name)."""
+    def until_met(ctx: FlowContext) -> bool:
+        """until(ctx) is true"""
+        return ctx.frames[key]["met"]
+
+    g.edge(check, "done", when=halted, label="halt")
+    g.edge(check, "done", when=until_met, label="until")
+    g.edge(check, again, when=more)
+    g.edge(check, "done", label=exhausted)
 
 
 def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) -> str:
