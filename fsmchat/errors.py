@@ -31,6 +31,36 @@ class ModelCallError(FsmchatError, RuntimeError):
                          f"{type(cause).__name__}: {cause}")
 
 
+class LimitReached(FsmchatError):
+    """A run limit cut an action short. ``take_edge`` names the drawn stop edge the engine takes
+    from the current state instead of ending the run with an error (see ``fsmchat.limits``)."""
+
+    take_edge = ""
+
+
+class DeadlineExceeded(LimitReached, TimeoutError):
+    """The run's ``deadline_s`` passed while a model call, a callable speaker or a task ran."""
+
+    take_edge = "past_deadline"
+
+
+class BudgetExceeded(LimitReached, RuntimeError):
+    """A request would cross ``max_model_calls`` (or another hard budget); it was not sent."""
+
+    take_edge = "over_budget"
+
+
+def limit_reached(exc: BaseException | None) -> LimitReached | None:
+    """The ``LimitReached`` anywhere in ``exc``'s chain (model call errors wrap it), or None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, LimitReached):
+            return exc
+        seen.add(id(exc))
+        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
+    return None
+
+
 def attach_result(exc: BaseException, result: Any) -> BaseException:
     """Hang a run's result (trace, transcript so far) on an exception before it propagates."""
     try:

@@ -115,8 +115,7 @@ def retry_after(exc: BaseException) -> float | None:
     return None
 
 
-class DeadlineExceeded(TimeoutError):
-    """The run's ``deadline_s`` passed before a model call could be made or finish."""
+from ..errors import DeadlineExceeded  # noqa: E402  (re-exported: the run's deadline_s passed)
 
 
 def find_fatal(exc: BaseException | None) -> BaseException | None:
