@@ -26,6 +26,11 @@ def halted(ctx: FlowContext) -> bool:
     return ctx.halted
 
 
+def branch_reason(ctx: FlowContext) -> str:
+    """How a branch run ended: its steps' status (done, or error / stopped when one halted it)."""
+    return {"failed": "error", "stopped": "stopped"}.get(ctx.status, "done")
+
+
 def _named(fn: Callable[..., Any], name: str, doc: str = "") -> Callable[..., Any]:
     fn.__name__ = re.sub(r"\W+", "_", name).strip("_") or "step"
     fn.__doc__ = doc
@@ -131,12 +136,12 @@ class Compiler:
                                                      f"{', '.join(t.name for t in step.tasks)}")
         elif isinstance(step, Loop):
             if step.parallel:
-                body = self.sequence(step.steps, f"{state}_body")
+                body = self.sequence(step.steps, f"{state}_body", reason=branch_reason)
                 g.fork(state, [body], *self.loop_parallel(step), f"each {step.var_name} in {step.over}, concurrently")
             else:
                 g.subgraph(state, self.loop(step), f"each {step.var_name} in {step.over}")
         elif isinstance(step, Parallel):
-            branches = [self.sequence([s], f"{state}_{i + 1}") for i, s in enumerate(step.steps)]
+            branches = [self.sequence([s], f"{state}_{i + 1}", reason=branch_reason) for i, s in enumerate(step.steps)]
             g.fork(state, branches, _split_into(len(branches)), _join_to("parallel_outputs"),
                    f"{len(branches)} branches concurrently")
         elif isinstance(step, Route):
