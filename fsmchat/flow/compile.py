@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import re
 from typing import Any, Callable, Sequence
 
-from ..errors import BudgetExceeded, DeadlineExceeded
+from ..deadline import call_within
+from ..errors import BudgetExceeded, DeadlineExceeded, limit_reached
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import Agent, Turn
 from .context import FlowContext, StepResult
@@ -49,10 +49,11 @@ async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
             prompt = ctx.render(template) if template is not None else \
                 (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
         return await agent.reply(Turn(agent.name, [], prompt, stats=ctx.stats, variables=ctx.variables, history=[]))
-    out = task.handler(ctx)  # type: ignore[misc]
-    if inspect.isawaitable(out):
-        out = await out
-    return out
+    try:
+        return await call_within(task.handler, ctx, deadline=ctx.stats.deadline, what=f"step {task.name!r}")
+    except DeadlineExceeded as exc:
+        ctx.events.append({"event": "deadline", "step": task.name, "detail": str(exc)})
+        raise
 
 
 async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, record_as: str | None = None
@@ -71,6 +72,8 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if limit_reached(exc) is not None:  # a budget or the deadline: the engine takes its drawn edge
+                raise
             if k + 1 < attempts:
                 ctx.events.append({"event": "retry", "step": name, "attempt": k + 1, "error": repr(exc)})
                 await asyncio.sleep(task.retry_delay * (2 ** k))
