@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "EV_CHANNEL_INVITE": "network", "EV_CHANNEL_INVITE_ACK": "network", "EV_CHANNEL_INVITE_REJECT": "network",
     "EV_CHANNEL_OPENED": "network", "EV_CHANNEL_CLOSED": "network", "EV_CHANNEL_EXPIRED": "network",
     "EV_TURN_FAILED": "network", "EV_EXPECTATION_VIOLATED": "network", "ORDERING_ROUND_ROBIN": "network",
-    "NetworkError": "network", "ProtocolError": "network", "NotFoundError": "network", "turn_within": "network",
+    "NetworkError": "network", "TurnFailed": "network", "ProtocolError": "network", "NotFoundError": "network", "turn_within": "network",
     "ManualClock": "network",
 }
 __all__ = sorted(_EXPORTS)
@@ -72,5 +72,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .network import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \
         EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, \
         ORDERING_ROUND_ROBIN, Channel, DiscussionState, Envelope, Hub, HubClient, ManualClock, \
-        MemoryKnowledgeStore, NetworkError, NotFoundError, ProtocolError, turn_within, wait_for_text_count
+        MemoryKnowledgeStore, NetworkError, NotFoundError, ProtocolError, TurnFailed, turn_within, wait_for_text_count
     from .speakers import RESPOND_TOOL, Agent, Turn

@@ -53,11 +53,34 @@ def test_order_is_creator_first_then_targets_in_given_order():
         ch = await alice.open(type="discussion", target=[carol.agent_id, bob.agent_id],
                               knobs={"ordering": ORDERING_ROUND_ROBIN})
         assert hub.adapter_state(ch.channel_id) == DiscussionState(["alice", "carol", "bob"], "alice", 0)
-        # the creator listed among the targets is not repeated; missing knobs mean round robin
+        # the creator listed among the targets keeps its listed place (targets' order as given) and
+        # still speaks first; missing knobs mean round robin
         ch2 = await bob.open(type="discussion", target=["alice", "bob", "carol"])
-        assert hub.adapter_state(ch2.channel_id) == DiscussionState(["bob", "alice", "carol"], "bob", 0)
+        assert hub.adapter_state(ch2.channel_id) == DiscussionState(["alice", "bob", "carol"], "bob", 0)
         ch3 = await carol.open(target=["bob", "carol"])
-        assert hub.adapter_state(ch3.channel_id).participant_order == ["carol", "bob"]
+        assert hub.adapter_state(ch3.channel_id) == DiscussionState(["bob", "carol"], "carol", 0)
+        await hub.aclose()
+
+    arun(body())
+
+
+def test_creator_among_targets_speaks_first_then_the_listed_order_goes_round():
+    """SEMANTICS.md's measured example: creator alice, targets [carol, alice, bob] -> order
+    [carol, alice, bob]; alice speaks first, then bob, carol, alice, ..."""
+    async def body():
+        hub, (alice, bob, carol) = await passive_hub(["alice", "bob", "carol"])
+        ch = await alice.open(type="discussion", target=["carol", "alice", "bob"])
+        cid = ch.channel_id
+        assert hub.adapter_state(cid) == DiscussionState(["carol", "alice", "bob"], "alice", 0)
+        spoke = []
+        for _ in range(5):
+            who = hub.adapter_state(cid).expected_next_speaker
+            await hub.client(who).channel(cid).send(f"{who} speaks")
+            spoke.append(who)
+        assert spoke == ["alice", "bob", "carol", "alice", "bob"]
+        assert hub.adapter_state(cid) == DiscussionState(["carol", "alice", "bob"], "carol", 5)
+        _lifecycle, turns = hub.runs(cid)
+        assert turns.path == ["awaiting_alice", "awaiting_bob", "awaiting_carol", "awaiting_alice", "awaiting_bob"]
         await hub.aclose()
 
     arun(body())
@@ -608,6 +631,28 @@ def test_a_failed_or_empty_reply_is_a_turn_failure_the_expectations_catch(answer
         await hub.aclose()
 
     arun(body())
+
+
+def test_a_failed_turn_reaches_the_waiter_with_its_cause():
+    """No silent stall: wait_for_text_count ends with the turn's error, not after its timeout."""
+    from fsmchat.network import TurnFailed, wait_for_text_count
+
+    async def body():
+        m = ScriptedModel({"alice": [], "bob": [Fail(401, "invalid api key sk-...")], "carol": []})
+        hub, (alice, bob, carol) = await model_hub(["alice", "bob", "carol"], m)
+        ch = await alice.open(target=["bob", "carol"])
+        await ch.send(TOPIC)
+        with pytest.raises(TurnFailed, match=r"bob's turn 1 failed: ModelCallError") as ei:
+            await wait_for_text_count(hub, ch.channel_id, expected=6, timeout=600)
+        assert (ei.value.agent_id, ei.value.turn, ei.value.channel_id) == ("bob", 1, ch.channel_id)
+        assert m.calls("bob") == 1 and m.calls("carol") == 0
+        await hub.aclose()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(asyncio.wait_for(body(), 30))  # far below the 600 s the waiter was given
+    finally:
+        loop.close()
 
 
 # ---- graphs ----

@@ -16,7 +16,7 @@ await wait_for_text_count(hub, channel.channel_id, expected=6)
 """
 from .adapter import DiscussionAdapter, DiscussionState, check_knobs, participant_order
 from .clock import ManualClock
-from .errors import NetworkError, NotFoundError, ProtocolError
+from .errors import NetworkError, NotFoundError, ProtocolError, TurnFailed
 from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \
     EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, \
     ORDERING_ROUND_ROBIN, Envelope, NetworkEvent
@@ -34,7 +34,7 @@ __all__ = [
     "EV_TEXT", "EV_CHANNEL_INVITE", "EV_CHANNEL_INVITE_ACK", "EV_CHANNEL_INVITE_REJECT", "EV_CHANNEL_OPENED",
     "EV_CHANNEL_CLOSED", "EV_CHANNEL_EXPIRED", "EV_TURN_FAILED", "EV_EXPECTATION_VIOLATED",
     "ORDERING_ROUND_ROBIN", "Envelope", "NetworkEvent",
-    "NetworkError", "ProtocolError", "NotFoundError",
+    "NetworkError", "ProtocolError", "NotFoundError", "TurnFailed",
     "Expectation", "turn_within", "DEFAULT_EXPECTATIONS", "ManualClock",
     "WindowedSummary", "windowed_view", "window_size", "CLOSE_TOOL", "DefaultHandler", "TurnStats",
     "LIFECYCLE", "ChannelContext", "lifecycle_graph", "turn_graph", "example_lifecycle_graph",

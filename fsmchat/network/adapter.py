@@ -46,12 +46,13 @@ def check_knobs(knobs: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def participant_order(creator: str, targets: Sequence[str], known: Iterable[str]) -> list[str]:
-    """Creator first, then the targets in the order given (the creator is not repeated if listed).
+    """The channel's participant order (SEMANTICS.md): the creator first, then the targets in the
+    order given; when the creator is listed among the targets, the targets' order as given (the
+    creator at its listed place). The creator speaks first either way.
 
     A duplicate or unknown target, or fewer than 2 participants, is refused (``ProtocolError``).
     """
     known = set(known)
-    order = [creator]
     seen: set[str] = set()
     for t in targets:
         if not isinstance(t, str):
@@ -59,11 +60,9 @@ def participant_order(creator: str, targets: Sequence[str], known: Iterable[str]
         if t in seen:
             raise ProtocolError(f"discussion target {t!r} is listed twice")
         seen.add(t)
-        if t == creator:
-            continue
-        if t not in known:
+        if t != creator and t not in known:
             raise NotFoundError(f"discussion target {t!r} is not a registered agent; registered: {sorted(known)}")
-        order.append(t)
+    order = list(targets) if creator in seen else [creator, *targets]
     if len(order) < 2:
         raise ProtocolError(f"a discussion needs at least 2 participants (creator first, then targets), "
                             f"got {order}")
@@ -81,7 +80,7 @@ class DiscussionAdapter:
 
     def __init__(self, ctx: ChannelContext, observers: Iterable[Callable[[TraceEvent], None]] = ()):
         self.ctx = ctx
-        self.graph = turn_graph(ctx.order, ctx.max_texts)
+        self.graph = turn_graph(ctx.order, ctx.max_texts, first=ctx.creator)
         self._speaker_of = dict(zip(turn_state_names(ctx.order), ctx.order))
         self.turns = GraphRun(self.graph, ctx, observers=observers, clock=ctx.clock)
         ctx.turns = self.turns
@@ -91,7 +90,8 @@ class DiscussionAdapter:
     def expected(self) -> str:
         """Who speaks next: the turn graph's state, or (once the turns ended) the next in order."""
         who = self._speaker_of.get(self.turns.state)
-        return who if who is not None else self.ctx.order[self.ctx.turn_count % len(self.ctx.order)]
+        order = self.ctx.order
+        return who if who is not None else order[(order.index(self.ctx.creator) + self.ctx.turn_count) % len(order)]
 
     def state(self) -> DiscussionState:
         return DiscussionState(list(self.ctx.order), self.expected, self.ctx.turn_count)

@@ -14,3 +14,12 @@ class ProtocolError(NetworkError):
 
 class NotFoundError(NetworkError, LookupError):
     """An unknown channel or agent id."""
+
+
+class TurnFailed(NetworkError):
+    """A participant's turn produced no text (its model call failed or answered nothing), so the
+    round robin cannot go on; waiters on the channel get this instead of waiting out a timeout."""
+
+    def __init__(self, channel_id: str, agent_id: str, reason: str, turn: int):
+        self.channel_id, self.agent_id, self.reason, self.turn = channel_id, agent_id, reason, turn
+        super().__init__(f"channel '{channel_id}': {agent_id}'s turn {turn} failed: {reason}")

@@ -153,16 +153,21 @@ def turn_state_names(order: Sequence[str]) -> list[str]:
     return names
 
 
-def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "discussion_turns") -> StateGraph:
-    """The round-robin turn rule for ``order`` (creator first): after ``order[i]`` speaks,
-    ``order[(i + 1) % N]`` is expected; with ``max_texts`` the turns end at exactly that many texts."""
+def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "discussion_turns",
+               first: str | None = None) -> StateGraph:
+    """The round-robin turn rule for ``order``: ``first`` (the creator; default ``order[0]``) speaks
+    first, and after ``order[i]`` speaks ``order[(i + 1) % N]`` is expected; with ``max_texts`` the
+    turns end at exactly that many texts."""
     order = list(order)
     if len(order) < 2:
         raise ValueError(f"a discussion turn graph needs at least 2 participants, got {order}")
     states = turn_state_names(order)
+    start = states[order.index(first)] if first is not None else states[0]
     cap = f"; closes at exactly {max_texts} texts" if max_texts is not None else ""
-    g = StateGraph(name, context=ChannelContext,
-                   description=f"Discussion turns (round robin): {' -> '.join(order)} -> {order[0]} ...{cap}")
+    k = order.index(first) if first is not None else 0
+    spoken = order[k:] + order[:k]
+    g = StateGraph(name, context=ChannelContext, initial=start,
+                   description=f"Discussion turns (round robin): {' -> '.join(spoken)} -> {spoken[0]} ...{cap}")
     for p, s in zip(order, states):
         g.state(s, None, f"{p} speaks next")
     g.final(TURNS_CLOSED, "channel closed or max_texts reached", reason="closed")

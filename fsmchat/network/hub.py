@@ -22,7 +22,7 @@ from ..speakers.agent import as_speaker
 from ..speakers.llm import CallStats
 from .adapter import DISCUSSION, DiscussionAdapter, DiscussionState, check_knobs, participant_order
 from .clock import Clock, monotonic
-from .errors import NetworkError, NotFoundError, ProtocolError
+from .errors import NetworkError, NotFoundError, ProtocolError, TurnFailed
 from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT, \
     EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, HUB_SENDER, PROTOCOL_EVENTS, Envelope, NetworkEvent
 from .expectations import DEFAULT_EXPECTATIONS, Expectation, due, parse_seconds
@@ -49,6 +49,7 @@ class _ChannelRecord:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     opened: "asyncio.Future[None] | None" = None
     inflight: set = field(default_factory=set)
+    failure: TurnFailed | None = None  # the first failed turn (the round robin stalls there)
 
 
 def _retrieve(fut: "asyncio.Future[Any]") -> None:
@@ -466,10 +467,13 @@ class Hub:
         ch = self._get(channel_id)
         self._count(channel_id, agent_id, "turn_failures")
         data = {"speaker": agent_id, "turn": turn, "reason": reason}
+        if ch.failure is None:
+            ch.failure = TurnFailed(channel_id, agent_id, reason, turn)
         env = None
         if ch.ctx.state in (LIFECYCLE_ACTIVE, LIFECYCLE_PENDING):
             env = self._emit(ch, EV_TURN_FAILED, sender=agent_id, data=data)
         self._notify_kind("turn_failed", channel_id, agent_id, envelope=env, data=data)
+        self._wake(ch)
 
     def _delivered(self) -> None:
         self._pending += 1
@@ -638,8 +642,9 @@ async def wait_for_text_count(hub: Hub, channel_id: str, expected: int, timeout:
     """Wait until the channel holds at least ``expected`` texts; returns the count.
 
     Event-driven (woken by each accepted envelope, before any handler sees it), so an app that
-    closes right after it returns closes at exactly ``expected``. Raises ``NetworkError`` if the
-    channel ends with fewer texts, ``TimeoutError`` after ``timeout`` real seconds.
+    closes right after it returns closes at exactly ``expected``. Raises ``TurnFailed`` (with the
+    cause) as soon as a participant's turn fails, since no further text can come; ``NetworkError``
+    if the channel ends with fewer texts; ``TimeoutError`` after ``timeout`` real seconds.
     """
     async def wait() -> int:
         while True:
@@ -647,6 +652,8 @@ async def wait_for_text_count(hub: Hub, channel_id: str, expected: int, timeout:
             n = ch.stats.texts
             if n >= expected:
                 return n
+            if ch.failure is not None:  # the expected speaker failed: no text will come
+                raise ch.failure
             if ch.lifecycle.finished:
                 raise NetworkError(f"channel '{channel_id}' is {ch.ctx.state} with {n} of {expected} texts")
             await ch.changed.wait()
