@@ -311,7 +311,7 @@ def test_loop_sets_item_and_index():
 
     r = run(AgentFlow(steps=[loop(body, over="drafts", var_name="draft")], variables={"drafts": ["a", "b", "c"]}))
     assert seen == [("a", 0), ("b", 1), ("c", 2)] and r.output["output"] == "C"
-    assert_path(r, ["loop.begin", "*", "loop.next", "loop.done", "end"])
+    assert_path(r, ["loop.begin", "*", "loop.next", "loop.end", "loop.done", "end"])
     assert r.path.count("loop.body.body") == 3
 
 

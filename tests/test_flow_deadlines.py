@@ -61,3 +61,25 @@ def test_discussion_turn_and_parallel_branch_stop_at_the_deadline():
     res2, _ = run_with_deadline([parallel([quick, slow_async]), quick])
     assert res2.stop_reason == "deadline" and res2.path == ["parallel", "past_deadline"]
     assert res2.paths["parallel|2"][-1] == "parallel|2.past_deadline"
+
+
+def test_loop_variables_are_unset_after_the_loop():
+    """SEMANTICS.md: item and loop_index are scoped to their loop (a later step sees None)."""
+    from fsmchat.flow import loop
+
+    seen = []
+
+    def body(ctx):
+        return f"{ctx.variables['item']}#{ctx.variables['loop_index']}"
+
+    def after(ctx):
+        seen.append((ctx.variables.get("item"), ctx.variables.get("loop_index")))
+        return "after"
+
+    flow = AgentFlow(steps=[loop(body, over="items"), after], variables={"items": ["a", "b"]})
+    res = flow.execute("go")
+    assert res.ok and seen == [(None, None)]
+    assert [m.content for m in res.transcript] == ["a#0", "b#1", "after"]
+    assert "item" not in res.output["variables"]
+    assert res.path == ["loop.begin", "loop.next", "loop.body.body", "loop.body.done", "loop.next",
+                        "loop.body.body", "loop.body.done", "loop.next", "loop.end", "loop.done", "after", "end"]

@@ -239,15 +239,22 @@ class Compiler:
             f = ctx.frames[key]
             return f["i"] < len(f["items"])
 
+        def end(ctx: FlowContext) -> None:
+            """unset item and loop_index (they are scoped to the loop)"""
+            ctx.variables.pop(lp.var_name, None)
+            ctx.variables.pop("loop_index", None)
+
         g = StateGraph(lp.name, description=f"loop over {lp.over}")
         g.state("begin", begin).state("next", next_item)
         g.subgraph("body", self.sequence(lp.steps, "body"), "")
+        g.state("end", end)
         g.final("done")
         g.edge("begin", "next")
         g.edge("next", "body", when=has_item)
-        g.edge("next", "done", label="exhausted")
-        g.edge("body", "done", when=halted, label="halt")
+        g.edge("next", "end", label="exhausted")
+        g.edge("body", "end", when=halted, label="halt")
         g.edge("body", "next")
+        g.edge("end", "done")
         return g
 
     def loop_parallel(self, lp: Loop) -> tuple[Callable[[FlowContext], Any], Callable[..., Any]]:
