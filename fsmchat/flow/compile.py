@@ -220,7 +220,7 @@ class Compiler:
 
         def begin(ctx: FlowContext) -> int:
             """read the list to iterate"""
-            items = _items(ctx, lp.over)
+            items = _items(ctx, lp)
             ctx.frames[key] = {"i": -1, "items": items}
             return len(items)
 
@@ -261,7 +261,7 @@ class Compiler:
         def split_items(ctx: FlowContext) -> list[tuple[int, FlowContext, int]]:
             """one child run of the body per item, with item and loop_index set"""
             children = []
-            for i, item in enumerate(_items(ctx, lp.over)):
+            for i, item in enumerate(_items(ctx, lp)):
                 c = ctx.child()
                 c.variables[lp.var_name], c.variables["loop_index"] = item, i
                 children.append((0, _forked(c), i))
@@ -365,14 +365,21 @@ def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) ->
     return "\n\n".join(p for p in parts if p)
 
 
-def _items(ctx: FlowContext, over: str) -> list[Any]:
+def _items(ctx: FlowContext, lp: Loop) -> list[Any]:
+    over = lp.over
     try:
         items = ctx.lookup(over)
     except KeyError:
         raise ValueError(f"loop over={over!r}: no such variable; variables are {sorted(ctx.variables)}") from None
-    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
-        raise ValueError(f"loop over={over!r}: expected a list, got {type(items).__name__}")
-    return list(items)
+    if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
+        raise ValueError(f"loop over={over!r}: expected a list, got {type(items).__name__}"
+                         + (" (loop over list(d.items()) or list(d) instead)" if isinstance(items, dict) else ""))
+    items = list(items)
+    cap = getattr(lp, "max_items", None)
+    if cap is not None and len(items) > cap:
+        raise ValueError(f"loop {lp.name!r}: {over!r} holds {len(items)} items, over its max_items={cap} "
+                         "(the bound max_calls() promised)")
+    return items
 
 
 def _split_into(n: int) -> Callable[[FlowContext], list[tuple[int, FlowContext, None]]]:
@@ -422,33 +429,42 @@ def _join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext
 
 
 # ---- worst-case model calls ----
-def bound(steps: Sequence[Any], items: dict[str, int]) -> int:
-    """The most model calls ``steps`` can make; loop sizes from ``items`` (variable -> length)."""
+def bound(steps: Sequence[Any], items: dict[str, int], requests: bool = False) -> int:
+    """The most model calls ``steps`` can make (with ``requests``: HTTP requests, each agent's own
+    ``num_retries`` included). A loop's length is ``items[over]`` if given, else its declared
+    ``max_items`` (enforced when the loop starts); with neither, ``ValueError`` names the loop."""
     total = 0
     for s in steps:
         if isinstance(s, Discussion):
-            per_turn = [_calls(t) for t in s.tasks]  # a selector may pick the costliest speaker every turn
+            per_turn = [_calls(t, requests) for t in s.tasks]
+            # a selector may pick the costliest speaker on every one of the rounds x speakers turns
             total += s.rounds * (len(per_turn) * max(per_turn) if s.select is not None else sum(per_turn))
         elif isinstance(s, Loop):
-            if s.over not in items:
-                raise ValueError(f"bound: give the length of loop variable {s.over!r} (items={{'{s.over}': n}})")
-            total += items[s.over] * bound(s.steps, items)
+            n = items.get(s.over, getattr(s, "max_items", None))
+            if n is None:
+                raise ValueError(f"max_calls: loop {s.name!r} iterates over {s.over!r}, a list only known when it "
+                                 f"runs; declare loop(..., max_items=N) (a longer list is then refused when the "
+                                 f"loop starts) or give its length: max_calls({s.over}=N)")
+            total += n * bound(s.steps, items, requests)
         elif isinstance(s, Parallel):
-            total += sum(bound([x], items) for x in s.steps)
+            total += sum(bound([x], items, requests) for x in s.steps)
         elif isinstance(s, Route):
-            total += max([bound(v, items) for v in s.routes.values()] + [bound(s.default, items)])
+            total += max([bound(v, items, requests) for v in s.routes.values()] + [bound(s.default, items, requests)])
         elif isinstance(s, If):
-            total += max(bound(s.then_steps, items), bound(s.else_steps, items))
+            total += max(bound(s.then_steps, items, requests), bound(s.else_steps, items, requests))
         elif isinstance(s, Repeat):
-            total += s.max_iterations * bound(s.steps, items)
+            total += s.max_iterations * bound(s.steps, items, requests)
         elif isinstance(s, Block):
             raise TypeError(f"unknown block {type(s).__name__}")
         else:
-            total += _calls(as_task(s))
+            total += _calls(as_task(s), requests)
     return total
 
 
-def _calls(task: Task) -> int:
+def _calls(task: Task, requests: bool = False) -> int:
+    """Model calls of one run of ``task``: its flow-level retries; with ``requests``, times the
+    attempts each call may make (the agent's ``num_retries``)."""
     if task.agent is None:
         return 0
-    return (1 + task.max_retries) if task.on_error == "retry" else 1
+    calls = (1 + task.max_retries) if task.on_error == "retry" else 1
+    return calls * (1 + task.agent.num_retries) if requests else calls
