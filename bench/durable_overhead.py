@@ -74,15 +74,14 @@ def checkpoint_module() -> Any:
 
 async def fsmchat_durable(g: StateGraph, ctx: Ctx, path: str) -> None:
     """HOOK(lead): the engine with a checkpoint, wired as ``Pattern._drive`` does: ``start``,
-    the ``Recorder`` observer (trace event + messages since the last commit + working state per
-    transition), ``finish``. Adapt here if the checkpoint API changes."""
+    the ``Recorder`` (trace event + messages since the last commit + working state per
+    transition; the engine calls its ``finish``). Adapt here if the checkpoint API changes."""
     cpm = checkpoint_module()
     cp = cpm.SqliteCheckpointer(path)
     run_id = cpm.new_run_id()
     cp.start(run_id, {"bench": "durable_overhead"})
     rec = cpm.Recorder(cp, run_id, ctx.transcript, lambda: {"t": ctx.t}, 0)
-    res = await run_graph(g, ctx, observers=[rec])
-    cp.finish(run_id, res.stop_reason)
+    res = await run_graph(g, ctx, recorder=rec)
     cp.close()
     assert res.stop_reason == "turns" and len(ctx.transcript) == ctx.T, (res.stop_reason, res.error)
 

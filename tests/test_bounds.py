@@ -1,0 +1,120 @@
+"""``max_calls()`` is the true worst case of a flow, rule by rule: each test below pins one rule with
+a run that reaches its bound exactly, so a mutation of that rule (max instead of sum, select
+ignored, retries ignored, ...) fails a plain test; a property test checks calls <= bound on
+random flows."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fsmchat import Agent
+from fsmchat.flow import AgentFlow, Discussion, Task, if_, loop, parallel, repeat, route
+from fsmchat.testing import Fail, FunctionModel, ScriptedModel
+
+
+def agents(model, *names, retries=0):
+    return [Agent(n, model=model, num_retries=retries) for n in names]
+
+
+def test_parallel_is_the_sum_of_its_branches():
+    m = ScriptedModel({"a": ["a1", "a2"], "b": ["b1", "b2"], "c": ["c1"]})
+    a, b, c = agents(m.model, "a", "b", "c")
+    flow = AgentFlow(steps=[parallel([Discussion([a, b], rounds=2, name="talk"), c])])
+    assert flow.max_calls() == 5  # 2 x 2 + 1 (a max over branches would say 4)
+    r = flow.execute("go")
+    assert r.ok and r.calls == 5 == m.calls()
+
+
+def test_discussion_with_select_is_rounds_x_speakers_x_costliest():
+    # a retries (Task on_error="retry", 2 retries) and select always picks a: 2 rounds x 2 turns x 3
+    script = [Fail(500), Fail(500), "a1", Fail(500), Fail(500), "a2", Fail(500), Fail(500), "a3",
+              Fail(500), Fail(500), "a4"]
+    m = ScriptedModel({"a": script, "b": []})
+    a, b = agents(m.model, "a", "b")
+    ta = Task(agent=a, on_error="retry", max_retries=2, retry_delay=0)
+    d = Discussion([ta, b], rounds=2, select=lambda t, ctx: ta, name="talk")
+    flow = AgentFlow(steps=[d])
+    assert flow.max_calls() == 12  # without select: 2 x (3 + 1) = 8
+    r = flow.execute("go")
+    assert r.ok, r.error
+    assert r.calls == 12 == m.calls("a") and m.calls("b") == 0
+    no_select = AgentFlow(steps=[Discussion([ta, b], rounds=2, name="talk")])
+    assert no_select.max_calls() == 8
+
+
+def test_task_retries_count_and_requests_count_agent_retries():
+    m = ScriptedModel({"a": [Fail(500), Fail(500), "ok"]})
+    (a,) = agents(m.model, "a")
+    flow = AgentFlow(steps=[Task(agent=a, on_error="retry", max_retries=2, retry_delay=0)])
+    assert flow.max_calls() == 3
+    r = flow.execute("go")
+    assert r.ok and r.calls == 3
+    m2 = ScriptedModel({"a": [Fail(500), Fail(500), "ok"]})
+    (a2,) = agents(m2.model, "a", retries=2)  # litellm-level retries inside one call
+    flow2 = AgentFlow(steps=[a2])
+    assert flow2.max_calls() == 1
+    r2 = flow2.execute("go")
+    assert r2.ok and r2.calls == 1 and m2.calls("a") == 3  # one call, three requests
+
+
+def test_route_and_if_take_the_costliest_branch_repeat_multiplies():
+    m = FunctionModel(lambda req: "fine")
+    a, b, c = agents(m.model, "a", "b", "c")
+    flow = AgentFlow(steps=[route({"x": [a, b, c], "y": [a]}, default=[b, c])])
+    assert flow.max_calls() == 3
+    flow2 = AgentFlow(steps=[if_(lambda ctx: True, [a], [b, c])])
+    assert flow2.max_calls() == 2
+    flow3 = AgentFlow(steps=[repeat(a, max_iterations=4)])
+    assert flow3.max_calls() == 4
+    r = flow3.execute("go")
+    assert r.calls == 4  # no until: every iteration runs
+
+
+def test_loop_length_must_be_given_or_declared():
+    m = FunctionModel(lambda req: "fine")
+    (a,) = agents(m.model, "a")
+    flow = AgentFlow(steps=[loop(a, over="found", name="each")])
+    with pytest.raises(ValueError, match=r"loop 'each' iterates over 'found', a list only known when it runs; "
+                                         r"declare loop\(\.\.\., max_items=N\)"):
+        flow.max_calls()
+    assert flow.max_calls(found=7) == 7
+
+
+# ---- random flows: calls made never exceed the bound ----
+def leaf(model, name):
+    return Agent(name, model=model, num_retries=0)
+
+
+def discussion(speakers, rounds, select_last, name):
+    """A Discussion; with ``select_last`` a selector that always picks the last speaker."""
+    select = (lambda t, ctx: speakers[-1]) if select_last else None
+    return Discussion(speakers, rounds=rounds, select=select, name=name)
+
+
+def flows(model):
+    names = iter(f"s{i}" for i in range(10_000))
+    step = st.deferred(lambda: st.one_of(
+        st.builds(lambda: leaf(model, next(names))),
+        st.builds(lambda n, r, sel: discussion([leaf(model, next(names)) for _ in range(n)], r, sel,
+                                               f"d{next(names)}"),
+                  st.integers(2, 3), st.integers(1, 2), st.booleans()),
+        st.builds(lambda xs: parallel(xs, name=f"p{next(names)}"), st.lists(step, min_size=1, max_size=2)),
+        st.builds(lambda xs, it: repeat(xs, max_iterations=it, name=f"r{next(names)}"),
+                  st.lists(step, min_size=1, max_size=2), st.integers(1, 2)),
+        st.builds(lambda xs: loop(steps=xs, over="items", name=f"l{next(names)}"),
+                  st.lists(step, min_size=1, max_size=2)),
+        st.builds(lambda t, e: if_(lambda ctx: "yes" in str(ctx.previous_result), t, e, name=f"i{next(names)}"),
+                  st.lists(step, min_size=1, max_size=2), st.lists(step, min_size=1, max_size=2)),
+    ))
+    return st.lists(step, min_size=1, max_size=3)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), n_items=st.integers(0, 3))
+def test_random_flows_stay_within_their_bound(data, n_items):
+    m = FunctionModel(lambda req: "yes" if req.n % 2 else "no")
+    steps = data.draw(flows(m.model))
+    flow = AgentFlow(steps=steps, variables={"items": list(range(n_items))})
+    bound = flow.max_calls(items=n_items)
+    r = flow.execute("go")
+    assert r.ok, r.error
+    assert r.calls <= bound, (r.calls, bound)
