@@ -9,6 +9,8 @@ from the last committed state.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -17,7 +19,62 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from .errors import FsmchatError
 from .models import Message, TraceEvent
+
+LEASE_TTL = 30.0
+"""Seconds a run's lease lasts without renewal (each commit renews it). A lease whose owner
+process on this host has died is taken over at once; one from another host after it expires."""
+
+
+class RunInProgress(FsmchatError, RuntimeError):
+    """Another execute/resume owns this run right now (its lease is live); nothing was changed."""
+
+    def __init__(self, run_id: str, owner: str, expires_in: float):
+        self.run_id, self.owner = run_id, owner
+        super().__init__(f"run {run_id!r} is in progress elsewhere (lease held by {owner}, {expires_in:.0f} s left "
+                         "unless renewed); wait for it to finish, or resume it once that process has ended")
+
+
+class CheckpointMismatch(FsmchatError, ValueError):
+    """A run was resumed with a pattern other than the one that checkpointed it; nothing was written."""
+
+
+class CheckpointStoreError(FsmchatError, RuntimeError):
+    """A checkpoint store could not be opened or read; the message names the store and what to do."""
+
+
+def lease_owner() -> str:
+    """A unique owner id for one execute/resume: host, process id and a random token."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _owner_alive(owner: str) -> bool:
+    """False only when ``owner`` is a process on this host that no longer exists."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lease_refusal(run_id: str, held: tuple[str, float] | None, owner: str, now: float) -> RunInProgress | None:
+    """Why ``owner`` may not take ``run_id`` now (None: it may): another live, unexpired owner holds it."""
+    if held is None:
+        return None
+    holder, expires = held
+    if holder == owner or expires <= now or not _owner_alive(holder):
+        return None
+    return RunInProgress(run_id, holder, expires - now)
 
 
 def _dumps(obj: Any) -> str:
@@ -58,6 +115,12 @@ class Checkpointer(Protocol):
 
     def load(self, run_id: str) -> Saved: ...
 
+    def acquire(self, run_id: str, owner: str, ttl: float = LEASE_TTL) -> None:
+        """Take (or renew) the run's lease; raise ``RunInProgress`` if another live owner holds it."""
+
+    def release(self, run_id: str, owner: str) -> None:
+        """Give the lease back (only if ``owner`` still holds it)."""
+
 
 class SqliteCheckpointer:
     """Checkpoints in one SQLite file (WAL mode; ``synchronous=NORMAL`` survives a killed process)."""
@@ -71,19 +134,81 @@ class SqliteCheckpointer:
     CREATE TABLE IF NOT EXISTS messages (run_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT, content TEXT,
                                          metadata TEXT, PRIMARY KEY (run_id, seq));
     CREATE TABLE IF NOT EXISTS states (run_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS leases (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL);
     """
+    TABLES = {"runs", "events", "messages", "states"}
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, read_only: bool | None = None):
+        """Open (or create) the store at ``path``. ``read_only`` (default: when the file is not
+        writable) opens it without writing anything: finished runs can be loaded and rebuilt."""
         self.path = str(path)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(self.SCHEMA)
         self._seq: dict[str, tuple[int, int]] = {}  # run -> (events, messages) committed
         self._last_state: dict[str, str] = {}  # run -> last snapshot written (skip unchanged ones)
+        p = Path(self.path)
+        self.read_only = read_only if read_only is not None else p.exists() and not os.access(p, os.W_OK)
+        try:
+            if self.read_only:
+                if not p.exists():
+                    raise sqlite3.OperationalError("unable to open database file")
+                self._db = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True, check_same_thread=False,
+                                           isolation_level=None)
+            else:
+                self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.executescript(self.SCHEMA)
+            found = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as exc:
+            raise self._store_error(exc) from None
+        if not self.TABLES <= found:
+            raise CheckpointStoreError(
+                f"checkpoint store {self.path}: not an fsmchat checkpoint database (tables {sorted(found)}, "
+                f"expected {sorted(self.TABLES)}); point SqliteCheckpointer at a new file or an fsmchat store")
+
+    def _store_error(self, exc: sqlite3.Error) -> CheckpointStoreError:
+        text = str(exc)
+        if "malformed" in text or "not a database" in text:
+            hint = "the file is corrupted or not SQLite; restore it from a backup or start a new store"
+        elif "unable to open" in text or "readonly" in text or "read-only" in text:
+            hint = "the file or its directory is not writable (or does not exist); check the path and permissions"
+        else:
+            hint = "check the file and its directory"
+        return CheckpointStoreError(f"checkpoint store {self.path}: {type(exc).__name__}: {text}; {hint}")
+
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise CheckpointStoreError(f"checkpoint store {self.path} is read-only: it can load and rebuild "
+                                       f"finished runs, but cannot {what}; copy it somewhere writable to resume")
+
+    def acquire(self, run_id: str, owner: str, ttl: float = LEASE_TTL) -> None:
+        self._writable("run or resume")
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")  # one writer at a time, across processes
+            try:
+                now = time.time()
+                row = db.execute("SELECT owner, expires FROM leases WHERE run_id=?", (run_id,)).fetchone()
+                refusal = lease_refusal(run_id, tuple(row) if row else None, owner, now)
+                if refusal is not None:
+                    raise refusal
+                db.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?)", (run_id, owner, now + ttl))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            if row is None or row[0] != owner:  # a new owner: what another process wrote may be newer
+                self._seq.pop(run_id, None)
+                self._last_state.pop(run_id, None)
+
+    def release(self, run_id: str, owner: str) -> None:
+        if self.read_only:
+            return
+        with self._lock:
+            self._db.execute("DELETE FROM leases WHERE run_id=? AND owner=?", (run_id, owner))
 
     def start(self, run_id: str, meta: dict[str, Any]) -> None:
+        self._writable("start a run")
         now = time.time()
         with self._lock:
             if self._db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
@@ -125,6 +250,12 @@ class SqliteCheckpointer:
             self._db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
 
     def load(self, run_id: str) -> Saved:
+        try:
+            return self._load(run_id)
+        except sqlite3.DatabaseError as exc:
+            raise self._store_error(exc) from None
+
+    def _load(self, run_id: str) -> Saved:
         with self._lock:
             row = self._db.execute("SELECT meta, stop_reason FROM runs WHERE run_id=?", (run_id,)).fetchone()
             if row is None:
@@ -151,6 +282,17 @@ class MemoryCheckpointer:
     """An in-process checkpointer (same protocol), for tests and for stores built on top."""
 
     data: dict[str, Saved] = field(default_factory=dict)
+    leases: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def acquire(self, run_id: str, owner: str, ttl: float = LEASE_TTL) -> None:
+        refusal = lease_refusal(run_id, self.leases.get(run_id), owner, time.time())
+        if refusal is not None:
+            raise refusal
+        self.leases[run_id] = (owner, time.time() + ttl)
+
+    def release(self, run_id: str, owner: str) -> None:
+        if self.leases.get(run_id, ("",))[0] == owner:
+            del self.leases[run_id]
 
     def start(self, run_id: str, meta: dict[str, Any]) -> None:
         if run_id in self.data:
@@ -189,11 +331,14 @@ class Recorder:
     when the run ends. A branch run gets its own lane, ``<run id>/<step>:<branch>``."""
 
     def __init__(self, cp: Checkpointer, run_id: str, transcript: Any, snapshot: Callable[[], dict[str, Any]],
-                 saved_messages: int = 0):
+                 saved_messages: int = 0, lease: "Lease | None" = None):
         self.cp, self.run_id, self.transcript, self.snapshot = cp, run_id, transcript, snapshot
         self.saved = saved_messages
+        self.lease = lease
 
     def __call__(self, ev: TraceEvent) -> None:
+        if self.lease is not None:
+            self.lease.renew()
         rows = self.transcript.since(self.saved)
         self.cp.commit(self.run_id, ev, rows, self.snapshot() if ev.dest is not None else None)
         self.saved += len(rows)
@@ -212,11 +357,35 @@ class Recorder:
             saved = None
         if saved is None:
             self.cp.start(lane, {"parent": self.run_id, "branch": key})
-            return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot), None
+            return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, lease=self.lease), None
         ctx.transcript.restore(saved.messages)
         if saved.state is not None:
             ctx.restore(saved.state)
-        return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, len(saved.messages)), saved
+        return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, len(saved.messages), self.lease), saved
+
+
+class Lease:
+    """One execute/resume's hold on a run: taken before anything is written, renewed by the
+    recorder's commits (at most every third of the TTL), given back when the run ends."""
+
+    def __init__(self, cp: Any, run_id: str, ttl: float = LEASE_TTL):
+        self.cp, self.run_id, self.ttl = cp, run_id, ttl
+        self.owner = lease_owner()
+        self.held = callable(getattr(cp, "acquire", None))  # a store without leases cannot refuse
+        self._renewed = 0.0
+        if self.held:
+            cp.acquire(run_id, self.owner, ttl)
+            self._renewed = time.monotonic()
+
+    def renew(self) -> None:
+        if self.held and time.monotonic() - self._renewed > self.ttl / 3:
+            self.cp.acquire(self.run_id, self.owner, self.ttl)
+            self._renewed = time.monotonic()
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.cp.release(self.run_id, self.owner)
 
 
 class NotSerializable(TypeError):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import json
 from abc import ABC, abstractmethod
 import inspect
 import re
@@ -19,7 +21,7 @@ from typing import Any, AsyncIterator, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from ..checkpoint import Recorder, new_run_id
+from ..checkpoint import CheckpointMismatch, Lease, Recorder, new_run_id
 from ..engine import run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
 from ..errors import attach_result, result_of
@@ -271,8 +273,9 @@ class Pattern(ABC):
 
     async def _drive(self, ctx: Any, observers: Sequence[Any], on_message: Sequence[Any],
                      checkpoint: Any, run_id: str | None, meta: dict[str, Any] | None,
-                     saved: Any = None) -> RunResult:
-        """Run the graph on ``ctx`` (fresh, or restored from ``saved``), committing to ``checkpoint``."""
+                     saved: Any = None, lease: Lease | None = None) -> RunResult:
+        """Run the graph on ``ctx`` (fresh, or restored from ``saved``), committing to ``checkpoint``
+        under ``lease`` (the caller's hold on the run; released when the run ends)."""
         graph = self.graph
         start_clock(self.limits, ctx.stats)
         for listener in on_message:
@@ -281,10 +284,10 @@ class Pattern(ABC):
             ctx.transcript.listen(self._print_post)
         recorder = None
         if checkpoint is not None:
-            run_id = run_id or new_run_id()
+            assert run_id is not None and lease is not None
             if saved is None:
                 checkpoint.start(run_id, meta or {})
-            recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript))
+            recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript), lease)
         history = [e for e in saved.events if e.dest is not None] if saved is not None else None
         start = history[-1].dest if history else None
         try:
@@ -297,32 +300,102 @@ class Pattern(ABC):
                 self._finish(partial)
                 self._last_partial = partial
             raise
+        finally:
+            if lease is not None:
+                lease.release()
         result.run_id = run_id
         return self._finish(result)
 
     async def aexecute(self, task: str, *, observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
                        checkpoint: Any = None, run_id: str | None = None) -> RunResult:
         """Run once and return the ``RunResult`` (path, trace, stop reason, transcript, calls).
-        With ``checkpoint=`` every step is committed under ``run_id`` (a new id if None)."""
+        With ``checkpoint=`` every step is committed under ``run_id`` (a new id if None); the run
+        holds the id's lease meanwhile, so a concurrent run of the same id gets ``RunInProgress``."""
         self._check_run(task)
         self._check_limits()
-        meta = {"pattern": type(self).__name__, "name": self.name, "task": task, "factory": self.factory}
-        return await self._drive(self._context(task), observers, on_message, checkpoint, run_id, meta)
+        lease = None
+        if checkpoint is not None:
+            run_id = run_id or new_run_id()
+            lease = Lease(checkpoint, run_id)
+        meta = {"pattern": type(self).__name__, "name": self.name, "task": task, "factory": self.factory,
+                "fingerprint": self.fingerprint()}
+        try:
+            ctx = self._context(task)
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
+        return await self._drive(ctx, observers, on_message, checkpoint, run_id, meta, lease=lease)
 
     async def aresume(self, run_id: str, checkpoint: Any, *, observers: Sequence[Any] = (),
                       on_message: Sequence[Any] = ()) -> RunResult:
         """Continue a checkpointed run from its last committed state; a finished run's result is
-        rebuilt from the checkpoint without calling any model."""
+        rebuilt from the checkpoint without calling any model. Refused, before anything is
+        written, when the run was checkpointed by another pattern (``CheckpointMismatch``) or is
+        running elsewhere (``RunInProgress``)."""
         saved = checkpoint.load(run_id)
+        self._check_fingerprint(run_id, saved.meta)
+        if saved.finished:
+            return self._rebuild(run_id, saved)
+        lease = Lease(checkpoint, run_id)
+        try:
+            saved = checkpoint.load(run_id)  # under the lease: what the last owner committed
+            if saved.finished:
+                lease.release()
+                return self._rebuild(run_id, saved)
+            ctx = self._restored(saved)
+        except BaseException:
+            lease.release()
+            raise
+        return await self._drive(ctx, observers, on_message, checkpoint, run_id, None, saved, lease)
+
+    def _restored(self, saved: Any) -> Any:
         ctx = self._context(saved.meta["task"])
         ctx.transcript.restore(saved.messages)
         if saved.state is not None:
             ctx.restore(saved.state)
-        if saved.finished:
-            result = RunResult([e.state for e in saved.events], list(saved.events), saved.stop_reason or "done", ctx)
-            result.run_id = run_id
-            return self._finish(result)
-        return await self._drive(ctx, observers, on_message, checkpoint, run_id, None, saved)
+        return ctx
+
+    def _rebuild(self, run_id: str, saved: Any) -> RunResult:
+        ctx = self._restored(saved)
+        result = RunResult([e.state for e in saved.events], list(saved.events), saved.stop_reason or "done", ctx)
+        result.run_id = run_id
+        return self._finish(result)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a checkpoint stores to recognise this pattern on resume: the kind, the graph's
+        structure (a hash of its states and edges, branches included), the speakers and their
+        models, the limits and the output type."""
+        flat = self.graph.flatten()
+        shape: list[Any] = []
+        todo = [("", flat)]
+        while todo:
+            prefix, f = todo.pop()
+            shape.append([prefix, sorted(f.states), sorted((t.source, t.dest, t.label) for t in f.transitions)])
+            todo += [(f"{prefix}{s.name}|{i}.", b.flatten()) for s in f.states.values()
+                     for i, b in enumerate(s.branches, 1)]
+        digest = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+        speakers = [[getattr(s, "name", repr(s)), getattr(s, "model", None)] for s in self._roster()]
+        return {"pattern": type(self).__name__, "graph": digest, "speakers": speakers,
+                "limits": self.limits.model_dump(mode="json") if self.limits is not None else None,
+                "output_type": self.output_type}
+
+    def _roster(self) -> list[Any]:
+        """The pattern's speakers, for its fingerprint."""
+        roster = list(getattr(self, "agents", None) or [])
+        moderator = getattr(self, "moderator", None)
+        return roster + ([moderator] if moderator is not None else [])
+
+    def _check_fingerprint(self, run_id: str, meta: dict[str, Any]) -> None:
+        stored = meta.get("fingerprint")
+        if stored is None:  # checkpointed before fingerprints existed
+            return
+        now = json.loads(json.dumps(self.fingerprint()))
+        diffs = [f"{k}: stored {stored.get(k)!r}, now {now.get(k)!r}" for k in now if stored.get(k) != now.get(k)]
+        if diffs:
+            raise CheckpointMismatch(f"run {run_id!r} was checkpointed by a different {meta.get('pattern', 'pattern')} "
+                                     f"than the {type(self).__name__} resuming it; " + "; ".join(diffs) +
+                                     ". Resume it with the pattern that started it (nothing was written)")
 
     def resume(self, run_id: str, checkpoint: Any) -> RunResult:
         return self._sync(lambda: self.aresume(run_id, checkpoint))
