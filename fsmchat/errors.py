@@ -192,6 +192,23 @@ def fatal_error(exc: BaseException | None) -> BaseException | None:
     return None
 
 
+_failed_runs: list[Any] | None = None  # collected while the CLI runs a script (``watch_failures``)
+
+
+def watch_failures() -> list[Any]:
+    """Start collecting the results of failed runs in this process (``fsmchat run`` does, so a
+    script that ignores ``result.error`` still exits non-zero); returns the list that fills."""
+    global _failed_runs
+    _failed_runs = []
+    return _failed_runs
+
+
+def note_finished(result: Any) -> None:
+    """Called by every pattern when a run ends: a failed run is remembered while watched."""
+    if _failed_runs is not None and getattr(result, "error", None) is not None:
+        _failed_runs.append(result)
+
+
 def attach_result(exc: BaseException, result: Any) -> BaseException:
     """Hang a run's result (trace, transcript so far) on an exception before it propagates."""
     try:

@@ -5,7 +5,7 @@ import copy
 from typing import Any, Sequence
 
 from ..graph.state_graph import StateGraph
-from ..errors import ConfigError, attach_result
+from ..errors import ConfigError, attach_result, note_finished
 from ..models import RunResult
 from ..patterns.base import Pattern
 from ..speakers.agent import Agent
@@ -87,9 +87,9 @@ class AgentFlow(Pattern):
         for lp in _loops_in(self.steps):
             items = self.variables.get(lp.over)
             if items is not None and not isinstance(items, (list, tuple)):
-                raise ConfigError(f"AgentFlow: loop over={lp.over!r} is invalid: the variable holds a "
-                                  f"{type(items).__name__}, a loop needs a list (for a dict, loop over "
-                                  "list(d.items()) or list(d))")
+                raise ConfigError(f"AgentFlow: loop over={lp.over!r} is invalid: expected a list, the variable "
+                                  f"holds a {type(items).__name__} (for a dict, loop over list(d.items()) or "
+                                  "list(d))")
 
     def _context(self, task: str) -> FlowContext:  # type: ignore[override]
         ctx = FlowContext(task, copy.deepcopy(self.variables))
@@ -131,6 +131,7 @@ class AgentFlow(Pattern):
         if ctx.error is not None:
             out["error"] = str(ctx.error)
         result.output = out
+        note_finished(result)
         return result
 
     def start(self, input: str = "") -> dict[str, Any]:

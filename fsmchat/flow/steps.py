@@ -2,9 +2,11 @@
 ``route``, ``if_`` (``when``) and ``repeat``. ``compile.py`` turns them into state graphs."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
+from ..errors import ConfigError, bad_value
 from ..speakers.agent import Agent
 from .context import compile_condition
 
@@ -90,6 +92,12 @@ class Discussion(Block):
             raise TypeError(f"Discussion select must be a callable (turn, ctx) -> speaker, got {type(select).__name__}")
         self.agents = list(agents)
         self.tasks = [as_task(a) for a in self.agents]
+        names = [t.name for t in self.tasks]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"Discussion {name!r}: agents={names!r} is invalid: {twice[0]!r} is listed more than "
+                              "once; each speaker takes its turns in order (use rounds= for more turns, or "
+                              "select= to let one speaker talk more often)")
         self.rounds, self.until, self.select, self.name = rounds, until, select, name
 
     def task_for(self, speaker: Any) -> Task:
@@ -122,9 +130,27 @@ class Route(Block):
     def __init__(self, routes: dict[str, Any], default: Any = None, name: str = "route"):
         if not isinstance(routes, dict) or not routes:
             raise ValueError("route needs routes={'key': [steps], ...} with at least one key")
-        self.routes = {str(k): _steps(v, f"route {k!r}") for k, v in routes.items()}
+        for k in routes:
+            if not isinstance(k, str) or not k.strip():
+                raise bad_value("route", "routes key", k, "a non-empty string, matched as a whole word in the "
+                                "previous output", type_error=not isinstance(k, str))
+        self.routes = {k: _steps(v, f"route {k!r}") for k, v in routes.items()}
         self.default = _steps(default, "route default") if default else []
         self.name = name
+
+    def says(self, key: str, text: Any) -> bool:
+        """Whether ``key`` appears as a whole word in ``text`` (case-insensitive)."""
+        return re.search(rf"\b{re.escape(key)}\b", str(text or ""), re.IGNORECASE) is not None
+
+    def decide(self, ctx: Any) -> str | None:
+        """match a key in the previous output"""
+        key = next((k for k in self.routes if self.says(k, ctx.previous_result)), None)
+        if key is None:
+            ctx.events.append({"event": "route_no_match", "route": self.name, "keys": list(self.routes),
+                               "default": bool(self.default), "previous_output": str(ctx.previous_result)[:200],
+                               "note": "no key matched; " + ("the default steps run" if self.default else
+                                                             "no default, so the route runs no step")})
+        return key
 
 
 class If(Block):

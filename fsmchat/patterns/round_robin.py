@@ -127,6 +127,7 @@ class RoundRobinSwarm(Pattern):
 
     def _context(self, task: str) -> ChatContext:
         ctx = ChatContext(task, list(self.agents))
+        ctx.stats.roster = list(self.agents)
         ctx.scratch["cfg"] = self.config
         return ctx
 
