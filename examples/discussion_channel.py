@@ -39,7 +39,7 @@ async def discuss(topic: str) -> None:
         for env in said:
             print(f"[{env.sender}]: {env.text}")
         stats = hub.stats(channel.channel_id)
-        lifecycle, turns = hub.reactors(channel.channel_id)
+        lifecycle, turns = hub.runs(channel.channel_id)
         print(f"\n-- spoke: {' -> '.join(env.sender for env in said)}")
         print(f"-- texts: {stats.texts} (1 kickoff + {stats.replies} replies); model calls: {stats.model_calls}; "
               f"skipped deliveries: {stats.skipped_deliveries}; wasted calls: {stats.wasted_calls}")

@@ -21,7 +21,7 @@ _EXPORTS: dict[str, str] = {
     "FsmchatError": "errors", "GraphError": "errors", "ModelCallError": "errors", "NoTransitionError": "errors",
     "RenderError": "errors", "result_of": "errors",
     "StateGraph": "graph",
-    "run": "engine", "run_graph": "engine", "run_sync": "engine",
+    "run": "engine", "run_graph": "engine", "GraphRun": "engine", "run_sync": "engine",
     "SqliteCheckpointer": "checkpoint", "MemoryCheckpointer": "checkpoint", "resume": "checkpoint",
     "Limits": "limits", "from_config": "config",
     # layer 5: speakers
@@ -41,7 +41,6 @@ _EXPORTS: dict[str, str] = {
     "EV_TURN_FAILED": "network", "EV_EXPECTATION_VIOLATED": "network", "ORDERING_ROUND_ROBIN": "network",
     "NetworkError": "network", "ProtocolError": "network", "NotFoundError": "network", "turn_within": "network",
     "ManualClock": "network",
-    "Reactor": "reactive",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -62,7 +61,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .checkpoint import MemoryCheckpointer, SqliteCheckpointer, resume
     from .config import from_config
-    from .engine import run, run_graph, run_sync
+    from .engine import GraphRun, run, run_graph, run_sync
     from .errors import FsmchatError, GraphError, ModelCallError, NoTransitionError, RenderError, result_of
     from .flow import AgentFlow, Discussion, Flow, StepResult, Task, if_, loop, parallel, repeat, route, when
     from .graph import StateGraph
@@ -74,5 +73,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, \
         ORDERING_ROUND_ROBIN, Channel, DiscussionState, Envelope, Hub, HubClient, ManualClock, \
         MemoryKnowledgeStore, NetworkError, NotFoundError, ProtocolError, turn_within, wait_for_text_count
-    from .reactive import Reactor
     from .speakers import RESPOND_TOOL, Agent, Turn

@@ -184,7 +184,9 @@ def new_run_id() -> str:
 
 
 class Recorder:
-    """The engine observer that commits each trace event with the messages posted since the last one."""
+    """The engine's checkpoint observer for one run (or one branch run): commits each trace event
+    with the messages posted since the last one and the context's snapshot, and the stop reason
+    when the run ends. A branch run gets its own lane, ``<run id>/<step>:<branch>``."""
 
     def __init__(self, cp: Checkpointer, run_id: str, transcript: Any, snapshot: Callable[[], dict[str, Any]],
                  saved_messages: int = 0):
@@ -195,6 +197,26 @@ class Recorder:
         rows = self.transcript.since(self.saved)
         self.cp.commit(self.run_id, ev, rows, self.snapshot() if ev.dest is not None else None)
         self.saved += len(rows)
+
+    def finish(self, stop_reason: str) -> None:
+        self.cp.finish(self.run_id, stop_reason)
+
+    def branch(self, key: str, ctx: Any) -> "tuple[Recorder, Saved | None]":
+        """The recorder of a branch run on ``ctx`` (which has ``transcript``, ``snapshot`` and
+        ``restore``), and what its lane already holds (None for a new branch): on a resume the
+        branch context is restored from it, so the branch continues instead of starting again."""
+        lane = f"{self.run_id}/{key}"
+        try:
+            saved: Saved | None = self.cp.load(lane)
+        except KeyError:
+            saved = None
+        if saved is None:
+            self.cp.start(lane, {"parent": self.run_id, "branch": key})
+            return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot), None
+        ctx.transcript.restore(saved.messages)
+        if saved.state is not None:
+            ctx.restore(saved.state)
+        return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, len(saved.messages)), saved
 
 
 class NotSerializable(TypeError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import time
 from typing import Any, Callable
 
@@ -28,17 +29,38 @@ async def call_within(fn: Callable[..., Any], *args: Any, deadline: float | None
             return await asyncio.wait_for(fn(*args), left)
         except asyncio.TimeoutError:
             raise DeadlineExceeded(f"{what} was cancelled at the run's deadline_s") from None
-    worker = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    done, _ = await asyncio.wait({worker}, timeout=left)
-    if not done:  # the thread keeps running; its result, if any, is dropped
-        worker.add_done_callback(lambda f: f.cancelled() or f.exception())
-        raise DeadlineExceeded(f"{what} was still running at the run's deadline_s; it was abandoned in its "
-                               "worker thread (a sync callable cannot be stopped)")
-    out = worker.result()
+    out = await _in_daemon_thread(fn, args, left, what)
     if inspect.isawaitable(out):
-        left = deadline - time.monotonic()
         try:
-            return await asyncio.wait_for(out, max(left, 0.0))
+            return await asyncio.wait_for(out, max(deadline - time.monotonic(), 0.0))
         except asyncio.TimeoutError:
             raise DeadlineExceeded(f"{what} was cancelled at the run's deadline_s") from None
     return out
+
+
+async def _in_daemon_thread(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float, what: str) -> Any:
+    """``fn(*args)`` in a daemon thread of its own (not the loop's executor, which ``asyncio.run``
+    joins on exit), waited for at most ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():
+            future.set_result(value) if ok else future.set_exception(value)
+
+    def work() -> None:
+        try:
+            value, ok = fn(*args), True
+        except BaseException as exc:  # handed to the waiting coroutine
+            value, ok = exc, False
+        try:
+            loop.call_soon_threadsafe(settle, ok, value)
+        except RuntimeError:  # the loop has closed: the result is dropped, as documented
+            pass
+
+    threading.Thread(target=work, name=f"fsmchat-callable-{what}", daemon=True).start()
+    try:
+        return await asyncio.wait_for(future, timeout)
+    except asyncio.TimeoutError:
+        raise DeadlineExceeded(f"{what} was still running at the run's deadline_s; it was abandoned in its "
+                               "worker thread (a sync callable cannot be stopped)") from None

@@ -1,10 +1,21 @@
-"""Layer 4: the one executor. It runs any ``StateGraph`` against a context object.
+"""Layer 4: the one executor. ``GraphRun`` is one run of any ``StateGraph`` on a context object.
 
-Per step: enter a state, await its action, try the outgoing guards in declared order, fire the
-chosen transition on a ``transitions.Machine``, append a trace event, tell the observers. The
-loop is an explicit ``async`` loop that fires exactly one trigger per step (never from inside a
-callback: chained triggers overflow the stack after ~62 turns, and ``AsyncMachine`` costs ~7x
-more per trigger). It knows nothing of agents, bids or turns.
+A step: the current state's action runs (once per visit), then an outgoing transition is chosen
+(``step()``: the first guard that passes, in declared order; ``step(event)``: the first transition
+labelled ``event`` whose guard passes), its trigger is fired on the graph's ``transitions.Machine``
+through the public ``Event.trigger`` API, and a ``TraceEvent`` goes to the trace, the observers and
+the checkpoint recorder. Entering a final state records a terminal event and ends the run.
+
+Patterns and flows are driven from the inside (``run_graph``: ``await step()`` until final); hub
+channels from the outside (``fire(label)`` on each acknowledged invite, accepted text, close or
+expiry). A fork state's branches (``parallel``, ``loop(parallel=True)``) are child ``GraphRun``s of
+the same kind, whose events carry qualified names (``fork|1.state``; the ``k``-th item of a parallel
+loop ``fork|1[k].state``, the renderer's scheme) and reach the parent's trace and observers; each
+child commits to its own checkpoint lane, so a resume continues it instead of re-running it.
+
+One trigger per step from an explicit loop, never from inside a callback (chained triggers
+overflow the stack after ~62 turns; ``AsyncMachine`` costs ~7x more per trigger). The engine knows
+nothing of agents, bids or turns.
 """
 from __future__ import annotations
 
@@ -15,8 +26,8 @@ import threading
 from time import perf_counter
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
-from .errors import NoTransitionError, attach_result
-from .graph.state_graph import StateGraph
+from .errors import LimitReached, NoTransitionError, attach_result, limit_reached
+from .graph.state_graph import StateGraph, callable_name
 from .models import RunResult, TraceEvent
 
 T = TypeVar("T")
@@ -25,22 +36,32 @@ DEFAULT_MAX_STEPS = 100_000
 
 
 class _Step:
-    """A flat state prepared for running: its action (sync or async) and outgoing transitions."""
+    """A flat state prepared for running: its action (sync or async), fork, outgoing transitions."""
 
-    __slots__ = ("name", "action", "is_async", "final", "reason", "out")
+    __slots__ = ("name", "action", "is_async", "final", "reason", "out", "fork", "branches")
 
-    def __init__(self, name: str, action: Any, final: bool, reason: str | None,
-                 out: list[tuple[Any, str, str, str]]):
+    def __init__(self, name: str, action: Any, final: bool, reason: Any, out: list[tuple[Any, str, str, str]],
+                 fork: Any, branches: list[StateGraph]):
         self.name = name
         self.action = action
         self.is_async = action is not None and inspect.iscoroutinefunction(action)
         self.final = final
         self.reason = reason
-        self.out = out  # (guard, trigger method name, label, dest)
+        self.out = out  # (guard, trigger name, label, dest)
+        self.fork = fork
+        self.branches = branches
+
+
+def machine_class() -> Any:
+    """The ``transitions.Machine`` class every compiled graph uses (imported on first compile).
+    Tests replace it (a recording subclass) to check that every step goes through it."""
+    from transitions import Machine
+
+    return Machine
 
 
 class CompiledGraph:
-    """A validated, flattened graph and the ``transitions.Machine`` that holds each run's state."""
+    """A validated, flattened graph and the ``transitions.Machine`` that moves each run's state."""
 
     def __init__(self, graph: StateGraph):
         flat = graph.flatten()
@@ -54,147 +75,311 @@ class CompiledGraph:
                 trig = f"_fsm_t{len(machine_transitions)}"
                 machine_transitions.append({"trigger": trig, "source": t.source, "dest": t.dest})
                 out.append((t.guard, trig, t.label, t.dest))
-            self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out)
-        self.machine = _machine_class()(model=None, states=list(self.steps), transitions=machine_transitions,
-                               initial=self.initial, auto_transitions=False, send_event=False,
-                               ignore_invalid_triggers=False)
-        self._lock = threading.Lock()
+            self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out, s.fork, s.branches)
+        # model=None: runs are not registered (no per-run set-up); each trigger names its model
+        self.machine = machine_class()(model=None, states=list(self.steps), transitions=machine_transitions,
+                                       initial=self.initial, auto_transitions=False, send_event=False,
+                                       ignore_invalid_triggers=False)
         self.events = self.machine.events  # trigger name -> transitions Event
-
-    def fire(self, trigger: str, runner: Any) -> None:
-        """Fire one trigger for ``runner`` (any object with a ``state``; no registration needed)."""
-        self.events[trigger].trigger(runner)
-
-    def attach(self, runner: Any) -> None:
-        with self._lock:
-            self.machine.add_model(runner, initial=self.initial)
-
-    def detach(self, runner: Any) -> None:
-        with self._lock:
-            self.machine.remove_model(runner)
-
-
-_MACHINE: Any = None
-
-
-def _machine_class() -> Any:
-    """``transitions.Machine`` with lean Transition/Event classes, built on first compile.
-
-    fsmchat registers no transitions-level callbacks or conditions (guards are tried by the
-    engine, in declared order) and no state callbacks, and its machines have no event queue; so a
-    transition is only ``set_state``, and an event need not pass through ``Machine._process``. A
-    step costs ~4 us instead of ~9 (docs/benchmarks.md), and transitions still checks the source
-    state and raises MachineError for a trigger fired from the wrong state.
-    """
-    global _MACHINE
-    if _MACHINE is None:
-        from transitions import Event, Machine, Transition
-        from transitions.core import EventData
-
-        class LeanTransition(Transition):
-            def execute(self, event_data: Any) -> bool:
-                # no state callbacks either: State.exit/enter would only loop over empty lists
-                event_data.machine.set_state(self.dest, event_data.model)
-                return True
-
-        class LeanEvent(Event):
-            def trigger(self, model: Any, *args: Any, **kwargs: Any) -> Any:
-                return self._trigger(EventData(None, self, self.machine, model, args=args, kwargs=kwargs))
-
-        class LeanMachine(Machine):
-            transition_cls = LeanTransition
-            event_cls = LeanEvent
-
-        _MACHINE = LeanMachine
-    return _MACHINE
 
 
 def compile_graph(graph: StateGraph) -> CompiledGraph:
-    """Validate and compile once per graph object (cached on it)."""
-    if graph._compiled is None:
-        graph._compiled = CompiledGraph(graph)
-    return graph._compiled
+    """Validate and compile once per graph object (cached on it until the graph changes)."""
+    compiled = graph.compiled
+    if compiled is None:
+        compiled = CompiledGraph(graph)
+        graph.compiled = compiled
+    return compiled
 
 
-class _Runner:
-    """The ``transitions`` model of one run: the machine reads and writes its ``state``."""
+class GraphRun:
+    """One run of ``graph`` against ``context``: its current state, path and trace.
 
-    __slots__ = ("state", "__dict__")
+    ``await step(event=None)`` makes one step; ``run()`` steps until a final state and returns the
+    ``RunResult``; ``fire(event)`` is the synchronous step of event-driven graphs whose actions are
+    plain functions (hub channels). ``start``/``history`` resume a run (enter ``start`` with the
+    earlier events as the start of the path and trace). ``prefix`` qualifies the state names of a
+    branch run; ``recorder`` is the checkpoint observer (``fsmchat.checkpoint.Recorder``).
+    """
+
+    __slots__ = ("graph", "context", "compiled", "observers", "recorder", "prefix", "clock", "_t0", "state",
+                 "path", "trace", "entered", "payload", "error", "stop_reason", "max_steps", "parent", "__dict__")
+
+    def __init__(self, graph: StateGraph, context: Any = None, *, observers: Iterable[Observer] = (),
+                 recorder: Any = None, start: str | None = None, history: Iterable[TraceEvent] | None = None,
+                 prefix: str = "", clock: Callable[[], float] = perf_counter, max_steps: int = DEFAULT_MAX_STEPS,
+                 parent: "GraphRun | None" = None):
+        self.graph = graph
+        self.context = context
+        self.compiled = compile_graph(graph)
+        self.observers = list(observers)
+        self.recorder = recorder
+        self.prefix = prefix
+        self.clock = clock
+        self._t0 = clock()
+        self.trace: list[TraceEvent] = list(history or ())
+        self.path: list[str] = [e.state for e in self.trace]
+        if start is not None:
+            start = start[len(prefix):] if prefix and start.startswith(prefix) else start
+            if start not in self.compiled.steps:
+                raise ValueError(f"graph {graph.name!r}: cannot resume at {start!r}: no such state")
+        self.state = start if start is not None else self.compiled.initial
+        self.entered = False  # has the current state's action run in this visit?
+        self.payload: Any = None  # what it returned
+        self.error: BaseException | None = None
+        self.stop_reason: str | None = None
+        self.max_steps = max_steps
+        self.parent = parent
+        if self.compiled.steps[self.state].final:
+            self._end()
+
+    # ---- reading ----
+    @property
+    def finished(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def qualified(self) -> str:
+        """The current state's name as traces spell it (with the branch prefix)."""
+        return self.prefix + self.state
+
+    @property
+    def visited(self) -> list[str]:
+        """Every state entered so far, the current one included."""
+        return list(self.path) if self.finished else [*self.path, self.qualified]
+
+    def labels(self) -> list[str]:
+        """The event labels the current state has transitions for (declared order, no repeats)."""
+        return list(dict.fromkeys(lbl for _, _, lbl, _ in self.compiled.steps[self.state].out))
+
+    def can_fire(self, event: str) -> bool:
+        """Whether ``fire(event)`` would take a transition now (evaluates guards, changes nothing)."""
+        return not self.finished and self._choose(event, None) is not None
+
+    def result(self) -> RunResult:
+        return RunResult(self.path, self.trace, self.stop_reason or "running", self.context, self.error)
+
+    # ---- stepping ----
+    async def step(self, event: str | None = None, payload: Any = None) -> TraceEvent:
+        """Run the current state's action (once per visit), then take one transition: by guards in
+        declared order (no ``event``) or the first ``event``-labelled one whose guard passes.
+        An action that raises ``LimitReached`` ends the state through the edge it names (e.g. the
+        drawn ``past_deadline``), when the state has one."""
+        if self.finished:
+            raise NoTransitionError(f"graph {self.graph.name!r}: the run already ended in {self.qualified!r}")
+        if len(self.path) >= self.max_steps:
+            raise _MaxSteps()
+        forced = None
+        if not self.entered:
+            try:
+                await self._enter()
+            except LimitReached as exc:
+                forced = self._limit_edge(exc)
+            except Exception as exc:
+                hit = limit_reached(exc)
+                if hit is None:
+                    raise
+                forced = self._limit_edge(hit, exc)
+        choice = forced or self._choose(event, payload)
+        if choice is None:
+            raise NoTransitionError(self._no_choice(event))
+        return self._advance(choice, self.payload if payload is None else payload)
+
+    def fire(self, event: str, payload: Any = None) -> TraceEvent:
+        """The synchronous step of an event-driven run: take the first ``event`` transition whose guard
+        passes, then run the new state's (sync) action. Raises ``NoTransitionError`` (and changes
+        nothing) when there is none. If that action raises, the transition has happened."""
+        if self.finished:
+            raise NoTransitionError(f"graph {self.graph.name!r}: cannot fire {event!r}: the run is in the final "
+                                    f"state {self.qualified!r}")
+        self.enter_sync()
+        choice = self._choose(event, payload)
+        if choice is None:
+            raise NoTransitionError(self._no_choice(event))
+        ev = self._advance(choice, payload)
+        self.enter_sync()
+        return ev
+
+    def enter_sync(self) -> Any:
+        """Run the current state's action now, synchronously (event-driven graphs)."""
+        if self.entered or self.finished:
+            return self.payload
+        st = self.compiled.steps[self.state]
+        self.entered = True
+        if st.action is None:
+            self.payload = None
+            return None
+        out = st.action(self.context)
+        if inspect.isawaitable(out):  # refuse loudly: an event is applied atomically
+            close = getattr(out, "close", None)
+            if close is not None:
+                close()
+            raise TypeError(f"graph {self.graph.name!r}: the action of state {self.state!r} "
+                            f"({callable_name(st.action)}) is async; an event-driven run applies each event "
+                            "atomically, so its actions must be plain functions (or drive it with step())")
+        self.payload = out
+        return out
+
+    async def _enter(self) -> None:
+        st = self.compiled.steps[self.state]
+        self.entered = True
+        if st.fork is not None:
+            self.payload = await self._fork(st)
+        elif st.action is None:
+            self.payload = None
+        elif st.is_async:
+            self.payload = await st.action(self.context)
+        else:
+            out = st.action(self.context)
+            self.payload = (await out) if inspect.isawaitable(out) else out
+
+    def _choose(self, event: str | None, payload: Any) -> tuple[Any, str, str, str] | None:
+        ctx = self.context
+        for t in self.compiled.steps[self.state].out:
+            if (event is None or t[2] == event) and (t[0] is None or t[0](ctx)):
+                return t
+        return None
+
+    def _limit_edge(self, hit: LimitReached, exc: BaseException | None = None) -> tuple[Any, str, str, str]:
+        for t in self.compiled.steps[self.state].out:
+            if t[2] == hit.take_edge:
+                self.payload = f"{type(hit).__name__}: {hit}"
+                return t
+        raise exc or hit  # no such edge drawn here: the run ends with the error
+
+    def _no_choice(self, event: str | None) -> str:
+        st = self.compiled.steps[self.state]
+        where = f"graph {self.graph.name!r}"
+        if event is None:
+            return (f"no transition out of state {self.qualified!r} matched: every guard "
+                    f"({', '.join(lbl for _, _, lbl, _ in st.out)}) was false; add an unguarded fallback transition")
+        candidates = [t for t in st.out if t[2] == event]
+        if not candidates:
+            accepted = ", ".join(repr(lbl) for lbl in self.labels()) or "nothing"
+            return f"{where}: state {self.qualified!r} has no {event!r} transition; it accepts {accepted}"
+        guards = ", ".join(callable_name(t[0]) for t in candidates)
+        return f"{where}: no {event!r} transition out of state {self.qualified!r} passed its guard ({guards})"
+
+    def _advance(self, choice: tuple[Any, str, str, str], payload: Any) -> TraceEvent:
+        _guard, trigger, label, _dest = choice
+        source = self.state
+        self.compiled.events[trigger].trigger(self)  # the Machine moves self.state
+        self.entered, self.payload = False, None
+        ev = TraceEvent(len(self.path), self.prefix + source, label, self.prefix + self.state,
+                        self.clock() - self._t0, payload)
+        self.path.append(ev.state)
+        self._record(ev)
+        if self.compiled.steps[self.state].final:
+            self._end()
+        return ev
+
+    def _end(self) -> None:
+        st = self.compiled.steps[self.state]
+        reason = st.reason(self.context) if callable(st.reason) else st.reason
+        last = next((e.trigger for e in reversed(self.trace) if e.trigger is not None and e.dest is not None
+                     and "|" not in e.state[len(self.prefix):]), None)  # its own edge, not a branch's
+        self.stop_reason = reason or last or self.state
+        self.path.append(self.qualified)
+        self._record(TraceEvent(len(self.path) - 1, self.qualified, None, None, self.clock() - self._t0))
+
+    def _record(self, ev: TraceEvent) -> None:
+        self.trace.append(ev)
+        if self.recorder is not None:
+            self.recorder(ev)
+        self._relay(ev)
+
+    def _relay(self, ev: TraceEvent) -> None:
+        """Tell the observers (a branch's event also lands in every enclosing run's trace)."""
+        for o in self.observers:
+            o(ev)
+        if self.parent is not None:
+            self.parent.trace.append(ev)
+            self.parent._relay(ev)
+
+    # ---- running to the end ----
+    async def run(self) -> RunResult:
+        """Step until a final state. An exception in an action or guard ends the run with
+        ``stop_reason="error"`` and the exception on ``result.error``; a cancellation ends it with
+        ``"cancelled"`` and the ``CancelledError`` is re-raised (asyncio semantics) carrying the
+        result as ``exc.fsmchat_result``. Either way the context, and so the transcript, is intact."""
+        step = self.step
+        try:
+            while self.stop_reason is None:
+                await step()
+        except _MaxSteps:
+            self.stop_reason = "max_steps"
+            self._record(TraceEvent(len(self.path), self.qualified, "max_steps", None, self.clock() - self._t0))
+            self.path.append(self.qualified)
+        except asyncio.CancelledError as exc:
+            self._stop_with("cancelled", "cancelled", None)
+            self._close()
+            raise attach_result(exc, self.result())
+        except Exception as exc:  # an action, guard or the machine failed: keep everything so far
+            self._stop_with("error", "error", f"{type(exc).__name__}: {exc}")
+            self.error = exc
+        self._close()
+        return self.result()
+
+    def _stop_with(self, reason: str, label: str, payload: Any) -> None:
+        self.stop_reason = reason
+        self.path.append(self.qualified)
+        ev = TraceEvent(len(self.path) - 1, self.qualified, label, None, self.clock() - self._t0, payload)
+        self.trace.append(ev)
+        try:  # a failing store must not lose the result of a run that is already failing
+            if self.recorder is not None:
+                self.recorder(ev)
+        except Exception as store_exc:
+            self.error = self.error or store_exc
+        self._relay(ev)
+
+    def _close(self) -> None:
+        if self.recorder is not None:
+            try:
+                self.recorder.finish(self.stop_reason or "error")
+            except Exception as exc:
+                if self.error is None:
+                    self.error = exc
+                    self.stop_reason = "error"
+
+    # ---- forks: branches as child runs ----
+    async def _fork(self, st: _Step) -> Any:
+        """Run the fork state's branches as child runs, concurrently, then join them.
+
+        ``split(ctx)`` gives ``(branch index, child context, item index or None)`` per child run;
+        ``join(ctx, [(child context, RunResult)])`` merges them in that order."""
+        split, join = st.fork
+        at = len(self.path)  # this visit's step number: names the children's checkpoint lanes
+        runs = []
+        for index, child_ctx, item in split(self.context):
+            name = f"{self.prefix}{st.name}|{index + 1}" + (f"[{item}]" if item is not None else "")
+            recorder, saved = (self.recorder.branch(f"{at}:{name}", child_ctx) if self.recorder is not None
+                               else (None, None))
+            history = [e for e in saved.events if e.dest is not None] if saved is not None else None
+            if saved is not None and saved.finished:
+                runs.append((child_ctx, None, RunResult([e.state for e in saved.events], list(saved.events),
+                                                        saved.stop_reason or "done", child_ctx)))
+                continue
+            child = GraphRun(st.branches[index], child_ctx, recorder=recorder, prefix=name + ".",
+                             start=history[-1].dest if history else None, history=history, clock=self.clock,
+                             max_steps=self.max_steps, parent=self)
+            runs.append((child_ctx, child, None))
+        pending = [c.run() for _, c, done in runs if c is not None]
+        finished = iter(await asyncio.gather(*pending))
+        results = [(ctx, done if done is not None else next(finished)) for ctx, _c, done in runs]
+        return join(self.context, results)
+
+
+class _MaxSteps(Exception):
+    """The run reached ``max_steps`` (ends it with stop reason ``max_steps``)."""
 
 
 async def run_graph(graph: StateGraph, context: Any, *, max_steps: int = DEFAULT_MAX_STEPS,
                     observers: Iterable[Observer] = (), start: str | None = None,
-                    history: list[TraceEvent] | None = None) -> RunResult:
-    """Run ``graph`` against ``context`` until a final state; never raises for action errors.
-
-    An exception in an action or guard ends the run with ``stop_reason="error"`` and the
-    exception on ``result.error``. A cancellation ends it with ``"cancelled"``; the
-    ``CancelledError`` is re-raised (asyncio semantics) carrying the result as
-    ``exc.fsmchat_result``. Either way the context, and so the transcript, is intact.
-
-    ``start`` and ``history`` resume a run: enter ``start`` (a declared state) with the earlier
-    transitions as the beginning of the path and trace.
-    """
-    cg = compile_graph(graph)
-    obs = list(observers)
-    runner = _Runner()
-    runner.state = start if start is not None else cg.initial  # a resume enters any declared state
-    fire = cg.fire
-    trace: list[TraceEvent] = list(history or ())
-    path: list[str] = [e.state for e in trace]
-    t0 = perf_counter()
-    steps = cg.steps
-    state = runner.state
-    stop_reason = "max_steps"
-    error: BaseException | None = None
-
-    def record(ev: TraceEvent) -> None:
-        trace.append(ev)
-        for o in obs:
-            o(ev)
-
-    try:
-        while True:
-            st = steps[state]
-            path.append(state)
-            n = len(path) - 1
-            if st.final:
-                reason = st.reason(context) if callable(st.reason) else st.reason
-                stop_reason = reason or (trace[-1].trigger if trace else None) or state
-                record(TraceEvent(n, state, None, None, perf_counter() - t0))
-                break
-            if n >= max_steps:
-                record(TraceEvent(n, state, "max_steps", None, perf_counter() - t0))
-                break
-            action = st.action
-            if action is None:
-                payload = None
-            elif st.is_async:
-                payload = await action(context)
-            else:
-                payload = action(context)
-                if inspect.isawaitable(payload):
-                    payload = await payload
-            for guard, trig, label, _dest in st.out:
-                if guard is None or guard(context):
-                    break
-            else:
-                raise NoTransitionError(f"no transition out of state {state!r} matched: every guard "
-                                        f"({', '.join(lbl for _, _, lbl, _ in st.out)}) was false; "
-                                        "add an unguarded fallback transition")
-            fire(trig, runner)
-            state = runner.state
-            record(TraceEvent(n, st.name, label, state, perf_counter() - t0, payload))
-    except asyncio.CancelledError as exc:
-        record(TraceEvent(len(path) - 1, state, "cancelled", None, perf_counter() - t0))
-        result = RunResult(path, trace, "cancelled", context, exc)
-        raise attach_result(exc, result)
-    except Exception as exc:  # an action, guard or the machine failed: keep everything so far
-        error = exc
-        stop_reason = "error"
-        record(TraceEvent(len(path) - 1, state, "error", None, perf_counter() - t0,
-                          f"{type(exc).__name__}: {exc}"))
-    return RunResult(path, trace, stop_reason, context, error)
+                    history: list[TraceEvent] | None = None, recorder: Any = None) -> RunResult:
+    """Run ``graph`` against ``context`` until a final state; never raises for action errors
+    (see ``GraphRun.run``). ``start``/``history`` resume a run; ``recorder`` checkpoints it."""
+    return await GraphRun(graph, context, observers=observers, recorder=recorder, start=start,
+                          history=history, max_steps=max_steps).run()
 
 
 def run_sync(make: Callable[[], Awaitable[T]]) -> T:

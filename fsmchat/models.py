@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal
 
@@ -98,6 +99,18 @@ StopReason = Literal["max_loops", "lull", "until", "rounds", "closed", "ttl", "b
                      "error", "cancelled", "max_steps", "done"]
 
 
+_BRANCH = re.compile(r"^(.*\|\d+(?:\[\d+\])?)\.")
+
+
+def split_branch(state: str) -> tuple[str, str]:
+    """``("par|1[0]", "discussion.turn")`` for ``"par|1[0].discussion.turn"``: the branch run a traced
+    state belongs to (``""`` for the top-level run) and its name inside that branch's graph."""
+    if "|" not in state:
+        return "", state
+    m = _BRANCH.match(state)
+    return (m.group(1), state[m.end():]) if m else ("", state)
+
+
 @dataclass
 class RunResult:
     """What one run of a graph produced: the path, the trace, why it stopped, and its context.
@@ -117,6 +130,18 @@ class RunResult:
     output: Any = None
     events: list[dict[str, Any]] = field(default_factory=list)
     run_id: str | None = None
+
+    @property
+    def paths(self) -> dict[str, list[str]]:
+        """The path of every run in the trace: ``""`` is the top-level run (``path``), each branch
+        run of a fork state is keyed by its id (``"par|1"``, ``"each|1[0]"``, nested
+        ``"par|1.inner|2"``) and lists its qualified states in order."""
+        out: dict[str, list[str]] = {"": list(self.path)}
+        for ev in self.trace:
+            branch, _ = split_branch(ev.state)
+            if branch:
+                out.setdefault(branch, []).append(ev.state)
+        return out
 
     @property
     def ok(self) -> bool:

@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .graph.state_graph import StateGraph
-from .models import Bid, RunResult
+from .graph.state_graph import StateGraph, branch_graph
+from .models import Bid, RunResult, split_branch
 
 SCRIPTED_PROVIDER = "fsmchat-scripted"
 
@@ -240,22 +240,30 @@ def _path_of(run: Any) -> list[str]:
 
 
 def assert_trace_is_path(graph: StateGraph, run: RunResult) -> None:
-    """Every step of the run's trace follows a declared transition of ``graph`` (flattened)."""
-    flat = graph.flatten()
-    edges = {(t.source, t.dest, t.label) for t in flat.transitions}
+    """Every step of the run's trace follows a declared transition of ``graph`` (flattened); the
+    steps of each branch run (``fork|n.state``) follow a transition of that branch's graph."""
     trace = run.trace
     assert trace, "the run has an empty trace"
-    assert trace[0].state == flat.initial, f"trace starts at {trace[0].state!r}, graph's initial is {flat.initial!r}"
-    for prev, ev in zip(trace, trace[1:]):
-        assert prev.dest == ev.state, f"trace jumps: step {prev.step} went to {prev.dest!r} but step {ev.step} " \
-                                      f"is in {ev.state!r}"
+    runs: dict[str, list[Any]] = {}
     for ev in trace:
-        assert ev.state in flat.states, f"trace visits {ev.state!r}, which is not a state of {graph.name!r}"
-        if ev.dest is not None:
-            assert (ev.state, ev.dest, ev.trigger) in edges, (
-                f"step {ev.step}: {ev.state!r} -[{ev.trigger}]-> {ev.dest!r} is not a transition of "
-                f"{graph.name!r}")
-    assert [e.state for e in trace] == list(run.path), "trace states differ from run.path"
+        runs.setdefault(split_branch(ev.state)[0], []).append(ev)
+    assert "" in runs, "the trace has no step of the top-level run"
+    for branch, events in runs.items():
+        flat = graph.flatten() if not branch else branch_graph(graph, branch)
+        where = f"{graph.name!r}" + (f" branch {branch!r}" if branch else "")
+        prefix = branch + "." if branch else ""
+        edges = {(prefix + t.source, prefix + t.dest, t.label) for t in flat.transitions}
+        assert events[0].state == prefix + flat.initial, (
+            f"{where}: trace starts at {events[0].state!r}, the graph's initial state is {prefix + flat.initial!r}")
+        for prev, ev in zip(events, events[1:]):
+            assert prev.dest == ev.state, f"{where}: trace jumps: step {prev.step} went to {prev.dest!r} but " \
+                                          f"step {ev.step} is in {ev.state!r}"
+        for ev in events:
+            assert ev.state[len(prefix):] in flat.states, f"trace visits {ev.state!r}, which is not a state of {where}"
+            if ev.dest is not None:
+                assert (ev.state, ev.dest, ev.trigger) in edges, (
+                    f"step {ev.step}: {ev.state!r} -[{ev.trigger}]-> {ev.dest!r} is not a transition of {where}")
+    assert [e.state for e in runs[""]] == list(run.path), "trace states differ from run.path"
 
 
 def _match(pattern: Sequence[str], path: Sequence[str]) -> bool:

@@ -76,7 +76,7 @@ def test_handshake_one_invite_each_acked_then_opened_to_everyone():
             (EV_CHANNEL_OPENED, "hub", ("alice", "bob", "carol"))]
         assert log[0].data["participants"] == ["alice", "bob", "carol"]
         assert [e.seq for e in log] == [1, 2, 3, 4, 5]
-        lifecycle, turns = hub.reactors(cid)
+        lifecycle, turns = hub.runs(cid)
         assert lifecycle.path == ["pending", "pending"] and lifecycle.state == "active"
         assert [e.trigger for e in lifecycle.trace] == ["ack", "ack"]
         assert lifecycle.compiled is compile_graph(LIFECYCLE)  # the engine's machine, not a second one
@@ -98,7 +98,7 @@ def test_rejected_invite_fails_the_open_and_closes_the_channel():
         assert hub.channel_state(cid) == "closed" and hub.close_reason(cid) == "invite rejected by 'carol'"
         assert kinds(hub, cid) == [EV_CHANNEL_INVITE, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK,
                                    EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_CLOSED]
-        lifecycle, turns = hub.reactors(cid)
+        lifecycle, turns = hub.runs(cid)
         assert lifecycle.path == ["pending", "pending", "closed"] and turns.state == "closed"
         assert_trace_is_path(LIFECYCLE, lifecycle)
         await hub.aclose()
@@ -161,7 +161,7 @@ def test_can_send_for_every_participant_at_every_turn(n):
         assert [s for s, _ in texts(hub, cid)] == [names[k % n] for k in range(2 * n + 1)]
         await ch.close("done")
         assert not any(hub.can_send(cid, p) for p in names)
-        _lifecycle, turns = hub.reactors(cid)
+        _lifecycle, turns = hub.runs(cid)
         assert_trace_is_path(hub.turn_graph(cid), turns)
         assert turns.path[-1] == "closed" and [e.trigger for e in turns.trace][:-2] == ["text"] * (2 * n + 1)
         await hub.aclose()
@@ -313,7 +313,7 @@ def test_exact_cap_never_overshoots_over_20_runs():
             log = hub.read_log(ch.channel_id)
             assert log[-1].event_type == EV_CHANNEL_CLOSED and log[-1].data == {"reason": "max_texts"}
             assert log[-2].event_type == EV_TEXT
-            _lifecycle, turns = hub.reactors(ch.channel_id)
+            _lifecycle, turns = hub.runs(ch.channel_id)
             assert [e.trigger for e in turns.trace] == ["text"] * cap + [None]
             await hub.aclose()
 
@@ -367,7 +367,7 @@ def test_close_is_idempotent_and_keeps_the_first_reason():
         assert len(closed) == 1 and closed[0].data == {"reason": "first reason"} and closed[0].sender == "alice"
         assert closed[0].audience == ("alice", "bob")
         assert hub.close_reason(ch.channel_id) == "first reason" and ch.close_reason == "first reason"
-        lifecycle, turns = hub.reactors(ch.channel_id)
+        lifecycle, turns = hub.runs(ch.channel_id)
         assert lifecycle.path == ["pending", "active", "closed"] and lifecycle.stop_reason == "closed"
         assert turns.path == ["awaiting_alice", "awaiting_bob", "closed"]
         assert_trace_is_path(LIFECYCLE, lifecycle)
@@ -494,7 +494,7 @@ def test_ttl_expiry_on_a_fake_clock():
             await bob.channel(cid).send("hello?")
         assert await ch.close("late") == "ttl"  # nothing more to close
         assert kinds(hub, cid).count(EV_CHANNEL_EXPIRED) == 1 and EV_CHANNEL_CLOSED not in kinds(hub, cid)
-        lifecycle, turns = hub.reactors(cid)
+        lifecycle, turns = hub.runs(cid)
         assert lifecycle.path == ["pending", "pending", "active", "expired"] and lifecycle.stop_reason == "ttl"
         assert turns.path == ["awaiting_alice", "awaiting_bob", "expired"]
         assert_trace_is_path(LIFECYCLE, lifecycle)

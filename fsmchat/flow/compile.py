@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import re
 from typing import Any, Callable, Sequence
 
-from ..engine import run_graph
+from ..deadline import call_within
+from ..errors import BudgetExceeded, DeadlineExceeded, limit_reached
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import Agent, Turn
 from .context import FlowContext, StepResult
@@ -24,6 +24,11 @@ class StepError(RuntimeError):
 def halted(ctx: FlowContext) -> bool:
     """a step failed or stopped the workflow"""
     return ctx.halted
+
+
+def branch_reason(ctx: FlowContext) -> str:
+    """How a branch run ended: its steps' status (done, or error / stopped when one halted it)."""
+    return {"failed": "error", "stopped": "stopped"}.get(ctx.status, "done")
 
 
 def _named(fn: Callable[..., Any], name: str, doc: str = "") -> Callable[..., Any]:
@@ -44,10 +49,11 @@ async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
             prompt = ctx.render(template) if template is not None else \
                 (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
         return await agent.reply(Turn(agent.name, [], prompt, stats=ctx.stats, variables=ctx.variables, history=[]))
-    out = task.handler(ctx)  # type: ignore[misc]
-    if inspect.isawaitable(out):
-        out = await out
-    return out
+    try:
+        return await call_within(task.handler, ctx, deadline=ctx.stats.deadline, what=f"step {task.name!r}")
+    except DeadlineExceeded as exc:
+        ctx.events.append({"event": "deadline", "step": task.name, "detail": str(exc)})
+        raise
 
 
 async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, record_as: str | None = None
@@ -66,6 +72,8 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if limit_reached(exc) is not None:  # a budget or the deadline: the engine takes its drawn edge
+                raise
             if k + 1 < attempts:
                 ctx.events.append({"event": "retry", "step": name, "attempt": k + 1, "error": repr(exc)})
                 await asyncio.sleep(task.retry_delay * (2 ** k))
@@ -131,14 +139,14 @@ class Compiler:
                                                      f"{', '.join(t.name for t in step.tasks)}")
         elif isinstance(step, Loop):
             if step.parallel:
-                body = self.sequence(step.steps, f"{state}_body")
-                g.state(state, self.loop_parallel(step, body), f"each {step.var_name} in {step.over}, concurrently",
-                        branches=[body])
+                body = self.sequence(step.steps, f"{state}_body", reason=branch_reason)
+                g.fork(state, [body], *self.loop_parallel(step), f"each {step.var_name} in {step.over}, concurrently")
             else:
                 g.subgraph(state, self.loop(step), f"each {step.var_name} in {step.over}")
         elif isinstance(step, Parallel):
-            branches = [self.sequence([s], f"{state}_{i + 1}") for i, s in enumerate(step.steps)]
-            g.state(state, self.fork(branches), f"{len(branches)} branches concurrently", branches=branches)
+            branches = [self.sequence([s], f"{state}_{i + 1}", reason=branch_reason) for i, s in enumerate(step.steps)]
+            g.fork(state, branches, _split_into(len(branches)), _join_to("parallel_outputs"),
+                   f"{len(branches)} branches concurrently")
         elif isinstance(step, Route):
             g.subgraph(state, self.route(step), "first key said in the previous output")
         elif isinstance(step, If):
@@ -242,21 +250,18 @@ class Compiler:
         g.edge("body", "next")
         return g
 
-    def loop_parallel(self, lp: Loop, body: StateGraph) -> Callable[[FlowContext], Any]:
-        async def each_concurrently(ctx: FlowContext) -> dict[str, Any]:
-            items = _items(ctx, lp.over)
+    def loop_parallel(self, lp: Loop) -> tuple[Callable[[FlowContext], Any], Callable[..., Any]]:
+        def split_items(ctx: FlowContext) -> list[tuple[int, FlowContext, int]]:
+            """one child run of the body per item, with item and loop_index set"""
             children = []
-            for i, item in enumerate(items):
+            for i, item in enumerate(_items(ctx, lp.over)):
                 c = ctx.child()
                 c.variables[lp.var_name], c.variables["loop_index"] = item, i
-                children.append(c)
-            return await _join(ctx, [body] * len(items), children, "loop_outputs")
-        return each_concurrently
+                children.append((0, _forked(c), i))
+            return children
 
-    def fork(self, branches: list[StateGraph]) -> Callable[[FlowContext], Any]:
-        async def run_branches(ctx: FlowContext) -> dict[str, Any]:
-            return await _join(ctx, branches, [ctx.child() for _ in branches], "parallel_outputs")
-        return run_branches
+        join = _join_to("loop_outputs", unset=(lp.var_name, "loop_index"))
+        return split_items, join
 
     # -- route: decide -> (route_<key> | default | done)
     def route(self, r: Route) -> StateGraph:
@@ -363,30 +368,50 @@ def _items(ctx: FlowContext, over: str) -> list[Any]:
     return list(items)
 
 
-async def _join(ctx: FlowContext, graphs: list[StateGraph], children: list[FlowContext], out_var: str
-                ) -> dict[str, Any]:
-    """Run branch graphs concurrently on their contexts; merge in declaration order: a branch's
-    variable overrides only if that branch changed it (compared with its copy at the fork)."""
-    forked = [copy.deepcopy(c.variables) for c in children]
-    results = await asyncio.gather(*(run_graph(g, c) for g, c in zip(graphs, children)))
-    for r in results:  # nothing is merged (or posted) unless every branch ran to its end
-        if r.error is not None:
-            raise r.error
-    outputs = []
-    for c, at_fork in zip(children, forked):
-        for k, v in c.variables.items():
-            if k not in at_fork or at_fork[k] != v:
-                ctx.variables[k] = v
-        ctx.steps.extend(c.steps)
-        for m in c.transcript:
-            ctx.transcript.post(m.role, m.content, **m.metadata)
-        ctx.events.extend(c.events)
-        outputs.append(c.previous_result)
-        if c.halted and not ctx.halted:
-            ctx.status, ctx.error = c.status, c.error
-    ctx.variables[out_var] = outputs
-    ctx.previous_result = "\n\n".join("" if o is None else str(o) for o in outputs)
-    return {"branches": [r.path for r in results]}
+def _split_into(n: int) -> Callable[[FlowContext], list[tuple[int, FlowContext, None]]]:
+    def split(ctx: FlowContext) -> list[tuple[int, FlowContext, None]]:
+        """one child run per branch, each on a copy of the variables"""
+        return [(i, _forked(ctx.child()), None) for i in range(n)]
+    return split
+
+
+def _forked(child: FlowContext) -> FlowContext:
+    """Remember the child's variables as they were at the fork (the join merges only changes)."""
+    child.at_fork = copy.deepcopy(child.variables)  # type: ignore[attr-defined]
+    return child
+
+
+_LIMIT_ERRORS = {"deadline": DeadlineExceeded, "budget": BudgetExceeded}
+
+
+def _join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext, list[Any]], Any]:
+    def join(ctx: FlowContext, runs: list[tuple[FlowContext, Any]]) -> dict[str, Any]:
+        """Merge the child runs in declaration order: a branch's variable overrides only if that
+        branch changed it (compared with the value at the fork); nothing is merged (or posted)
+        unless every branch ran to its end."""
+        for _c, r in runs:
+            if r.error is not None:
+                raise r.error
+            hit = _LIMIT_ERRORS.get(r.stop_reason)
+            if hit is not None:  # a branch stopped at a budget or the deadline: so does the parent
+                raise hit(f"a branch stopped at its {r.stop_reason} limit")
+        outputs = []
+        for c, _r in runs:
+            at_fork = c.at_fork  # type: ignore[attr-defined]
+            for k, v in c.variables.items():
+                if k not in unset and (k not in at_fork or at_fork[k] != v):
+                    ctx.variables[k] = v
+            ctx.steps.extend(c.steps)
+            for m in c.transcript:
+                ctx.transcript.post(m.role, m.content, **m.metadata)
+            ctx.events.extend(c.events)
+            outputs.append(c.previous_result)
+            if c.halted and not ctx.halted:
+                ctx.status, ctx.error = c.status, c.error
+        ctx.variables[out_var] = outputs
+        ctx.previous_result = "\n\n".join("" if o is None else str(o) for o in outputs)
+        return {"branches": [r.stop_reason for _c, r in runs]}
+    return join
 
 
 # ---- worst-case model calls ----

@@ -31,9 +31,15 @@ def edge_text(t: Transition) -> str:
 def _overlay(trace: Any) -> tuple[set[str], Counter]:
     """Visited states and (source, dest, label) hit counts of a run (a RunResult or a trace list)."""
     events = getattr(trace, "trace", trace) or []
-    visited = {e.state for e in events}
-    hits = Counter((e.state, e.dest, e.trigger) for e in events if e.dest is not None)
+    visited = {_drawn(e.state) for e in events}
+    hits = Counter((_drawn(e.state), _drawn(e.dest), e.trigger) for e in events if e.dest is not None)
     return visited, hits
+
+
+def _drawn(name: str) -> str:
+    """A traced state as drawn: the runs of one branch per loop item (``each|1[3].x``) share the
+    branch's states (``each|1.x``)."""
+    return re.sub(r"\|(\d+)\[\d+\]\.", r"|\1.", name) if "[" in name else name
 
 
 def _branch_graphs(flat: FlatGraph, prefix: str = "") -> list[tuple[str, str, FlatGraph]]:
@@ -158,7 +164,8 @@ def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
             lines.append(f"    {_mid(s.name)} --> [*]")
     if visited:
         lines.append("    classDef visited fill:#add8e6,stroke:#1f4e79")
-        lines.append("    class " + ",".join(_mid(n) for n in flat.states if n in visited) + " visited")
+        drawn = [*flat.states, *(bp + n for _o, bp, bf in _branch_graphs(flat) for n in bf.states)]
+        lines.append("    class " + ",".join(_mid(n) for n in drawn if n in visited) + " visited")
     return "\n".join(lines) + "\n"
 
 

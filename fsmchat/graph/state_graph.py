@@ -15,6 +15,9 @@ from ..errors import GraphError
 
 Action = Callable[[Any], Any]
 Guard = Callable[[Any], bool]
+# A fork state's work: ``split(ctx)`` -> [(branch index, child context, item index or None)], one per
+# child run; ``join(ctx, [(child context, RunResult)])`` merges them (in that order) and returns the payload.
+Fork = tuple[Callable[[Any], Any], Callable[[Any, list[Any]], Any]]
 
 
 def first_line(obj: Any) -> str:
@@ -37,7 +40,8 @@ class State:
     final: bool = False
     reason: "str | Callable[[Any], str] | None" = None  # stop reason when a run ends here
     subgraph: "StateGraph | None" = None
-    branches: "list[StateGraph]" = field(default_factory=list)  # sub-runs its action forks (drawn only)
+    branches: "list[StateGraph]" = field(default_factory=list)  # child runs of a fork state
+    fork: "Fork | None" = None  # (split, join) of a fork state
 
 
 @dataclass
@@ -67,6 +71,7 @@ class FlatState:
     cluster: tuple[str, ...]  # enclosing subgraph states, outermost first
     out: list[Transition] = field(default_factory=list)
     branches: "list[StateGraph]" = field(default_factory=list)
+    fork: "Fork | None" = None
 
 
 @dataclass
@@ -98,26 +103,39 @@ class StateGraph:
         self._compiled: Any = None
         self._flat: FlatGraph | None = None
 
+    @property
+    def compiled(self) -> Any:
+        """The engine's compiled form (set by ``fsmchat.engine.compile_graph``; reset on any change)."""
+        return self._compiled
+
+    @compiled.setter
+    def compiled(self, value: Any) -> None:
+        self._compiled = value
+
     # ---- building ----
     def _add(self, state: State) -> "StateGraph":
-        if not state.name or "." in state.name:
+        if not state.name or "." in state.name or "|" in state.name:
             raise GraphError(f"graph {self.name!r}: state name {state.name!r} must be non-empty and "
-                             "contain no '.' (dots join nested names)")
+                             "contain no '.' or '|' (dots join nested names, '|' names branch runs)")
         if state.name in self.states:
             raise GraphError(f"graph {self.name!r}: state {state.name!r} is declared twice")
         self.states[state.name] = state
         self._compiled = self._flat = None
         return self
 
-    def state(self, name: str, action: Action | None = None, description: str | None = None,
-              branches: "list[StateGraph] | None" = None) -> "StateGraph":
-        """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
-
-        ``branches`` are graphs the action runs as concurrent sub-runs (a fork/join state); they
-        are validated and drawn inside the state's cluster, but the engine does not inline them.
-        """
+    def state(self, name: str, action: Action | None = None, description: str | None = None) -> "StateGraph":
+        """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered."""
         desc = description if description is not None else (first_line(action) if action else "")
-        return self._add(State(name, action, desc, branches=list(branches or [])))
+        return self._add(State(name, action, desc))
+
+    def fork(self, name: str, branches: "list[StateGraph]", split: Callable[[Any], Any],
+             join: Callable[[Any, list[Any]], Any], description: str = "") -> "StateGraph":
+        """Declare a fork state: on entry the engine runs ``branches`` as concurrent child runs on
+        the contexts ``split(ctx)`` gives (``(branch index, child context, item index or None)``
+        each; a branch may run once per item), then ``join(ctx, [(child context, RunResult)])``.
+        Branch states are named ``<fork>|<n>.<state>`` (``<fork>|<n>[<item>].<state>``) in traces,
+        as the renderer draws them."""
+        return self._add(State(name, None, description, branches=list(branches), fork=(split, join)))
 
     def final(self, name: str, description: str = "", reason: "str | Callable[[Any], str] | None" = None
               ) -> "StateGraph":
@@ -265,7 +283,8 @@ class StateGraph:
                 states[q] = FlatState(q, None, s.description, False, None, cluster,
                                       [Transition(q, t.dest, t.guard, t.label, t.order) for t in exits])
             else:
-                states[q] = FlatState(q, s.action, s.description, s.final, s.reason, cluster, out, s.branches)
+                states[q] = FlatState(q, s.action, s.description, s.final, s.reason, cluster, out, s.branches,
+                                      s.fork)
         return StateGraph._entry(graph, prefix)
 
     @staticmethod
@@ -288,3 +307,20 @@ class StateGraph:
 
     def __repr__(self) -> str:
         return f"StateGraph({self.name!r}, {len(self.states)} states, {len(self.transitions)} transitions)"
+
+
+def branch_graph(graph: StateGraph, branch: str) -> FlatGraph:
+    """The flattened graph a branch run (``"par|1"``, ``"each|1[0]"``, ``"par|1.inner|2"``) runs."""
+    flat = graph.flatten()
+    rest = branch
+    while rest:
+        head, sep, rest = rest.partition("|")
+        index, _, rest = rest.partition(".")
+        if sep != "|" or not index:
+            raise GraphError(f"graph {graph.name!r}: {branch!r} is not a branch id (fork|n or fork|n[item])")
+        n = int(index.partition("[")[0])
+        state = flat.states.get(head)
+        if state is None or not 1 <= n <= len(state.branches):
+            raise GraphError(f"graph {graph.name!r}: {branch!r} names no branch of a fork state")
+        flat = state.branches[n - 1].flatten()
+    return flat

@@ -1,7 +1,7 @@
 """Layer 8: the AG2-style network (hub, clients, channels) and its discussion channel.
 
 A channel's lifecycle (``pending -> active -> closed | expired``) and the discussion adapter's
-turn rule (``awaiting_<p> -> awaiting_<next>``) are ``StateGraph``s, stepped by ``Reactor``s on
+turn rule (``awaiting_<p> -> awaiting_<next>``) are ``StateGraph``s, stepped by the engine's ``GraphRun.fire`` on
 the engine's compiled machines and rendered like every other pattern.
 
 ```python

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..models import TraceEvent
-from ..reactive import Reactor
+from ..engine import GraphRun
 from .errors import NotFoundError, ProtocolError
 from .events import EV_TEXT, ORDERING_ROUND_ROBIN, ORDERINGS
 from .graphs import LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, LIFECYCLE_PENDING, ChannelContext, \
@@ -71,7 +71,7 @@ def participant_order(creator: str, targets: Sequence[str], known: Iterable[str]
 
 
 class DiscussionAdapter:
-    """One channel's turn rule, held by a ``Reactor`` on the channel's turn graph.
+    """One channel's turn rule, held by a ``GraphRun`` (the engine's runner) on the channel's turn graph.
 
     The expected speaker is the participant of the turn graph's current ``awaiting_<p>`` state;
     an accepted text is the graph's ``text`` event.
@@ -83,7 +83,7 @@ class DiscussionAdapter:
         self.ctx = ctx
         self.graph = turn_graph(ctx.order, ctx.max_texts)
         self._speaker_of = dict(zip(turn_state_names(ctx.order), ctx.order))
-        self.turns = Reactor(self.graph, ctx, observers=observers, clock=ctx.clock)
+        self.turns = GraphRun(self.graph, ctx, observers=observers, clock=ctx.clock)
         ctx.turns = self.turns
 
     # ---- reading ----

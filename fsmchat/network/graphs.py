@@ -1,4 +1,4 @@
-"""The two state graphs of a discussion channel, stepped by the hub through ``Reactor``s.
+"""The two state graphs of a discussion channel, stepped by the hub through the engine's ``GraphRun.fire``.
 
 - **lifecycle** (one graph shared by every channel): ``pending -> active -> closed | expired``.
   ``pending`` sends the invites; each ack is an event; the last one opens the channel.
@@ -20,7 +20,7 @@ from .clock import Clock, monotonic
 from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED
 
 if TYPE_CHECKING:
-    from ..reactive import Reactor
+    from ..engine import GraphRun
     from .expectations import Expectation
 
 LIFECYCLE_PENDING, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED = "pending", "active", "closed", "expired"
@@ -53,8 +53,8 @@ class ChannelContext:
     turn_started: float = 0.0
     hidden: bool = False
     fired: set[tuple[int, int]] = field(default_factory=set)  # (expectation index, turn) already reported
-    lifecycle: "Reactor | None" = None
-    turns: "Reactor | None" = None
+    lifecycle: "GraphRun | None" = None
+    turns: "GraphRun | None" = None
 
     @property
     def invitees(self) -> list[str]:
@@ -145,7 +145,7 @@ def turn_state_names(order: Sequence[str]) -> list[str]:
     """``awaiting_<participant>`` per participant, made unique and free of dots (state-name rules)."""
     names: list[str] = []
     for p in order:
-        base = "awaiting_" + (p.replace(".", "_") or "_")
+        base = "awaiting_" + (p.replace(".", "_").replace("|", "_") or "_")
         name, k = base, 2
         while name in names or name in (TURNS_CLOSED, TURNS_EXPIRED):
             name, k = f"{base}_{k}", k + 1

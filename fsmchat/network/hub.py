@@ -2,7 +2,7 @@
 
 Every send goes through the hub. A channel's lifecycle (``pending -> active -> closed | expired``)
 and its turn rule (``awaiting_<p> -> awaiting_<next>``) are ``StateGraph``s stepped by
-``Reactor``s on the engine's compiled machines; the hub turns outside happenings (acks, texts,
+``GraphRun``s (the engine's one runner, moved by ``fire(event)``); the hub turns outside happenings (acks, texts,
 close, TTL) into their events. Each client has one worker task that feeds its handler the
 envelopes delivered to it, one at a time; ``aclose()`` cancels and awaits every task the hub
 started.
@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
 from ..graph.state_graph import StateGraph
-from ..reactive import Reactor
+from ..engine import GraphRun
 from ..speakers.agent import as_speaker
 from ..speakers.llm import CallStats
 from .adapter import DISCUSSION, DiscussionAdapter, DiscussionState, check_knobs, participant_order
@@ -41,7 +41,7 @@ class _ChannelRecord:
     """The hub's side of one channel."""
 
     ctx: ChannelContext
-    lifecycle: Reactor = None  # type: ignore[assignment]
+    lifecycle: GraphRun = None  # type: ignore[assignment]
     adapter: DiscussionAdapter = None  # type: ignore[assignment]
     stats: TurnStats = field(default_factory=TurnStats)
     call_stats: CallStats = field(default_factory=CallStats)
@@ -171,7 +171,7 @@ class Hub:
         """Token usage and HTTP attempts of the channel's ``Agent`` model calls."""
         return self._get(channel_id).call_stats
 
-    def reactors(self, channel_id: str) -> tuple[Reactor, Reactor]:
+    def runs(self, channel_id: str) -> tuple[GraphRun, GraphRun]:
         """(lifecycle, turns): the channel's two graph instances, with their paths and traces."""
         ch = self._get(channel_id)
         return ch.lifecycle, ch.adapter.turns
@@ -243,7 +243,7 @@ class Hub:
         ch.opened.add_done_callback(_retrieve)
         self._channels[cid] = ch
         ctx.emit = partial(self._emit, ch)
-        ch.lifecycle = ctx.lifecycle = Reactor(LIFECYCLE, ctx, observers=[self._observer(cid, LIFECYCLE.name)],
+        ch.lifecycle = ctx.lifecycle = GraphRun(LIFECYCLE, ctx, observers=[self._observer(cid, LIFECYCLE.name)],
                                                clock=self.clock)
         ch.adapter = DiscussionAdapter(ctx, observers=[self._observer(cid, "discussion_turns")])
         send_invites(ctx)
@@ -509,8 +509,6 @@ class Hub:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._turn_tasks.clear()
         for ch in self._channels.values():
-            ch.lifecycle.detach()
-            ch.adapter.turns.detach()
             if ch.opened is not None and not ch.opened.done():
                 ch.opened.cancel()
 

@@ -279,28 +279,25 @@ class Pattern(ABC):
             ctx.transcript.listen(listener)
         if self.verbose:
             ctx.transcript.listen(self._print_post)
-        obs = list(observers)
+        recorder = None
         if checkpoint is not None:
             run_id = run_id or new_run_id()
             if saved is None:
                 checkpoint.start(run_id, meta or {})
-            obs.append(Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript)))
+            recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript))
         history = [e for e in saved.events if e.dest is not None] if saved is not None else None
         start = history[-1].dest if history else None
         try:
-            result = await run_graph(graph, ctx, observers=obs, start=start, history=history)
+            result = await run_graph(graph, ctx, observers=observers, recorder=recorder, start=start,
+                                     history=history)
         except asyncio.CancelledError as exc:
             partial = result_of(exc)
             if partial is not None:
                 partial.run_id = run_id
                 self._finish(partial)
                 self._last_partial = partial
-            if checkpoint is not None:
-                checkpoint.finish(run_id, "cancelled")
             raise
         result.run_id = run_id
-        if checkpoint is not None:
-            checkpoint.finish(run_id, result.stop_reason)
         return self._finish(result)
 
     async def aexecute(self, task: str, *, observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
