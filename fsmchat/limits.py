@@ -39,8 +39,10 @@ class Limits(BaseModel):
 
 def over(limits: Limits, stats: Any) -> str | None:
     """Which budget ``stats`` has reached, if any. ``max_model_calls`` counts requests (retries
-    included); tokens and cost stop at the first state boundary after they are crossed."""
-    if limits.max_model_calls is not None and stats.attempts >= limits.max_model_calls:
+    included) and is a hard cap: it is reached when a request, or a GroupChat bid round, was refused
+    because it would cross the cap (so a round that fits completes and its post is kept). Tokens
+    and cost stop at the first state boundary after they are crossed."""
+    if limits.max_model_calls is not None and (stats.attempts > limits.max_model_calls or stats.over_cap):
         return "max_model_calls"
     if limits.max_tokens is not None and stats.usage.get("total_tokens", 0) >= limits.max_tokens:
         return "max_tokens"

@@ -5,7 +5,7 @@ import copy
 from typing import Any, Sequence
 
 from ..graph.state_graph import StateGraph
-from ..errors import ConfigError, attach_result, note_finished
+from ..errors import ConfigError, attach_result, fatal_error, note_finished
 from ..models import RunResult
 from ..patterns.base import Pattern
 from ..speakers.agent import Agent
@@ -114,9 +114,10 @@ class AgentFlow(Pattern):
             ctx.status = "completed"
         if result.error is None and ctx.status == "failed" and ctx.error is not None:
             result.error = ctx.error  # a failed flow is never ok
-        fatal = ctx.stats.refused
-        if fatal is not None and not isinstance(result.error, type(fatal)):
-            # a request error no retry can fix refused every later request; it is the run's error
+        fatal = ctx.stats.refused or (fatal_error(result.error) if isinstance(result.error, StepError) else None)
+        if fatal is not None and result.error is not fatal:
+            # a request error no retry can fix, or a broken test double (an exhausted script), is the
+            # run's error whatever the step's on_error policy: it refused every later request
             ctx.status, ctx.error, result.error = "failed", fatal, fatal
         if result.stop_reason not in ("budget", "deadline", "cancelled", "max_steps") and result.error is None:
             result.stop_reason = _flow_reason(ctx)

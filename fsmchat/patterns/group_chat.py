@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from pydantic import Field
 
-from ..errors import BudgetExceeded, LimitReached, ModelCallError, fatal_error
+from ..errors import LimitReached, ModelCallError, fatal_error
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import Agent, Turn, check_roster
 from ..speakers.respond import BidOutcome
@@ -76,8 +76,7 @@ async def collect_bids(ctx: ChatContext) -> dict[str, float]:
 
     callers = sum(isinstance(s, Agent) for s in ctx.speakers)
     if not ctx.stats.fits(callers):  # a round that could cross max_model_calls is not started
-        raise BudgetExceeded(f"max_model_calls={ctx.stats.max_requests}: {ctx.stats.attempts} request(s) made, "
-                             f"a bid round needs {callers} more")
+        raise ctx.stats.refuse_over_cap(f"a bid round of {callers} request(s)")
     got = await asyncio.gather(*(s.bid(turn(s)) for s in ctx.speakers), return_exceptions=True)
     for out in got:  # a run limit first (the engine takes its stop edge), then errors in roster order
         if isinstance(out, BaseException) and isinstance(fatal_error(out), LimitReached):

@@ -214,6 +214,7 @@ class CallStats:
     max_requests: int | None = None  # max_model_calls: no request past it is ever sent
     roster: list[Any] | None = None  # agents whose credentials the run's first request checks
     refused: BaseException | None = None  # the run's MissingCredentials, once found
+    over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
 
     def preflight(self) -> None:
         """Before the run's first request: every agent's credentials, checked once (raises
@@ -227,6 +228,14 @@ class CallStats:
     def fits(self, n: int) -> bool:
         """Whether ``n`` more requests stay within ``max_model_calls``."""
         return self.max_requests is None or self.attempts + n <= self.max_requests
+
+    def refuse_over_cap(self, what: str) -> Any:
+        """``BudgetExceeded`` for ``what`` (not sent), remembered so the ``over_budget`` guard holds."""
+        from ..errors import BudgetExceeded
+
+        self.over_cap, self.limit_hit = True, "max_model_calls"
+        return BudgetExceeded(f"max_model_calls={self.max_requests} reached after {self.attempts} request(s): "
+                              f"{what} was not sent")
 
     def add_usage(self, response: Any) -> None:
         u = getattr(response, "usage", None)
@@ -251,12 +260,14 @@ class CallStats:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
     def to_state(self) -> dict[str, Any]:
-        return {"calls": self.calls, "attempts": self.attempts, "usage": dict(self.usage), "cost_usd": self.cost_usd}
+        return {"calls": self.calls, "attempts": self.attempts, "usage": dict(self.usage), "cost_usd": self.cost_usd,
+                "over_cap": self.over_cap}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.calls, self.attempts = state["calls"], state["attempts"]
         self.usage.update(state["usage"])
         self.cost_usd = state["cost_usd"]
+        self.over_cap = state.get("over_cap", False)
 
 
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
@@ -267,7 +278,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
     an attempt that would pass ``max_model_calls`` is never sent (``BudgetExceeded``); a request
     error no retry can fix is raised at once as a fatal ``ModelCallError``."""
-    from ..errors import BudgetExceeded, ModelCallError
+    from ..errors import ModelCallError
 
     if stats is not None:
         stats.preflight()
@@ -297,8 +308,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             limit = left if limit is None else min(limit, left)
         if stats is not None:
             if not stats.fits(1):
-                raise BudgetExceeded(f"max_model_calls={stats.max_requests} reached: agent {agent!r}'s request "
-                                     f"(attempt {attempt}) was not sent")
+                raise stats.refuse_over_cap(f"agent {agent!r}'s request (attempt {attempt})")
             stats.attempts += 1
             if attempt == 1:
                 stats.calls += 1
@@ -315,7 +325,12 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         except Exception as exc:
             fatal = find_fatal(exc)
             if fatal is not None:  # a broken test double or harness: fail loudly, never retry
+                if stats is not None:
+                    stats.refused = fatal  # and every later request of the run fails the same way
                 raise fatal from exc
+            if isinstance(exc, asyncio.TimeoutError) and stats is not None and stats.deadline is not None \
+                    and stats.remaining() <= 0:  # cut by the run's deadline, not by the agent's timeout
+                raise failed(DeadlineExceeded("the run's deadline_s passed during the request"), attempt) from exc
             if attempt > num_retries or not retryable(exc):
                 err = failed(exc, attempt)
                 if err.fatal and stats is not None and not ("tools" in params and refused_tools(exc)):
