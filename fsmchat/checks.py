@@ -62,3 +62,12 @@ def check_batch(tasks: Any, max_concurrency: Any, owner: str) -> list[Any]:
     out = check_tasks(tasks, owner)
     check_concurrency(max_concurrency, owner)
     return out
+
+
+def check_agents(agents: Any, owner: str, field: str = "agents") -> Any:
+    """``agents`` is None or a list/tuple: a generator would be used up by the first run (and has no
+    length to check), a set or dict has no speaking order."""
+    if agents is None or isinstance(agents, (list, tuple)):
+        return agents
+    raise bad_value(owner, field, agents, "a list of agents, in speaking order (a generator would be used up by "
+                    "the first run; a set or dict has no order)", type_error=True)

@@ -64,7 +64,8 @@ _REQUEST_ERRORS = (("ContextWindowExceededError", "context_window"), ("Unsupport
                    ("BadRequestError", "bad_request"))
 _NO_KEY = re.compile(r"missing credentials|api[_ ]?key (is )?(must be set|not (set|found|provided))|"
                      r"no api[_ ]?key|(set|pass) (an )?`?\w*api_key|api_key client option must be set", re.I)
-_SECRETS = re.compile(r"(?i)(bearer\s+)[^\s'\",]+|\b((?:sk|pk|rk|gsk|xai|hf)[-_][A-Za-z0-9_\-]{6,})|\b(AIza[0-9A-Za-z_\-]{10,})")
+_SECRETS = re.compile(r"(?i)(bearer\s+)[^\s'\",]+|\b((?:sk|pk|rk|gsk|xai|hf)[-_][A-Za-z0-9_\-]{6,})"
+                      r"|\b(AIza[0-9A-Za-z_\-]{10,})")
 
 
 def request_error_kind(exc: BaseException | None) -> str | None:

@@ -233,7 +233,8 @@ def test_provider_refusing_tools_switches_to_json_once_and_remembers(server):
         return answer
 
     server.set_script(per_agent({
-        "alice": refuses_tools([json_text({"score": 0.9, "message": "json hi"}), json_text({"score": 0, "message": ""})]),
+        "alice": refuses_tools([json_text({"score": 0.9, "message": "json hi"}),
+                                json_text({"score": 0, "message": ""})]),
         "bob": refuses_tools([json_text({"score": 0, "message": ""})] * 2)}))
     r = GroupChat(agents=[http_agent(server, "alice", model), http_agent(server, "bob", model)]).execute(TASK)
     assert r.ok and r.stop_reason == "lull" and [x.content for x in r.transcript] == [TASK, "json hi"]

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
+from ..checks import check_agents
 from ..errors import ConfigError, bad_value
 from ..speakers.agent import Agent
 from .context import compile_condition
@@ -81,7 +82,7 @@ class Discussion(Block):
 
     def __init__(self, agents: Sequence[Any] | None = None, rounds: int = 3, until: Callable[[Any], bool] | None = None,
                  select: Callable[[int, Any], Any] | None = None, name: str = "discussion"):
-        if not agents:
+        if not check_agents(agents, f"Discussion {name!r}"):
             raise ValueError("Discussion needs at least one speaker; an empty discussion would run zero turns "
                              "and report success.")
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:

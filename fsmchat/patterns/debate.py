@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from pydantic import Field
 
+from ..checks import check_agents
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import as_speaker, check_roster
 from .base import ChatContext, Pattern, PatternConfig, bind, check_image, check_task
@@ -89,8 +90,8 @@ class OneOnOneDebate(Pattern):
 
     Calls = 2 + max_loops (max_loops without introductions); posts = max_loops. Exactly two
     agents are required (``ValueError("There must be exactly two agents in the dialogue.")``),
-    checked at construction when ``agents`` is given and again by ``run``. ``img`` rides on every call (introductions included) as an OpenAI-style
-    ``image_url`` part. Debaters exchange replies, not growing transcripts: passing an agent's
+    checked at construction when ``agents`` is given and again by ``run``. ``img`` rides on every
+    call (introductions included) as an OpenAI-style ``image_url`` part. Debaters exchange replies, not growing transcripts: passing an agent's
     whole conversation on each turn is the pitfall the reference page warns about, and each
     debater already remembers its own side of the exchange (private memory, per run).
     """
@@ -103,7 +104,7 @@ class OneOnOneDebate(Pattern):
                                         send_intros=send_intros, verbose=verbose)
         self.max_loops, self.agents, self.img, self.output_type = max_loops, agents, img, output_type
         self.send_intros, self.verbose = send_intros, verbose
-        if agents is not None:  # refused now, before any call; run() checks again (agents may be set later)
+        if check_agents(agents, type(self).__name__) is not None:  # refused now; run() checks again (set later)
             self._speakers()
 
     def max_calls(self) -> int:

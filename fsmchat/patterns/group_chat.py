@@ -14,6 +14,7 @@ from typing import Any, Sequence
 from pydantic import Field
 
 from ..errors import LimitReached, ModelCallError, fatal_error
+from ..checks import check_agents
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import Agent, Turn, check_roster
 from ..speakers.respond import BidOutcome
@@ -172,7 +173,7 @@ class GroupChat(Pattern):
                  context_window: int | None = None):
         """``context_window`` (an fsmchat extension, default off) shows bidders the task plus only
         the last N messages, which bounds prompt tokens per call in long chats."""
-        if not agents or len(agents) < 2:
+        if not check_agents(agents, "GroupChat") or len(agents) < 2:
             raise ValueError("GroupChat requires at least 2 agents.")
         self.config = GroupChatConfig.make("GroupChat", max_loops=max_loops, threshold=threshold,
                                            recency_penalty=recency_penalty, recency_window=recency_window,

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from pydantic import Field
 
+from ..checks import check_agents
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import check_roster
 from .base import ChatContext, Pattern, PatternConfig, check_task, speaker_chain
@@ -135,7 +136,7 @@ class ExpertPanelDiscussion(Pattern):
                                        verbose=verbose)
         self.max_rounds, self.agents, self.moderator = max_rounds, agents, moderator
         self.output_type, self.verbose = output_type, verbose
-        if agents is not None or moderator is not None:  # refused now; run() checks again (set later)
+        if check_agents(agents, "ExpertPanelDiscussion") is not None or moderator is not None:  # run() checks again
             self._roster()
 
     def max_calls(self) -> int:
