@@ -251,3 +251,34 @@ def test_explicit_json_mode_and_known_non_tool_models():
     assert Agent("a", model="openai/anything", tool_mode="json").resolved_tool_mode == "json"
     assert Agent("a", model="openai/anything-else").resolved_tool_mode == "native"
     assert Agent("a", model="gpt-4o-mini").resolved_tool_mode == "native"
+
+
+# ---------------------------------------------------------------- the CLI exits non-zero
+@pytest.mark.parametrize("example", ["group_chat.py", "discussion_until_agreed.py", "round_robin.py"])
+def test_cli_run_without_a_key_prints_the_error_and_exits_non_zero(example, no_keys, monkeypatch, capsys):
+    from pathlib import Path
+
+    from fsmchat.cli import main
+
+    monkeypatch.setenv("FSMCHAT_MODEL", "offline")  # restored after main() sets it
+    monkeypatch.setattr("sys.argv", ["fsmchat"])
+    code = main(["run", str(Path(__file__).parent.parent / "examples" / example), "--model", "gpt-4o-mini"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "MissingCredentials" in err and "OPENAI_API_KEY" in err and "No request was sent" in err
+    assert no_keys.sent == []
+
+
+def test_cli_run_notices_a_failed_run_the_script_ignored(tmp_path, monkeypatch, capsys):
+    from fsmchat.cli import main
+
+    script = tmp_path / "ignores.py"
+    script.write_text("from fsmchat import AgentFlow\n"
+                      "def boom(ctx):\n    raise RuntimeError('speaker down')\n"
+                      "AgentFlow(steps=[boom]).execute('go')  # result.error ignored\n"
+                      "print('script finished')\n")
+    monkeypatch.setattr("sys.argv", ["fsmchat"])
+    code = main(["run", str(script)])
+    out = capsys.readouterr()
+    assert code == 1 and "script finished" in out.out
+    assert "a run failed (stop reason 'error')" in out.err and "speaker down" in out.err
