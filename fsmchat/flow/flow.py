@@ -5,7 +5,8 @@ import copy
 from typing import Any, Sequence
 
 from ..graph.state_graph import StateGraph
-from ..errors import ConfigError, attach_result, fatal_error, note_finished
+from ..checks import check_agents
+from ..errors import ConfigError, attach_result, bad_value, fatal_error, note_finished
 from ..models import RunResult
 from ..patterns.base import Pattern
 from ..speakers.agent import Agent
@@ -66,6 +67,11 @@ class AgentFlow(Pattern):
                 as_task(s)
         self.variables = dict(variables or {})
         self.name, self.verbose = name, verbose
+        check_agents(agents, f"AgentFlow {name!r}")
+        for a in agents or []:
+            if not isinstance(a, Agent):
+                raise bad_value(f"AgentFlow {name!r}", "agents", agents, "the flow's roster, a list of Agent "
+                                f"objects (found a {type(a).__name__})", type_error=True)
         self.agents = list(agents) if agents is not None else None
         if self.agents is not None:
             roster = {a.name for a in self.agents}

@@ -43,6 +43,13 @@ class Task:
                              "['stop', 'continue', 'retry']")
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise ValueError(f"Task max_retries must be an int >= 0, got {self.max_retries!r}")
+        if isinstance(self.retry_delay, bool) or not isinstance(self.retry_delay, (int, float)) or \
+                not 0 <= self.retry_delay < float("inf"):
+            raise bad_value("Task", "retry_delay", self.retry_delay, "seconds before the first retry, a finite "
+                            "number >= 0")
+        if self.should_run is not None and not callable(self.should_run):
+            raise bad_value("Task", "should_run", self.should_run, "a callable (ctx) -> bool, or None",
+                            type_error=True)
         if self.name is None:
             self.name = self.agent.name if self.agent is not None else \
                 getattr(self.handler, "__name__", type(self.handler).__name__)
@@ -118,6 +125,9 @@ class Loop(Block):
                  name: str = "loop"):
         if not isinstance(over, str) or not over:
             raise ValueError(f"loop over= must name a variable holding a list, got {over!r}")
+        if not isinstance(var_name, str) or not var_name.isidentifier():
+            raise bad_value("loop", "var_name", var_name, "a variable name such as 'item' (set to each item, "
+                            "read as {{item}})", type_error=not isinstance(var_name, str))
         self.steps, self.over, self.var_name = _steps(steps, "loop"), over, var_name
         self.parallel, self.name = bool(parallel), name
 
