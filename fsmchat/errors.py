@@ -189,7 +189,7 @@ def fatal_error(exc: BaseException | None) -> BaseException | None:
         if isinstance(e, LimitReached) or getattr(e, "fsmchat_fatal", False) or \
                 (isinstance(e, ModelCallError) and e.fatal):
             return e
-        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+        todo += [getattr(e, "cause", None), e.__cause__, e.__context__, getattr(e, "original_exception", None)]
     return None
 
 

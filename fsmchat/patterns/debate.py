@@ -91,9 +91,10 @@ class OneOnOneDebate(Pattern):
     Calls = 2 + max_loops (max_loops without introductions); posts = max_loops. Exactly two
     agents are required (``ValueError("There must be exactly two agents in the dialogue.")``),
     checked at construction when ``agents`` is given and again by ``run``. ``img`` rides on every
-    call (introductions included) as an OpenAI-style ``image_url`` part. Debaters exchange replies, not growing transcripts: passing an agent's
-    whole conversation on each turn is the pitfall the reference page warns about, and each
-    debater already remembers its own side of the exchange (private memory, per run).
+    call (introductions included) as an OpenAI-style ``image_url`` part. Debaters exchange
+    replies, not growing transcripts: passing an agent's whole conversation on each turn is the
+    pitfall the reference page warns about, and each debater already remembers its own side of
+    the exchange (private memory, per run).
     """
 
     name = "OneOnOneDebate"

@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 from pydantic import Field
 
-from ..errors import LimitReached, ModelCallError, fatal_error
 from ..checks import check_agents
+from ..errors import LimitReached, ModelCallError, fatal_error
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import Agent, Turn, check_roster
 from ..speakers.respond import BidOutcome

@@ -12,6 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, fatal_error,
+                      request_error_kind)
+
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 2
@@ -77,14 +80,10 @@ def get_litellm() -> Any:
 _tool_modes: dict[str, str] = {}  # resolved model -> "native" | "json" (litellm's knowledge, or a refusal)
 
 
-def supports_tools(model: str | None) -> bool:
-    """Whether bids go to ``model`` as a forced tool call. Yes for every model (names litellm does
-    not know included: OpenAI-compatible servers, self-hosted models), unless litellm knows the
-    model lacks function calling or the provider refused tools earlier in this process."""
-    return tool_mode_for(model) == "native"
-
-
 def tool_mode_for(model: str | None) -> str:
+    """How bids go to ``model``: ``"native"`` (a forced tool call) for every model, names litellm does
+    not know included (OpenAI-compatible servers, self-hosted models); ``"json"`` when litellm knows
+    the model lacks function calling or the provider refused tools earlier in this process."""
     resolved = resolve_model(model)
     mode = _tool_modes.get(resolved)
     if mode is None:
@@ -107,8 +106,6 @@ def refuse_tools(model: str | None) -> None:
 
 def refused_tools(exc: BaseException) -> bool:
     """A request error saying the provider does not accept tools or tool_choice."""
-    from ..errors import request_error_kind
-
     if request_error_kind(exc) not in ("bad_request", "unsupported_params"):
         return False
     text = str(exc).lower()
@@ -120,8 +117,6 @@ def retryable(exc: BaseException) -> bool:
     """Transient faults (timeouts, 429, 5xx, dropped connections) are retried; request errors never
     (authentication, permission, not found, bad request, context window, unsupported parameters,
     and a missing key, which litellm reports as a 500 for OpenAI)."""
-    from ..errors import request_error_kind
-
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
         return True
     if request_error_kind(exc) is not None:
@@ -143,8 +138,6 @@ def missing_credentials(agents: Any) -> Any:
     neither in the environment nor passed to the agent (``litellm.validate_environment``), or None.
     fsmchat's own providers and agents with ``api_key``/``api_base`` (a local server) are skipped;
     litellm is imported only when some agent needs asking. ``FSMCHAT_CHECK_KEYS=0`` turns it off."""
-    from ..errors import MissingCredentials
-
     if os.environ.get("FSMCHAT_CHECK_KEYS", "1") == "0":
         return None
     missing = []
@@ -182,23 +175,6 @@ def retry_after(exc: BaseException) -> float | None:
     return None
 
 
-from ..errors import DeadlineExceeded  # noqa: E402  (re-exported: the run's deadline_s passed)
-
-
-def find_fatal(exc: BaseException | None) -> BaseException | None:
-    """An exception marked ``fsmchat_fatal`` anywhere in the chain (litellm wraps provider errors)."""
-    todo, seen = [exc], set()
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if getattr(e, "fsmchat_fatal", False):
-            return e
-        todo.extend([e.__cause__, e.__context__, getattr(e, "original_exception", None)])
-    return None
-
-
 @dataclass
 class CallStats:
     """Counts for one run: logical model calls, HTTP-level attempts, tokens."""
@@ -229,10 +205,8 @@ class CallStats:
         """Whether ``n`` more requests stay within ``max_model_calls``."""
         return self.max_requests is None or self.attempts + n <= self.max_requests
 
-    def refuse_over_cap(self, what: str) -> Any:
+    def refuse_over_cap(self, what: str) -> BudgetExceeded:
         """``BudgetExceeded`` for ``what`` (not sent), remembered so the ``over_budget`` guard holds."""
-        from ..errors import BudgetExceeded
-
         self.over_cap, self.limit_hit = True, "max_model_calls"
         return BudgetExceeded(f"max_model_calls={self.max_requests} reached after {self.attempts} request(s): "
                               f"{what} was not sent")
@@ -278,8 +252,6 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
     an attempt that would pass ``max_model_calls`` is never sent (``BudgetExceeded``); a request
     error no retry can fix is raised at once as a fatal ``ModelCallError``."""
-    from ..errors import ModelCallError
-
     if stats is not None:
         stats.preflight()
     lm = get_litellm()
@@ -323,7 +295,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            fatal = find_fatal(exc)
+            fatal = fatal_error(exc)
             if fatal is not None:  # a broken test double or harness: fail loudly, never retry
                 if stats is not None:
                     stats.refused = fatal  # and every later request of the run fails the same way
