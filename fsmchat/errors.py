@@ -204,10 +204,18 @@ def watch_failures() -> list[Any]:
     return _failed_runs
 
 
-def note_finished(result: Any) -> None:
-    """Called by every pattern when a run ends: a failed run is remembered while watched."""
-    if _failed_runs is not None and getattr(result, "error", None) is not None:
+def run_finished(result: Any) -> None:
+    """Called by every pattern when a run ends. A failed run is remembered while watched
+    (``watch_failures``); a broken test double (``fsmchat_fatal``: an exhausted ``ScriptedModel``,
+    a cassette miss) is raised, with the result attached, because it is never a run's outcome:
+    a test that only checks the path must not pass."""
+    error = getattr(result, "error", None)
+    if error is None:
+        return
+    if _failed_runs is not None:
         _failed_runs.append(result)
+    if getattr(error, "fsmchat_fatal", False):
+        raise attach_result(error, result)
 
 
 def attach_result(exc: BaseException, result: Any) -> BaseException:

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from ..graph.state_graph import StateGraph
 from ..checks import check_agents
-from ..errors import ConfigError, attach_result, bad_value, fatal_error, note_finished
+from ..errors import ConfigError, attach_result, bad_value, fatal_error, run_finished
 from ..models import RunResult
 from ..patterns.base import Pattern
 from ..speakers.agent import Agent
@@ -138,7 +138,7 @@ class AgentFlow(Pattern):
         if ctx.error is not None:
             out["error"] = str(ctx.error)
         result.output = out
-        note_finished(result)
+        run_finished(result)
         return result
 
     def start(self, input: str = "") -> dict[str, Any]:
