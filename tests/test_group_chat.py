@@ -141,8 +141,11 @@ def test_bid_exactly_at_threshold_loses():
 
 
 def test_whitespace_only_message_is_ignored():
-    m, chat = chat_of({"a": [Bid(1.0, "   \n ")], "b": [Bid(0.6, "b1"), Bid(0, "")]})
+    # (its script for "a" used to hold one answer for two turns: the exhausted script was hidden
+    # as a silent bid, and the test passed by accident)
+    m, chat = chat_of({"a": [Bid(1.0, "   \n "), Bid(0, "")], "b": [Bid(0.6, "b1"), Bid(0, "")]})
     r = chat.execute(TASK)
+    assert r.ok and r.stop_reason == "lull"
     assert [x.role for x in r.transcript] == ["User", "b"]
 
 
