@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from . import gallery
-from .errors import FsmchatError
+from .errors import FsmchatError, watch_failures
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -21,8 +21,23 @@ def _run(args: argparse.Namespace) -> int:
         print(f"fsmchat run: no such file: {path}", file=sys.stderr)
         return 2
     sys.argv = [str(path)]
-    runpy.run_path(str(path), run_name="__main__")
-    return 0
+    failed = watch_failures()
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+    except BaseException as exc:  # the script's own error, or a run's error it re-raised
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        seen = [r for r in failed if r.error is exc]
+        print(f"fsmchat run: {path.name} failed: {type(exc).__name__}: {exc}" +
+              (f" (stop reason {seen[0].stop_reason!r})" if seen else ""), file=sys.stderr)
+        return 1
+    for r in failed:  # runs that failed although the script went on (it ignored result.error)
+        print(f"fsmchat run: a run failed (stop reason {r.stop_reason!r}): {type(r.error).__name__}: {r.error}",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _render(args: argparse.Namespace) -> int:

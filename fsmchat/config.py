@@ -20,7 +20,9 @@ import re
 import sys
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from .errors import bad_value
 
 from .limits import Limits
 from .speakers.llm import DEFAULT_RETRIES, DEFAULT_TIMEOUT
@@ -534,13 +536,24 @@ def to_config(pattern: Any) -> Any:
 
 
 # ---- from_config ----
+KINDS = tuple(spec.model_fields["kind"].default for spec in
+              (GroupChatSpec, RoundRobinSpec, DebateSpec, PanelSpec, FlowSpec, FactorySpec))
+
+
 def parse_config(cfg: Any) -> Any:
-    """A pattern config from a config model, a dict or a JSON string."""
+    """A pattern config from a config model, a dict or a JSON string; anything else is a
+    ``ConfigError`` listing the valid kinds (no pydantic dump)."""
     if isinstance(cfg, BaseModel):
         return cfg
-    if isinstance(cfg, (str, bytes)):
-        return _pattern_spec().validate_json(cfg)
-    return _pattern_spec().validate_python(cfg)
+    try:
+        if isinstance(cfg, (str, bytes)):
+            return _pattern_spec().validate_json(cfg)
+        return _pattern_spec().validate_python(cfg)
+    except ValidationError as exc:
+        what = f"a config from pattern.to_config() (a model, a dict or its JSON) whose kind is one of {list(KINDS)}"
+        first = exc.errors()[0]
+        detail = f"{'.'.join(str(x) for x in first['loc']) or 'config'}: {first['msg']}"
+        raise bad_value("from_config", "cfg", cfg, f"{what} ({detail})") from None
 
 
 def from_config(cfg: Any) -> Any:

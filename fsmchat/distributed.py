@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .checks import check_tasks
+
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple  # (index, task, run_id | None, resume_from | None, finished)
 
@@ -386,7 +388,7 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     worker in flight); ``runtime_env``: for a Ray this call starts or joins; ``worker_options``:
     ``.options()`` of each actor (default ``num_cpus=1``); ``on_progress``: called after each chunk;
     a chunk whose worker dies is re-queued up to ``max_chunk_attempts`` times in all."""
-    tasks = list(tasks)
+    tasks = check_tasks(tasks, type(pattern).__name__)
     if executor not in ("local", "ray"):
         raise ValueError(f"executor={executor!r}; choose from ['local', 'ray']")
     if isinstance(max_concurrency_per_worker, bool) or not isinstance(max_concurrency_per_worker, int) \
@@ -397,6 +399,8 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     for t in tasks:
         pattern._check_run(t)
     pattern._check_limits()
+    if executor == "local" and tasks:  # missing keys: one error for the batch (Ray workers read their own)
+        pattern._context(tasks[0]).stats.preflight()
     config = digest = None
     if executor == "ray" or checkpoint_dir is not None:
         from .config import config_digest, to_config

@@ -1,6 +1,7 @@
 """Exceptions fsmchat raises, and the way a failed run's result travels on an exception."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -20,15 +21,128 @@ class NoTransitionError(FsmchatError, RuntimeError):
     """No outgoing guard of a state matched at run time."""
 
 
-class ModelCallError(FsmchatError, RuntimeError):
-    """A model call failed after fsmchat's retries; carries the agent name and the cause."""
+class ConfigError(FsmchatError, ValueError):
+    """A bad configuration or input, refused before any model call. The message names the
+    owner, the field and its value, and what is allowed:
+    ``"Agent: temperature='hot' is invalid: a number (0..2 for most providers)"``."""
 
-    def __init__(self, agent: str, cause: BaseException, attempts: int):
+
+class ConfigTypeError(FsmchatError, TypeError):
+    """A value of the wrong type, refused before any model call (same message style as ``ConfigError``)."""
+
+
+def bad_value(owner: str, field: str, value: Any, allowed: str, type_error: bool = False) -> FsmchatError:
+    """The one message style for a refused value: ``"{owner}: {field}={value!r} is invalid: {allowed}"``."""
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return (ConfigTypeError if type_error else ConfigError)(f"{owner}: {field}={shown} is invalid: {allowed}")
+
+
+def invalid_config(owner: str, exc: Any) -> ConfigError:
+    """A pydantic ``ValidationError`` as one ``ConfigError`` in the style above (no pydantic URL):
+    ``"Limits: max_model_calls=0 is invalid: input should be greater than or equal to 1"``."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err["loc"]) or "config"
+        msg = str(err["msg"])
+        if err["type"] == "value_error":
+            parts.append(msg.removeprefix("Value error, "))
+        elif err["type"] == "extra_forbidden":
+            parts.append(f"unknown option {where!r}")
+        else:
+            parts.append(f"{where}={err.get('input')!r} is invalid: {msg[:1].lower()}{msg[1:]}")
+    return ConfigError(f"{owner}: " + "; ".join(parts))
+
+
+# ---- model call errors: which ones no retry can fix ----
+# litellm maps every provider's errors to these classes (by name, so this module never imports litellm).
+_REQUEST_ERRORS = (("ContextWindowExceededError", "context_window"), ("UnsupportedParamsError", "unsupported_params"),
+                   ("AuthenticationError", "authentication"), ("PermissionDeniedError", "permission"),
+                   ("NotFoundError", "not_found"), ("UnprocessableEntityError", "bad_request"),
+                   ("ContentPolicyViolationError", "bad_request"), ("InvalidRequestError", "bad_request"),
+                   ("BadRequestError", "bad_request"))
+_NO_KEY = re.compile(r"missing credentials|api[_ ]?key (is )?(must be set|not (set|found|provided))|"
+                     r"no api[_ ]?key|(set|pass) (an )?`?\w*api_key|api_key client option must be set", re.I)
+_SECRETS = re.compile(r"(?i)(bearer\s+)[^\s'\",]+|\b((?:sk|pk|rk|gsk|xai|hf)[-_][A-Za-z0-9_\-]{6,})"
+                      r"|\b(AIza[0-9A-Za-z_\-]{10,})")
+
+
+def request_error_kind(exc: BaseException | None) -> str | None:
+    """What kind of request error ``exc`` is, if no retry can fix it: ``authentication``,
+    ``permission``, ``not_found``, ``bad_request``, ``context_window``, ``unsupported_params``,
+    ``missing_credentials``; None for transient faults (timeouts, 429, 5xx, dropped connections)
+    and anything else."""
+    if exc is None:
+        return None
+    names = [c.__name__ for c in type(exc).__mro__]
+    if "MissingCredentials" in names or (_NO_KEY.search(str(exc)) and "Timeout" not in names):
+        return "missing_credentials"  # litellm maps a missing OpenAI key to InternalServerError (500)
+    for cls, kind in _REQUEST_ERRORS:
+        if cls in names:
+            return kind
+    status = getattr(exc, "status_code", None)
+    if status in (401, 403, 404) or (isinstance(status, int) and status in (400, 413, 422)):
+        return {401: "authentication", 403: "permission", 404: "not_found"}.get(status, "bad_request")
+    return None
+
+
+def mask_text(text: str, *secrets: Any) -> str:
+    """``text`` with API keys and bearer tokens replaced by ``***`` (and each given secret value)."""
+    for s in secrets:
+        if isinstance(s, str) and len(s) >= 4:
+            text = text.replace(s, "***")
+    return _SECRETS.sub(lambda m: (m.group(1) + "***") if m.group(1) else "***", text)
+
+
+_HINTS = {"authentication": "the provider refused the credentials; check the API key",
+          "permission": "the credentials lack permission for this model",
+          "not_found": "the provider does not know this model (or the api_base is wrong)",
+          "bad_request": "the provider refused the request",
+          "context_window": "the conversation is longer than the model's context window",
+          "unsupported_params": "the provider does not accept one of the request's parameters",
+          "missing_credentials": "no API key was found for this provider"}
+
+
+class ModelCallError(FsmchatError, RuntimeError):
+    """A model call failed after fsmchat's retries; carries the agent, the model, the cause and
+    ``kind`` (``request_error_kind``: set when no retry can fix it, which makes it ``fatal``)."""
+
+    def __init__(self, agent: str, cause: BaseException, attempts: int, model: str | None = None,
+                 secrets: tuple[Any, ...] = ()):
         self.agent = agent
         self.cause = cause
         self.attempts = attempts
-        super().__init__(f"model call for agent {agent!r} failed after {attempts} attempt(s): "
-                         f"{type(cause).__name__}: {cause}")
+        self.model = model
+        self.kind = request_error_kind(cause)
+        self.provider_message = mask_text(str(cause), *secrets)
+        on = f" (model {model!r})" if model else ""
+        hint = f" [{self.kind}: {_HINTS[self.kind]}]" if self.kind else ""
+        super().__init__(f"model call for agent {agent!r}{on} failed after {attempts} attempt(s): "
+                         f"{type(cause).__name__}: {self.provider_message}{hint}")
+
+    @property
+    def fatal(self) -> bool:
+        """No retry can fix it (authentication, permission, model not found, bad request, ...)."""
+        return self.kind is not None
+
+
+class MissingCredentials(ModelCallError):
+    """Agents whose provider needs a key that is not set, found before the run's first request
+    (nothing was sent). ``missing`` lists ``(agent, model, [env vars])``."""
+
+    def __init__(self, missing: list[tuple[str, str, list[str]]]):
+        self.missing = missing
+        lines = "; ".join(f"agent {a!r} (model {m!r}) needs {' or '.join(v)}" for a, m, v in missing)
+        env = sorted({v for _, _, vs in missing for v in vs})
+        cause = RuntimeError(f"missing credentials: {lines}. Set {', '.join(env)} in the environment, or pass "
+                             "api_key= (or api_base= for a local server) to the agent. No request was sent.")
+        super().__init__(missing[0][0], cause, 0, missing[0][1])
+        self.kind = "missing_credentials"
+        self.args = (str(cause),)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 class LimitReached(FsmchatError):
@@ -59,6 +173,49 @@ def limit_reached(exc: BaseException | None) -> LimitReached | None:
         seen.add(id(exc))
         exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
     return None
+
+
+def fatal_error(exc: BaseException | None) -> BaseException | None:
+    """The exception in ``exc``'s chain that must end the run at once, or None: a ``LimitReached``
+    (the engine takes its stop edge), a request error no retry can fix (a fatal
+    ``ModelCallError``), or a broken test double (``fsmchat_fatal``, e.g. an exhausted script)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, LimitReached) or getattr(e, "fsmchat_fatal", False) or \
+                (isinstance(e, ModelCallError) and e.fatal):
+            return e
+        todo += [getattr(e, "cause", None), e.__cause__, e.__context__, getattr(e, "original_exception", None)]
+    return None
+
+
+_failed_runs: list[Any] | None = None  # collected while the CLI runs a script (``watch_failures``)
+
+
+def watch_failures() -> list[Any]:
+    """Start collecting the results of failed runs in this process (``fsmchat run`` does, so a
+    script that ignores ``result.error`` still exits non-zero); returns the list that fills."""
+    global _failed_runs
+    _failed_runs = []
+    return _failed_runs
+
+
+def run_finished(result: Any) -> None:
+    """Called by every pattern when a run ends. A failed run is remembered while watched
+    (``watch_failures``); a broken test double (``fsmchat_fatal``: an exhausted ``ScriptedModel``,
+    a cassette miss) is raised, with the result attached, because it is never a run's outcome:
+    a test that only checks the path must not pass."""
+    error = getattr(result, "error", None)
+    if error is None:
+        return
+    if _failed_runs is not None:
+        _failed_runs.append(result)
+    if getattr(error, "fsmchat_fatal", False):
+        raise attach_result(error, result)
 
 
 def attach_result(exc: BaseException, result: Any) -> BaseException:

@@ -5,9 +5,11 @@ nested level, so the run stops at the next state boundary and the diagram shows 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import invalid_config
 
 from .graph.state_graph import StateGraph, Transition
 
@@ -16,12 +18,19 @@ class Limits(BaseModel):
     """Per-run limits; ``price_per_1k_tokens=(prompt, completion)`` prices models litellm cannot."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    max_tokens: int | None = Field(None, ge=1)
-    max_cost_usd: float | None = Field(None, gt=0)
-    max_model_calls: int | None = Field(None, ge=1)
-    deadline_s: float | None = Field(None, gt=0)
-    price_per_1k_tokens: tuple[float, float] | None = None
+    max_tokens: int | None = Field(None, ge=1, strict=True)
+    max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False)
+    max_model_calls: int | None = Field(None, ge=1, strict=True)
+    deadline_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    price_per_1k_tokens: tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)],
+                              Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = None
     refuse_over_bound: bool = False  # refuse a run whose worst-case calls exceed max_model_calls
+
+    def __init__(self, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise invalid_config("Limits", exc) from None
 
     @property
     def has_budget(self) -> bool:
@@ -29,8 +38,11 @@ class Limits(BaseModel):
 
 
 def over(limits: Limits, stats: Any) -> str | None:
-    """Which budget ``stats`` has reached, if any."""
-    if limits.max_model_calls is not None and stats.calls >= limits.max_model_calls:
+    """Which budget ``stats`` has reached, if any. ``max_model_calls`` counts requests (retries
+    included) and is a hard cap: it is reached when a request, or a GroupChat bid round, was refused
+    because it would cross the cap (so a round that fits completes and its post is kept). Tokens
+    and cost stop at the first state boundary after they are crossed."""
+    if limits.max_model_calls is not None and (stats.attempts > limits.max_model_calls or stats.over_cap):
         return "max_model_calls"
     if limits.max_tokens is not None and stats.usage.get("total_tokens", 0) >= limits.max_tokens:
         return "max_tokens"
@@ -83,5 +95,6 @@ def add_limit_edges(graph: StateGraph, limits: Limits) -> StateGraph:
 def start_clock(limits: Limits | None, stats: Any) -> None:
     if limits is not None:
         stats.price = limits.price_per_1k_tokens
+        stats.max_requests = limits.max_model_calls  # a hard cap: acomplete never sends past it
         if limits.deadline_s is not None:
             stats.deadline = time.monotonic() + limits.deadline_s

@@ -11,6 +11,7 @@ from fsmchat.patterns.debate import OneOnOneDebate, compile_debate, example_func
 from fsmchat.testing import Fail, ScriptedModel, assert_calls, assert_path, assert_stop, assert_trace_is_path
 
 TASK = "Is artificial intelligence consciousness possible?"
+TWO_TEXT = "There must be exactly two agents in the dialogue."
 TWO = r"^There must be exactly two agents in the dialogue\.$"
 IMG = "https://example.com/chart.png"
 
@@ -34,10 +35,15 @@ def test_defaults():
 
 
 @pytest.mark.parametrize("agents", [None, [], ["one"], ["a", "b", "c"]])
-def test_exactly_two_agents_checked_by_run(agents):
+def test_exactly_two_agents_checked_at_construction_and_by_run(agents):
     m = ScriptedModel(fn=reply)
     roster = None if agents is None else [m.agent(n) for n in agents]
-    debate = OneOnOneDebate(agents=roster)  # construction accepts it, as the reference does
+    if roster is not None:  # a roster given: refused at once, with the reference's exact text
+        with pytest.raises(ValueError) as e:
+            OneOnOneDebate(agents=roster)
+        assert str(e.value) == TWO_TEXT
+    debate = OneOnOneDebate()
+    debate.agents = roster  # set later: run() checks again
     with pytest.raises(ValueError, match=TWO):
         debate.run(TASK)
     with pytest.raises(ValueError, match=TWO):

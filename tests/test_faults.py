@@ -7,7 +7,7 @@ import pytest
 from openai_server import OpenAIServer, drop, empty_choices, error, malformed_tool_call, per_agent, respond, text, \
     tool_call
 
-from fsmchat import Agent, AgentFlow, Discussion, GroupChat, Task
+from fsmchat import Agent, AgentFlow, Discussion, GroupChat, ModelCallError, Task
 
 SILENT = respond(0.0, "")
 
@@ -78,7 +78,7 @@ FLOW_FAULTS = {
     "slower_than_timeout": ([text("late").after(2.0), text("late").after(2.0)], 2, "failed"),
     "dropped_connection": ([drop(), text("bob speaks")], 2, "completed"),
     "empty_choices": ([empty_choices()], 1, "failed"),
-    "bad_request_400": ([error(400)], 1, "failed"),
+    "bad_request_400": ([error(400)], 1, "request_error"),  # no retry can fix it: the run ends, either policy
 }
 
 
@@ -97,7 +97,12 @@ def test_discussion_flow_under_fault(server, fault, policy):
     out = r.output
     assert out["steps"][0] == {"name": "alice", "output": "alice speaks", "status": "completed"}
     assert len(server.requests_for("bob")) == bob_requests
-    if outcome == "completed":
+    if outcome == "request_error":
+        assert out["status"] == "failed" and not r.ok and r.stop_reason == "error"
+        assert isinstance(r.error, ModelCallError) and r.error.kind == "bad_request" and r.error.agent == "bob"
+        assert out["steps"][1]["name"] == "bob" and out["steps"][1]["status"] == "failed"
+        assert len(server.requests) == 2  # alice's turn and bob's refused request; nothing after it
+    elif outcome == "completed":
         assert out["status"] == "completed" and out["steps"][1]["output"] == "bob speaks"
     elif policy == "stop":
         assert out["status"] == "failed" and "step 'bob' failed" in out["error"]

@@ -293,7 +293,7 @@ def test_task_should_run_and_validation():
 
 
 def test_model_failure_in_agent_step_keeps_transcript():
-    m = ScriptedModel({"a": ["first"], "b": [Fail(400, "bad prompt")]})
+    m = ScriptedModel({"a": ["first"], "b": [Fail(500, "server down")]})  # a 400: test_honest_failures.py
     flow = AgentFlow(steps=[Discussion([m.agent("a"), m.agent("b")], rounds=2), speaker("after")])
     r = run(flow)
     assert r.output["status"] == "failed" and "step 'b' failed" in r.output["error"]

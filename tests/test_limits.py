@@ -17,14 +17,16 @@ def two(**kw):
     return m, GroupChat(agents=[m.agent("a"), m.agent("b")], recency_penalty=0.0, **kw)
 
 
-def test_max_model_calls_stops_at_the_next_boundary():
+def test_max_model_calls_is_a_hard_cap_and_a_round_that_fits_completes():
     m, chat = two()
     chat.with_limits(max_model_calls=4)
     r = chat.execute("t")
     assert_trace_is_path(chat.graph, r)
-    assert_path(r, ["seed", "bid", "select", "post", "penalize", "bid", "over_budget"])
+    # two rounds of 2 fit and are posted; the third is not started (it would cross 4 requests)
+    assert_path(r, ["seed", "bid", "select", "post", "penalize", "bid", "select", "post", "penalize", "bid",
+                    "over_budget"])
     assert r.stop_reason == "budget" and r.calls == 4 == m.calls()
-    assert [x.content for x in r.transcript] == ["t", "m0"]
+    assert [x.content for x in r.transcript] == ["t", "m0", "m1"]
     assert {"event": "budget", "limit": "max_model_calls"} in r.events
 
 

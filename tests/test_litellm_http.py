@@ -14,7 +14,7 @@ try:
 except ImportError:  # tests/ became a package
     from tests.openai_server import (DEFAULT_USAGE, OpenAIServer, error, json_text, per_agent, respond)
 
-from fsmchat import RESPOND_TOOL, Agent, GroupChat
+from fsmchat import RESPOND_TOOL, Agent, GroupChat, ModelCallError
 
 LULL_PATH = ["seed", "bid", "select", "post", "penalize", "bid", "select", "stop"]
 SILENT = respond(0.0, "")
@@ -125,18 +125,18 @@ def test_persistent_500_gives_up_after_one_retry(server):
     assert "2 attempt(s)" in event["reason"] and "InternalServerError" in event["reason"]
 
 
-def test_bad_request_400_is_not_retried_and_bid_is_silent(server):
+def test_bad_request_400_is_not_retried_and_ends_the_run(server):
     server.set_script(per_agent({"alice": [error(400, "bad tool schema")], "bob": [SILENT]}))
     result = chat(server, agent(server, "alice", num_retries=2), agent(server, "bob")).execute(TASK)
 
-    assert result.error is None  # no exception out of the chat
-    assert result.path == ["seed", "bid", "select", "stop"]
-    assert result.stop_reason == "lull"
+    # a request error no retry can fix ends the chat as an error, never as a lull (SEMANTICS.md)
+    assert result.path == ["seed", "bid"] and result.stop_reason == "error" and not result.ok
+    assert isinstance(result.error, ModelCallError) and result.error.kind == "bad_request"
+    assert result.error.agent == "alice" and result.error.model == "openai/test-model"
+    assert "bad tool schema" in str(result.error) and "1 attempt(s)" in str(result.error)
     assert len(server.requests_for("alice")) == 1  # a bad request is never retried
     assert len(server.requests) == 2
-    [event] = result.events
-    assert event["event"] == "invalid_bid" and event["agent"] == "alice" and event["turn"] == 0
-    assert "BadRequestError" in event["reason"] and "1 attempt(s)" in event["reason"]
+    assert result.events == []
 
 
 # --------------------------------------------------------------------------- json mode

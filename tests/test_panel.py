@@ -31,10 +31,14 @@ def test_defaults():
 @pytest.mark.parametrize("experts, moderator, message", [
     (None, None, FEW), ([], "M", FEW), (["E1"], "M", FEW), (["E1", "E2"], None, NO_MOD),
 ])
-def test_roster_errors_are_raised_by_run(experts, moderator, message):
+def test_roster_errors_are_raised_at_construction_and_by_run(experts, moderator, message):
     m = ScriptedModel(fn=reply)
-    panel = ExpertPanelDiscussion(agents=None if experts is None else [m.agent(e) for e in experts],
-                                  moderator=moderator and m.agent(moderator))
+    agents = None if experts is None else [m.agent(e) for e in experts]
+    if agents is not None or moderator is not None:  # a roster given: refused at once, exact reference text
+        with pytest.raises(ValueError, match=message):
+            ExpertPanelDiscussion(agents=agents, moderator=moderator and m.agent(moderator))
+    panel = ExpertPanelDiscussion()
+    panel.agents, panel.moderator = agents, moderator and m.agent(moderator)  # set later: run() checks again
     with pytest.raises(ValueError, match=message):
         panel.run(TASK)
     with pytest.raises(ValueError, match=message):

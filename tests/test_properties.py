@@ -11,7 +11,7 @@ MESSAGES = st.sampled_from(["", "  ", "x"])
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n_agents=st.integers(2, 4), max_loops=st.integers(1, 7), threshold=st.sampled_from([0.0, 0.3, 0.5, 0.8]),
-       penalty=st.sampled_from([0.0, 0.3, 0.5]), window=st.integers(0, 3), data=st.data())
+       penalty=st.sampled_from([0.0, 0.3, 0.5]), window=st.integers(1, 3), data=st.data())  # 0: refused
 def test_group_chat_selection_matches_the_rules(n_agents, max_loops, threshold, penalty, window, data):
     names = [f"g{i}" for i in range(n_agents)]
     turns = max_loops  # at most max_loops - 1 bidding turns happen; one spare

@@ -117,6 +117,32 @@ def _num(x: str) -> float | None:
         return None
 
 
+_OPERAND = re.compile(r"""^(\{\{\s*[\w.]+\s*\}\}|[^{}<>=!]+|'[^']*'|"[^"]*")$""")
+
+
+def check_expression(expr: str, op: str | None, what: str) -> None:
+    """Refuse a malformed condition when the flow is built: unbalanced ``{{ }}``, an operand
+    missing, a stray operator (``=>``, ``=``), or a lone word that is not a ``{{flag}}``."""
+    from ..errors import ConfigError
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{what}: condition={expr!r} is invalid: {why}; write '{{{{var}}}} OP value' with OP in "
+                           ">, >=, <, <=, ==, !=, in, contains, or a lone '{{flag}}'")
+
+    if expr.count("{{") != expr.count("}}") or len(_VAR.findall(expr)) != expr.count("{{"):
+        raise bad("unbalanced or malformed {{ }}")
+    if op is None:
+        if not _VAR.fullmatch(expr):
+            raise bad("no operator, and not a lone {{flag}}")
+        return
+    left, right = (x.strip() for x in expr.split(op, 1))
+    for side, operand in (("left", left), ("right", right)):
+        if not operand:
+            raise bad(f"the {side} operand is missing")
+        if not _OPERAND.match(operand):
+            raise bad(f"the {side} operand {operand!r} is not a {{{{var}}}}, a number or a word")
+
+
 def compile_condition(condition: Any, what: str = "condition") -> Callable[[FlowContext], bool]:
     """A callable ``(ctx) -> bool`` as is, or a string expression: ``{{var}} OP value`` with
     OP in >, >=, <, <=, ==, !=, in (substring), contains; or a lone ``{{flag}}`` (truthy)."""
@@ -127,6 +153,7 @@ def compile_condition(condition: Any, what: str = "condition") -> Callable[[Flow
                         f"'{{{{score}}}} > 80', got {type(condition).__name__}")
     expr = condition.strip()
     op = next((o for o in _OPS if o in expr), None)
+    check_expression(expr, op, what)
 
     def truthy(v: str) -> bool:
         return v.strip().lower() not in ("", "0", "false", "no", "none", "null")

@@ -5,10 +5,12 @@ import copy
 from typing import Any, Sequence
 
 from ..graph.state_graph import StateGraph
+from ..checks import check_agents
+from ..errors import ConfigError, attach_result, bad_value, fatal_error, run_finished
 from ..models import RunResult
 from ..patterns.base import Pattern
 from ..speakers.agent import Agent
-from .compile import Compiler, bound
+from .compile import Compiler, StepError, bound
 from .context import FlowContext
 from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, as_task
 
@@ -19,23 +21,31 @@ def _flow_reason(ctx: FlowContext) -> str:
     return _REASON[ctx.status]
 
 
+def _blocks_in(steps: Sequence[Any]) -> list[Any]:
+    """Every step, nested ones included, in declaration order."""
+    found: list[Any] = []
+    for s in steps:
+        found.append(s)
+        if isinstance(s, (Loop, Parallel, Repeat)):
+            found += _blocks_in(s.steps)
+        elif isinstance(s, Route):
+            found += _blocks_in([x for v in s.routes.values() for x in v] + s.default)
+        elif isinstance(s, If):
+            found += _blocks_in(s.then_steps + s.else_steps)
+    return found
+
+
+def _loops_in(steps: Sequence[Any]) -> list[Loop]:
+    return [s for s in _blocks_in(steps) if isinstance(s, Loop)]
+
+
 def _agents_in(steps: Sequence[Any]) -> list[Agent]:
     found: list[Agent] = []
-    for s in steps:
+    for s in _blocks_in(steps):
         if isinstance(s, Discussion):
             found += [t.agent for t in s.tasks if t.agent is not None]
-        elif isinstance(s, (Loop, Parallel, Repeat)):
-            found += _agents_in(s.steps)
-        elif isinstance(s, Route):
-            for v in s.routes.values():
-                found += _agents_in(v)
-            found += _agents_in(s.default)
-        elif isinstance(s, If):
-            found += _agents_in(s.then_steps) + _agents_in(s.else_steps)
-        elif not isinstance(s, Block):
-            t = as_task(s)
-            if t.agent is not None:
-                found.append(t.agent)
+        elif not isinstance(s, Block) and as_task(s).agent is not None:
+            found.append(as_task(s).agent)  # type: ignore[arg-type]
     return found
 
 
@@ -57,6 +67,11 @@ class AgentFlow(Pattern):
                 as_task(s)
         self.variables = dict(variables or {})
         self.name, self.verbose = name, verbose
+        check_agents(agents, f"AgentFlow {name!r}")
+        for a in agents or []:
+            if not isinstance(a, Agent):
+                raise bad_value(f"AgentFlow {name!r}", "agents", agents, "the flow's roster, a list of Agent "
+                                f"objects (found a {type(a).__name__})", type_error=True)
         self.agents = list(agents) if agents is not None else None
         if self.agents is not None:
             roster = {a.name for a in self.agents}
@@ -72,9 +87,30 @@ class AgentFlow(Pattern):
     def _check_run(self, task: Any) -> None:
         if not isinstance(task, str):
             raise TypeError(f"AgentFlow.run(input): input must be a str, got {type(task).__name__}")
+        if not task.strip():
+            raise ConfigError(f"AgentFlow.run(input): input={task!r} is invalid: a non-empty string (the flow's "
+                              "{{input}} and its first step's prompt)")
+        for lp in _loops_in(self.steps):
+            items = self.variables.get(lp.over)
+            if items is not None and not isinstance(items, (list, tuple)):
+                raise ConfigError(f"AgentFlow: loop over={lp.over!r} is invalid: expected a list, the variable "
+                                  f"holds a {type(items).__name__} (for a dict, loop over list(d.items()) or "
+                                  "list(d))")
 
     def _context(self, task: str) -> FlowContext:  # type: ignore[override]
-        return FlowContext(task, copy.deepcopy(self.variables))
+        ctx = FlowContext(task, copy.deepcopy(self.variables))
+        ctx.stats.roster = _agents_in(self.steps)
+        return ctx
+
+    async def arun(self, task: str, **kw: Any) -> Any:
+        """The reference's ``{"output", "steps", "variables", "status"}`` dict, with ``"error"`` when a
+        step failed under its ``on_error`` policy. A failure of the run itself (a request error no
+        retry can fix, missing credentials, an exhausted test script, a bug in a condition) is
+        raised with the result as ``exc.fsmchat_result``, as every pattern's ``run`` does."""
+        result = await self.aexecute(task, **kw)
+        if result.error is not None and not isinstance(result.error, StepError):
+            raise attach_result(result.error, result)
+        return result.output
 
     def _finish(self, result: RunResult) -> RunResult:
         ctx: FlowContext = result.context
@@ -82,6 +118,13 @@ class AgentFlow(Pattern):
             ctx.status, ctx.error = "failed", result.error
         elif ctx.status == "running":
             ctx.status = "completed"
+        if result.error is None and ctx.status == "failed" and ctx.error is not None:
+            result.error = ctx.error  # a failed flow is never ok
+        fatal = ctx.stats.refused or (fatal_error(result.error) if isinstance(result.error, StepError) else None)
+        if fatal is not None and result.error is not fatal:
+            # a request error no retry can fix, or a broken test double (an exhausted script), is the
+            # run's error whatever the step's on_error policy: it refused every later request
+            ctx.status, ctx.error, result.error = "failed", fatal, fatal
         if result.stop_reason not in ("budget", "deadline", "cancelled", "max_steps") and result.error is None:
             result.stop_reason = _flow_reason(ctx)
         if result.stop_reason in ("budget", "deadline"):
@@ -95,6 +138,7 @@ class AgentFlow(Pattern):
         if ctx.error is not None:
             out["error"] = str(ctx.error)
         result.output = out
+        run_finished(result)
         return result
 
     def start(self, input: str = "") -> dict[str, Any]:

@@ -2,9 +2,12 @@
 ``route``, ``if_`` (``when``) and ``repeat``. ``compile.py`` turns them into state graphs."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
+from ..checks import check_agents
+from ..errors import ConfigError, bad_value
 from ..speakers.agent import Agent
 from .context import compile_condition
 
@@ -40,6 +43,13 @@ class Task:
                              "['stop', 'continue', 'retry']")
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise ValueError(f"Task max_retries must be an int >= 0, got {self.max_retries!r}")
+        if isinstance(self.retry_delay, bool) or not isinstance(self.retry_delay, (int, float)) or \
+                not 0 <= self.retry_delay < float("inf"):
+            raise bad_value("Task", "retry_delay", self.retry_delay, "seconds before the first retry, a finite "
+                            "number >= 0")
+        if self.should_run is not None and not callable(self.should_run):
+            raise bad_value("Task", "should_run", self.should_run, "a callable (ctx) -> bool, or None",
+                            type_error=True)
         if self.name is None:
             self.name = self.agent.name if self.agent is not None else \
                 getattr(self.handler, "__name__", type(self.handler).__name__)
@@ -79,7 +89,7 @@ class Discussion(Block):
 
     def __init__(self, agents: Sequence[Any] | None = None, rounds: int = 3, until: Callable[[Any], bool] | None = None,
                  select: Callable[[int, Any], Any] | None = None, name: str = "discussion"):
-        if not agents:
+        if not check_agents(agents, f"Discussion {name!r}"):
             raise ValueError("Discussion needs at least one speaker; an empty discussion would run zero turns "
                              "and report success.")
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -90,6 +100,12 @@ class Discussion(Block):
             raise TypeError(f"Discussion select must be a callable (turn, ctx) -> speaker, got {type(select).__name__}")
         self.agents = list(agents)
         self.tasks = [as_task(a) for a in self.agents]
+        names = [t.name for t in self.tasks]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"Discussion {name!r}: agents={names!r} is invalid: {twice[0]!r} is listed more than "
+                              "once; each speaker takes its turns in order (use rounds= for more turns, or "
+                              "select= to let one speaker talk more often)")
         self.rounds, self.until, self.select, self.name = rounds, until, select, name
 
     def task_for(self, speaker: Any) -> Task:
@@ -109,6 +125,9 @@ class Loop(Block):
                  name: str = "loop"):
         if not isinstance(over, str) or not over:
             raise ValueError(f"loop over= must name a variable holding a list, got {over!r}")
+        if not isinstance(var_name, str) or not var_name.isidentifier():
+            raise bad_value("loop", "var_name", var_name, "a variable name such as 'item' (set to each item, "
+                            "read as {{item}})", type_error=not isinstance(var_name, str))
         self.steps, self.over, self.var_name = _steps(steps, "loop"), over, var_name
         self.parallel, self.name = bool(parallel), name
 
@@ -122,9 +141,27 @@ class Route(Block):
     def __init__(self, routes: dict[str, Any], default: Any = None, name: str = "route"):
         if not isinstance(routes, dict) or not routes:
             raise ValueError("route needs routes={'key': [steps], ...} with at least one key")
-        self.routes = {str(k): _steps(v, f"route {k!r}") for k, v in routes.items()}
+        for k in routes:
+            if not isinstance(k, str) or not k.strip():
+                raise bad_value("route", "routes key", k, "a non-empty string, matched as a whole word in the "
+                                "previous output", type_error=not isinstance(k, str))
+        self.routes = {k: _steps(v, f"route {k!r}") for k, v in routes.items()}
         self.default = _steps(default, "route default") if default else []
         self.name = name
+
+    def says(self, key: str, text: Any) -> bool:
+        """Whether ``key`` appears as a whole word in ``text`` (case-insensitive)."""
+        return re.search(rf"\b{re.escape(key)}\b", str(text or ""), re.IGNORECASE) is not None
+
+    def decide(self, ctx: Any) -> str | None:
+        """match a key in the previous output"""
+        key = next((k for k in self.routes if self.says(k, ctx.previous_result)), None)
+        if key is None:
+            ctx.events.append({"event": "route_no_match", "route": self.name, "keys": list(self.routes),
+                               "default": bool(self.default), "previous_output": str(ctx.previous_result)[:200],
+                               "note": "no key matched; " + ("the default steps run" if self.default else
+                                                             "no default, so the route runs no step")})
+        return key
 
 
 class If(Block):

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from pydantic import Field
 
+from ..checks import check_agents
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import as_speaker, check_roster
 from .base import ChatContext, Pattern, PatternConfig, bind, check_image, check_task
@@ -88,11 +89,12 @@ class OneOnOneDebate(Pattern):
     """Two agents alternate for ``max_loops`` turns from ``agents[0]``, after an introduction each.
 
     Calls = 2 + max_loops (max_loops without introductions); posts = max_loops. Exactly two
-    agents are required, checked by ``run`` (``ValueError("There must be exactly two agents in
-    the dialogue.")``). ``img`` rides on every call (introductions included) as an OpenAI-style
-    ``image_url`` part. Debaters exchange replies, not growing transcripts: passing an agent's
-    whole conversation on each turn is the pitfall the reference page warns about, and each
-    debater already remembers its own side of the exchange (private memory, per run).
+    agents are required (``ValueError("There must be exactly two agents in the dialogue.")``),
+    checked at construction when ``agents`` is given and again by ``run``. ``img`` rides on every
+    call (introductions included) as an OpenAI-style ``image_url`` part. Debaters exchange
+    replies, not growing transcripts: passing an agent's whole conversation on each turn is the
+    pitfall the reference page warns about, and each debater already remembers its own side of
+    the exchange (private memory, per run).
     """
 
     name = "OneOnOneDebate"
@@ -103,6 +105,8 @@ class OneOnOneDebate(Pattern):
                                         send_intros=send_intros, verbose=verbose)
         self.max_loops, self.agents, self.img, self.output_type = max_loops, agents, img, output_type
         self.send_intros, self.verbose = send_intros, verbose
+        if check_agents(agents, type(self).__name__) is not None:  # refused now; run() checks again (set later)
+            self._speakers()
 
     def max_calls(self) -> int:
         """Two introductions (when sent), then one call per turn."""
@@ -124,6 +128,7 @@ class OneOnOneDebate(Pattern):
 
     def _context(self, task: str) -> ChatContext:
         ctx = ChatContext(task, self._speakers(), images=check_image(self.img, type(self).__name__))
+        ctx.stats.roster = list(ctx.speakers)
         ctx.scratch.update(cfg=self.config, message=task)
         return ctx
 

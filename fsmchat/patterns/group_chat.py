@@ -11,34 +11,30 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field
 
+from ..checks import check_agents
+from ..errors import LimitReached, ModelCallError, fatal_error
 from ..graph.state_graph import StateGraph
-from ..models import check_output_type
 from ..speakers.agent import Agent, Turn, check_roster
 from ..speakers.respond import BidOutcome
-from .base import ChatContext, Pattern
+from .base import ChatContext, Pattern, PatternConfig
 
 
-class GroupChatConfig(BaseModel):
-    """GroupChat's limits, validated before any model call."""
+class GroupChatConfig(PatternConfig):
+    """GroupChat's limits, validated before any model call (``GroupChatConfig.make``)."""
 
-    model_config = ConfigDict(extra="forbid")
-    max_loops: int = Field(20, ge=1, description="cap on total messages, the task included")
-    threshold: float = Field(0.5, ge=0.0, le=1.0)
-    recency_penalty: float = Field(0.3, ge=0.0)
-    recency_window: int = Field(1, ge=0)
-    idle_timeout: float = 8.0
+    max_loops: int = Field(20, ge=1, strict=True, description="cap on total messages, the task included")
+    threshold: float = Field(0.5, ge=0.0, lt=1.0, allow_inf_nan=False,
+                             description="a bid must be strictly above it, so 1 or more would silence every bid")
+    recency_penalty: float = Field(0.3, ge=0.0, allow_inf_nan=False)
+    recency_window: int = Field(1, ge=1, strict=True, description="the reference treats 0 as 1")
+    idle_timeout: float = Field(8.0, ge=0.0, allow_inf_nan=False)
     output_type: str = "str-all-except-first"
-    auto_equip: bool = True
+    auto_equip: bool = Field(True, strict=True)
     verbose: bool = False
-    context_window: int | None = Field(None, ge=1, description="fsmchat extension: bidders see the task and "
-                                                                "only the last N messages")
-
-    @field_validator("output_type")
-    @classmethod
-    def _ot(cls, v: str) -> str:
-        return check_output_type(v)
+    context_window: int | None = Field(None, ge=1, strict=True, description="fsmchat extension: bidders see the "
+                                                                             "task and only the last N messages")
 
 
 # ---- guards ----
@@ -79,12 +75,41 @@ async def collect_bids(ctx: ChatContext) -> dict[str, float]:
         others = [n for n in names if n != s.name]
         return Turn(s.name, rows, bid_instruction(s.name, others, last.role, last.content), "bid", ctx.stats)
 
-    bids: list[BidOutcome] = list(await asyncio.gather(*(s.bid(turn(s)) for s in ctx.speakers)))
+    callers = sum(isinstance(s, Agent) for s in ctx.speakers)
+    if not ctx.stats.fits(callers):  # a round that could cross max_model_calls is not started
+        raise ctx.stats.refuse_over_cap(f"a bid round of {callers} request(s)")
+    got = await asyncio.gather(*(s.bid(turn(s)) for s in ctx.speakers), return_exceptions=True)
+    for out in got:  # a run limit first (the engine takes its stop edge), then errors in roster order
+        if isinstance(out, BaseException) and isinstance(fatal_error(out), LimitReached):
+            raise out
+    for out in got:
+        if isinstance(out, BaseException):
+            raise out
+    bids: list[BidOutcome] = got  # type: ignore[assignment]
     ctx.scratch["bids"] = bids
     for s, b in zip(ctx.speakers, bids):
+        if b.note is not None:
+            ctx.events.append({**b.note, "turn": ctx.turn})
         if not b.valid:
             ctx.events.append({"event": "invalid_bid", "turn": ctx.turn, "agent": s.name, "reason": b.reason})
+    if bids and all(b.error is not None for b in bids):
+        raise NoBidHeard(ctx.turn, [(s.name, b.error) for s, b in zip(ctx.speakers, bids)])
     return {s.name: b.score for s, b in zip(ctx.speakers, bids)}
+
+
+class NoBidHeard(ModelCallError):
+    """Every agent's bid call of a GroupChat turn failed: the chat ends with "error", not a lull."""
+
+    def __init__(self, turn: int, failures: list[tuple[str, BaseException]]):
+        first_agent, first = failures[0]
+        cause = getattr(first, "cause", first)
+        super().__init__(first_agent, cause, getattr(first, "attempts", 1), getattr(first, "model", None))
+        self.failures = failures
+        self.args = (f"GroupChat turn {turn + 1}: every agent's bid call failed, so no bid was heard (this is not "
+                     "a lull): " + "; ".join(f"{name}: {err}" for name, err in failures),)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 def pick_speaker(ctx: ChatContext) -> dict[str, Any]:
@@ -148,12 +173,12 @@ class GroupChat(Pattern):
                  context_window: int | None = None):
         """``context_window`` (an fsmchat extension, default off) shows bidders the task plus only
         the last N messages, which bounds prompt tokens per call in long chats."""
-        if not agents or len(agents) < 2:
+        if not check_agents(agents, "GroupChat") or len(agents) < 2:
             raise ValueError("GroupChat requires at least 2 agents.")
-        self.config = GroupChatConfig(max_loops=max_loops, threshold=threshold, recency_penalty=recency_penalty,
-                                      recency_window=recency_window, idle_timeout=idle_timeout,
-                                      output_type=output_type, auto_equip=auto_equip, verbose=verbose,
-                                      context_window=context_window)
+        self.config = GroupChatConfig.make("GroupChat", max_loops=max_loops, threshold=threshold,
+                                           recency_penalty=recency_penalty, recency_window=recency_window,
+                                           idle_timeout=idle_timeout, output_type=output_type,
+                                           auto_equip=auto_equip, verbose=verbose, context_window=context_window)
         self.name, self.description = name, description
         self.context_window = context_window
         self.agents = check_roster(agents, "GroupChat")
@@ -172,6 +197,7 @@ class GroupChat(Pattern):
     def _context(self, task: str) -> ChatContext:
         speakers = [a.equipped() if self.config.auto_equip and isinstance(a, Agent) else a for a in self.agents]
         ctx = ChatContext(task, speakers)
+        ctx.stats.roster = speakers
         ctx.scratch.update(cfg=self.config, recent=[], bids=[], winner=None)
         return ctx
 

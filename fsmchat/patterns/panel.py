@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from pydantic import Field
 
+from ..checks import check_agents
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import check_roster
 from .base import ChatContext, Pattern, PatternConfig, check_task, speaker_chain
@@ -123,8 +124,8 @@ def compile_panel(experts: Sequence[str], moderator: str = "moderator", descript
 class ExpertPanelDiscussion(Pattern):
     """A moderator runs ``max_rounds`` rounds over at least two experts (see the module doc).
 
-    Both roster errors are raised by ``run`` (and by ``.graph``, which needs the roster), before
-    any model call.
+    Both roster errors are raised at construction when a roster is given, and again by ``run``
+    (and by ``.graph``, which needs the roster), before any model call.
     """
 
     name = "ExpertPanelDiscussion"
@@ -135,6 +136,8 @@ class ExpertPanelDiscussion(Pattern):
                                        verbose=verbose)
         self.max_rounds, self.agents, self.moderator = max_rounds, agents, moderator
         self.output_type, self.verbose = output_type, verbose
+        if check_agents(agents, "ExpertPanelDiscussion") is not None or moderator is not None:  # run() checks again
+            self._roster()
 
     def max_calls(self) -> int:
         """1 + N briefings, then N + 2 calls per round."""
@@ -160,6 +163,7 @@ class ExpertPanelDiscussion(Pattern):
     def _context(self, task: str) -> ChatContext:
         experts, moderator = self._roster()
         ctx = ChatContext(task, experts)
+        ctx.stats.roster = [*experts, moderator]
         ctx.scratch.update(cfg=self.config, moderator=moderator, topic=task, round=0, opener="", answers=[])
         return ctx
 

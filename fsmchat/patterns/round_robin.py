@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from pydantic import Field
 
+from ..checks import check_agents
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import check_roster
 from .base import ChatContext, Pattern, PatternConfig, speaker_chain
@@ -110,7 +111,7 @@ class RoundRobinSwarm(Pattern):
                  description: str = "A swarm implementation that executes tasks in a round-robin fashion.",
                  agents: Sequence[Any] | None = None, verbose: bool = False, max_loops: int = 1,
                  output_type: str = "final"):
-        if not agents:
+        if not check_agents(agents, "RoundRobinSwarm"):
             raise ValueError("RoundRobinSwarm cannot be initialized without agents")
         self.config = RoundRobinConfig.make("RoundRobinSwarm", max_loops=max_loops, output_type=output_type,
                                             verbose=verbose)
@@ -127,6 +128,7 @@ class RoundRobinSwarm(Pattern):
 
     def _context(self, task: str) -> ChatContext:
         ctx = ChatContext(task, list(self.agents))
+        ctx.stats.roster = list(self.agents)
         ctx.scratch["cfg"] = self.config
         return ctx
 

@@ -3,13 +3,16 @@ request a participant is given on its turn."""
 from __future__ import annotations
 
 import asyncio
-import inspect
+import difflib
+import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Sequence
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..deadline import call_within
+from ..errors import ModelCallError, fatal_error, invalid_config
 from ..models import Bid, Message
 from . import llm
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
@@ -46,14 +49,40 @@ class Agent(BaseModel):
     def __init__(self, name: str | None = None, /, **data: Any):
         if name is not None:
             data["name"] = name
-        super().__init__(**data)
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise invalid_config("Agent", exc) from None
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         if not isinstance(v, str) or not v.strip():
             raise ValueError("an agent needs a non-empty name")
+        if any(ord(c) < 32 or c == "\x7f" for c in v):
+            raise ValueError(f"name={v!r} is invalid: a name is one line of text (no newlines or control "
+                             "characters); it is the role of the agent's messages")
         return v
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError(f"model={v!r} is invalid: a litellm model name such as 'gpt-4o-mini', or None for "
+                             "FSMCHAT_MODEL / the offline model")
+        return v
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, v: float | None) -> float | None:
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"timeout={v!r} is invalid: seconds per request, a finite number > 0 (or None)")
+        return v
+
+    @model_validator(mode="after")
+    def _litellm_options(self) -> "Agent":
+        check_litellm_options(self.model_extra or {})
+        return self
 
     def __repr_args__(self) -> Any:
         """Reprs, logs and tracebacks never show secrets (api keys, tokens, passwords)."""
@@ -66,9 +95,12 @@ class Agent(BaseModel):
 
     @property
     def resolved_tool_mode(self) -> str:
+        """How bids go on the wire: ``tool_mode`` if set, else a forced ``respond`` tool call for
+        every model, except models litellm knows lack function calling and providers that refused
+        tools earlier in this process (then JSON-schema ``response_format``)."""
         if self.tool_mode is not None:
             return self.tool_mode
-        return "native" if llm.supports_tools(self.model) else "json"
+        return llm.tool_mode_for(self.model)
 
     def equipped(self) -> "Agent":
         """A copy carrying ``RESPOND_TOOL`` (no-op if it already does)."""
@@ -91,8 +123,12 @@ class Agent(BaseModel):
         return (choices[0].message.content or "").strip()
 
     async def bid(self, turn: "Turn") -> BidOutcome:
-        """A forced ``respond`` call; every failure becomes a silent bid with its reason."""
+        """A forced ``respond`` call. A malformed answer, or a transient fault that outlived the
+        retries, is a silent bid with its reason; a request error no retry can fix and a run limit
+        propagate (they end the run). A provider refusing tools switches the model to JSON mode
+        (remembered for the process) and the bid is asked again that way."""
         messages = turn.request_messages(self.system_prompt)
+        note = None
         try:
             if not self.carries_respond():
                 extra = {"tools": self.tools} if self.tools else {}
@@ -100,17 +136,78 @@ class Agent(BaseModel):
                 outcome = parse_bid(response, "native")
                 return silent("agent does not carry the respond tool (auto_equip=False): " + outcome.reason) \
                     if outcome.valid else outcome
-            if self.resolved_tool_mode == "json":
-                response = await self._call(messages, turn.stats, response_format=respond_response_format())
-                return parse_bid(response, "json")
-            response = await self._call(messages, turn.stats, tools=self.tools, tool_choice=RESPOND_TOOL_CHOICE)
-            return parse_bid(response, "native")
+            if self.resolved_tool_mode == "native":
+                try:
+                    response = await self._call(messages, turn.stats, tools=self.tools,
+                                                tool_choice=RESPOND_TOOL_CHOICE)
+                    return parse_bid(response, "native")
+                except ModelCallError as exc:
+                    if self.tool_mode is not None or not llm.refused_tools(exc.cause):
+                        raise
+                    llm.refuse_tools(self.model)
+                    note = {"event": "tool_mode_fallback", "agent": self.name, "model": exc.model,
+                            "reason": exc.provider_message[:300]}
+            response = await self._call(messages, turn.stats, response_format=respond_response_format())
+            outcome = parse_bid(response, "json")
+            return replace(outcome, note=note) if note else outcome
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if llm.find_fatal(exc) is not None:
+            if fatal_error(exc) is not None:
                 raise
-            return silent(f"model call failed: {exc}")
+            return replace(silent(f"model call failed: {exc}"), error=exc, note=note)
+
+
+def check_litellm_options(extra: dict[str, Any]) -> None:
+    """Refuse, before any call, an ``Agent`` keyword that is neither fsmchat's nor a litellm
+    completion option (a typo such as ``sytem_prompt``), and ill-typed common options."""
+    for key, value in extra.items():
+        if key not in LITELLM_OPTIONS and not key.startswith(LITELLM_PREFIXES) and not is_secret(key):
+            close = difflib.get_close_matches(key, [*AGENT_KEYWORDS, *LITELLM_OPTIONS], n=1, cutoff=0.75)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ValueError(f"{key}={value!r} is invalid: unknown keyword{hint}; an Agent takes fsmchat's "
+                             f"options ({', '.join(AGENT_KEYWORDS)}) and litellm completion options "
+                             "(temperature, max_tokens, api_base, ...); pass provider-specific fields in "
+                             "extra_body={...}")
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        v = extra.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                              or (key != "presence_penalty" and key != "frequency_penalty" and v < 0)):
+            raise ValueError(f"{key}={v!r} is invalid: a finite number" +
+                             (" >= 0 (0..2 for most providers)" if key == "temperature" else ""))
+    for key in ("max_tokens", "max_completion_tokens", "n", "seed"):
+        v = extra.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or (key != "seed" and v < 1)):
+            raise ValueError(f"{key}={v!r} is invalid: an int" + (" >= 1" if key != "seed" else ""))
+    for key in ("metadata", "extra_body", "extra_headers", "headers"):
+        v = extra.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise ValueError(f"{key}={v!r} is invalid: a dict")
+
+
+AGENT_KEYWORDS = ("name", "agent_name", "system_prompt", "instructions", "prompt", "model", "model_name", "tools",
+                  "tools_list_dictionary", "tool_mode", "timeout", "num_retries", "max_loops", "persistent_memory",
+                  "output_type")
+# litellm.completion's own parameters and the common provider options it forwards (checked
+# without importing litellm, which costs seconds); provider families go by prefix.
+LITELLM_OPTIONS = frozenset("""
+api_key api_base base_url api_version organization deployment_id custom_llm_provider model_list
+temperature top_p top_k min_p n stop max_tokens max_completion_tokens presence_penalty frequency_penalty
+repetition_penalty logit_bias logprobs top_logprobs seed user response_format tools tool_choice
+parallel_tool_calls functions function_call stream stream_options modalities audio prediction
+reasoning_effort thinking verbosity service_tier store safety_identifier prompt_cache_key
+prompt_cache_retention web_search_options include_server_side_tool_invocations
+enable_json_schema_validation metadata headers extra_headers extra_body extra_query default_headers
+mock_response caching cache ttl tags drop_params allowed_openai_params additional_drop_params
+input_cost_per_token output_cost_per_token region_name ssl_verify client request_timeout
+keep_alive format num_ctx num_predict mirostat mirostat_eta mirostat_tau tfs_z repeat_penalty
+repeat_last_n num_gpu num_thread typical_p do_sample best_of truncate return_full_text
+decoder_input_details details watermark safe_prompt random_seed safety_settings system
+cache_control stop_sequences anthropic_version max_input_tokens fallbacks context_window_fallback_dict
+""".split())
+LITELLM_PREFIXES = ("aws_", "vertex_", "azure_", "watsonx_", "bedrock_", "litellm_", "extra_", "input_cost_",
+                    "output_cost_", "anthropic_", "openai_", "ollama_", "hf_", "huggingface_", "gemini_",
+                    "google_", "x_", "X-", "x-")
 
 
 _SECRET_PARTS = {"key", "apikey", "token", "secret", "password", "passwd", "authorization", "auth", "credential",
@@ -140,7 +237,6 @@ def mask_secrets(value: Any) -> Any:
 
 
 def llm_empty(agent: str) -> Exception:
-    from ..errors import ModelCallError
     return ModelCallError(agent, ValueError("response has no choices"), 1)
 
 
@@ -204,10 +300,10 @@ class CallableSpeaker:
         self.name = name or getattr(fn, "name", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
     async def _invoke(self, turn: Turn) -> Any:
-        out = self.fn(turn)
-        if inspect.isawaitable(out):
-            out = await out
-        return out
+        """``fn(turn)`` under the run's deadline: an async callable is cancelled and a sync one
+        abandoned in its worker thread when ``deadline_s`` passes (``DeadlineExceeded``)."""
+        deadline = turn.stats.deadline if turn.stats is not None else None
+        return await call_within(self.fn, turn, deadline=deadline, what=f"speaker {self.name!r}")
 
     async def reply(self, turn: Turn) -> str:
         out = await self._invoke(turn)

@@ -12,6 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, fatal_error,
+                      request_error_kind)
+
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 2
@@ -74,32 +77,89 @@ def get_litellm() -> Any:
     return _litellm
 
 
-def supports_tools(model: str | None) -> bool:
+_tool_modes: dict[str, str] = {}  # resolved model -> "native" | "json" (litellm's knowledge, or a refusal)
+
+
+def tool_mode_for(model: str | None) -> str:
+    """How bids go to ``model``: ``"native"`` (a forced tool call) for every model, names litellm does
+    not know included (OpenAI-compatible servers, self-hosted models); ``"json"`` when litellm knows
+    the model lacks function calling or the provider refused tools earlier in this process."""
     resolved = resolve_model(model)
-    if resolved.split("/", 1)[0] in _providers or resolved.startswith(OFFLINE_PROVIDER):
-        return True
-    try:
-        return bool(get_litellm().supports_function_calling(resolved))
-    except Exception:
+    mode = _tool_modes.get(resolved)
+    if mode is None:
+        mode = "native"
+        if resolved.split("/", 1)[0] not in _providers and not resolved.startswith(OFFLINE_PROVIDER):
+            try:
+                info = get_litellm().get_model_info(resolved)
+            except Exception:  # a model litellm does not know: forced tool calls, as the page says
+                info = {}
+            if info.get("supports_function_calling") is False:
+                mode = "json"
+        _tool_modes[resolved] = mode
+    return mode
+
+
+def refuse_tools(model: str | None) -> None:
+    """Remember that ``model``'s provider refused tools / tool_choice: bid in JSON mode from now on."""
+    _tool_modes[resolve_model(model)] = "json"
+
+
+def refused_tools(exc: BaseException) -> bool:
+    """A request error saying the provider does not accept tools or tool_choice."""
+    if request_error_kind(exc) not in ("bad_request", "unsupported_params"):
         return False
-
-
-_NO_RETRY = ("BadRequestError", "AuthenticationError", "ContextWindowExceededError", "NotFoundError",
-             "PermissionDeniedError", "UnprocessableEntityError", "ContentPolicyViolationError",
-             "UnsupportedParamsError", "InvalidRequestError")
+    text = str(exc).lower()
+    return any(w in text for w in ("tool_choice", "tools", "tool call", "function call", "function_call",
+                                   "tool use", "tool_use"))
 
 
 def retryable(exc: BaseException) -> bool:
-    """Transient faults (timeouts, 429, 5xx, dropped connections) are retried; request errors never."""
+    """Transient faults (timeouts, 429, 5xx, dropped connections) are retried; request errors never
+    (authentication, permission, not found, bad request, context window, unsupported parameters,
+    and a missing key, which litellm reports as a 500 for OpenAI)."""
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
         return True
-    names = {c.__name__ for c in type(exc).__mro__}
-    if names & set(_NO_RETRY):
+    if request_error_kind(exc) is not None:
         return False
+    names = {c.__name__ for c in type(exc).__mro__}
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
         return status == 408 or status == 429 or status >= 500
     return "APIConnectionError" in names or "Timeout" in names or "ServiceUnavailableError" in names
+
+
+_CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+_OWN_ENDPOINT = ("api_key", "api_base", "base_url", "azure_ad_token", "aws_profile_name", "aws_access_key_id",
+                 "aws_role_name", "aws_web_identity_token", "vertex_credentials", "vertex_project")
+
+
+def missing_credentials(agents: Any) -> Any:
+    """``MissingCredentials`` naming every model-backed agent whose provider needs a key that is
+    neither in the environment nor passed to the agent (``litellm.validate_environment``), or None.
+    fsmchat's own providers and agents with ``api_key``/``api_base`` (a local server) are skipped;
+    litellm is imported only when some agent needs asking. ``FSMCHAT_CHECK_KEYS=0`` turns it off."""
+    if os.environ.get("FSMCHAT_CHECK_KEYS", "1") == "0":
+        return None
+    missing = []
+    seen: set[int] = set()
+    for a in agents:
+        kwargs = getattr(a, "litellm_kwargs", None)
+        if kwargs is None or id(a) in seen or not hasattr(a, "model"):
+            continue  # a callable speaker, a step: no provider
+        seen.add(id(a))
+        if any(kwargs.get(k) for k in _OWN_ENDPOINT):
+            continue
+        model = resolve_model(a.model)
+        if model.split("/", 1)[0] in _providers or model.startswith("fsmchat-"):
+            continue
+        try:
+            env = get_litellm().validate_environment(model=model)
+        except Exception:
+            continue
+        keys = [k for k in env.get("missing_keys") or [] if any(w in k.upper() for w in _CREDENTIAL_WORDS)]
+        if not env.get("keys_in_environment") and keys:
+            missing.append((a.name, a.model or model, keys))
+    return MissingCredentials(missing) if missing else None
 
 
 def retry_after(exc: BaseException) -> float | None:
@@ -115,23 +175,6 @@ def retry_after(exc: BaseException) -> float | None:
     return None
 
 
-from ..errors import DeadlineExceeded  # noqa: E402  (re-exported: the run's deadline_s passed)
-
-
-def find_fatal(exc: BaseException | None) -> BaseException | None:
-    """An exception marked ``fsmchat_fatal`` anywhere in the chain (litellm wraps provider errors)."""
-    todo, seen = [exc], set()
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if getattr(e, "fsmchat_fatal", False):
-            return e
-        todo.extend([e.__cause__, e.__context__, getattr(e, "original_exception", None)])
-    return None
-
-
 @dataclass
 class CallStats:
     """Counts for one run: logical model calls, HTTP-level attempts, tokens."""
@@ -144,6 +187,29 @@ class CallStats:
     deadline: float | None = None  # time.monotonic() by which the run must end
     price: tuple[float, float] | None = None  # user price per 1k (prompt, completion) tokens
     limit_hit: str | None = None
+    max_requests: int | None = None  # max_model_calls: no request past it is ever sent
+    roster: list[Any] | None = None  # agents whose credentials the run's first request checks
+    refused: BaseException | None = None  # the run's MissingCredentials, once found
+    over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
+
+    def preflight(self) -> None:
+        """Before the run's first request: every agent's credentials, checked once (raises
+        ``MissingCredentials`` on this and every later request of the run; nothing is sent)."""
+        if self.roster is not None:
+            roster, self.roster = self.roster, None
+            self.refused = missing_credentials(roster)
+        if self.refused is not None:
+            raise self.refused
+
+    def fits(self, n: int) -> bool:
+        """Whether ``n`` more requests stay within ``max_model_calls``."""
+        return self.max_requests is None or self.attempts + n <= self.max_requests
+
+    def refuse_over_cap(self, what: str) -> BudgetExceeded:
+        """``BudgetExceeded`` for ``what`` (not sent), remembered so the ``over_budget`` guard holds."""
+        self.over_cap, self.limit_hit = True, "max_model_calls"
+        return BudgetExceeded(f"max_model_calls={self.max_requests} reached after {self.attempts} request(s): "
+                              f"{what} was not sent")
 
     def add_usage(self, response: Any) -> None:
         u = getattr(response, "usage", None)
@@ -168,20 +234,26 @@ class CallStats:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
     def to_state(self) -> dict[str, Any]:
-        return {"calls": self.calls, "attempts": self.attempts, "usage": dict(self.usage), "cost_usd": self.cost_usd}
+        return {"calls": self.calls, "attempts": self.attempts, "usage": dict(self.usage), "cost_usd": self.cost_usd,
+                "over_cap": self.over_cap}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.calls, self.attempts = state["calls"], state["attempts"]
         self.usage.update(state["usage"])
         self.cost_usd = state["cost_usd"]
+        self.over_cap = state.get("over_cap", False)
 
 
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
                     kwargs: dict[str, Any], timeout: float | None, num_retries: int,
                     stats: CallStats | None = None, backoff: float = 0.5, **request: Any) -> Any:
-    """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``."""
-    from ..errors import ModelCallError
+    """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``.
 
+    Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
+    an attempt that would pass ``max_model_calls`` is never sent (``BudgetExceeded``); a request
+    error no retry can fix is raised at once as a fatal ``ModelCallError``."""
+    if stats is not None:
+        stats.preflight()
     lm = get_litellm()
     params = dict(kwargs)
     params.update(request)
@@ -191,8 +263,12 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     meta.setdefault("fsmchat_agent", agent)
     if timeout is not None:
         params.setdefault("timeout", timeout)
-    if stats is not None:
-        stats.calls += 1
+    resolved = resolve_model(model)
+    secrets = (kwargs.get("api_key"),)
+
+    def failed(exc: BaseException, attempts: int) -> ModelCallError:
+        return ModelCallError(agent, exc, attempts, model or resolved, secrets)
+
     attempt = 0
     while True:
         attempt += 1
@@ -200,14 +276,18 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         left = stats.remaining() if stats is not None else None
         if left is not None:
             if left <= 0:
-                raise ModelCallError(agent, DeadlineExceeded("the run's deadline_s has passed"), attempt - 1)
+                raise failed(DeadlineExceeded("the run's deadline_s has passed"), attempt - 1)
             limit = left if limit is None else min(limit, left)
         if stats is not None:
+            if not stats.fits(1):
+                raise stats.refuse_over_cap(f"agent {agent!r}'s request (attempt {attempt})")
             stats.attempts += 1
+            if attempt == 1:
+                stats.calls += 1
         try:
             send = INTERCEPTOR.get()
-            coro = (send(lm.acompletion, agent, resolve_model(model), messages, meta, params) if send is not None
-                    else lm.acompletion(model=resolve_model(model), messages=messages, metadata=meta, **params))
+            coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
+                    else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
             response = await (asyncio.wait_for(coro, limit) if limit is not None else coro)
             if stats is not None:
                 stats.add_usage(response)
@@ -215,15 +295,23 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            fatal = find_fatal(exc)
+            fatal = fatal_error(exc)
             if fatal is not None:  # a broken test double or harness: fail loudly, never retry
+                if stats is not None:
+                    stats.refused = fatal  # and every later request of the run fails the same way
                 raise fatal from exc
+            if isinstance(exc, asyncio.TimeoutError) and stats is not None and stats.deadline is not None \
+                    and stats.remaining() <= 0:  # cut by the run's deadline, not by the agent's timeout
+                raise failed(DeadlineExceeded("the run's deadline_s passed during the request"), attempt) from exc
             if attempt > num_retries or not retryable(exc):
-                raise ModelCallError(agent, exc, attempt) from exc
+                err = failed(exc, attempt)
+                if err.fatal and stats is not None and not ("tools" in params and refused_tools(exc)):
+                    stats.refused = err  # no retry can fix it: the run sends nothing more
+                raise err from exc
             wait = retry_after(exc)
             if wait is None:
                 wait = backoff * (2 ** (attempt - 1)) * (1 + random.random() * 0.25)
             left = stats.remaining() if stats is not None else None
             if left is not None and wait >= left:
-                raise ModelCallError(agent, exc, attempt) from exc  # no retry can finish in time
+                raise failed(exc, attempt) from exc  # no retry can finish in time
             await asyncio.sleep(min(wait, 60.0))

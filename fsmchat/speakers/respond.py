@@ -53,6 +53,8 @@ class BidOutcome:
     message: str
     valid: bool = True
     reason: str = ""
+    error: BaseException | None = None  # the call error behind a silent bid (transient, after retries)
+    note: dict[str, Any] | None = None  # an event to record (e.g. the switch to JSON mode)
 
 
 def silent(reason: str) -> BidOutcome:

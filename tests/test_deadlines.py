@@ -1,0 +1,102 @@
+"""``deadline_s`` ends every pattern with stop reason "deadline" and the transcript so far, whether
+the slow participant is a model call, a sync callable (abandoned in its thread) or an async one
+(cancelled). The first turns are fast; a later one outlives the deadline."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from fsmchat import AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, RoundRobinSwarm
+from fsmchat.testing import Bid, Delay, ScriptedModel
+
+DEADLINE = 0.4
+HANG = 1.5  # seconds a slow participant would take; the run never waits for it
+
+
+class Slow:
+    """A participant that answers ``fast`` times at once, then hangs for ``HANG`` seconds."""
+
+    def __init__(self, name: str, kind: str, fast: int, bid: bool = False):
+        self.__name__ = self.name = name
+        self.kind, self.fast, self.bid, self.calls = kind, fast, bid, 0
+        self.lock = threading.Lock()
+
+    def answer(self) -> object:
+        return Bid(0.9, f"{self.name} {self.calls}") if self.bid else f"{self.name} {self.calls}"
+
+    def __call__(self, turn):
+        with self.lock:
+            self.calls += 1
+            late = self.calls > self.fast
+        if self.kind == "async":
+            async def reply():
+                if late:
+                    await asyncio.sleep(HANG)
+                return self.answer()
+            return reply()
+        if late:
+            time.sleep(HANG)
+        return self.answer()
+
+
+def scripted(names, fast, bid=False):
+    """Model-backed agents: each answers ``fast`` times at once, then after ``HANG`` seconds."""
+    def item(n, name):
+        answer = Bid(0.9, f"{name} {n}") if bid else f"{name} {n}"
+        return answer if n <= fast else Delay(HANG, answer)
+    m = ScriptedModel(fn=lambda req: item(req.n, req.agent))
+    return [m.agent(n) for n in names]
+
+
+def speakers(kind, names, fast, bid=False):
+    if kind == "model":
+        return scripted(names, fast, bid)
+    return [Slow(n, kind, fast, bid) for n in names]
+
+
+def group_chat(kind):  # round 1: a wins and posts; round 2: every bid hangs
+    a, b = speakers(kind, ["a", "b"], fast=1, bid=True)
+    return GroupChat(agents=[a, b], max_loops=10), ["t", "a 1"]
+
+
+def round_robin(kind):  # a and b speak once, then a hangs on its second turn
+    return RoundRobinSwarm(agents=speakers(kind, ["a", "b"], fast=1), max_loops=3), ["t", "a 1", "b 1"]
+
+
+def debate(kind):
+    return OneOnOneDebate(max_loops=4, agents=speakers(kind, ["a", "b"], fast=1), send_intros=False,
+                          output_type="list"), ["a 1", "b 1"]
+
+
+def panel(kind):  # briefing (1 call each), then the moderator's opener hangs
+    e1, e2, m = speakers(kind, ["e1", "e2", "m"], fast=1)
+    return ExpertPanelDiscussion(max_rounds=2, agents=[e1, e2], moderator=m), []
+
+
+def discussion(kind):
+    if kind == "model":
+        a, b = scripted(["a", "b"], fast=1)
+    else:  # flow speakers take (ctx)
+        a, b = Slow("a", kind, 1), Slow("b", kind, 1)
+    return AgentFlow(steps=[Discussion([a, b], rounds=3)]), ["a 1", "b 1"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm_litellm():
+    """Import litellm and make one call before the clocks start (its first call costs seconds)."""
+    RoundRobinSwarm(agents=scripted(["warm"], fast=1)).run("t")
+
+
+@pytest.mark.parametrize("kind", ["model", "sync", "async"])
+@pytest.mark.parametrize("make", [group_chat, round_robin, debate, panel, discussion],
+                         ids=["group_chat", "round_robin", "debate", "panel", "discussion"])
+def test_a_slow_participant_ends_the_run_at_the_deadline(make, kind):
+    pattern, posted = make(kind)
+    pattern.with_limits(deadline_s=DEADLINE)
+    r = pattern.execute("t")
+    assert r.stop_reason == "deadline", (r.stop_reason, r.error)
+    assert r.error is None and r.path[-1] == "past_deadline"
+    assert [m.content for m in r.transcript] == posted  # everything posted before the deadline is kept
