@@ -153,18 +153,7 @@ CASES = [
      "['group_chat', 'round_robin', 'one_on_one_debate', 'expert_panel', 'flow', 'factory']"),
 ]
 
-# cases whose check is called from patterns/base.py (see fsmchat/checks.py); they pass once it is wired
-NEEDS_BASE_WIRING = {"batch a string", "batch concurrency str", "checkpoint is a path", "resume without a store",
-                     "run_id empty"}
-
-
-def _param(case):
-    pending = pytest.mark.xfail(reason="refused once patterns/base.py calls fsmchat.checks (issue 14 report)",
-                                strict=False)
-    return pytest.param(case, id=case[0], marks=[pending] if case[0] in NEEDS_BASE_WIRING else [])
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c[0]) for c in CASES])
 def test_bad_input_gets_a_clear_error_before_any_call(case):
     _, fn, exc_type, fragment = case
     before = M.calls()
@@ -178,8 +167,6 @@ def test_there_are_at_least_eighty_cases():
     assert len(CASES) >= 80  # docs/reliability.md states the count
 
 
-@pytest.mark.xfail(reason="recorded once flow/compile.py uses Route.decide as the decide action (issue 14 report)",
-                   strict=False)
 def test_a_route_with_no_match_and_no_default_records_an_event():
     r = AgentFlow(steps=[lambda ctx: "nothing relevant", route({"approve": [lambda ctx: "ok"]})]).execute("go")
     [ev] = [e for e in r.events if e["event"] == "route_no_match"]

@@ -290,8 +290,6 @@ def test_cli_run_notices_a_failed_run_the_script_ignored(tmp_path, monkeypatch, 
     assert "a run failed (stop reason 'error')" in out.err and "speaker down" in out.err
 
 
-@pytest.mark.xfail(reason="raised once patterns/base.py _finish calls errors.run_finished (issue 14 report)",
-                   strict=False)
 def test_an_exhausted_script_is_raised_by_every_pattern_execute():
     m = ScriptedModel({"a": [Bid(0.9, "one")], "b": [Bid(0, "")]})
     with pytest.raises(ScriptExhausted, match="agent 'a' made call #2") as e:

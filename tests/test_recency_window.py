@@ -32,7 +32,8 @@ def test_window_decides_the_third_speaker(window, third):
     assert r.path.count("bid") == 3 and r.calls == 0  # callables make no model calls
 
 
-def test_window_zero_behaves_as_one():
-    """SEMANTICS.md: the last max(1, recency_window) posters are penalized."""
-    r = chat(0).execute("topic")
-    assert [m.content for m in r.transcript] == ["topic", "a1", "b2", "a3"]
+def test_window_zero_is_refused_before_any_call():
+    """recency_window counts the last posters penalized; 0 would silently mean 1, so it is refused."""
+    with pytest.raises(ValueError, match=r"GroupChat: recency_window=0 is invalid: input should be greater than "
+                                         r"or equal to 1"):
+        chat(0)

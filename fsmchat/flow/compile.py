@@ -10,7 +10,7 @@ import re
 from typing import Any, Callable, Sequence
 
 from ..deadline import call_within
-from ..errors import BudgetExceeded, DeadlineExceeded, limit_reached
+from ..errors import BudgetExceeded, DeadlineExceeded, fatal_error, limit_reached
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import Agent, Turn
 from .context import FlowContext, StepResult
@@ -72,7 +72,10 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if limit_reached(exc) is not None:  # a budget or the deadline: the engine takes its drawn edge
+            if fatal_error(exc) is not None:  # a run limit, a request error no retry can fix, a broken script
+                if limit_reached(exc) is None:
+                    ctx.steps.append({"name": name, "output": None, "status": "failed",
+                                      "error": f"{type(exc).__name__}: {exc}"})
                 raise
             if k + 1 < attempts:
                 ctx.events.append({"event": "retry", "step": name, "attempt": k + 1, "error": repr(exc)})
@@ -273,7 +276,7 @@ class Compiler:
     # -- route: decide -> (route_<key> | default | done)
     def route(self, r: Route) -> StateGraph:
         g = StateGraph(r.name, description="route")
-        g.state("decide", None, "match a key in the previous output")
+        g.state("decide", r.decide, "match a key in the previous output")
         states = []
         for k, steps in r.routes.items():
             st = "to_" + (re.sub(r"\W+", "_", k).strip("_") or "route")

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from ..checkpoint import CheckpointMismatch, Lease, Recorder, new_run_id
 from ..engine import run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
-from ..errors import attach_result, result_of
+from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
+from ..errors import attach_result, result_of, run_finished
 from ..graph.state_graph import StateGraph
 from ..models import Message, RunResult, TraceEvent, Transcript, check_output_type, format_output
 from ..speakers.agent import SEED_ROLE, Speaker, Turn
@@ -261,6 +262,7 @@ class Pattern(ABC):
         result.usage = dict(ctx.stats.usage)
         result.events = list(ctx.events)
         result.output = format_output(self._output_rows(ctx), self.output_type)
+        run_finished(result)
         return result
 
     def _print_post(self, msg: Message) -> None:
@@ -311,6 +313,8 @@ class Pattern(ABC):
         """Run once and return the ``RunResult`` (path, trace, stop reason, transcript, calls).
         With ``checkpoint=`` every step is committed under ``run_id`` (a new id if None); the run
         holds the id's lease meanwhile, so a concurrent run of the same id gets ``RunInProgress``."""
+        check_checkpoint(checkpoint, type(self).__name__)
+        check_run_id(run_id, type(self).__name__)
         self._check_run(task)
         self._check_limits()
         lease = None
@@ -333,6 +337,7 @@ class Pattern(ABC):
         rebuilt from the checkpoint without calling any model. Refused, before anything is
         written, when the run was checkpointed by another pattern (``CheckpointMismatch``) or is
         running elsewhere (``RunInProgress``)."""
+        check_resume(run_id, checkpoint, f"{type(self).__name__}.resume")
         saved = checkpoint.load(run_id)
         self._check_fingerprint(run_id, saved.meta)
         if saved.finished:
@@ -428,10 +433,11 @@ class Pattern(ABC):
         return self._sync(lambda: self.arun(task, **kw))
 
     async def arun_batch(self, tasks: Sequence[str], max_concurrency: int = 16) -> list[Any]:
-        if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        tasks = check_batch(tasks, max_concurrency, type(self).__name__)
         for t in tasks:
             self._check_run(t)
+        if tasks:  # missing keys: one error for the whole batch, before any run starts
+            self._context(tasks[0]).stats.preflight()
         gate = asyncio.Semaphore(max_concurrency)
 
         async def one(t: str) -> Any:
@@ -450,6 +456,7 @@ class Pattern(ABC):
         at once; a failed task's slot holds a ``TaskFailure`` instead of losing the batch. With
         ``checkpoint_dir`` every run is checkpointed and a re-run skips the finished ones. More
         options (``workers``, ``progress``, ...): ``fsmchat.distributed.execute_batch``."""
+        tasks = check_batch(tasks, max_concurrency, type(self).__name__)
         if executor == "local" and checkpoint_dir is None and address is None and not options:
             return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency))
         from ..distributed import run_batch
