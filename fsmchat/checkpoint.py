@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -155,16 +156,27 @@ class SqliteCheckpointer:
                                            isolation_level=None)
             else:
                 self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._check_schema()  # a foreign database is refused before anything is written to it
+            if not self.read_only:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(self.SCHEMA)
-            found = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
-        if not self.TABLES <= found:
+
+    def _check_schema(self) -> None:
+        """An empty file becomes a store; any other database must have the store's tables and columns."""
+        found = {r[0]: {c[1] for c in self._db.execute(f"PRAGMA table_info('{r[0]}')")}
+                 for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not found and not self.read_only:
+            return
+        expected = {t: set(re.findall(r"(\w+) (?:TEXT|INTEGER|REAL)", body))
+                    for t, body in re.findall(r"TABLE IF NOT EXISTS (\w+) \((.*?)\);", self.SCHEMA, re.S)}
+        wrong = sorted(t for t in self.TABLES if not expected[t] <= found.get(t, set()))
+        if wrong:
             raise CheckpointStoreError(
-                f"checkpoint store {self.path}: not an fsmchat checkpoint database (tables {sorted(found)}, "
-                f"expected {sorted(self.TABLES)}); point SqliteCheckpointer at a new file or an fsmchat store")
+                f"checkpoint store {self.path}: not an fsmchat checkpoint database (tables {sorted(found)}; "
+                f"missing or different: {wrong}); point SqliteCheckpointer at a new file or an fsmchat store")
 
     def _store_error(self, exc: sqlite3.Error) -> CheckpointStoreError:
         text = str(exc)
