@@ -709,18 +709,27 @@ def _model_refs(spec: ScriptedModelSpec) -> Iterator[tuple[str, str]]:
 _REF_FIELDS = ("ref", "handler", "should_run", "until", "select", "condition", "agent_class", "pattern_class", "fn")
 
 
+_OWNERS = {"agent": "agent", "task": "Task", "discussion": "Discussion", "if": "if_", "repeat": "repeat"}
+
+
+def _ref_label(spec: Any, field: str) -> str:
+    """Where a reference is, in the words loading uses: ``participant``, ``Task 'h' handler``..."""
+    if isinstance(spec, CallableSpec):
+        return "participant"
+    owner = _OWNERS.get(getattr(spec, "kind", ""))
+    return f"{owner} {spec.name!r} {field}" if owner else field
+
+
 def references(spec: Any) -> Iterator[tuple[str, str]]:
     """Every import reference a config loads, with where it is (a pattern's stored ``factory`` is
     only loaded by ``resume``, which checks it then; a factory config's is checked by ``from_config``)."""
     if isinstance(spec, ScriptedModelSpec):
         yield from _model_refs(spec)
     elif isinstance(spec, BaseModel):
-        name = getattr(spec, "name", None)
-        where = f"{getattr(spec, 'kind', type(spec).__name__)}" + (f" {name!r}" if name else "")
         for field in type(spec).model_fields:
             value = getattr(spec, field)
             if field in _REF_FIELDS and isinstance(value, str) and value:
-                yield value, f"{where} {field}"
+                yield value, _ref_label(spec, field)
             else:
                 yield from references(value)
     elif isinstance(spec, dict):

@@ -121,7 +121,8 @@ class Trust:
         """A function (participant, handler, ``until``, ``select``, condition, model function)."""
         obj = self.resolve(ref, what)
         if not inspect.isroutine(obj):
-            raise UntrustedReference(ref, what, f"it is a {type(obj).__name__}, not a function")
+            kind = "class" if inspect.isclass(obj) else type(obj).__name__
+            raise UntrustedReference(ref, what, f"it is a {kind}, not a function")
         return obj
 
     def subclass(self, ref: str, what: str, base: type) -> Any:
