@@ -133,9 +133,15 @@ class Trust:
         return obj
 
     def pattern(self, ref: str, what: str) -> Any:
-        """A pattern ``factory``: a pattern object, or a function called (once) to build one."""
+        """A pattern ``factory``: a pattern object, or a function called (once) to build one. It must
+        come from the caller's ``allow`` prefixes (or ``trusted``): fsmchat's own functions are not
+        pattern factories, and calling one at load (``fsmchat.distributed:shutdown``) would act, not build."""
         from .patterns.base import Pattern
 
+        module = self.check(ref, what)[0]
+        if not self.trusted and not any(within(module, p) for p in self.allow):
+            raise UntrustedReference(ref, what, "a factory is called while loading, so it must come from a module "
+                                     f"you allow (allow=[...]; fsmchat's own modules hold no pattern factories)")
         obj = self.resolve(ref, what)
         if isinstance(obj, Pattern):
             return obj

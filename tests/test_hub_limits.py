@@ -9,15 +9,7 @@ import pytest
 from fsmchat.network import EV_TEXT, MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, ChannelLimitError, Hub, HubClosed, \
     ManualClock, MemoryKnowledgeStore, NetworkError, ProtocolError, windowed_view
 from fsmchat.testing import ScriptedModel
-
-
-def arun(coro):
-    return asyncio.run(coro)
-
-
-async def passive_hub(names, **kw):
-    hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=ManualClock(), **kw)
-    return hub, [await hub.register(n) for n in names]
+from test_network import arun, passive_hub  # noqa: E402  (the same passive hub as the network tests)
 
 
 def seqs(hub, cid):

@@ -54,6 +54,9 @@ REFUSED = [  # (what the config names, config, the refusal's text)
      "refused 'subprocess:getoutput': module 'subprocess' is not allowed"),
     ("os:getpid as a factory (called at load before)", {"kind": "factory", "factory": "os:getpid"},
      "factory: refused 'os:getpid': module 'os' is not allowed"),
+    ("an fsmchat function as a factory", {"kind": "factory", "factory": "fsmchat.distributed:shutdown"},
+     "factory: refused 'fsmchat.distributed:shutdown': a factory is called while loading, so it must come from a "
+     "module you allow"),
     ("a file path as a factory", {"kind": "factory", "factory": "evil.py:x"},
      "factory: refused 'evil.py:x': it is a file path; files are loaded only with trusted=True"),
     ("a file path with a folder", {"kind": "factory", "factory": "/tmp/x/build:make"},
