@@ -51,7 +51,7 @@ def test_task_retries_count_and_requests_count_agent_retries():
     m2 = ScriptedModel({"a": [Fail(500), Fail(500), "ok"]})
     (a2,) = agents(m2.model, "a", retries=2)  # litellm-level retries inside one call
     flow2 = AgentFlow(steps=[a2])
-    assert flow2.max_calls() == 1
+    assert flow2.max_calls() == 1 and flow2.max_calls(requests=True) == 3
     r2 = flow2.execute("go")
     assert r2.ok and r2.calls == 1 and m2.calls("a") == 3  # one call, three requests
 
@@ -77,6 +77,39 @@ def test_loop_length_must_be_given_or_declared():
                                          r"declare loop\(\.\.\., max_items=N\)"):
         flow.max_calls()
     assert flow.max_calls(found=7) == 7
+
+
+def test_max_items_bounds_the_loop_and_refuses_a_longer_list_before_its_body_runs():
+    """The bug the issue found: a list set at run time made 20 calls against a bound of 2."""
+    from fsmchat.flow import StepResult
+
+    m = FunctionModel(lambda req: "fine")
+    (a,) = agents(m.model, "a")
+    grow = lambda ctx: StepResult("grown", variables={"items": list(range(20))})  # noqa: E731
+    flow = AgentFlow(steps=[grow, loop(a, over="items", name="each", max_items=2)], variables={"items": [1, 2]})
+    assert flow.max_calls() == 2
+    r = flow.execute("go")
+    assert not r.ok and r.calls == 0 and m.calls() == 0
+    assert "loop 'each': 'items' holds 20 items, over its max_items=2" in str(r.error)
+    ok = AgentFlow(steps=[loop(a, over="items", name="each", max_items=2)], variables={"items": [1, 2]}).execute("go")
+    assert ok.ok and ok.calls == 2
+
+
+def test_pattern_bounds_count_requests_per_agent_retries():
+    from fsmchat import ExpertPanelDiscussion, GroupChat, OneOnOneDebate, RoundRobinSwarm
+
+    m = FunctionModel(lambda req: "fine")
+    a, b = Agent("a", model=m.model, num_retries=0), Agent("b", model=m.model, num_retries=3)
+    c = Agent("c", model=m.model, num_retries=1)
+    assert GroupChat(agents=[a, b], max_loops=5).max_calls() == 8
+    assert GroupChat(agents=[a, b], max_loops=5).max_calls(requests=True) == 4 * 1 + 4 * 4
+    assert RoundRobinSwarm(agents=[a, b], max_loops=2).max_calls(requests=True) == 2 * 1 + 2 * 4
+    # intros 1 each, then 3 turns from a: a speaks 2, b 1
+    assert OneOnOneDebate(max_loops=3, agents=[a, b]).max_calls() == 5
+    assert OneOnOneDebate(max_loops=3, agents=[a, b]).max_calls(requests=True) == 3 * 1 + 2 * 4
+    panel = ExpertPanelDiscussion(max_rounds=2, agents=[a, b], moderator=c)
+    assert panel.max_calls() == 1 + 2 + 2 * (2 + 2)
+    assert panel.max_calls(requests=True) == (1 + 2 * 2) * 2 + (1 + 2) * 1 + (1 + 2) * 4
 
 
 # ---- random flows: calls made never exceed the bound ----
@@ -118,3 +151,4 @@ def test_random_flows_stay_within_their_bound(data, n_items):
     r = flow.execute("go")
     assert r.ok, r.error
     assert r.calls <= bound, (r.calls, bound)
+    assert r.context.stats.attempts <= flow.max_calls(items=n_items, requests=True)

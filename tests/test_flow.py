@@ -453,13 +453,14 @@ def test_discussion_in_loop_in_route_and_five_levels_deep():
 def test_max_calls_bound_matches_counted_calls():
     m = ScriptedModel(fn=lambda req: "ok")
     a, b, s = m.agent("a"), m.agent("b"), m.agent("s")
-    flow = AgentFlow(steps=[loop(steps=[Discussion([a, b], rounds=2)], over="items"), s,
+    flow = AgentFlow(steps=[loop(steps=[Discussion([a, b], rounds=2)], over="items", max_items=3), s,
                             repeat(Task(agent=s, action="again"), max_iterations=3)],
                      variables={"items": ["x", "y", "z"]})
     r = run(flow)
     assert flow.max_calls() == flow.max_calls(items=3) == 3 * 2 * 2 + 1 + 3
     assert r.calls == m.calls() == flow.max_calls()
     assert flow.max_calls(items=5) == 5 * 4 + 4
+    assert flow.max_calls(requests=True) == 16  # scripted agents have num_retries=0: one request per call
 
 
 def test_flow_graph_renders_with_clusters(tmp_path):

@@ -378,7 +378,7 @@ def _items(ctx: FlowContext, lp: Loop) -> list[Any]:
         raise ValueError(f"loop over={over!r}: expected a list, got {type(items).__name__}"
                          + (" (loop over list(d.items()) or list(d) instead)" if isinstance(items, dict) else ""))
     items = list(items)
-    cap = getattr(lp, "max_items", None)
+    cap = lp.max_items
     if cap is not None and len(items) > cap:
         raise ValueError(f"loop {lp.name!r}: {over!r} holds {len(items)} items, over its max_items={cap} "
                          "(the bound max_calls() promised)")
@@ -443,7 +443,7 @@ def bound(steps: Sequence[Any], items: dict[str, int], requests: bool = False) -
             # a selector may pick the costliest speaker on every one of the rounds x speakers turns
             total += s.rounds * (len(per_turn) * max(per_turn) if s.select is not None else sum(per_turn))
         elif isinstance(s, Loop):
-            n = items.get(s.over, getattr(s, "max_items", None))
+            n = items.get(s.over, s.max_items)
             if n is None:
                 raise ValueError(f"max_calls: loop {s.name!r} iterates over {s.over!r}, a list only known when it "
                                  f"runs; declare loop(..., max_items=N) (a longer list is then refused when the "

@@ -145,12 +145,15 @@ class AgentFlow(Pattern):
         """Alias of ``run`` (the reference's spelling)."""
         return self.run(input)
 
-    def max_calls(self, **lengths: Any) -> int:
-        """The most model calls this flow can make, given each looped-over variable's length (an int)
-        or list, e.g. ``flow.max_calls(items=2)``; missing ones default to the declared variables."""
-        known = {k: v for k, v in self.variables.items() if isinstance(v, (list, tuple))}
-        known.update(lengths)
-        return bound(self.steps, {k: v if isinstance(v, int) else len(v) for k, v in known.items()})
+    def max_calls(self, *, requests: bool = False, **lengths: Any) -> int:  # type: ignore[override]
+        """The most model calls this flow can make (``requests=True``: HTTP requests, each agent's
+        ``num_retries`` included). A loop's length is the one given here (an int or a list, e.g.
+        ``flow.max_calls(items=2)``) or its declared ``max_items``; a loop with neither raises
+        ``ValueError`` naming it (its list is only known when it runs), never a wrong number."""
+        return bound(self.steps, {k: v if isinstance(v, int) else len(v) for k, v in lengths.items()}, requests)
+
+    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+        return [(a, 1) for a in _agents_in(self.steps)]  # for the fingerprint (flows bound calls by step)
 
 
 Flow = AgentFlow

@@ -122,14 +122,18 @@ class Discussion(Block):
 
 class Loop(Block):
     def __init__(self, steps: Any, over: str = "items", var_name: str = "item", parallel: bool = False,
-                 name: str = "loop"):
+                 name: str = "loop", max_items: int | None = None):
         if not isinstance(over, str) or not over:
             raise ValueError(f"loop over= must name a variable holding a list, got {over!r}")
         if not isinstance(var_name, str) or not var_name.isidentifier():
             raise bad_value("loop", "var_name", var_name, "a variable name such as 'item' (set to each item, "
                             "read as {{item}})", type_error=not isinstance(var_name, str))
+        if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 0):
+            raise bad_value("loop", "max_items", max_items, "an int >= 0: the most items the loop accepts (a longer "
+                            "list is refused when the loop starts); it bounds max_calls()",
+                            type_error=not isinstance(max_items, int))
         self.steps, self.over, self.var_name = _steps(steps, "loop"), over, var_name
-        self.parallel, self.name = bool(parallel), name
+        self.parallel, self.name, self.max_items = bool(parallel), name, max_items
 
 
 class Parallel(Block):
@@ -182,9 +186,11 @@ class Repeat(Block):
 
 
 def loop(step: Any = None, over: str = "items", var_name: str = "item", parallel: bool = False,
-         steps: Any = None, name: str = "loop") -> Loop:
-    """Run the body once per item of the list variable ``over`` (``item``/``loop_index`` set)."""
-    return Loop(steps if steps is not None else step, over, var_name, parallel, name)
+         steps: Any = None, name: str = "loop", max_items: int | None = None) -> Loop:
+    """Run the body once per item of the list variable ``over`` (``item``/``loop_index`` set, and
+    unset after the loop). ``max_items`` bounds the list (a longer one is refused when the loop
+    starts), so ``max_calls()`` can be computed without knowing the list."""
+    return Loop(steps if steps is not None else step, over, var_name, parallel, name, max_items)
 
 
 def parallel(steps: Sequence[Any], name: str = "parallel") -> Parallel:

@@ -240,8 +240,15 @@ class Pattern(ABC):
         self._graph = None
         return self
 
-    def max_calls(self) -> int:
-        """The most model calls one run can make (worst case, from the pattern's limits)."""
+    def max_calls(self, *, requests: bool = False) -> int:
+        """The most model calls one run can make (worst case, from the pattern's limits); with
+        ``requests=True`` the most HTTP requests, each model-backed agent's own ``num_retries``
+        included (``max_model_calls`` caps requests)."""
+        return sum(n * (1 + (getattr(s, "num_retries", 0) if requests and hasattr(s, "model") else 0))
+                   for s, n in self._calls_by_speaker())
+
+    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+        """(speaker, most calls it can be asked for in one run), the source of ``max_calls``."""
         raise TypeError(f"{type(self).__name__} does not report a worst-case call bound")
 
     def _check_limits(self) -> None:
@@ -380,16 +387,10 @@ class Pattern(ABC):
             todo += [(f"{prefix}{s.name}|{i}.", b.flatten()) for s in f.states.values()
                      for i, b in enumerate(s.branches, 1)]
         digest = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
-        speakers = [[getattr(s, "name", repr(s)), getattr(s, "model", None)] for s in self._roster()]
+        speakers = [[getattr(s, "name", repr(s)), getattr(s, "model", None)] for s, _n in self._calls_by_speaker()]
         return {"pattern": type(self).__name__, "graph": digest, "speakers": speakers,
                 "limits": self.limits.model_dump(mode="json") if self.limits is not None else None,
                 "output_type": self.output_type}
-
-    def _roster(self) -> list[Any]:
-        """The pattern's speakers, for its fingerprint."""
-        roster = list(getattr(self, "agents", None) or [])
-        moderator = getattr(self, "moderator", None)
-        return roster + ([moderator] if moderator is not None else [])
 
     def _check_fingerprint(self, run_id: str, meta: dict[str, Any]) -> None:
         stored = meta.get("fingerprint")

@@ -108,9 +108,11 @@ class OneOnOneDebate(Pattern):
         if check_agents(agents, type(self).__name__) is not None:  # refused now; run() checks again (set later)
             self._speakers()
 
-    def max_calls(self) -> int:
-        """Two introductions (when sent), then one call per turn."""
-        return (2 if self.config.send_intros else 0) + self.config.max_loops
+    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+        """An introduction each (when sent), then turns alternating from agents[0]: 2 + max_loops."""
+        first, second = self._speakers()
+        intro, loops = (1 if self.config.send_intros else 0), self.config.max_loops
+        return [(first, intro + (loops + 1) // 2), (second, intro + loops // 2)]
 
     def _speakers(self) -> list[Any]:
         if self.agents is None or len(self.agents) != 2:

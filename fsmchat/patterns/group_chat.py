@@ -187,9 +187,9 @@ class GroupChat(Pattern):
         self.recency_penalty, self.recency_window = recency_penalty, recency_window
         self.idle_timeout, self.auto_equip = idle_timeout, auto_equip
 
-    def max_calls(self) -> int:
-        """N bids per turn, at most max_loops - 1 turns (a turn that posts nothing ends the chat)."""
-        return len(self.agents) * max(0, self.config.max_loops - 1)
+    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+        """Every agent bids every turn; at most max_loops - 1 turns (a turn that posts nothing ends the chat)."""
+        return [(a, max(0, self.config.max_loops - 1)) for a in self.agents]
 
     def _compile(self) -> StateGraph:
         return compile_group_chat(description=self.description)

@@ -139,10 +139,11 @@ class ExpertPanelDiscussion(Pattern):
         if check_agents(agents, "ExpertPanelDiscussion") is not None or moderator is not None:  # run() checks again
             self._roster()
 
-    def max_calls(self) -> int:
-        """1 + N briefings, then N + 2 calls per round."""
-        n = len(self._roster()[0])
-        return 1 + n + self.config.max_rounds * (n + 2)
+    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+        """Briefings (1 + N), then per round the moderator twice and each expert once: 1 + N + R(N + 2)."""
+        experts, moderator = self._roster()
+        rounds = self.config.max_rounds
+        return [(moderator, 1 + 2 * rounds)] + [(e, 1 + rounds) for e in experts]
 
     def _roster(self) -> tuple[list[Any], Any]:
         if not self.agents or len(self.agents) < 2:

@@ -119,9 +119,9 @@ class RoundRobinSwarm(Pattern):
         self.agents = check_roster(agents, "RoundRobinSwarm")
         self.verbose, self.max_loops, self.output_type = verbose, max_loops, output_type
 
-    def max_calls(self) -> int:
-        """N x max_loops: one call per turn."""
-        return len(self.agents) * self.config.max_loops
+    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+        """One call per turn: each agent max_loops times (N x max_loops)."""
+        return [(a, self.config.max_loops) for a in self.agents]
 
     def _compile(self) -> StateGraph:
         return compile_round_robin([a.name for a in self.agents], self.description)
