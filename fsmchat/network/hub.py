@@ -663,7 +663,9 @@ class Channel:
         return await self.hub._submit(self._client, self.channel_id, EV_TEXT, text=text)
 
     async def emit(self, event_type: str, data: dict[str, Any] | None = None) -> Envelope:
-        """Send a custom event (any non-protocol type): passes at any time, never advances the turn."""
+        """Send a custom event (any non-protocol type): passes at any time, never advances the turn.
+        ``data`` is a JSON object (stored as a copy); over the hub's ``max_custom_events`` per channel or
+        ``max_event_bytes`` per event it is a ``ChannelLimitError``, and nothing is recorded."""
         return await self.hub._submit(self._client, self.channel_id, event_type, data=data)
 
     async def close(self, reason: str = "closed") -> str:
