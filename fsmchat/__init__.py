@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "StateGraph": "graph",
     "run": "engine", "run_graph": "engine", "GraphRun": "engine", "run_sync": "engine",
     "SqliteCheckpointer": "checkpoint", "MemoryCheckpointer": "checkpoint", "resume": "checkpoint",
-    "Limits": "limits", "from_config": "config",
+    "Limits": "limits", "from_config": "config", "UntrustedReference": "trust",
     # layer 5: speakers
     "Agent": "speakers", "Turn": "speakers", "RESPOND_TOOL": "speakers",
     # layer 6: patterns
@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .flow import AgentFlow, Discussion, Flow, StepResult, Task, if_, loop, parallel, repeat, route, when
     from .graph import StateGraph
     from .limits import Limits
+    from .trust import UntrustedReference
     from .models import Bid, Message, RunResult, TraceEvent, Transcript, format_output
     from .patterns import ChatContext, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, Pattern, \
         RoundRobinSwarm, build_collaborative_task, build_turn_header, one_on_one_debate

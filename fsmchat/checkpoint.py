@@ -449,17 +449,20 @@ def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None) -> Any:
+def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None, *, allow: Any = (),
+           trusted: bool = False) -> Any:
     """Continue a checkpointed run. ``pattern`` rebuilds it; without one, the ``factory``
-    ("module:attr", set as ``pattern.factory`` before the first run) stored with the run is used."""
+    ("module:attr", set as ``pattern.factory`` before the first run) stored with the run is used,
+    under the same trust as ``from_config``: only fsmchat's modules and the ``allow`` prefixes are
+    imported (``trusted=True``: anything); a checkpoint naming other code raises
+    ``UntrustedReference`` before anything is imported or written."""
     if pattern is None:
+        from .trust import Trust
+
+        trust = Trust.of(allow, trusted, owner="resume")
         factory = checkpoint.load(run_id).meta.get("factory")
         if not factory:
             raise ValueError(f"run {run_id!r} was checkpointed without a factory; pass the pattern: "
                              "resume(run_id, checkpoint, pattern=...) or set pattern.factory='module:attr'")
-        from .gallery import load_target
-
-        pattern = load_target(factory)
-        if callable(pattern) and not hasattr(pattern, "resume"):
-            pattern = pattern()
+        pattern = trust.pattern(factory, f"run {run_id!r} factory")
     return pattern.resume(run_id, checkpoint)

@@ -8,6 +8,11 @@ function) travel as ``"module:qualname"`` import paths, so only module-level fun
 shipped; a lambda or a closure makes ``to_config()`` raise a ``TypeError`` naming it. Secrets
 (every litellm option ``is_secret`` names: ``api_key``, tokens, passwords) are never written:
 workers read them from their environment, as litellm does.
+
+``from_config`` imports only what the caller trusts (``fsmchat.trust``): fsmchat's own modules,
+the module prefixes in ``allow=[...]``, or anything with ``trusted=True`` (a function of a script
+run as ``__main__`` travels as ``path/to/script.py:name``, which needs it). Ray workers rebuild the
+driver's own config with ``trusted=True`` (see ``fsmchat.distributed``).
 """
 from __future__ import annotations
 
@@ -18,14 +23,14 @@ import inspect
 import json
 import re
 import sys
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .errors import bad_value
-
 from .limits import Limits
 from .speakers.llm import DEFAULT_RETRIES, DEFAULT_TIMEOUT
+from .trust import Trust
 
 CONFIG_VERSION = 1
 
@@ -283,12 +288,6 @@ def _resolve(obj: Any, qualname: str) -> Any:
     return obj
 
 
-def load_ref(ref: str) -> Any:
-    from .gallery import load_target
-
-    return load_target(ref)
-
-
 def _opt_ref(fn: Any, what: str) -> str | None:
     return None if fn is None else callable_ref(fn, what)
 
@@ -448,39 +447,6 @@ def _item_spec(x: Any, what: str) -> ScriptItemSpec:
     raise TypeError(f"{what}: a {type(x).__name__} item has no config form")
 
 
-def _item(s: ScriptItemSpec) -> Any:
-    from .models import Bid
-    from .testing import Delay, Empty, Fail, ToolCall
-
-    if s.kind == "text":
-        return s.text or ""
-    if s.kind == "bid":
-        return Bid(s.score or 0.0, s.message or "")
-    if s.kind == "tool_call":
-        return ToolCall(s.name or "", s.arguments)
-    if s.kind == "fail":
-        return Fail(s.status or 500, s.message or "scripted failure", s.retry_after)
-    if s.kind == "delay":
-        return Delay(s.seconds or 0.0, _item(s.then) if s.then is not None else "")
-    if s.kind == "empty":
-        return Empty()
-    return load_ref(s.ref or "")
-
-
-def build_scripted_model(spec: ScriptedModelSpec) -> Any:
-    """The model for ``spec`` under its id: the live instance when it is the same model, else a new one."""
-    from .testing import FunctionModel, ScriptedModel, _Provider
-
-    live = _Provider._instances.get(spec.id)
-    if live is not None and scripted_model_spec(live) == spec:
-        return live
-    scripts = {agent: [_item(x) for x in items] for agent, items in spec.scripts.items()}
-    fn = load_ref(spec.fn) if spec.fn else None
-    if spec.kind == "function" and fn is not None and not scripts:
-        return FunctionModel(fn, id=spec.id)
-    return ScriptedModel(scripts, fn=fn, id=spec.id)
-
-
 def to_config(pattern: Any) -> Any:
     """The pattern as a JSON-able config (``GroupChatSpec``, ``FlowSpec``, ...); see the module doc."""
     from .flow.flow import AgentFlow
@@ -556,119 +522,222 @@ def parse_config(cfg: Any) -> Any:
         raise bad_value("from_config", "cfg", cfg, f"{what} ({detail})") from None
 
 
-def from_config(cfg: Any) -> Any:
-    """Rebuild a pattern or flow from ``to_config()``'s output (a model, a dict or JSON)."""
-    from .gallery import load_target
+def from_config(cfg: Any, *, allow: Any = (), trusted: bool = False) -> Any:
+    """Rebuild a pattern or flow from ``to_config()``'s output (a model, a dict or JSON).
 
+    Only code under fsmchat's own modules and the ``allow`` prefixes is imported (``fsmchat.trust``);
+    ``trusted=True`` loads any reference, file paths included. A refused reference raises
+    ``UntrustedReference`` before anything of it is imported."""
+    trust = Trust.of(allow, trusted)
     spec = parse_config(cfg)
     if spec.version != CONFIG_VERSION:
         raise ValueError(f"config version {spec.version} is not supported (this fsmchat reads {CONFIG_VERSION})")
-    for m in spec.models:
-        build_scripted_model(m)
-    if isinstance(spec, FactorySpec):
-        if not spec.factory:
-            raise ValueError("a factory config needs factory='module:attr'")
-        pattern = load_target(spec.factory)
-        if callable(pattern) and not hasattr(pattern, "resume"):
-            pattern = pattern()
+    return _Reader(trust).pattern(spec)
+
+
+class _Reader:
+    """Rebuilds a pattern from its spec, loading every reference through the caller's ``Trust``."""
+
+    def __init__(self, trust: Trust):
+        self.trust = trust
+
+    def fn(self, ref: str | None, what: str) -> Any:
+        return None if ref is None else self.trust.callable(ref, what)
+
+    def pattern(self, spec: Any) -> Any:
+        # every reference is checked before any is imported: a refusal leaves nothing half-loaded
+        if isinstance(spec, FactorySpec):
+            if not spec.factory:
+                raise ValueError("a factory config needs factory='module:attr'")
+            self.trust.check(spec.factory, "factory")
+        for ref, what in references(spec):
+            self.trust.check(ref, what)
+        for m in spec.models:
+            self.model(m)
+        if isinstance(spec, FactorySpec):
+            return self.trust.pattern(spec.factory, "factory")
+        pattern = self.build(spec)
+        if spec.limits is not None:
+            pattern.with_limits(spec.limits)
+        pattern.factory = spec.factory
         return pattern
-    pattern = _build(spec)
-    if spec.limits is not None:
-        pattern.with_limits(spec.limits)
-    pattern.factory = spec.factory
-    return pattern
+
+    def cls(self, spec: Any, default: type) -> Any:
+        return self.trust.subclass(spec.pattern_class, "pattern_class", default) if spec.pattern_class else default
+
+    def build(self, spec: Any) -> Any:
+        from .flow.flow import AgentFlow
+        from .patterns.debate import OneOnOneDebate
+        from .patterns.group_chat import GroupChat
+        from .patterns.panel import ExpertPanelDiscussion
+        from .patterns.round_robin import RoundRobinSwarm
+
+        if isinstance(spec, GroupChatSpec):
+            return self.cls(spec, GroupChat)(
+                name=spec.name, description=spec.description, agents=[self.participant(a) for a in spec.agents],
+                max_loops=spec.max_loops, threshold=spec.threshold, recency_penalty=spec.recency_penalty,
+                recency_window=spec.recency_window, idle_timeout=spec.idle_timeout, output_type=spec.output_type,
+                auto_equip=spec.auto_equip, verbose=spec.verbose, context_window=spec.context_window)
+        if isinstance(spec, RoundRobinSpec):
+            return self.cls(spec, RoundRobinSwarm)(
+                name=spec.name, description=spec.description, agents=[self.participant(a) for a in spec.agents],
+                verbose=spec.verbose, max_loops=spec.max_loops, output_type=spec.output_type)
+        if isinstance(spec, DebateSpec):
+            return self.cls(spec, OneOnOneDebate)(
+                max_loops=spec.max_loops, agents=[self.participant(a) for a in spec.agents], img=spec.img,
+                output_type=spec.output_type, send_intros=spec.send_intros, verbose=spec.verbose)
+        if isinstance(spec, PanelSpec):
+            return self.cls(spec, ExpertPanelDiscussion)(
+                max_rounds=spec.max_rounds, agents=[self.participant(a) for a in spec.agents],
+                moderator=self.participant(spec.moderator), output_type=spec.output_type, verbose=spec.verbose)
+        assert isinstance(spec, FlowSpec)
+        return self.cls(spec, AgentFlow)(
+            steps=[self.step(s) for s in spec.steps], variables=dict(spec.variables), name=spec.name,
+            agents=[self.agent(a) for a in spec.agents] if spec.agents is not None else None, verbose=spec.verbose)
+
+    def agent(self, spec: AgentSpec) -> Any:
+        from .speakers.agent import Agent
+
+        cls = self.trust.subclass(spec.agent_class, f"agent {spec.name!r} agent_class", Agent) \
+            if spec.agent_class else Agent
+        return cls(spec.name, system_prompt=spec.system_prompt, model=spec.model, tools=spec.tools,
+                   tool_mode=spec.tool_mode, timeout=spec.timeout, num_retries=spec.num_retries,
+                   max_loops=spec.max_loops, persistent_memory=spec.persistent_memory, output_type=spec.output_type,
+                   **spec.litellm)
+
+    def participant(self, spec: Any) -> Any:
+        from .speakers.agent import CallableSpeaker
+
+        if isinstance(spec, AgentSpec):
+            return self.agent(spec)
+        fn = self.trust.callable(spec.ref, "participant")
+        return CallableSpeaker(fn, spec.name) if spec.name else fn
+
+    def task(self, spec: TaskSpec) -> Any:
+        from .flow.steps import Task
+
+        return Task(handler=self.fn(spec.handler, f"Task {spec.name!r} handler"),
+                    agent=self.agent(spec.agent) if spec.agent is not None else None, name=spec.name,
+                    action=spec.action, on_error=spec.on_error, max_retries=spec.max_retries,
+                    should_run=self.fn(spec.should_run, f"Task {spec.name!r} should_run"),
+                    retry_delay=spec.retry_delay)
+
+    def step(self, spec: Any) -> Any:
+        from .flow.steps import Discussion, if_, loop, parallel, repeat, route
+
+        steps = lambda specs: [self.step(s) for s in specs]  # noqa: E731
+        if isinstance(spec, (AgentSpec, CallableSpec)):
+            return self.participant(spec)
+        if isinstance(spec, TaskSpec):
+            return self.task(spec)
+        if isinstance(spec, DiscussionSpec):
+            members = [self.task(a) if isinstance(a, TaskSpec) else self.participant(a) for a in spec.agents]
+            return Discussion(members, rounds=spec.rounds, name=spec.name,
+                              until=self.fn(spec.until, f"Discussion {spec.name!r} until"),
+                              select=self.fn(spec.select, f"Discussion {spec.name!r} select"))
+        if isinstance(spec, LoopSpec):
+            return loop(steps=steps(spec.steps), over=spec.over, var_name=spec.var_name, parallel=spec.parallel,
+                        name=spec.name)
+        if isinstance(spec, ParallelSpec):
+            return parallel(steps(spec.steps), name=spec.name)
+        if isinstance(spec, RouteSpec):
+            return route({k: steps(v) for k, v in spec.routes.items()}, default=steps(spec.default) or None,
+                         name=spec.name)
+        if isinstance(spec, IfSpec):
+            cond = spec.expression if spec.expression is not None else \
+                self.trust.callable(spec.condition or "", f"if_ {spec.name!r} condition")
+            return if_(cond, steps(spec.then_steps), steps(spec.else_steps) or None, name=spec.name)
+        assert isinstance(spec, RepeatSpec)
+        until = spec.until_expression if spec.until_expression is not None else \
+            self.fn(spec.until, f"repeat {spec.name!r} until")
+        return repeat(steps(spec.steps), until=until, max_iterations=spec.max_iterations, name=spec.name)
+
+    def item(self, s: ScriptItemSpec, what: str) -> Any:
+        from .models import Bid
+        from .testing import Delay, Empty, Fail, ToolCall
+
+        if s.kind == "text":
+            return s.text or ""
+        if s.kind == "bid":
+            return Bid(s.score or 0.0, s.message or "")
+        if s.kind == "tool_call":
+            return ToolCall(s.name or "", s.arguments)
+        if s.kind == "fail":
+            return Fail(s.status or 500, s.message or "scripted failure", s.retry_after)
+        if s.kind == "delay":
+            return Delay(s.seconds or 0.0, self.item(s.then, what) if s.then is not None else "")
+        if s.kind == "empty":
+            return Empty()
+        return self.trust.callable(s.ref or "", what)
+
+    def model(self, spec: ScriptedModelSpec) -> Any:
+        """The model for ``spec`` under its id: the live instance when it is the same model, else a new one."""
+        from .testing import FunctionModel, ScriptedModel, _Provider
+
+        live = _Provider._instances.get(spec.id)
+        if live is not None and scripted_model_spec(live) == spec:
+            return live
+        what = f"scripted model {spec.id!r}"
+        scripts = {agent: [self.item(x, f"{what} script of {agent!r}") for x in items]
+                   for agent, items in spec.scripts.items()}
+        fn = self.fn(spec.fn, f"{what} fn")
+        if spec.kind == "function" and fn is not None and not scripts:
+            return FunctionModel(fn, id=spec.id)
+        return ScriptedModel(scripts, fn=fn, id=spec.id)
 
 
-def _cls(spec: Any, default: Any) -> Any:
-    return load_ref(spec.pattern_class) if spec.pattern_class else default
+def build_scripted_model(spec: ScriptedModelSpec, *, allow: Any = (), trusted: bool = False) -> Any:
+    """A ``ScriptedModel``/``FunctionModel`` from its config form (references checked as in ``from_config``)."""
+    trust = Trust.of(allow, trusted, owner="ScriptedModel.from_config")
+    for ref, what in _model_refs(spec):
+        trust.check(ref, what)
+    return _Reader(trust).model(spec)
 
 
-def _build(spec: Any) -> Any:
-    from .flow.flow import AgentFlow
-    from .patterns.debate import OneOnOneDebate
-    from .patterns.group_chat import GroupChat
-    from .patterns.panel import ExpertPanelDiscussion
-    from .patterns.round_robin import RoundRobinSwarm
-
-    if isinstance(spec, GroupChatSpec):
-        return _cls(spec, GroupChat)(
-            name=spec.name, description=spec.description, agents=[participant(a) for a in spec.agents],
-            max_loops=spec.max_loops, threshold=spec.threshold, recency_penalty=spec.recency_penalty,
-            recency_window=spec.recency_window, idle_timeout=spec.idle_timeout, output_type=spec.output_type,
-            auto_equip=spec.auto_equip, verbose=spec.verbose, context_window=spec.context_window)
-    if isinstance(spec, RoundRobinSpec):
-        return _cls(spec, RoundRobinSwarm)(
-            name=spec.name, description=spec.description, agents=[participant(a) for a in spec.agents],
-            verbose=spec.verbose, max_loops=spec.max_loops, output_type=spec.output_type)
-    if isinstance(spec, DebateSpec):
-        return _cls(spec, OneOnOneDebate)(
-            max_loops=spec.max_loops, agents=[participant(a) for a in spec.agents], img=spec.img,
-            output_type=spec.output_type, send_intros=spec.send_intros, verbose=spec.verbose)
-    if isinstance(spec, PanelSpec):
-        return _cls(spec, ExpertPanelDiscussion)(
-            max_rounds=spec.max_rounds, agents=[participant(a) for a in spec.agents],
-            moderator=participant(spec.moderator), output_type=spec.output_type, verbose=spec.verbose)
-    assert isinstance(spec, FlowSpec)
-    return _cls(spec, AgentFlow)(steps=[step(s) for s in spec.steps], variables=dict(spec.variables),
-                                 name=spec.name, agents=[agent(a) for a in spec.agents] if spec.agents is not None
-                                 else None, verbose=spec.verbose)
+def _model_refs(spec: ScriptedModelSpec) -> Iterator[tuple[str, str]]:
+    what = f"scripted model {spec.id!r}"
+    if spec.fn:
+        yield spec.fn, f"{what} fn"
+    for agent, items in spec.scripts.items():
+        for x in items:
+            while x is not None:
+                if x.ref:
+                    yield x.ref, f"{what} script of {agent!r}"
+                x = x.then
 
 
-def agent(spec: AgentSpec) -> Any:
-    from .speakers.agent import Agent
-
-    cls = load_ref(spec.agent_class) if spec.agent_class else Agent
-    return cls(spec.name, system_prompt=spec.system_prompt, model=spec.model, tools=spec.tools,
-               tool_mode=spec.tool_mode, timeout=spec.timeout, num_retries=spec.num_retries, max_loops=spec.max_loops,
-               persistent_memory=spec.persistent_memory, output_type=spec.output_type, **spec.litellm)
+_REF_FIELDS = ("ref", "handler", "should_run", "until", "select", "condition", "agent_class", "pattern_class", "fn")
 
 
-def participant(spec: Any) -> Any:
-    from .speakers.agent import CallableSpeaker
-
-    if isinstance(spec, AgentSpec):
-        return agent(spec)
-    fn = load_ref(spec.ref)
-    return CallableSpeaker(fn, spec.name) if spec.name else fn
+_OWNERS = {"agent": "agent", "task": "Task", "discussion": "Discussion", "if": "if_", "repeat": "repeat"}
 
 
-def task(spec: TaskSpec) -> Any:
-    from .flow.steps import Task
+def _ref_label(spec: Any, field: str) -> str:
+    """Where a reference is, in the words loading uses: ``participant``, ``Task 'h' handler``..."""
+    if isinstance(spec, CallableSpec):
+        return "participant"
+    owner = _OWNERS.get(getattr(spec, "kind", ""))
+    return f"{owner} {spec.name!r} {field}" if owner else field
 
-    return Task(handler=load_ref(spec.handler) if spec.handler else None,
-                agent=agent(spec.agent) if spec.agent is not None else None, name=spec.name, action=spec.action,
-                on_error=spec.on_error, max_retries=spec.max_retries,
-                should_run=load_ref(spec.should_run) if spec.should_run else None, retry_delay=spec.retry_delay)
 
-
-def step(spec: Any) -> Any:
-    from .flow.steps import Discussion, if_, loop, parallel, repeat, route
-
-    if isinstance(spec, (AgentSpec, CallableSpec)):
-        return participant(spec)
-    if isinstance(spec, TaskSpec):
-        return task(spec)
-    if isinstance(spec, DiscussionSpec):
-        members = [task(a) if isinstance(a, TaskSpec) else participant(a) for a in spec.agents]
-        return Discussion(members, rounds=spec.rounds, name=spec.name,
-                          until=load_ref(spec.until) if spec.until else None,
-                          select=load_ref(spec.select) if spec.select else None)
-    if isinstance(spec, LoopSpec):
-        return loop(steps=[step(s) for s in spec.steps], over=spec.over, var_name=spec.var_name,
-                    parallel=spec.parallel, name=spec.name)
-    if isinstance(spec, ParallelSpec):
-        return parallel([step(s) for s in spec.steps], name=spec.name)
-    if isinstance(spec, RouteSpec):
-        return route({k: [step(s) for s in v] for k, v in spec.routes.items()},
-                     default=[step(s) for s in spec.default] or None, name=spec.name)
-    if isinstance(spec, IfSpec):
-        cond = spec.expression if spec.expression is not None else load_ref(spec.condition or "")
-        return if_(cond, [step(s) for s in spec.then_steps], [step(s) for s in spec.else_steps] or None,
-                   name=spec.name)
-    assert isinstance(spec, RepeatSpec)
-    until = spec.until_expression if spec.until_expression is not None else \
-        (load_ref(spec.until) if spec.until else None)
-    return repeat([step(s) for s in spec.steps], until=until, max_iterations=spec.max_iterations, name=spec.name)
+def references(spec: Any) -> Iterator[tuple[str, str]]:
+    """Every import reference a config loads, with where it is (a pattern's stored ``factory`` is
+    only loaded by ``resume``, which checks it then; a factory config's is checked by ``from_config``)."""
+    if isinstance(spec, ScriptedModelSpec):
+        yield from _model_refs(spec)
+    elif isinstance(spec, BaseModel):
+        for field in type(spec).model_fields:
+            value = getattr(spec, field)
+            if field in _REF_FIELDS and isinstance(value, str) and value:
+                yield value, _ref_label(spec, field)
+            else:
+                yield from references(value)
+    elif isinstance(spec, dict):
+        for v in spec.values():
+            yield from references(v)
+    elif isinstance(spec, list):
+        for v in spec:
+            yield from references(v)
 
 
 def config_digest(cfg: Any) -> str:

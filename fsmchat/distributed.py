@@ -10,6 +10,9 @@ there, under a run id derived from the config, the task's index and the task, so
 the finished runs (in any worker's file) and rebuilds their results without a model call, and
 continues the unfinished ones from their last committed step.
 ``executor="local"`` runs the same shard runner in this process (no Ray).
+Workers rebuild the config with ``from_config(config, trusted=True)``: it is made by the driver's
+``to_config()`` from the caller's own pattern object, never read from outside, so the caller has
+already trusted every reference in it (including a ``__main__`` script's ``path.py:name``).
 """
 from __future__ import annotations
 
@@ -254,7 +257,10 @@ class ShardWorker:
     async def prepare(self, batch_id: str, config: str, max_concurrency: int, checkpoint_dir: str | None) -> str:
         from .config import from_config
 
-        self.batches[batch_id] = ShardRunner(from_config(config), max_concurrency, checkpoint_dir, self.slot)
+        # trusted: the driver made this config with to_config() from the pattern object its caller
+        # holds (never from outside input), and a Ray cluster runs the driver's code anyway
+        pattern = from_config(config, trusted=True)
+        self.batches[batch_id] = ShardRunner(pattern, max_concurrency, checkpoint_dir, self.slot)
         return self.slot
 
     async def run_chunk(self, batch_id: str, items: list[Item]) -> list[TaskOutcome]:

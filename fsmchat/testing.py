@@ -169,12 +169,13 @@ class ScriptedModel:
         return scripted_model_spec(self)
 
     @staticmethod
-    def from_config(spec: Any) -> "ScriptedModel":
-        """Rebuild (or find, in this process) the model ``to_config`` described."""
+    def from_config(spec: Any, *, allow: Any = (), trusted: bool = False) -> "ScriptedModel":
+        """Rebuild (or find, in this process) the model ``to_config`` described; its functions
+        load under ``allow``/``trusted`` as in ``fsmchat.from_config``."""
         from .config import ScriptedModelSpec, build_scripted_model
 
         return build_scripted_model(spec if isinstance(spec, ScriptedModelSpec)
-                                    else ScriptedModelSpec.model_validate(spec))
+                                    else ScriptedModelSpec.model_validate(spec), allow=allow, trusted=trusted)
 
     def close(self) -> None:
         """Unregister this model (its agents' calls then fail loudly)."""

@@ -68,7 +68,7 @@ def roundtrip(pattern):
     cfg = pattern.to_config()
     text = cfg.model_dump_json()
     data = json.loads(text)
-    rebuilt = from_config(data)
+    rebuilt = from_config(data, allow=["test_config"])
     assert rebuilt.to_config().model_dump_json() == text
     return rebuilt, data
 
@@ -175,7 +175,7 @@ def test_secrets_never_in_the_config():
                                      "thinking": {"type": "enabled", "budget_tokens": 64}}
     assert (cfg.agents[0].num_retries, cfg.agents[0].timeout, cfg.agents[0].tool_mode) == (1, 9.0, "json")
     assert cfg.agents[1].litellm == {}
-    rebuilt = from_config(text)
+    rebuilt = from_config(text, allow=["test_config"])
     assert rebuilt.agents[0].litellm_kwargs == cfg.agents[0].litellm
     assert "api_key" not in rebuilt.agents[0].litellm_kwargs  # a worker reads keys from its environment
 
@@ -220,7 +220,7 @@ def test_closed_scripted_model_and_custom_patterns():
         Custom().to_config()
     custom = Custom()
     custom.factory = "test_config:make_round_robin"
-    assert from_config(custom.to_config().model_dump()).to_config().kind == "round_robin"
+    assert from_config(custom.to_config().model_dump(), allow=["test_config"]).to_config().kind == "round_robin"
 
 
 # ---- scripted models ----
@@ -230,9 +230,9 @@ def test_scripted_model_config_form():
     spec = m.to_config()
     assert spec.id == m.id and spec.kind == "scripted" and spec.fn == "test_config:bid_fn"
     assert [i.kind for i in spec.scripts["a"]] == ["text", "bid", "tool_call", "fail", "delay", "empty", "callable"]
-    assert ScriptedModel.from_config(spec) is m  # the live model, in the process that made it
+    assert ScriptedModel.from_config(spec, allow=["test_config"]) is m  # the live model, in the process that made it
     m.close()
-    again = ScriptedModel.from_config(spec.model_dump())
+    again = ScriptedModel.from_config(spec.model_dump(), allow=["test_config"])
     assert again is not m and again.id == m.id and again.scripts["a"][4] == Delay(0.01, Bid(0.2, "late"))
     assert again.to_config() == spec
     again.close()
@@ -251,7 +251,7 @@ def test_digest_ignores_scripted_model_ids():
 # ---- local batches with checkpoints (the same shard runner the Ray workers use) ----
 def test_local_checkpoint_dir_skips_finished_runs(tmp_path):
     chat = make_group_chat()
-    model = FunctionModel.from_config(chat.to_config().models[0])
+    model = FunctionModel.from_config(chat.to_config().models[0], allow=["test_config"])
     tasks = [f"topic {i}" for i in range(12)]
     expected = chat.run_batch(tasks)
     before = model.calls()

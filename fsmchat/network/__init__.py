@@ -16,7 +16,7 @@ await wait_for_text_count(hub, channel.channel_id, expected=6)
 """
 from .adapter import DiscussionAdapter, DiscussionState, check_knobs, participant_order
 from .clock import ManualClock
-from .errors import NetworkError, NotFoundError, ProtocolError, TurnFailed
+from .errors import ChannelLimitError, HubClosed, NetworkError, NotFoundError, ProtocolError, TurnFailed
 from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \
     EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, \
     ORDERING_ROUND_ROBIN, Envelope, NetworkEvent
@@ -24,17 +24,17 @@ from .expectations import DEFAULT_EXPECTATIONS, Expectation, turn_within
 from .graphs import LIFECYCLE, ChannelContext, example_lifecycle_graph, example_turn_graph, lifecycle_graph, \
     turn_graph
 from .handler import CLOSE_TOOL, DefaultHandler, TurnStats
-from .hub import Channel, Hub, HubClient, wait_for_text_count
+from .hub import MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, Channel, Hub, HubClient, wait_for_text_count
 from .store import KnowledgeStore, MemoryKnowledgeStore
 from .view import WindowedSummary, window_size, windowed_view
 
 __all__ = [
-    "Hub", "HubClient", "Channel", "MemoryKnowledgeStore", "KnowledgeStore", "wait_for_text_count",
+    "Hub", "HubClient", "Channel", "MAX_CUSTOM_EVENTS", "MAX_EVENT_BYTES", "MemoryKnowledgeStore", "KnowledgeStore", "wait_for_text_count",
     "DiscussionAdapter", "DiscussionState", "check_knobs", "participant_order",
     "EV_TEXT", "EV_CHANNEL_INVITE", "EV_CHANNEL_INVITE_ACK", "EV_CHANNEL_INVITE_REJECT", "EV_CHANNEL_OPENED",
     "EV_CHANNEL_CLOSED", "EV_CHANNEL_EXPIRED", "EV_TURN_FAILED", "EV_EXPECTATION_VIOLATED",
     "ORDERING_ROUND_ROBIN", "Envelope", "NetworkEvent",
-    "NetworkError", "ProtocolError", "NotFoundError", "TurnFailed",
+    "NetworkError", "ProtocolError", "NotFoundError", "TurnFailed", "HubClosed", "ChannelLimitError",
     "Expectation", "turn_within", "DEFAULT_EXPECTATIONS", "ManualClock",
     "WindowedSummary", "windowed_view", "window_size", "CLOSE_TOOL", "DefaultHandler", "TurnStats",
     "LIFECYCLE", "ChannelContext", "lifecycle_graph", "turn_graph", "example_lifecycle_graph",

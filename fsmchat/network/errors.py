@@ -12,6 +12,15 @@ class ProtocolError(NetworkError):
     """A send, open or close the channel protocol refuses; nothing was recorded or changed."""
 
 
+class HubClosed(NetworkError):
+    """The hub was closed (``hub.aclose()``): it accepts no registration, open, send, emit, ack or close."""
+
+
+class ChannelLimitError(ProtocolError):
+    """A custom event over a channel's limits (``Hub(max_custom_events=..., max_event_bytes=...)``);
+    nothing was recorded and no sequence number was taken."""
+
+
 class NotFoundError(NetworkError, LookupError):
     """An unknown channel or agent id."""
 

@@ -8,6 +8,7 @@ channel from ``hub.list_channels()`` until its next text.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Sequence
@@ -28,8 +29,8 @@ def parse_seconds(value: float | int | str) -> float:
         if not m:
             raise ValueError(f"duration {value!r} must be a number of seconds or like '120s', '10m', '1h'")
         seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"a duration must be positive, got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"a duration must be finite and positive, got {value!r}")
     return seconds
 
 

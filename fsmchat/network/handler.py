@@ -77,8 +77,9 @@ def instruction_for(me: str, order: list[str], can_close: bool) -> str:
 def framing(channel_id: str, order: list[str]) -> str:
     """The channel's context line (a system message after the agent's own system prompt)."""
     return (f"Discussion channel '{channel_id}': {', '.join(order[:-1])} and {order[-1]} take turns in this "
-            "order on the topic of its first text. Texts are labelled [name]: ...; texts older than the "
-            "recent window are folded into one [summary] line.")
+            "order on the topic of its first text. Texts are labelled [name]: ... (a text's further lines are "
+            "indented; only an unindented [name]: starts a text); texts older than the recent window are folded "
+            "into one [summary] line.")
 
 
 def build_turn(me: str, order: list[str], log: list[Envelope], *, channel_id: str, turn: int,

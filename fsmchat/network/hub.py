@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,7 +24,7 @@ from ..speakers.agent import as_speaker
 from ..speakers.llm import CallStats
 from .adapter import DISCUSSION, DiscussionAdapter, DiscussionState, check_knobs, participant_order
 from .clock import Clock, monotonic
-from .errors import NetworkError, NotFoundError, ProtocolError, TurnFailed
+from .errors import ChannelLimitError, HubClosed, NetworkError, NotFoundError, ProtocolError, TurnFailed
 from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT, \
     EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, HUB_SENDER, PROTOCOL_EVENTS, Envelope, NetworkEvent
 from .expectations import DEFAULT_EXPECTATIONS, Expectation, due, parse_seconds
@@ -34,6 +36,29 @@ from .store import KnowledgeStore, MemoryKnowledgeStore
 Listener = Callable[[NetworkEvent], None]
 Handler = Callable[["HubClient", Envelope], Any]
 CHANNEL_TYPES = (DISCUSSION,)
+MAX_CUSTOM_EVENTS = 1000  # custom (emit) events per channel
+MAX_EVENT_BYTES = 64 * 1024  # one custom event: its type and data as UTF-8 JSON
+
+
+def _limit(owner: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}: {name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def event_size(channel_id: str, event_type: str, data: Any) -> tuple[dict[str, Any], int]:
+    """A custom event's data as a private JSON copy, and its size (type + data, UTF-8 JSON bytes);
+    ``ProtocolError`` when ``data`` is not a JSON object (checked before a sequence number is taken)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ProtocolError(f"channel '{channel_id}': event {event_type!r} data must be a dict with string keys "
+                            f"(a JSON object), got {type(data).__name__}")
+    try:
+        text = json.dumps(data, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"channel '{channel_id}': event {event_type!r} data must be JSON-able: {exc}") from None
+    return json.loads(text), len(text.encode()) + len(event_type.encode())
 
 
 @dataclass(eq=False)
@@ -46,6 +71,7 @@ class _ChannelRecord:
     stats: TurnStats = field(default_factory=TurnStats)
     call_stats: CallStats = field(default_factory=CallStats)
     seq: int = 0
+    custom_events: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     opened: "asyncio.Future[None] | None" = None
     inflight: set = field(default_factory=set)
@@ -64,12 +90,20 @@ class Hub:
     ``ttl_sweep_interval > 0`` starts a background sweep (TTL expiry and expectations) every that
     many real seconds; with 0, call ``expire_due()`` / ``check_expectations()`` / ``sweep()``.
     ``clock`` (default ``time.monotonic``) is what TTLs and expectations are measured on.
+    Custom events (``channel.emit``) are capped per channel: ``max_custom_events`` (default 1,000)
+    and ``max_event_bytes`` per event (default 64 KiB of type + JSON data); over either is a
+    ``ChannelLimitError``. After ``aclose()`` every send, emit, open, ack and close is ``HubClosed``.
     """
 
     def __init__(self, store: KnowledgeStore | None = None, *, ttl_sweep_interval: float = 0.0,
-                 clock: Clock | None = None):
-        if ttl_sweep_interval < 0:
-            raise ValueError(f"ttl_sweep_interval must be >= 0 (0 = no background sweep), got {ttl_sweep_interval}")
+                 clock: Clock | None = None, max_custom_events: int = MAX_CUSTOM_EVENTS,
+                 max_event_bytes: int = MAX_EVENT_BYTES):
+        if isinstance(ttl_sweep_interval, bool) or not isinstance(ttl_sweep_interval, (int, float)) \
+                or not math.isfinite(ttl_sweep_interval) or ttl_sweep_interval < 0:
+            raise ValueError(f"ttl_sweep_interval must be a finite number >= 0 (0 = no background sweep), "
+                             f"got {ttl_sweep_interval!r}")
+        self.max_custom_events = _limit("Hub", "max_custom_events", max_custom_events)
+        self.max_event_bytes = _limit("Hub", "max_event_bytes", max_event_bytes)
         self.store: KnowledgeStore = store if store is not None else MemoryKnowledgeStore()
         self.clock: Clock = clock or monotonic
         self.ttl_sweep_interval = float(ttl_sweep_interval)
@@ -86,8 +120,10 @@ class Hub:
 
     @classmethod
     async def open(cls, store: KnowledgeStore | None = None, *, ttl_sweep_interval: float = 0.0,
-                   clock: Clock | None = None) -> "Hub":
-        hub = cls(store, ttl_sweep_interval=ttl_sweep_interval, clock=clock)
+                   clock: Clock | None = None, max_custom_events: int = MAX_CUSTOM_EVENTS,
+                   max_event_bytes: int = MAX_EVENT_BYTES) -> "Hub":
+        hub = cls(store, ttl_sweep_interval=ttl_sweep_interval, clock=clock, max_custom_events=max_custom_events,
+                  max_event_bytes=max_event_bytes)
         if hub.ttl_sweep_interval > 0:
             hub._sweeper = asyncio.create_task(hub._sweep_loop(), name="fsmchat-hub-sweep")
         return hub
@@ -112,8 +148,10 @@ class Hub:
             speaker = as_speaker(agent)
             name = speaker.name
         agent_id = agent_id or name
-        if not isinstance(agent_id, str) or not agent_id or agent_id == HUB_SENDER:
-            raise NetworkError(f"agent id {agent_id!r} is not allowed (non-empty, and not {HUB_SENDER!r})")
+        if not isinstance(agent_id, str) or not agent_id or agent_id == HUB_SENDER or "[" in agent_id \
+                or "]" in agent_id or len(agent_id.splitlines()) != 1:
+            raise NetworkError(f"agent id {agent_id!r} is not allowed (non-empty, one line, no '[' or ']' since "
+                               f"it labels texts as [id]:, and not {HUB_SENDER!r})")
         if agent_id in self._clients:
             raise NetworkError(f"agent '{agent_id}' is already registered")
         client = HubClient(self, agent_id, speaker,
@@ -235,6 +273,11 @@ class Hub:
                 expires_at = self.clock() + parse_seconds(ttl)
             except ValueError as exc:
                 raise ProtocolError(f"channel ttl: {exc}") from None
+        if handshake_timeout is not None:
+            try:
+                handshake_timeout = parse_seconds(handshake_timeout)
+            except ValueError as exc:
+                raise ProtocolError(f"channel handshake_timeout: {exc} (None waits without a limit)") from None
         cid = f"{type}-{next(self._ids)}"
         ctx = ChannelContext(cid, creator.agent_id, order, knobs.get("max_texts"), expires_at, self.clock,
                              expectations=tuple(DEFAULT_EXPECTATIONS if expectations is None else expectations),
@@ -268,11 +311,11 @@ class Hub:
     def _emit(self, ch: _ChannelRecord, event_type: str, *, sender: str = HUB_SENDER, text: str | None = None,
               data: dict[str, Any] | None = None, audience: Sequence[str] | None = None) -> Envelope:
         ctx = ch.ctx
-        ch.seq += 1
         if audience is None:
             audience = [p for p in ctx.order if p != sender]
-        env = Envelope(ch.seq, ctx.channel_id, event_type, sender, text, dict(data or {}), self.clock(),
+        env = Envelope(ch.seq + 1, ctx.channel_id, event_type, sender, text, dict(data or {}), self.clock(),
                        tuple(audience))
+        ch.seq = env.seq  # taken only once the envelope exists
         self.store.append(ctx.channel_id, env)
         if event_type == EV_TEXT:
             ch.stats.texts += 1
@@ -302,28 +345,40 @@ class Hub:
     # ---- participant actions (sender always the client's own id) ----
     async def _submit(self, client: "HubClient", channel_id: str, event_type: str, *, text: str | None = None,
                       data: dict[str, Any] | None = None) -> Envelope:
+        self._check_open()
         self._check_client(client)
         ch = self._get(channel_id)
         sender = client.agent_id
         self._expire_if_due(ch)
+        custom = event_type != EV_TEXT
         try:
-            if event_type == EV_TEXT:
+            if not custom:
                 if not isinstance(text, str) or not text.strip():
                     raise ProtocolError(f"channel '{channel_id}': a text must be a non-empty string, got {text!r}")
             elif not isinstance(event_type, str) or not event_type or event_type in PROTOCOL_EVENTS:
                 raise ProtocolError(f"event type {event_type!r} is reserved for the hub (or empty); custom "
                                     "events use their own names, e.g. 'myapp.note'")
+            else:
+                data, size = event_size(channel_id, event_type, data)
+                if size > self.max_event_bytes:
+                    raise ChannelLimitError(f"channel '{channel_id}': event {event_type!r} is {size} bytes, over the "
+                                            f"limit of {self.max_event_bytes} per event (Hub(max_event_bytes=...))")
+                if ch.custom_events >= self.max_custom_events:
+                    raise ChannelLimitError(f"channel '{channel_id}' already holds {ch.custom_events} custom events, "
+                                            f"its limit (Hub(max_custom_events=...)); {event_type!r} refused")
             ch.adapter.validate_send(sender, event_type)
         except ProtocolError as exc:
             raise self._refuse(channel_id, sender, exc, event_type=event_type, text=text) from None
         capped = ch.adapter.accept_text(sender) if event_type == EV_TEXT else False
         env = self._emit(ch, event_type, sender=sender, text=text, data=data)
+        ch.custom_events += custom
         if capped:
             self._close(ch, "max_texts", HUB_SENDER)
         self._save(ch)
         return env
 
     async def _ack(self, client: "HubClient", channel_id: str, accept: bool) -> Envelope:
+        self._check_open()
         self._check_client(client)
         ch = self._get(channel_id)
         me, ctx = client.agent_id, ch.ctx
@@ -354,6 +409,7 @@ class Hub:
         return env
 
     async def _close_by(self, client: "HubClient", channel_id: str, reason: str) -> str:
+        self._check_open()
         self._check_client(client)
         ch = self._get(channel_id)
         if client.agent_id not in ch.ctx.order:
@@ -492,7 +548,7 @@ class Hub:
     # ---- lifetime ----
     def _check_open(self) -> None:
         if self._closed:
-            raise NetworkError("the hub is closed")
+            raise HubClosed("the hub is closed (hub.aclose() was called): it accepts nothing more")
 
     def _check_client(self, client: "HubClient") -> None:
         if self._clients.get(client.agent_id) is not client:
@@ -607,7 +663,9 @@ class Channel:
         return await self.hub._submit(self._client, self.channel_id, EV_TEXT, text=text)
 
     async def emit(self, event_type: str, data: dict[str, Any] | None = None) -> Envelope:
-        """Send a custom event (any non-protocol type): passes at any time, never advances the turn."""
+        """Send a custom event (any non-protocol type): passes at any time, never advances the turn.
+        ``data`` is a JSON object (stored as a copy); over the hub's ``max_custom_events`` per channel or
+        ``max_event_bytes`` per event it is a ``ChannelLimitError``, and nothing is recorded."""
         return await self.hub._submit(self._client, self.channel_id, event_type, data=data)
 
     async def close(self, reason: str = "closed") -> str:

@@ -15,8 +15,14 @@ def window_size(n_participants: int) -> int:
     return max(2 * n_participants, 4)
 
 
+CONTINUATION = "  "
+
+
 def label(sender: str, text: str) -> str:
-    return f"[{sender}]: {text}"
+    """``[sender]: text``, written by the hub only: a text's own line breaks (any kind ``splitlines``
+    knows) become newline + indent, so no line a sender writes can start like a speaker label
+    (``"ok\n[bob]: I withdraw"`` from alice is not a line of bob's)."""
+    return f"[{sender}]: " + ("\n" + CONTINUATION).join(text.splitlines() or [""])
 
 
 def _clip(text: str, limit: int = 160) -> str:

@@ -68,6 +68,9 @@ def get_litellm() -> Any:
                 import litellm as lm
 
                 lm.suppress_debug_info = True
+                from .log_secrets import install
+
+                install()  # mask secrets in litellm's, the OpenAI SDK's, httpx's and fsmchat's log records
                 from .offline import OfflineModel
 
                 _providers.setdefault(OFFLINE_PROVIDER, OfflineModel())

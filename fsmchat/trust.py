@@ -1,0 +1,154 @@
+"""What a config or a checkpoint may make fsmchat import: the trust rule of ``from_config`` and
+``resume`` (see "Security" in the README).
+
+A config names code by reference (``"module:qualname"``): callable participants, ``until``/
+``select``/conditions, ``Task`` handlers, a ``FunctionModel``'s function, an ``agent_class``, a
+``pattern_class``, a pattern ``factory``; a checkpoint stores its pattern's ``factory``. Loading
+such a reference imports a module, which runs its code, so by default only fsmchat's own modules
+are imported. ``allow=["myproject.agents"]`` adds module prefixes (a dotted prefix: the module
+itself and its submodules, never ``myproject.agentsevil``); ``trusted=True`` loads anything,
+``path/to/file.py:attr`` included. A refusal is an ``UntrustedReference`` naming the reference,
+raised before anything is imported. Even when trusted, an ``agent_class`` must be an ``Agent``
+subclass, a ``pattern_class`` a subclass of its pattern, a callable reference a function, and only
+a ``factory`` is called while loading.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from .errors import FsmchatError, bad_value
+
+BUILTIN_PREFIXES = ("fsmchat",)
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_ATTR = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+class UntrustedReference(FsmchatError, PermissionError):
+    """A config or checkpoint named code fsmchat may not load under the caller's trust (``allow=``,
+    ``trusted=``). ``ref`` is the reference, ``what`` where it was found, ``reason`` why; nothing
+    was imported."""
+
+    def __init__(self, ref: str, what: str, reason: str):
+        self.ref, self.what, self.reason = ref, what, reason
+        super().__init__(f"{what}: refused {ref!r}: {reason}")
+
+
+def is_file_ref(ref: str) -> bool:
+    """Whether a reference names a file (``path/to/x.py:attr``, ``x.py:attr``, ``C:\\x:attr``)."""
+    where = ref.rpartition(":")[0]
+    return "/" in where or "\\" in where or where.endswith(".py") or ":" in where
+
+
+def within(module: str, prefix: str) -> bool:
+    """``module`` is ``prefix`` or one of its submodules (``a.b`` is within ``a``; ``ab`` is not)."""
+    return module == prefix or module.startswith(prefix + ".")
+
+
+@dataclass(frozen=True)
+class Trust:
+    """The caller's trust: module prefixes beyond fsmchat's own (``allow``), or everything (``trusted``)."""
+
+    allow: tuple[str, ...] = ()
+    trusted: bool = False
+
+    @classmethod
+    def of(cls, allow: Any = (), trusted: Any = False, owner: str = "from_config") -> "Trust":
+        """Checked arguments: ``allow`` a module name or a list of them, ``trusted`` a bool."""
+        if isinstance(allow, Trust):
+            return allow
+        if not isinstance(trusted, bool):
+            raise bad_value(owner, "trusted", trusted, "True or False", type_error=True)
+        items = [allow] if isinstance(allow, str) else allow
+        if not isinstance(items, Iterable) or isinstance(items, (bytes, dict)):
+            raise bad_value(owner, "allow", allow, "a list of module prefixes such as ['myproject.agents']",
+                            type_error=True)
+        items = list(items)
+        for p in items:
+            if not isinstance(p, str) or not _MODULE.match(p):
+                raise bad_value(owner, "allow", allow, f"{p!r} is not a dotted module name; a list of module "
+                                "prefixes such as ['myproject.agents'] (files need trusted=True)")
+        return cls(tuple(items), trusted)
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        return BUILTIN_PREFIXES + self.allow
+
+    def allows(self, module: str) -> bool:
+        return self.trusted or any(within(module, p) for p in self.prefixes)
+
+    def check(self, ref: Any, what: str) -> tuple[str, str]:
+        """``(module, attr)`` of an allowed reference, without importing anything."""
+        if not isinstance(ref, str):
+            raise bad_value(what, "reference", ref, "a 'module:attr' string", type_error=True)
+        where, sep, attr = ref.rpartition(":")
+        if not self.trusted and is_file_ref(ref):
+            raise UntrustedReference(ref, what, "it is a file path; files are loaded only with trusted=True")
+        if not sep or not where or not attr:
+            raise bad_value(what, "reference", ref, "'module:attr' (or path/to/file.py:attr with trusted=True)")
+        if not self.trusted and not _MODULE.match(where):
+            raise UntrustedReference(ref, what, f"{where!r} is not a module name")
+        if not _ATTR.match(attr) or any(p.startswith("__") for p in attr.split(".")):
+            raise UntrustedReference(ref, what, f"attribute {attr!r} is not a plain public name")
+        if not self.allows(where):
+            raise UntrustedReference(ref, what, f"module {where!r} is not allowed (allowed: {list(self.prefixes)}); "
+                                     f"pass allow=[{where!r}] (a module prefix) if you trust its code, "
+                                     "or trusted=True")
+        return where, attr
+
+    def resolve(self, ref: str, what: str) -> Any:
+        """The object ``ref`` names, once allowed; it must also be defined in an allowed module
+        (``mymod:os.system`` is ``os.system``, refused unless ``os`` is allowed)."""
+        where, attr = self.check(ref, what)
+        if self.trusted:
+            from .gallery import load_target
+
+            return load_target(ref)
+        obj: Any = importlib.import_module(where)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        home = getattr(obj, "__module__", None)
+        if inspect.ismodule(obj) or not isinstance(home, str) or not self.allows(home):
+            shown = obj.__name__ if inspect.ismodule(obj) else home
+            raise UntrustedReference(ref, what, f"it is {'module' if inspect.ismodule(obj) else 'defined in'} "
+                                     f"{shown!r}, which is not allowed (allowed: {list(self.prefixes)})")
+        return obj
+
+    def callable(self, ref: str, what: str) -> Any:
+        """A function (participant, handler, ``until``, ``select``, condition, model function)."""
+        obj = self.resolve(ref, what)
+        if not inspect.isroutine(obj):
+            kind = "class" if inspect.isclass(obj) else type(obj).__name__
+            raise UntrustedReference(ref, what, f"it is a {kind}, not a function")
+        return obj
+
+    def subclass(self, ref: str, what: str, base: type) -> Any:
+        """A class that subclasses ``base`` (``agent_class``, ``pattern_class``)."""
+        obj = self.resolve(ref, what)
+        if not (inspect.isclass(obj) and issubclass(obj, base)):
+            raise UntrustedReference(ref, what, f"it is not a subclass of {base.__module__}.{base.__qualname__}")
+        return obj
+
+    def pattern(self, ref: str, what: str) -> Any:
+        """A pattern ``factory``: a pattern object, or a function called (once) to build one. It must
+        come from the caller's ``allow`` prefixes (or ``trusted``): fsmchat's own functions are not
+        pattern factories, and calling one at load (``fsmchat.distributed:shutdown``) would act, not build."""
+        from .patterns.base import Pattern
+
+        module = self.check(ref, what)[0]
+        if not self.trusted and not any(within(module, p) for p in self.allow):
+            raise UntrustedReference(ref, what, "a factory is called while loading, so it must come from a module "
+                                     f"you allow (allow=[...]; fsmchat's own modules hold no pattern factories)")
+        obj = self.resolve(ref, what)
+        if isinstance(obj, Pattern):
+            return obj
+        if not inspect.isfunction(obj):
+            raise UntrustedReference(ref, what, f"a factory must be a pattern or a function returning one; it is a "
+                                     f"{type(obj).__name__}")
+        built = obj()
+        if not isinstance(built, Pattern):
+            raise TypeError(f"{what}: factory {ref!r} returned a {type(built).__name__}, not a pattern")
+        return built

@@ -1,0 +1,88 @@
+"""Ray's dead-worker requeue: a worker process killed while it runs a chunk (a task of it is held
+inside a model call, so the kill is mid-chunk, not between chunks) has its chunks re-run on the
+live worker; every task ends exactly once, with the results of a local run. Without the requeue
+the held task's chunk ends as ``WorkerLost`` failures and this test fails."""
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from fsmchat import GroupChat  # noqa: E402
+from fsmchat.distributed import execute_batch, shutdown, start_local_ray  # noqa: E402
+from fsmchat.testing import Delay, FunctionModel  # noqa: E402
+from test_config import bid_fn  # noqa: E402
+
+N = 40
+HOLD = 7  # the task held mid-call until its worker is killed
+
+
+def held_bid_fn(req):
+    """``bid_fn``, except that calls for a task naming a folder (``hold <dir>``) write this worker's
+    pid to ``<dir>/pid`` and wait (asynchronously, in the model call) until ``<dir>/release`` exists."""
+    task = str(req.messages[0].get("content") or "")
+    if not task.startswith("hold "):
+        return bid_fn(req)
+    folder = Path(task.split(" ", 2)[1])
+
+    def wait(_req):
+        if (folder / "release").exists():
+            return bid_fn(req)
+        pid_file = folder / "pid"
+        if not pid_file.exists():
+            tmp = folder / f"pid.{os.getpid()}"
+            tmp.write_text(str(os.getpid()))
+            tmp.replace(pid_file)
+        return Delay(0.02, wait)
+    return wait
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    start_local_ray(num_cpus=2, log_to_driver=False)
+    yield
+    shutdown()
+
+
+def chat():
+    m = FunctionModel(held_bid_fn)
+    return GroupChat(agents=[m.agent("alice", system_prompt="You like cats."),
+                             m.agent("bob", system_prompt="You like dogs."), m.agent("carol")],
+                     max_loops=3, threshold=0.3)
+
+
+def test_a_worker_killed_mid_chunk_has_its_chunks_rerun_once(tmp_path):
+    tasks = [f"topic {i}" for i in range(N)]
+    tasks[HOLD] = f"hold {tmp_path} topic"
+    (tmp_path / "release").write_text("")
+    expected = chat().run_batch(tasks)  # the local batch (nothing is held: released already)
+    (tmp_path / "release").unlink()
+
+    progress = []
+    box = {}
+    runner = threading.Thread(target=lambda: box.update(report=execute_batch(
+        chat(), tasks, workers=2, max_concurrency_per_worker=4, chunk_size=5, on_progress=progress.append)))
+    runner.start()
+    pid_file = tmp_path / "pid"
+    for _ in range(1200):  # the held task is inside a model call on some worker
+        if pid_file.exists() or not runner.is_alive():
+            break
+        time.sleep(0.05)
+    assert pid_file.exists(), "the held task never started"
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    (tmp_path / "release").write_text("")  # the re-run of the held task on the live worker may finish
+    runner.join(timeout=120)
+    assert not runner.is_alive()
+    report = box["report"]
+
+    assert report.dead_workers == 1 and report.requeued_chunks >= 1
+    assert [o.index for o in report.outcomes] == list(range(N))  # one outcome per task, in order
+    assert report.failed == 0 and report.completed == N
+    assert report.results == expected
+    held = report.outcomes[HOLD]
+    assert held.ok and held.worker != "" and progress[-1].done == N
+    assert len(progress[-1].live) == 1 and held.worker.startswith(str(progress[-1].live[0]))
