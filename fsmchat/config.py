@@ -100,6 +100,7 @@ class LoopSpec(_Spec):
     var_name: str = "item"
     parallel: bool = False
     name: str = "loop"
+    max_items: int | None = Field(default=None, ge=0)
 
 
 class ParallelSpec(_Spec):
@@ -386,7 +387,7 @@ class _Writer:
                                   select=_opt_ref(s.select, f"Discussion {s.name!r} select"))
         if isinstance(s, Loop):
             return LoopSpec(steps=self.steps(s.steps), over=s.over, var_name=s.var_name, parallel=s.parallel,
-                            name=s.name)
+                            name=s.name, max_items=s.max_items)
         if isinstance(s, Parallel):
             return ParallelSpec(steps=self.steps(s.steps), name=s.name)
         if isinstance(s, Route):
@@ -637,7 +638,7 @@ class _Reader:
                               select=self.fn(spec.select, f"Discussion {spec.name!r} select"))
         if isinstance(spec, LoopSpec):
             return loop(steps=steps(spec.steps), over=spec.over, var_name=spec.var_name, parallel=spec.parallel,
-                        name=spec.name)
+                        name=spec.name, max_items=spec.max_items)
         if isinstance(spec, ParallelSpec):
             return parallel(steps(spec.steps), name=spec.name)
         if isinstance(spec, RouteSpec):

@@ -309,3 +309,16 @@ def test_progress_bar_shows_done_failed_total(capsys):
 def test_group_chat_context_window_travels():
     chat = GroupChat(agents=[Agent("a"), Agent("b")], context_window=3)
     assert from_config(chat.to_config().model_dump_json()).config.context_window == 3
+
+
+def test_loop_max_items_travels_and_is_enforced_after_the_roundtrip():
+    from fsmchat.config import to_config
+    from fsmchat.flow import loop
+
+    flow = AgentFlow(steps=[loop(fm().agent("a"), over="items", max_items=2)], variables={"items": [1, 2, 3]})
+    data = to_config(flow).model_dump(mode="json")
+    assert data["steps"][0]["max_items"] == 2
+    rebuilt = from_config(data, allow=["test_config"])
+    assert rebuilt.steps[0].max_items == 2
+    res = rebuilt.execute("t")
+    assert not res.ok and "'items' holds 3 items, over its max_items=2" in str(res.error)
