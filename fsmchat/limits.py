@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import invalid_config
 
+from .models import MAX_MESSAGE_CHARS
 from .graph.state_graph import StateGraph, Transition
 
 
@@ -24,6 +25,7 @@ class Limits(BaseModel):
     deadline_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     price_per_1k_tokens: tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)],
                               Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = None
+    max_message_chars: int = Field(MAX_MESSAGE_CHARS, ge=1, strict=True)  # longer messages are cut (event)
     refuse_over_bound: bool = False  # refuse a run whose worst-case calls exceed max_model_calls
 
     def __init__(self, **data: Any):

@@ -21,21 +21,54 @@ class Message(BaseModel):
         return {"role": self.role, "content": self.content, "metadata": dict(self.metadata)}
 
 
+MAX_MESSAGE_CHARS = 200_000  # the most one message adds to a transcript (``Limits.max_message_chars``)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def safe_text(text: str) -> tuple[str, int]:
+    """``text`` with each lone surrogate replaced by U+FFFD, and how many were replaced. A lone
+    surrogate is valid in JSON and in a Python str but cannot be encoded as UTF-8, so SQLite, HTTP
+    bodies and logs would fail on it later; fsmchat repairs it where text enters."""
+    if text.isascii():
+        return text, 0
+    return _SURROGATE.subn("\ufffd", text)
+
+
 class Transcript:
-    """Append-only conversation; listeners hear every post as it happens."""
+    """Append-only conversation; listeners hear every post as it happens.
 
-    __slots__ = ("_rows", "_listeners")
+    Every post is made safe to store: lone surrogates become U+FFFD (event ``text_repaired``) and
+    content over ``max_chars`` is cut to that length (event ``message_truncated``); the events go to
+    ``events`` (the run context's list)."""
 
-    def __init__(self, rows: list[Message] | None = None):
+    __slots__ = ("_rows", "_listeners", "events", "max_chars")
+
+    def __init__(self, rows: list[Message] | None = None, events: list[dict[str, Any]] | None = None,
+                 max_chars: int = MAX_MESSAGE_CHARS):
         self._rows: list[Message] = list(rows or [])
         self._listeners: list[Any] = []
+        self.events: list[dict[str, Any]] = events if events is not None else []
+        self.max_chars = max_chars
 
     def post(self, role: str, content: str, **metadata: Any) -> Message:
+        if isinstance(content, str) and (not content.isascii() or len(content) > self.max_chars):
+            content = self.admit(role, content)
         msg = Message(role=role, content=content, metadata=metadata)
         self._rows.append(msg)
         for listener in self._listeners:
             listener(msg)
         return msg
+
+    def admit(self, role: str, content: str) -> str:
+        """``content`` as it may enter the transcript (repaired, capped), noting what changed."""
+        content, n = safe_text(content)
+        if n:
+            self.events.append({"event": "text_repaired", "role": role, "replaced": n})
+        if len(content) > self.max_chars:
+            self.events.append({"event": "message_truncated", "role": role, "chars": len(content),
+                                "kept": self.max_chars})
+            content = content[:self.max_chars]
+        return content
 
     def since(self, i: int) -> list[Message]:
         """Rows from index ``i`` on (what a checkpoint has not stored yet)."""

@@ -174,9 +174,21 @@ def test_a_route_with_no_match_and_no_default_records_an_event():
     assert r.ok and [s["name"] for s in r.output["steps"]] == ["<lambda>"]
 
 
-@pytest.mark.parametrize("task", ["¿Debería 🤖 regular la IA? — ünïcødé", "x" * 1_000_000])
-def test_unicode_and_huge_tasks_are_handled(task):
+@pytest.mark.parametrize("task, cap", [("¿Debería 🤖 regular la IA? — ünïcødé", None), ("x" * 200_000, None),
+                                       ("x" * 1_000_000, 1_000_000)])
+def test_unicode_and_huge_tasks_are_handled(task, cap):
     m = ScriptedModel(fn=lambda req: "ok")
-    r = RoundRobinSwarm(agents=[m.agent("a")], max_loops=1).execute(task)
+    chat = RoundRobinSwarm(agents=[m.agent("a")], max_loops=1)
+    if cap:
+        chat.with_limits(max_message_chars=cap)
+    r = chat.execute(task)
     assert r.transcript[0].content == task and r.error is None
     assert m.requests_of("a")[0].messages[0] == {"role": "user", "content": task}  # no blank system prompt
+
+
+def test_a_task_over_the_default_message_cap_is_refused_with_the_way_out():
+    m = ScriptedModel(fn=lambda req: "ok")
+    with pytest.raises(ValueError, match=r"the task has 1000000 characters, over max_message_chars=200000; "
+                                         r"shorten it or raise the cap with with_limits\(max_message_chars=...\)"):
+        RoundRobinSwarm(agents=[m.agent("a")], max_loops=1).execute("x" * 1_000_000)
+    assert m.requests == []

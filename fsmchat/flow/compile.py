@@ -94,7 +94,7 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
     if isinstance(out, StepResult):
         ctx.variables.update(out.variables)
         stop, out = out.stop_workflow, out.output
-    output = "" if out is None else (out if isinstance(out, str) else str(out))
+    output = ctx.transcript.admit(name, "" if out is None else (out if isinstance(out, str) else str(out)))
     ctx.previous_result = output
     ctx.steps.append({"name": name, "output": output, "status": "stopped" if stop else "completed"})
     ctx.transcript.post(name, output)

@@ -33,8 +33,8 @@ class FlowContext:
         self.status = "running"  # running | completed | failed | stopped
         self.error: BaseException | None = None
         self.stats = stats or CallStats()
-        self.transcript = Transcript()
         self.events: list[dict[str, Any]] = []
+        self.transcript = Transcript(events=self.events)
         self.frames: dict[int, dict[str, Any]] = {}  # per-block working state, keyed by block id
 
     @property
@@ -101,6 +101,7 @@ class FlowContext:
         """A branch context: a deep copy of the variables, the same input, stats and previous result."""
         c = FlowContext(self.input, copy.deepcopy(self.variables), self.stats)
         c.previous_result = self.previous_result
+        c.transcript.max_chars = self.transcript.max_chars
         return c
 
     def __repr__(self) -> str:

@@ -27,7 +27,8 @@ from ..limits import Limits, add_limit_edges, start_clock
 from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
 from ..errors import attach_result, result_of, run_finished
 from ..graph.state_graph import StateGraph
-from ..models import Message, RunResult, TraceEvent, Transcript, check_output_type, format_output
+from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, TraceEvent, Transcript, check_output_type, format_output,
+                      safe_text)
 from ..speakers.agent import SEED_ROLE, Speaker, Turn
 from ..speakers.llm import CallStats
 
@@ -46,6 +47,9 @@ class ChatContext:
     images: list[str] = field(default_factory=list)  # attached to every call of the run (``img``)
     memory: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # private memories, by name
 
+    def __post_init__(self) -> None:
+        self.transcript.events = self.events  # repaired or cut texts are noted with the run's events
+
     @property
     def names(self) -> list[str]:
         return [s.name for s in self.speakers]
@@ -62,8 +66,9 @@ class ChatContext:
         return Turn(speaker.name, self.transcript.messages, instruction, kind, self.stats, **kw)  # type: ignore[arg-type]
 
     async def ask(self, speaker: Speaker, instruction: str, **kw: Any) -> str:
-        """One reply from ``speaker`` on the shared conversation plus ``instruction``."""
-        return await speaker.reply(self.turn_for(speaker, instruction, **kw))
+        """One reply from ``speaker`` on the shared conversation plus ``instruction``, repaired and
+        capped as the transcript would (so a private memory holds what the transcript holds)."""
+        return self.transcript.admit(speaker.name, await speaker.reply(self.turn_for(speaker, instruction, **kw)))
 
     def snapshot(self) -> dict[str, Any]:
         """The working state a checkpoint stores after each step (the transcript goes as deltas)."""
@@ -251,6 +256,20 @@ class Pattern(ABC):
         """(speaker, most calls it can be asked for in one run), the source of ``max_calls``."""
         raise TypeError(f"{type(self).__name__} does not report a worst-case call bound")
 
+    @property
+    def _max_message_chars(self) -> int:
+        return self.limits.max_message_chars if self.limits is not None else MAX_MESSAGE_CHARS
+
+    def _admit_task(self, task: str) -> tuple[str, int]:
+        """The task as it enters the run (lone surrogates repaired, so it can be stored; how many),
+        refused when longer than ``max_message_chars``: a message cap never cuts the user's own task."""
+        task, repaired = safe_text(task)
+        if len(task) > self._max_message_chars:
+            raise ValueError(f"{type(self).__name__}.run(task): the task has {len(task)} characters, over "
+                             f"max_message_chars={self._max_message_chars}; shorten it or raise the cap with "
+                             f"with_limits(max_message_chars=...)")
+        return task, repaired
+
     def _check_limits(self) -> None:
         lim = self.limits
         if lim is not None and lim.refuse_over_bound and lim.max_model_calls is not None:
@@ -287,6 +306,7 @@ class Pattern(ABC):
         under ``lease`` (the caller's hold on the run; released when the run ends)."""
         graph = self.graph
         start_clock(self.limits, ctx.stats)
+        ctx.transcript.max_chars = self._max_message_chars
         for listener in on_message:
             ctx.transcript.listen(listener)
         if self.verbose:
@@ -324,6 +344,7 @@ class Pattern(ABC):
         check_run_id(run_id, type(self).__name__)
         self._check_run(task)
         self._check_limits()
+        task, repaired = self._admit_task(task)
         lease = None
         if checkpoint is not None:
             run_id = run_id or new_run_id()
@@ -336,6 +357,8 @@ class Pattern(ABC):
             if lease is not None:
                 lease.release()
             raise
+        if repaired:
+            ctx.events.append({"event": "text_repaired", "role": "task", "replaced": repaired})
         return await self._drive(ctx, observers, on_message, checkpoint, run_id, meta, lease=lease)
 
     async def aresume(self, run_id: str, checkpoint: Any, *, observers: Sequence[Any] = (),
