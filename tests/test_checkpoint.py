@@ -67,6 +67,7 @@ def test_resume_equals_uninterrupted_run(tmp_path, make, task, state, k):
     assert_trace_is_path(pattern.graph, resumed)
     again = make().resume("run1", cp)  # a finished run is rebuilt, not re-run
     assert again.transcript == resumed.transcript and again.calls == resumed.calls
+    assert again.path == full.path  # the interrupted step is not walked twice
 
 
 def test_each_transition_appends_deltas_only(tmp_path):

@@ -183,3 +183,43 @@ def test_a_read_only_store_loads_and_rebuilds_finished_runs(tmp_path):
                                                    r"run or resume"):
         chat().execute("again", checkpoint=ro, run_id="new")
     assert db.stat().st_size == size and interrupted.data == {}
+
+
+RESUMER = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    from fsmchat.checkpoint import RunInProgress, SqliteCheckpointer
+    from test_checkpoint import chat
+    try:
+        res = chat().resume("R", SqliteCheckpointer(sys.argv[1]))
+        print("OK", res.stop_reason, len(res.transcript), flush=True)
+    except RunInProgress as exc:
+        print("REFUSED", exc.run_id, flush=True)
+''')
+
+
+def test_two_processes_resume_one_run_the_store_ends_with_the_uninterrupted_run(tmp_path):
+    full = chat().execute("pets?")
+    db = tmp_path / "runs.db"
+    interrupt_after(chat(), "pets?", SqliteCheckpointer(db), "R", "post", 1)
+    script = tmp_path / "resume.py"
+    script.write_text(RESUMER)
+    env = dict(os.environ, FSMCHAT_OFFLINE_DELAY="0.05")
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    procs = [subprocess.Popen([sys.executable, str(script), str(db), tests_dir], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    lines = sorted(o[0].strip() for o in outs)
+    # both started while the other ran: one continued the run, the other was refused at once
+    # (had the second started after the first ended, it would have rebuilt the finished run)
+    assert lines[0] == f"OK {full.stop_reason} {len(full.transcript)}"
+    assert lines[1] in ("REFUSED R", lines[0])
+    saved = SqliteCheckpointer(db).load("R")
+    assert [(m.role, m.content) for m in saved.messages] == [(m.role, m.content) for m in full.transcript]
+    # the full path once, plus the one record of the interruption (the cancelled step, dest None)
+    assert [e.state for e in saved.events if e.dest is not None] + ["stop"] == full.path
+    assert [(e.state, e.dest) for e in saved.events if e.dest is None] == [("bid", None), ("stop", None)]
+    assert saved.stop_reason == full.stop_reason and counts(db, "R") == (len(full.trace) + 1, len(full.transcript))
+    rebuilt = chat().resume("R", SqliteCheckpointer(db))
+    assert rebuilt.path == full.path and rebuilt.calls == full.calls

@@ -393,7 +393,11 @@ class Pattern(ABC):
 
     def _rebuild(self, run_id: str, saved: Any) -> RunResult:
         ctx = self._restored(saved)
-        result = RunResult([e.state for e in saved.events], list(saved.events), saved.stop_reason or "done", ctx)
+        # the path as it was walked: a step an interruption cut (dest None, then run again on the
+        # resume) is not part of it; the final state's record is
+        last = len(saved.events) - 1
+        trace = [e for i, e in enumerate(saved.events) if e.dest is not None or i == last]
+        result = RunResult([e.state for e in trace], trace, saved.stop_reason or "done", ctx)
         result.run_id = run_id
         return self._finish(result)
 
