@@ -33,7 +33,8 @@ def main() -> None:
     skeptic = Agent(agent_name="Skeptic", system_prompt="You are a skeptic about open-weight AI models.")
     transcript = one_on_one_debate(max_loops=4, task=FUNCTION_TASK, agents=[optimist, skeptic], output_type="str")
     print(transcript)
-    print("\n-- one_on_one_debate stopped: max_loops after 4 turns (4 model calls, no introductions)")
+    turns = [block.partition(":")[0] for block in transcript.split("\n\n") if ":" in block]
+    print(f"\n-- one_on_one_debate returned {len(turns)} turns: {' -> '.join(turns)}")
 
 
 if __name__ == "__main__":

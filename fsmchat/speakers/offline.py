@@ -25,7 +25,10 @@ some argue argues weigh seek find focus focuses perspective view side sides role
 agent agents speaker speakers previous next loop round turn response reply respond transcript conversation
 group groupchat participants participant opening close closing task original prior contribution concisely
 directly review build address add named latest message messages want score decide against between toward
-towards without within among across because since while""".split())
+towards without within among across because since while
+explain describe discuss consider decide refine please learn make take give tell show keep think know seem
+become leave mean begin believe happen provide include continue understand allow remember appear expect
+remain suggest require prioritize topic""".split())
 
 _OPENERS = [
     "Building on {prev}'s point about {k1}, ",
@@ -35,48 +38,98 @@ _OPENERS = [
     "To answer {prev} directly, ",
     "One thing we have not weighed yet is {k2}: ",
 ]
+# every body reads with {k1}/{k2} as a singular or plural noun and {role} as "I <role>"
 _BODIES = [
-    "as I {role}, I think {k1} matters most when we look at {k2}.",
+    "as I {role}, I think the question of {k1} comes first when we look at {k2}.",
     "my view, since I {role}, is that {k1} and {k2} have to be judged together.",
     "since I {role}, I read the evidence on {k1} as pointing to a careful, staged approach to {k2}.",
     "given that I {role}, I would put {k1} first and treat {k2} as the test of it.",
-    "because I {role}, I'd ask what {k2} costs us if we get {k1} wrong.",
+    "because I {role}, I'd ask what getting {k1} wrong would cost us in {k2}.",
 ]
 _CLOSERS = [
     "", " That is where I would start.", " I would like the others to challenge that.",
     " The open question is who bears the risk.", " Let's keep it concrete.",
 ]
+# words that start a role a sentence can continue with "I ...": "You argue for cats" -> "I argue for cats"
+_VERBS = set("""argue weigh critique revise summarize summarise love like plan build review ask answer represent
+mediate negotiate judge prosecute defend mentor teach learn write analyze analyse evaluate moderate champion
+advocate oppose support question interview facilitate lead chair propose present speak explain test check
+design research study compare explore protect push challenge favor favour prefer believe care focus bring
+help guide coach assess examine investigate draft edit improve simplify translate report track sell buy
+represent play act work serve manage run own hate fear trust doubt want need value""".split())
+# a keyword should be a noun: verbs, adjectives and adverbs by their endings read badly in the templates
+_NOT_NOUN = re.compile(r"(?:ize|ise|ized|ised|izing|ising|ed|ing|ly|able|ible|ful|ous|ive|less|ic|al|wards?)$")
 
 
+_FALLBACKS = ["the question", "the trade-offs"]  # when the conversation offers fewer than two nouns
 _TEMPLATE_WORDS: set[str] = set()
 
 
 def _words(text: str) -> list[str]:
-    return [w for w in re.findall(r"[a-zA-Z][a-zA-Z\-']{3,}", text.lower()) if w not in _STOP]
+    out = []
+    for w in re.findall(r"[a-zA-Z][a-zA-Z\-']{3,}", text.lower()):
+        w = re.sub(r"'s?$", "", w).strip("-'")  # "techcritic's" -> "techcritic"
+        if len(w) > 3 and w not in _STOP:
+            out.append(w)
+    return out
 
 
 def _template_words() -> set[str]:
     if not _TEMPLATE_WORDS:
-        for t in _OPENERS + _BODIES + _CLOSERS:
+        for t in _OPENERS + _BODIES + _CLOSERS + _FALLBACKS:
             _TEMPLATE_WORDS.update(re.findall(r"[a-z][a-z\-']{3,}", t.lower()))
     return _TEMPLATE_WORDS
 
 
 def _keywords(text: str, n: int = 3) -> list[str]:
+    """The ``n`` most frequent nouns of ``text`` (first seen first on ties)."""
     seen: dict[str, int] = {}
     for w in _words(text):
-        seen[w] = seen.get(w, 0) + 1
-    return [w for w, _ in sorted(seen.items(), key=lambda kv: (-kv[1], list(seen).index(kv[0])))][:n]
+        if not _NOT_NOUN.search(w):
+            seen[w] = seen.get(w, 0) + 1
+    order = list(seen)
+    return [w for w, _ in sorted(seen.items(), key=lambda kv: (-kv[1], order.index(kv[0])))][:n]
 
 
 def _role_phrase(system_prompt: str) -> str:
-    first = re.split(r"(?<=[.!?])\s", system_prompt.strip(), maxsplit=1)[0].rstrip(".!? ")
+    """What the agent does, to be said as "I <phrase>": the first clause of its instructions, without
+    any directive about what to say or how to answer ("say AGREED when satisfied" is never repeated)."""
+    first = re.split(r"(?<=[.!?])\s|[;:\n]| - ", system_prompt.strip(), maxsplit=1)[0].rstrip(".!?, ")
+    first = re.split(r",?\s+(?:and|then)\s+(?:say|reply|respond|answer|write|output|end)\b|,\s*(?:say|reply)\b",
+                     first, maxsplit=1, flags=re.I)[0].strip()
     first = re.sub(r"^(you are|you're|you)\s+", "", first, flags=re.I)
-    if not first:
+    if not first or "{{" in first:
         return "bring my own perspective"
-    if re.match(r"^(a|an|the)\s", first, flags=re.I):
-        return "am " + first[0].lower() + first[1:]
-    return first[0].lower() + first[1:]
+    lead = first.split()[0].lower()
+    if lead in ("am", "a", "an", "the") or re.match(r"^(a|an|the)\s", first, flags=re.I):
+        return ("am " if lead != "am" else "") + first[0].lower() + first[1:]
+    if lead in _VERBS or re.search(r"(?:ize|ise|ate)$", lead):
+        return first[0].lower() + first[1:]
+    return "care most about " + first[0].lower() + first[1:]
+
+
+_ROLE_CLAUSE = re.compile(r"\b(?:as|since|because|given that) I [^,.:]*[,.:]", re.I)  # "as I <role>," in a reply
+_SPEAKER = re.compile(r"^\[?([\w\-.]{1,40})\]?: ")  # "name: ..." (a conversation) or "[name]: ..." (a channel)
+_SPEAKER_LINE = re.compile(_SPEAKER.pattern, re.M)
+
+
+def _latest_turn(text: str, is_task: bool) -> tuple[str, str]:
+    """(who spoke, what they said) of the latest turn in ``text``: the last ``name: ...`` line of a
+    "... so far:" block (a Discussion turn's prompt), else a message written as ``name: ...`` (how
+    the shared conversation shows other speakers); the task itself names no speaker ("Draft: ...")."""
+    head, sep, rest = text.partition("so far:\n")
+    if sep:
+        lines = [ln for ln in rest.split("\n\n", 1)[0].splitlines() if _SPEAKER.match(ln)]
+        if lines:
+            m = _SPEAKER.match(lines[-1])
+            return m.group(1), lines[-1][m.end():]
+    m = None if is_task else _SPEAKER.match(text)
+    return (m.group(1), text[m.end():]) if m else ("", text)
+
+
+def _proper_nouns(text: str) -> dict[str, str]:
+    """Words written capitalized inside a sentence ("learn Rust"), by their lower-case form."""
+    return {w.lower(): w for w in re.findall(r"(?<=[a-z,;] )([A-Z][a-z][a-zA-Z\-]{2,})", text)}
 
 
 def _text(content: Any) -> str:
@@ -118,14 +171,20 @@ class OfflineModel(CustomLLM):
         # own reply (private-memory patterns: debates, panels), then the prompt it was just given
         own_last = not convo or convo[-1].get("role") == "assistant"
         last = _text(messages[-1].get("content")) if own_last else _text(convo[-1]["content"])
-        prev, _, last_text = last.partition(": ") if re.match(r"^[\w\-. ]{1,40}: ", last) else ("", "", last)
+        prev, last_text = _latest_turn(last, is_task=not convo or (not own_last and len(convo) == 1))
         task = next((_text(m["content"]) for m in convo if m.get("role") == "user"), last_text)
-        names = {w.lower() for m in convo for w in re.findall(r"^([\w\-.]{1,40}): ", _text(m.get("content")))}
-        noise = _template_words() | names | set(_words(system)) | {prev.lower(), agent.lower()}
-        keys = [k for k in _keywords(last_text, 6) + _keywords(task, 4) if k not in noise]
-        keys = list(dict.fromkeys(keys)) or ["the question"]
-        k1, k2 = keys[0], (keys[1] if len(keys) > 1 else "the trade-offs")
+        texts = [_text(m.get("content")) for m in convo] + [last]
+        names = {part for t in texts for w in _SPEAKER_LINE.findall(t)
+                 for part in re.split(r"[_\-.]", w.lower()) + [w.lower()]}
         role = _role_phrase(system)
+        # its own role's words are not news to it (the rest of a system prompt may hold the material)
+        noise = (_template_words() | names | set(_words(role))
+                 | {part for n in (prev, agent) for part in re.split(r"[_\-.]", n.lower()) + [n.lower()]})
+        said = _ROLE_CLAUSE.sub(" ", last_text)  # what the speaker said, not who it said it was
+        keys = [k for k in _keywords(said, 6) + _keywords(_ROLE_CLAUSE.sub(" ", task), 4) if k not in noise]
+        keys = list(dict.fromkeys(keys)) + [k for k in _FALLBACKS if k not in keys]
+        proper = _proper_nouns(said + "\n" + task)
+        k1, k2 = (proper.get(k) or (k if k.startswith("the ") else "the " + k) for k in keys[:2])
         opener = rng.choice(_OPENERS) if prev else ""
         text = (opener + rng.choice(_BODIES)).format(prev=prev or "the group", k1=k1, k2=k2, role=role)
         text = text[0].upper() + text[1:] + rng.choice(_CLOSERS)

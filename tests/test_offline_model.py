@@ -1,0 +1,89 @@
+"""The offline model writes demos that show the idea: grammatical, in-character replies that never
+repeat an agent's own instructions, and a GroupChat where everyone takes the floor."""
+import re
+
+import pytest
+
+from fsmchat import Agent, AgentFlow, Discussion, GroupChat
+from fsmchat.speakers.offline import _keywords, _latest_turn, _role_phrase
+
+README_AGENTS = [("TechOptimist", "You argue for the benefits of AI in society."),
+                 ("TechCritic", "You argue against unchecked AI advancement."),
+                 ("Realist", "You weigh both sides and seek a balanced view.")]
+README_TASK = "Should we prioritize AI development or AI regulation?"
+
+
+def readme_chat():
+    return GroupChat(agents=[Agent(n, system_prompt=p) for n, p in README_AGENTS], max_loops=8, threshold=0.5,
+                     recency_penalty=0.3)
+
+
+def readme_flow():
+    critic = Agent(name="critic", instructions="Critique the draft rigorously")
+    author = Agent(name="author", instructions="Revise the draft; say AGREED when satisfied")
+    summarizer = Agent(name="summarizer", instructions="Summarize this debate:\n{{discussion_transcript}}")
+    return AgentFlow(agents=[critic, author, summarizer], steps=[
+        Discussion([critic, author], rounds=3, until=lambda ctx: "AGREED" in (ctx.previous_result or "")),
+        summarizer])
+
+
+@pytest.mark.parametrize("prompt, phrase", [
+    ("You argue for the benefits of AI in society.", "argue for the benefits of AI in society"),
+    ("Revise the draft; say AGREED when satisfied", "revise the draft"),
+    ("Critique it, and say DONE when finished", "critique it"),
+    ("Summarize this debate:\n{{discussion_transcript}}", "summarize this debate"),
+    ("You are a careful judge. You never rush.", "am a careful judge"),
+    ("You're the skeptic", "am the skeptic"),
+    ("Cats.", "care most about cats"),
+    ("", "bring my own perspective"),
+])
+def test_the_role_is_the_first_clause_without_directives(prompt, phrase):
+    assert _role_phrase(prompt) == phrase
+
+
+def test_keywords_are_nouns_and_names_are_speakers():
+    assert _keywords("Should we prioritize AI development or AI regulation?", 3) == ["development", "regulation"]
+    assert _keywords("Renewable energy is the only path forward, unchecked and growing.", 3) == ["energy", "path"]
+    assert _latest_turn("Draft: Renewable energy", is_task=True) == ("", "Draft: Renewable energy")
+    assert _latest_turn("TechCritic: I disagree", is_task=False) == ("TechCritic", "I disagree")
+    assert _latest_turn("[bob]: fine", is_task=False) == ("bob", "fine")
+    prompt = "Topic\n\nDiscussion so far:\ncritic: too long\nauthor: shorter now\n\nYou are critic. Respond."
+    assert _latest_turn(prompt, is_task=True) == ("author", "shorter now")
+
+
+def test_every_agent_of_the_readme_group_chat_takes_the_floor_within_8_messages():
+    res = readme_chat().execute(README_TASK)
+    speakers = [m.role for m in res.transcript[1:9]]
+    assert set(speakers) == {"TechOptimist", "TechCritic", "Realist"}, speakers
+    assert res.ok and res.stop_reason in ("lull", "max_loops")
+    again = readme_chat().execute(README_TASK)
+    assert [m.content for m in again.transcript] == [m.content for m in res.transcript]  # deterministic
+
+
+def test_the_readme_discussion_runs_its_three_rounds():
+    res = readme_flow().execute("Draft: Renewable energy is the only path forward.")
+    assert res.ok and res.path.count("discussion.turn") == 6
+    assert [s["name"] for s in res.output["steps"]][-1] == "summarizer"
+    assert not any("AGREED" in m.content for m in res.transcript)  # its own instruction is never echoed
+
+
+BAD = [
+    (r"\bI (?:cats|dogs|the)\b", "a role that is not a verb phrase"),
+    (r"\b(\w+)'s I\b", "a name where a noun belongs"),
+    (r"\bthe (?:techoptimist|techcritic|realist|critic|author|summarizer|draft:)\b", "a speaker as a topic"),
+    (r"\bthe (?:prioritize|unchecked|renewable|explain|forward)\b", "a verb, adjective or adverb as a topic"),
+    (r"\{|\}", "an unfilled template slot"),
+    (r"  ", "a double space"),
+    (r"AGREED|say AGREED", "its own instruction"),
+    (r"\bthe the\b", "a doubled article"),
+]
+
+
+def test_offline_replies_read_as_sentences():
+    texts = [m.content for m in readme_chat().execute(README_TASK).transcript[1:]]
+    texts += [m.content for m in readme_flow().execute("Draft: Renewable energy is the only path forward.").transcript]
+    assert len(texts) >= 12
+    for t in texts:
+        assert t[0].isupper() and t.rstrip()[-1] in ".!?", t
+        for pattern, what in BAD:
+            assert re.search(pattern, t, flags=0 if "AGREED" in pattern else re.I) is None, f"{what}: {t!r}"
