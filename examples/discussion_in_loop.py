@@ -11,8 +11,10 @@ from fsmchat import Agent, AgentFlow, Discussion, loop  # noqa: E402
 def build() -> AgentFlow:
     critic = Agent(name="critic", instructions="Critique this item: {{item}}")
     author = Agent(name="author", instructions="Revise this item: {{item}}")
-    return AgentFlow(agents=[critic, author], steps=[loop(steps=[Discussion([critic, author], rounds=2)], over="items")],
-                     variables={"items": ["draft A", "draft B"]})
+    drafts = ["draft A", "draft B"]
+    return AgentFlow(agents=[critic, author],
+                     steps=[loop(steps=[Discussion([critic, author], rounds=2)], over="items", max_items=len(drafts))],
+                     variables={"items": drafts})
 
 
 if __name__ == "__main__":
