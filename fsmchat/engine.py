@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import gc
 import inspect
 import threading
 from time import perf_counter
-from typing import Any, Awaitable, Callable, Iterable, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, Iterator, TypeVar
 
 from .errors import LimitReached, NoTransitionError, attach_result, limit_reached
 from .graph.state_graph import StateGraph, callable_name
@@ -380,6 +382,39 @@ async def run_graph(graph: StateGraph, context: Any, *, max_steps: int = DEFAULT
     (see ``GraphRun.run``). ``start``/``history`` resume a run; ``recorder`` checkpoints it."""
     return await GraphRun(graph, context, observers=observers, recorder=recorder, start=start,
                           history=history, max_steps=max_steps).run()
+
+
+_GC_LOCK = threading.Lock()
+_GC_BATCHES = [0, None]  # batches running in this process, thresholds to restore after the last
+BATCH_GC_MIN_RUNS = 64  # smaller batches leave the collector alone
+BATCH_GC_THRESHOLD = (50_000, 20, 100)
+
+
+@contextlib.contextmanager
+def batch_collector(runs: int) -> Iterator[None]:
+    """Tune the garbage collector while a large batch runs, then restore it: the objects alive
+    before the batch (modules, graphs, compiled machines) are frozen out of the collector's scans
+    (``gc.freeze``) and generation 0 is collected every 50,000 allocations instead of 700, which
+    the thousands of short-lived messages and trace events of a batch otherwise trigger over and
+    over (bench/scale.py: GC time 0.45 -> 0.07 s for 1,000 chats). Nested or concurrent batches
+    share one tuning; the last to finish restores the thresholds and unfreezes."""
+    if runs < BATCH_GC_MIN_RUNS:
+        yield
+        return
+    with _GC_LOCK:
+        if _GC_BATCHES[0] == 0:
+            _GC_BATCHES[1] = gc.get_threshold()
+            gc.freeze()
+            gc.set_threshold(*BATCH_GC_THRESHOLD)
+        _GC_BATCHES[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_BATCHES[0] -= 1
+            if _GC_BATCHES[0] == 0:
+                gc.set_threshold(*_GC_BATCHES[1])
+                gc.unfreeze()
 
 
 def run_sync(make: Callable[[], Awaitable[T]]) -> T:

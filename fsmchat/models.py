@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from collections.abc import Sequence
+from itertools import islice
 from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -92,10 +94,46 @@ class Transcript:
 
     @property
     def messages(self) -> list[Message]:
+        """A copy of the rows (O(n)); ``view()`` is the O(1) read-only alternative."""
         return list(self._rows)
+
+    def view(self) -> "TranscriptView":
+        """The rows posted so far, read-only, without copying them: later posts are not in it (the
+        rows are append-only, so a view is as stable as a copy)."""
+        return TranscriptView(self._rows, len(self._rows))
 
     def __repr__(self) -> str:
         return f"Transcript({len(self._rows)} messages)"
+
+
+class TranscriptView(Sequence[Message]):
+    """The first ``n`` rows of a transcript, read-only; made in O(1) per turn instead of a copy."""
+
+    __slots__ = ("_rows", "_n")
+
+    def __init__(self, rows: list[Message], n: int):
+        self._rows, self._n = rows, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return self._rows[:self._n][i]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("transcript view index out of range")
+        return self._rows[i]
+
+    def __iter__(self) -> Iterator[Message]:
+        return islice(self._rows, self._n)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"TranscriptView({self._n} messages)"
 
 
 class Bid(BaseModel):

@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator, Callable, Sequence
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..checkpoint import CheckpointMismatch, Lease, Recorder, new_run_id
-from ..engine import run_graph, run_sync
+from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
 from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
 from ..errors import attach_result, result_of, run_finished
@@ -63,7 +63,7 @@ class ChatContext:
     def turn_for(self, speaker: Speaker, instruction: str, kind: str = "reply", **kw: Any) -> Turn:
         if self.images:
             kw.setdefault("images", list(self.images))
-        return Turn(speaker.name, self.transcript.messages, instruction, kind, self.stats, **kw)  # type: ignore[arg-type]
+        return Turn(speaker.name, self.transcript.view(), instruction, kind, self.stats, **kw)  # type: ignore[arg-type]
 
     async def ask(self, speaker: Speaker, instruction: str, **kw: Any) -> str:
         """One reply from ``speaker`` on the shared conversation plus ``instruction``, repaired and
@@ -472,7 +472,8 @@ class Pattern(ABC):
             async with gate:
                 return await self.arun(t)
 
-        return list(await asyncio.gather(*(one(t) for t in tasks)))
+        with batch_collector(len(tasks)):
+            return list(await asyncio.gather(*(one(t) for t in tasks)))
 
     def run_batch(self, tasks: Sequence[str], max_concurrency: int = 16, *, executor: str = "local",
                   address: str | None = None, max_concurrency_per_worker: int | None = None,

@@ -16,6 +16,7 @@ from pydantic import Field
 from ..checks import check_agents
 from ..errors import LimitReached, ModelCallError, fatal_error
 from ..graph.state_graph import StateGraph
+from ..models import Message
 from ..speakers.agent import Agent, Turn, check_roster
 from ..speakers.respond import BidOutcome
 from .base import ChatContext, Pattern, PatternConfig
@@ -67,9 +68,9 @@ async def collect_bids(ctx: ChatContext) -> dict[str, float]:
     last = ctx.transcript[-1]
 
     window = ctx.scratch["cfg"].context_window
-    rows = ctx.transcript.messages
+    rows: Sequence[Message] = ctx.transcript.view()
     if window is not None and len(rows) > window + 1:
-        rows = rows[:1] + rows[-window:]  # the task, then the last `window` messages
+        rows = [rows[0], *rows[-window:]]  # the task, then the last `window` messages
 
     def turn(s: Any) -> Turn:  # every bidder shares one view of the rows (no copy per bid)
         others = [n for n in names if n != s.name]
@@ -140,7 +141,9 @@ def post_winner(ctx: ChatContext) -> str:
 
 def remember_speaker(ctx: ChatContext) -> None:
     """recency window"""
-    ctx.scratch["recent"].append(ctx.speakers[ctx.scratch["winner"]].name)
+    recent = ctx.scratch["recent"]
+    recent.append(ctx.speakers[ctx.scratch["winner"]].name)
+    del recent[:-max(1, ctx.scratch["cfg"].recency_window)]  # bounded: only the window is ever read
 
 
 def compile_group_chat(name: str = "group_chat", description: str = "") -> StateGraph:

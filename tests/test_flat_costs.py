@@ -1,0 +1,125 @@
+"""Per-turn work does not grow with the conversation: counted in executed Python lines and in bytes
+written to the checkpoint (deterministic counts, never time; speed itself is measured in bench/)."""
+import sys
+
+import pytest
+
+from fsmchat import Bid, GroupChat, RoundRobinSwarm
+from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+
+
+def speaker(name, score):
+    def fn(turn):
+        return Bid(score, f"{name} says {len(turn.transcript)}") if turn.kind == "bid" else f"{name} here"
+    fn.__name__ = name
+    return fn
+
+
+def group_chat(turns):
+    # max_loops counts the transcript's messages, the task included (SEMANTICS.md)
+    # a and b alternate (the recency penalty sends the floor back and forth); c stays quiet
+    return GroupChat(agents=[speaker("a", 0.9), speaker("b", 0.8), speaker("c", 0.0)], max_loops=turns,
+                     threshold=0.1, recency_penalty=0.5, recency_window=1)
+
+
+def round_robin(turns):
+    return RoundRobinSwarm(agents=[speaker("a", 0), speaker("b", 0), speaker("c", 0)], max_loops=turns // 3)
+
+
+class CountingStore(MemoryCheckpointer):
+    """Counts the bytes each commit writes (the working-state snapshot and the new rows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def commit(self, run_id, ev, rows, state):
+        import json
+        self.bytes += len(json.dumps(state, default=repr)) + sum(len(m.content) for m in rows)
+        return super().commit(run_id, ev, rows, state)
+
+
+def lines_per_turn(pattern, turns, checkpoint=None):
+    """Python lines executed per turn by one run (sys.settrace 'line' events)."""
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return tracer
+    sys.settrace(tracer)
+    try:
+        res = pattern.execute("go", checkpoint=checkpoint)
+    finally:
+        sys.settrace(None)
+    assert res.ok, res.error
+    return count / (len(res.transcript) - 1), res
+
+
+@pytest.mark.parametrize("make", [group_chat, round_robin])
+def test_per_turn_python_work_is_flat_from_60_to_600_turns(make):
+    small, r1 = lines_per_turn(make(60), 60)
+    large, r2 = lines_per_turn(make(600), 600)
+    extra = 0 if make is group_chat else 1
+    assert (len(r1.transcript), len(r2.transcript)) == (60 + extra, 600 + extra)
+    assert large <= small * 1.05 + 5, (small, large)
+
+
+@pytest.mark.parametrize("make", [group_chat, round_robin])
+def test_checkpointed_per_turn_bytes_are_flat(make):
+    per_turn = []
+    for turns in (60, 600):
+        store = CountingStore()
+        res = make(turns).execute("go", checkpoint=store)
+        assert res.ok and len(res.transcript) == turns + (0 if make is group_chat else 1)
+        per_turn.append(store.bytes / turns)
+    assert per_turn[1] <= per_turn[0] * 1.05 + 8, per_turn
+
+
+def test_checkpointed_group_chat_python_work_is_flat(tmp_path):
+    small, _ = lines_per_turn(group_chat(60), 60, SqliteCheckpointer(tmp_path / "a.db"))
+    large, _ = lines_per_turn(group_chat(600), 600, SqliteCheckpointer(tmp_path / "b.db"))
+    assert large <= small * 1.05 + 5, (small, large)
+
+
+def test_the_recency_window_state_stays_bounded():
+    store = CountingStore()
+    res = group_chat(50).execute("go", checkpoint=store)
+    recent = store.load(res.run_id).state["scratch"]["recent"]
+    assert len(res.transcript) == 50 and res.transcript[-1].role == "a"
+    assert recent == ["a"]  # window 1: only the last winner is kept (it was every winner, growing)
+
+
+def test_a_turn_sees_a_read_only_view_that_later_posts_do_not_change():
+    seen = []
+
+    def a(turn):
+        seen.append(turn.transcript)
+        return "a"
+
+    res = RoundRobinSwarm(agents=[a], max_loops=3).execute("go")
+    assert [len(v) for v in seen] == [1, 2, 3]  # each turn's view stops where that turn began
+    assert [m.content for m in seen[0]] == ["go"] and seen[2][-1].content == "a" and seen[1][0:1][0].content == "go"
+    assert seen[2] == res.transcript[:3] and type(seen[0]).__name__ == "TranscriptView"
+    with pytest.raises(TypeError):
+        seen[0][0] = None  # read-only
+    with pytest.raises(IndexError):
+        seen[0][1]
+
+
+def test_a_large_batch_tunes_the_collector_and_restores_it():
+    import gc
+
+    before = gc.get_threshold()
+    during = []
+
+    def a(turn):
+        during.append((gc.get_threshold(), gc.get_freeze_count() > 0))
+        return "a"
+
+    chat = RoundRobinSwarm(agents=[a], max_loops=1)
+    assert chat.run_batch(["t"] * 64) == chat.run_batch(["t"] * 63)[:1] * 64
+    assert during[0] == ((50_000, 20, 100), True)  # the 64-run batch ran tuned
+    assert during[-1] == (before, False)  # the 63-run batch left the collector alone
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0  # and everything is restored
