@@ -71,11 +71,34 @@ class Request:
     response_format: Any
     params: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def prompt(self) -> str:
-        """The text of the last message (the turn's instruction)."""
-        c = self.messages[-1]["content"]
-        return c if isinstance(c, str) else " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+    prompt: str = ""  # the text of the last message (the turn's instruction), kept when messages are dropped
+
+    def __post_init__(self) -> None:
+        if not self.prompt and self.messages:
+            c = self.messages[-1]["content"]
+            self.prompt = c if isinstance(c, str) else " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+
+
+class DroppedMessages(Sequence):  # type: ignore[type-arg]
+    """What an old request holds instead of its whole message list (its length only); any read
+    says how to keep them all."""
+
+    __slots__ = ("n", "keep")
+
+    def __init__(self, n: int, keep: int):
+        self.n, self.keep = n, keep
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        raise LookupError(f"this request's {self.n} messages were dropped: a ScriptedModel keeps the whole "
+                          f"message lists of its last {self.keep} requests only (each holds the conversation "
+                          "so far, so keeping all grows with the square of its length); pass "
+                          "ScriptedModel(..., keep_messages=None) to keep every one")
+
+    def __repr__(self) -> str:
+        return f"<{self.n} messages dropped>"
 
 
 def _error(item: Fail, model: str) -> Exception:
@@ -141,6 +164,9 @@ class _Provider:
 _ids = itertools.count(1)
 
 
+KEEP_MESSAGES = 256  # requests that keep their whole message list (the rest keep agent, n, prompt, params)
+
+
 class ScriptedModel:
     """A scripted model reached through litellm. Give each agent ``model=scripted.model``.
 
@@ -150,13 +176,19 @@ class ScriptedModel:
     """
 
     def __init__(self, scripts: dict[str, Sequence[Any]] | None = None,
-                 fn: Callable[[Request], Any] | None = None, name: str = "scripted", *, id: str | None = None):
+                 fn: Callable[[Request], Any] | None = None, name: str = "scripted", *, id: str | None = None,
+                 keep_messages: int | None = KEEP_MESSAGES):
         _Provider.install()
         self.id = id or f"{name}-{next(_ids)}"
         self.model = f"{SCRIPTED_PROVIDER}/{self.id}"
         self.scripts = {k: list(v) for k, v in (scripts or {}).items()}
         self.fn = fn
         self.requests: list[Request] = []
+        if keep_messages is not None and (isinstance(keep_messages, bool) or not isinstance(keep_messages, int)
+                                          or keep_messages < 1):
+            raise ValueError(f"ScriptedModel keep_messages={keep_messages!r}: expected None (keep all) or a "
+                             "positive int (how many recent requests keep their whole message list)")
+        self.keep_messages = keep_messages
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}  # calls per agent: O(1) per request, not a scan of every request
         _Provider._instances[self.id] = self
@@ -210,6 +242,11 @@ class ScriptedModel:
                           params.get("response_format"),
                           {k: v for k, v in params.items() if k not in ("tools", "tool_choice", "response_format")})
             self.requests.append(req)
+            keep = self.keep_messages
+            if keep is not None and len(self.requests) > keep:
+                old = self.requests[-keep - 1]
+                if not isinstance(old.messages, DroppedMessages):
+                    old.messages = DroppedMessages(len(old.messages), keep)  # type: ignore[assignment]
         if agent in self.scripts:
             script = self.scripts[agent]
             if n > len(script):
@@ -310,8 +347,9 @@ def assert_calls(model: ScriptedModel, n: int, agent: str | None = None) -> None
 class FunctionModel(ScriptedModel):
     """A scripted model whose every answer is computed from the request: ``fn(Request) -> item``."""
 
-    def __init__(self, fn: Callable[[Request], Any], name: str = "function", *, id: str | None = None):
-        super().__init__(None, fn=fn, name=name, id=id)
+    def __init__(self, fn: Callable[[Request], Any], name: str = "function", *, id: str | None = None,
+                 keep_messages: int | None = KEEP_MESSAGES):
+        super().__init__(None, fn=fn, name=name, id=id, keep_messages=keep_messages)
 
 
 # ---- matchers for trace and id comparisons ----

@@ -123,3 +123,22 @@ def test_a_large_batch_tunes_the_collector_and_restores_it():
     assert during[0] == ((50_000, 20, 100), True)  # the 64-run batch ran tuned
     assert during[-1] == (before, False)  # the 63-run batch left the collector alone
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0  # and everything is restored
+
+
+def test_the_scripted_models_request_log_is_bounded_and_says_so():
+    from fsmchat.testing import KEEP_MESSAGES, ScriptedModel
+
+    assert KEEP_MESSAGES == 256
+    m = ScriptedModel(fn=lambda req: "ok", keep_messages=2)
+    RoundRobinSwarm(agents=[m.agent("a")], max_loops=4).execute("go")
+    assert [r.n for r in m.requests] == [1, 2, 3, 4] and [len(r.messages) for r in m.requests] == [2, 3, 4, 5]
+    assert m.requests[0].prompt.startswith("You are a, agent 1 of 1 in loop 1 of 4.")  # kept with the messages dropped
+    assert m.requests[3].messages[-2]["content"] == "ok"
+    with pytest.raises(LookupError, match=r"this request's 2 messages were dropped: a ScriptedModel keeps the whole "
+                                          r"message lists of its last 2 requests only .* keep_messages=None"):
+        m.requests[0].messages[0]
+    full = ScriptedModel(fn=lambda req: "ok", keep_messages=None)
+    RoundRobinSwarm(agents=[full.agent("a")], max_loops=4).execute("go")
+    assert full.requests[0].messages[0] == {"role": "user", "content": "go"}
+    with pytest.raises(ValueError, match="keep_messages=0: expected None"):
+        ScriptedModel(keep_messages=0)
