@@ -87,3 +87,31 @@ def test_offline_replies_read_as_sentences():
         assert t[0].isupper() and t.rstrip()[-1] in ".!?", t
         for pattern, what in BAD:
             assert re.search(pattern, t, flags=0 if "AGREED" in pattern else re.I) is None, f"{what}: {t!r}"
+
+
+def test_an_offline_call_costs_the_same_at_10_and_at_2000_messages():
+    import sys
+
+    from fsmchat.speakers.offline import OfflineModel
+
+    def lines(n):
+        msgs = [{"role": "system", "content": "You argue for cats."}, {"role": "user", "content": "pets?"}]
+        msgs += [{"role": "user", "content": f"bob{i % 3}: dogs are loyal friends number {i}"} for i in range(n)]
+        msgs.append({"role": "user", "content": "Your turn."})
+        count = 0
+
+        def tracer(frame, event, arg):
+            nonlocal count
+            count += event == "line"
+            return tracer
+        sys.settrace(tracer)
+        try:
+            out = OfflineModel()._compose(msgs, {}, {"metadata": {"fsmchat_agent": "cat"}})
+        finally:
+            sys.settrace(None)
+        assert out.choices[0].message.content
+        return count
+
+    lines(10)  # first call: imports and caches
+    small, large = lines(10), lines(2000)
+    assert large <= small + 40, (small, large)  # measured: 914 and 874 (34,742 when the whole history is read)

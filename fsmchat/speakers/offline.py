@@ -61,6 +61,7 @@ represent play act work serve manage run own hate fear trust doubt want need val
 _NOT_NOUN = re.compile(r"(?:ize|ise|ized|ised|izing|ising|ed|ing|ly|able|ible|ful|ous|ive|less|ic|al|wards?)$")
 
 
+RECENT = 8  # the latest messages a reply or bid reads (besides the system prompt and the task)
 _FALLBACKS = ["the question", "the trade-offs"]  # when the conversation offers fewer than two nouns
 _TEMPLATE_WORDS: set[str] = set()
 
@@ -162,16 +163,20 @@ class OfflineModel(CustomLLM):
         meta = (litellm_params or {}).get("metadata") or {}
         agent = str(meta.get("fsmchat_agent", "agent"))
         seed = optional_params.get("seed", meta.get("fsmchat_seed", 0))
-        system = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
-        convo = [m for m in messages if m.get("role") != "system"][:-1]
-        digest = hashlib.sha256(json.dumps([seed, agent, system, messages], sort_keys=True, default=str)
-                                .encode()).digest()
+        # only the system prompt, the task and the latest RECENT messages are read, so a call costs the
+        # same at message 10 and at message 10,000 (the conversation is not scanned or hashed whole)
+        start = 1 if messages and messages[0].get("role") == "system" else 0
+        system = _text(messages[0].get("content")) if start else ""
+        n_convo = len(messages) - start - 1  # the conversation before the prompt
+        convo = messages[start:start + min(n_convo, 1)] + messages[max(start + 1, len(messages) - 1 - RECENT):-1]
+        digest = hashlib.sha256(json.dumps([seed, agent, system, n_convo, convo, messages[-1]], sort_keys=True,
+                                           default=str).encode()).digest()
         rng = random.Random(digest)
         # the latest thing said to this agent: the last turn of the conversation, unless that is its
         # own reply (private-memory patterns: debates, panels), then the prompt it was just given
         own_last = not convo or convo[-1].get("role") == "assistant"
         last = _text(messages[-1].get("content")) if own_last else _text(convo[-1]["content"])
-        prev, last_text = _latest_turn(last, is_task=not convo or (not own_last and len(convo) == 1))
+        prev, last_text = _latest_turn(last, is_task=not convo or (not own_last and n_convo == 1))
         task = next((_text(m["content"]) for m in convo if m.get("role") == "user"), last_text)
         texts = [_text(m.get("content")) for m in convo] + [last]
         names = {part for t in texts for w in _SPEAKER_LINE.findall(t)
@@ -192,7 +197,7 @@ class OfflineModel(CustomLLM):
         tools = optional_params.get("tools") or []
         wants_bid = (any((t.get("function") or {}).get("name") == "respond" for t in tools)
                      or "response_format" in optional_params)
-        usage = {"prompt_tokens": sum(len(_text(m.get("content")).split()) for m in messages),
+        usage = {"prompt_tokens": len(json.dumps(messages, default=str)) // 4,  # ~4 characters a token
                  "completion_tokens": len(text.split())}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if not wants_bid:
@@ -201,10 +206,12 @@ class OfflineModel(CustomLLM):
         role_words = set(_words(system))
         overlap = len(role_words & set(_words(last_text))) / max(1, min(len(role_words), 6))
         spoke_last = bool(convo) and convo[-1].get("role") == "assistant"
-        posts = sum(1 for m in convo if m.get("role") == "assistant" or re.match(r"^[\w\-. ]{1,40}: ",
-                                                                                   _text(m.get("content"))))
-        score = 0.55 + 0.3 * min(1.0, overlap) + rng.uniform(-0.15, 0.25) - 0.035 * posts
+        posts = max(0, n_convo - 1)  # everything said after the task
+        score = 0.55 + 0.3 * min(1.0, overlap) + rng.uniform(-0.15, 0.25) - 0.02 * posts
         score -= 0.3 if spoke_last else 0.0
+        if not any(m.get("role") == "assistant" for m in convo) and n_convo <= RECENT:
+            score += 0.2  # early on, someone who has not spoken yet wants the floor
+        score += 0.15 if not spoke_last and re.search(rf"\b{re.escape(agent)}\b", last_text) else 0.0  # addressed
         score = round(min(1.0, max(0.0, score)), 2)
         args = json.dumps({"score": score, "message": text if score >= 0.3 else ""})
         if "response_format" in optional_params and not tools:
