@@ -310,6 +310,35 @@ def render_svg(dot_source: str) -> str:
     return svg.replace("<svg", stamp + "<svg", 1)
 
 
+# ---- notebooks (Jupyter's rich display) ----
+def has_graphviz() -> bool:
+    """Whether Graphviz's ``dot`` program is on PATH (SVG needs it; DOT and Mermaid text do not)."""
+    return shutil.which("dot") is not None
+
+
+def to_svg(graph: StateGraph, trace: Any = None) -> str:
+    """The graph as SVG text (``trace`` overlaid); ``RenderError`` without Graphviz."""
+    return render_svg(to_dot(graph, trace))
+
+
+def mime_bundle(graph: StateGraph, trace: Any = None) -> dict[str, str]:
+    """What a notebook shows for the graph: its SVG, or (without Graphviz) its Mermaid text as a
+    fenced ``mermaid`` block, which JupyterLab and GitHub draw."""
+    if has_graphviz():
+        return {"image/svg+xml": to_svg(graph, trace)}
+    return {"text/markdown": f"```mermaid\n{to_mermaid(graph, trace)}```\n"}
+
+
+def to_html(graph: StateGraph, trace: Any = None) -> str:
+    """An HTML fragment of the graph for a page or a notebook cell: the SVG inline, or (without
+    Graphviz) the Mermaid text, escaped, in a ``<pre class="mermaid">`` with a note saying why."""
+    if has_graphviz():
+        svg = to_svg(graph, trace)
+        return svg[svg.index("<svg"):]  # no XML declaration or doctype inside HTML
+    return (f"<p><em>Graphviz's dot is not installed ({html.escape(INSTALL_HINT)}); the graph as Mermaid:</em></p>"
+            f'<pre class="mermaid">{html.escape(to_mermaid(graph, trace))}</pre>')
+
+
 def render(graph: StateGraph, path: str | Path, trace: Any = None) -> str:
     """Write ``graph`` to ``path``; the format comes from the suffix (svg, png, pdf, dot/gv, mmd)."""
     p = Path(path)
