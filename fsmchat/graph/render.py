@@ -7,7 +7,7 @@ a run's trace can be overlaid (visited states filled, edge hit counts on the lab
 
 Edge kinds (a legend on every DOT drawing, a comment in Mermaid): *guarded* ``[guard]`` edges are
 tried in declared order; a *fallback* (dashed, plain label) is taken when no guard passed; an
-*always* edge (no label) is a state's only way on; a *stop* edge (red) enters a final state and
+*always* edge (solid, no label) is a state's only way on; a *stop* edge (red) enters a final state and
 ends the run; *fork*/*join* edges (dotted) start a fork state's branch runs and lead each branch's
 final states to the join bar, from which the fork state's own transitions leave.
 """
@@ -33,7 +33,7 @@ INSTALL_HINT = ("install Graphviz with: apt-get install graphviz (Debian/Ubuntu)
 # what each edge kind means, in the words of the legend (DOT) and the header comment (Mermaid)
 LEGEND = {
     "guarded": "[guard]: guarded edge, taken when guard(ctx) is true (tried in declared order)",
-    "fallback": "dashed, plain label: fallback, taken when no guard passed",
+    "fallback": "dashed (plain label or none): fallback, taken when no guard passed",
     "stop": "red: stop edge, enters a final state (double border) and ends the run",
     "fork": "dotted: fork into branch runs, each branch's final states join at the bar",
 }
@@ -241,7 +241,7 @@ def _mtext(text: str) -> str:
 
 _MERMAID_LEGEND = {
     "guarded": "[guard] a guarded edge, taken when guard(ctx) is true (tried in declared order)",
-    "fallback": "a plain label is a fallback, taken when no guard passed",
+    "fallback": "a plain label (or none, beside guarded edges) is a fallback, taken when no guard passed",
     "stop": "X --> [*] a final state, where the run ends",
     "fork": "a fork state starts its branch groups, whose final states lead to its join",
 }
