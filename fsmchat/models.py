@@ -27,11 +27,17 @@ class Message(BaseModel):
 
 
 def shorten(text: str, n: int) -> str:
-    """``text`` cut to at most ``n`` characters, the cut marked with an ellipsis and what it dropped."""
+    """``text`` cut to at most ``n`` characters, the cut marked with an ellipsis and how many it dropped."""
     if len(text) <= n:
         return text
-    note = f"… (+{len(text) - n + 1} chars)"
-    return text[:max(n - len(note), 1)] + note if n > len(note) + 1 else text[:n - 1] + "…"
+    keep = n
+    while True:
+        note = f"… (+{len(text) - keep} chars)"
+        if keep + len(note) <= n:
+            return text[:keep] + note
+        keep = n - len(note)
+        if keep < 1:
+            return text[:n - 1] + "…"
 
 
 MAX_MESSAGE_CHARS = 200_000  # the most one message adds to a transcript (``Limits.max_message_chars``)
