@@ -3,9 +3,14 @@
 from each branch's final state to a join bar; Mermaid groups nest exactly as DOT clusters do.
 
 The Mermaid checks are structural (balanced groups, every edge between declared states and written
-in the innermost group holding both ends, nesting equal to DOT's): Mermaid's own parser needs a
-browser or a DOM, which the test run does not install."""
+in the innermost group holding both ends, nesting equal to DOT's) and, where Node.js >= 18 and npm
+are on PATH, Mermaid's own parser (``mermaid.parse`` under jsdom, installed from the npm registry
+into the user's cache on first use)."""
+import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -217,3 +222,50 @@ def test_branch_groups_sit_inside_their_fork_states_group():
     # a fork inside a branch: its branch group nests inside that branch's group
     assert where["loop_body_parallel_2_loop_1_c"] == ("loop", "loop_body", "loop_body_parallel_2",
                                                       "loop_body_parallel_2_loop_1")
+
+
+# ---- Mermaid's own parser, when Node is here to run it ----
+MERMAID = "mermaid@11.17.2"
+JSDOM = "jsdom@24.1.3"  # supports Node >= 18
+
+
+def mermaid_parser():
+    """A directory holding Mermaid's parser (installed once from the npm registry into the user's cache)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("Mermaid's own parser needs Node.js and npm (not on PATH); "
+                    "test_mermaid_groups_nest_as_dot_clusters checks the .mmd structure without them")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    if int(version.lstrip("v").split(".")[0]) < 18:
+        pytest.skip(f"Mermaid's parser needs Node.js >= 18, found {version}")
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fsmchat-tests" / \
+        f"{MERMAID}-{JSDOM}".replace("@", "-")
+    if not (cache / "node_modules" / "mermaid" / "package.json").is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache), MERMAID, JSDOM],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            pytest.fail(f"npm could not install {MERMAID} and {JSDOM}: {r.stderr[-2000:]}")
+    shutil.copy(Path(__file__).with_name("mermaid_parse.mjs"), cache / "mermaid_parse.mjs")
+    return node, cache
+
+
+def test_mermaid_parses_every_drawing(tmp_path):
+    node, cache = mermaid_parser()
+    files = []
+    for name, make in sorted(GRAPHS.items()):
+        p = tmp_path / f"{name}.mmd"
+        p.write_text(make().to_mermaid())
+        files.append(p)
+    flow = nested_parallel_flow()
+    (tmp_path / "overlay.mmd").write_text(flow.graph.to_mermaid(trace=flow.execute("go")))
+    (tmp_path / "broken.mmd").write_text("stateDiagram-v2\n    state a {\n    a --> : x\n")  # the parser does check
+    files += [tmp_path / "overlay.mmd", tmp_path / "broken.mmd"]
+    r = subprocess.run([node, str(cache / "mermaid_parse.mjs"), *map(str, files)], capture_output=True, text=True,
+                       cwd=cache, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    results = {Path(x["file"]).name: x for x in map(json.loads, r.stdout.splitlines())}
+    assert len(results) == len(files)
+    assert not results.pop("broken.mmd")["ok"]
+    failed = {k: v["error"] for k, v in results.items() if not v["ok"]}
+    assert failed == {}
