@@ -159,7 +159,7 @@ def _children(d: Drawing, path: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [g for g in d.groups if len(g) == len(path) + 1 and g[:len(path)] == path]
 
 
-def _edge_group(d: Drawing, e: Edge, where: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+def _edge_group(e: Edge, where: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
     """The innermost group holding both ends of ``e`` (where Mermaid wants the edge written)."""
     a, b = where[e.source], where[e.dest]
     n = 0
@@ -254,7 +254,7 @@ def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
     where = {n.id: n.group for n in d.nodes}
     edges_in: dict[tuple[str, ...], list[Edge]] = {}
     for e in d.edges:
-        edges_in.setdefault(_edge_group(d, e, where), []).append(e)
+        edges_in.setdefault(_edge_group(e, where), []).append(e)
 
     def edge_line(e: Edge) -> str:
         text = e.text
