@@ -122,3 +122,10 @@ def test_patterns_and_steps_have_short_informative_reprs():
     chat = GroupChat(agents=[Agent("a"), Agent("b")]).with_limits(max_tokens=500, deadline_s=30)
     assert repr(chat) == ("GroupChat(name='dynamic-groupchat', speakers=['a', 'b'], graph='group_chat': 8 states, "
                           "limits=max_tokens=500, deadline_s=30.0)")
+
+
+def test_agent_repr_omits_defaults_cuts_prompts_and_masks_secrets():
+    a = Agent("critic", system_prompt="Critique " * 40, temperature=0.2, api_key="sk-do-not-show")
+    assert repr(a) == ("Agent(name='critic', system_prompt='" + ("Critique " * 8)[:66] + "… (+294 chars)', "
+                       "temperature=0.2, api_key='***')")
+    assert repr(Agent("b")) == "Agent(name='b')"
