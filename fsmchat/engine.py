@@ -159,7 +159,8 @@ class GraphRun:
         return not self.finished and self._choose(event, None) is not None
 
     def result(self) -> RunResult:
-        return RunResult(self.path, self.trace, self.stop_reason or "running", self.context, self.error)
+        return RunResult(self.path, self.trace, self.stop_reason or "running", self.context, self.error,
+                         graph=self.graph)
 
     # ---- stepping ----
     async def step(self, event: str | None = None, payload: Any = None) -> TraceEvent:

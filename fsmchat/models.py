@@ -1,6 +1,7 @@
 """Layer 1: the data every other layer speaks (messages, transcripts, bids, trace events, results)."""
 from __future__ import annotations
 
+import html
 import json
 import re
 from dataclasses import dataclass, field
@@ -21,6 +22,24 @@ class Message(BaseModel):
 
     def row(self) -> dict[str, Any]:
         return {"role": self.role, "content": self.content, "metadata": dict(self.metadata)}
+
+    def __repr__(self) -> str:
+        meta = f", metadata={shorten(repr(self.metadata), 60)}" if self.metadata else ""
+        return f"Message(role={shorten(self.role, 40)!r}, content={shorten(self.content, 80)!r}{meta})"
+
+
+def shorten(text: str, n: int) -> str:
+    """``text`` cut to at most ``n`` characters, the cut marked with an ellipsis and how many it dropped."""
+    if len(text) <= n:
+        return text
+    keep = n
+    while True:
+        note = f"… (+{len(text) - keep} chars)"
+        if keep + len(note) <= n:
+            return text[:keep] + note
+        keep = n - len(note)
+        if keep < 1:
+            return text[:n - 1] + "…"
 
 
 MAX_MESSAGE_CHARS = 200_000  # the most one message adds to a transcript (``Limits.max_message_chars``)
@@ -201,6 +220,7 @@ class RunResult:
     output: Any = None
     events: list[dict[str, Any]] = field(default_factory=list)
     run_id: str | None = None
+    graph: Any = field(default=None, repr=False, compare=False)  # the StateGraph that ran (for drawing)
 
     @property
     def paths(self) -> dict[str, list[str]]:
@@ -217,6 +237,89 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.error is None and self.stop_reason != "cancelled"
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the run's model calls cost (litellm's prices, or ``price_per_1k_tokens``); None when
+        the run kept no call statistics."""
+        stats = getattr(self.context, "stats", None)
+        return getattr(stats, "cost_usd", None)
+
+    # ---- display: short in a repr, a summary in print(), a report in a notebook ----
+    def _error_text(self, n: int) -> str:
+        return shorten(f"{type(self.error).__name__}: {self.error}", n) if self.error is not None else ""
+
+    def __repr__(self) -> str:
+        parts = [f"stop_reason={self.stop_reason!r}", f"ok={self.ok}", f"steps={len(self.path)}",
+                 f"messages={len(self.transcript)}", f"calls={self.calls}"]
+        if self.usage.get("total_tokens"):
+            parts.append(f"tokens={self.usage['total_tokens']}")
+        if self.run_id:
+            parts.append(f"run_id={shorten(self.run_id, 40)!r}")
+        if self.error is not None:
+            parts.append(f"error={self._error_text(80)!r}")
+        elif self.output is not None:
+            parts.append(f"output={shorten(repr(self.output), 80)}")
+        return f"RunResult({', '.join(parts)})"
+
+    MAX_SHOWN = 20  # transcript rows print() shows (then "... N more")
+
+    def __str__(self) -> str:
+        cost = self.cost_usd
+        head = (f"RunResult: stopped by {self.stop_reason!r} ({'ok' if self.ok else 'not ok'}), {len(self.path)} "
+                f"steps, {self.calls} model calls, {self.usage.get('total_tokens', 0)} tokens"
+                + (f", ${cost:.4f}" if cost else ""))
+        lines = [head]
+        if self.error is not None:
+            lines.append(f"error: {self._error_text(300)}")
+        path = self.path if len(self.path) <= 12 else [*self.path[:8], f"... {len(self.path) - 11} more", *self.path[-3:]]
+        lines.append("path: " + " -> ".join(path))
+        lines.append(f"transcript ({len(self.transcript)} messages):")
+        for m in self.transcript[:self.MAX_SHOWN]:
+            lines.append("  " + shorten(f"{m.role}: {m.content}".replace("\n", " "), 120))
+        if len(self.transcript) > self.MAX_SHOWN:
+            lines.append(f"  ... {len(self.transcript) - self.MAX_SHOWN} more")
+        return "\n".join(lines)
+
+    MAX_HTML_ROWS = 200  # transcript rows a notebook shows
+    MAX_HTML_CHARS = 4000  # characters of one message a notebook shows
+
+    def _repr_html_(self) -> str:
+        """A notebook report: the stop reason, calls, tokens, cost, the transcript as a table and
+        the graph with this run overlaid. All transcript text is model output, so it is escaped."""
+        esc = html.escape
+        cost = self.cost_usd
+        facts = [("stop reason", self.stop_reason), ("ok", str(self.ok)), ("steps", str(len(self.path))),
+                 ("model calls", str(self.calls)),
+                 ("tokens", " / ".join(f"{self.usage.get(k, 0)} {k.split('_')[0]}" for k in
+                                      ("prompt_tokens", "completion_tokens", "total_tokens"))),
+                 ("cost", f"${cost:.6f}" if cost is not None else "n/a")]
+        if self.run_id:
+            facts.append(("run id", self.run_id))
+        if self.error is not None:
+            facts.append(("error", self._error_text(2000)))
+        cell = 'style="text-align:left;vertical-align:top;white-space:pre-wrap"'
+        out = ['<div class="fsmchat-run">', "<table>"]
+        out += [f"<tr><th {cell}>{esc(k)}</th><td {cell}>{esc(v)}</td></tr>" for k, v in facts]
+        out.append("</table>")
+        rows = self.transcript[:self.MAX_HTML_ROWS]
+        out.append(f"<details open><summary>transcript ({len(self.transcript)} messages)</summary>")
+        out.append(f'<table class="fsmchat-transcript"><thead><tr><th {cell}>#</th><th {cell}>role</th>'
+                   f"<th {cell}>content</th></tr></thead><tbody>")
+        for i, m in enumerate(rows, 1):
+            text = m.content if len(m.content) <= self.MAX_HTML_CHARS else \
+                m.content[:self.MAX_HTML_CHARS] + f"… ({len(m.content) - self.MAX_HTML_CHARS} more characters)"
+            out.append(f"<tr><td {cell}>{i}</td><td {cell}>{esc(m.role)}</td><td {cell}>{esc(text)}</td></tr>")
+        out.append("</tbody></table>")
+        if len(self.transcript) > len(rows):
+            out.append(f"<p>... {len(self.transcript) - len(rows)} more messages</p>")
+        out.append("</details>")
+        if self.graph is not None:
+            out.append(f"<details open><summary>graph {esc(str(self.graph.name))} with this run</summary>")
+            out.append(self.graph.to_html(trace=self))
+            out.append("</details>")
+        out.append("</div>")
+        return "\n".join(out)
 
 
 # ---- output types (SEMANTICS.md "Output types"), one implementation for every pattern ----

@@ -30,9 +30,8 @@ def test_branch_steps_are_traced_streamed_and_checked_as_paths():
     res = flow.execute("go", observers=[seen.append])
     assert res.ok and res.stop_reason == "done", res.error
     assert res.path == ["parallel", "lambda", "end"]  # the top-level run
-    assert res.paths["parallel|1"] == ["parallel|1.left.begin", "parallel|1.left.turn", "parallel|1.left.check_until",
-                                       "parallel|1.left.turn", "parallel|1.left.check_until", "parallel|1.left.done",
-                                       "parallel|1.done"]
+    assert res.paths["parallel|1"] == ["parallel|1.left.begin", "parallel|1.left.turn", "parallel|1.left.turn",
+                                       "parallel|1.left.done", "parallel|1.done"]
     assert res.paths["parallel|2"][0] == "parallel|2.right.begin" and res.paths["parallel|2"][-1] == "parallel|2.done"
     assert sorted(res.paths) == ["", "parallel|1", "parallel|2"]
     assert seen == res.trace  # the observers saw every step, the branches' included, in order

@@ -237,8 +237,8 @@ def test_speaker_failure_stops_discussion_and_flow():
     assert "step 'boom' failed: RuntimeError: speaker down" in out["error"]
     assert [(s["name"], s["status"]) for s in out["steps"]] == [("a", "completed"), ("boom", "failed")]
     assert "later" not in r.path[-1] and all(not p.startswith("later") for p in r.path)
-    assert_path(r, ["discussion.begin", "discussion.turn", "discussion.check_until", "discussion.turn",
-                    "discussion.check_until", "discussion.done", "end"])
+    # no until: no check_until state, the turn loops on itself
+    assert_path(r, ["discussion.begin", "discussion.turn", "discussion.turn", "discussion.done", "end"])
     assert out["variables"]["discussion_transcript"] == "a: a1"
 
 

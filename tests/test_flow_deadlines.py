@@ -55,8 +55,7 @@ def test_sync_callable_step_is_abandoned_at_the_deadline_with_an_event():
 def test_discussion_turn_and_parallel_branch_stop_at_the_deadline():
     res, _ = run_with_deadline([Discussion([quick, slow_async], rounds=2, name="talk")])
     assert res.stop_reason == "deadline"
-    assert res.path == ["talk.begin", "talk.turn", "talk.check_until", "talk.turn", "talk.past_deadline",
-                        "past_deadline"]
+    assert res.path == ["talk.begin", "talk.turn", "talk.turn", "talk.past_deadline", "past_deadline"]
     assert [m.content for m in res.transcript] == ["quick"]
     res2, _ = run_with_deadline([parallel([quick, slow_async]), quick])
     assert res2.stop_reason == "deadline" and res2.path == ["parallel", "past_deadline"]

@@ -35,7 +35,9 @@ def test_the_graph_shows_the_limit_edges():
     assert "over_budget" not in chat.graph.to_dot()
     chat.with_limits(max_tokens=100, deadline_s=5)
     dot = chat.graph.to_dot()
-    assert 'seed -> over_budget [label="[over_budget]"]' in dot and 'bid -> past_deadline' in dot
+    # a limit exit is a guarded stop edge: drawn red, into a final state
+    assert 'seed -> over_budget [label="[over_budget]" color=firebrick fontcolor=firebrick]' in dot
+    assert 'bid -> past_deadline' in dot
     first = [t for t in chat.graph.transitions if t.source == "select"][:2]
     assert [t.label for t in first] == ["over_budget", "past_deadline"]  # checked before the pattern's own
 

@@ -1,6 +1,6 @@
 """Compile workflow steps into ONE nested ``StateGraph``: each step a state, each combinator a
-subgraph (a cluster in the diagram), each Discussion ``begin -> turn -> check_until -> (turn |
-done)``. Every step state leaves by ``[halted] -> done`` first, so a failure or a deliberate stop
+subgraph (a cluster in the diagram), each Discussion ``begin -> turn -> (turn | done)``, with a
+``check_until`` state after each turn only when it has an ``until``. Every step state leaves by ``[halted] -> done`` first, so a failure or a deliberate stop
 propagates out of every level as an edge in the graph."""
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ class Compiler:
             desc = f"agent {task.agent.name}" if task.agent is not None else f"call {task.name}"
             g.state(state, _named(run_step, f"run_{task.name}", desc), desc)
 
-    # -- Discussion: begin -> turn -> check_until -> (turn | done)
+    # -- Discussion: begin -> turn -> (turn | done); with until: begin -> turn -> check_until -> (turn | done)
     def discussion(self, d: Discussion) -> StateGraph:
         key, n = self.key(), len(d.tasks)
         limit = d.rounds * n
@@ -196,7 +196,7 @@ class Compiler:
 
         def check_until(ctx: FlowContext) -> bool | None:
             """until(ctx) after every turn"""
-            if d.until is None or ctx.halted:
+            if ctx.halted:
                 ctx.frames[key]["met"] = False
                 return None
             try:
@@ -212,9 +212,14 @@ class Compiler:
 
         _named(turns_left, "turns_left", f"fewer than {d.rounds} x {n} turns")
         g = StateGraph(d.name, description=f"Discussion {d.name}")
-        g.state("begin", begin).state("turn", turn).state("check_until", check_until).final("done")
-        g.edge("begin", "turn").edge("turn", "check_until")
-        bounded_exits(g, "check_until", "turn", key, turns_left, "rounds")
+        g.state("begin", begin).state("turn", turn)
+        g.edge("begin", "turn")
+        if d.until is not None:
+            g.state("check_until", check_until)
+            g.edge("turn", "check_until")
+        g.final("done")
+        bounded_exits(g, "check_until" if d.until is not None else "turn", "turn", key, turns_left, "rounds",
+                      until=d.until is not None)
         return g
 
     # -- loop: begin -> next -> (body -> next | done)
@@ -339,21 +344,22 @@ class Compiler:
         g.state("check", check)
         g.final("done")
         g.edge("begin", "body").edge("body", "check")
-        bounded_exits(g, "check", "body", key, iterations_left, "max_iterations")
+        bounded_exits(g, "check", "body", key, iterations_left, "max_iterations", until=rp.until is not None)
         return g
 
 
 def bounded_exits(g: StateGraph, check: str, again: str, key: int, more: Callable[[FlowContext], bool],
-                  exhausted: str) -> None:
+                  exhausted: str, until: bool = True) -> None:
     """The exits of a bounded loop's check state (Discussion, repeat), in order: a halt, ``until``
-    (the check action stored ``met`` in the block's frame), another pass while ``more``, else
-    ``exhausted`` (the limit's name)."""
+    (only when the block has one: the check action stored ``met`` in the block's frame), another
+    pass while ``more``, else ``exhausted`` (the limit's name)."""
     def until_met(ctx: FlowContext) -> bool:
         """until(ctx) is true"""
         return ctx.frames[key]["met"]
 
     g.edge(check, "done", when=halted, label="halt")
-    g.edge(check, "done", when=until_met, label="until")
+    if until:
+        g.edge(check, "done", when=until_met, label="until")
     g.edge(check, again, when=more)
     g.edge(check, "done", label=exhausted)
 

@@ -152,6 +152,11 @@ class AgentFlow(Pattern):
         ``ValueError`` naming it (its list is only known when it runs), never a wrong number."""
         return bound(self.steps, {k: v if isinstance(v, int) else len(v) for k, v in lengths.items()}, requests)
 
+    def _repr_fields(self) -> list[str]:
+        names = [getattr(s, "name", None) or as_task(s).name for s in self.steps]
+        shown = names[:8] + ([f"+{len(names) - 8} more"] if len(names) > 8 else [])
+        return [f"steps={shown!r}", *super()._repr_fields()]
+
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
         return [(a, 1) for a in _agents_in(self.steps)]  # for the fingerprint (flows bound calls by step)
 

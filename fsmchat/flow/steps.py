@@ -31,6 +31,13 @@ class Task:
     should_run: Callable[[Any], bool] | None = None
     retry_delay: float = 0.1
 
+    def __repr__(self) -> str:
+        who = f"agent={self.agent.name!r}" if self.agent is not None else \
+            f"handler={getattr(self.handler, '__name__', type(self.handler).__name__)}"
+        extra = "" if self.on_error == "stop" else f", on_error={self.on_error!r}" + \
+            (f", max_retries={self.max_retries}" if self.on_error == "retry" else "")
+        return f"Task({self.name!r}, {who}{extra})"
+
     def __post_init__(self) -> None:
         if (self.handler is None) == (self.agent is None):
             raise ValueError("Task needs exactly one of handler= (a callable) or agent= (an Agent)")
@@ -77,10 +84,24 @@ def _steps(steps: Any, what: str) -> list[Any]:
     return items
 
 
+def _names(steps: Sequence[Any]) -> list[str]:
+    return [getattr(s, "name", None) or as_task(s).name or "step" for s in steps]
+
+
+def _fn(f: Any) -> str:
+    return getattr(f, "__name__", type(f).__name__)
+
+
 class Block:
     """Base of composite steps (each compiles to a subgraph or a fork state)."""
 
     name: str = "block"
+
+    def _repr_fields(self) -> list[str]:
+        return [f"steps={_names(getattr(self, 'steps', []))!r}"]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join([repr(self.name), *self._repr_fields()])})"
 
 
 class Discussion(Block):
@@ -107,6 +128,11 @@ class Discussion(Block):
                               "once; each speaker takes its turns in order (use rounds= for more turns, or "
                               "select= to let one speaker talk more often)")
         self.rounds, self.until, self.select, self.name = rounds, until, select, name
+
+    def _repr_fields(self) -> list[str]:
+        return [f"speakers={_names(self.tasks)!r}", f"rounds={self.rounds}"] + \
+            ([f"until={_fn(self.until)}"] if self.until is not None else []) + \
+            ([f"select={_fn(self.select)}"] if self.select is not None else [])
 
     def task_for(self, speaker: Any) -> Task:
         for a, t in zip(self.agents, self.tasks):
@@ -135,6 +161,10 @@ class Loop(Block):
         self.steps, self.over, self.var_name = _steps(steps, "loop"), over, var_name
         self.parallel, self.name, self.max_items = bool(parallel), name, max_items
 
+    def _repr_fields(self) -> list[str]:
+        return [f"over={self.over!r}", *super()._repr_fields()] + (["parallel=True"] if self.parallel else []) + \
+            ([f"max_items={self.max_items}"] if self.max_items is not None else [])
+
 
 class Parallel(Block):
     def __init__(self, steps: Sequence[Any], name: str = "parallel"):
@@ -152,6 +182,9 @@ class Route(Block):
         self.routes = {k: _steps(v, f"route {k!r}") for k, v in routes.items()}
         self.default = _steps(default, "route default") if default else []
         self.name = name
+
+    def _repr_fields(self) -> list[str]:
+        return [f"routes={list(self.routes)!r}"] + ([f"default={_names(self.default)!r}"] if self.default else [])
 
     def says(self, key: str, text: Any) -> bool:
         """Whether ``key`` appears as a whole word in ``text`` (case-insensitive)."""
@@ -175,6 +208,10 @@ class If(Block):
         self.else_steps = _steps(else_steps, "if_ else_steps") if else_steps else []
         self.name = name
 
+    def _repr_fields(self) -> list[str]:
+        return [f"condition={_fn(self.condition)}", f"then={_names(self.then_steps)!r}"] + \
+            ([f"else={_names(self.else_steps)!r}"] if self.else_steps else [])
+
 
 class Repeat(Block):
     def __init__(self, step: Any, until: Any = None, max_iterations: int = 10, name: str = "repeat"):
@@ -183,6 +220,10 @@ class Repeat(Block):
         self.steps = _steps(step, "repeat")
         self.until = compile_condition(until, "repeat until") if until is not None else None
         self.max_iterations, self.name = max_iterations, name
+
+    def _repr_fields(self) -> list[str]:
+        return [*super()._repr_fields(), f"max_iterations={self.max_iterations}"] + \
+            ([f"until={_fn(self.until)}"] if self.until is not None else [])
 
 
 def loop(step: Any = None, over: str = "items", var_name: str = "item", parallel: bool = False,

@@ -1,24 +1,42 @@
 """Layer 3: draw a ``StateGraph`` as DOT (via the ``graphviz`` package) and Mermaid text.
 
-Both are built from the flattened graph, so the picture shows exactly what the engine runs:
-nested subgraphs are clusters, guards are edge labels, and a run's trace can be overlaid
-(visited states filled, edge hit counts on the labels).
+Both are written from one plain ``Drawing`` of the flattened graph (nodes, nested groups, edges
+with their kind), so the picture shows exactly what the engine runs and the two syntaxes agree:
+nested subgraphs and branch runs are groups nested alike, guards are ``[guard]`` edge labels, and
+a run's trace can be overlaid (visited states filled, edge hit counts on the labels).
+
+Edge kinds (a legend on every DOT drawing, a comment in Mermaid): *guarded* ``[guard]`` edges are
+tried in declared order; a *fallback* (dashed, plain label) is taken when no guard passed; an
+*always* edge (solid, no label) is a state's only way on; a *stop* edge (red) enters a final state and
+ends the run; *fork*/*join* edges (dotted) start a fork state's branch runs and lead each branch's
+final states to the join bar, from which the fork state's own transitions leave.
 """
 from __future__ import annotations
 
 import hashlib
+import html
 import re
 import shutil
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import RenderError
+from ..models import split_branch
 from .state_graph import FlatGraph, StateGraph, Transition
 
 DOT_HASH_MARK = "fsmchat-dot-sha256:"
 INSTALL_HINT = ("install Graphviz with: apt-get install graphviz (Debian/Ubuntu), brew install graphviz "
                 "(macOS) or choco install graphviz (Windows)")
+
+# what each edge kind means, in the words of the legend (DOT) and the header comment (Mermaid)
+LEGEND = {
+    "guarded": "[guard]: guarded edge, taken when guard(ctx) is true (tried in declared order)",
+    "fallback": "dashed (plain label or none): fallback, taken when no guard passed",
+    "stop": "red: stop edge, enters a final state (double border) and ends the run",
+    "fork": "dotted: fork into branch runs, each branch's final states join at the bar",
+}
 
 
 def edge_text(t: Transition) -> str:
@@ -28,12 +46,60 @@ def edge_text(t: Transition) -> str:
     return f"[{g}]" if t.label == g else f"{t.label} [{g}]"
 
 
-def _overlay(trace: Any) -> tuple[set[str], Counter]:
-    """Visited states and (source, dest, label) hit counts of a run (a RunResult or a trace list)."""
+# ---- the plain drawing both syntaxes are written from ----
+@dataclass
+class Node:
+    id: str
+    label: str  # short name, then the description on a second line
+    group: tuple[str, ...]  # enclosing groups (cluster / branch ids), outermost first
+    final: bool = False
+    join: bool = False  # the join bar of a fork state
+    visited: bool = False
+
+
+@dataclass
+class Edge:
+    source: str
+    dest: str
+    text: str
+    kind: str  # always | guarded | fallback | fork | join
+    stop: bool = False  # enters a final state of the run
+    hits: int = 0
+
+
+@dataclass
+class Drawing:
+    name: str
+    title: str
+    initial: str
+    nodes: list[Node] = field(default_factory=list)
+    groups: dict[tuple[str, ...], str] = field(default_factory=dict)  # group path -> label, parents first
+    edges: list[Edge] = field(default_factory=list)
+    overlay: bool = False
+
+    def kinds(self) -> set[str]:
+        found = {e.kind for e in self.edges} | ({"stop"} if any(e.stop for e in self.edges) else set())
+        return found | ({"fork"} if "join" in found else set())
+
+
+def _overlay(trace: Any) -> tuple[set[str], Counter, Counter, Counter]:
+    """A run's (a RunResult's or a trace list's) visited states, (source, dest, label) hit counts,
+    and per drawn state the branch runs that started there and that ended there."""
     events = getattr(trace, "trace", trace) or []
     visited = {_drawn(e.state) for e in events}
     hits = Counter((_drawn(e.state), _drawn(e.dest), e.trigger) for e in events if e.dest is not None)
-    return visited, hits
+    starts: Counter = Counter()
+    ends: Counter = Counter()
+    ended: dict[str, bool] = {}  # per branch run id: did its last step end it (a later step starts it anew)
+    for e in events:
+        run, _ = split_branch(e.state)
+        if run:
+            if ended.get(run, True):
+                starts[_drawn(e.state)] += 1
+            ended[run] = e.dest is None
+            if e.dest is None:
+                ends[_drawn(e.state)] += 1
+    return visited, hits, starts, ends
 
 
 def _drawn(name: str) -> str:
@@ -42,76 +108,125 @@ def _drawn(name: str) -> str:
     return re.sub(r"\|(\d+)\[\d+\]\.", r"|\1.", name) if "[" in name else name
 
 
-def _branch_graphs(flat: FlatGraph, prefix: str = "") -> list[tuple[str, str, FlatGraph]]:
-    """(owner state id, branch id prefix, branch flat graph) for every fork state, recursively."""
-    out = []
-    for s in flat.states.values():
-        for i, b in enumerate(s.branches, 1):
-            bp = f"{prefix}{s.name}|{i}."
-            bf = b.flatten()
-            out.append((prefix + s.name, bp, bf))
-            out.extend(_branch_graphs(bf, bp))
-    return out
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def drawing(graph: StateGraph, trace: Any = None) -> Drawing:
+    """The plain drawing of ``graph`` (flattened; branch runs nested in their fork state's group),
+    with ``trace`` overlaid when given."""
+    flat = graph.flatten()
+    visited, hits, starts, ends = _overlay(trace) if trace is not None else (set(), Counter(), Counter(), Counter())
+    d = Drawing(graph.name, graph.description or graph.name, flat.initial, overlay=trace is not None)
+
+    def level(fg: FlatGraph, prefix: str, base: tuple[str, ...], top: bool) -> None:
+        for cpath, desc in fg.clusters.items():
+            short = _short(cpath[-1])
+            d.groups[base + tuple(prefix + c for c in cpath)] = short if desc in ("", short) else f"{short}\n{desc}"
+        joins: dict[str, str] = {}
+        for s in fg.states.values():
+            q, group = prefix + s.name, base + tuple(prefix + c for c in s.cluster)
+            d.nodes.append(Node(q, _short(s.name) + (f"\n{s.description}" if s.description else ""), group,
+                                final=s.final, visited=q in visited))
+            if not s.branches:
+                continue
+            joins[s.name] = join = f"{q}|join"
+            d.nodes.append(Node(join, "join", group, join=True,
+                                visited=any(k[0] == q for k in hits)))
+            for i, b in enumerate(s.branches, 1):
+                bid = f"{q}|{i}"
+                bf = b.flatten()
+                d.groups[group + (bid,)] = f"{_short(s.name)} branch {i}: {bf.name}"
+                level(bf, bid + ".", group + (bid,), False)
+                entry = f"{bid}.{bf.initial}"
+                d.edges.append(Edge(q, entry, "fork", "fork", hits=starts[entry]))
+                d.edges.extend(Edge(f"{bid}.{f.name}", join, "join", "join", hits=ends[f"{bid}.{f.name}"])
+                               for f in bf.states.values() if f.final)
+        for t in fg.transitions:
+            out = fg.states[t.source].out
+            kind = ("guarded" if t.guard is not None else
+                    "fallback" if any(o.guard is not None for o in out) else "always")
+            text = "" if (t.guard is None and t.label == "next") else edge_text(t)
+            source = prefix + t.source
+            d.edges.append(Edge(joins.get(t.source, source), prefix + t.dest, text, kind,
+                                stop=top and fg.states[t.dest].final, hits=hits.get((source, prefix + t.dest, t.label), 0)))
+
+    level(flat, "", (), True)
+    return d
+
+
+def _children(d: Drawing, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    return [g for g in d.groups if len(g) == len(path) + 1 and g[:len(path)] == path]
+
+
+def _edge_group(e: Edge, where: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The innermost group holding both ends of ``e`` (where Mermaid wants the edge written)."""
+    a, b = where[e.source], where[e.dest]
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+# ---- DOT ----
+def _dot_legend(d: Drawing) -> str:
+    rows = [LEGEND[k] for k in LEGEND if k in d.kinds()]
+    text = "<br/>".join(html.escape(r, quote=False) for r in rows)
+    title = html.escape(d.title, quote=False).replace("\n", "<br/>")
+    return f'<<b>{title}</b><br/><font point-size="9">{text}</font>>' if rows else f"<<b>{title}</b>>"
 
 
 def to_dot(graph: StateGraph, trace: Any = None) -> str:
     import graphviz
 
-    flat = graph.flatten()
-    visited, hits = _overlay(trace) if trace is not None else (set(), Counter())
-    dot = graphviz.Digraph(name=graph.name, graph_attr={"rankdir": "TB", "label": graph.description or graph.name,
+    d = drawing(graph, trace)
+    dot = graphviz.Digraph(name=graph.name, graph_attr={"rankdir": "TB", "label": _dot_legend(d),
                                                         "labelloc": "t", "fontname": "Helvetica"},
                            node_attr={"shape": "box", "style": "rounded", "fontname": "Helvetica",
                                       "fontsize": "11"},
                            edge_attr={"fontname": "Helvetica", "fontsize": "10"})
     dot.node("__start__", "", shape="circle", style="filled", fillcolor="black", width="0.2")
-    bodies: dict[tuple[str, ...], graphviz.Digraph] = {(): dot}
-    order: list[tuple[graphviz.Digraph, graphviz.Digraph]] = []
-    labels: dict[tuple[str, ...], str] = {}
 
-    def body(path: tuple[str, ...]) -> graphviz.Digraph:
-        if path not in bodies:
-            parent = body(path[:-1])
-            sub = graphviz.Digraph(name="cluster_" + re.sub(r"\W", "_", path[-1]),
-                                   graph_attr={"label": labels.get(path, path[-1]), "style": "rounded,dashed"})
-            bodies[path] = sub
-            order.append((parent, sub))
-        return bodies[path]
-
-    def emit(fg: FlatGraph, prefix: str, base: tuple[str, ...]) -> None:
-        for cpath, desc in fg.clusters.items():
-            short = cpath[-1].rsplit(".", 1)[-1]
-            labels[base + tuple(prefix + c for c in cpath)] = short if desc in ("", short) else f"{short}\n{desc}"
-        for s in fg.states.values():
-            label = s.name.rsplit(".", 1)[-1] + (f"\n{s.description}" if s.description else "")
+    def nodes_of(body: graphviz.Digraph, path: tuple[str, ...]) -> None:
+        for n in d.nodes:
+            if n.group != path:
+                continue
             attrs: dict[str, str] = {}
-            if s.final:
+            if n.join:
+                attrs.update(shape="box", style="filled", fillcolor="blue" if n.visited else "black",
+                             color="blue" if n.visited else "black", height="0.06", width="1.2", fixedsize="true")
+                body.node(n.id, "", **attrs)
+                continue
+            if n.final:
                 attrs.update(peripheries="2")
-            if prefix + s.name in visited:
+            if n.visited:
                 attrs.update(style="rounded,filled", fillcolor="lightblue")
-            body(base + tuple(prefix + c for c in s.cluster)).node(prefix + s.name, label, **attrs)
-        for t in fg.transitions:
-            text = "" if (t.guard is None and t.label == "next") else edge_text(t)
-            attrs = {}
-            n = hits.get((prefix + t.source, prefix + t.dest, t.label), 0)
-            if trace is not None and n:
-                text = f"{text} ×{n}".strip()
-                attrs.update(penwidth="2", color="blue")
-            body(base).edge(prefix + t.source, prefix + t.dest, text, **attrs)
+            body.node(n.id, n.label, **attrs)
+        for sub in _children(d, path):
+            cluster = graphviz.Digraph(name="cluster_" + re.sub(r"\W", "_", sub[-1]),
+                                       graph_attr={"label": d.groups[sub], "style": "rounded,dashed"})
+            nodes_of(cluster, sub)
+            body.subgraph(cluster)
 
-    emit(flat, "", ())
-    for owner, bp, bf in _branch_graphs(flat):
-        owner_cluster = next((s.cluster for n, s in flat.states.items() if n == owner), ())
-        cpath = tuple(owner_cluster) + (bp.rstrip("."),)
-        labels[cpath] = f"{owner.rsplit('.', 1)[-1]} branch {bp.rstrip('.').rsplit('|', 1)[-1]}: {bf.name}"
-        emit(bf, bp, cpath)
-        body(()).edge(owner, bp + bf.initial, "fork", style="dashed")
-    for parent, sub in reversed(order):  # innermost first, so nested clusters are complete when added
-        parent.subgraph(sub)
-    dot.edge("__start__", flat.initial)
+    nodes_of(dot, ())
+    for e in d.edges:
+        attrs: dict[str, str] = {}
+        if e.kind == "fallback":
+            attrs.update(style="dashed")
+        elif e.kind in ("fork", "join"):
+            attrs.update(style="dotted")
+        if e.stop:
+            attrs.update(color="firebrick", fontcolor="firebrick")
+        text = e.text
+        if d.overlay and e.hits:
+            text = f"{text} ×{e.hits}".strip()
+            attrs.update(penwidth="2", color="blue")
+        dot.edge(e.source, e.dest, text, **attrs)
+    dot.edge("__start__", d.initial)
     return dot.source
 
 
+# ---- Mermaid ----
 _MERMAID_WORDS = {"end", "state", "note", "direction", "classDef", "class", "style", "click", "default"}
 
 
@@ -124,48 +239,52 @@ def _mtext(text: str) -> str:
     return text.replace(":", " -").replace("\n", " ").replace(";", ",").replace("#", "")
 
 
+_MERMAID_LEGEND = {
+    "guarded": "[guard] a guarded edge, taken when guard(ctx) is true (tried in declared order)",
+    "fallback": "a plain label (or none, beside guarded edges) is a fallback, taken when no guard passed",
+    "stop": "X --> [*] a final state, where the run ends",
+    "fork": "a fork state starts its branch groups, whose final states lead to its join",
+}
+
+
 def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
-    flat = graph.flatten()
-    visited, hits = _overlay(trace) if trace is not None else (set(), Counter())
+    d = drawing(graph, trace)
     lines = ["stateDiagram-v2", f"    %% {graph.name}: {_mtext(graph.description)}".rstrip(": ")]
+    lines += [f"    %% legend: {_MERMAID_LEGEND[k]}" for k in _MERMAID_LEGEND if k in d.kinds()]
+    where = {n.id: n.group for n in d.nodes}
+    edges_in: dict[tuple[str, ...], list[Edge]] = {}
+    for e in d.edges:
+        edges_in.setdefault(_edge_group(e, where), []).append(e)
 
-    def emit(path: tuple[str, ...], indent: str) -> None:
-        for s in flat.states.values():
-            if s.cluster != path:
-                continue
-            short = s.name.rsplit(".", 1)[-1]
-            label = short + (f" ({_mtext(s.description)})" if s.description else "")
-            lines.append(f'{indent}state "{label}" as {_mid(s.name)}')
-        for sub in sorted((c for c in flat.clusters if len(c) == len(path) + 1 and c[:len(path)] == path),
-                          key=lambda c: list(flat.clusters).index(c)):
+    def edge_line(e: Edge) -> str:
+        text = e.text
+        if d.overlay and e.hits:
+            text = f"{text} x{e.hits}".strip()
+        return f"{_mid(e.source)} --> {_mid(e.dest)}" + (f" : {_mtext(text)}" if text else "")
+
+    def group(path: tuple[str, ...], indent: str) -> None:
+        for n in d.nodes:
+            if n.group == path:
+                short, _, desc = n.label.partition("\n")
+                label = _mtext(f"{short} ({desc})" if desc else short)
+                lines.append(f"{indent}state {_mid(n.id)} <<join>>" if n.join else
+                             f'{indent}state "{label}" as {_mid(n.id)}')
+        for sub in _children(d, path):
             lines.append(f"{indent}state {_mid(sub[-1])} {{")
-            emit(sub, indent + "    ")
+            group(sub, indent + "    ")
             lines.append(f"{indent}}}")
+        if not path:
+            lines.append(f"{indent}[*] --> {_mid(d.initial)}")
+        lines.extend(indent + edge_line(e) for e in edges_in.get(path, []))
 
-    emit((), "    ")
-    for owner, bp, bf in _branch_graphs(flat):
-        lines.append(f"    state {_mid(bp.rstrip('.'))} {{")
-        for s in bf.states.values():
-            lines.append(f'        state "{s.name.rsplit(".", 1)[-1]}" as {_mid(bp + s.name)}')
-        for t in bf.transitions:
-            text = edge_text(t) if not (t.guard is None and t.label == "next") else ""
-            lines.append(f"        {_mid(bp + t.source)} --> {_mid(bp + t.dest)}" + (f" : {_mtext(text)}" if text else ""))
-        lines.append("    }")
-        lines.append(f"    {_mid(owner)} --> {_mid(bp + bf.initial)} : fork")
-    lines.append(f"    [*] --> {_mid(flat.initial)}")
-    for t in flat.transitions:
-        text = edge_text(t) if not (t.guard is None and t.label == "next") else ""
-        n = hits.get((t.source, t.dest, t.label), 0)
-        if trace is not None and n:
-            text = f"{text} x{n}".strip()
-        lines.append(f"    {_mid(t.source)} --> {_mid(t.dest)}" + (f" : {_mtext(text)}" if text else ""))
-    for s in flat.states.values():
-        if s.final:
-            lines.append(f"    {_mid(s.name)} --> [*]")
-    if visited:
+    group((), "    ")
+    for n in d.nodes:
+        if n.final and not n.group:
+            lines.append(f"    {_mid(n.id)} --> [*]")
+    seen = [n.id for n in d.nodes if n.visited]
+    if seen:
         lines.append("    classDef visited fill:#add8e6,stroke:#1f4e79")
-        drawn = [*flat.states, *(bp + n for _o, bp, bf in _branch_graphs(flat) for n in bf.states)]
-        lines.append("    class " + ",".join(_mid(n) for n in drawn if n in visited) + " visited")
+        lines.append("    class " + ",".join(_mid(n) for n in seen) + " visited")
     return "\n".join(lines) + "\n"
 
 
@@ -189,6 +308,35 @@ def render_svg(dot_source: str) -> str:
     svg = graphviz.Source(dot_source).pipe(format="svg").decode()
     stamp = f"<!-- {DOT_HASH_MARK}{dot_hash(dot_source)} -->\n"
     return svg.replace("<svg", stamp + "<svg", 1)
+
+
+# ---- notebooks (Jupyter's rich display) ----
+def has_graphviz() -> bool:
+    """Whether Graphviz's ``dot`` program is on PATH (SVG needs it; DOT and Mermaid text do not)."""
+    return shutil.which("dot") is not None
+
+
+def to_svg(graph: StateGraph, trace: Any = None) -> str:
+    """The graph as SVG text (``trace`` overlaid); ``RenderError`` without Graphviz."""
+    return render_svg(to_dot(graph, trace))
+
+
+def mime_bundle(graph: StateGraph, trace: Any = None) -> dict[str, str]:
+    """What a notebook shows for the graph: its SVG, or (without Graphviz) its Mermaid text as a
+    fenced ``mermaid`` block, which JupyterLab and GitHub draw."""
+    if has_graphviz():
+        return {"image/svg+xml": to_svg(graph, trace)}
+    return {"text/markdown": f"```mermaid\n{to_mermaid(graph, trace)}```\n"}
+
+
+def to_html(graph: StateGraph, trace: Any = None) -> str:
+    """An HTML fragment of the graph for a page or a notebook cell: the SVG inline, or (without
+    Graphviz) the Mermaid text, escaped, in a ``<pre class="mermaid">`` with a note saying why."""
+    if has_graphviz():
+        svg = to_svg(graph, trace)
+        return svg[svg.index("<svg"):]  # no XML declaration or doctype inside HTML
+    return (f"<p><em>Graphviz's dot is not installed ({html.escape(INSTALL_HINT)}); the graph as Mermaid:</em></p>"
+            f'<pre class="mermaid">{html.escape(to_mermaid(graph, trace))}</pre>')
 
 
 def render(graph: StateGraph, path: str | Path, trace: Any = None) -> str:

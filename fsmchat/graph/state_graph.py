@@ -305,8 +305,25 @@ class StateGraph:
         from .render import render
         return render(self, path, trace)
 
+    def to_svg(self, trace: Any = None) -> str:
+        """SVG text (needs Graphviz's ``dot``); ``trace`` (a RunResult) overlays the run."""
+        from .render import to_svg
+        return to_svg(self, trace)
+
+    def to_html(self, trace: Any = None) -> str:
+        """An HTML fragment: the SVG inline, or the Mermaid text when Graphviz is missing."""
+        from .render import to_html
+        return to_html(self, trace)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """Jupyter shows the graph as SVG (Mermaid text when Graphviz is missing)."""
+        from .render import mime_bundle
+        return {**mime_bundle(self), "text/plain": repr(self)}
+
     def __repr__(self) -> str:
-        return f"StateGraph({self.name!r}, {len(self.states)} states, {len(self.transitions)} transitions)"
+        final = sum(s.final for s in self.states.values())
+        return (f"StateGraph({self.name!r}, {len(self.states)} states ({final} final), "
+                f"{len(self.transitions)} transitions, initial {self.initial if self.states else None!r})")
 
 
 def branch_graph(graph: StateGraph, branch: str) -> FlatGraph:

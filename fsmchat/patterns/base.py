@@ -28,7 +28,7 @@ from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
 from ..errors import attach_result, result_of, run_finished
 from ..graph.state_graph import StateGraph
 from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, TraceEvent, Transcript, check_output_type, format_output,
-                      safe_text)
+                      safe_text, shorten)
 from ..speakers.agent import SEED_ROLE, Speaker, Turn
 from ..speakers.llm import CallStats
 
@@ -234,6 +234,32 @@ class Pattern(ABC):
             self._graph = g.validate()
         return self._graph
 
+    # ---- display ----
+    def _repr_fields(self) -> list[str]:
+        """What ``repr`` shows between the parentheses (a pattern adds its own)."""
+        try:
+            names = list(dict.fromkeys(getattr(s, "name", type(s).__name__) for s, _n in self._calls_by_speaker()))
+        except TypeError:
+            names = []
+        shown = names[:8] + ([f"+{len(names) - 8} more"] if len(names) > 8 else [])
+        return [f"speakers={shown!r}"] if names else []
+
+    def __repr__(self) -> str:
+        parts = [f"name={shorten(str(self.name), 40)!r}", *self._repr_fields()]
+        try:
+            g = self.graph
+            parts.append(f"graph={g.name!r}: {len(g.flatten().states)} states")
+        except Exception as exc:  # a repr never raises: say why there is no graph
+            parts.append(f"graph=<{type(exc).__name__}>")
+        if self.limits is not None:
+            parts.append("limits=" + ", ".join(f"{k}={v}" for k, v in
+                                                self.limits.model_dump(exclude_defaults=True).items()))
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """Jupyter shows a pattern as its graph (SVG; Mermaid text when Graphviz is missing)."""
+        return {**self.graph._repr_mimebundle_(include, exclude), "text/plain": repr(self)}
+
     def with_limits(self, limits: Limits | None = None, **kw: Any) -> "Pattern":
         """Set budgets/deadline (``max_tokens``, ``max_cost_usd``, ``max_model_calls``,
         ``deadline_s``, ``price_per_1k_tokens``, ``refuse_over_bound``); the graph gains the
@@ -397,7 +423,7 @@ class Pattern(ABC):
         # resume) is not part of it; the final state's record is
         last = len(saved.events) - 1
         trace = [e for i, e in enumerate(saved.events) if e.dest is not None or i == last]
-        result = RunResult([e.state for e in trace], trace, saved.stop_reason or "done", ctx)
+        result = RunResult([e.state for e in trace], trace, saved.stop_reason or "done", ctx, graph=self.graph)
         result.run_id = run_id
         return self._finish(result)
 

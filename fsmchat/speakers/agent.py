@@ -13,7 +13,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from ..deadline import call_within
 from ..errors import ModelCallError, fatal_error, invalid_config
-from ..models import Bid, Message
+from ..models import Bid, Message, shorten
 from . import llm
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
     respond_response_format, silent
@@ -85,9 +85,15 @@ class Agent(BaseModel):
         return self
 
     def __repr_args__(self) -> Any:
-        """Reprs, logs and tracebacks never show secrets (api keys, tokens, passwords)."""
+        """Reprs, logs and tracebacks never show secrets (api keys, tokens, passwords); they stay
+        short: options left at their defaults are omitted and long texts (prompts) are cut."""
+        fields = type(self).model_fields
         for k, v in super().__repr_args__():
-            yield (k, "***" if k is not None and is_secret(k) and v else mask_secrets(v))
+            if k in fields and k != "name" and not fields[k].is_required() and v == fields[k].get_default(
+                    call_default_factory=True):
+                continue
+            v = "***" if k is not None and is_secret(k) and v else mask_secrets(v)
+            yield (k, shorten(v, 80) if isinstance(v, str) else v)
 
     @property
     def litellm_kwargs(self) -> dict[str, Any]:
