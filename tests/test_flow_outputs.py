@@ -192,3 +192,16 @@ def test_flow_input_starts_a_carried_variable_and_travels_in_a_config():
     assert prompts(m, "a") == ["Talk about the first topic", "Talk about next topic"]
     assert [x.content for x in r.transcript] == ["next topic", "last"]
     assert from_config(flow.to_config()).steps[0].handler is flow_input
+
+
+def test_the_diagram_shows_a_step_prompt_and_where_its_output_goes():
+    m = ScriptedModel({})
+    a = m.agent("a")
+    flow = AgentFlow(steps=[Task(agent=a, name="intro", action="Introduce\n yourself", post=False),
+                            Task(agent=a, action="Review {{work}} " + "x" * 80, save_as="work", append_to="all"),
+                            a])
+    states = flow.graph.flatten().states
+    assert states["intro"].description == "agent a\nasked: Introduce yourself\nnot posted"
+    assert states["a"].description == ("agent a\nasked: Review {{work}} " + "x" * 53 + "…\n"
+                                       "saves {{work}}, appends to {{all}}")
+    assert states["a_2"].description == "agent a"
