@@ -35,6 +35,8 @@ def brainstorming_session(participants=None, facilitator=None, idea_rounds=3, bu
         raise ValueError("At least two participants are required for brainstorming.")
     if not facilitator:
         raise ValueError("A facilitator agent is required for brainstorming session.")
+    if isinstance(idea_rounds, bool) or not isinstance(idea_rounds, int):
+        raise TypeError(f"idea_rounds must be an int, got {idea_rounds!r}")
     f, names = facilitator, ", ".join(p.name for p in participants)
     intros = [Task(agent=f, name=f"{f.name}_intro", post=False,
                    action=f"You are {f.name}, facilitating a brainstorm. Brainstorming participants: {names}. "

@@ -30,6 +30,10 @@ def interview_series(questions=None, interviewer=None, interviewee=None, follow_
                      output_type="str-all-except-first") -> AgentFlow:
     if not interviewer or not interviewee:
         raise ValueError("Both interviewer and interviewee agents are required.")
+    if isinstance(follow_up_depth, bool) or not isinstance(follow_up_depth, int):
+        raise TypeError(f"follow_up_depth must be an int (0 or less: no follow-ups), got {follow_up_depth!r}")
+    if isinstance(questions, str) or not all(isinstance(q, str) for q in questions or []):
+        raise TypeError(f"questions must be a list of strings, got {questions!r}")
     questions = list(questions or DEFAULT_QUESTIONS)
     i, e = interviewer, interviewee
     per_question = [Task(agent=i, action="Ask this question: {{question}}"), Task(agent=e, save_as="answer")]

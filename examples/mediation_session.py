@@ -31,6 +31,8 @@ def mediation_session(parties=None, mediator=None, max_sessions=3, output_type="
         raise ValueError("At least two parties are required for mediation.")
     if not mediator:
         raise ValueError("A mediator agent is required for mediation session.")
+    if isinstance(max_sessions, bool) or not isinstance(max_sessions, int):
+        raise TypeError(f"max_sessions must be an int, got {max_sessions!r}")
     m, names = mediator, ", ".join(p.name for p in parties)
     intros = [Task(agent=m, name=f"{m.name}_intro", post=False,
                    action=f"You are {m.name}, a neutral mediator. Disputing parties: {names}. Mediator: {m.name}. "

@@ -32,6 +32,8 @@ def peer_review_process(reviewers=None, author=None, review_rounds=2, output_typ
         raise ValueError("At least one reviewer is required.")
     if not author:
         raise ValueError("An author agent is required for peer review.")
+    if isinstance(review_rounds, bool) or not isinstance(review_rounds, int):
+        raise TypeError(f"review_rounds must be an int, got {review_rounds!r}")
     names = ", ".join(r.name for r in reviewers)
     intros = [Task(agent=author, name=f"{author.name}_intro", post=False,
                    action=f"You are {author.name}, the author. Reviewers: {names}. Author: {author.name}. "

@@ -18,9 +18,14 @@ def example(name):
     return load_file(ROOT / "examples" / f"{name}.py")
 
 
+def numbered(req):
+    """Every reply is "<agent>#<k>", the agent's k-th call."""
+    return f"{req.agent}#{req.n}"
+
+
 @pytest.fixture
 def model():
-    m = FunctionModel(lambda req: f"{req.agent}#{req.n}")
+    m = FunctionModel(numbered)
     yield m
     m.close()
 
@@ -357,3 +362,38 @@ def test_example_runs_with_a_model_over_http(monkeypatch, capsys):
         assert len(srv.requests) == 9
     out = capsys.readouterr().out
     assert "-- status: completed, stop: done, 9 model calls (worst case 9)" in out
+
+
+def test_ill_typed_counts_are_refused_when_built(model):
+    two = [model.agent("P"), model.agent("Q")]
+    cases = [
+        (lambda: example("interview_series").interview_series(["q"], two[0], two[1], follow_up_depth="2"),
+         "follow_up_depth must be an int (0 or less: no follow-ups), got '2'"),
+        (lambda: example("interview_series").interview_series("Why?", two[0], two[1]),
+         "questions must be a list of strings, got 'Why?'"),
+        (lambda: example("peer_review_process").peer_review_process(two, model.agent("A"), review_rounds=2.0),
+         "review_rounds must be an int, got 2.0"),
+        (lambda: example("mediation_session").mediation_session(two, model.agent("M"), max_sessions=True),
+         "max_sessions must be an int, got True"),
+        (lambda: example("brainstorming_session").brainstorming_session(two, model.agent("F"), idea_rounds=None),
+         "idea_rounds must be an int, got None")]
+    for make, message in cases:
+        with pytest.raises(TypeError) as exc:
+            make()
+        assert str(exc.value) == message
+    assert model.requests == []
+
+
+def test_a_pattern_travels_as_a_config_and_runs_the_same(model):
+    from fsmchat import from_config
+
+    flow = example("brainstorming_session").brainstorming_session([model.agent("P1"), model.agent("P2")],
+                                                                  model.agent("F"), idea_rounds=2)
+    first = run(flow)
+    sent = calls(model)
+    model.requests.clear()
+    again = from_config(flow.to_config(), trusted=True)  # trusted: the scripted model's function is this module's
+    second = again.execute(TASK)
+    assert second.ok and calls(model) == sent  # the same prompts, in the same order
+    assert posts(second) == posts(first) and second.output["output"] == first.output["output"]
+    assert again.max_calls() == flow.max_calls() == 11
