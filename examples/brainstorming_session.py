@@ -57,7 +57,7 @@ def brainstorming_session(participants=None, facilitator=None, idea_rounds=3, bu
     rounds = list(range(1, idea_rounds + 1))
     return AgentFlow(name="brainstorming_session", memory=True, output_type=output_type,
                      variables={"rounds": rounds, "ideas": []},
-                     steps=[*intros, Task(handler=flow_input, name="problem_is_the_task", post=False, save_as="problem"),
+                     steps=[*intros, Task(handler=flow_input, name="problem_is_task", post=False, save_as="problem"),
                             loop(round_, over="rounds", var_name="round", max_items=len(rounds), name="idea_rounds")])
 
 

@@ -51,7 +51,7 @@ def mediation_session(parties=None, mediator=None, max_sessions=3, output_type="
                            % len(parties))]
     sessions = list(range(1, max_sessions + 1))
     return AgentFlow(name="mediation_session", memory=True, output_type=output_type, variables={"sessions": sessions},
-                     steps=[*intros, Task(handler=flow_input, name="dispute_is_the_task", post=False, save_as="dispute"),
+                     steps=[*intros, Task(handler=flow_input, name="dispute_is_task", post=False, save_as="dispute"),
                             loop(session, over="sessions", var_name="session", max_items=len(sessions),
                                  name="sessions")])
 

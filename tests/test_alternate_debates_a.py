@@ -144,7 +144,8 @@ def test_peer_review_two_reviewers_two_rounds(model):
                                                               model.agent("A"), review_rounds=2)
     r = run(flow)
     assert calls(model)[3:] == [
-        ("R1", f"Reviewer R1, please review this work: {TASK}"), ("R2", f"Reviewer R2, please review this work: {TASK}"),
+        ("R1", f"Reviewer R1, please review this work: {TASK}"),
+        ("R2", f"Reviewer R2, please review this work: {TASK}"),
         ("A", "Author A, please respond to these reviews: ['R1#2', 'R2#2']"),
         ("R1", "Reviewer R1, please review this work: A#2"), ("R2", "Reviewer R2, please review this work: A#2"),
         ("A", "Author A, please respond to these reviews: ['R1#3', 'R2#3']")]
