@@ -96,7 +96,7 @@ class DiscussionSpec(_Spec):
 class LoopSpec(_Spec):
     kind: Literal["loop"] = "loop"
     steps: list["Step"]
-    over: str = "items"
+    over: str | list[Any] = "items"  # a variable's name, or a literal list
     var_name: str = "item"
     parallel: bool = False
     name: str = "loop"
@@ -114,6 +114,7 @@ class RouteSpec(_Spec):
     routes: dict[str, list["Step"]]
     default: list["Step"] = Field(default_factory=list)
     name: str = "route"
+    on: str | None = None
 
 
 class IfSpec(_Spec):
@@ -386,13 +387,14 @@ class _Writer:
                                   until=_opt_ref(s.until, f"Discussion {s.name!r} until"),
                                   select=_opt_ref(s.select, f"Discussion {s.name!r} select"))
         if isinstance(s, Loop):
-            return LoopSpec(steps=self.steps(s.steps), over=s.over, var_name=s.var_name, parallel=s.parallel,
+            over = s.over if isinstance(s.over, str) else _jsonable(s.over, f"loop {s.name!r} over")
+            return LoopSpec(steps=self.steps(s.steps), over=over, var_name=s.var_name, parallel=s.parallel,
                             name=s.name, max_items=s.max_items)
         if isinstance(s, Parallel):
             return ParallelSpec(steps=self.steps(s.steps), name=s.name)
         if isinstance(s, Route):
             return RouteSpec(routes={k: self.steps(v) for k, v in s.routes.items()}, default=self.steps(s.default),
-                             name=s.name)
+                             name=s.name, on=s.on)
         if isinstance(s, If):
             cond, expr = self.condition(s.condition, f"if_ {s.name!r} condition")
             return IfSpec(condition=cond, expression=expr, then_steps=self.steps(s.then_steps),
@@ -643,7 +645,7 @@ class _Reader:
             return parallel(steps(spec.steps), name=spec.name)
         if isinstance(spec, RouteSpec):
             return route({k: steps(v) for k, v in spec.routes.items()}, default=steps(spec.default) or None,
-                         name=spec.name)
+                         name=spec.name, on=spec.on)
         if isinstance(spec, IfSpec):
             cond = spec.expression if spec.expression is not None else \
                 self.trust.callable(spec.condition or "", f"if_ {spec.name!r} condition")
