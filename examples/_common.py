@@ -19,11 +19,14 @@ def show(pattern: Any, default_task: str) -> None:
 
 
 def report(flow: Any, default_task: str) -> None:
-    """Run a flow; print each step, the status, the calls against the worst case."""
+    """Run a flow; print each step, its formatted output (when it has an ``output_type``), the
+    status, the calls against the worst case."""
     result = flow.execute(task(default_task))
     out = result.output
     for step in out["steps"]:
         print(f"[{step['name']}] ({step['status']}) {step['output']}")
+    if getattr(flow, "output_type", None) is not None:
+        print(f"\n-- output ({flow.output_type}):\n{out['output']}")
     print(f"\n-- status: {out['status']}, stop: {result.stop_reason}, {result.calls} model calls "
           f"(worst case {flow.max_calls()}), {len(result.path)} states")
     if result.error is not None:

@@ -78,6 +78,9 @@ class TaskSpec(_Spec):
     max_retries: int = 0
     should_run: str | None = None
     retry_delay: float = 0.1
+    post: bool = True
+    save_as: str | None = None
+    append_to: str | None = None
 
 
 Participant = Annotated[Union[AgentSpec, CallableSpec], Field(discriminator="kind")]
@@ -232,6 +235,8 @@ class FlowSpec(_PatternSpec):
     variables: dict[str, Any] = Field(default_factory=dict)
     agents: list[AgentSpec] | None = None
     verbose: bool = False
+    memory: bool = False
+    output_type: str | None = None
 
 
 class FactorySpec(_PatternSpec):
@@ -370,7 +375,8 @@ class _Writer:
         agent = self.agent(t.agent) if t.agent is not None else None
         return TaskSpec(handler=_opt_ref(t.handler, f"Task {t.name!r} handler"), agent=agent, name=t.name,
                         action=t.action, on_error=t.on_error, max_retries=t.max_retries,
-                        should_run=_opt_ref(t.should_run, f"Task {t.name!r} should_run"), retry_delay=t.retry_delay)
+                        should_run=_opt_ref(t.should_run, f"Task {t.name!r} should_run"), retry_delay=t.retry_delay,
+                        post=t.post, save_as=t.save_as, append_to=t.append_to)
 
     def step(self, s: Any) -> Any:
         from .flow.steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, Task
@@ -494,7 +500,7 @@ def to_config(pattern: Any) -> Any:
         spec = FlowSpec(name=pattern.name, steps=w.steps(pattern.steps),
                         variables=_jsonable(pattern.variables, f"AgentFlow {pattern.name!r} variables"),
                         agents=[w.agent(a) for a in pattern.agents] if pattern.agents is not None else None,
-                        verbose=pattern.verbose, **common)
+                        verbose=pattern.verbose, memory=pattern.memory, output_type=pattern.output_type, **common)
     elif pattern.factory:
         spec = FactorySpec(**common)
     else:
@@ -596,7 +602,8 @@ class _Reader:
         assert isinstance(spec, FlowSpec)
         return self.cls(spec, AgentFlow)(
             steps=[self.step(s) for s in spec.steps], variables=dict(spec.variables), name=spec.name,
-            agents=[self.agent(a) for a in spec.agents] if spec.agents is not None else None, verbose=spec.verbose)
+            agents=[self.agent(a) for a in spec.agents] if spec.agents is not None else None, verbose=spec.verbose,
+            memory=spec.memory, output_type=spec.output_type)
 
     def agent(self, spec: AgentSpec) -> Any:
         from .speakers.agent import Agent
@@ -623,7 +630,7 @@ class _Reader:
                     agent=self.agent(spec.agent) if spec.agent is not None else None, name=spec.name,
                     action=spec.action, on_error=spec.on_error, max_retries=spec.max_retries,
                     should_run=self.fn(spec.should_run, f"Task {spec.name!r} should_run"),
-                    retry_delay=spec.retry_delay)
+                    retry_delay=spec.retry_delay, post=spec.post, save_as=spec.save_as, append_to=spec.append_to)
 
     def step(self, spec: Any) -> Any:
         from .flow.steps import Discussion, if_, loop, parallel, repeat, route

@@ -48,7 +48,12 @@ async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
             template = task.action if task.action is not None else None
             prompt = ctx.render(template) if template is not None else \
                 (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
-        return await agent.reply(Turn(agent.name, [], prompt, stats=ctx.stats, variables=ctx.variables, history=[]))
+        memory = ctx.memory.setdefault(agent.name, []) if ctx.memory is not None else []
+        reply = await agent.reply(Turn(agent.name, [], prompt, stats=ctx.stats, variables=ctx.variables,
+                                       history=list(memory)))
+        if ctx.memory is not None:  # the agent remembers its own prompt and reply for the rest of the run
+            memory += [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
+        return reply
     try:
         return await call_within(task.handler, ctx, deadline=ctx.stats.deadline, what=f"step {task.name!r}")
     except DeadlineExceeded as exc:
@@ -97,12 +102,26 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
     output = ctx.transcript.admit(name, "" if out is None else (out if isinstance(out, str) else str(out)))
     ctx.previous_result = output
     ctx.steps.append({"name": name, "output": output, "status": "stopped" if stop else "completed"})
-    ctx.transcript.post(name, output)
+    if task.post:
+        ctx.transcript.post(name, output)
+    if task.save_as is not None:
+        ctx.variables[task.save_as] = output
+    if task.append_to is not None:
+        ctx.variables[task.append_to] = [*_as_list(ctx.variables.get(task.append_to), task), output]
     if stop:
         ctx.status = "stopped"
         ctx.events.append({"event": "stop_workflow", "step": name})
         return "stopped", output
     return "completed", output
+
+
+def _as_list(value: Any, task: Task) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError(f"Task {task.name!r} append_to={task.append_to!r}: the variable holds a "
+                        f"{type(value).__name__}, not a list; start it as [] or use save_as=")
+    return value
 
 
 # ---- compiling ----
@@ -403,6 +422,7 @@ def _split_into(n: int) -> Callable[[FlowContext], list[tuple[int, FlowContext, 
 def _forked(child: FlowContext) -> FlowContext:
     """Remember the child's variables as they were at the fork (the join merges only changes)."""
     child.at_fork = copy.deepcopy(child.variables)  # type: ignore[attr-defined]
+    child.memory_at_fork = {k: len(v) for k, v in (child.memory or {}).items()}  # type: ignore[attr-defined]
     return child
 
 
@@ -427,6 +447,10 @@ def _join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext
                 if k not in unset and (k not in at_fork or at_fork[k] != v):
                     ctx.variables[k] = v
             ctx.steps.extend(c.steps)
+            if ctx.memory is not None and c.memory is not None:  # what each agent was told in the branch
+                at_fork_memory = c.memory_at_fork  # type: ignore[attr-defined]
+                for agent, entries in c.memory.items():
+                    ctx.memory.setdefault(agent, []).extend(entries[at_fork_memory.get(agent, 0):])
             for m in c.transcript:
                 ctx.transcript.post(m.role, m.content, **m.metadata)
             ctx.events.extend(c.events)

@@ -1,5 +1,6 @@
-"""The typed context of a flow run: input, variables, previous result, step records, status;
-plus ``{{name}}`` templating and the small condition language (``"{{score}} > 80"``)."""
+"""The typed context of a flow run: input, variables, previous result, step records, status,
+the agents' private memories (``AgentFlow(memory=True)``); plus ``{{name}}`` templating (with an
+index or slice, ``{{xs[-3:]}}``) and the small condition language (``"{{score}} > 80"``)."""
 from __future__ import annotations
 
 import copy
@@ -10,7 +11,16 @@ from typing import Any, Callable
 from ..models import Transcript
 from ..speakers.llm import CallStats
 
-_VAR = re.compile(r"\{\{\s*([\w.]+)\s*\}\}")
+_VAR = re.compile(r"\{\{\s*([\w.]+)\s*(\[\s*-?\d*\s*(?::\s*-?\d*\s*)?\])?\s*\}\}")
+
+
+def _pick(value: Any, spec: str) -> Any:
+    """``value[i]`` or ``value[a:b]`` for a ``[...]`` suffix (Python's own indexing rules)."""
+    inner = spec[1:-1].replace(" ", "")
+    if ":" in inner:
+        a, b = inner.split(":")
+        return value[slice(int(a) if a else None, int(b) if b else None)]
+    return value[int(inner)]
 
 
 @dataclass
@@ -36,6 +46,8 @@ class FlowContext:
         self.events: list[dict[str, Any]] = []
         self.transcript = Transcript(events=self.events)
         self.frames: dict[int, dict[str, Any]] = {}  # per-block working state, keyed by block id
+        # each agent's own prompts and replies this run (AgentFlow(memory=True)); None: agents remember nothing
+        self.memory: dict[str, list[dict[str, str]]] | None = None
 
     @property
     def previous_output(self) -> Any:
@@ -53,6 +65,8 @@ class FlowContext:
             return self.input
         if name in ("previous_output", "previous_result"):
             return self.previous_result
+        if name == "transcript" and name not in self.variables:
+            return [m.content for m in self.transcript]
         value: Any = self.variables
         for part in name.split("."):
             if isinstance(value, dict) and part in value:
@@ -62,11 +76,16 @@ class FlowContext:
         return value
 
     def render(self, template: str) -> str:
-        """Replace ``{{name}}`` with input, previous_output or a variable; unknown names stay."""
+        """Replace ``{{name}}`` with input, previous_output, ``transcript`` (the contents posted so
+        far, a list) or a variable; ``{{name[i]}}`` / ``{{name[a:b]}}`` index or slice it first (a
+        list renders as Python's ``str(list)``, e.g. ``['a', 'b']``). Unknown names and indexes out
+        of range stay as written."""
         def sub(m: re.Match[str]) -> str:
             try:
                 v = self.lookup(m.group(1))
-            except KeyError:
+                if m.group(2):
+                    v = _pick(v, m.group(2))
+            except (KeyError, IndexError, TypeError):
                 return m.group(0)
             return "" if v is None else str(v)
         return _VAR.sub(sub, template) if "{{" in template else template
@@ -81,7 +100,8 @@ class FlowContext:
             raise TypeError(f"checkpointing a flow needs JSON-able variables; found a {exc}") from None
         return {"variables": variables, "previous_result": self.previous_result, "steps": self.steps,
                 "status": self.status, "error": None if self.error is None else str(self.error),
-                "frames": encode(self.frames), "events": self.events, "stats": self.stats.to_state()}
+                "frames": encode(self.frames), "events": self.events, "stats": self.stats.to_state(),
+                "memory": self.memory}
 
     def restore(self, state: dict[str, Any]) -> None:
         from ..checkpoint import decode
@@ -96,11 +116,13 @@ class FlowContext:
         self.frames = decode(state["frames"])
         self.events[:] = state["events"]
         self.stats.restore(state["stats"])
+        self.memory = state.get("memory", self.memory)
 
     def child(self) -> "FlowContext":
         """A branch context: a deep copy of the variables, the same input, stats and previous result."""
         c = FlowContext(self.input, copy.deepcopy(self.variables), self.stats)
         c.previous_result = self.previous_result
+        c.memory = copy.deepcopy(self.memory)
         c.transcript.max_chars = self.transcript.max_chars
         return c
 
@@ -146,7 +168,8 @@ def check_expression(expr: str, op: str | None, what: str) -> None:
 
 def compile_condition(condition: Any, what: str = "condition") -> Callable[[FlowContext], bool]:
     """A callable ``(ctx) -> bool`` as is, or a string expression: ``{{var}} OP value`` with
-    OP in >, >=, <, <=, ==, !=, in (substring), contains; or a lone ``{{flag}}`` (truthy)."""
+    OP in >, >=, <, <=, ==, !=, in (substring), contains; or a lone ``{{flag}}`` (truthy; false when
+    unset; a list or dict is true when not empty)."""
     if callable(condition):
         return condition
     if not isinstance(condition, str) or not condition.strip():
@@ -161,6 +184,14 @@ def compile_condition(condition: Any, what: str = "condition") -> Callable[[Flow
 
     def evaluate(ctx: FlowContext) -> bool:
         if op is None:
+            m = _VAR.fullmatch(expr)
+            if m is not None and not m.group(2):
+                try:
+                    value = ctx.lookup(m.group(1))
+                except KeyError:
+                    return False  # an unset flag (or accumulator) is false
+                if isinstance(value, (list, tuple, dict)):  # a collection is true when it is not empty
+                    return bool(value)
             return truthy(ctx.render(expr))
         left, right = (ctx.render(s).strip() for s in expr.split(op, 1))
         o = op.strip()

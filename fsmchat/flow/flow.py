@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from ..graph.state_graph import StateGraph
 from ..checks import check_agents
 from ..errors import ConfigError, attach_result, bad_value, fatal_error, run_finished
-from ..models import RunResult
+from ..models import RunResult, check_output_type, format_output
 from ..patterns.base import Pattern
 from ..speakers.agent import Agent
 from .compile import Compiler, StepError, bound, walk_steps
@@ -42,10 +42,17 @@ class AgentFlow(Pattern):
     """A workflow: ``steps`` run in order, each an Agent, a callable ``(ctx) -> str | StepResult``,
     a ``Task``, a ``Discussion`` or a combinator; ``variables`` is the declared initial state
     (never mutated by a run). ``run``/``start`` return ``{"output", "steps", "variables",
-    "status"}`` plus ``"error"`` when failed; ``execute`` returns the ``RunResult``."""
+    "status"}`` plus ``"error"`` when failed; ``execute`` returns the ``RunResult``.
+
+    ``memory=True`` gives every agent a private memory for the run: each of its calls is sent its
+    own earlier prompts and replies first (as swarms' agents keep theirs), so an introduction
+    step, or what an agent said two rounds ago, still counts. ``output_type`` (e.g.
+    ``"str-all-except-first"``, any of the patterns' output types) makes ``"output"`` the flow's
+    transcript formatted that way instead of the last step's output."""
 
     def __init__(self, steps: Sequence[Any] | None = None, variables: dict[str, Any] | None = None,
-                 name: str = "flow", agents: Sequence[Agent] | None = None, verbose: bool = False):
+                 name: str = "flow", agents: Sequence[Agent] | None = None, verbose: bool = False,
+                 memory: bool = False, output_type: str | None = None):
         if not steps:
             raise ValueError("AgentFlow needs at least one step")
         if variables is not None and not isinstance(variables, dict):
@@ -56,6 +63,15 @@ class AgentFlow(Pattern):
                 as_task(s)
         self.variables = dict(variables or {})
         self.name, self.verbose = name, verbose
+        if not isinstance(memory, bool):
+            raise bad_value(f"AgentFlow {name!r}", "memory", memory, "True (each agent remembers its own prompts "
+                            "and replies of the run) or False", type_error=True)
+        if output_type is not None:
+            try:
+                check_output_type(output_type)
+            except ValueError as exc:
+                raise ConfigError(f"AgentFlow {name!r}: {exc}") from None
+        self.memory, self.output_type = memory, output_type
         check_agents(agents, f"AgentFlow {name!r}")
         for a in agents or []:
             if not isinstance(a, Agent):
@@ -91,6 +107,8 @@ class AgentFlow(Pattern):
     def _context(self, task: str) -> FlowContext:  # type: ignore[override]
         ctx = FlowContext(task, copy.deepcopy(self.variables))
         ctx.stats.roster = _agents_in(self.steps)
+        if self.memory:
+            ctx.memory = {}
         return ctx
 
     async def arun(self, task: str, **kw: Any) -> Any:
@@ -124,7 +142,9 @@ class AgentFlow(Pattern):
         result.calls = ctx.stats.calls
         result.usage = dict(ctx.stats.usage)
         result.events = list(ctx.events)
-        out: dict[str, Any] = {"output": ctx.previous_result, "steps": ctx.steps, "variables": ctx.variables,
+        output = ctx.previous_result if self.output_type is None else \
+            format_output(ctx.transcript.messages, self.output_type)
+        out: dict[str, Any] = {"output": output, "steps": ctx.steps, "variables": ctx.variables,
                                "status": ctx.status}
         if ctx.error is not None:
             out["error"] = str(ctx.error)

@@ -20,7 +20,13 @@ class Task:
     ``agent``; ``on_error`` is "stop" (halt the flow), "continue" (record and go on) or "retry"
     (up to ``max_retries`` more attempts with exponential backoff from ``retry_delay`` s).
     ``should_run(ctx)`` false skips the step. ``action`` is the agent's prompt template
-    (default: the previous output, or the flow's input)."""
+    (default: the previous output, or the flow's input).
+
+    Where the output goes: it is always the step's record and the next previous output; it is
+    posted to the flow's transcript unless ``post=False`` (an introduction whose reply is thrown
+    away); ``save_as="x"`` also stores it in variable ``x`` (read later as ``{{x}}``);
+    ``append_to="xs"`` appends it to the list variable ``xs`` (created empty; an accumulator,
+    read as ``{{xs}}`` or a window such as ``{{xs[-3:]}}``)."""
 
     handler: Callable[..., Any] | None = None
     agent: Agent | None = None
@@ -30,6 +36,9 @@ class Task:
     max_retries: int = 0
     should_run: Callable[[Any], bool] | None = None
     retry_delay: float = 0.1
+    post: bool = True
+    save_as: str | None = None
+    append_to: str | None = None
 
     def __post_init__(self) -> None:
         if (self.handler is None) == (self.agent is None):
@@ -50,6 +59,14 @@ class Task:
         if self.should_run is not None and not callable(self.should_run):
             raise bad_value("Task", "should_run", self.should_run, "a callable (ctx) -> bool, or None",
                             type_error=True)
+        if not isinstance(self.post, bool):
+            raise bad_value("Task", "post", self.post, "True (post the output to the transcript) or False",
+                            type_error=True)
+        for key in ("save_as", "append_to"):
+            v = getattr(self, key)
+            if v is not None and (not isinstance(v, str) or not v.isidentifier()):
+                raise bad_value("Task", key, v, "a variable name such as 'answer' (read later as {{answer}})",
+                                type_error=not isinstance(v, str))
         if self.name is None:
             self.name = self.agent.name if self.agent is not None else \
                 getattr(self.handler, "__name__", type(self.handler).__name__)
