@@ -389,8 +389,13 @@ def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) ->
 
 
 def over_text(lp: Loop) -> str:
-    """How a loop's list is named in the diagram: the variable, or a literal list's length."""
-    return lp.over if isinstance(lp.over, str) else f"a list of {len(lp.over)}"
+    """How a loop's list is named in the diagram: the variable, a short literal list of plain
+    values as written, or a literal list's length."""
+    if isinstance(lp.over, str):
+        return lp.over
+    shown = repr(lp.over)
+    plain = all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in lp.over)
+    return shown if plain and len(shown) <= 60 else f"a list of {len(lp.over)}"
 
 
 def _items(ctx: FlowContext, lp: Loop) -> list[Any]:
