@@ -32,7 +32,7 @@ _EXPORTS: dict[str, str] = {
     "one_on_one_debate": "patterns", "ExpertPanelDiscussion": "patterns",
     # layer 7: flows
     "AgentFlow": "flow", "Flow": "flow", "Discussion": "flow", "StepResult": "flow", "Task": "flow", "loop": "flow",
-    "parallel": "flow", "route": "flow", "if_": "flow", "when": "flow", "repeat": "flow",
+    "parallel": "flow", "route": "flow", "if_": "flow", "when": "flow", "repeat": "flow", "flow_input": "flow",
     # layer 8: network (hub, discussion channels)
     "Hub": "network", "HubClient": "network", "Channel": "network", "MemoryKnowledgeStore": "network",
     "wait_for_text_count": "network", "DiscussionState": "network", "Envelope": "network", "EV_TEXT": "network",
@@ -63,7 +63,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .config import from_config
     from .engine import GraphRun, run, run_graph, run_sync
     from .errors import FsmchatError, GraphError, ModelCallError, NoTransitionError, RenderError, result_of
-    from .flow import AgentFlow, Discussion, Flow, StepResult, Task, if_, loop, parallel, repeat, route, when
+    from .flow import (AgentFlow, Discussion, Flow, StepResult, Task, flow_input, if_, loop, parallel, repeat, route,
+                       when)
     from .graph import StateGraph
     from .limits import Limits
     from .trust import UntrustedReference

@@ -179,3 +179,29 @@ def test_a_resumed_run_keeps_the_memories_of_the_steps_before_the_interrupt(tmp_
     resumed = flow.resume("m", cp)
     assert resumed.ok and resumed.output["output"] == "r2"
     assert [x["content"] for x in second.requests_of("a")[0].messages] == ["intro", "hi", "q1", "r1", "q2"]
+
+
+def test_flow_input_starts_a_carried_variable_and_travels_in_a_config():
+    from fsmchat import flow_input
+
+    m = ScriptedModel({"a": ["next topic", "last"]})
+    a = m.agent("a")
+    step = Task(agent=a, action="Talk about {{topic}}", save_as="topic")
+    flow = AgentFlow(steps=[Task(handler=flow_input, post=False, save_as="topic"), step, step])
+    r = run(flow, "the first topic")
+    assert prompts(m, "a") == ["Talk about the first topic", "Talk about next topic"]
+    assert [x.content for x in r.transcript] == ["next topic", "last"]
+    assert from_config(flow.to_config()).steps[0].handler is flow_input
+
+
+def test_the_diagram_shows_a_step_prompt_and_where_its_output_goes():
+    m = ScriptedModel({})
+    a = m.agent("a")
+    flow = AgentFlow(steps=[Task(agent=a, name="intro", action="Introduce\n yourself", post=False),
+                            Task(agent=a, action="Review {{work}} " + "x" * 80, save_as="work", append_to="all"),
+                            a])
+    states = flow.graph.flatten().states
+    assert states["intro"].description == "agent a\nasked: Introduce yourself\nnot posted"
+    assert states["a"].description == ("agent a\nasked: Review {{work}} " + "x" * 53 + "…\n"
+                                       "saves {{work}}, appends to {{all}}")
+    assert states["a_2"].description == "agent a"

@@ -1,8 +1,8 @@
 """Layer 7: workflows (AgentFlow) with the Discussion step and the combinators."""
 from .compile import StepError
-from .context import FlowContext, StepResult
+from .context import FlowContext, StepResult, flow_input
 from .flow import AgentFlow, Flow
 from .steps import Discussion, Task, if_, loop, parallel, repeat, route, when
 
-__all__ = ["AgentFlow", "Flow", "Discussion", "Task", "StepResult", "StepError", "FlowContext", "loop", "parallel",
-           "route", "if_", "when", "repeat"]
+__all__ = ["AgentFlow", "Flow", "Discussion", "Task", "StepResult", "StepError", "FlowContext", "flow_input", "loop",
+           "parallel", "route", "if_", "when", "repeat"]

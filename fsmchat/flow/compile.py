@@ -185,7 +185,7 @@ class Compiler:
                 status, _ = await run_task(task, ctx)
                 return status
 
-            desc = f"agent {task.agent.name}" if task.agent is not None else f"call {task.name}"
+            desc = (f"agent {task.agent.name}" if task.agent is not None else f"call {task.name}") + task_notes(task)
             g.state(state, _named(run_step, f"run_{task.name}", desc), desc)
 
     # -- Discussion: begin -> turn -> check_until -> (turn | done)
@@ -361,6 +361,21 @@ class Compiler:
         g.edge("begin", "body").edge("body", "check")
         bounded_exits(g, "check", "body", key, iterations_left, "max_iterations")
         return g
+
+
+def task_notes(task: Task) -> str:
+    """What a diagram shows of a step besides its speaker: its prompt template (cut at 70
+    characters) and where its output goes, when they differ from the defaults."""
+    notes = []
+    if task.action is not None:
+        action = " ".join(task.action.split())
+        notes.append("asked: " + (action if len(action) <= 70 else action[:69] + "…"))
+    where = [f"saves {{{{{task.save_as}}}}}"] if task.save_as else []
+    where += [f"appends to {{{{{task.append_to}}}}}"] if task.append_to else []
+    where += ["not posted"] if not task.post else []
+    if where:
+        notes.append(", ".join(where))
+    return "".join("\n" + n for n in notes)
 
 
 def bounded_exits(g: StateGraph, check: str, again: str, key: int, more: Callable[[FlowContext], bool],

@@ -130,6 +130,12 @@ class FlowContext:
         return f"FlowContext(status={self.status!r}, steps={len(self.steps)}, variables={sorted(self.variables)})"
 
 
+def flow_input(ctx: FlowContext) -> str:
+    """the flow's input (a step that starts a carried variable from the task:
+    ``Task(handler=flow_input, post=False, save_as="topic")``)"""
+    return ctx.input
+
+
 _OPS = (">=", "<=", "==", "!=", ">", "<", " contains ", " in ")
 
 
