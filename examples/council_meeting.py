@@ -8,8 +8,9 @@ tally, no branch, no extra round. Members vote on a constant prompt, with only t
 The chair's opener and its call for a vote are recorded but given to nobody. The first recorded
 row (the chair's first opener) is dropped by the default output.
 Deviations: bad input is refused when the flow is built (same messages), not at run(); the task
-must be non-empty; each sweep runs as a parallel fan-out (the members' calls are independent and
-are recorded in list order; the reference runs them one by one); memories last one run.
+must be non-empty; memories last one run. Each sweep is a fan-out run one branch at a time
+(`max_concurrency=1`: the reference's call order; the calls are independent, so dropping it runs
+them concurrently with the same records).
 """
 import sys
 from pathlib import Path
@@ -17,14 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import report  # noqa: E402
 
-from fsmchat import Agent, AgentFlow, StepResult, Task, loop, parallel  # noqa: E402
+from fsmchat import Agent, AgentFlow, Task, flow_input, loop, parallel  # noqa: E402
 
 P, LIST = "{{proposal}}", "{{parallel_outputs}}"  # the carried proposal; the last fan-out's replies
-
-
-def table_the_task(ctx) -> StepResult:
-    """the task is the first proposal"""
-    return StepResult(variables={"proposal": ctx.input})
 
 
 def council_meeting(council_members=None, chairperson=None, voting_rounds=1, require_consensus=False,
@@ -43,14 +39,14 @@ def council_meeting(council_members=None, chairperson=None, voting_rounds=1, req
     meeting = [
         Task(agent=chair, action=f"Council Meeting Round {{{{round}}}}: {P}"),
         parallel([Task(agent=m, action=f"Council Member {m.name}, discuss this proposal: {P}") for m in members],
-                 name="discuss"),
+                 name="discuss", max_concurrency=1),
         Task(agent=chair, action=f"Based on these discussions {LIST}, call for a vote on the proposal."),
         parallel([Task(agent=m, action=f"Council Member {m.name}, vote on the proposal (approve/reject/abstain).")
-                  for m in members], name="vote"),
+                  for m in members], name="vote", max_concurrency=1),
         Task(agent=chair, action=f"Announce the voting result based on: {LIST}", save_as="proposal")]
     return AgentFlow(name="council_meeting", memory=True, output_type=output_type,
                      variables={"require_consensus": require_consensus},
-                     steps=[*setup, Task(handler=table_the_task, post=False),
+                     steps=[*setup, Task(handler=flow_input, post=False, save_as="proposal"),
                             loop(meeting, over=list(range(1, voting_rounds + 1)), var_name="round", name="rounds")])
 
 

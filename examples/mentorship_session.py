@@ -20,14 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import report  # noqa: E402
 
-from fsmchat import Agent, AgentFlow, StepResult, Task, loop  # noqa: E402
+from fsmchat import Agent, AgentFlow, Task, flow_input, loop  # noqa: E402
 
 G, PREV = "{{goal}}", "{{previous_output}}"  # the carried goal; the step before's reply
-
-
-def set_first_goal(ctx) -> StepResult:
-    """the task is the first session's goal"""
-    return StepResult(variables={"goal": ctx.input})
 
 
 def mentorship_session(mentor=None, mentee=None, session_count=3, include_feedback=True,
@@ -47,7 +42,7 @@ def mentorship_session(mentor=None, mentee=None, session_count=3, include_feedba
                Task(agent=mentor, action="Set the goal for the next session based on this discussion.",
                     save_as="goal")]
     return AgentFlow(name="mentorship_session", memory=True, output_type=output_type,
-                     steps=[*setup, Task(handler=set_first_goal, post=False),
+                     steps=[*setup, Task(handler=flow_input, post=False, save_as="goal"),
                             loop(session, over=list(range(1, session_count + 1)), var_name="session",
                                  name="sessions")])
 

@@ -10,8 +10,8 @@ and later parties do not see earlier responses. Concessions are a constant promp
 the party's own memory. The mediator's round opener is recorded but given to nobody.
 Deviations: bad input is refused when the flow is built (same messages), not at run(); the task
 must be non-empty; `include_concessions` decides which steps exist (it is fixed when the flow is
-built), so max_calls() is exact; sweeps run as parallel fan-outs (independent calls, recorded in
-list order); memories last one run.
+built), so max_calls() is exact; memories last one run. Each sweep is a fan-out run one branch at
+a time (`max_concurrency=1`: the reference's call order; its calls are independent).
 """
 import sys
 from pathlib import Path
@@ -19,14 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import report  # noqa: E402
 
-from fsmchat import Agent, AgentFlow, StepResult, Task, loop, parallel  # noqa: E402
+from fsmchat import Agent, AgentFlow, Task, flow_input, loop, parallel  # noqa: E402
 
 T, LIST = "{{terms}}", "{{parallel_outputs}}"  # the carried terms; the last fan-out's replies
-
-
-def table_the_task(ctx) -> StepResult:
-    """the task is the first round's terms"""
-    return StepResult(variables={"terms": ctx.input})
 
 
 def negotiation_session(parties=None, mediator=None, negotiation_rounds=5, include_concessions=True,
@@ -44,7 +39,8 @@ def negotiation_session(parties=None, mediator=None, negotiation_rounds=5, inclu
                    "position clearly and be willing to compromise.") for i, p in enumerate(parties, 1)]
 
     def sweep(prompt: str, name: str):
-        return parallel([Task(agent=p, action=f"Party {p.name}, {prompt}") for p in parties], name=name)
+        return parallel([Task(agent=p, action=f"Party {p.name}, {prompt}") for p in parties], name=name,
+                        max_concurrency=1)
 
     concessions = [sweep("consider making a concession based on the discussion.", "concessions")]
     negotiation = [Task(agent=mediator, action=f"Negotiation Round {{{{round}}}}: {T}"),
@@ -54,7 +50,7 @@ def negotiation_session(parties=None, mediator=None, negotiation_rounds=5, inclu
                    Task(agent=mediator, action="Summarize the round and propose next steps for agreement.",
                         save_as="terms")]
     return AgentFlow(name="negotiation_session", memory=True, output_type=output_type,
-                     steps=[*setup, Task(handler=table_the_task, post=False),
+                     steps=[*setup, Task(handler=flow_input, post=False, save_as="terms"),
                             loop(negotiation, over=list(range(1, negotiation_rounds + 1)), var_name="round",
                                  name="rounds")])
 

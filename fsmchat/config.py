@@ -110,6 +110,7 @@ class ParallelSpec(_Spec):
     kind: Literal["parallel"] = "parallel"
     steps: list["Step"]
     name: str = "parallel"
+    max_concurrency: int | None = Field(default=None, ge=1)
 
 
 class RouteSpec(_Spec):
@@ -397,7 +398,7 @@ class _Writer:
             return LoopSpec(steps=self.steps(s.steps), over=over, var_name=s.var_name, parallel=s.parallel,
                             name=s.name, max_items=s.max_items)
         if isinstance(s, Parallel):
-            return ParallelSpec(steps=self.steps(s.steps), name=s.name)
+            return ParallelSpec(steps=self.steps(s.steps), name=s.name, max_concurrency=s.max_concurrency)
         if isinstance(s, Route):
             return RouteSpec(routes={k: self.steps(v) for k, v in s.routes.items()}, default=self.steps(s.default),
                              name=s.name, on=s.on)
@@ -649,7 +650,7 @@ class _Reader:
             return loop(steps=steps(spec.steps), over=spec.over, var_name=spec.var_name, parallel=spec.parallel,
                         name=spec.name, max_items=spec.max_items)
         if isinstance(spec, ParallelSpec):
-            return parallel(steps(spec.steps), name=spec.name)
+            return parallel(steps(spec.steps), name=spec.name, max_concurrency=spec.max_concurrency)
         if isinstance(spec, RouteSpec):
             return route({k: steps(v) for k, v in spec.routes.items()}, default=steps(spec.default) or None,
                          name=spec.name, on=spec.on)

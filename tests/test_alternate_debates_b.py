@@ -77,7 +77,7 @@ def test_council_two_rounds_call_order_inputs_and_record(m):
     assert r.calls == 17 == flow.max_calls()  # 1 + N + R(2N + 3), N = 2, R = 2
     rnd = ["rounds.next", "rounds.body.C", "rounds.body.discuss", "rounds.body.C_2", "rounds.body.vote",
            "rounds.body.C_3", "rounds.body.done"]
-    assert r.path == ["C", "A", "B", "table_the_task", "rounds.begin", *rnd, *rnd, "rounds.next", "rounds.end",
+    assert r.path == ["C", "A", "B", "flow_input", "rounds.begin", *rnd, *rnd, "rounds.next", "rounds.end",
                       "rounds.done", "end"]
     assert r.paths["rounds.body.discuss|2"] == ["rounds.body.discuss|2.B", "rounds.body.discuss|2.done"] * 2
     posted = [("C", "C-2"), ("A", "A-2"), ("B", "B-2"), ("C", "C-3"), ("A", "A-3"), ("B", "B-3"), ("C", "C-4"),

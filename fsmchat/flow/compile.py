@@ -168,8 +168,11 @@ class Compiler:
                 g.subgraph(state, self.loop(step), f"each {step.var_name} in {over_text(step)}")
         elif isinstance(step, Parallel):
             branches = [self.sequence([s], f"{state}_{i + 1}", reason=branch_reason) for i, s in enumerate(step.steps)]
+            limit = step.max_concurrency
+            how = "concurrently" if limit is None or limit >= len(branches) else \
+                "one after another" if limit == 1 else f"at most {limit} at once"
             g.fork(state, branches, _split_into(len(branches)), _join_to("parallel_outputs"),
-                   f"{len(branches)} branches concurrently")
+                   f"{len(branches)} branches {how}", max_concurrency=limit)
         elif isinstance(step, Route):
             g.subgraph(state, self.route(step), "first key said in the previous output" if step.on is None
                        else f"the key equal to {step.on}")

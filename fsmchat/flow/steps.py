@@ -156,8 +156,14 @@ class Loop(Block):
 
 
 class Parallel(Block):
-    def __init__(self, steps: Sequence[Any], name: str = "parallel"):
+    def __init__(self, steps: Sequence[Any], name: str = "parallel", max_concurrency: int | None = None):
+        if max_concurrency is not None and (isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int)
+                                            or max_concurrency < 1):
+            raise bad_value("parallel", "max_concurrency", max_concurrency, "an int >= 1, the most branches "
+                            "running at once (1: one after another, in order), or None for all",
+                            type_error=not isinstance(max_concurrency, int))
         self.steps, self.name = _steps(list(steps), "parallel"), name
+        self.max_concurrency = max_concurrency
 
 
 class Route(Block):
@@ -234,9 +240,12 @@ def loop(step: Any = None, over: str | Sequence[Any] = "items", var_name: str = 
     return Loop(steps if steps is not None else step, over, var_name, parallel, name, max_items)
 
 
-def parallel(steps: Sequence[Any], name: str = "parallel") -> Parallel:
-    """Run the steps concurrently on copies of the variables; merge writes in declaration order."""
-    return Parallel(steps, name)
+def parallel(steps: Sequence[Any], name: str = "parallel", max_concurrency: int | None = None) -> Parallel:
+    """Run the steps concurrently on copies of the variables; merge writes in declaration order
+    (outputs in ``{{parallel_outputs}}``, a list). ``max_concurrency`` caps the branches running at
+    once; they start in declaration order, so ``max_concurrency=1`` is a sequential fan-out (each
+    branch still sees only the variables as they were at the fork) with a fixed call order."""
+    return Parallel(steps, name, max_concurrency)
 
 
 def route(routes: dict[str, Any], default: Any = None, name: str = "route", on: str | None = None) -> Route:
