@@ -198,10 +198,11 @@ def test_the_diagram_shows_a_step_prompt_and_where_its_output_goes():
     m = ScriptedModel({})
     a = m.agent("a")
     flow = AgentFlow(steps=[Task(agent=a, name="intro", action="Introduce\n yourself", post=False),
-                            Task(agent=a, action="Review {{work}} " + "x" * 80, save_as="work", append_to="all"),
+                            Task(agent=a, action="Review {{work}} " + "x" * 80 + " {{transcript[-2:]}}",
+                                 save_as="work", append_to="all"),
                             a])
     states = flow.graph.flatten().states
     assert states["intro"].description == "agent a\nasked: Introduce yourself\nnot posted"
-    assert states["a"].description == ("agent a\nasked: Review {{work}} " + "x" * 53 + "…\n"
+    assert states["a"].description == ("agent a\nasked: Review {{work}} " + "x" * 44 + "… {{transcript[-2:]}}\n"
                                        "saves {{work}}, appends to {{all}}")
     assert states["a_2"].description == "agent a"

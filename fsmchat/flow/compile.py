@@ -367,12 +367,17 @@ class Compiler:
 
 
 def task_notes(task: Task) -> str:
-    """What a diagram shows of a step besides its speaker: its prompt template (cut at 70
-    characters) and where its output goes, when they differ from the defaults."""
+    """What a diagram shows of a step besides its speaker: its prompt template (a long one cut at
+    60 characters, with the ``{{fields}}`` it reads after the cut still shown) and where its output
+    goes, when they differ from the defaults."""
     notes = []
     if task.action is not None:
         action = " ".join(task.action.split())
-        notes.append("asked: " + (action if len(action) <= 70 else action[:69] + "…"))
+        if len(action) > 70:
+            head = action[:60]
+            cut = [f for f in re.findall(r"\{\{[^}]*\}\}", action) if f not in head]
+            action = head.rstrip() + "…" + "".join(" " + f for f in cut)
+        notes.append("asked: " + action)
     where = [f"saves {{{{{task.save_as}}}}}"] if task.save_as else []
     where += [f"appends to {{{{{task.append_to}}}}}"] if task.append_to else []
     where += ["not posted"] if not task.post else []
