@@ -23,19 +23,26 @@ from fsmchat import Agent, AgentFlow, Task, flow_input, loop, parallel  # noqa: 
 P, LIST = "{{proposal}}", "{{parallel_outputs}}"  # the carried proposal; the last fan-out's replies
 
 
+def intro(agent, text: str) -> Task:
+    """an introduction: the reply is thrown away (not posted) but stays in the agent's memory"""
+    return Task(agent=agent, name=f"{agent.name}_intro", post=False, action=text)
+
+
 def council_meeting(council_members=None, chairperson=None, voting_rounds=1, require_consensus=False,
                     output_type="str-all-except-first") -> AgentFlow:
     if not council_members or len(council_members) < 2:
         raise ValueError("At least two council members are required.")
     if not chairperson:
         raise ValueError("A chairperson agent is required for council meeting.")
+    if isinstance(voting_rounds, bool) or not isinstance(voting_rounds, int):
+        raise TypeError(f"voting_rounds must be an int, got {voting_rounds!r}")
     chair, members = chairperson, list(council_members)
     names = ", ".join(m.name for m in members)
-    setup = [Task(agent=chair, post=False, action=f"You are {chair.name}, the chairperson. Council members: "
-                  f"{names}. Chairperson: {chair.name}. Lead the discussion and the votes.")]
-    setup += [Task(agent=m, post=False, action=f"You are {m.name}, Council Member {i}. Other members: "
-                   f"{', '.join(o.name for o in members if o is not m)}. Chairperson: {chair.name}. "
-                   "You will discuss proposals and vote on them.") for i, m in enumerate(members, 1)]
+    setup = [intro(chair, f"You are {chair.name}, the chairperson. Council members: {names}. Chairperson: "
+                          f"{chair.name}. Lead the discussion and the votes.")]
+    setup += [intro(m, f"You are {m.name}, Council Member {i}. Other members: "
+                       f"{', '.join(o.name for o in members if o is not m)}. Chairperson: {chair.name}. "
+                       "You will discuss proposals and vote on them.") for i, m in enumerate(members, 1)]
     meeting = [
         Task(agent=chair, action=f"Council Meeting Round {{{{round}}}}: {P}"),
         parallel([Task(agent=m, action=f"Council Member {m.name}, discuss this proposal: {P}") for m in members],
@@ -46,7 +53,7 @@ def council_meeting(council_members=None, chairperson=None, voting_rounds=1, req
         Task(agent=chair, action=f"Announce the voting result based on: {LIST}", save_as="proposal")]
     return AgentFlow(name="council_meeting", memory=True, output_type=output_type,
                      variables={"require_consensus": require_consensus},
-                     steps=[*setup, Task(handler=flow_input, post=False, save_as="proposal"),
+                     steps=[*setup, Task(handler=flow_input, name="proposal_is_task", post=False, save_as="proposal"),
                             loop(meeting, over=list(range(1, voting_rounds + 1)), var_name="round", name="rounds")])
 
 

@@ -25,14 +25,21 @@ from fsmchat import Agent, AgentFlow, Task, flow_input, loop  # noqa: E402
 G, PREV = "{{goal}}", "{{previous_output}}"  # the carried goal; the step before's reply
 
 
+def intro(agent, text: str) -> Task:
+    """an introduction: the reply is thrown away (not posted) but stays in the agent's memory"""
+    return Task(agent=agent, name=f"{agent.name}_intro", post=False, action=text)
+
+
 def mentorship_session(mentor=None, mentee=None, session_count=3, include_feedback=True,
                        output_type="str-all-except-first") -> AgentFlow:
     if not mentor or not mentee:
         raise ValueError("Both mentor and mentee agents are required.")
-    setup = [Task(agent=mentor, post=False, action=f"You are {mentor.name}, mentoring {mentee.name}. Give guidance, "
-                  "support and constructive feedback."),
-             Task(agent=mentee, post=False, action=f"You are {mentee.name}, mentored by {mentor.name}. Ask questions, "
-                  "share your progress and be open to feedback.")]
+    if isinstance(session_count, bool) or not isinstance(session_count, int):
+        raise TypeError(f"session_count must be an int, got {session_count!r}")
+    setup = [intro(mentor, f"You are {mentor.name}, mentoring {mentee.name}. Give guidance, support and "
+                           "constructive feedback."),
+             intro(mentee, f"You are {mentee.name}, mentored by {mentor.name}. Ask questions, share your progress "
+                           "and be open to feedback.")]
     feedback = [Task(agent=mentee, action="Ask for specific feedback on your progress"),
                 Task(agent=mentor, action=f"Provide detailed feedback on: {PREV}")]
     session = [Task(agent=mentor, action=f"Session {{{{session}}}}: Let's work on {G}"),
@@ -42,7 +49,7 @@ def mentorship_session(mentor=None, mentee=None, session_count=3, include_feedba
                Task(agent=mentor, action="Set the goal for the next session based on this discussion.",
                     save_as="goal")]
     return AgentFlow(name="mentorship_session", memory=True, output_type=output_type,
-                     steps=[*setup, Task(handler=flow_input, post=False, save_as="goal"),
+                     steps=[*setup, Task(handler=flow_input, name="goal_is_task", post=False, save_as="goal"),
                             loop(session, over=list(range(1, session_count + 1)), var_name="session",
                                  name="sessions")])
 

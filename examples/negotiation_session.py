@@ -24,19 +24,26 @@ from fsmchat import Agent, AgentFlow, Task, flow_input, loop, parallel  # noqa: 
 T, LIST = "{{terms}}", "{{parallel_outputs}}"  # the carried terms; the last fan-out's replies
 
 
+def intro(agent, text: str) -> Task:
+    """an introduction: the reply is thrown away (not posted) but stays in the agent's memory"""
+    return Task(agent=agent, name=f"{agent.name}_intro", post=False, action=text)
+
+
 def negotiation_session(parties=None, mediator=None, negotiation_rounds=5, include_concessions=True,
                         output_type="str-all-except-first") -> AgentFlow:
     if not parties or len(parties) < 2:
         raise ValueError("At least two parties are required for negotiation.")
     if not mediator:
         raise ValueError("A mediator agent is required for negotiation session.")
+    if isinstance(negotiation_rounds, bool) or not isinstance(negotiation_rounds, int):
+        raise TypeError(f"negotiation_rounds must be an int, got {negotiation_rounds!r}")
     parties = list(parties)
     names = ", ".join(p.name for p in parties)
-    setup = [Task(agent=mediator, post=False, action=f"You are {mediator.name}, the mediator. Negotiating parties: "
-                  f"{names}. Mediator: {mediator.name}. Help the parties reach an agreement.")]
-    setup += [Task(agent=p, post=False, action=f"You are {p.name}, Party {i}. Other parties: "
-                   f"{', '.join(o.name for o in parties if o is not p)}. Mediator: {mediator.name}. State your "
-                   "position clearly and be willing to compromise.") for i, p in enumerate(parties, 1)]
+    setup = [intro(mediator, f"You are {mediator.name}, the mediator. Negotiating parties: {names}. Mediator: "
+                             f"{mediator.name}. Help the parties reach an agreement.")]
+    setup += [intro(p, f"You are {p.name}, Party {i}. Other parties: "
+                       f"{', '.join(o.name for o in parties if o is not p)}. Mediator: {mediator.name}. State your "
+                       "position clearly and be willing to compromise.") for i, p in enumerate(parties, 1)]
 
     def sweep(prompt: str, name: str):
         return parallel([Task(agent=p, action=f"Party {p.name}, {prompt}") for p in parties], name=name,
@@ -50,7 +57,7 @@ def negotiation_session(parties=None, mediator=None, negotiation_rounds=5, inclu
                    Task(agent=mediator, action="Summarize the round and propose next steps for agreement.",
                         save_as="terms")]
     return AgentFlow(name="negotiation_session", memory=True, output_type=output_type,
-                     steps=[*setup, Task(handler=flow_input, post=False, save_as="terms"),
+                     steps=[*setup, Task(handler=flow_input, name="terms_are_task", post=False, save_as="terms"),
                             loop(negotiation, over=list(range(1, negotiation_rounds + 1)), var_name="round",
                                  name="rounds")])
 

@@ -31,13 +31,16 @@ def trial_simulation(prosecution=None, defense=None, judge=None, witnesses=None,
     if not prosecution or not defense or not judge:
         raise ValueError("Prosecution, defense, and judge agents are all required.")
     phases, witnesses = list(phases or PHASES), list(witnesses or [])
+    if not all(isinstance(p, str) for p in phases):
+        raise TypeError(f"phases must be a list of phase names (str), got {phases!r}")
     if witnesses and "cross" in phases and ("testimony" not in phases or
                                             phases.index("cross") < phases.index("testimony")):
         raise ValueError("The testimony phase must precede cross-examination.")
     pr, de, j = prosecution, defense, judge
     roster = f"Prosecution: {pr.name}. Defense: {de.name}. Judge: {j.name}." + \
         (f" Witnesses: {', '.join(w.name for w in witnesses)}." if witnesses else "")
-    setup = [Task(agent=a, post=False, action=f"You are {a.name}, {role} in this trial. {roster}")
+    setup = [Task(agent=a, name=f"{a.name}_intro", post=False,  # the reply is thrown away, kept in memory
+                  action=f"You are {a.name}, {role} in this trial. {roster}")
              for a, role in [(j, "the judge"), (pr, "the prosecution"), (de, "the defense"),
                              *[(w, "a witness") for w in witnesses]]]
     phase_steps = {

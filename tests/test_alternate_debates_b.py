@@ -77,8 +77,8 @@ def test_council_two_rounds_call_order_inputs_and_record(m):
     assert r.calls == 17 == flow.max_calls()  # 1 + N + R(2N + 3), N = 2, R = 2
     rnd = ["rounds.next", "rounds.body.C", "rounds.body.discuss", "rounds.body.C_2", "rounds.body.vote",
            "rounds.body.C_3", "rounds.body.done"]
-    assert r.path == ["C", "A", "B", "flow_input", "rounds.begin", *rnd, *rnd, "rounds.next", "rounds.end",
-                      "rounds.done", "end"]
+    assert r.path == ["C_intro", "A_intro", "B_intro", "proposal_is_task", "rounds.begin", *rnd, *rnd,
+                      "rounds.next", "rounds.end", "rounds.done", "end"]
     assert r.paths["rounds.body.discuss|2"] == ["rounds.body.discuss|2.B", "rounds.body.discuss|2.done"] * 2
     posted = [("C", "C-2"), ("A", "A-2"), ("B", "B-2"), ("C", "C-3"), ("A", "A-3"), ("B", "B-3"), ("C", "C-4"),
               ("C", "C-5"), ("A", "A-4"), ("B", "B-4"), ("C", "C-6"), ("A", "A-5"), ("B", "B-5"), ("C", "C-7")]
@@ -123,6 +123,9 @@ def test_council_bad_input_is_refused_before_any_call(m):
         council_meeting([a, b], None)
     with pytest.raises(ValueError, match="output_type='lines' is not supported"):
         council_meeting([a, b], c, output_type="lines")
+    for rounds in ("2", 1.0, True):
+        with pytest.raises(TypeError, match="voting_rounds must be an int"):
+            council_meeting([a, b], c, rounds)
     assert m.requests == []
 
 
@@ -184,6 +187,8 @@ def test_negotiation_bad_input_is_refused_before_any_call(m):
             negotiation_session(parties, med)
     with pytest.raises(ValueError, match=r"^A mediator agent is required for negotiation session\.$"):
         negotiation_session([a, b], None)
+    with pytest.raises(TypeError, match="negotiation_rounds must be an int"):
+        negotiation_session([a, b], med, "5")
     assert m.requests == []
 
 
@@ -195,7 +200,8 @@ MENTOR_INTROS = [("Mr", "You are Mr, mentoring Me. Give guidance, support and co
 def test_mentorship_two_sessions_with_feedback(m):
     flow = mentorship_session(m.agent("Mr"), m.agent("Me"), session_count=2)
     r = run(flow, "code review")
-    ask, goal = "Ask for specific feedback on your progress", "Set the goal for the next session based on this discussion."
+    ask = "Ask for specific feedback on your progress"
+    goal = "Set the goal for the next session based on this discussion."
     assert calls(m) == MENTOR_INTROS + [
         ("Mr", "Session 1: Let's work on code review"),
         ("Me", "Mentee Me, share your progress and ask questions about: code review"),
@@ -233,6 +239,8 @@ def test_mentorship_bad_input_is_refused_before_any_call(m):
         mentorship_session(m.agent("Mr"), None)
     with pytest.raises(ValueError, match=r"^Both mentor and mentee agents are required\.$"):
         mentorship_session(None, m.agent("Me"))
+    with pytest.raises(TypeError, match="session_count must be an int"):
+        mentorship_session(m.agent("Mr"), m.agent("Me"), 2.5)
     flow = mentorship_session(m.agent("Mr"), m.agent("Me"))
     with pytest.raises(Exception, match="non-empty string"):  # deviation: the reference substitutes a goal
         flow.run("")
@@ -276,7 +284,7 @@ def test_trial_default_phases_one_witness(m):
     assert r.output["variables"]["testimony_1"] == "W-2"  # stored per witness index
     assert phases_taken(r) == ["to_opening", "to_testimony", "to_cross", "to_closing"]
     phase, route = "phases.body.", "phases.body.by_phase."
-    assert r.path == ["J", "Pr", "De", "W", "phases.begin", "phases.next",
+    assert r.path == ["J_intro", "Pr_intro", "De_intro", "W_intro", "phases.begin", "phases.next",
                       phase + "J", route + "decide", route + "to_opening.Pr", route + "to_opening.De",
                       route + "to_opening.done", route + "done", phase + "done", "phases.next",
                       phase + "J", route + "decide", route + "to_testimony.W", route + "to_testimony.done",
@@ -304,8 +312,9 @@ def test_trial_repeated_testimony_is_overwritten_and_cross_uses_the_latest(m):
     flow = trial(m, ["W1", "W2"], ["testimony", "cross", "testimony", "cross"])
     r = run(flow, "c")
     main = calls(m)[5:]  # after the 3 + W introductions
-    assert [p for a, p in main if a == "Pr"] == ["Cross-examine this testimony: W1-2", "Cross-examine this testimony: W2-2",
-                     "Cross-examine this testimony: W1-3", "Cross-examine this testimony: W2-3"]
+    assert [p for a, p in main if a == "Pr"] == [
+        "Cross-examine this testimony: W1-2", "Cross-examine this testimony: W2-2",
+        "Cross-examine this testimony: W1-3", "Cross-examine this testimony: W2-3"]
     assert [p for a, p in main if a == "De"] == ["Redirect examination: Pr-2", "Redirect examination: Pr-3",
                                                       "Redirect examination: Pr-4", "Redirect examination: Pr-5"]
     assert (r.output["variables"]["testimony_1"], r.output["variables"]["testimony_2"]) == ("W1-3", "W2-3")
@@ -351,6 +360,8 @@ def test_trial_bad_input_is_refused_before_any_call(m):
     for phases in (["cross"], ["cross", "testimony"], ["opening", "cross", "closing"]):
         with pytest.raises(ValueError, match=r"^The testimony phase must precede cross-examination\.$"):
             trial_simulation(pr, de, j, [w], phases)
+    with pytest.raises(TypeError, match="phases must be a list of phase names"):
+        trial_simulation(pr, de, j, [w], ["opening", 2])
     assert trial_simulation(pr, de, j, [], ["cross"]).max_calls() == 4  # no witnesses: any order
     assert trial_simulation(pr, de, j, None, []).max_calls() == 12  # falsy phases: the four defaults, W = 0
     assert m.requests == []

@@ -37,7 +37,8 @@ def test_without_on_the_route_still_searches_the_previous_output():
     m = ScriptedModel({"a": ["I say TWO here", "done"]})
     a = m.agent("a")
     flow = AgentFlow(steps=[Task(agent=a, action="pick"),
-                            route({"one": [Task(agent=a, action="was one")], "two": [Task(agent=a, action="was two")]})])
+                            route({"one": [Task(agent=a, action="was one")],
+                                   "two": [Task(agent=a, action="was two")]})])
     flow.execute("go")
     assert [q.prompt for q in m.requests] == ["pick", "was two"]
 
