@@ -398,3 +398,15 @@ def test_a_pattern_travels_as_a_config_and_runs_the_same(model):
     assert second.ok and calls(model) == sent  # the same prompts, in the same order
     assert posts(second) == posts(first) and second.output["output"] == first.output["output"]
     assert again.max_calls() == flow.max_calls() == 11
+
+
+def test_a_second_run_starts_with_fresh_memories(model):
+    """Deviation from the reference (C3): its agents keep memory across runs; here each run starts empty."""
+    flow = example("mediation_session").mediation_session([model.agent("P1"), model.agent("P2")], model.agent("M"),
+                                                          max_sessions=1)
+    run(flow)
+    first = [r.messages for r in model.requests]
+    model.requests.clear()
+    run(flow)
+    assert [r.messages for r in model.requests] == first
+    assert len(model.requests[0].messages) == 1  # the mediator's introduction, with nothing before it
