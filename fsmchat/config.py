@@ -99,7 +99,7 @@ class DiscussionSpec(_Spec):
 class LoopSpec(_Spec):
     kind: Literal["loop"] = "loop"
     steps: list["Step"]
-    over: str = "items"
+    over: str | list[Any] = "items"  # a variable's name, or a literal list
     var_name: str = "item"
     parallel: bool = False
     name: str = "loop"
@@ -110,6 +110,7 @@ class ParallelSpec(_Spec):
     kind: Literal["parallel"] = "parallel"
     steps: list["Step"]
     name: str = "parallel"
+    max_concurrency: int | None = Field(default=None, ge=1)
 
 
 class RouteSpec(_Spec):
@@ -117,6 +118,7 @@ class RouteSpec(_Spec):
     routes: dict[str, list["Step"]]
     default: list["Step"] = Field(default_factory=list)
     name: str = "route"
+    on: str | None = None
 
 
 class IfSpec(_Spec):
@@ -392,13 +394,14 @@ class _Writer:
                                   until=_opt_ref(s.until, f"Discussion {s.name!r} until"),
                                   select=_opt_ref(s.select, f"Discussion {s.name!r} select"))
         if isinstance(s, Loop):
-            return LoopSpec(steps=self.steps(s.steps), over=s.over, var_name=s.var_name, parallel=s.parallel,
+            over = s.over if isinstance(s.over, str) else _jsonable(s.over, f"loop {s.name!r} over")
+            return LoopSpec(steps=self.steps(s.steps), over=over, var_name=s.var_name, parallel=s.parallel,
                             name=s.name, max_items=s.max_items)
         if isinstance(s, Parallel):
-            return ParallelSpec(steps=self.steps(s.steps), name=s.name)
+            return ParallelSpec(steps=self.steps(s.steps), name=s.name, max_concurrency=s.max_concurrency)
         if isinstance(s, Route):
             return RouteSpec(routes={k: self.steps(v) for k, v in s.routes.items()}, default=self.steps(s.default),
-                             name=s.name)
+                             name=s.name, on=s.on)
         if isinstance(s, If):
             cond, expr = self.condition(s.condition, f"if_ {s.name!r} condition")
             return IfSpec(condition=cond, expression=expr, then_steps=self.steps(s.then_steps),
@@ -647,10 +650,10 @@ class _Reader:
             return loop(steps=steps(spec.steps), over=spec.over, var_name=spec.var_name, parallel=spec.parallel,
                         name=spec.name, max_items=spec.max_items)
         if isinstance(spec, ParallelSpec):
-            return parallel(steps(spec.steps), name=spec.name)
+            return parallel(steps(spec.steps), name=spec.name, max_concurrency=spec.max_concurrency)
         if isinstance(spec, RouteSpec):
             return route({k: steps(v) for k, v in spec.routes.items()}, default=steps(spec.default) or None,
-                         name=spec.name)
+                         name=spec.name, on=spec.on)
         if isinstance(spec, IfSpec):
             cond = spec.expression if spec.expression is not None else \
                 self.trust.callable(spec.condition or "", f"if_ {spec.name!r} condition")

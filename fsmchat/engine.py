@@ -346,11 +346,12 @@ class GraphRun:
 
     # ---- forks: branches as child runs ----
     async def _fork(self, st: _Step) -> Any:
-        """Run the fork state's branches as child runs, concurrently, then join them.
+        """Run the fork state's branches as child runs, concurrently (at most ``limit`` at once,
+        started in order: 1 runs them one after another), then join them.
 
         ``split(ctx)`` gives ``(branch index, child context, item index or None)`` per child run;
         ``join(ctx, [(child context, RunResult)])`` merges them in that order."""
-        split, join = st.fork
+        split, join, limit = st.fork
         at = len(self.path)  # this visit's step number: names the children's checkpoint lanes
         runs = []
         for index, child_ctx, item in split(self.context):
@@ -367,6 +368,13 @@ class GraphRun:
                              max_steps=self.max_steps, parent=self)
             runs.append((child_ctx, child, None))
         pending = [c.run() for _, c, done in runs if c is not None]
+        if limit is not None:
+            gate = asyncio.Semaphore(limit)  # waiters acquire in arrival order: the children start in order
+
+            async def gated(run: Awaitable[RunResult]) -> RunResult:
+                async with gate:
+                    return await run
+            pending = [gated(p) for p in pending]
         finished = iter(await asyncio.gather(*pending))
         results = [(ctx, done if done is not None else next(finished)) for ctx, _c, done in runs]
         return join(self.context, results)

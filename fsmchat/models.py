@@ -226,7 +226,8 @@ class RunResult:
     def paths(self) -> dict[str, list[str]]:
         """The path of every run in the trace: ``""`` is the top-level run (``path``), each branch
         run of a fork state is keyed by its id (``"par|1"``, ``"each|1[0]"``, nested
-        ``"par|1.inner|2"``) and lists its qualified states in order."""
+        ``"par|1.inner|2"``) and lists its qualified states in order (a fork entered again, such as
+        a ``parallel`` in a loop, appends each visit's run to the same id)."""
         out: dict[str, list[str]] = {"": list(self.path)}
         for ev in self.trace:
             branch, _ = split_branch(ev.state)

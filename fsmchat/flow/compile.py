@@ -162,15 +162,20 @@ class Compiler:
         elif isinstance(step, Loop):
             if step.parallel:
                 body = self.sequence(step.steps, f"{state}_body", reason=branch_reason)
-                g.fork(state, [body], *self.loop_parallel(step), f"each {step.var_name} in {step.over}, concurrently")
+                g.fork(state, [body], *self.loop_parallel(step), f"each {step.var_name} in {over_text(step)}, "
+                       "concurrently")
             else:
-                g.subgraph(state, self.loop(step), f"each {step.var_name} in {step.over}")
+                g.subgraph(state, self.loop(step), f"each {step.var_name} in {over_text(step)}")
         elif isinstance(step, Parallel):
             branches = [self.sequence([s], f"{state}_{i + 1}", reason=branch_reason) for i, s in enumerate(step.steps)]
+            limit = step.max_concurrency
+            how = "concurrently" if limit is None or limit >= len(branches) else \
+                "one after another" if limit == 1 else f"at most {limit} at once"
             g.fork(state, branches, _split_into(len(branches)), _join_to("parallel_outputs"),
-                   f"{len(branches)} branches concurrently")
+                   f"{len(branches)} branches {how}", max_concurrency=limit)
         elif isinstance(step, Route):
-            g.subgraph(state, self.route(step), "first key said in the previous output")
+            g.subgraph(state, self.route(step), "first key said in the previous output" if step.on is None
+                       else f"the key equal to {step.on}")
         elif isinstance(step, If):
             g.subgraph(state, self.if_(step), f"if {step.condition.__doc__ or step.condition.__name__}")
         elif isinstance(step, Repeat):
@@ -271,7 +276,7 @@ class Compiler:
             ctx.variables.pop(lp.var_name, None)
             ctx.variables.pop("loop_index", None)
 
-        g = StateGraph(lp.name, description=f"loop over {lp.over}")
+        g = StateGraph(lp.name, description=f"loop over {over_text(lp)}")
         g.state("begin", begin).state("next", next_item)
         g.subgraph("body", self.sequence(lp.steps, "body"), "")
         g.state("end", end)
@@ -300,7 +305,7 @@ class Compiler:
     # -- route: decide -> (route_<key> | default | done)
     def route(self, r: Route) -> StateGraph:
         g = StateGraph(r.name, description="route")
-        g.state("decide", r.decide, "match a key in the previous output")
+        g.state("decide", r.decide, "match a key in the previous output" if r.on is None else f"look up {r.on}")
         states = []
         for k, steps in r.routes.items():
             st = "to_" + (re.sub(r"\W+", "_", k).strip("_") or "route")
@@ -310,12 +315,11 @@ class Compiler:
             g.subgraph("default", self.sequence(r.default, "default"), "no key matched")
         g.final("done")
         for k, st in states:
-            pattern = re.compile(rf"\b{re.escape(k)}\b", re.IGNORECASE)
+            def matches(ctx: FlowContext, k: str = k) -> bool:
+                return r.matches(k, r.value(ctx))
 
-            def says(ctx: FlowContext, pattern: re.Pattern[str] = pattern) -> bool:
-                return bool(pattern.search(str(ctx.previous_result or "")))
-
-            g.edge("decide", st, when=_named(says, f"says_{k}", f"previous output says {k!r}"))
+            g.edge("decide", st, when=_named(matches, f"says_{k}" if r.on is None else f"{r.on}_is_{k}",
+                                             f"previous output says {k!r}" if r.on is None else f"{r.on} == {k!r}"))
         g.edge("decide", "default" if r.default else "done", label="no_match")
         for _, st in states:
             g.edge(st, "done")
@@ -413,8 +417,20 @@ def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) ->
     return "\n\n".join(p for p in parts if p)
 
 
+def over_text(lp: Loop) -> str:
+    """How a loop's list is named in the diagram: the variable, a short literal list of plain
+    values as written, or a literal list's length."""
+    if isinstance(lp.over, str):
+        return lp.over
+    shown = repr(lp.over)
+    plain = all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in lp.over)
+    return shown if plain and len(shown) <= 60 else f"a list of {len(lp.over)}"
+
+
 def _items(ctx: FlowContext, lp: Loop) -> list[Any]:
     over = lp.over
+    if isinstance(over, list):
+        return copy.deepcopy(over)  # a literal list: the same items every run
     try:
         items = ctx.lookup(over)
     except KeyError:
@@ -482,13 +498,27 @@ def _join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext
 
 
 # ---- worst-case model calls ----
-def bound(steps: Sequence[Any], items: dict[str, int], requests: bool = False) -> int:
+def bound(steps: Sequence[Any], items: dict[str, int], requests: bool = False,
+          known: dict[str, Any] | None = None) -> int:
     """The most model calls ``steps`` can make (with ``requests``: HTTP requests, each agent's own
     ``num_retries`` included). A loop's length is ``items[over]`` if given, else its declared
-    ``max_items`` (enforced when the loop starts); with neither, ``ValueError`` names the loop."""
+    ``max_items`` (enforced when the loop starts); with neither, ``ValueError`` names the loop. A
+    loop over a literal list is counted pass by pass with its item ``known``, so a route on that
+    variable counts only the branch the item takes (unless a step of the body may rewrite it)."""
+    known = known or {}
     total = 0
     for s in steps:
-        if isinstance(s, Discussion):
+        if isinstance(s, Loop) and isinstance(s.over, list):
+            if _may_write(s.steps, s.var_name):
+                drop = {k: v for k, v in known.items() if k != s.var_name}
+                total += sum(bound(s.steps, items, requests, drop) for _ in s.over)
+            else:
+                total += sum(bound(s.steps, items, requests, {**known, s.var_name: x}) for x in s.over)
+        elif isinstance(s, Route) and s.on is not None and _known_value(known, s.on) is not _UNKNOWN:
+            value = _known_value(known, s.on)
+            key = next((k for k in s.routes if s.matches(k, value)), None)
+            total += bound(s.routes[key] if key is not None else s.default, items, requests, known)
+        elif isinstance(s, Discussion):
             per_turn = [_calls(t, requests) for t in s.tasks]
             # a selector may pick the costliest speaker on every one of the rounds x speakers turns
             total += s.rounds * (len(per_turn) * max(per_turn) if s.select is not None else sum(per_turn))
@@ -498,20 +528,67 @@ def bound(steps: Sequence[Any], items: dict[str, int], requests: bool = False) -
                 raise ValueError(f"max_calls: loop {s.name!r} iterates over {s.over!r}, a list only known when it "
                                  f"runs; declare loop(..., max_items=N) (a longer list is then refused when the "
                                  f"loop starts) or give its length: max_calls({s.over}=N)")
-            total += n * bound(s.steps, items, requests)
+            total += n * bound(s.steps, items, requests, known)
         elif isinstance(s, Parallel):
-            total += sum(bound([x], items, requests) for x in s.steps)
+            total += sum(bound([x], items, requests, known) for x in s.steps)
         elif isinstance(s, Route):
-            total += max([bound(v, items, requests) for v in s.routes.values()] + [bound(s.default, items, requests)])
+            total += max([bound(v, items, requests, known) for v in s.routes.values()]
+                         + [bound(s.default, items, requests, known)])
         elif isinstance(s, If):
-            total += max(bound(s.then_steps, items, requests), bound(s.else_steps, items, requests))
+            total += max(bound(s.then_steps, items, requests, known), bound(s.else_steps, items, requests, known))
         elif isinstance(s, Repeat):
-            total += s.max_iterations * bound(s.steps, items, requests)
+            total += s.max_iterations * bound(s.steps, items, requests, known)
         elif isinstance(s, Block):
             raise TypeError(f"unknown block {type(s).__name__}")
         else:
             total += _calls(as_task(s), requests)
     return total
+
+
+_UNKNOWN = object()
+
+
+def _known_value(known: dict[str, Any], name: str) -> Any:
+    """The value of variable ``name`` (dotted: into dicts) when ``bound`` knows it, else ``_UNKNOWN``."""
+    head, *rest = name.split(".")
+    value = known.get(head, _UNKNOWN)
+    for part in rest:
+        value = value.get(part, _UNKNOWN) if isinstance(value, dict) else _UNKNOWN
+    return value
+
+
+def _may_write(steps: Sequence[Any], var: str) -> bool:
+    """Whether a step of ``steps`` may set variable ``var``: a callable (it may return
+    ``StepResult(variables=...)`` or write ``ctx.variables``), a step saving its output under
+    that name, a nested loop over the same variable, or a block's own output variable."""
+    for s in walk_steps(steps):
+        if isinstance(s, Loop) and var in (s.var_name, "loop_index", "loop_outputs"):
+            return True
+        if (isinstance(s, Parallel) and var == "parallel_outputs") or \
+                (isinstance(s, Discussion) and var == "discussion_transcript"):
+            return True
+        if isinstance(s, Discussion):
+            if any(_may_write([t], var) for t in s.tasks):
+                return True
+        elif not isinstance(s, Block):
+            t = as_task(s)
+            if t.handler is not None or var in (getattr(t, "save_as", None), getattr(t, "append_to", None)):
+                return True
+    return False
+
+
+def walk_steps(steps: Sequence[Any]) -> list[Any]:
+    """Every step, nested ones included, in declaration order."""
+    found: list[Any] = []
+    for s in steps:
+        found.append(s)
+        if isinstance(s, (Loop, Parallel, Repeat)):
+            found += walk_steps(s.steps)
+        elif isinstance(s, Route):
+            found += walk_steps([x for v in s.routes.values() for x in v] + s.default)
+        elif isinstance(s, If):
+            found += walk_steps(s.then_steps + s.else_steps)
+    return found
 
 
 def _calls(task: Task, requests: bool = False) -> int:

@@ -10,7 +10,7 @@ from ..errors import ConfigError, attach_result, bad_value, fatal_error, run_fin
 from ..models import RunResult, check_output_type, format_output
 from ..patterns.base import Pattern
 from ..speakers.agent import Agent
-from .compile import Compiler, StepError, bound
+from .compile import Compiler, StepError, bound, walk_steps
 from .context import FlowContext
 from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, as_task
 
@@ -21,18 +21,7 @@ def _flow_reason(ctx: FlowContext) -> str:
     return _REASON[ctx.status]
 
 
-def _blocks_in(steps: Sequence[Any]) -> list[Any]:
-    """Every step, nested ones included, in declaration order."""
-    found: list[Any] = []
-    for s in steps:
-        found.append(s)
-        if isinstance(s, (Loop, Parallel, Repeat)):
-            found += _blocks_in(s.steps)
-        elif isinstance(s, Route):
-            found += _blocks_in([x for v in s.routes.values() for x in v] + s.default)
-        elif isinstance(s, If):
-            found += _blocks_in(s.then_steps + s.else_steps)
-    return found
+_blocks_in = walk_steps
 
 
 def _loops_in(steps: Sequence[Any]) -> list[Loop]:
@@ -107,6 +96,8 @@ class AgentFlow(Pattern):
             raise ConfigError(f"AgentFlow.run(input): input={task!r} is invalid: a non-empty string (the flow's "
                               "{{input}} and its first step's prompt)")
         for lp in _loops_in(self.steps):
+            if not isinstance(lp.over, str):
+                continue  # a literal list
             items = self.variables.get(lp.over)
             if items is not None and not isinstance(items, (list, tuple)):
                 raise ConfigError(f"AgentFlow: loop over={lp.over!r} is invalid: expected a list, the variable "

@@ -164,10 +164,12 @@ class Discussion(Block):
 
 
 class Loop(Block):
-    def __init__(self, steps: Any, over: str = "items", var_name: str = "item", parallel: bool = False,
+    def __init__(self, steps: Any, over: str | Sequence[Any] = "items", var_name: str = "item", parallel: bool = False,
                  name: str = "loop", max_items: int | None = None):
-        if not isinstance(over, str) or not over:
-            raise ValueError(f"loop over= must name a variable holding a list, got {over!r}")
+        if isinstance(over, (list, tuple)):
+            over = list(over)  # a literal list, fixed when the flow is built
+        elif not isinstance(over, str) or not over:
+            raise ValueError(f"loop over= must name a variable holding a list, or be a list, got {over!r}")
         if not isinstance(var_name, str) or not var_name.isidentifier():
             raise bad_value("loop", "var_name", var_name, "a variable name such as 'item' (set to each item, "
                             "read as {{item}})", type_error=not isinstance(var_name, str))
@@ -184,21 +186,30 @@ class Loop(Block):
 
 
 class Parallel(Block):
-    def __init__(self, steps: Sequence[Any], name: str = "parallel"):
+    def __init__(self, steps: Sequence[Any], name: str = "parallel", max_concurrency: int | None = None):
+        if max_concurrency is not None and (isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int)
+                                            or max_concurrency < 1):
+            raise bad_value("parallel", "max_concurrency", max_concurrency, "an int >= 1, the most branches "
+                            "running at once (1: one after another, in order), or None for all",
+                            type_error=not isinstance(max_concurrency, int))
         self.steps, self.name = _steps(list(steps), "parallel"), name
+        self.max_concurrency = max_concurrency
 
 
 class Route(Block):
-    def __init__(self, routes: dict[str, Any], default: Any = None, name: str = "route"):
+    def __init__(self, routes: dict[str, Any], default: Any = None, name: str = "route", on: str | None = None):
         if not isinstance(routes, dict) or not routes:
             raise ValueError("route needs routes={'key': [steps], ...} with at least one key")
         for k in routes:
             if not isinstance(k, str) or not k.strip():
                 raise bad_value("route", "routes key", k, "a non-empty string, matched as a whole word in the "
                                 "previous output", type_error=not isinstance(k, str))
+        if on is not None and (not isinstance(on, str) or not all(p.isidentifier() for p in on.split("."))):
+            raise bad_value("route", "on", on, "a variable name such as 'phase' (or 'phase.name'), whose value is "
+                            "compared exactly with the keys", type_error=not isinstance(on, str))
         self.routes = {k: _steps(v, f"route {k!r}") for k, v in routes.items()}
         self.default = _steps(default, "route default") if default else []
-        self.name = name
+        self.name, self.on = name, on
 
     def _repr_fields(self) -> list[str]:
         return [f"routes={list(self.routes)!r}"] + ([f"default={_names(self.default)!r}"] if self.default else [])
@@ -207,12 +218,28 @@ class Route(Block):
         """Whether ``key`` appears as a whole word in ``text`` (case-insensitive)."""
         return re.search(rf"\b{re.escape(key)}\b", str(text or ""), re.IGNORECASE) is not None
 
+    def value(self, ctx: Any) -> Any:
+        """What the route looks at: the variable ``on`` (None when unset), else the previous output."""
+        if self.on is None:
+            return ctx.previous_result
+        try:
+            return ctx.lookup(self.on)
+        except KeyError:
+            return None
+
+    def matches(self, key: str, value: Any) -> bool:
+        """With ``on``: the value equals ``key`` exactly (case-sensitive); else ``key`` is said in it."""
+        return (value is not None and str(value) == key) if self.on is not None else self.says(key, value)
+
     def decide(self, ctx: Any) -> str | None:
-        """match a key in the previous output"""
-        key = next((k for k in self.routes if self.says(k, ctx.previous_result)), None)
+        """match a key in the previous output (or, with on=, equal to that variable)"""
+        value = self.value(ctx)
+        key = next((k for k in self.routes if self.matches(k, value)), None)
         if key is None:
+            seen = {"value": str(value)[:200], "on": self.on} if self.on is not None else \
+                {"previous_output": str(value)[:200]}
             ctx.events.append({"event": "route_no_match", "route": self.name, "keys": list(self.routes),
-                               "default": bool(self.default), "previous_output": str(ctx.previous_result)[:200],
+                               "default": bool(self.default), **seen,
                                "note": "no key matched; " + ("the default steps run" if self.default else
                                                              "no default, so the route runs no step")})
         return key
@@ -243,22 +270,30 @@ class Repeat(Block):
             ([f"until={_fn(self.until)}"] if self.until is not None else [])
 
 
-def loop(step: Any = None, over: str = "items", var_name: str = "item", parallel: bool = False,
+def loop(step: Any = None, over: str | Sequence[Any] = "items", var_name: str = "item", parallel: bool = False,
          steps: Any = None, name: str = "loop", max_items: int | None = None) -> Loop:
     """Run the body once per item of the list variable ``over`` (``item``/``loop_index`` set, and
     unset after the loop). ``max_items`` bounds the list (a longer one is refused when the loop
-    starts), so ``max_calls()`` can be computed without knowing the list."""
+    starts), so ``max_calls()`` can be computed without knowing the list. ``over`` may also be a
+    list itself (fixed when the flow is built, e.g. ``over=list(range(1, R + 1))`` for numbered
+    rounds, or a user's phase list): ``max_calls()`` then counts each pass with its item known, so
+    a ``route(on=var_name)`` in the body costs only the branch that item takes."""
     return Loop(steps if steps is not None else step, over, var_name, parallel, name, max_items)
 
 
-def parallel(steps: Sequence[Any], name: str = "parallel") -> Parallel:
-    """Run the steps concurrently on copies of the variables; merge writes in declaration order."""
-    return Parallel(steps, name)
+def parallel(steps: Sequence[Any], name: str = "parallel", max_concurrency: int | None = None) -> Parallel:
+    """Run the steps concurrently on copies of the variables; merge writes in declaration order
+    (outputs in ``{{parallel_outputs}}``, a list). ``max_concurrency`` caps the branches running at
+    once; they start in declaration order, so ``max_concurrency=1`` is a sequential fan-out (each
+    branch still sees only the variables as they were at the fork) with a fixed call order."""
+    return Parallel(steps, name, max_concurrency)
 
 
-def route(routes: dict[str, Any], default: Any = None, name: str = "route") -> Route:
-    """Take the first route whose key appears as a whole word in the previous output."""
-    return Route(routes, default, name)
+def route(routes: dict[str, Any], default: Any = None, name: str = "route", on: str | None = None) -> Route:
+    """Take the first route whose key appears as a whole word in the previous output; with
+    ``on="phase"``, the route whose key equals the variable ``phase`` exactly (case-sensitive; a
+    dotted name reads into a dict, ``on="phase.name"``). No match runs ``default`` (or nothing)."""
+    return Route(routes, default, name, on)
 
 
 def if_(condition: Any, then_steps: Any, else_steps: Any = None, name: str = "if") -> If:

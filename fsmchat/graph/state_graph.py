@@ -16,8 +16,9 @@ from ..errors import GraphError
 Action = Callable[[Any], Any]
 Guard = Callable[[Any], bool]
 # A fork state's work: ``split(ctx)`` -> [(branch index, child context, item index or None)], one per
-# child run; ``join(ctx, [(child context, RunResult)])`` merges them (in that order) and returns the payload.
-Fork = tuple[Callable[[Any], Any], Callable[[Any, list[Any]], Any]]
+# child run; ``join(ctx, [(child context, RunResult)])`` merges them (in that order) and returns the payload;
+# then the most child runs at once (None: all).
+Fork = tuple[Callable[[Any], Any], Callable[[Any, list[Any]], Any], "int | None"]
 
 
 def first_line(obj: Any) -> str:
@@ -129,13 +130,17 @@ class StateGraph:
         return self._add(State(name, action, desc))
 
     def fork(self, name: str, branches: "list[StateGraph]", split: Callable[[Any], Any],
-             join: Callable[[Any, list[Any]], Any], description: str = "") -> "StateGraph":
+             join: Callable[[Any, list[Any]], Any], description: str = "",
+             max_concurrency: int | None = None) -> "StateGraph":
         """Declare a fork state: on entry the engine runs ``branches`` as concurrent child runs on
         the contexts ``split(ctx)`` gives (``(branch index, child context, item index or None)``
         each; a branch may run once per item), then ``join(ctx, [(child context, RunResult)])``.
+        ``max_concurrency`` caps the child runs at once; they start in ``split`` order, so 1 runs
+        them one after another in that order.
         Branch states are named ``<fork>|<n>.<state>`` (``<fork>|<n>[<item>].<state>``) in traces,
         as the renderer draws them."""
-        return self._add(State(name, None, description, branches=list(branches), fork=(split, join)))
+        return self._add(State(name, None, description, branches=list(branches),
+                               fork=(split, join, max_concurrency)))
 
     def final(self, name: str, description: str = "", reason: "str | Callable[[Any], str] | None" = None
               ) -> "StateGraph":
