@@ -34,6 +34,7 @@ class LiveRun:
         self.started = time.monotonic()
         self._live: Any = None
         self._console: Any = None
+        self._spinner: Any = None
 
     # ---- the run's hooks ----
     def on_start(self, ctx: Any) -> None:
@@ -78,12 +79,11 @@ class LiveRun:
         return " · ".join(parts)
 
     def _renderable(self) -> Any:
-        from rich.spinner import Spinner
         from rich.text import Text
 
-        text = Text(((self.label + " · ") if self.label else "") + self.line(), style="cyan", no_wrap=True,
-                    overflow="ellipsis")
-        return Spinner("dots", text)
+        self._spinner.update(text=Text(((self.label + " · ") if self.label else "") + self.line(), style="cyan",
+                                       no_wrap=True, overflow="ellipsis"))
+        return self._spinner
 
     # ---- showing ----
     def __enter__(self) -> "LiveRun":
@@ -95,7 +95,9 @@ class LiveRun:
         if self.status:
             from rich.console import Console
             from rich.live import Live
+            from rich.spinner import Spinner
 
+            self._spinner = Spinner("dots")
             # stdout on the same screen goes above the status line; stdout elsewhere is left alone
             self._live = Live(get_renderable=self._renderable, console=Console(file=self.err or sys.stderr),
                               refresh_per_second=8, transient=True, redirect_stdout=out.isatty(),
