@@ -68,22 +68,38 @@ def project(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _spawn(cwd: Path, *args: str, stderr: int | None = subprocess.PIPE) -> subprocess.Popen[str]:
+def _spawn(cwd: Path, *args: str, stderr: int | None = subprocess.PIPE) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "200", "TERM": "xterm"}
     return subprocess.Popen([sys.executable, "-m", "fsmchat.cli", "run", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=stderr, text=True)
+                            stdout=subprocess.PIPE, stderr=stderr)
+
+
+def _read_until(fd: int, wanted: str, what: str) -> str:
+    """What ``fd`` gives until ``wanted`` has appeared (fails, saying so, at end of output; the
+    60 s guard only turns a hang into a failure, nothing here is timed)."""
+    seen = b""
+    while wanted.encode() not in seen:
+        ready, _, _ = select.select([fd], [], [], 60)
+        assert ready, f"{what}: nothing more within 60 s; got {seen.decode(errors='replace')!r}"
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # a pty whose other end closed
+            chunk = b""
+        assert chunk, f"{what}: the output ended without {wanted!r}; got {seen.decode(errors='replace')!r}"
+        seen += chunk
+    return seen.decode(errors="replace")
 
 
 # ---------------------------------------------------------------- live runs
 def test_run_prints_each_message_while_the_run_is_still_going(project):
     proc = _spawn(project, "slow.py")
     try:
-        assert proc.stdout.readline() == "User: plan the launch\n"
-        assert proc.stdout.readline() == "a: a says 1\n"
+        first = _read_until(proc.stdout.fileno(), "a: a says 1\n", "messages while b thinks")
+        assert first == "User: plan the launch\na: a says 1\n"
         # b is still thinking (it cannot answer before the gate opens): the run has not ended
         assert proc.poll() is None
         (project / "gate").touch()
-        rest = proc.stdout.read()
+        rest = proc.stdout.read().decode()
         assert proc.wait(timeout=60) == 0, proc.stderr.read()
     finally:
         if proc.poll() is None:
@@ -96,14 +112,9 @@ def test_status_line_moves_on_a_terminal_while_a_model_thinks(project):
     master, slave = pty.openpty()
     proc = _spawn(project, "slow.py", stderr=slave)
     os.close(slave)
-    seen = ""
     try:
-        assert proc.stdout.readline() == "User: plan the launch\n"
-        assert proc.stdout.readline() == "a: a says 1\n"
-        while "b · turn" not in seen or "2 msgs · 2 calls · 15 tok · $0.0000" not in seen:
-            ready, _, _ = select.select([master], [], [], 60)
-            assert ready, f"no status line on the terminal; got {seen!r}"
-            seen += os.read(master, 65536).decode(errors="replace")
+        _read_until(proc.stdout.fileno(), "a: a says 1\n", "messages while b thinks")
+        seen = _read_until(master, "b · turn 1 · 2 msgs · 2 calls · 15 tok · $0.0000", "the status line")
         # drawn while b thinks (its call is made, not answered), before the run ended
         assert proc.poll() is None
         (project / "gate").touch()
