@@ -1,5 +1,5 @@
 # Two entry points, each doing all of its own set-up on a fresh clone (Python 3.11 + root):
-#   make demo   venv + install + Graphviz, regenerate graphs/, run the offline group chat
+#   make demo   venv + install + Graphviz, regenerate graphs/, run the offline group chat live
 #   make test   venv + install + Graphviz, then the whole test suite (python -m pytest)
 PYTHON ?= python3
 VENV   := .venv
@@ -22,8 +22,9 @@ graphviz:
 	  echo "installing Graphviz (dot) with apt-get"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; }
 
+# the gallery is named in pyproject.toml ([tool.fsmchat.graphs]: built-ins + examples/*.py with build())
 graphs: install graphviz
-	$(BIN)/fsmchat graphs
+	$(BIN)/fsmchat graphs --prune
 
 demo: install graphviz
 	$(BIN)/fsmchat graphs

@@ -8,6 +8,9 @@ from _common import report  # noqa: E402
 from fsmchat import Agent, AgentFlow, Discussion, loop  # noqa: E402
 
 
+TASK = "Refine each draft"
+
+
 def build() -> AgentFlow:
     critic = Agent(name="critic", instructions="Critique this item: {{item}}")
     author = Agent(name="author", instructions="Revise this item: {{item}}")
@@ -18,4 +21,4 @@ def build() -> AgentFlow:
 
 
 if __name__ == "__main__":
-    report(build(), "Refine each draft")
+    report(build(), TASK)

@@ -8,6 +8,9 @@ from _common import report  # noqa: E402
 from fsmchat import Agent, AgentFlow, Discussion  # noqa: E402
 
 
+TASK = "Explain vector databases"
+
+
 def build() -> AgentFlow:
     expert = Agent(name="expert", instructions="Answer with authority")
     scribe = Agent(name="scribe", instructions="Summarize the last answer")
@@ -16,4 +19,4 @@ def build() -> AgentFlow:
 
 
 if __name__ == "__main__":
-    report(build(), "Explain vector databases")
+    report(build(), TASK)

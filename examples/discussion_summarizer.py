@@ -8,6 +8,9 @@ from _common import report  # noqa: E402
 from fsmchat import Agent, AgentFlow, Discussion  # noqa: E402
 
 
+TASK = "Draft: Renewable energy is the only path forward."
+
+
 def build() -> AgentFlow:
     critic = Agent(name="critic", instructions="Critique the draft")
     author = Agent(name="author", instructions="Revise the draft")
@@ -16,4 +19,4 @@ def build() -> AgentFlow:
 
 
 if __name__ == "__main__":
-    report(build(), "Draft: Renewable energy is the only path forward.")
+    report(build(), TASK)

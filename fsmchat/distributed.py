@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .checks import check_tasks
+from .progress import ProgressBar
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple  # (index, task, run_id | None, resume_from | None, finished)
@@ -351,35 +352,6 @@ def shutdown() -> None:
         ray.shutdown()
 
 
-# ---- progress ----
-class _Bar:
-    """A rich progress bar: done/total, failed, elapsed and ETA (only when enabled)."""
-
-    def __init__(self, total: int, enabled: bool, label: str):
-        self.total, self.done, self.failed = total, 0, 0
-        self.bar: Any = None
-        if enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-                TimeRemainingColumn
-
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("failed [red]{task.fields[failed]}"), TimeElapsedColumn(),
-                                TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True))
-            self.bar.start()
-            self.tid = self.bar.add_task(label, total=total, failed=0)
-
-    def add(self, ok: int, failed: int) -> None:
-        self.done += ok + failed
-        self.failed += failed
-        if self.bar is not None:
-            self.bar.update(self.tid, completed=self.done, failed=self.failed)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 # ---- the batch ----
 def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", address: str | None = None,
                   workers: int | None = None, max_concurrency_per_worker: int = 16, checkpoint_dir: Any = None,
@@ -417,7 +389,7 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
         return BatchReport([], executor, 0)
     items = _items(tasks, digest, checkpoint_dir)
     ckpt = str(Path(checkpoint_dir).resolve()) if checkpoint_dir is not None else None
-    bar = _Bar(len(tasks), sys.stderr.isatty() if progress is None else progress, f"{type(pattern).__name__} batch")
+    bar = ProgressBar(len(tasks), progress, f"{type(pattern).__name__} batch")
     try:
         if executor == "local":
             return _run_local(pattern, items, max_concurrency_per_worker, ckpt, bar)
@@ -458,7 +430,7 @@ def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
     return out
 
 
-def _run_local(pattern: Any, items: list[Item], per_worker: int, checkpoint_dir: str | None, bar: _Bar) -> BatchReport:
+def _run_local(pattern: Any, items: list[Item], per_worker: int, checkpoint_dir: str | None, bar: ProgressBar) -> BatchReport:
     from .engine import run_sync
 
     start = time.perf_counter()
@@ -487,7 +459,7 @@ class _RayBatch:
     """The driver's side of one batch: hands out chunks (two in flight per live worker), keeps the
     first outcome per task, re-queues the chunks of a dead worker on the live ones."""
 
-    def __init__(self, ray: Any, actors: list[Any], batch_id: str, items: list[Item], size: int, bar: _Bar,
+    def __init__(self, ray: Any, actors: list[Any], batch_id: str, items: list[Item], size: int, bar: ProgressBar,
                  checkpoint_dir: str | None, max_chunk_attempts: int,
                  on_progress: Callable[[BatchProgress], None] | None):
         from ray.exceptions import RayActorError
@@ -575,7 +547,7 @@ class _RayBatch:
 def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: int | None, per_worker: int,
              checkpoint_dir: str | None, chunk_size: int | None, runtime_env: dict[str, Any] | None,
              worker_options: dict[str, Any] | None, on_progress: Callable[[BatchProgress], None] | None,
-             bar: _Bar, max_chunk_attempts: int) -> BatchReport:
+             bar: ProgressBar, max_chunk_attempts: int) -> BatchReport:
     ray = _ray()
     t0 = time.perf_counter()
     started = connect(address, runtime_env)

@@ -1,18 +1,38 @@
-"""The checked-in gallery (``graphs/``): one .dot, .svg and .mmd per built-in pattern and example.
+"""A checked-in gallery of rendered graphs: one .dot, .svg and .mmd per graph, in one folder.
 
-``write(dir)`` regenerates it; ``check(dir)`` names the stale files. DOT and Mermaid are compared
-as text; an SVG is checked by the hash of the DOT it was rendered from (stamped into it), never
-byte for byte, since Graphviz versions differ in coordinates and fonts.
+What goes in it is a ``Gallery``: named targets (``MODULE:ATTR`` or ``path/file.py:ATTR``, each a
+pattern, a ``StateGraph`` or a zero-argument factory of one), optionally a folder of example
+scripts (every ``*.py`` not starting with ``_`` that has a top-level ``def build()``: others are
+never imported, only listed as skipped) and optionally fsmchat's own patterns. A project names its
+gallery on the command line (``fsmchat graphs --target mychat:chat --dir graphs``) or once in its
+``pyproject.toml``::
+
+    [tool.fsmchat.graphs]
+    dir = "graphs"                       # where the files go (default "graphs")
+    targets = ["mychat:chat"]            # or a table: {chat = "mychat:chat"}
+    examples = "examples"                # a folder of build() scripts (files example_<stem>.*)
+    builtins = false                     # fsmchat's own patterns (fsmchat's repository sets true)
+
+``write`` regenerates the files; ``check`` names the stale, missing and orphan ones (files of the
+gallery's kinds that nothing draws any more). DOT and Mermaid are compared as text; an SVG is
+checked by the hash of the DOT it was rendered from (stamped into it), never byte for byte, since
+Graphviz versions differ in coordinates and fonts.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .graph.render import dot_hash, render_svg, svg_dot_hash
 from .graph.state_graph import StateGraph
+from .targets import BUILD, defines_build, load_file, load_target, resolve_graph, split_target
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 # built-in patterns: gallery name -> "module:zero-arg factory returning a StateGraph"
 PATTERNS: dict[str, str] = {
@@ -24,91 +44,168 @@ PATTERNS: dict[str, str] = {
     "discussion_channel": "fsmchat.network.graphs:example_lifecycle_graph",
     "discussion_turns": "fsmchat.network.graphs:example_turn_graph",
 }
+KINDS = (".dot", ".svg", ".mmd")  # the files each graph gets
+CONFIG_TABLE = "tool.fsmchat.graphs"
 
 
-def resolve_graph(obj: Any) -> StateGraph:
-    """A StateGraph from a graph, a pattern (``.graph``) or a zero-argument factory of either."""
-    for _ in range(3):
-        if isinstance(obj, StateGraph):
-            return obj
-        graph = getattr(obj, "graph", None)
-        if isinstance(graph, StateGraph):
-            return graph
-        if callable(obj):
-            obj = obj()
-            continue
-        break
-    raise TypeError(f"expected a StateGraph, an object with a .graph, or a zero-argument factory of one; "
-                    f"got {type(obj).__name__}")
+class GalleryConfigError(ValueError):
+    """A ``[tool.fsmchat.graphs]`` table, or a command line, that does not describe a gallery."""
 
 
-def load_target(spec: str) -> Any:
-    """``module:attr`` or ``path/to/file.py:attr`` -> the object."""
-    where, sep, attr = spec.rpartition(":")
-    if not sep or not where or not attr:
-        raise ValueError(f"target {spec!r} must look like MODULE:ATTR or path/to/file.py:ATTR")
-    if where.endswith(".py"):
-        module = load_file(Path(where))
+@dataclass
+class Gallery:
+    """What a gallery draws: ``targets`` (file name -> target), an ``examples`` folder, the built-ins."""
+
+    targets: dict[str, str] = field(default_factory=dict)
+    examples: Path | None = None
+    builtins: bool = False
+    dir: Path = Path("graphs")
+    skipped: list[Path] = field(default_factory=list)  # example files without build(): never imported
+
+    @property
+    def empty(self) -> bool:
+        return not (self.targets or self.examples or self.builtins)
+
+    def entries(self) -> Iterator[tuple[str, Callable[[], StateGraph]]]:
+        """(file name stem, factory of the graph), in a stable order; the names must be unique."""
+        seen: dict[str, str] = {}
+
+        def claim(name: str, source: str) -> str:
+            if name in seen:
+                raise GalleryConfigError(f"two graphs would be written as {name}.*: {seen[name]} and {source}; "
+                                         "give one a name (NAME=MODULE:ATTR, or a targets table)")
+            seen[name] = source
+            return name
+
+        if self.builtins:
+            for name, target in PATTERNS.items():
+                yield claim(name, target), (lambda t=target: resolve_graph(load_target(t)))
+        for name, target in self.targets.items():
+            yield claim(name, target), (lambda t=target: resolve_graph(load_target(t)))
+        self.skipped = []
+        if self.examples is not None:
+            if not self.examples.is_dir():
+                raise FileNotFoundError(f"examples folder {self.examples} does not exist")
+            for path in sorted(self.examples.glob("*.py")):
+                if path.name.startswith("_"):
+                    continue
+                if not defines_build(path):
+                    self.skipped.append(path)
+                    continue
+                yield (claim(f"example_{path.stem}", str(path)),
+                       (lambda p=path: resolve_graph(getattr(load_file(p), BUILD))))
+
+    def expected_files(self) -> dict[str, tuple[str, str]]:
+        """file name -> (kind, content or DOT)."""
+        out: dict[str, tuple[str, str]] = {}
+        for name, make in self.entries():
+            g = make()
+            dot = g.to_dot()
+            out[f"{name}.dot"] = ("text", dot)
+            out[f"{name}.mmd"] = ("text", g.to_mermaid())
+            out[f"{name}.svg"] = ("svg", dot)
+        return out
+
+    def write(self, prune: bool = False) -> tuple[list[Path], list[Path]]:
+        """Regenerate every file; returns (written, orphans), the orphans deleted when ``prune``."""
+        expected = self.expected_files()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        for fname, (kind, content) in expected.items():
+            p = self.dir / fname
+            p.write_text(render_svg(content) if kind == "svg" else content)
+            written.append(p)
+        orphans = self._orphans(expected)
+        if prune:
+            for p in orphans:
+                p.unlink()
+        return written, orphans
+
+    def check(self) -> list[str]:
+        """Files that are missing, stale, or orphans (of the gallery's kinds, drawn by nothing)."""
+        expected = self.expected_files()
+        stale = []
+        for fname, (kind, content) in expected.items():
+            p = self.dir / fname
+            if not p.is_file():
+                stale.append(f"{fname} (missing)")
+            elif kind == "svg":
+                if svg_dot_hash(p.read_text()) != dot_hash(content):
+                    stale.append(fname)
+            elif p.read_text() != content:
+                stale.append(fname)
+        stale += [f"{p.name} (orphan: nothing draws it; delete it or run `fsmchat graphs --prune`)"
+                  for p in self._orphans(expected)]
+        return stale
+
+    def _orphans(self, expected: dict[str, Any]) -> list[Path]:
+        if not self.dir.is_dir():
+            return []
+        return sorted(p for p in self.dir.iterdir() if p.is_file() and p.suffix in KINDS and p.name not in expected)
+
+
+def target_name(spec: str) -> tuple[str, str]:
+    """``"NAME=MODULE:ATTR"`` -> (NAME, target); otherwise the name is the attribute's last part
+    (``mychat:chat`` -> ``chat``) or, for a file's ``build``, the file's stem."""
+    name, eq, target = spec.partition("=")
+    if eq and name and ":" not in name and "/" not in name:
+        return name, target
+    where, attr = split_target(spec)
+    if attr is None or attr == BUILD:
+        return Path(where).stem if where.endswith(".py") else where.rpartition(".")[2], spec
+    return attr.rpartition(".")[2], spec
+
+
+def from_table(table: dict[str, Any], root: Path, where: str) -> Gallery:
+    """A ``Gallery`` from a ``[tool.fsmchat.graphs]`` table; paths are relative to ``root``."""
+    known = {"dir", "targets", "examples", "builtins"}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise GalleryConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    raw = table.get("targets", [])
+    if isinstance(raw, dict):
+        targets = {str(k): str(v) for k, v in raw.items()}
+    elif isinstance(raw, list) and all(isinstance(t, str) for t in raw):
+        targets = dict(target_name(t) for t in raw)
     else:
-        module = importlib.import_module(where)
-    obj: Any = module
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
+        raise GalleryConfigError(f"{where}: targets must be a list of \"MODULE:ATTR\" or a table NAME = \"MODULE:ATTR\"")
+    for key in ("dir", "examples"):
+        if key in table and not isinstance(table[key], str):
+            raise GalleryConfigError(f"{where}: {key} must be a folder path (a string), got {table[key]!r}")
+    if not isinstance(table.get("builtins", False), bool):
+        raise GalleryConfigError(f"{where}: builtins must be true or false, got {table['builtins']!r}")
+    return Gallery(targets=targets, examples=root / table["examples"] if "examples" in table else None,
+                   builtins=table.get("builtins", False), dir=root / table.get("dir", "graphs"))
 
 
-def load_file(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    spec = importlib.util.spec_from_file_location(f"fsmchat_example_{path.stem}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest ``pyproject.toml`` in ``start`` or a parent (the project's root), if any."""
+    for folder in [start, *start.parents]:
+        if (folder / "pyproject.toml").is_file():
+            return folder / "pyproject.toml"
+    return None
 
 
-def entries(examples_dir: Path | None) -> Iterator[tuple[str, Callable[[], StateGraph]]]:
-    for name, target in PATTERNS.items():
-        yield name, (lambda t=target: resolve_graph(load_target(t)))
-    if examples_dir is not None and examples_dir.is_dir():
-        for path in sorted(examples_dir.glob("*.py")):
-            if path.name.startswith("_"):
-                continue
-            yield f"example_{path.stem}", (lambda p=path: resolve_graph(load_file(p).build))
+def configured(start: Path) -> tuple[Gallery | None, Path | None]:
+    """The gallery the nearest ``pyproject.toml`` names (None if it has no ``[tool.fsmchat.graphs]``),
+    and that file."""
+    pyproject = find_pyproject(start.resolve())
+    if pyproject is None:
+        return None, None
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    table = data.get("tool", {}).get("fsmchat", {}).get("graphs")
+    if table is None:
+        return None, pyproject
+    if not isinstance(table, dict):
+        raise GalleryConfigError(f"{pyproject}: [{CONFIG_TABLE}] must be a table")
+    return from_table(table, pyproject.parent, f"{pyproject} [{CONFIG_TABLE}]"), pyproject
 
 
-def expected_files(examples_dir: Path | None) -> dict[str, tuple[str, str]]:
-    """file name -> (kind, content or DOT hash)."""
-    out: dict[str, tuple[str, str]] = {}
-    for name, make in entries(examples_dir):
-        g = make()
-        dot = g.to_dot()
-        out[f"{name}.dot"] = ("text", dot)
-        out[f"{name}.mmd"] = ("text", g.to_mermaid())
-        out[f"{name}.svg"] = ("svg", dot)
-    return out
-
-
+# ---- the plain functions earlier versions offered: built-ins plus an examples folder ----
 def write(out_dir: Path, examples_dir: Path | None) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for fname, (kind, content) in expected_files(examples_dir).items():
-        p = out_dir / fname
-        p.write_text(render_svg(content) if kind == "svg" else content)
-        written.append(p)
-    return written
+    return Gallery(examples=examples_dir, builtins=True, dir=out_dir).write()[0]
 
 
 def check(out_dir: Path, examples_dir: Path | None) -> list[str]:
-    """Names of files in ``out_dir`` that are missing or do not match the code."""
-    stale = []
-    for fname, (kind, content) in expected_files(examples_dir).items():
-        p = out_dir / fname
-        if not p.is_file():
-            stale.append(f"{fname} (missing)")
-        elif kind == "svg":
-            if svg_dot_hash(p.read_text()) != dot_hash(content):
-                stale.append(fname)
-        elif p.read_text() != content:
-            stale.append(fname)
-    return stale
+    """Names of files in ``out_dir`` that are missing, stale or orphans."""
+    return Gallery(examples=examples_dir, builtins=True, dir=out_dir).check()

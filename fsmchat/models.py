@@ -322,6 +322,18 @@ class RunResult:
         out.append("</div>")
         return "\n".join(out)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-able data (``fsmchat run --json``): values JSON cannot hold (a trace
+        payload object, an error) become their text; the context is represented by its cost."""
+        stats = getattr(self.context, "stats", None)
+        error = None if self.error is None else {"type": type(self.error).__name__, "message": str(self.error)}
+        return json.loads(json.dumps({
+            "run_id": self.run_id, "ok": self.ok, "stop_reason": self.stop_reason, "error": error,
+            "output": self.output, "calls": self.calls, "usage": dict(self.usage),
+            "cost_usd": getattr(stats, "cost_usd", None), "path": list(self.path),
+            "transcript": [m.row() for m in self.transcript], "events": list(self.events),
+            "trace": [e.to_dict() for e in self.trace]}, default=str))
+
 
 # ---- output types (SEMANTICS.md "Output types"), one implementation for every pattern ----
 OUTPUT_TYPES = ("str-all-except-first", "str", "string", "all", "list", "dict", "final", "last", "json")

@@ -104,7 +104,7 @@ class Trust:
         (``mymod:os.system`` is ``os.system``, refused unless ``os`` is allowed)."""
         where, attr = self.check(ref, what)
         if self.trusted:
-            from .gallery import load_target
+            from .targets import load_target
 
             return load_target(ref)
         obj: Any = importlib.import_module(where)

@@ -92,12 +92,12 @@ def test_gallery_is_up_to_date():
 
 
 def test_gallery_check_names_stale_files(tmp_path, capsys):
-    assert cli(["graphs", "--dir", str(tmp_path), "--examples", str(ROOT / "examples")]) == 0
-    assert cli(["graphs", "--check", "--dir", str(tmp_path), "--examples", str(ROOT / "examples")]) == 0
+    assert cli(["graphs", "--builtins", "--dir", str(tmp_path), "--examples", str(ROOT / "examples")]) == 0
+    assert cli(["graphs", "--check", "--builtins", "--dir", str(tmp_path), "--examples", str(ROOT / "examples")]) == 0
     (tmp_path / "group_chat.mmd").write_text("stateDiagram-v2\n")
     svg = tmp_path / "group_chat.svg"
     svg.write_text(svg.read_text().replace("fsmchat-dot-sha256:", "fsmchat-dot-sha256:0"))
-    assert cli(["graphs", "--check", "--dir", str(tmp_path), "--examples", str(ROOT / "examples")]) == 1
+    assert cli(["graphs", "--check", "--builtins", "--dir", str(tmp_path), "--examples", str(ROOT / "examples")]) == 1
     err = capsys.readouterr().err
     assert "group_chat.mmd" in err and "group_chat.svg" in err and "group_chat.dot" not in err
 

@@ -27,10 +27,12 @@ from ..limits import Limits, add_limit_edges, start_clock
 from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
 from ..errors import attach_result, result_of, run_finished
 from ..graph.state_graph import StateGraph
+from ..progress import ProgressBar, progress_wanted
 from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, TraceEvent, Transcript, check_output_type, format_output,
                       safe_text, shorten)
 from ..speakers.agent import SEED_ROLE, Speaker, Turn
 from ..speakers.llm import CallStats
+from .streaming import RunStream
 
 
 @dataclass
@@ -327,12 +329,14 @@ class Pattern(ABC):
 
     async def _drive(self, ctx: Any, observers: Sequence[Any], on_message: Sequence[Any],
                      checkpoint: Any, run_id: str | None, meta: dict[str, Any] | None,
-                     saved: Any = None, lease: Lease | None = None) -> RunResult:
+                     saved: Any = None, lease: Lease | None = None, on_start: Sequence[Any] = ()) -> RunResult:
         """Run the graph on ``ctx`` (fresh, or restored from ``saved``), committing to ``checkpoint``
         under ``lease`` (the caller's hold on the run; released when the run ends)."""
         graph = self.graph
         start_clock(self.limits, ctx.stats)
         ctx.transcript.max_chars = self._max_message_chars
+        for hook in on_start:
+            hook(ctx)
         for listener in on_message:
             ctx.transcript.listen(listener)
         if self.verbose:
@@ -362,10 +366,13 @@ class Pattern(ABC):
         return self._finish(result)
 
     async def aexecute(self, task: str, *, observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
-                       checkpoint: Any = None, run_id: str | None = None) -> RunResult:
+                       checkpoint: Any = None, run_id: str | None = None,
+                       on_start: Sequence[Any] = ()) -> RunResult:
         """Run once and return the ``RunResult`` (path, trace, stop reason, transcript, calls).
         With ``checkpoint=`` every step is committed under ``run_id`` (a new id if None); the run
-        holds the id's lease meanwhile, so a concurrent run of the same id gets ``RunInProgress``."""
+        holds the id's lease meanwhile, so a concurrent run of the same id gets ``RunInProgress``.
+        ``observers`` get each ``TraceEvent``, ``on_message`` each posted ``Message``, ``on_start``
+        the run's context before its first step (a live display reads ``ctx.stats`` from it)."""
         check_checkpoint(checkpoint, type(self).__name__)
         check_run_id(run_id, type(self).__name__)
         self._check_run(task)
@@ -385,10 +392,10 @@ class Pattern(ABC):
             raise
         if repaired:
             ctx.events.append({"event": "text_repaired", "role": "task", "replaced": repaired})
-        return await self._drive(ctx, observers, on_message, checkpoint, run_id, meta, lease=lease)
+        return await self._drive(ctx, observers, on_message, checkpoint, run_id, meta, lease=lease, on_start=on_start)
 
     async def aresume(self, run_id: str, checkpoint: Any, *, observers: Sequence[Any] = (),
-                      on_message: Sequence[Any] = ()) -> RunResult:
+                      on_message: Sequence[Any] = (), on_start: Sequence[Any] = ()) -> RunResult:
         """Continue a checkpointed run from its last committed state; a finished run's result is
         rebuilt from the checkpoint without calling any model. Refused, before anything is
         written, when the run was checkpointed by another pattern (``CheckpointMismatch``) or is
@@ -408,7 +415,7 @@ class Pattern(ABC):
         except BaseException:
             lease.release()
             raise
-        return await self._drive(ctx, observers, on_message, checkpoint, run_id, None, saved, lease)
+        return await self._drive(ctx, observers, on_message, checkpoint, run_id, None, saved, lease, on_start)
 
     def _restored(self, saved: Any) -> Any:
         ctx = self._context(saved.meta["task"])
@@ -486,38 +493,54 @@ class Pattern(ABC):
         kw = {k: kwargs[k] for k in ("checkpoint", "run_id") if k in kwargs}
         return self._sync(lambda: self.arun(task, **kw))
 
-    async def arun_batch(self, tasks: Sequence[str], max_concurrency: int = 16) -> list[Any]:
+    async def arun_batch(self, tasks: Sequence[str], max_concurrency: int = 16, *,
+                         progress: bool | None = False) -> list[Any]:
+        """``run_batch`` in async code (``progress``: as there, but off unless asked for)."""
         tasks = check_batch(tasks, max_concurrency, type(self).__name__)
         for t in tasks:
             self._check_run(t)
         if tasks:  # missing keys: one error for the whole batch, before any run starts
             self._context(tasks[0]).stats.preflight()
         gate = asyncio.Semaphore(max_concurrency)
+        bar = ProgressBar(len(tasks), progress, f"{type(self).__name__} batch")
 
         async def one(t: str) -> Any:
             async with gate:
-                return await self.arun(t)
+                try:
+                    out = await self.arun(t)
+                except BaseException:
+                    bar.add(0, 1)
+                    raise
+                bar.add(1, 0)
+                return out
 
-        with batch_collector(len(tasks)):
-            return list(await asyncio.gather(*(one(t) for t in tasks)))
+        try:
+            with batch_collector(len(tasks)):
+                return list(await asyncio.gather(*(one(t) for t in tasks)))
+        finally:
+            bar.close()
 
     def run_batch(self, tasks: Sequence[str], max_concurrency: int = 16, *, executor: str = "local",
                   address: str | None = None, max_concurrency_per_worker: int | None = None,
-                  checkpoint_dir: Any = None, **options: Any) -> list[Any]:
+                  checkpoint_dir: Any = None, progress: bool | None = None, **options: Any) -> list[Any]:
         """One independent run per task, run concurrently (bounded); results in task order.
 
+        ``progress``: a progress bar on stderr (done/total, failed, elapsed, ETA); by default shown
+        when stderr is a terminal, ``progress=False`` hides it, ``True`` forces it.
         ``executor="ray"`` shards the tasks over Ray workers (``address=None`` starts a local Ray,
         ``"auto"``/``"ray://host:10001"`` joins a cluster), each running ``max_concurrency_per_worker``
         at once; a failed task's slot holds a ``TaskFailure`` instead of losing the batch. With
         ``checkpoint_dir`` every run is checkpointed and a re-run skips the finished ones. More
-        options (``workers``, ``progress``, ...): ``fsmchat.distributed.execute_batch``."""
+        options (``workers``, ``on_progress``, ...): ``fsmchat.distributed.execute_batch``."""
         tasks = check_batch(tasks, max_concurrency, type(self).__name__)
+        show = progress_wanted(progress)
         if executor == "local" and checkpoint_dir is None and address is None and not options:
-            return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency))
+            return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency, progress=show))
         from ..distributed import run_batch
 
         return run_batch(self, tasks, executor=executor, address=address, checkpoint_dir=checkpoint_dir,
-                         max_concurrency_per_worker=max_concurrency_per_worker or max_concurrency, **options)
+                         max_concurrency_per_worker=max_concurrency_per_worker or max_concurrency,
+                         progress=show, **options)
 
     def to_config(self) -> Any:
         """This pattern as a JSON-able pydantic model (``fsmchat.config``); ``from_config`` rebuilds it.
@@ -526,20 +549,14 @@ class Pattern(ABC):
 
         return to_config(self)
 
-    async def stream(self, task: str) -> AsyncIterator[TraceEvent | Message | RunResult]:
-        """Yield trace events and posted messages as they happen, then the final ``RunResult``."""
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        done = object()
-        runner = asyncio.ensure_future(self.aexecute(task, observers=[queue.put_nowait],
-                                                     on_message=[queue.put_nowait]))
-        runner.add_done_callback(lambda _: queue.put_nowait(done))
-        try:
-            while True:
-                item = await queue.get()
-                if item is done:
-                    break
-                yield item
-            yield runner.result()
-        finally:
-            if not runner.done():
-                runner.cancel()
+    def stream(self, task: str) -> RunStream:
+        """The run's trace events and posted messages as they happen, then the final ``RunResult``:
+        ``async for item in pattern.stream(task)`` in async code, ``for item in pattern.stream(task)``
+        in a script (the run then goes on its own event loop in a worker thread). Leaving the loop
+        early cancels the run."""
+        return RunStream(lambda sink: self.aexecute(task, observers=[sink], on_message=[sink]),
+                         f"{type(self).__name__}.stream")
+
+    def astream(self, task: str) -> AsyncIterator[TraceEvent | Message | RunResult]:
+        """``stream(task)`` as an async iterator (LangGraph's ``astream`` spelling)."""
+        return aiter(self.stream(task))
