@@ -92,7 +92,11 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
             out = result.output
             print(out if isinstance(out, str) else json.dumps(out, indent=2, ensure_ascii=False, default=str))
     else:
-        print(f"\n{summary(result, elapsed)}", flush=True)
+        try:
+            worst = pattern.max_calls()
+        except (ValueError, TypeError):  # a loop over a list only known at run time has no bound
+            worst = None
+        print(f"\n{summary(result, elapsed, worst)}", flush=True)
     if checkpoint is not None:
         print(f"fsmchat run: run id {result.run_id} checkpointed in {args.checkpoint}", file=sys.stderr)
     if not result.ok:

@@ -209,3 +209,8 @@ def write(out_dir: Path, examples_dir: Path | None) -> list[Path]:
 def check(out_dir: Path, examples_dir: Path | None) -> list[str]:
     """Names of files in ``out_dir`` that are missing, stale or orphans."""
     return Gallery(examples=examples_dir, builtins=True, dir=out_dir).check()
+
+
+def entries(examples_dir: Path | None) -> Iterator[tuple[str, Callable[[], StateGraph]]]:
+    """(name, graph factory) of the built-ins and of the examples folder's ``build()`` files."""
+    return Gallery(examples=examples_dir, builtins=True).entries()

@@ -111,10 +111,13 @@ class LiveRun:
             self._live = None
 
 
-def summary(result: RunResult, elapsed: float | None = None) -> str:
-    """``-- stopped: lull after 6 messages, 18 model calls, 2,310 tokens, $0.0000 in 4.2s; path: ...``."""
+def summary(result: RunResult, elapsed: float | None = None, worst: int | None = None) -> str:
+    """``-- stopped: lull after 6 messages, 18 model calls (worst case 24), 2,310 tokens, $0.0000 in 4.2s;
+    path: ...`` (the worst case when the pattern can bound its calls)."""
     stats = getattr(result.context, "stats", None)
     cost = f", ${stats.cost_usd:.4f}" if stats is not None else ""
     took = f" in {elapsed:.1f}s" if elapsed is not None else ""
-    return (f"-- stopped: {result.stop_reason} after {len(result.transcript)} messages, {result.calls} model calls, "
+    bound = f" (worst case {worst})" if worst is not None else ""
+    return (f"-- stopped: {result.stop_reason} after {len(result.transcript)} messages, {result.calls} model calls"
+            f"{bound}, "
             f"{result.usage.get('total_tokens', 0):,} tokens{cost}{took}; path: {' -> '.join(result.path)}")

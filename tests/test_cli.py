@@ -104,7 +104,7 @@ def test_run_prints_each_message_while_the_run_is_still_going(project):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert rest.startswith("b: b says 1\n\n-- stopped: max_loops after 3 messages, 2 model calls, 30 tokens, $0.0000")
+    assert rest.startswith("b: b says 1\n\n-- stopped: max_loops after 3 messages, 2 model calls (worst case 2), 30 tokens, $0.0000")
     assert rest.rstrip().endswith("; path: seed -> a -> b -> stop")
 
 
