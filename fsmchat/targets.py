@@ -11,6 +11,7 @@ scanning a folder never imports a file that is not a ``build()`` file.
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib
 import importlib.util
 import os
@@ -65,7 +66,10 @@ def load_target_with_module(spec: str) -> tuple[Any, Any]:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise AttributeError(f"{where} has no attribute {attr!r}") from None
+            names = [n for n in vars(obj) if not n.startswith("_")] if hasattr(obj, "__dict__") else []
+            close = difflib.get_close_matches(part, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise AttributeError(f"{where} has no attribute {attr!r}{hint}") from None
     return obj, module
 
 

@@ -182,6 +182,8 @@ def test_module_attr_targets_resolve_from_the_current_folder(project, capsys):
     assert capsys.readouterr().out.startswith("round_robin: ")
     assert main(["run", "mychat:chat", "--task", "hello", "--quiet"]) == 0
     assert capsys.readouterr().out == "y here\n"
+    assert main(["run", "mychat:chatt", "--task", "hello"]) == 2  # a typo: refused, with the name it meant
+    assert "mychat has no attribute 'chatt' (did you mean 'chat'?)" in capsys.readouterr().err
 
 
 def test_every_argument_has_help_and_there_is_a_version(capsys):
