@@ -8,6 +8,7 @@ from the last committed state.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from .errors import FsmchatError
 from .models import Message, TraceEvent
@@ -107,6 +108,10 @@ class Saved:
 
 
 class Checkpointer(Protocol):
+    """A store of runs. A store whose ``commit`` also takes ``earlier=[events]`` (stored before
+    ``event``, in the same transaction) says so with ``batches = True``; the recorder then commits
+    the steps of pure states together with the next step."""
+
     def start(self, run_id: str, meta: dict[str, Any]) -> None: ...
 
     def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None
@@ -233,15 +238,19 @@ class SqliteCheckpointer:
         m = self._db.execute("SELECT COUNT(*) FROM messages WHERE run_id=?", (run_id,)).fetchone()[0]
         return e, m
 
-    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None) -> None:
+    batches = True  # commit(..., earlier=[...]) stores several events in one transaction
+
+    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
+               earlier: Sequence[TraceEvent] = ()) -> None:
         with self._lock:
             ne, nm = self._seq.get(run_id) or self._counts(run_id)
             db = self._db
             db.execute("BEGIN")
             try:
-                db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           (run_id, ne, event.step, event.state, event.trigger, event.dest, event.t,
-                            _dumps(event.payload)))
+                db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                               [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t, _dumps(e.payload))
+                                for i, e in enumerate([*earlier, event])])
+                ne += len(earlier)
                 if messages:
                     db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
                                    [(run_id, nm + i, m.role, m.content, _dumps(m.metadata))
@@ -311,10 +320,13 @@ class MemoryCheckpointer:
             raise ValueError(already_used(run_id))
         self.data[run_id] = Saved(run_id, json.loads(_dumps(meta)), [], [], None)
 
-    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None) -> None:
+    batches = True
+
+    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
+               earlier: Sequence[TraceEvent] = ()) -> None:
         s = self.data[run_id]
-        s.events.append(TraceEvent(event.step, event.state, event.trigger, event.dest, event.t,
-                                   json.loads(_dumps(event.payload))))
+        s.events.extend(TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, json.loads(_dumps(e.payload)))
+                        for e in [*earlier, event])
         s.messages.extend(messages)
         if state is not None:
             s.state = json.loads(_dumps(state))
@@ -337,6 +349,16 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
+def _takes_earlier(cp: Any) -> bool:
+    """Whether ``cp`` batches: it says so and its ``commit`` (maybe a subclass's) takes ``earlier``."""
+    if not getattr(cp, "batches", False):
+        return False
+    try:
+        return "earlier" in inspect.signature(cp.commit).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class Recorder:
     """The engine's checkpoint observer for one run (or one branch run): commits each trace event
     with the messages posted since the last one and the context's snapshot, and the stop reason
@@ -347,12 +369,30 @@ class Recorder:
         self.cp, self.run_id, self.transcript, self.snapshot = cp, run_id, transcript, snapshot
         self.saved = saved_messages
         self.lease = lease
+        self.batches = _takes_earlier(cp)
+        self.pending: list[TraceEvent] = []  # steps of pure states, committed with the next step
 
-    def __call__(self, ev: TraceEvent) -> None:
+    def __call__(self, ev: TraceEvent, pure: bool = False) -> None:
+        """Commit ``ev`` with the rows posted since the last commit and the snapshot. The step of a
+        ``pure`` state that posted nothing is held back and committed in the same transaction as
+        the next step (stores with ``batches``): one commit instead of two, and after a crash the
+        pure step is simply run again from the previous snapshot."""
         if self.lease is not None:
             self.lease.renew()
         rows = self.transcript.since(self.saved)
-        self.cp.commit(self.run_id, ev, rows, self.snapshot() if ev.dest is not None else None)
+        if pure and not rows and self.batches and ev.dest is not None:
+            self.pending.append(ev)
+            return
+        if ev.dest is None and ev.trigger is not None:
+            # a cancelled or failed step: the context may hold half of it, so the held-back pure
+            # steps are not committed with it; a resume runs them again from the last snapshot
+            self.pending = []
+        state = self.snapshot() if ev.dest is not None or self.pending else None
+        if self.pending:
+            earlier, self.pending = self.pending, []
+            self.cp.commit(self.run_id, ev, rows, state, earlier=earlier)
+        else:
+            self.cp.commit(self.run_id, ev, rows, state)
         self.saved += len(rows)
 
     def finish(self, stop_reason: str) -> None:

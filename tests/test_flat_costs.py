@@ -144,3 +144,29 @@ def test_the_scripted_models_request_log_is_bounded_and_says_so():
     assert full.requests[0].messages[0] == {"role": "user", "content": "go"}
     with pytest.raises(ValueError, match="keep_messages=0: expected None"):
         ScriptedModel(keep_messages=0)
+
+
+class BatchingStore(MemoryCheckpointer):
+    """A store that batches (its commit takes earlier=); counts its transactions."""
+
+    def __init__(self):
+        super().__init__()
+        self.commits = 0
+
+    def commit(self, run_id, event, messages, state, earlier=()):
+        self.commits += 1
+        return super().commit(run_id, event, messages, state, earlier=earlier)
+
+
+def test_group_chat_commits_twice_per_turn_and_stores_every_step():
+    store = BatchingStore()
+    res = group_chat(20).execute("go", checkpoint=store)
+    assert len(res.transcript) == 20 and len(res.trace) == 78  # seed + 19 x (bid, select, post, penalize) + stop
+    # seed, then bid and post of each of the 19 turns (select and penalize ride along), then the end
+    assert store.commits == 1 + 2 * 19 + 1
+    saved = store.load(res.run_id)
+    assert [(e.state, e.dest) for e in saved.events] == [(e.state, e.dest) for e in res.trace]
+    assert saved.state["scratch"]["recent"] == [res.transcript[-1].role]  # the final snapshot, after penalize
+    plain = CountingStore()  # a store whose commit takes no earlier= is committed step by step
+    group_chat(20).execute("go", checkpoint=plain)
+    assert len(plain.load(next(iter(plain.data))).events) == 78

@@ -43,6 +43,7 @@ class State:
     subgraph: "StateGraph | None" = None
     branches: "list[StateGraph]" = field(default_factory=list)  # child runs of a fork state
     fork: "Fork | None" = None  # (split, join) of a fork state
+    pure: bool = False  # the action only computes from the context: it may be committed with the next step
 
 
 @dataclass
@@ -73,6 +74,7 @@ class FlatState:
     out: list[Transition] = field(default_factory=list)
     branches: "list[StateGraph]" = field(default_factory=list)
     fork: "Fork | None" = None
+    pure: bool = False
 
 
 @dataclass
@@ -124,10 +126,14 @@ class StateGraph:
         self._compiled = self._flat = None
         return self
 
-    def state(self, name: str, action: Action | None = None, description: str | None = None) -> "StateGraph":
-        """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered."""
+    def state(self, name: str, action: Action | None = None, description: str | None = None, *,
+              pure: bool = False) -> "StateGraph":
+        """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
+        ``pure=True`` says the action only computes from the context (no model call, no post, no
+        effect outside the run): a checkpoint may then commit the step together with the next one,
+        and after a crash it is simply run again."""
         desc = description if description is not None else (first_line(action) if action else "")
-        return self._add(State(name, action, desc))
+        return self._add(State(name, action, desc, pure=pure))
 
     def fork(self, name: str, branches: "list[StateGraph]", split: Callable[[Any], Any],
              join: Callable[[Any, list[Any]], Any], description: str = "",
@@ -289,7 +295,7 @@ class StateGraph:
                                       [Transition(q, t.dest, t.guard, t.label, t.order) for t in exits])
             else:
                 states[q] = FlatState(q, s.action, s.description, s.final, s.reason, cluster, out, s.branches,
-                                      s.fork)
+                                      s.fork, s.pure)
         return StateGraph._entry(graph, prefix)
 
     @staticmethod

@@ -150,9 +150,9 @@ def compile_group_chat(name: str = "group_chat", description: str = "") -> State
     g = StateGraph(name, context=ChatContext, description=description)
     g.state("seed", post_task)
     g.state("bid", collect_bids)
-    g.state("select", pick_speaker)
+    g.state("select", pick_speaker, pure=True)  # pure: committed with the next step
     g.state("post", post_winner)
-    g.state("penalize", remember_speaker)
+    g.state("penalize", remember_speaker, pure=True)
     g.final("stop")
     g.edge("seed", "bid", when=under_cap)
     g.edge("seed", "stop", label="max_loops")
