@@ -440,7 +440,7 @@ class Lease:
             self.cp.release(self.run_id, self.owner)
 
 
-class NotSerializable(TypeError):
+class NotSerializable(FsmchatError, TypeError):
     pass
 
 

@@ -32,12 +32,13 @@ from typing import Any, Callable, Sequence
 
 from .checks import check_tasks
 from .progress import ProgressBar
+from .errors import FsmchatError
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple  # (index, task, run_id | None, resume_from | None, finished)
 
 
-class TaskFailure(Exception):
+class TaskFailure(FsmchatError):
     """What a failed task leaves in its slot of a batch's results: the error's type, message and
     traceback (as text, so it crosses processes), the transcript so far and the run id."""
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator
 from .graph.render import dot_hash, render_svg, svg_dot_hash
 from .graph.state_graph import StateGraph
 from .targets import BUILD, defines_build, load_file, load_target, resolve_graph, split_target
+from .errors import FsmchatError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,7 +49,7 @@ KINDS = (".dot", ".svg", ".mmd")  # the files each graph gets
 CONFIG_TABLE = "tool.fsmchat.graphs"
 
 
-class GalleryConfigError(ValueError):
+class GalleryConfigError(FsmchatError, ValueError):
     """A ``[tool.fsmchat.graphs]`` table, or a command line, that does not describe a gallery."""
 
 

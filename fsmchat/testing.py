@@ -18,11 +18,12 @@ from typing import Any, Callable, Sequence
 
 from .graph.state_graph import StateGraph, branch_graph
 from .models import Bid, RunResult, split_branch
+from .errors import FsmchatError
 
 SCRIPTED_PROVIDER = "fsmchat-scripted"
 
 
-class ScriptExhausted(AssertionError):
+class ScriptExhausted(FsmchatError, AssertionError):
     """A scripted agent was called more often than its script allows."""
 
     fsmchat_fatal = True
@@ -420,7 +421,7 @@ def assert_graph_matches(graph: Any, path: Any) -> None:
 
 
 # ---- record and replay ----
-class CassetteMiss(AssertionError):
+class CassetteMiss(FsmchatError, AssertionError):
     """A replayed run sent a request the cassette does not hold."""
 
     fsmchat_fatal = True

@@ -42,8 +42,11 @@ def test_cancel_mid_bid_keeps_transcript_and_checkpoint_and_leaves_no_tasks(tmp_
     cp = SqliteCheckpointer(tmp_path / "runs.db")
 
     async def go():
-        task = asyncio.ensure_future(chat.aexecute("t", checkpoint=cp, run_id="c"))
-        await asyncio.sleep(0.3)  # both agents are inside their second bid now
+        posted = asyncio.Event()
+        task = asyncio.ensure_future(chat.aexecute("t", checkpoint=cp, run_id="c",
+                                                   on_message=[lambda m: m.content == "first" and posted.set()]))
+        await asyncio.wait_for(posted.wait(), 60)  # the first turn is in (however long litellm's import took)
+        await asyncio.sleep(0.3)  # both agents are inside their second (5 s) bid now
         task.cancel()
         with pytest.raises(asyncio.CancelledError) as e:
             await task

@@ -10,14 +10,14 @@ import re
 from typing import Any, Callable, Sequence
 
 from ..deadline import call_within
-from ..errors import BudgetExceeded, DeadlineExceeded, fatal_error, limit_reached
+from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, fatal_error, limit_reached
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import Agent, Turn
 from .context import FlowContext, StepResult
 from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, Task, as_task
 
 
-class StepError(RuntimeError):
+class StepError(FsmchatError, RuntimeError):
     """A step failed under ``on_error="stop"``; names the step and the cause."""
 
 
