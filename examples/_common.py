@@ -8,6 +8,20 @@ def task(default: str) -> str:
     return os.environ.get("FSMCHAT_TASK", default)
 
 
+def intro(agent: Any, text: str) -> Any:
+    """an introduction: the reply is thrown away (not posted) but stays in the agent's memory"""
+    from fsmchat import Task
+
+    return Task(agent=agent, name=f"{agent.name}_intro", post=False, action=text)
+
+
+def count(name: str, value: Any, note: str = "") -> int:
+    """``value`` as a round count: an int (not a bool), else a TypeError naming the parameter."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int{note}, got {value!r}")
+    return value
+
+
 def show(pattern: Any, default_task: str) -> None:
     """Run a conversation pattern; print its output, why it stopped, the calls and the path."""
     result = pattern.execute(task(default_task))

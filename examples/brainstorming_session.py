@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import report  # noqa: E402
+from _common import count, intro, report  # noqa: E402
 
 from fsmchat import Agent, AgentFlow, Task, flow_input, if_, loop  # noqa: E402
 
@@ -35,18 +35,15 @@ def brainstorming_session(participants=None, facilitator=None, idea_rounds=3, bu
         raise ValueError("At least two participants are required for brainstorming.")
     if not facilitator:
         raise ValueError("A facilitator agent is required for brainstorming session.")
-    if isinstance(idea_rounds, bool) or not isinstance(idea_rounds, int):
-        raise TypeError(f"idea_rounds must be an int, got {idea_rounds!r}")
+    count("idea_rounds", idea_rounds)
     f, names = facilitator, ", ".join(p.name for p in participants)
-    intros = [Task(agent=f, name=f"{f.name}_intro", post=False,
-                   action=f"You are {f.name}, facilitating a brainstorm. Brainstorming participants: {names}. "
-                          f"Facilitator: {f.name}. Keep ideas flowing and synthesise them.")]
+    intros = [intro(f, f"You are {f.name}, facilitating a brainstorm. Brainstorming participants: {names}. "
+                       f"Facilitator: {f.name}. Keep ideas flowing and synthesise them.")]
     turns = []
     for k, p in enumerate(participants, 1):
         others = ", ".join(x.name for x in participants if x is not p)
-        intros.append(Task(agent=p, name=f"{p.name}_intro", post=False,
-                           action=f"You are {p.name}, Participant {k} in a brainstorm. Other participants: {others}. "
-                                  f"Facilitator: {f.name}. Build on the others' suggestions."))
+        intros.append(intro(p, f"You are {p.name}, Participant {k} in a brainstorm. Other participants: {others}. "
+                               f"Facilitator: {f.name}. Build on the others' suggestions."))
         suggest = Task(agent=p, append_to="ideas", action=f"Participant {p.name}, suggest ideas for: " + "{{problem}}")
         build = Task(agent=p, append_to="ideas",
                      action=f"Participant {p.name}, build on these previous ideas: " + "{{ideas[-3:]}}")

@@ -16,16 +16,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import report  # noqa: E402
+from _common import count, intro, report  # noqa: E402
 
 from fsmchat import Agent, AgentFlow, Task, flow_input, loop, parallel  # noqa: E402
 
 P, LIST = "{{proposal}}", "{{parallel_outputs}}"  # the carried proposal; the last fan-out's replies
-
-
-def intro(agent, text: str) -> Task:
-    """an introduction: the reply is thrown away (not posted) but stays in the agent's memory"""
-    return Task(agent=agent, name=f"{agent.name}_intro", post=False, action=text)
 
 
 def council_meeting(council_members=None, chairperson=None, voting_rounds=1, require_consensus=False,
@@ -34,8 +29,7 @@ def council_meeting(council_members=None, chairperson=None, voting_rounds=1, req
         raise ValueError("At least two council members are required.")
     if not chairperson:
         raise ValueError("A chairperson agent is required for council meeting.")
-    if isinstance(voting_rounds, bool) or not isinstance(voting_rounds, int):
-        raise TypeError(f"voting_rounds must be an int, got {voting_rounds!r}")
+    count("voting_rounds", voting_rounds)
     chair, members = chairperson, list(council_members)
     names = ", ".join(m.name for m in members)
     setup = [intro(chair, f"You are {chair.name}, the chairperson. Council members: {names}. Chairperson: "

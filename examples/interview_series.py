@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import report  # noqa: E402
+from _common import count, intro, report  # noqa: E402
 
 from fsmchat import Agent, AgentFlow, Task, loop, repeat  # noqa: E402
 
@@ -30,8 +30,7 @@ def interview_series(questions=None, interviewer=None, interviewee=None, follow_
                      output_type="str-all-except-first") -> AgentFlow:
     if not interviewer or not interviewee:
         raise ValueError("Both interviewer and interviewee agents are required.")
-    if isinstance(follow_up_depth, bool) or not isinstance(follow_up_depth, int):
-        raise TypeError(f"follow_up_depth must be an int (0 or less: no follow-ups), got {follow_up_depth!r}")
+    count("follow_up_depth", follow_up_depth, " (0 or less: no follow-ups)")
     if isinstance(questions, str) or not all(isinstance(q, str) for q in questions or []):
         raise TypeError(f"questions must be a list of strings, got {questions!r}")
     questions = list(questions or DEFAULT_QUESTIONS)
@@ -42,11 +41,9 @@ def interview_series(questions=None, interviewer=None, interviewee=None, follow_
                      Task(agent=e)]
         per_question.append(repeat(follow_up, max_iterations=follow_up_depth, name="follow_ups"))
     return AgentFlow(name="interview_series", memory=True, output_type=output_type, variables={"questions": questions},
-                     steps=[Task(agent=i, name=f"{i.name}_intro", post=False,
-                                 action=f"You are {i.name}, interviewing {e.name}. Ask thoughtful questions and "
-                                        "follow up on the answers."),
-                            Task(agent=e, name=f"{e.name}_intro", post=False,
-                                 action=f"You are {e.name}, interviewed by {i.name}. Answer in detail and honestly."),
+                     steps=[intro(i, f"You are {i.name}, interviewing {e.name}. Ask thoughtful questions and "
+                                     "follow up on the answers."),
+                            intro(e, f"You are {e.name}, interviewed by {i.name}. Answer in detail and honestly."),
                             loop(per_question, over="questions", var_name="question", max_items=len(questions),
                                  name="questions")])
 

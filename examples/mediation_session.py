@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import report  # noqa: E402
+from _common import count, intro, report  # noqa: E402
 
 from fsmchat import Agent, AgentFlow, Task, flow_input, loop  # noqa: E402
 
@@ -31,17 +31,14 @@ def mediation_session(parties=None, mediator=None, max_sessions=3, output_type="
         raise ValueError("At least two parties are required for mediation.")
     if not mediator:
         raise ValueError("A mediator agent is required for mediation session.")
-    if isinstance(max_sessions, bool) or not isinstance(max_sessions, int):
-        raise TypeError(f"max_sessions must be an int, got {max_sessions!r}")
+    count("max_sessions", max_sessions)
     m, names = mediator, ", ".join(p.name for p in parties)
-    intros = [Task(agent=m, name=f"{m.name}_intro", post=False,
-                   action=f"You are {m.name}, a neutral mediator. Disputing parties: {names}. Mediator: {m.name}. "
-                          "Help them reach a fair resolution.")]
+    intros = [intro(m, f"You are {m.name}, a neutral mediator. Disputing parties: {names}. Mediator: {m.name}. "
+                       "Help them reach a fair resolution.")]
     for k, p in enumerate(parties, 1):
         others = ", ".join(x.name for x in parties if x is not p)
-        intros.append(Task(agent=p, name=f"{p.name}_intro", post=False,
-                           action=f"You are {p.name}, Party {k} in a mediation. Other parties: {others}. "
-                                  f"Mediator: {m.name}. Present your interests and stay open to solutions."))
+        intros.append(intro(p, f"You are {p.name}, Party {k} in a mediation. Other parties: {others}. "
+                               f"Mediator: {m.name}. Present your interests and stay open to solutions."))
     session = [Task(agent=m, save_as="opening",
                     action="Session {{session}}: Let's address {{dispute}}"),
                *[Task(agent=p, action=f"Party {p.name}, please share your perspective on: " + "{{opening}}")

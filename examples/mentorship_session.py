@@ -18,24 +18,18 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import report  # noqa: E402
+from _common import count, intro, report  # noqa: E402
 
 from fsmchat import Agent, AgentFlow, Task, flow_input, loop  # noqa: E402
 
 G, PREV = "{{goal}}", "{{previous_output}}"  # the carried goal; the step before's reply
 
 
-def intro(agent, text: str) -> Task:
-    """an introduction: the reply is thrown away (not posted) but stays in the agent's memory"""
-    return Task(agent=agent, name=f"{agent.name}_intro", post=False, action=text)
-
-
 def mentorship_session(mentor=None, mentee=None, session_count=3, include_feedback=True,
                        output_type="str-all-except-first") -> AgentFlow:
     if not mentor or not mentee:
         raise ValueError("Both mentor and mentee agents are required.")
-    if isinstance(session_count, bool) or not isinstance(session_count, int):
-        raise TypeError(f"session_count must be an int, got {session_count!r}")
+    count("session_count", session_count)
     setup = [intro(mentor, f"You are {mentor.name}, mentoring {mentee.name}. Give guidance, support and "
                            "constructive feedback."),
              intro(mentee, f"You are {mentee.name}, mentored by {mentor.name}. Ask questions, share your progress "

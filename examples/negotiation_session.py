@@ -17,16 +17,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import report  # noqa: E402
+from _common import count, intro, report  # noqa: E402
 
 from fsmchat import Agent, AgentFlow, Task, flow_input, loop, parallel  # noqa: E402
 
 T, LIST = "{{terms}}", "{{parallel_outputs}}"  # the carried terms; the last fan-out's replies
-
-
-def intro(agent, text: str) -> Task:
-    """an introduction: the reply is thrown away (not posted) but stays in the agent's memory"""
-    return Task(agent=agent, name=f"{agent.name}_intro", post=False, action=text)
 
 
 def negotiation_session(parties=None, mediator=None, negotiation_rounds=5, include_concessions=True,
@@ -35,8 +30,7 @@ def negotiation_session(parties=None, mediator=None, negotiation_rounds=5, inclu
         raise ValueError("At least two parties are required for negotiation.")
     if not mediator:
         raise ValueError("A mediator agent is required for negotiation session.")
-    if isinstance(negotiation_rounds, bool) or not isinstance(negotiation_rounds, int):
-        raise TypeError(f"negotiation_rounds must be an int, got {negotiation_rounds!r}")
+    count("negotiation_rounds", negotiation_rounds)
     parties = list(parties)
     names = ", ".join(p.name for p in parties)
     setup = [intro(mediator, f"You are {mediator.name}, the mediator. Negotiating parties: {names}. Mediator: "

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import report  # noqa: E402
+from _common import count, intro, report  # noqa: E402
 
 from fsmchat import Agent, AgentFlow, Task, flow_input, loop  # noqa: E402
 
@@ -32,17 +32,14 @@ def peer_review_process(reviewers=None, author=None, review_rounds=2, output_typ
         raise ValueError("At least one reviewer is required.")
     if not author:
         raise ValueError("An author agent is required for peer review.")
-    if isinstance(review_rounds, bool) or not isinstance(review_rounds, int):
-        raise TypeError(f"review_rounds must be an int, got {review_rounds!r}")
+    count("review_rounds", review_rounds)
     names = ", ".join(r.name for r in reviewers)
-    intros = [Task(agent=author, name=f"{author.name}_intro", post=False,
-                   action=f"You are {author.name}, the author. Reviewers: {names}. Author: {author.name}. "
-                          "Respond to the reviews professionally.")]
+    intros = [intro(author, f"You are {author.name}, the author. Reviewers: {names}. Author: {author.name}. "
+                            "Respond to the reviews professionally.")]
     for k, r in enumerate(reviewers, 1):
         others = ", ".join(x.name for x in reviewers if x is not r)
-        intros.append(Task(agent=r, name=f"{r.name}_intro", post=False,
-                           action=f"You are {r.name}, Reviewer {k}. Other reviewers: {others}. Author: {author.name}. "
-                                  "Review the work thoroughly and constructively."))
+        intros.append(intro(r, f"You are {r.name}, Reviewer {k}. Other reviewers: {others}. Author: {author.name}. "
+                               "Review the work thoroughly and constructively."))
     reviews = [Task(agent=r, action=f"Reviewer {r.name}, please review this work: " + "{{work}}") for r in reviewers]
     response = Task(agent=author, save_as="work", action=f"Author {author.name}, please respond to these reviews: "
                     + "{{transcript[-%d:]}}" % len(reviewers))

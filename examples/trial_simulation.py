@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import report  # noqa: E402
+from _common import intro, report  # noqa: E402
 
 from fsmchat import Agent, AgentFlow, Task, loop, route  # noqa: E402
 
@@ -39,8 +39,7 @@ def trial_simulation(prosecution=None, defense=None, judge=None, witnesses=None,
     pr, de, j = prosecution, defense, judge
     roster = f"Prosecution: {pr.name}. Defense: {de.name}. Judge: {j.name}." + \
         (f" Witnesses: {', '.join(w.name for w in witnesses)}." if witnesses else "")
-    setup = [Task(agent=a, name=f"{a.name}_intro", post=False,  # the reply is thrown away, kept in memory
-                  action=f"You are {a.name}, {role} in this trial. {roster}")
+    setup = [intro(a, f"You are {a.name}, {role} in this trial. {roster}")  # the reply is thrown away, kept in memory
              for a, role in [(j, "the judge"), (pr, "the prosecution"), (de, "the defense"),
                              *[(w, "a witness") for w in witnesses]]]
     phase_steps = {
