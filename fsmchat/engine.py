@@ -289,7 +289,7 @@ class GraphRun:
     def _record(self, ev: TraceEvent, pure: bool = False) -> None:
         self.trace.append(ev)
         if self.recorder is not None:
-            self.recorder(ev, pure) if pure else self.recorder(ev)
+            self.recorder(ev, pure)
         self._relay(ev)
 
     def _relay(self, ev: TraceEvent) -> None:
