@@ -188,7 +188,8 @@ def drawing_data(d: Drawing) -> dict[str, Any]:
 
 def drawing_from_data(data: dict[str, Any]) -> Drawing:
     """The ``Drawing`` that ``drawing_data`` wrote (``KeyError``/``TypeError`` when it is not one)."""
-    return Drawing(data["name"], data["title"], data["initial"], nodes=[Node(**n) for n in data["nodes"]],
+    return Drawing(data["name"], data["title"], data["initial"],
+                   nodes=[Node(**{**n, "group": tuple(n["group"])}) for n in data["nodes"]],
                    groups={tuple(path): label for path, label in data["groups"]},
                    edges=[Edge(**e) for e in data["edges"]])
 
