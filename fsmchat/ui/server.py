@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import FsmchatError
 from .page import error_page, page
 from .report import runs_data, run_data
 from .store import RunNotFound, Store, StoreUnreadable
@@ -116,7 +117,16 @@ def serve(db: str | Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) ->
     """Serve ``db`` in the foreground until interrupted (``fsmchat ui``)."""
     server = _server(db, host, port)
     print(f"fsmchat ui: serving {db} read-only at http://{_url_host(host)}:{port}/ (Ctrl-C stops it)", flush=True)
-    server.run()
+    try:
+        server.run()
+    except SystemExit as exc:  # uvicorn exits when it cannot listen (it logged why)
+        if exc.code not in (None, 0):
+            raise ViewerError(f"cannot listen on {host}:{port} (in use, or not an address of this machine); "
+                              "pick another with --port/--host") from None
+
+
+class ViewerError(FsmchatError, OSError):
+    """The viewer's server could not start."""
 
 
 def _url_host(host: str) -> str:
