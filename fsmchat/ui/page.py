@@ -19,6 +19,9 @@ from typing import Any
 from .. import __version__
 
 
+HOME = '<a id="home" href="/">fsmchat runs</a>'
+
+
 @lru_cache(maxsize=None)
 def asset(name: str) -> str:
     return resources.files("fsmchat.ui").joinpath("static", name).read_text(encoding="utf-8")
@@ -45,10 +48,10 @@ def page(data: dict[str, Any], title: str, *, live: bool, report: bool = False) 
            f"img-src data:; connect-src {connect}; base-uri 'none'; form-action 'self'")
     settings = {"live": live, "report": report, "version": __version__}
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-            f'<meta http-equiv="Content-Security-Policy" content="{html.escape(csp)}">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{html.escape(csp, quote=False)}">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>{html.escape(title)}</title>\n<style>{css}</style>\n</head>\n<body>\n"
-            f'<header id="top"><a id="home" href="/">fsmchat runs</a><span id="where"></span></header>\n'
+            f'<header id="top">{"<b>fsmchat</b>" if report else HOME}<span id="where"></span></header>\n'
             f'<main id="app"><noscript>This page needs JavaScript to show the run.</noscript></main>\n'
             f'<script type="application/json" id="fsmchat-settings">{data_json(settings)}</script>\n'
             f'<script type="application/json" id="fsmchat-data">{data_json(data)}</script>\n'
@@ -60,9 +63,9 @@ def error_page(title: str, message: str, hint: str = "") -> str:
     css = asset("viewer.css")
     csp = f"default-src 'none'; style-src {_sha256(css)}; base-uri 'none'"
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-            f'<meta http-equiv="Content-Security-Policy" content="{html.escape(csp)}">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{html.escape(csp, quote=False)}">\n'
             f"<title>{html.escape(title)}</title>\n<style>{css}</style>\n</head>\n<body>\n"
-            f'<header id="top"><a id="home" href="/">fsmchat runs</a></header>\n'
+            f'<header id="top">{HOME}</header>\n'
             f'<main id="app"><section class="problem"><h1>{html.escape(title)}</h1>'
             f'<p id="problem">{html.escape(message)}</p>'
             + (f"<p>{html.escape(hint)}</p>" if hint else "") + "</section></main>\n</body></html>\n")

@@ -39,8 +39,6 @@
   function runLink(id) { return "/runs/" + encodeURIComponent(id); }
   function pretty(x) { return JSON.stringify(x, null, 2); }
 
-  if (settings.report) document.getElementById("home").hidden = true;
-
   // ---- the runs list ----
   function renderRuns() {
     const params = new URLSearchParams(location.search);
