@@ -124,11 +124,11 @@ def test_an_old_store_still_displays_and_says_what_is_missing(tmp_path):
     cp = SqliteCheckpointer(db)
     group_chat_run(cp)
     cp.close()
-    con = sqlite3.connect(db)  # as fsmchat wrote stores before the viewer: no graph, no config, no events.msgs
+    con = sqlite3.connect(db)  # as fsmchat wrote stores before the viewer: no graph, no config, no events.nmsg
     meta = json.loads(con.execute("SELECT meta FROM runs").fetchone()[0])
     con.execute("UPDATE runs SET meta=?", (json.dumps({k: meta[k] for k in ("pattern", "name", "task", "factory",
                                                                             "fingerprint")}),))
-    con.execute("ALTER TABLE events DROP COLUMN msgs")
+    con.execute("ALTER TABLE events DROP COLUMN nmsg")
     con.commit()
     con.close()
     view = run_view(Store(db).run("chat-1"), 0)
@@ -138,7 +138,7 @@ def test_an_old_store_still_displays_and_says_what_is_missing(tmp_path):
     assert any(n.startswith("no config") for n in view["notes"])
     assert view["turns"][1]["agents"][2]["invalid"] == "no tool call (plain text instead of respond)"
     SqliteCheckpointer(db).close()  # opened writable, an old store gains the column
-    assert "msgs" in {r[1] for r in sqlite3.connect(db).execute("PRAGMA table_info('events')")}
+    assert "nmsg" in {r[1] for r in sqlite3.connect(db).execute("PRAGMA table_info('events')")}
 
 
 def test_the_viewer_never_writes_the_store(store, tmp_path):
@@ -267,3 +267,26 @@ def test_run_report_writes_the_run_it_just_made(tmp_path, capsys):
     db = tmp_path / "kept.db"
     assert cli.main(["run", example, "-q", "--checkpoint", str(db), "--report", str(out)]) == 0
     assert [r["status"] for r in Store(db).summaries()] == ["finished"]
+
+
+def test_branch_runs_are_replayed_inside_their_fork(tmp_path):
+    from fsmchat import AgentFlow, Discussion, parallel
+    from fsmchat.testing import ScriptedModel
+
+    m = ScriptedModel({"x": ["x1", "x2"], "y": ["y1", "y2"], "z": ["z1"]})
+    x, y, z = m.agent("x"), m.agent("y"), m.agent("z")
+    cp = SqliteCheckpointer(tmp_path / "p.db")
+    AgentFlow(steps=[x, parallel([Discussion([x, y], rounds=1), y]), z]).execute("go", checkpoint=cp, run_id="p")
+    cp.close()
+    view = run_view(Store(tmp_path / "p.db").run("p"), 0)
+    assert [(s["lane"], s["state"]) for s in view["steps"]] == [
+        ("", "x"), ("1:parallel|1", "parallel|1.discussion.begin"), ("1:parallel|1", "parallel|1.discussion.turn"),
+        ("1:parallel|1", "parallel|1.discussion.turn"), ("1:parallel|1", "parallel|1.discussion.done"),
+        ("1:parallel|1", "parallel|1.done"), ("1:parallel|2", "parallel|2.y"), ("1:parallel|2", "parallel|2.done"),
+        ("", "parallel"), ("", "z"), ("", "end")]
+    marks = [(s["upto"], s.get("open")) for s in view["steps"]]
+    assert marks[2] == (1, {"1:parallel|1": 1}) and marks[6] == (1, {"1:parallel|1": 2, "1:parallel|2": 1})
+    assert marks[8] == (4, None)  # the join: the branches' messages are now the run's own
+    assert [m["content"] for m in view["lanes"]["1:parallel|1"]] == ["x2", "y2"]
+    d = drawing_from_data(Store(tmp_path / "p.db").run("p").meta["graph"])
+    assert d.nodes[view["steps"][2]["node"]].id == "parallel|1.discussion.turn"

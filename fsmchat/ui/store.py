@@ -8,6 +8,7 @@ itself is untouched.) A store another process is writing is read as of its last 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from contextlib import closing, contextmanager
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..checkpoint import SqliteCheckpointer, lease_refusal
+from ..checkpoint import CheckpointStoreError, SqliteCheckpointer, lease_refusal
 from ..errors import FsmchatError
 
 STATUSES = ("running", "waiting", "finished", "failed", "cancelled", "stopped")
@@ -63,12 +64,13 @@ class Step:
     dest: str | None
     t: float | None
     payload: Any
-    msgs: int | None  # messages of its lane stored once this step was (None: not recorded)
+    nmsg: int | None  # its lane's transcript length once this step was stored (None: not recorded)
 
 
 @dataclass
 class RunRecord:
-    """Everything the store holds about one run, its branch lanes merged in commit order."""
+    """Everything the store holds about one run; each branch lane's steps come before the fork step
+    that joined them (lanes of one fork in branch order)."""
 
     run_id: str
     meta: dict[str, Any]
@@ -87,7 +89,7 @@ class _Open:
     """A read-only connection and what the store's schema has (None: an empty store)."""
 
     db: sqlite3.Connection | None
-    msgs: bool = False  # events.msgs: the transcript at each step is recorded
+    nmsg: bool = False  # events.nmsg: the transcript's length at each step is recorded
     leases: bool = False
 
     def leases_of(self) -> dict[str, tuple[str, float]]:
@@ -128,7 +130,7 @@ class Store:
         if missing:
             raise StoreUnreadable(f"{self.path}: not an fsmchat checkpoint store (it has tables {sorted(tables)}; "
                                   f"missing {missing})")
-        return _Open(db, "msgs" in {c[1] for c in db.execute("PRAGMA table_info('events')")}, "leases" in tables)
+        return _Open(db, "nmsg" in {c[1] for c in db.execute("PRAGMA table_info('events')")}, "leases" in tables)
 
     def summaries(self) -> list[dict[str, Any]]:
         """Every run (branch lanes left out), newest first: pattern, task, status, counts, usage, times."""
@@ -149,7 +151,7 @@ class Store:
                 meta = meta if isinstance(meta, dict) else {}
                 if "parent" in meta:
                     continue  # a branch run's lane: shown within its run
-                st = stats.get(run_id)
+                st = stats.get(run_id) if run_id in stats or stop is not None else self._state(run_id).get("stats")
                 out.append(summary(run_id, meta, stop, created, updated, status_of(stop, leases.get(run_id), now),
                                    msgs.get(run_id, 0), steps.get(run_id, (0, None)), st if isinstance(st, dict)
                                    else {}, now))
@@ -165,20 +167,69 @@ class Store:
                 raise RunNotFound(f"no run {run_id!r} in {self.path}")
             meta = _json(row[0], {})
             where, lanes = "WHERE run_id=? OR substr(run_id, 1, ?)=?", (run_id, len(run_id) + 1, run_id + "/")
-            steps = [Step(rid[len(run_id) + 1:], step, state, trig, dest, t, _json(payload), n)
-                     for rid, step, state, trig, dest, t, payload, n in db.execute(
-                         f"SELECT run_id, step, state, trigger, dest, t, payload, {'msgs' if o.msgs else 'NULL'} "
-                         f"FROM events {where} ORDER BY rowid", lanes)]
+            by_lane: dict[str, list[Step]] = {}
+            for rid, step, state, trig, dest, t, payload, n in db.execute(
+                    f"SELECT run_id, step, state, trigger, dest, t, payload, {'nmsg' if o.nmsg else 'NULL'} "
+                    f"FROM events {where} ORDER BY run_id, seq", lanes):
+                lane = rid[len(run_id) + 1:]
+                by_lane.setdefault(lane, []).append(Step(lane, step, state, trig, dest, t, _json(payload), n))
             messages: list[dict[str, Any]] = []
             lane_messages: dict[str, list[dict[str, Any]]] = {}
             for rid, role, content, metadata in db.execute(
                     f"SELECT run_id, role, content, metadata FROM messages {where} ORDER BY run_id, seq", lanes):
                 m = {"role": role, "content": content, "metadata": _json(metadata, {})}
                 (messages if rid == run_id else lane_messages.setdefault(rid[len(run_id) + 1:], [])).append(m)
-            st = db.execute("SELECT state FROM states WHERE run_id=?", (run_id,)).fetchone()
             status = status_of(row[1], o.leases_of().get(run_id), time.time())
-        return RunRecord(run_id, meta if isinstance(meta, dict) else {}, row[1], status, row[2], row[3], steps,
-                         messages, lane_messages, _json(st[0]) if st else None)
+        return RunRecord(run_id, meta if isinstance(meta, dict) else {}, row[1], status, row[2], row[3],
+                         in_fork_order(by_lane), messages, lane_messages, self._state(run_id))
+
+    def _state(self, run_id: str) -> dict[str, Any]:
+        """The run's latest working state (usage, events, flow variables), read by the checkpoint
+        module itself (its format is that module's); {} when none is stored yet."""
+        try:
+            cp = SqliteCheckpointer(self.path, read_only=True)
+        except CheckpointStoreError as exc:
+            raise StoreUnreadable(str(exc)) from None
+        try:
+            state = cp.load(run_id).state
+        except KeyError:
+            state = None
+        except CheckpointStoreError as exc:
+            raise StoreUnreadable(str(exc)) from None
+        finally:
+            cp.close()
+        return state if isinstance(state, dict) else {}
+
+
+def in_fork_order(by_lane: dict[str, list[Step]]) -> list[Step]:
+    """The run's steps (lane ``""``) with each branch lane's steps placed before the step of the fork
+    that ran it: a lane is named ``<fork step>:<branch>`` inside its parent lane (``a/b``: lane ``b``
+    of lane ``a``). Lanes of a fork still running come after their parent's last step."""
+    children: dict[str, list[str]] = {}
+    for lane in sorted(by_lane, key=_natural):
+        if lane:
+            children.setdefault(lane.rpartition("/")[0], []).append(lane)
+
+    def walk(lane: str) -> list[Step]:
+        waiting: dict[str, list[str]] = {}
+        for kid in children.get(lane, []):
+            waiting.setdefault(kid.rpartition("/")[2].partition(":")[0], []).append(kid)
+        out: list[Step] = []
+        for s in by_lane.get(lane, []):
+            for kid in waiting.pop(str(s.step), []):
+                out += walk(kid)
+            out.append(s)
+        for kids in waiting.values():
+            for kid in kids:
+                out += walk(kid)
+        return out
+
+    return walk("")
+
+
+def _natural(text: str) -> list[Any]:
+    """``parallel|10`` after ``parallel|2``."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text)]
 
 
 def summary(run_id: str, meta: dict[str, Any], stop: str | None, created: float, updated: float, status: str,

@@ -113,15 +113,15 @@ def turns(steps: list[Step], threshold: Any, events: list[Any]) -> tuple[list[di
 def transcript_marks(steps: list[Step]) -> tuple[list[dict[str, Any]], bool]:
     """Per step: how many of the run's messages were stored (``upto``) and, inside a fork, how many
     of each open branch lane's (``open``). False when the store does not record it."""
-    if any(s.msgs is None for s in steps):
+    if any(s.nmsg is None for s in steps):
         return [{} for _ in steps], False
     upto, open_lanes, marks = 0, {}, []
     for s in steps:
         if s.lane == "":
-            upto, open_lanes = s.msgs, {}  # the run moved on: a fork's branches were joined into it
+            upto, open_lanes = s.nmsg, {}  # the run moved on: a fork's branches were joined into it
         else:
             open_lanes = {k: v for k, v in open_lanes.items() if not k.startswith(s.lane + "/")}
-            open_lanes[s.lane] = s.msgs
+            open_lanes[s.lane] = s.nmsg
         marks.append({"upto": upto, **({"open": dict(open_lanes)} if open_lanes else {})})
     return marks, True
 
