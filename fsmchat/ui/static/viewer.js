@@ -35,6 +35,11 @@
     const d = new Date(ts * 1000), p = (n) => String(n).padStart(2, "0");
     return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
   }
+  function where(store) {  // the store's file name; its whole path on hover
+    const w = document.getElementById("where");
+    w.textContent = store.split(/[\\/]/).pop();
+    w.title = store;
+  }
   function badge(status) { return el("span", {class: "badge " + status, "data-status": status}, status); }
   function runLink(id) { return "/runs/" + encodeURIComponent(id); }
   function pretty(x) { return JSON.stringify(x, null, 2); }
@@ -43,7 +48,7 @@
   function renderRuns() {
     const params = new URLSearchParams(location.search);
     const wanted = params.get("status") || "";
-    document.getElementById("where").textContent = data.store;
+    where(data.store);
     const counts = {};
     for (const r of data.runs) counts[r.status] = (counts[r.status] || 0) + 1;
     const filter = el("select", {id: "status-filter"},
@@ -82,7 +87,8 @@
 
   function renderRun() {
     const r = data.run;
-    document.getElementById("where").textContent = settings.report ? "exported report · fsmchat " + settings.version : data.store;
+    if (settings.report) document.getElementById("where").textContent = "exported report · fsmchat " + settings.version;
+    else where(data.store);
     document.title = `${r.pattern || "run"} ${r.run_id}`;
     const summary = el("dl", {class: "summary", id: "summary"},
       [["status", badge(r.status)], ["stop reason", r.stop_reason || dash], ["steps", num(data.steps.length)],
