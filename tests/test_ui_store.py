@@ -290,3 +290,14 @@ def test_branch_runs_are_replayed_inside_their_fork(tmp_path):
     assert [m["content"] for m in view["lanes"]["1:parallel|1"]] == ["x2", "y2"]
     d = drawing_from_data(Store(tmp_path / "p.db").run("p").meta["graph"])
     assert d.nodes[view["steps"][2]["node"]].id == "parallel|1.discussion.turn"
+
+
+def test_ui_cli_refuses_a_port_in_use_with_exit_2(store, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["ui", "--db", str(store), "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

@@ -6,6 +6,7 @@ reads the store afresh, read-only; a store that cannot be read gets a page sayin
 """
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from .page import error_page, page
 from .report import runs_data, run_data
 from .store import RunNotFound, Store, StoreUnreadable
 
-DEFAULT_HOST = "127.0.0.1"
+DEFAULT_HOST = "127.0.0.1"  # this machine only, unless told otherwise
 DEFAULT_PORT = 8765
 MISSING_EXTRA = "the viewer's web server needs the ui extra: pip install 'fsmchat[ui]' (Starlette and uvicorn)"
 
@@ -91,43 +92,53 @@ class Running:
         self.thread.join()
 
 
-def _server(db: str | Path, host: str, port: int) -> Any:
-    try:
-        import uvicorn
-    except ImportError as exc:
-        raise ImportError(MISSING_EXTRA) from exc
-    return uvicorn.Server(uvicorn.Config(app(db), host=host, port=port, log_level="warning", access_log=False,
-                                         lifespan="off"))
-
-
-def start(db: str | Path, host: str = DEFAULT_HOST, port: int = 0) -> Running:
-    """Serve ``db`` from a background thread (``port=0``: a free port); returns when it is listening."""
-    server = _server(db, host, port)
-    thread = threading.Thread(target=server.run, name="fsmchat-ui", daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise OSError(f"the viewer could not listen on {host}:{port} (see the error above)")
-        time.sleep(0.01)
-    sock = server.servers[0].sockets[0].getsockname()
-    return Running(f"http://{_url_host(host)}:{sock[1]}", server, thread)
-
-
-def serve(db: str | Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
-    """Serve ``db`` in the foreground until interrupted (``fsmchat ui``)."""
-    server = _server(db, host, port)
-    print(f"fsmchat ui: serving {db} read-only at http://{_url_host(host)}:{port}/ (Ctrl-C stops it)", flush=True)
-    try:
-        server.run()
-    except SystemExit as exc:  # uvicorn exits when it cannot listen (it logged why)
-        if exc.code not in (None, 0):
-            raise ViewerError(f"cannot listen on {host}:{port} (in use, or not an address of this machine); "
-                              "pick another with --port/--host") from None
-
-
 class ViewerError(FsmchatError, OSError):
     """The viewer's server could not start."""
 
 
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (``port=0``: a free one); a clear error when it cannot be."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ViewerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port "
+                          "(or --host)") from None
+    return sock
+
+
+def _server(db: str | Path) -> Any:
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise ImportError(MISSING_EXTRA) from exc
+    return uvicorn.Server(uvicorn.Config(app(db), log_level="warning", access_log=False, lifespan="off"))
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def start(db: str | Path, host: str = DEFAULT_HOST, port: int = 0) -> Running:
+    """Serve ``db`` from a background thread (``port=0``: a free port); returns once it accepts requests."""
+    server, sock = _server(db), _listen(host, port)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="fsmchat-ui", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise ViewerError(f"the viewer's server stopped while starting on {host}:{port} (see the error above)")
+        time.sleep(0.01)
+    return Running(_url(sock), server, thread)
+
+
+def serve(db: str | Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    """Serve ``db`` in the foreground until interrupted (``fsmchat ui``)."""
+    server, sock = _server(db), _listen(host, port)
+    print(f"fsmchat ui: serving {db} read-only at {_url(sock)}/ (Ctrl-C stops it)", flush=True)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
+        print("fsmchat ui: stopped", flush=True)
