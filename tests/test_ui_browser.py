@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fsmchat.checkpoint import SqliteCheckpointer
-from ui_runs import LIVE_SCRIPT, XSS, flow_run, group_chat_run
+from ui_runs import LIVE_SCRIPT, XSS, store_of
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if not (CHROMIUM and CHROMEDRIVER):
@@ -51,11 +51,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def viewer(tmp_path_factory):
-    db = tmp_path_factory.mktemp("viewer") / "runs.db"
-    cp = SqliteCheckpointer(db)
-    group_chat_run(cp)
-    flow_run(cp)
-    cp.close()
+    db = store_of(tmp_path_factory.mktemp("viewer") / "runs.db")
     running = start(db)
     yield running.url, db
     running.stop()

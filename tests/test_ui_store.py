@@ -18,19 +18,14 @@ from fsmchat.ui import RunNotFound, Store, StoreUnreadable, write_report
 from fsmchat.ui.page import data_json
 from fsmchat.ui.report import run_data
 from fsmchat.ui.view import run_view
-from ui_runs import FLOW_TASK, TASK, XSS, flow_run, group_chat_run
+from ui_runs import FLOW_TASK, TASK, XSS, group_chat_run, store_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ui") / "runs.db"
-    cp = SqliteCheckpointer(path)
-    group_chat_run(cp)
-    flow_run(cp)
-    cp.close()
-    return path
+    return store_of(tmp_path_factory.mktemp("ui") / "runs.db")
 
 
 def page_data(html: str) -> dict:
@@ -104,10 +99,7 @@ def test_usage_limits_events_and_the_masked_config_are_shown(store):
 
 
 def test_secrets_in_a_stored_config_are_masked(tmp_path):
-    db = tmp_path / "s.db"
-    cp = SqliteCheckpointer(db)
-    group_chat_run(cp)
-    cp.close()
+    db = store_of(tmp_path / "s.db", [group_chat_run])
     con = sqlite3.connect(db)  # a store written by something that kept a key (the viewer masks what it shows)
     meta = json.loads(con.execute("SELECT meta FROM runs").fetchone()[0])
     meta["config"]["agents"][0]["litellm"] = {"api_key": "sk-live-123", "extra_headers": {"Authorization": "Bearer x"}}
@@ -120,10 +112,7 @@ def test_secrets_in_a_stored_config_are_masked(tmp_path):
 
 
 def test_an_old_store_still_displays_and_says_what_is_missing(tmp_path):
-    db = tmp_path / "old.db"
-    cp = SqliteCheckpointer(db)
-    group_chat_run(cp)
-    cp.close()
+    db = store_of(tmp_path / "old.db", [group_chat_run])
     con = sqlite3.connect(db)  # as fsmchat wrote stores before the viewer: no graph, no config, no events.nmsg
     meta = json.loads(con.execute("SELECT meta FROM runs").fetchone()[0])
     con.execute("UPDATE runs SET meta=?", (json.dumps({k: meta[k] for k in ("pattern", "name", "task", "factory",

@@ -33,6 +33,17 @@ def flow_run(cp: SqliteCheckpointer, run_id: str = "flow-1"):
     return flow.execute(FLOW_TASK, checkpoint=cp, run_id=run_id)
 
 
+def store_of(path, runs=(group_chat_run, flow_run)):
+    """A store at ``path`` holding ``runs`` (each ``run(checkpointer)``, in order); returns ``path``."""
+    cp = SqliteCheckpointer(path)
+    try:
+        for run in runs:
+            run(cp)
+    finally:
+        cp.close()
+    return path
+
+
 LIVE_SCRIPT = '''
 import sys
 from fsmchat import Bid, GroupChat
