@@ -94,14 +94,18 @@ def turns(steps: list[Step], threshold: Any, events: list[Any]) -> tuple[list[di
     """The GroupChat turns in ``steps`` and, per step index, the turn its bid or select step belongs to."""
     out: list[dict[str, Any]] = []
     where: dict[int, int] = {}
+    bids_in: dict[str, int] = {}  # bid steps per lane so far: the turn number, as events count it
+    invalid_at: dict[Any, dict[str, str]] = {}  # an older store's invalid bids: in the run's events, by turn
+    for e in events:
+        if isinstance(e, dict) and e.get("event") == "invalid_bid":
+            invalid_at.setdefault(e.get("turn"), {})[e.get("agent")] = e.get("reason")
     for i, s in enumerate(steps):
         if not _is_bid(s):
             continue
         j = next((k for k in range(i + 1, len(steps)) if steps[k].lane == s.lane), None)
         select = steps[j] if j is not None and _is_select(steps[j]) else None
-        k = sum(1 for t in steps[:i] if t.lane == s.lane and _is_bid(t))  # the turn number, as events count it
-        invalid = {e.get("agent"): e.get("reason") for e in events if isinstance(e, dict)
-                   and e.get("event") == "invalid_bid" and e.get("turn") == k and s.lane == ""}
+        k = bids_in[s.lane] = bids_in.get(s.lane, -1) + 1
+        invalid = invalid_at.get(k, {}) if s.lane == "" else {}
         where[i] = len(out)
         if j is not None and select is not None:
             where[j] = len(out)
