@@ -290,3 +290,15 @@ def test_ui_cli_refuses_a_port_in_use_with_exit_2(store, capsys):
         port = taken.getsockname()[1]
         assert cli.main(["ui", "--db", str(store), "--port", str(port)]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_failed_run_shows_its_error(tmp_path):
+    from fsmchat import Bid, GroupChat
+    from fsmchat.testing import Fail, ScriptedModel
+
+    m = ScriptedModel({"a": [Bid(0.9, "hi"), Fail(401, "bad key")], "b": [Bid(0.1, ""), Fail(401, "bad key")]})
+    db = store_of(tmp_path / "e.db", [lambda cp: GroupChat(agents=[m.agent("a"), m.agent("b")]).execute(
+        "x", checkpoint=cp, run_id="e")])
+    assert [(r["status"], r["stop_reason"]) for r in Store(db).summaries()] == [("failed", "error")]
+    [error] = run_view(Store(db).run("e"), 0)["errors"]
+    assert error["state"] == "bid" and "AuthenticationError" in error["text"] and "bad key" in error["text"]
