@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 from ..deadline import call_within
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, fatal_error, limit_reached
 from ..graph.state_graph import StateGraph, state_names
-from ..speakers.agent import Agent, Turn
+from ..speakers.agent import Turn
 from .context import FlowContext, StepResult
 from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, Task, as_task
 
