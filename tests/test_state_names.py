@@ -8,8 +8,8 @@ from fsmchat.network.graphs import turn_state_names
 
 
 def test_rule_and_suffixes():
-    assert state_names(["a b", "a-b", "a.b", "a|b", ""], reserved=["a_b_3"]) == \
-        ["a_b", "a_b_2", "a_b_4", "a_b_5", "state"]
+    assert state_names(["a b", "a-b", "a.b", "a|b", "", "<lambda>", "x  y"], reserved=["a_b_3"]) == \
+        ["a_b", "a_b_2", "a_b_4", "a_b_5", "state", "lambda", "x_y"]
     assert state_names(["x", "x"], prefix="to_") == ["to_x", "to_x_2"]
     assert turn_state_names(["alice", "bob.x", "closed"]) == ["awaiting_alice", "awaiting_bob_x", "awaiting_closed"]
 

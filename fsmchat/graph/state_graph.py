@@ -25,13 +25,13 @@ Fork = tuple[Callable[[Any], Any], Callable[[Any, list[Any]], Any], "int | None"
 def state_names(labels: Sequence[str], reserved: Iterable[str] = (), prefix: str = "",
                 fallback: str = "state") -> list[str]:
     """One valid, distinct state name per label, the one rule every graph builder uses: ``prefix``
-    plus the label with each non-word character (``.`` and ``|`` have meanings in state names)
-    as ``_`` (``fallback`` for an empty label), suffixed ``_2``, ``_3`` ... when it would collide
+    plus the label with each run of non-word characters (``.`` and ``|`` have meanings in state
+    names) as one ``_``, none at either end (``fallback`` when nothing is left), suffixed ``_2``, ``_3`` ... when it would collide
     with a ``reserved`` name or an earlier label. Distinct labels never share a name."""
     taken = set(reserved)
     out = []
     for label in labels:
-        base = prefix + (re.sub(r"\W", "_", label) or fallback)
+        base = prefix + (re.sub(r"\W+", "_", label).strip("_") or fallback)
         candidate, k = base, 2
         while candidate in taken:
             candidate, k = f"{base}_{k}", k + 1
