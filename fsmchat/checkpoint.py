@@ -8,6 +8,7 @@ from the last committed state.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -188,6 +189,17 @@ def _message(seq: int, role: Any, content: Any, metadata: Any, log: RunLog) -> M
     return Message(role=role, content=content, metadata=md or {})
 
 
+_INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_EVENT_ROWS = [""] + [_INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1) for n in range(1, 9)]
+
+
+def _insert_events(rows: list[tuple[Any, ...]]) -> tuple[str, list[Any]]:
+    """One INSERT statement for a commit's event rows (atomic on its own, without BEGIN/COMMIT)."""
+    n = len(rows)
+    sql = _EVENT_ROWS[n] if n < len(_EVENT_ROWS) else _INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1)
+    return sql, [v for r in rows for v in r]
+
+
 class SqliteCheckpointer:
     """Checkpoints in one SQLite file (WAL mode; ``synchronous=NORMAL`` survives a killed process).
 
@@ -348,16 +360,22 @@ class SqliteCheckpointer:
             rows.append((run_id, ne + len(rows), event.step, event.state, event.trigger, event.dest, event.t,
                          encode_json(event.payload), after, delta))
             db = self._db
-            db.execute("BEGIN")
+            sql, params = _insert_events(rows)
             try:
-                db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
                 if messages:
-                    db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
-                                   [(run_id, nm + i, m.role, m.content, encode_json(m.metadata))
-                                    for i, m in enumerate(messages)])
-                db.execute("COMMIT")
+                    db.execute("BEGIN")
+                    try:
+                        db.execute(sql, params)
+                        db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
+                                       [(run_id, nm + i, m.role, m.content, encode_json(m.metadata))
+                                        for i, m in enumerate(messages)])
+                        db.execute("COMMIT")
+                    except BaseException:
+                        db.execute("ROLLBACK")
+                        raise
+                else:  # one statement is a transaction of its own
+                    db.execute(sql, params)
             except BaseException:
-                db.execute("ROLLBACK")
                 self._diffs.pop(run_id, None)  # not written: the next commit writes the whole state
                 raise
             self._seq[run_id] = (ne + len(rows), after)
@@ -442,7 +460,7 @@ class SqliteCheckpointer:
                     for lg in logs:
                         db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
                                    (lg.run_id, _dumps(lg.meta), lg.stop_reason, lg.created or now, lg.updated or now))
-                        db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        db.executemany(_INSERT_EVENT,
                                        [(lg.run_id, i, e.step, e.state, e.trigger, e.dest, e.t, encode_json(e.payload),
                                          n, d) for i, (e, n, d) in enumerate(zip(lg.events, lg.counts, lg.deltas))])
                         db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
@@ -701,10 +719,27 @@ class NotSerializable(FsmchatError, TypeError):
     pass
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+_OPAQUE: set[type] = set()  # types ``encode`` refused (a config, a model client): skipped at once next time
+
+
+@functools.cache
+def _bid_type() -> type:
+    from .speakers.respond import BidOutcome
+
+    return BidOutcome
+
+
 def encode(obj: Any) -> Any:
     """JSON-able form of working state: dataclasses (e.g. BidOutcome) tagged with their type,
     tuples as lists; anything else non-JSON raises ``NotSerializable`` (the caller skips it and
-    the pattern rebuilds it from its config on resume)."""
+    the pattern rebuilds it from its config on resume). Runs on every commit: exact built-in types
+    are dispatched first."""
+    t = type(obj)
+    if t in _PLAIN:
+        return obj
+    if t is list or t is tuple:
+        return [x if type(x) in _PLAIN else encode(x) for x in obj]
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if isinstance(obj, (list, tuple)):
@@ -714,10 +749,9 @@ def encode(obj: Any) -> Any:
             raise NotSerializable(type(obj).__name__)
         return {"__dict__": [[k, encode(v)] for k, v in obj.items()]} if any(isinstance(k, int) for k in obj) \
             else {k: encode(v) for k, v in obj.items()}
-    from .speakers.respond import BidOutcome
-
-    if isinstance(obj, BidOutcome):
+    if isinstance(obj, _bid_type()):
         return {"__bid__": [obj.score, obj.message, obj.valid, obj.reason]}
+    _OPAQUE.add(t)
     raise NotSerializable(type(obj).__name__)
 
 
@@ -726,9 +760,7 @@ def decode(obj: Any) -> Any:
         return [decode(x) for x in obj]
     if isinstance(obj, dict):
         if "__bid__" in obj:
-            from .speakers.respond import BidOutcome
-
-            return BidOutcome(*obj["__bid__"])
+            return _bid_type()(*obj["__bid__"])
         if "__dict__" in obj:
             return {k: decode(v) for k, v in obj["__dict__"]}
         return {k: decode(v) for k, v in obj.items()}
@@ -739,6 +771,8 @@ def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
     """Encode what can be encoded; leave out the rest (rebuilt by the pattern on resume)."""
     out = {}
     for k, v in values.items():
+        if type(v) in _OPAQUE:
+            continue
         try:
             out[k] = encode(v)
         except NotSerializable:
