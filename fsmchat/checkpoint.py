@@ -415,15 +415,20 @@ class SqliteCheckpointer:
     def _log(self, run_id: str) -> RunLog:
         cols = "nmsg, delta" if self._deltas else "NULL, NULL"
         with self._lock:
-            row = self._db.execute("SELECT meta, stop_reason, created, updated FROM runs WHERE run_id=?",
-                                   (run_id,)).fetchone()
-            if row is None:
-                raise KeyError(f"no checkpointed run {run_id!r} in {self.path}")
-            events = self._db.execute(f"SELECT seq, step, state, trigger, dest, t, payload, {cols} FROM events "
-                                      "WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
-            messages = self._db.execute("SELECT seq, role, content, metadata FROM messages WHERE run_id=? ORDER BY seq",
-                                        (run_id,)).fetchall()
-            st = self._db.execute("SELECT seq, state FROM states WHERE run_id=?", (run_id,)).fetchone()
+            db = self._db
+            db.execute("BEGIN")  # one read snapshot: a commit landing meanwhile is seen whole or not at all
+            try:
+                row = db.execute("SELECT meta, stop_reason, created, updated FROM runs WHERE run_id=?",
+                                 (run_id,)).fetchone()
+                if row is None:
+                    raise KeyError(f"no checkpointed run {run_id!r} in {self.path}")
+                events = db.execute(f"SELECT seq, step, state, trigger, dest, t, payload, {cols} FROM events "
+                                    "WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
+                messages = db.execute("SELECT seq, role, content, metadata FROM messages WHERE run_id=? ORDER BY seq",
+                                      (run_id,)).fetchall()
+                st = db.execute("SELECT seq, state FROM states WHERE run_id=?", (run_id,)).fetchone()
+            finally:
+                db.execute("COMMIT")
         log = RunLog(run_id, {}, row[1], [], [], [], [], created=row[2], updated=row[3],
                      where=f"checkpoint store {self.path}")
         meta = _json(row[0], "its meta", log)
@@ -515,14 +520,24 @@ def saved_of(log: RunLog) -> Saved:
     return Saved(log.run_id, log.meta, log.events, log.messages, log.final_state(), log.stop_reason)
 
 
+class _MemoryRows:
+    """What ``MemoryCheckpointer`` keeps per run beside its ``Saved``: each event's transcript
+    length and state delta, the state last written, when the run was created and last ended."""
+
+    __slots__ = ("counts", "deltas", "diff", "created", "updated")
+
+    def __init__(self, counts: list[int | None], deltas: list[str | None], created: float) -> None:
+        self.counts, self.deltas, self.diff = counts, deltas, StateDiff()
+        self.created = self.updated = created
+
+
 @dataclass
 class MemoryCheckpointer:
     """An in-process checkpointer (same protocol), for tests and for stores built on top."""
 
     data: dict[str, Saved] = field(default_factory=dict)
     leases: dict[str, tuple[str, float]] = field(default_factory=dict)
-    rows: dict[str, tuple[list[int | None], list[str | None], StateDiff, float]] = field(default_factory=dict)
-    """Per run: the transcript length and the state delta of each event, the state last written, created."""
+    rows: dict[str, _MemoryRows] = field(default_factory=dict)
 
     def acquire(self, run_id: str, owner: str, ttl: float = LEASE_TTL) -> None:
         refusal = lease_refusal(run_id, self.leases.get(run_id), owner, time.time())
@@ -538,36 +553,37 @@ class MemoryCheckpointer:
         if run_id in self.data:
             raise ValueError(already_used(run_id))
         self.data[run_id] = Saved(run_id, json.loads(_dumps(meta)), [], [], None)
-        self.rows[run_id] = ([], [], StateDiff(), time.time())
+        self.rows[run_id] = _MemoryRows([], [], time.time())
 
     batches = True
 
-    def _rows(self, run_id: str) -> tuple[list[int | None], list[str | None], StateDiff, float]:
-        if run_id not in self.rows:  # a run put in ``data`` by hand
+    def _rows(self, run_id: str) -> _MemoryRows:
+        rows = self.rows.get(run_id)
+        if rows is None:  # a run put in ``data`` by hand
             n = len(self.data[run_id].events)
-            self.rows[run_id] = ([None] * n, [None] * n, StateDiff(), time.time())
-        return self.rows[run_id]
+            rows = self.rows[run_id] = _MemoryRows([None] * n, [None] * n, time.time())
+        return rows
 
     def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
                earlier: Sequence[TraceEvent] = ()) -> None:
-        s = self.data[run_id]
-        counts, deltas, diff, _ = self._rows(run_id)
-        delta = diff.delta(state) if state is not None else None
+        s, rows = self.data[run_id], self._rows(run_id)
+        delta = rows.diff.delta(state) if state is not None else None
         nm = len(s.messages)
         s.events.extend(TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, json.loads(_dumps(e.payload)))
                         for e in [*earlier, event])
         s.messages.extend(messages)
-        counts += [nm] * len(earlier) + [nm + len(messages)]
-        deltas += [HELD] * len(earlier) + [delta]
+        rows.counts += [nm] * len(earlier) + [nm + len(messages)]
+        rows.deltas += [HELD] * len(earlier) + [delta]
         if delta is not None:
             kind, body = parse_delta(delta)
-            if kind == "all":
+            if kind == "all" or s.state is None:
                 s.state = body
             else:
-                apply_ops(s.state, body)  # type: ignore[arg-type]
+                apply_ops(s.state, body)
 
     def finish(self, run_id: str, stop_reason: str) -> None:
         self.data[run_id].stop_reason = stop_reason
+        self._rows(run_id).updated = time.time()
 
     def load(self, run_id: str) -> Saved:
         if run_id not in self.data:
@@ -580,14 +596,15 @@ class MemoryCheckpointer:
         return history_of(self.log(run_id))
 
     def log(self, run_id: str) -> RunLog:
+        """The run as stored, row by row (``KeyError`` when there is no such run)."""
         if run_id not in self.data:
             raise KeyError(f"no checkpointed run {run_id!r}")
-        s = self.data[run_id]
-        counts, deltas, _, created = self._rows(run_id)
-        legacy = None if any(d is not None for d in deltas) or s.state is None or not s.events else \
+        s, rows = self.data[run_id], self._rows(run_id)
+        legacy = None if any(d is not None for d in rows.deltas) or s.state is None or not s.events else \
             (len(s.events) - 1, _dumps(s.state))  # a run whose state was set by hand
-        return RunLog(run_id, json.loads(_dumps(s.meta)), s.stop_reason, list(s.events), list(counts), list(deltas),
-                      list(s.messages), legacy, created, created, where="MemoryCheckpointer")
+        return RunLog(run_id, json.loads(_dumps(s.meta)), s.stop_reason, list(s.events), list(rows.counts),
+                      list(rows.deltas), list(s.messages), legacy, rows.created, rows.updated,
+                      where="MemoryCheckpointer")
 
     def put(self, logs: Sequence[RunLog]) -> None:
         """Add whole runs at once (``fork``); refused, with nothing added, when a run id is taken."""
@@ -595,23 +612,29 @@ class MemoryCheckpointer:
             if lg.run_id in self.data:
                 raise ValueError(already_used(lg.run_id))
         for lg in logs:
-            diff = StateDiff()
+            rows = _MemoryRows(list(lg.counts), list(lg.deltas), time.time())
             state = copy_state(lg.final_state())
             if state is not None:
-                diff.full(state)
+                rows.diff.full(state)
             self.data[lg.run_id] = Saved(lg.run_id, json.loads(_dumps(lg.meta)), list(lg.events), list(lg.messages),
                                          state, lg.stop_reason)
-            self.rows[lg.run_id] = (list(lg.counts), list(lg.deltas), diff, time.time())
+            self.rows[lg.run_id] = rows
 
     def runs(self) -> list[str]:
         return list(self.data)
 
     def lanes(self, run_id: str) -> list[str]:
+        """The branch lanes of ``run_id`` (``<run id>/<step>:<branch>``, nested ones too), in order."""
         return sorted(k for k in self.data if k.startswith(run_id + "/"))
 
     def list_runs(self) -> list[RunInfo]:
-        out = [run_info(k, s.meta, s.stop_reason, len(s.messages), len(s.events), self._rows(k)[3], self._rows(k)[3])
-               for k, s in self.data.items() if "parent" not in s.meta]
+        """Every run (branch lanes left out), newest first."""
+        out = []
+        for k, s in self.data.items():
+            if "parent" not in s.meta:
+                rows = self._rows(k)
+                out.append(run_info(k, s.meta, s.stop_reason, len(s.messages), len(s.events), rows.created,
+                                    rows.updated))
         return sorted(out, key=lambda r: -r.created)
 
 
