@@ -229,12 +229,17 @@ class RunLog:
         index for a store written before per-step states), None while no state is stored."""
         if self._base_list is None:
             leg = self.legacy[0] if self.legacy is not None else None
+            while leg and self.events[leg].dest is None:  # the final record changed nothing: the state
+                leg -= 1                                  # is the one after the last transition
             out: list[int | None] = []
             cur: int | None = None
+            changes = False  # the legacy snapshot is the start of an older store's run only
             for k, d in enumerate(self.deltas):
                 if d is not None and d.startswith(_FULL):
                     cur = k
-                elif k == leg and cur is None:
+                elif d is not None and d != HELD:
+                    changes = True
+                if k == leg and cur is None and not changes:
                     cur = k
                 out.append(cur)
             self._base_list = out
@@ -256,8 +261,9 @@ class RunLog:
         """The state after event ``i``, folded (private: callers get a copy)."""
         base = self._bases()[i] if i >= 0 else None
         if base is None:
-            if i >= 0 and any(d is not None and d != HELD for d in self.deltas[:i + 1]):
-                raise self.bad(f"state changes at or before event {i} have no whole state to start from")
+            first = next((k for k in range(i + 1) if self.deltas[k] not in (None, HELD)), None)
+            if first is not None:
+                raise self.bad(f"the state changes of event {first} have no whole state before them to start from")
             return None
         cached = self._cache
         if cached is not None and base <= cached[0] <= i:
