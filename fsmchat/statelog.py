@@ -254,16 +254,20 @@ class RunLog:
             return False
         if self._bases()[i] is not None:
             return True
-        return self.legacy is None and self.counts[i] is not None and \
-            all(d is None or d == HELD for d in self.deltas[:i + 1])
+        self._check_unbased(i)
+        return self.legacy is None and self.counts[i] is not None
+
+    def _check_unbased(self, i: int) -> None:
+        """No state is stored up to event ``i``: then no changes may be either."""
+        first = next((k for k in range(i + 1) if self.deltas[k] not in (None, HELD)), None)
+        if first is not None:
+            raise self.bad(f"the state changes of event {first} have no whole state before them to start from")
 
     def _state(self, i: int) -> dict[str, Any] | None:
         """The state after event ``i``, folded (private: callers get a copy)."""
         base = self._bases()[i] if i >= 0 else None
         if base is None:
-            first = next((k for k in range(i + 1) if self.deltas[k] not in (None, HELD)), None)
-            if first is not None:
-                raise self.bad(f"the state changes of event {first} have no whole state before them to start from")
+            self._check_unbased(i)
             return None
         cached = self._cache
         if cached is not None and base <= cached[0] <= i:
