@@ -5,10 +5,11 @@ changed in the run's working state (``ctx.snapshot()``) since the previous commi
 writes what changed and never the whole state again. A delta is JSON text:
 
 - ``{"all": {...}}``: the whole state (a run's first commit, and the first after a resume);
-- ``[op, ...]``: changes, each ``["s", key, value]`` (set), ``["a", key, [items]]`` (items appended
-  to a list), ``["d", key]`` (removed), or the same with ``key, sub`` for one entry of a dict value
-  (a dict whose JSON is over ``SUB_KEYED_CHARS`` is diffed entry by entry from then on, so a
-  private memory per agent grows by appends instead of being written again);
+- ``[op, ...]``: changes at a path of keys and list indexes, each ``["s", path, value]`` (set),
+  ``["a", path, [items]]`` (items appended to a list), ``["x", path, text]`` (text added to the
+  end of a string) or ``["d", path]`` (removed). A dict (or a list of a few items) whose JSON is
+  over ``SPLIT_CHARS`` is diffed part by part, so a private memory per agent or a discussion's
+  lines grow by appends instead of being written again;
 - ``HELD`` (``"-"``): not stored at this step (a pure step committed with the next one: a resume
   or a fork runs it again from the state before it);
 - no delta (NULL): the state did not change.
@@ -28,7 +29,9 @@ from .errors import CheckpointStoreError
 from .models import Message, TraceEvent
 
 HELD = "-"
-SUB_KEYED_CHARS = 512
+SPLIT_CHARS = 512  # a dict, or a list of at most SPLIT_ITEMS items, with longer JSON is diffed part by part
+SPLIT_ITEMS = 16
+EXTEND_CHARS = 64  # a longer string that grows at its end is written as the text added
 _FULL = '{"all":'
 
 _ENCODER = json.JSONEncoder(default=repr, separators=(",", ":"))
@@ -48,95 +51,118 @@ def encode_json(obj: Any) -> str:
         return _ENCODER.encode(obj)
 
 
-def _set_or_append(path: str, old: Any, text: str) -> str:
-    """The op that turns ``old`` (the JSON last written at ``path``) into ``text``: an append when
-    ``text`` is the same list with items added at the end, else a set."""
-    if (type(old) is str and len(text) > len(old) > 2 and old[0] == "[" and text[len(old) - 1] == ","
-            and text.startswith(old[:-1])):
-        return f'["a",{path},[{text[len(old):]}]'
-    return f'["s",{path},{text}]'
+class _Obj(dict):  # type: ignore[type-arg]
+    """A large dict as last written: key -> what was written for its value (diffed key by key)."""
+
+    __slots__ = ()
+
+
+class _Arr(list):  # type: ignore[type-arg]
+    """A large list of a few items as last written: what was written for each item."""
+
+    __slots__ = ()
+
+
+def _tracked(value: Any, text: str) -> Any:
+    """What a writer remembers of ``value`` (written as ``text``): the text itself, or for a large
+    dict (or a large list of a few items) its parts, so the next change is found part by part."""
+    if len(text) > SPLIT_CHARS:
+        t = type(value)
+        if t is dict and all(type(k) is str for k in value):
+            return _Obj({k: _tracked(v, encode_json(v)) for k, v in value.items()})
+        if (t is list or t is tuple) and 0 < len(value) <= SPLIT_ITEMS:
+            return _Arr(_tracked(v, encode_json(v)) for v in value)
+    return text
+
+
+def _change(path: str, old: Any, text: str) -> str:
+    """The op that turns ``old`` (the JSON last written at ``path``) into ``text``: items appended
+    to a list, text added to a long string, else the new value."""
+    if type(old) is str:
+        n = len(old)
+        if len(text) > n > 2 and text.startswith(old[:-1]):
+            if old[0] == "[" and text[n - 1] == ",":
+                return f'["a",{path}],[{text[n:]}]'
+            if old[0] == '"' and n > EXTEND_CHARS:  # JSON escapes are a prefix code: the tail is the added text
+                return f'["x",{path}],"{text[n - 1:]}]'
+    return f'["s",{path}],{text}]'
 
 
 class StateDiff:
-    """One run's writer side: remembers the JSON last written per key (per entry for large dicts)
-    and gives the delta of the next snapshot. JSON is compared as text, so ``1``, ``1.0`` and
-    ``true`` stay distinct and what is folded back equals what was snapshotted."""
+    """One run's writer side: remembers what it last wrote (as JSON text, split into parts for
+    large dicts and lists) and gives the delta of the next snapshot. JSON is compared as text, so
+    ``1``, ``1.0`` and ``true`` stay distinct and what is folded back equals what was snapshotted."""
 
     __slots__ = ("prev", "names")
 
     def __init__(self) -> None:
-        self.prev: dict[str, Any] | None = None  # key -> JSON text, or {entry: JSON text} for large dicts
+        self.prev: _Obj | None = None  # the state last written
         self.names: dict[str, str] = {}  # key -> its JSON (the same few keys every commit)
+
+    def _name(self, key: str) -> str:
+        name = self.names.get(key)
+        if name is None:
+            name = self.names[key] = encode_json(key)
+        return name
 
     def delta(self, state: dict[str, Any]) -> str | None:
         """The delta from the last snapshot to ``state`` (None: unchanged); the whole state first."""
         prev = self.prev
-        if prev is None:
+        if prev is None or not all(type(k) is str for k in state):
             return self.full(state)
         ops: list[str] = []
-        for k, v in state.items():
-            if type(k) is not str:
-                return self.full(state)
-            old = prev.get(k)
-            if type(old) is dict and type(v) is dict:
-                if not self._entries(k, v, old, ops):
-                    return self.full(state)
-                continue
-            text = encode_json(v)
-            if text == old:
-                continue
-            name = self.names.get(k)
-            if name is None:
-                name = self.names[k] = encode_json(k)
-            ops.append(_set_or_append(name, old, text))
-            prev[k] = self._track(v, text)
-        if len(prev) > len(state):  # every key of state is in prev now: the extra ones were removed
-            for k in [k for k in prev if k not in state]:
-                ops.append(f'["d",{encode_json(k)}]')
-                del prev[k]
+        self._dict("", state, prev, ops)
         return "[" + ",".join(ops) + "]" if ops else None
 
-    def _entries(self, key: str, value: dict[str, Any], old: dict[str, str], ops: list[str]) -> bool:
-        """Diff a large dict entry by entry (False: a key is not a string; write the whole state)."""
-        kj = encode_json(key)
-        for sk, sv in value.items():
-            if type(sk) is not str:
-                return False
-            text = encode_json(sv)
-            was = old.get(sk)
-            if text != was:
-                ops.append(_set_or_append(f"{kj},{encode_json(sk)}", was, text))
-                old[sk] = text
-        if len(old) > len(value):
-            for sk in [sk for sk in old if sk not in value]:
-                ops.append(f'["d",{kj},{encode_json(sk)}]')
-                del old[sk]
-        return True
+    def _dict(self, path: str, value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
+        """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket)."""
+        for k, v in value.items():
+            old[k] = self._diff(f"{path},{self._name(k)}" if path else f"[{self._name(k)}", v, old.get(k), ops)
+        if len(old) > len(value):  # every key of value is in old now: the others were removed
+            for k in [k for k in old if k not in value]:
+                ops.append(f'["d",{path},{self._name(k)}]]' if path else f'["d",[{self._name(k)}]]')
+                del old[k]
 
-    @staticmethod
-    def _track(value: Any, text: str) -> Any:
-        if type(value) is dict and len(text) > SUB_KEYED_CHARS and all(type(k) is str for k in value):
-            return {k: encode_json(v) for k, v in value.items()}
-        return text
+    def _diff(self, path: str, value: Any, old: Any, ops: list[str]) -> Any:
+        t, was = type(value), type(old)
+        if was is _Obj and t is dict and all(type(k) is str for k in value):
+            self._dict(path, value, old, ops)
+            return old
+        if was is _Arr and (t is list or t is tuple) and len(value) >= len(old):
+            n = len(old)
+            for i in range(n):
+                old[i] = self._diff(f"{path},{i}", value[i], old[i], ops)
+            if len(value) > n:
+                texts = [encode_json(v) for v in value[n:]]
+                ops.append(f'["a",{path}],[{",".join(texts)}]]')
+                old.extend(_tracked(v, text) for v, text in zip(value[n:], texts))
+            # a list that outgrew a few items is one text again: appends are found on it as a whole
+            return old if len(old) <= SPLIT_ITEMS else self._text(old)
+        text = encode_json(value)
+        if text == old:
+            return old
+        ops.append(_change(path, old, text))
+        return _tracked(value, text)
 
     def full(self, state: dict[str, Any]) -> str:
         """The whole state as a delta; later deltas are taken against it."""
         text = encode_json(state)
         if all(type(k) is str for k in state):
-            self.prev = {k: self._track(v, encode_json(v)) for k, v in state.items()}
+            self.prev = _Obj({k: _tracked(v, encode_json(v)) for k, v in state.items()})
         else:  # JSON would rename such keys: every commit writes the whole state
             self.prev = None
         return _FULL + text + "}"
 
+    def _text(self, tracked: Any) -> str:
+        if type(tracked) is _Obj:
+            return "{" + ",".join(f"{self._name(k)}:{self._text(v)}" for k, v in tracked.items()) + "}"
+        if type(tracked) is _Arr:
+            return "[" + ",".join(self._text(v) for v in tracked) + "]"
+        return tracked  # type: ignore[no-any-return]
+
     def text(self) -> str | None:
         """The whole state last written, as JSON (None: nothing written yet)."""
-        if self.prev is None:
-            return None
-        parts = []
-        for k, v in self.prev.items():
-            body = v if type(v) is str else "{" + ",".join(f"{encode_json(sk)}:{t}" for sk, t in v.items()) + "}"
-            parts.append(f"{encode_json(k)}:{body}")
-        return "{" + ",".join(parts) + "}"
+        return None if self.prev is None else self._text(self.prev)
 
 
 # ---- reading deltas back ----
@@ -145,8 +171,8 @@ def is_full(delta: str | None) -> bool:
 
 
 def parse_delta(text: str) -> tuple[str, Any]:
-    """``("all", state)`` or ``("ops", [(op, key, entry or None, value)])``; ``ValueError`` naming
-    what is wrong for anything else (a checkpoint is untrusted input: data only, never code)."""
+    """``("all", state)`` or ``("ops", [(op, path, value)])``; ``ValueError`` naming what is wrong
+    for anything else (a checkpoint is untrusted input: data only, never code)."""
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -159,37 +185,54 @@ def parse_delta(text: str) -> tuple[str, Any]:
         raise ValueError(f"a JSON {type(data).__name__}, not a list of changes")
     ops = []
     for op in data:
-        ok = isinstance(op, list) and len(op) >= 2 and op[0] in ("s", "a", "d")
-        n = len(op) if ok else 0
-        arity = {"s": (3, 4), "a": (3, 4), "d": (2, 3)}[op[0]] if ok else ()
-        if not ok or n not in arity or not all(isinstance(k, str) for k in op[1:n - (op[0] != "d")]):
+        ok = isinstance(op, list) and len(op) == (2 if op and op[0] == "d" else 3) and op[0] in _OPS and \
+            isinstance(op[1], list) and op[1] and all(isinstance(p, str) or type(p) is int for p in op[1])
+        if not ok:
             raise ValueError(f"a malformed change {encode_json(op)[:80]}")
-        value = None if op[0] == "d" else op[-1]
-        if op[0] == "a" and not isinstance(value, list):
-            raise ValueError(f"an append of a non-list {encode_json(op)[:80]}")
-        entry = op[2] if n == arity[1] else None
-        ops.append((op[0], op[1], entry, value))
+        value = op[2] if len(op) == 3 else None
+        if op[0] == "a" and not isinstance(value, list) or op[0] == "x" and not isinstance(value, str):
+            raise ValueError(f"a change of the wrong kind {encode_json(op)[:80]}")
+        ops.append((op[0], op[1], value))
     return "ops", ops
 
 
-def apply_ops(state: dict[str, Any], ops: list[tuple[str, str, str | None, Any]]) -> None:
+_OPS = ("s", "a", "d", "x")
+
+
+def apply_ops(state: dict[str, Any], ops: list[tuple[str, list[Any], Any]]) -> None:
     """Apply parsed changes to ``state`` in place (``ValueError`` when they do not fit it)."""
-    for op, key, entry, value in ops:
-        target = state
-        if entry is not None:
-            target = state.get(key)
+    for op, path, value in ops:
+        target: Any = state
+        for p in path[:-1]:
+            target = _at(target, p, path)
+        last = path[-1]
+        if op == "d":
             if not isinstance(target, dict):
-                raise ValueError(f"a change to entry {entry!r} of {key!r}, which is not a dict")
-            key = entry
-        if op == "s":
-            target[key] = value
-        elif op == "d":
-            target.pop(key, None)
+                raise ValueError(f"a removal from {encode_json(path)}, which is not in a dict")
+            target.pop(last, None)
+            continue
+        if op != "s":
+            current = _at(target, last, path)
+            if op == "a" and not isinstance(current, list) or op == "x" and not isinstance(current, str):
+                raise ValueError(f"an {'append to' if op == 'a' else 'extension of'} {encode_json(path)}, which is "
+                                 f"a {type(current).__name__}")
+            if op == "a":
+                current.extend(value)
+                continue
+            value = current + value
+        if isinstance(target, dict) and isinstance(last, str) or \
+                isinstance(target, list) and type(last) is int and 0 <= last < len(target):
+            target[last] = value
         else:
-            items = target.get(key)
-            if not isinstance(items, list):
-                raise ValueError(f"an append to {key!r}, which is not a list")
-            items.extend(value)
+            raise ValueError(f"a change at {encode_json(path)}, which is not there")
+
+
+def _at(container: Any, key: Any, path: list[Any]) -> Any:
+    """``container[key]`` along ``path``, or ``ValueError`` when the path does not fit the state."""
+    if isinstance(container, dict) and isinstance(key, str) and key in container or \
+            isinstance(container, list) and type(key) is int and 0 <= key < len(container):
+        return container[key]
+    raise ValueError(f"a change at {encode_json(path)}, which is not there")
 
 
 def copy_state(state: dict[str, Any] | None) -> dict[str, Any] | None:

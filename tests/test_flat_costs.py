@@ -170,3 +170,97 @@ def test_group_chat_commits_twice_per_turn_and_stores_every_step():
     plain = CountingStore()  # a store whose commit takes no earlier= is committed step by step
     group_chat(20).execute("go", checkpoint=plain)
     assert len(plain.load(next(iter(plain.data))).events) == 78
+
+
+# ---- what a durable run writes per turn: deltas, not states ----
+def debate(turns):
+    from fsmchat import OneOnOneDebate
+
+    def say(name):
+        def fn(turn):
+            return f"{name} says {len(turn.transcript)}"
+        fn.__name__ = name
+        return fn
+    return OneOnOneDebate(agents=[say("a"), say("b")], max_loops=turns)  # private memories grow every turn
+
+
+def discussion_flow(turns):
+    from fsmchat import AgentFlow, Discussion
+
+    def say(name):
+        def fn(ctx):
+            return f"{name} says {len(ctx.transcript)}"
+        fn.__name__ = name
+        return fn
+    return AgentFlow(steps=[Discussion([say("x"), say("y")], rounds=turns // 2)])  # the step records grow
+
+
+def stored_bytes_per_turn(path, turns):
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    try:
+        events = con.execute("SELECT SUM(LENGTH(COALESCE(delta, '')) + LENGTH(COALESCE(payload, ''))) FROM events"
+                             ).fetchone()[0]
+        messages = con.execute("SELECT SUM(LENGTH(content) + LENGTH(metadata)) FROM messages").fetchone()[0]
+    finally:
+        con.close()
+    return (events + messages) / turns
+
+
+@pytest.mark.parametrize("make", [group_chat, round_robin, debate, discussion_flow])
+def test_sqlite_rows_written_per_turn_are_flat_even_where_the_state_grows(make, tmp_path):
+    per_turn, pages = [], []
+    for turns in (60, 600):
+        store = SqliteCheckpointer(tmp_path / f"{turns}.db")
+        store._db.execute("PRAGMA wal_autocheckpoint=0")  # every page written stays in the WAL: count them
+        res = make(turns).execute("go", checkpoint=store)
+        assert res.ok, res.error
+        per_turn.append(stored_bytes_per_turn(tmp_path / f"{turns}.db", turns))
+        pages.append(store._db.execute("PRAGMA wal_checkpoint").fetchone()[1] / turns)
+        store.close()
+    assert per_turn[1] <= per_turn[0] * 1.05 + 8, per_turn  # the whole state is written once, then what changed
+    assert pages[1] <= pages[0] * 1.1 + 0.5, pages  # pages (WAL frames) written per turn
+
+
+class CountingCommits(SqliteCheckpointer):
+    commits = 0
+
+    def commit(self, *args, **kw):
+        CountingCommits.commits += 1
+        return super().commit(*args, **kw)
+
+
+def store_lines_per_commit(pattern, path):
+    """Python lines executed per commit in the checkpoint modules (the recorder, the store, the
+    state delta), other code left untraced."""
+    import fsmchat.checkpoint
+    import fsmchat.statelog
+
+    files = {fsmchat.checkpoint.__file__, fsmchat.statelog.__file__}
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        if frame.f_code.co_filename not in files:
+            return None
+        if event == "line":
+            count += 1
+        return tracer
+    CountingCommits.commits = 0
+    store = CountingCommits(path)
+    sys.settrace(tracer)
+    try:
+        res = pattern.execute("go", checkpoint=store)
+    finally:
+        sys.settrace(None)
+    assert res.ok, res.error
+    return count / CountingCommits.commits
+
+
+@pytest.mark.parametrize("make", [group_chat, debate])
+def test_python_work_per_commit_is_flat(make, tmp_path):
+    store_lines_per_commit(make(6), tmp_path / "w.db")  # warm-up
+    small = store_lines_per_commit(make(60), tmp_path / "a.db")
+    large = store_lines_per_commit(make(600), tmp_path / "b.db")
+    assert large <= small * 1.02 + 2, (small, large)

@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 import fsmchat
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, OneOnOneDebate, RoundRobinSwarm, parallel
 from fsmchat.checkpoint import CheckpointMismatch, CheckpointStoreError, MemoryCheckpointer, SqliteCheckpointer
+from fsmchat import statelog
 from fsmchat.statelog import HELD, StateDiff, apply_ops, parse_delta
 from fsmchat.testing import ScriptedModel, assert_path, assert_stop, assert_trace_is_path
 from fsmchat.timetravel import ForkEdit, ForkError, fork
@@ -122,10 +123,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_
                     st.dictionaries(st.text(max_size=2), inner, max_size=4), max_leaves=12)
 
 
-@settings(max_examples=150, deadline=None)
-@given(states=st.lists(st.dictionaries(st.sampled_from(["turn", "scratch", "memory", "events"]), JSON, max_size=4),
-                       min_size=1, max_size=8))
-def test_deltas_fold_back_to_every_state_exactly(states):
+def fold_each(states):
     diff, folded = StateDiff(), None
     for state in states:
         delta = diff.delta(state)
@@ -139,20 +137,49 @@ def test_deltas_fold_back_to_every_state_exactly(states):
         assert json.dumps(folded, sort_keys=True) == json.dumps(expected, sort_keys=True)  # 1, 1.0, true stay apart
 
 
-def test_growing_lists_and_large_dicts_are_written_as_appends():
+STATES = st.lists(st.dictionaries(st.sampled_from(["turn", "scratch", "memory", "events"]), JSON, max_size=4),
+                  min_size=1, max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(states=STATES)
+def test_deltas_fold_back_to_every_state_exactly(states):
+    fold_each(states)
+
+
+@settings(max_examples=150, deadline=None)
+@given(states=STATES, items=st.lists(JSON, max_size=12), text=st.text(max_size=12))
+def test_deltas_fold_back_when_every_value_is_diffed_part_by_part(states, items, text):
+    growing = [{"memory": {"a": items[:i], "b": text[:i], "c": [text[:i]], "n": [int("1" * (i + 1))]},
+                "frames": [[1, {"lines": items[:i], "t": i}]]} for i in range(len(items) + 1)]
+    saved = statelog.SPLIT_CHARS, statelog.SPLIT_ITEMS, statelog.EXTEND_CHARS
+    statelog.SPLIT_CHARS, statelog.SPLIT_ITEMS, statelog.EXTEND_CHARS = 4, 3, 2  # split and extend everything
+    try:
+        fold_each(states + growing + states)
+    finally:
+        statelog.SPLIT_CHARS, statelog.SPLIT_ITEMS, statelog.EXTEND_CHARS = saved
+
+
+def test_growing_lists_strings_and_large_dicts_are_written_as_appends():
     diff = StateDiff()
     memory = {"a": [{"role": "user", "content": "x" * 600}], "b": []}
-    diff.delta({"memory": memory, "steps": [1, 2]})
+    frames = {"__dict__": [[1, {"t": 0, "lines": ["y" * 600]}]]}
+    diff.delta({"memory": memory, "steps": [1, 2], "frames": frames, "text": "z" * 70})
     memory["a"].append({"role": "assistant", "content": "hi"})
-    assert diff.delta({"memory": memory, "steps": [1, 2, 3]}) == \
-        '[["a","memory","a",[{"role":"assistant","content":"hi"}]],["a","steps",[3]]]'
-    assert diff.delta({"memory": memory, "steps": [1, 2, 3]}) is None
-    assert diff.delta({"steps": [2]}) == '[["s","steps",[2]],["d","memory"]]'
+    frames["__dict__"][0][1]["lines"].append("more")
+    frames["__dict__"][0][1]["t"] = 1
+    assert diff.delta({"memory": memory, "steps": [1, 2, 3], "frames": frames, "text": "z" * 70 + 'q"'}) == (
+        '[["a",["memory","a"],[{"role":"assistant","content":"hi"}]],["a",["steps"],[3]],'
+        '["s",["frames","__dict__",0,1,"t"],1],["a",["frames","__dict__",0,1,"lines"],["more"]],'
+        '["x",["text"],"q\\""]]')
+    assert diff.delta({"memory": memory, "steps": [1, 2, 3], "frames": frames, "text": "z" * 70 + 'q"'}) is None
+    assert diff.delta({"steps": [2]}) == '[["s",["steps"],[2]],["d",["memory"]],["d",["frames"]],["d",["text"]]]'
 
 
 @pytest.mark.parametrize("bad, why", [("{not json", "not JSON"), ('{"all": 3}', "other than"), ("3", "not a list"),
-                                      ('[["x", "k", 1]]', "malformed change"), ('[["a", "k", 1]]', "non-list"),
-                                      ('[["s", 5, 1]]', "malformed change")])
+                                      ('[["q", ["k"], 1]]', "malformed change"), ('[["a", ["k"], 1]]', "wrong kind"),
+                                      ('[["s", "k", 1]]', "malformed change"), ('[["s", [], 1]]', "malformed change"),
+                                      ('[["x", ["k"], 1]]', "wrong kind"), ('[["s", [true], 1]]', "malformed change")])
 def test_a_malformed_delta_is_refused_with_what_is_wrong(bad, why):
     with pytest.raises(ValueError, match=why):
         parse_delta(bad)
@@ -410,7 +437,10 @@ def test_a_store_written_before_per_step_states_is_read_resumed_and_forked_at_it
 # ---- untrusted rows ----
 @pytest.mark.parametrize("sql, match", [
     ("UPDATE events SET delta = '{broken' WHERE seq = 5", r"the state delta of event 5 is not JSON"),
-    ("UPDATE events SET delta = '[[\"a\", \"turn\", [1]]]' WHERE seq = 5", r"the state delta of event 5 is an append to 'turn', which is not a list"),
+    ("UPDATE events SET delta = '[[\"a\", [\"turn\"], [1]]]' WHERE seq = 5",
+     r"the state delta of event 5 is an append to \[\"turn\"\], which is a int"),
+    ("UPDATE events SET delta = '[[\"s\", [\"memory\", \"q\", 0], 1]]' WHERE seq = 5",
+     r"the state delta of event 5 is a change at \[\"memory\",\"q\",0\], which is not there"),
     ("UPDATE events SET delta = '[[\"q\"]]' WHERE seq = 5", r"the state delta of event 5 is a malformed change"),
     ("UPDATE events SET delta = '[]' WHERE seq = 0", r"the state changes of event 0 have no whole state before them"),
     ("UPDATE events SET payload = 'nope' WHERE seq = 2", r"the payload of event 2 is not JSON"),
