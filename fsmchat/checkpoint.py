@@ -24,8 +24,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from .errors import CheckpointStoreError, FsmchatError
 from .models import Message, TraceEvent
-from .statelog import (HELD, HistoryStep, RunLog, StateDiff, apply_ops, copy_state, encode_json, history_of,
-                       parse_delta)
+from .statelog import HELD, HistoryStep, RunLog, StateDiff, copy_state, encode_json, history_of
 
 LEASE_TTL = 30.0
 """Seconds a run's lease lasts without renewal (each commit renews it). A lease whose owner
@@ -573,13 +572,7 @@ class MemoryCheckpointer:
                         for e in [*earlier, event])
         s.messages.extend(messages)
         rows.counts += [nm] * len(earlier) + [nm + len(messages)]
-        rows.deltas += [HELD] * len(earlier) + [delta]
-        if delta is not None:
-            kind, body = parse_delta(delta)
-            if kind == "all" or s.state is None:
-                s.state = body
-            else:
-                apply_ops(s.state, body)
+        rows.deltas += [HELD] * len(earlier) + [delta]  # ``load`` folds them (``s.state``: set by hand only)
 
     def finish(self, run_id: str, stop_reason: str) -> None:
         self.data[run_id].stop_reason = stop_reason
@@ -588,8 +581,13 @@ class MemoryCheckpointer:
     def load(self, run_id: str) -> Saved:
         if run_id not in self.data:
             raise KeyError(f"no checkpointed run {run_id!r}")
-        s = self.data[run_id]
-        return Saved(run_id, s.meta, s.events, s.messages, copy_state(s.state), s.stop_reason)
+        s, rows = self.data[run_id], self._rows(run_id)
+        if any(d is not None for d in rows.deltas):
+            state = RunLog(run_id, s.meta, s.stop_reason, s.events, rows.counts, rows.deltas, s.messages,
+                           where="MemoryCheckpointer").final_state()
+        else:  # nothing committed yet, or a run whose state was set by hand
+            state = copy_state(s.state)
+        return Saved(run_id, s.meta, s.events, s.messages, state, s.stop_reason)
 
     def history(self, run_id: str) -> list[HistoryStep]:
         """Every step of the run, in order (as ``SqliteCheckpointer.history``)."""
@@ -613,11 +611,11 @@ class MemoryCheckpointer:
                 raise ValueError(already_used(lg.run_id))
         for lg in logs:
             rows = _MemoryRows(list(lg.counts), list(lg.deltas), time.time())
-            state = copy_state(lg.final_state())
+            state = lg.final_state()
             if state is not None:
                 rows.diff.full(state)
             self.data[lg.run_id] = Saved(lg.run_id, json.loads(_dumps(lg.meta)), list(lg.events), list(lg.messages),
-                                         state, lg.stop_reason)
+                                         None, lg.stop_reason)
             self.rows[lg.run_id] = rows
 
     def runs(self) -> list[str]:

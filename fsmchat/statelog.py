@@ -114,13 +114,23 @@ class StateDiff:
         self._dict("", state, prev, ops)
         return "[" + ",".join(ops) + "]" if ops else None
 
+    def _path(self, path: str, key: str) -> str:
+        return f"{path},{self._name(key)}" if path else f"[{self._name(key)}"
+
     def _dict(self, path: str, value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
         """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket)."""
         for k, v in value.items():
-            old[k] = self._diff(f"{path},{self._name(k)}" if path else f"[{self._name(k)}", v, old.get(k), ops)
+            was = old.get(k)
+            if type(was) is str:  # the common case, inline: a value written as one text
+                text = encode_json(v)
+                if text != was:
+                    ops.append(_change(self._path(path, k), was, text))
+                    old[k] = _tracked(v, text)
+            else:
+                old[k] = self._diff(self._path(path, k), v, was, ops)
         if len(old) > len(value):  # every key of value is in old now: the others were removed
             for k in [k for k in old if k not in value]:
-                ops.append(f'["d",{path},{self._name(k)}]]' if path else f'["d",[{self._name(k)}]]')
+                ops.append(f'["d",{self._path(path, k)}]]')
                 del old[k]
 
     def _diff(self, path: str, value: Any, old: Any, ops: list[str]) -> Any:
