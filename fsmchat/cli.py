@@ -311,24 +311,26 @@ def _fork(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_args(p: argparse.ArgumentParser, what: str, fn: Any) -> None:
+    p.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store")
+    p.add_argument("--json", action="store_true", help=f"print {what} as JSON")
+    p.set_defaults(fn=fn)
+
+
 def add_time_travel(sub: Any) -> None:
     """The ``runs``, ``history`` and ``fork`` subcommands."""
     ru = sub.add_parser("runs", help="list the runs in a checkpoint store, newest first",
                         description="List the runs of a SQLite checkpoint store (branch lanes left out), newest first: "
                         "run id, pattern, status (finished with its stop reason, waiting, failed, cancelled, "
                         "unfinished), messages, when it started, task.")
-    ru.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store")
-    ru.add_argument("--json", action="store_true", help="print the list as JSON")
-    ru.set_defaults(fn=_runs)
+    _store_args(ru, "the list", _runs)
 
     hi = sub.add_parser("history", help="list the steps of a checkpointed run (what `fork --at K` takes)",
                         description="One line per step of a checkpointed run: its number, the state, the transition "
                         "taken, the messages, model calls and tokens so far, and whether its working state is stored "
                         "on its own (a pure step's is committed with the next one; a fork there runs it again).")
     hi.add_argument("run_id", metavar="RUN", help="the run id (`fsmchat runs` lists them)")
-    hi.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store")
-    hi.add_argument("--json", action="store_true", help="print the steps as JSON")
-    hi.set_defaults(fn=_history)
+    _store_args(hi, "the steps", _history)
 
     fo = sub.add_parser("fork", help="start a new run from step K of a checkpointed run, optionally edited",
                         description="Write a new run that starts where RUN was after step K (its messages, state "

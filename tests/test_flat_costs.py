@@ -39,12 +39,15 @@ class CountingStore(MemoryCheckpointer):
         return super().commit(run_id, ev, rows, state)
 
 
-def lines_per_turn(pattern, turns, checkpoint=None):
-    """Python lines executed per turn by one run (sys.settrace 'line' events)."""
+def traced_lines(pattern, checkpoint=None, files=None):
+    """(Python lines executed by one run, its result): sys.settrace 'line' events, in ``files`` only
+    when given (other code is left untraced)."""
     count = 0
 
     def tracer(frame, event, arg):
         nonlocal count
+        if files is not None and frame.f_code.co_filename not in files:
+            return None
         if event == "line":
             count += 1
         return tracer
@@ -54,6 +57,12 @@ def lines_per_turn(pattern, turns, checkpoint=None):
     finally:
         sys.settrace(None)
     assert res.ok, res.error
+    return count, res
+
+
+def lines_per_turn(pattern, turns, checkpoint=None):
+    """Python lines executed per turn by one run."""
+    count, res = traced_lines(pattern, checkpoint)
     return count / (len(res.transcript) - 1), res
 
 
@@ -173,25 +182,23 @@ def test_group_chat_commits_twice_per_turn_and_stores_every_step():
 
 
 # ---- what a durable run writes per turn: deltas, not states ----
+def say(name):
+    """A participant called with a turn (patterns) or the flow's context (a Discussion step)."""
+    def fn(turn_or_ctx):
+        return f"{name} says {len(turn_or_ctx.transcript)}"
+    fn.__name__ = name
+    return fn
+
+
 def debate(turns):
     from fsmchat import OneOnOneDebate
 
-    def say(name):
-        def fn(turn):
-            return f"{name} says {len(turn.transcript)}"
-        fn.__name__ = name
-        return fn
     return OneOnOneDebate(agents=[say("a"), say("b")], max_loops=turns)  # private memories grow every turn
 
 
 def discussion_flow(turns):
     from fsmchat import AgentFlow, Discussion
 
-    def say(name):
-        def fn(ctx):
-            return f"{name} says {len(ctx.transcript)}"
-        fn.__name__ = name
-        return fn
     return AgentFlow(steps=[Discussion([say("x"), say("y")], rounds=turns // 2)])  # the step records grow
 
 
@@ -237,24 +244,8 @@ def store_lines_per_commit(pattern, path):
     import fsmchat.checkpoint
     import fsmchat.statelog
 
-    files = {fsmchat.checkpoint.__file__, fsmchat.statelog.__file__}
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        if frame.f_code.co_filename not in files:
-            return None
-        if event == "line":
-            count += 1
-        return tracer
     CountingCommits.commits = 0
-    store = CountingCommits(path)
-    sys.settrace(tracer)
-    try:
-        res = pattern.execute("go", checkpoint=store)
-    finally:
-        sys.settrace(None)
-    assert res.ok, res.error
+    count, _ = traced_lines(pattern, CountingCommits(path), {fsmchat.checkpoint.__file__, fsmchat.statelog.__file__})
     return count / CountingCommits.commits
 
 
