@@ -1,10 +1,13 @@
 """Durable runs: after every transition the new trace event, the messages posted since the last
-commit and a small snapshot of the run's working state are appended, in one transaction, keyed by
-run id; never the whole transcript again. ``pattern.resume(run_id, checkpoint=...)`` continues
-from the last committed state.
+commit, the transcript's length and a delta of the run's working state (what changed since the
+previous commit: ``fsmchat.statelog``) are appended, in one transaction, keyed by run id; never
+the whole transcript or state again. ``pattern.resume(run_id, checkpoint=...)`` continues from
+the last committed state; ``checkpoint.history(run_id)`` lists every step with the state after it
+(``fsmchat.fork`` starts a new run from one).
 
 ``SqliteCheckpointer`` (stdlib sqlite3, WAL) is the embedded default; anything implementing
-``Checkpointer`` (``start``, ``commit``, ``finish``, ``load``) plugs in, e.g. ``MemoryCheckpointer``.
+``Checkpointer`` (``start``, ``commit``, ``finish``, ``load``) plugs in, e.g. ``MemoryCheckpointer``;
+``history``, ``log``, ``put`` and ``lanes`` add time travel.
 """
 from __future__ import annotations
 
