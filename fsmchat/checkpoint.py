@@ -386,7 +386,8 @@ class SqliteCheckpointer:
         """Record how the run ended, and its last state in ``states`` (what an older fsmchat reads)."""
         with self._lock:
             diff = self._diffs.pop(run_id, None)
-            whole = diff.text() if diff is not None else None
+        whole = diff.text() if diff is not None else self._whole_state(run_id)
+        with self._lock:
             db = self._db
             db.execute("BEGIN")
             try:
@@ -398,6 +399,15 @@ class SqliteCheckpointer:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def _whole_state(self, run_id: str) -> str | None:
+        """The run's latest state as JSON, folded from its rows (a run that ends in a process that
+        committed no state of it); None when it has none or its rows cannot be read."""
+        try:
+            state = self.log(run_id).final_state()
+        except (KeyError, CheckpointStoreError):
+            return None
+        return None if state is None else encode_json(state)
 
     def load(self, run_id: str) -> Saved:
         return saved_of(self.log(run_id))
