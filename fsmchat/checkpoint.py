@@ -142,13 +142,15 @@ class RunInfo:
     created: float
     updated: float
     forked_from: dict[str, Any] | None = None
+    leased: bool = False  # a live process holds the run's lease
 
     @property
     def status(self) -> str:
         """``finished``, ``waiting`` (interrupted for a person), ``failed`` (error), ``cancelled``,
-        or ``unfinished`` (running now, or cut by a crash: resumable)."""
-        return {None: "unfinished", "error": "failed", "cancelled": "cancelled",
-                "interrupted": "waiting"}.get(self.stop_reason, "finished")
+        ``running`` (not ended, its lease is live) or ``unfinished`` (cut by a crash: resumable)."""
+        if self.stop_reason is None:
+            return "running" if self.leased else "unfinished"
+        return {"error": "failed", "cancelled": "cancelled", "interrupted": "waiting"}.get(self.stop_reason, "finished")
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "pattern": self.pattern, "name": self.name, "task": self.task,
@@ -158,11 +160,12 @@ class RunInfo:
 
 
 def run_info(run_id: str, meta: dict[str, Any], stop_reason: str | None, messages: int, steps: int,
-             created: float, updated: float) -> RunInfo:
+             created: float, updated: float, lease: tuple[str, float] | None = None) -> RunInfo:
     text = lambda k: meta.get(k) if isinstance(meta.get(k), str) else None  # noqa: E731 - untrusted meta
     origin = meta.get("forked_from")
+    leased = lease is not None and lease_refusal(run_id, lease, "", time.time()) is not None
     return RunInfo(run_id, text("pattern"), text("name"), text("task"), stop_reason, messages, steps, created, updated,
-                   origin if isinstance(origin, dict) else None)
+                   origin if isinstance(origin, dict) else None, leased)
 
 
 def _json(text: Any, what: str, log: RunLog) -> Any:
@@ -508,7 +511,9 @@ class SqliteCheckpointer:
                     "SELECT r.run_id, r.meta, r.stop_reason, r.created, r.updated, "
                     "(SELECT COUNT(*) FROM messages m WHERE m.run_id = r.run_id), "
                     "(SELECT COUNT(*) FROM events e WHERE e.run_id = r.run_id) "
-                    "FROM runs r ORDER BY r.created DESC, r.run_id").fetchall()
+                    "FROM runs r ORDER BY r.created DESC, r.rowid DESC").fetchall()  # ties: the later written first
+                leases = {r[0]: (r[1], r[2]) for r in self._db.execute("SELECT run_id, owner, expires FROM leases")} \
+                    if "leases" in {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")} else {}
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
         out = []
@@ -520,7 +525,7 @@ class SqliteCheckpointer:
             meta = meta if isinstance(meta, dict) else {}
             if "parent" in meta:
                 continue
-            out.append(run_info(run_id, meta, stop, n_msgs, n_events, created, updated))
+            out.append(run_info(run_id, meta, stop, n_msgs, n_events, created, updated, leases.get(run_id)))
         return out
 
     def close(self) -> None:
@@ -641,11 +646,11 @@ class MemoryCheckpointer:
     def list_runs(self) -> list[RunInfo]:
         """Every run (branch lanes left out), newest first."""
         out = []
-        for k, s in self.data.items():
+        for k, s in reversed(self.data.items()):  # ties: the later added first
             if "parent" not in s.meta:
                 rows = self._rows(k)
                 out.append(run_info(k, s.meta, s.stop_reason, len(s.messages), len(s.events), rows.created,
-                                    rows.updated))
+                                    rows.updated, self.leases.get(k)))
         return sorted(out, key=lambda r: -r.created)
 
 

@@ -471,3 +471,19 @@ def test_held_rows_and_counts_are_on_the_event_rows(tmp_path):
     assert got[0][2].startswith('{"all":') and [d for s, _, d in got if s in ("select", "penalize")] == [HELD] * 14
     assert [n for _, n, _ in got] == [s.message_count for s in cp.history("R")] and got[-1][1] == len(res.transcript)
     assert all(len(d) < 600 for _, _, d in got[1:] if d)  # deltas, not whole states
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_list_runs_says_how_each_run_stands(tmp_path, store):
+    from fsmchat.checkpoint import lease_owner
+
+    cp = STORES[store](tmp_path)
+    chat().execute("pets?", checkpoint=cp, run_id="done")
+    fork("done", at=3, checkpoint=cp, fork_id="forked")
+    cp.acquire("forked", lease_owner())  # as a process running it would
+    fork("done", at=3, checkpoint=cp, fork_id="idle")
+    runs = {r.run_id: r for r in cp.list_runs()}
+    assert [r.run_id for r in cp.list_runs()] == ["idle", "forked", "done"]
+    assert (runs["done"].status, runs["forked"].status, runs["idle"].status) == ("finished", "running", "unfinished")
+    assert runs["idle"].forked_from == {"run_id": "done", "step": 3} and runs["idle"].messages == 2
+    assert runs["done"].to_dict()["stop_reason"] == "max_loops" and runs["done"].task == "pets?"
