@@ -174,7 +174,7 @@ def _json(text: Any, what: str, log: RunLog) -> Any:
         return None
     try:
         return json.loads(text)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise log.bad(f"{what} is not JSON ({exc})") from None
 
 

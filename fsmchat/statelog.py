@@ -180,12 +180,15 @@ def is_full(delta: str | None) -> bool:
     return delta is not None and delta.startswith(_FULL)
 
 
+_OPS = ("s", "a", "d", "x")
+
+
 def parse_delta(text: str) -> tuple[str, Any]:
     """``("all", state)`` or ``("ops", [(op, path, value)])``; ``ValueError`` naming what is wrong
     for anything else (a checkpoint is untrusted input: data only, never code)."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ValueError(f"not JSON ({exc})") from None
     if isinstance(data, dict):
         if list(data) == ["all"] and isinstance(data["all"], dict):
@@ -204,9 +207,6 @@ def parse_delta(text: str) -> tuple[str, Any]:
             raise ValueError(f"a change of the wrong kind {encode_json(op)[:80]}")
         ops.append((op[0], op[1], value))
     return "ops", ops
-
-
-_OPS = ("s", "a", "d", "x")
 
 
 def apply_ops(state: dict[str, Any], ops: list[tuple[str, list[Any], Any]]) -> None:
@@ -349,7 +349,7 @@ class RunLog:
         what = "the stored state" if legacy else f"the state of event {k}"
         try:
             data = json.loads(text)  # type: ignore[arg-type]
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise self.bad(f"{what} is not JSON ({exc})") from None
         if not legacy:
             data = data.get("all") if isinstance(data, dict) else None
@@ -362,10 +362,12 @@ class RunLog:
         return copy_state(self._state(i))
 
     def final_state(self) -> dict[str, Any] | None:
-        """The latest committed working state (what a resume restores), private to the caller."""
-        if self.events:
-            return self._state(len(self.events) - 1)
-        return None
+        """The latest committed working state (what a resume restores); the caller owns it."""
+        if not self.events:
+            return None
+        state = self._state(len(self.events) - 1)
+        self._cache = None  # handed over: never folded further here
+        return state
 
     def path_indexes(self) -> list[int]:
         """The events that are steps of the run's path: every transition taken, and the last event
