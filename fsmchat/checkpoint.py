@@ -1,13 +1,17 @@
 """Durable runs: after every transition the new trace event, the messages posted since the last
-commit and a small snapshot of the run's working state are appended, in one transaction, keyed by
-run id; never the whole transcript again. ``pattern.resume(run_id, checkpoint=...)`` continues
-from the last committed state.
+commit, the transcript's length and a delta of the run's working state (what changed since the
+previous commit: ``fsmchat.statelog``) are appended, in one transaction, keyed by run id; never
+the whole transcript or state again. ``pattern.resume(run_id, checkpoint=...)`` continues from
+the last committed state; ``checkpoint.history(run_id)`` lists every step with the state after it
+(``fsmchat.fork`` starts a new run from one).
 
 ``SqliteCheckpointer`` (stdlib sqlite3, WAL) is the embedded default; anything implementing
-``Checkpointer`` (``start``, ``commit``, ``finish``, ``load``) plugs in, e.g. ``MemoryCheckpointer``.
+``Checkpointer`` (``start``, ``commit``, ``finish``, ``load``) plugs in, e.g. ``MemoryCheckpointer``;
+``history``, ``log``, ``put`` and ``lanes`` add time travel.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -21,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from .errors import FsmchatError
+from .errors import CheckpointStoreError, FsmchatError
 from .models import Message, TraceEvent
+from .statelog import HELD, HistoryStep, RunLog, StateDiff, copy_state, encode_json, history_of
 
 LEASE_TTL = 30.0
 """Seconds a run's lease lasts without renewal (each commit renews it). A lease whose owner
@@ -40,10 +45,6 @@ class RunInProgress(FsmchatError, RuntimeError):
 
 class CheckpointMismatch(FsmchatError, ValueError):
     """A run was resumed with a pattern other than the one that checkpointed it; nothing was written."""
-
-
-class CheckpointStoreError(FsmchatError, RuntimeError):
-    """A checkpoint store could not be opened or read; the message names the store and what to do."""
 
 
 def lease_owner() -> str:
@@ -79,8 +80,7 @@ def lease_refusal(run_id: str, held: tuple[str, float] | None, owner: str, now: 
     return RunInProgress(run_id, holder, expires - now)
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, default=repr, separators=(",", ":"))
+_dumps = encode_json
 
 
 @dataclass
@@ -128,24 +128,111 @@ class Checkpointer(Protocol):
         """Give the lease back (only if ``owner`` still holds it)."""
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """One line of a store's run list (``list_runs()``, ``fsmchat runs``): a run (not a branch lane)."""
+
+    run_id: str
+    pattern: str | None
+    name: str | None
+    task: str | None
+    stop_reason: str | None  # None: not ended (running, or cut by a crash)
+    messages: int
+    steps: int
+    created: float
+    updated: float
+    forked_from: dict[str, Any] | None = None
+    leased: bool = False  # a live process holds the run's lease
+
+    @property
+    def status(self) -> str:
+        """``finished``, ``waiting`` (interrupted for a person), ``failed`` (error), ``cancelled``,
+        ``running`` (not ended, its lease is live) or ``unfinished`` (cut by a crash: resumable)."""
+        if self.stop_reason is None:
+            return "running" if self.leased else "unfinished"
+        return {"error": "failed", "cancelled": "cancelled", "interrupted": "waiting"}.get(self.stop_reason, "finished")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "pattern": self.pattern, "name": self.name, "task": self.task,
+                "status": self.status, "stop_reason": self.stop_reason, "messages": self.messages,
+                "steps": self.steps, "created": self.created, "updated": self.updated,
+                "forked_from": self.forked_from}
+
+
+def run_info(run_id: str, meta: dict[str, Any], stop_reason: str | None, messages: int, steps: int,
+             created: float, updated: float, lease: tuple[str, float] | None = None) -> RunInfo:
+    text = lambda k: meta.get(k) if isinstance(meta.get(k), str) else None  # noqa: E731 - untrusted meta
+    origin = meta.get("forked_from")
+    leased = lease is not None and lease_refusal(run_id, lease, "", time.time()) is not None
+    return RunInfo(run_id, text("pattern"), text("name"), text("task"), stop_reason, messages, steps, created, updated,
+                   origin if isinstance(origin, dict) else None, leased)
+
+
+def _json(text: Any, what: str, log: RunLog) -> Any:
+    """A JSON column of ``log``'s run, parsed (data only: ``json.loads`` never runs code)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise log.bad(f"{what} is not JSON ({exc})") from None
+
+
+def _event(row: Sequence[Any], log: RunLog) -> TraceEvent:
+    seq, step, state, trigger, dest, t, payload = row[:7]
+    if not (isinstance(state, str) and isinstance(step, (int, type(None))) and isinstance(trigger, (str, type(None)))
+            and isinstance(dest, (str, type(None))) and isinstance(t, (int, float, type(None)))):
+        raise log.bad(f"event {seq} has a malformed row ({encode_json(list(row[:6]))[:120]})")
+    return TraceEvent(step if step is not None else seq, state, trigger, dest, t or 0.0,
+                      _json(payload, f"the payload of event {seq}", log))
+
+
+def _message(seq: int, role: Any, content: Any, metadata: Any, log: RunLog) -> Message:
+    md = _json(metadata, f"the metadata of message {seq}", log)
+    if not (isinstance(role, str) and isinstance(content, str) and isinstance(md, (dict, type(None)))):
+        raise log.bad(f"message {seq} has a malformed row")
+    return Message(role=role, content=content, metadata=md or {})
+
+
+_INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_EVENT_ROWS = [""] + [_INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1) for n in range(1, 9)]
+
+
+def _insert_events(rows: list[tuple[Any, ...]]) -> tuple[str, list[Any]]:
+    """One INSERT statement for a commit's event rows (atomic on its own, without BEGIN/COMMIT)."""
+    n = len(rows)
+    sql = _EVENT_ROWS[n] if n < len(_EVENT_ROWS) else _INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1)
+    return sql, [v for r in rows for v in r]
+
+
 class SqliteCheckpointer:
-    """Checkpoints in one SQLite file (WAL mode; ``synchronous=NORMAL`` survives a killed process)."""
+    """Checkpoints in one SQLite file (WAL mode; ``synchronous=NORMAL`` survives a killed process).
+
+    A commit is one transaction: the trace event(s), the messages posted since the last commit,
+    and on the event's row the transcript's length and the state delta (``fsmchat.statelog``).
+    Event and message tables are ``WITHOUT ROWID`` (one b-tree each, so a commit writes about half
+    the pages a rowid table with its key index would). A store written by an older fsmchat (one
+    whole snapshot per run in ``states``) is read as it is, and gains the two event columns when it
+    is opened for writing; ``states`` still gets each run's last state when it ends."""
 
     SCHEMA = """
     CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, meta TEXT NOT NULL, stop_reason TEXT,
                                      created REAL NOT NULL, updated REAL NOT NULL);
     CREATE TABLE IF NOT EXISTS events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, step INTEGER, state TEXT,
-                                       trigger TEXT, dest TEXT, t REAL, payload TEXT, nmsg INTEGER,
-                                       PRIMARY KEY (run_id, seq));
+                                       trigger TEXT, dest TEXT, t REAL, payload TEXT, nmsg INTEGER, delta TEXT,
+                                       PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS messages (run_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT, content TEXT,
-                                         metadata TEXT, PRIMARY KEY (run_id, seq));
+                                         metadata TEXT, PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS states (run_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state TEXT NOT NULL);
     CREATE TABLE IF NOT EXISTS leases (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL);
     """
-    TABLES = {"runs", "events", "messages", "states"}
-    ADDED = {"events": (("nmsg", "INTEGER"),)}  # columns added since the first stores; an older store gains
-    # them when opened for writing. events.nmsg: the transcript's length once that step is stored (what a
-    # viewer replays at that step); NULL in rows written before the column existed
+    COLUMNS = {"runs": {"run_id", "meta", "stop_reason", "created", "updated"},
+               "events": {"run_id", "seq", "step", "state", "trigger", "dest", "t", "payload"},
+               "messages": {"run_id", "seq", "role", "content", "metadata"},
+               "states": {"run_id", "seq", "state"}}
+    """The columns a store must have (the first schema's); ``ADDED`` ones are added when missing."""
+    ADDED = {"events": (("nmsg", "INTEGER"), ("delta", "TEXT"))}
+    TABLES = set(COLUMNS)
 
     def __init__(self, path: str | Path, *, read_only: bool | None = None):
         """Open (or create) the store at ``path``. ``read_only`` (default: when the file is not
@@ -153,7 +240,7 @@ class SqliteCheckpointer:
         self.path = str(path)
         self._lock = threading.Lock()
         self._seq: dict[str, tuple[int, int]] = {}  # run -> (events, messages) committed
-        self._last_state: dict[str, str] = {}  # run -> last snapshot written (skip unchanged ones)
+        self._diffs: dict[str, StateDiff] = {}  # run -> the state last written (for the next delta)
         p = Path(self.path)
         self.read_only = read_only if read_only is not None else p.exists() and not os.access(p, os.W_OK)
         try:
@@ -169,31 +256,40 @@ class SqliteCheckpointer:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(self.SCHEMA)
-                self._add_columns()
+                self._migrate()
+            self._deltas = self._columns("events") >= {"nmsg", "delta"}
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
 
+    def _columns(self, table: str) -> set[str]:
+        return {c[1] for c in self._db.execute(f"PRAGMA table_info('{table}')")}
+
     def _check_schema(self) -> None:
         """An empty file becomes a store; any other database must have the store's tables and columns."""
-        found = {r[0]: {c[1] for c in self._db.execute(f"PRAGMA table_info('{r[0]}')")}
-                 for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        found = {r[0]: self._columns(r[0]) for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not found and not self.read_only:
             return
-        expected = {t: set(re.findall(r"(\w+) (?:TEXT|INTEGER|REAL)", body))
-                    for t, body in re.findall(r"TABLE IF NOT EXISTS (\w+) \((.*?)\);", self.SCHEMA, re.S)}
-        wrong = sorted(t for t in self.TABLES
-                       if not expected[t] - {c for c, _ in self.ADDED.get(t, ())} <= found.get(t, set()))
+        wrong = sorted(t for t, cols in self.COLUMNS.items() if not cols <= found.get(t, set()))
         if wrong:
             raise CheckpointStoreError(
                 f"checkpoint store {self.path}: not an fsmchat checkpoint database (tables {sorted(found)}; "
                 f"missing or different: {wrong}); point SqliteCheckpointer at a new file or an fsmchat store")
 
-    def _add_columns(self) -> None:
-        for table, columns in self.ADDED.items():
-            have = {c[1] for c in self._db.execute(f"PRAGMA table_info('{table}')")}
-            for column, kind in columns:
-                if column not in have:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    def _migrate(self) -> None:
+        """Add the columns an older store lacks (one writer at a time; another may have just done it)."""
+        if all({c for c, _ in cols} <= self._columns(t) for t, cols in self.ADDED.items()):
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for table, cols in self.ADDED.items():
+                have = self._columns(table)
+                for name, kind in cols:
+                    if name not in have:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def _store_error(self, exc: sqlite3.Error) -> CheckpointStoreError:
         text = str(exc)
@@ -228,7 +324,7 @@ class SqliteCheckpointer:
                 raise
             if row is None or row[0] != owner:  # a new owner: what another process wrote may be newer
                 self._seq.pop(run_id, None)
-                self._last_state.pop(run_id, None)
+                self._diffs.pop(run_id, None)
 
     def release(self, run_id: str, owner: str) -> None:
         if self.read_only:
@@ -244,6 +340,7 @@ class SqliteCheckpointer:
                 raise ValueError(already_used(run_id))
             self._db.execute("INSERT INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
             self._seq[run_id] = self._counts(run_id)
+            self._diffs.pop(run_id, None)
 
     def _counts(self, run_id: str) -> tuple[int, int]:
         e = self._db.execute("SELECT COUNT(*) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
@@ -256,60 +353,199 @@ class SqliteCheckpointer:
                earlier: Sequence[TraceEvent] = ()) -> None:
         with self._lock:
             ne, nm = self._seq.get(run_id) or self._counts(run_id)
+            delta = None
+            if state is not None:
+                diff = self._diffs.get(run_id)
+                if diff is None:
+                    diff = self._diffs[run_id] = StateDiff()
+                delta = diff.delta(state)
+            after = nm + len(messages)
+            rows = [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t, encode_json(e.payload), nm, HELD)
+                    for i, e in enumerate(earlier)]
+            rows.append((run_id, ne + len(rows), event.step, event.state, event.trigger, event.dest, event.t,
+                         encode_json(event.payload), after, delta))
+            db = self._db
+            sql, params = _insert_events(rows)
+            try:
+                if messages:
+                    db.execute("BEGIN")
+                    try:
+                        db.execute(sql, params)
+                        db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
+                                       [(run_id, nm + i, m.role, m.content, encode_json(m.metadata))
+                                        for i, m in enumerate(messages)])
+                        db.execute("COMMIT")
+                    except BaseException:
+                        db.execute("ROLLBACK")
+                        raise
+                else:  # one statement is a transaction of its own
+                    db.execute(sql, params)
+            except BaseException:
+                self._diffs.pop(run_id, None)  # not written: the next commit writes the whole state
+                raise
+            self._seq[run_id] = (ne + len(rows), after)
+
+    def finish(self, run_id: str, stop_reason: str) -> None:
+        """Record how the run ended, and its last state in ``states`` (what an older fsmchat reads)."""
+        with self._lock:
+            diff = self._diffs.pop(run_id, None)
+        whole = diff.text() if diff is not None else self._whole_state(run_id)
+        with self._lock:
             db = self._db
             db.execute("BEGIN")
             try:
-                after = nm + len(messages)  # the earlier (pure) steps posted nothing
-                db.executemany("INSERT INTO events (run_id, seq, step, state, trigger, dest, t, payload, nmsg) "
-                               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                               [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t, _dumps(e.payload),
-                                 after if e is event else nm) for i, e in enumerate([*earlier, event])])
-                ne += len(earlier)
-                if messages:
-                    db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
-                                   [(run_id, nm + i, m.role, m.content, _dumps(m.metadata))
-                                    for i, m in enumerate(messages)])
-                text = _dumps(state) if state is not None else None
-                if text is not None and text != self._last_state.get(run_id):
-                    db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, ne, text))
-                    self._last_state[run_id] = text
+                db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
+                if whole is not None:
+                    seq = (self._seq.get(run_id) or self._counts(run_id))[0] - 1
+                    db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, seq, whole))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-            self._seq[run_id] = (ne + 1, nm + len(messages))
 
-    def finish(self, run_id: str, stop_reason: str) -> None:
-        with self._lock:
-            self._last_state.pop(run_id, None)
-            self._db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
+    def _whole_state(self, run_id: str) -> str | None:
+        """The run's latest state as JSON, folded from its rows (a run that ends in a process that
+        committed no state of it); None when it has none or its rows cannot be read."""
+        try:
+            state = self.log(run_id).final_state()
+        except (KeyError, CheckpointStoreError):
+            return None
+        return None if state is None else encode_json(state)
 
     def load(self, run_id: str) -> Saved:
+        return saved_of(self.log(run_id))
+
+    def history(self, run_id: str) -> list[HistoryStep]:
+        """Every step of the run, in order (``fsmchat.statelog.HistoryStep``): its state, transition,
+        time, the messages and usage so far and the working state after it."""
+        return history_of(self.log(run_id))
+
+    def log(self, run_id: str) -> RunLog:
+        """The run as stored, row by row (``KeyError`` when there is no such run)."""
         try:
-            return self._load(run_id)
+            return self._log(run_id)
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
 
-    def _load(self, run_id: str) -> Saved:
+    def _log(self, run_id: str) -> RunLog:
+        cols = "nmsg, delta" if self._deltas else "NULL, NULL"
         with self._lock:
-            row = self._db.execute("SELECT meta, stop_reason FROM runs WHERE run_id=?", (run_id,)).fetchone()
-            if row is None:
-                raise KeyError(f"no checkpointed run {run_id!r} in {self.path}")
-            events = [TraceEvent(step, state, trig, dest, t, json.loads(p) if p else None) for step, state, trig, dest, t, p
-                      in self._db.execute("SELECT step, state, trigger, dest, t, payload FROM events WHERE run_id=? "
-                                          "ORDER BY seq", (run_id,))]
-            messages = [Message(role=r, content=c, metadata=json.loads(md)) for r, c, md in
-                        self._db.execute("SELECT role, content, metadata FROM messages WHERE run_id=? ORDER BY seq",
-                                         (run_id,))]
-            st = self._db.execute("SELECT state FROM states WHERE run_id=?", (run_id,)).fetchone()
-        return Saved(run_id, json.loads(row[0]), events, messages, json.loads(st[0]) if st else None, row[1])
+            db = self._db
+            db.execute("BEGIN")  # one read snapshot: a commit landing meanwhile is seen whole or not at all
+            try:
+                row = db.execute("SELECT meta, stop_reason, created, updated FROM runs WHERE run_id=?",
+                                 (run_id,)).fetchone()
+                if row is None:
+                    raise KeyError(f"no checkpointed run {run_id!r} in {self.path}")
+                events = db.execute(f"SELECT seq, step, state, trigger, dest, t, payload, {cols} FROM events "
+                                    "WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
+                messages = db.execute("SELECT seq, role, content, metadata FROM messages WHERE run_id=? ORDER BY seq",
+                                      (run_id,)).fetchall()
+                st = db.execute("SELECT seq, state FROM states WHERE run_id=?", (run_id,)).fetchone()
+            finally:
+                db.execute("COMMIT")
+        log = RunLog(run_id, {}, row[1], [], [], [], [], created=row[2], updated=row[3],
+                     where=f"checkpoint store {self.path}")
+        meta = _json(row[0], "its meta", log)
+        if not isinstance(meta, dict):
+            raise log.bad("its meta is not a JSON object")
+        log.meta = meta
+        index = {}
+        for r in events:
+            index[r[0]] = len(log.events)
+            log.events.append(_event(r, log))
+            nmsg, delta = r[7], r[8]
+            if not (isinstance(nmsg, (int, type(None))) and isinstance(delta, (str, type(None)))):
+                raise log.bad(f"event {r[0]} has a malformed state column")
+            log.counts.append(nmsg)
+            log.deltas.append(delta)
+        log.messages = [_message(*r, log) for r in messages]
+        if st is not None and st[0] in index:
+            log.legacy = (index[st[0]], st[1])
+        return log
+
+    def put(self, logs: Sequence[RunLog]) -> None:
+        """Write whole runs at once, in one transaction (``fork``); refused, with nothing written,
+        when one of the run ids is already taken."""
+        self._writable("write a forked run")
+        try:
+            with self._lock:
+                db = self._db
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    for lg in logs:
+                        if db.execute("SELECT 1 FROM runs WHERE run_id=?", (lg.run_id,)).fetchone():
+                            raise ValueError(already_used(lg.run_id))
+                    now = time.time()
+                    for lg in logs:
+                        db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
+                                   (lg.run_id, _dumps(lg.meta), lg.stop_reason, lg.created or now, lg.updated or now))
+                        db.executemany(_INSERT_EVENT,
+                                       [(lg.run_id, i, e.step, e.state, e.trigger, e.dest, e.t, encode_json(e.payload),
+                                         n, d) for i, (e, n, d) in enumerate(zip(lg.events, lg.counts, lg.deltas))])
+                        db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
+                                       [(lg.run_id, i, m.role, m.content, encode_json(m.metadata))
+                                        for i, m in enumerate(lg.messages)])
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+        except sqlite3.DatabaseError as exc:
+            raise self._store_error(exc) from None
 
     def runs(self) -> list[str]:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT run_id FROM runs ORDER BY created")]
 
+    def lanes(self, run_id: str) -> list[str]:
+        """The branch lanes of ``run_id`` (``<run id>/<step>:<branch>``, nested ones too), in order."""
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT run_id FROM runs WHERE run_id > ? AND run_id < ? "
+                                                   "ORDER BY run_id", (run_id + "/", run_id + "0"))]
+
+    def list_runs(self) -> list[RunInfo]:
+        """Every run (branch lanes left out), newest first."""
+        try:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT r.run_id, r.meta, r.stop_reason, r.created, r.updated, "
+                    "(SELECT COUNT(*) FROM messages m WHERE m.run_id = r.run_id), "
+                    "(SELECT COUNT(*) FROM events e WHERE e.run_id = r.run_id) "
+                    "FROM runs r ORDER BY r.created DESC, r.rowid DESC").fetchall()  # ties: the later written first
+                leases = {r[0]: (r[1], r[2]) for r in self._db.execute("SELECT run_id, owner, expires FROM leases")} \
+                    if "leases" in {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")} else {}
+        except sqlite3.DatabaseError as exc:
+            raise self._store_error(exc) from None
+        out = []
+        for run_id, meta_text, stop, created, updated, n_msgs, n_events in rows:
+            try:
+                meta = json.loads(meta_text)
+            except (TypeError, ValueError):
+                meta = {}
+            meta = meta if isinstance(meta, dict) else {}
+            if "parent" in meta:
+                continue
+            out.append(run_info(run_id, meta, stop, n_msgs, n_events, created, updated, leases.get(run_id)))
+        return out
+
     def close(self) -> None:
         self._db.close()
+
+
+def saved_of(log: RunLog) -> Saved:
+    """What ``load`` returns: the run's events and messages, and its latest state (a fresh copy)."""
+    return Saved(log.run_id, log.meta, log.events, log.messages, log.final_state(), log.stop_reason)
+
+
+class _MemoryRows:
+    """What ``MemoryCheckpointer`` keeps per run beside its ``Saved``: each event's transcript
+    length and state delta, the state last written, when the run was created and last ended."""
+
+    __slots__ = ("counts", "deltas", "diff", "created", "updated")
+
+    def __init__(self, counts: list[int | None], deltas: list[str | None], created: float) -> None:
+        self.counts, self.deltas, self.diff = counts, deltas, StateDiff()
+        self.created = self.updated = created
 
 
 @dataclass
@@ -318,6 +554,7 @@ class MemoryCheckpointer:
 
     data: dict[str, Saved] = field(default_factory=dict)
     leases: dict[str, tuple[str, float]] = field(default_factory=dict)
+    rows: dict[str, _MemoryRows] = field(default_factory=dict)
 
     def acquire(self, run_id: str, owner: str, ttl: float = LEASE_TTL) -> None:
         refusal = lease_refusal(run_id, self.leases.get(run_id), owner, time.time())
@@ -333,25 +570,88 @@ class MemoryCheckpointer:
         if run_id in self.data:
             raise ValueError(already_used(run_id))
         self.data[run_id] = Saved(run_id, json.loads(_dumps(meta)), [], [], None)
+        self.rows[run_id] = _MemoryRows([], [], time.time())
 
     batches = True
 
+    def _rows(self, run_id: str) -> _MemoryRows:
+        rows = self.rows.get(run_id)
+        if rows is None:  # a run put in ``data`` by hand
+            n = len(self.data[run_id].events)
+            rows = self.rows[run_id] = _MemoryRows([None] * n, [None] * n, time.time())
+        return rows
+
     def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
                earlier: Sequence[TraceEvent] = ()) -> None:
-        s = self.data[run_id]
+        s, rows = self.data[run_id], self._rows(run_id)
+        delta = rows.diff.delta(state) if state is not None else None
+        nm = len(s.messages)
         s.events.extend(TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, json.loads(_dumps(e.payload)))
                         for e in [*earlier, event])
         s.messages.extend(messages)
-        if state is not None:
-            s.state = json.loads(_dumps(state))
+        rows.counts += [nm] * len(earlier) + [nm + len(messages)]
+        rows.deltas += [HELD] * len(earlier) + [delta]  # ``load`` folds them (``s.state``: set by hand only)
 
     def finish(self, run_id: str, stop_reason: str) -> None:
         self.data[run_id].stop_reason = stop_reason
+        self._rows(run_id).updated = time.time()
 
     def load(self, run_id: str) -> Saved:
         if run_id not in self.data:
             raise KeyError(f"no checkpointed run {run_id!r}")
-        return self.data[run_id]
+        s, rows = self.data[run_id], self._rows(run_id)
+        if any(d is not None for d in rows.deltas):
+            state = RunLog(run_id, s.meta, s.stop_reason, s.events, rows.counts, rows.deltas, s.messages,
+                           where="MemoryCheckpointer").final_state()
+        else:  # nothing committed yet, or a run whose state was set by hand
+            state = copy_state(s.state)
+        return Saved(run_id, s.meta, s.events, s.messages, state, s.stop_reason)
+
+    def history(self, run_id: str) -> list[HistoryStep]:
+        """Every step of the run, in order (as ``SqliteCheckpointer.history``)."""
+        return history_of(self.log(run_id))
+
+    def log(self, run_id: str) -> RunLog:
+        """The run as stored, row by row (``KeyError`` when there is no such run)."""
+        if run_id not in self.data:
+            raise KeyError(f"no checkpointed run {run_id!r}")
+        s, rows = self.data[run_id], self._rows(run_id)
+        legacy = None if any(d is not None for d in rows.deltas) or s.state is None or not s.events else \
+            (len(s.events) - 1, _dumps(s.state))  # a run whose state was set by hand
+        return RunLog(run_id, json.loads(_dumps(s.meta)), s.stop_reason, list(s.events), list(rows.counts),
+                      list(rows.deltas), list(s.messages), legacy, rows.created, rows.updated,
+                      where="MemoryCheckpointer")
+
+    def put(self, logs: Sequence[RunLog]) -> None:
+        """Add whole runs at once (``fork``); refused, with nothing added, when a run id is taken."""
+        for lg in logs:
+            if lg.run_id in self.data:
+                raise ValueError(already_used(lg.run_id))
+        for lg in logs:
+            rows = _MemoryRows(list(lg.counts), list(lg.deltas), time.time())
+            state = lg.final_state()
+            if state is not None:
+                rows.diff.full(state)
+            self.data[lg.run_id] = Saved(lg.run_id, json.loads(_dumps(lg.meta)), list(lg.events), list(lg.messages),
+                                         None, lg.stop_reason)
+            self.rows[lg.run_id] = rows
+
+    def runs(self) -> list[str]:
+        return list(self.data)
+
+    def lanes(self, run_id: str) -> list[str]:
+        """The branch lanes of ``run_id`` (``<run id>/<step>:<branch>``, nested ones too), in order."""
+        return sorted(k for k in self.data if k.startswith(run_id + "/"))
+
+    def list_runs(self) -> list[RunInfo]:
+        """Every run (branch lanes left out), newest first."""
+        out = []
+        for k, s in reversed(self.data.items()):  # ties: the later added first
+            if "parent" not in s.meta:
+                rows = self._rows(k)
+                out.append(run_info(k, s.meta, s.stop_reason, len(s.messages), len(s.events), rows.created,
+                                    rows.updated, self.leases.get(k)))
+        return sorted(out, key=lambda r: -r.created)
 
 
 def already_used(run_id: str) -> str:
@@ -458,10 +758,27 @@ class NotSerializable(FsmchatError, TypeError):
     pass
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+_OPAQUE: set[type] = set()  # types ``encode`` refused (a config, a model client): skipped at once next time
+
+
+@functools.cache
+def _bid_type() -> type:
+    from .speakers.respond import BidOutcome
+
+    return BidOutcome
+
+
 def encode(obj: Any) -> Any:
     """JSON-able form of working state: dataclasses (e.g. BidOutcome) tagged with their type,
     tuples as lists; anything else non-JSON raises ``NotSerializable`` (the caller skips it and
-    the pattern rebuilds it from its config on resume)."""
+    the pattern rebuilds it from its config on resume). Runs on every commit: exact built-in types
+    are dispatched first."""
+    t = type(obj)
+    if t in _PLAIN:
+        return obj
+    if t is list or t is tuple:
+        return [x if type(x) in _PLAIN else encode(x) for x in obj]
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if isinstance(obj, (list, tuple)):
@@ -471,10 +788,9 @@ def encode(obj: Any) -> Any:
             raise NotSerializable(type(obj).__name__)
         return {"__dict__": [[k, encode(v)] for k, v in obj.items()]} if any(isinstance(k, int) for k in obj) \
             else {k: encode(v) for k, v in obj.items()}
-    from .speakers.respond import BidOutcome
-
-    if isinstance(obj, BidOutcome):
+    if isinstance(obj, _bid_type()):
         return {"__bid__": [obj.score, obj.message, obj.valid, obj.reason]}
+    _OPAQUE.add(t)
     raise NotSerializable(type(obj).__name__)
 
 
@@ -483,9 +799,7 @@ def decode(obj: Any) -> Any:
         return [decode(x) for x in obj]
     if isinstance(obj, dict):
         if "__bid__" in obj:
-            from .speakers.respond import BidOutcome
-
-            return BidOutcome(*obj["__bid__"])
+            return _bid_type()(*obj["__bid__"])
         if "__dict__" in obj:
             return {k: decode(v) for k, v in obj["__dict__"]}
         return {k: decode(v) for k, v in obj.items()}
@@ -496,6 +810,8 @@ def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
     """Encode what can be encoded; leave out the rest (rebuilt by the pattern on resume)."""
     out = {}
     for k, v in values.items():
+        if type(v) in _OPAQUE:
+            continue
         try:
             out[k] = encode(v)
         except NotSerializable:

@@ -31,6 +31,10 @@ class ConfigTypeError(FsmchatError, TypeError):
     """A value of the wrong type, refused before any model call (same message style as ``ConfigError``)."""
 
 
+class CheckpointStoreError(FsmchatError, RuntimeError):
+    """A checkpoint store could not be opened or read; the message names the store and what to do."""
+
+
 def bad_value(owner: str, field: str, value: Any, allowed: str, type_error: bool = False) -> FsmchatError:
     """The one message style for a refused value: ``"{owner}: {field}={value!r} is invalid: {allowed}"``."""
     shown = repr(value)

@@ -176,6 +176,63 @@ def test_run_refuses_what_it_cannot_run_before_any_call(project, capsys):
     assert "no such file: missing.py" in capsys.readouterr().err
 
 
+# ---------------------------------------------------------------- runs, history, fork
+def test_runs_history_and_fork_over_a_checkpoint_store(project, capsys):
+    from fsmchat.targets import load_target_with_module
+
+    assert main(["run", "mychat:chat", "--task", "hello", "--checkpoint", "runs.db", "--quiet"]) == 0
+    run_id = capsys.readouterr().err.split("run id ")[1].split()[0]
+    assert main(["runs", "--db", "runs.db"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["RUN", "ID", "PATTERN", "STATUS", "MESSAGES", "STARTED", "TASK"]
+    assert lines[1].split()[:5] == [run_id, "RoundRobinSwarm", "finished", "(max_loops)", "3"]
+    assert lines[1].endswith("hello") and len(lines) == 2
+    assert main(["history", run_id, "--db", "runs.db"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"run {run_id}: RoundRobinSwarm, 4 steps, stop reason max_loops"
+    assert [line.split()[:2] for line in out[1:]] == [["0", "seed"], ["1", "x"], ["2", "y"], ["3", "stop"]]
+    assert "seed --next--> x  (1 messages, t=" in out[1] and "(3 messages" in out[3]
+
+    assert main(["fork", run_id, "--at", "1", "--db", "runs.db", "--replace-message", "1", "x was edited"]) == 0
+    captured = capsys.readouterr()
+    new_id = captured.out.strip()
+    assert f"fsmchat resume {new_id} --db runs.db" in captured.err
+    chat = load_target_with_module("mychat:chat")[0]
+    res = chat.resume(new_id, SqliteCheckpointer(project / "runs.db"))
+    assert [m.content for m in res.transcript] == ["hello", "x was edited", "y here"] and res.path[0] == "seed"
+    assert main(["runs", "--db", "runs.db", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in listed] == [new_id, run_id]
+    assert listed[0]["forked_from"] == {"run_id": run_id, "step": 1} and listed[0]["status"] == "finished"
+    assert main(["history", new_id, "--db", "runs.db", "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)
+    assert [(s["step"], s["state"], s["messages"]) for s in steps[:3]] == [(0, "seed", 1), (1, "x", 2), (2, "y", 3)]
+
+
+def test_runs_history_and_fork_refuse_bad_input_with_exit_2(project, capsys):
+    assert main(["runs", "--db", "none.db"]) == 2
+    assert "no checkpoint store at none.db (`fsmchat run TARGET --checkpoint none.db` writes one)" in \
+        capsys.readouterr().err
+    assert not (project / "none.db").exists()  # never created by a listing
+    assert main(["run", "mychat:chat", "--task", "hello", "--checkpoint", "runs.db", "--quiet"]) == 0
+    run_id = capsys.readouterr().err.split("run id ")[1].split()[0]
+    assert main(["history", "nope", "--db", "runs.db"]) == 2
+    assert f"no run 'nope' in runs.db; newest runs: {run_id}" in capsys.readouterr().err
+    assert main(["fork", "nope", "--at", "1", "--db", "runs.db"]) == 2
+    assert "no run 'nope'" in capsys.readouterr().err
+    assert main(["fork", run_id, "--at", "9", "--db", "runs.db"]) == 2
+    assert "at=9 is invalid: a step number from 0 to 2" in capsys.readouterr().err
+    assert main(["fork", run_id, "--at", "1", "--db", "runs.db", "--replace-message", "one", "x"]) == 2
+    assert "--replace-message 'one': I must be a message index" in capsys.readouterr().err
+    assert main(["fork", run_id, "--at", "1", "--db", "runs.db", "--drop-message", "5"]) == 2
+    assert "drop index 5 is invalid: a message index from 0 to 1" in capsys.readouterr().err
+    assert main(["fork", run_id, "--at", "1", "--db", "runs.db", "--set", "topic=dogs"]) == 2
+    assert "no flow variables" in capsys.readouterr().err
+    assert main(["fork", run_id, "--at", "1", "--db", "runs.db", "--set", "topic"]) == 2
+    assert "--set 'topic' is not NAME=VALUE" in capsys.readouterr().err
+    assert [r.run_id for r in SqliteCheckpointer(project / "runs.db").list_runs()] == [run_id]  # nothing written
+
+
 # ---------------------------------------------------------------- targets, help, version
 def test_module_attr_targets_resolve_from_the_current_folder(project, capsys):
     assert main(["plan", "mychat:chat"]) == 0
@@ -189,7 +246,7 @@ def test_module_attr_targets_resolve_from_the_current_folder(project, capsys):
 def test_every_argument_has_help_and_there_is_a_version(capsys):
     p = parser()
     subs = next(a for a in p._actions if a.dest == "cmd").choices
-    assert sorted(subs) == ["graphs", "plan", "render", "report", "run", "ui"]
+    assert sorted(subs) == ["fork", "graphs", "history", "plan", "render", "report", "run", "runs", "ui"]
     missing = [f"{name} {a.dest}" for name, sp in subs.items() for a in sp._actions if not a.help]
     assert missing == []
     with pytest.raises(SystemExit) as e:

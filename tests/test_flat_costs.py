@@ -39,12 +39,15 @@ class CountingStore(MemoryCheckpointer):
         return super().commit(run_id, ev, rows, state)
 
 
-def lines_per_turn(pattern, turns, checkpoint=None):
-    """Python lines executed per turn by one run (sys.settrace 'line' events)."""
+def traced_lines(pattern, checkpoint=None, files=None):
+    """(Python lines executed by one run, its result): sys.settrace 'line' events, in ``files`` only
+    when given (other code is left untraced)."""
     count = 0
 
     def tracer(frame, event, arg):
         nonlocal count
+        if files is not None and frame.f_code.co_filename not in files:
+            return None
         if event == "line":
             count += 1
         return tracer
@@ -54,6 +57,12 @@ def lines_per_turn(pattern, turns, checkpoint=None):
     finally:
         sys.settrace(None)
     assert res.ok, res.error
+    return count, res
+
+
+def lines_per_turn(pattern, turns, checkpoint=None):
+    """Python lines executed per turn by one run."""
+    count, res = traced_lines(pattern, checkpoint)
     return count / (len(res.transcript) - 1), res
 
 
@@ -170,3 +179,79 @@ def test_group_chat_commits_twice_per_turn_and_stores_every_step():
     plain = CountingStore()  # a store whose commit takes no earlier= is committed step by step
     group_chat(20).execute("go", checkpoint=plain)
     assert len(plain.load(next(iter(plain.data))).events) == 78
+
+
+# ---- what a durable run writes per turn: deltas, not states ----
+def say(name):
+    """A participant called with a turn (patterns) or the flow's context (a Discussion step)."""
+    def fn(turn_or_ctx):
+        return f"{name} says {len(turn_or_ctx.transcript)}"
+    fn.__name__ = name
+    return fn
+
+
+def debate(turns):
+    from fsmchat import OneOnOneDebate
+
+    return OneOnOneDebate(agents=[say("a"), say("b")], max_loops=turns)  # private memories grow every turn
+
+
+def discussion_flow(turns):
+    from fsmchat import AgentFlow, Discussion
+
+    return AgentFlow(steps=[Discussion([say("x"), say("y")], rounds=turns // 2)])  # the step records grow
+
+
+def stored_bytes_per_turn(path, turns):
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    try:
+        events = con.execute("SELECT SUM(LENGTH(COALESCE(delta, '')) + LENGTH(COALESCE(payload, ''))) FROM events"
+                             ).fetchone()[0]
+        messages = con.execute("SELECT SUM(LENGTH(content) + LENGTH(metadata)) FROM messages").fetchone()[0]
+    finally:
+        con.close()
+    return (events + messages) / turns
+
+
+@pytest.mark.parametrize("make", [group_chat, round_robin, debate, discussion_flow])
+def test_sqlite_rows_written_per_turn_are_flat_even_where_the_state_grows(make, tmp_path):
+    per_turn, pages = [], []
+    for turns in (60, 600):
+        store = SqliteCheckpointer(tmp_path / f"{turns}.db")
+        store._db.execute("PRAGMA wal_autocheckpoint=0")  # every page written stays in the WAL: count them
+        res = make(turns).execute("go", checkpoint=store)
+        assert res.ok, res.error
+        per_turn.append(stored_bytes_per_turn(tmp_path / f"{turns}.db", turns))
+        pages.append(store._db.execute("PRAGMA wal_checkpoint").fetchone()[1] / turns)
+        store.close()
+    assert per_turn[1] <= per_turn[0] * 1.05 + 8, per_turn  # the whole state is written once, then what changed
+    assert pages[1] <= pages[0] * 1.1 + 0.5, pages  # pages (WAL frames) written per turn
+
+
+class CountingCommits(SqliteCheckpointer):
+    commits = 0
+
+    def commit(self, *args, **kw):
+        CountingCommits.commits += 1
+        return super().commit(*args, **kw)
+
+
+def store_lines_per_commit(pattern, path):
+    """Python lines executed per commit in the checkpoint modules (the recorder, the store, the
+    state delta), other code left untraced."""
+    import fsmchat.checkpoint
+    import fsmchat.statelog
+
+    CountingCommits.commits = 0
+    count, _ = traced_lines(pattern, CountingCommits(path), {fsmchat.checkpoint.__file__, fsmchat.statelog.__file__})
+    return count / CountingCommits.commits
+
+
+@pytest.mark.parametrize("make", [group_chat, debate])
+def test_python_work_per_commit_is_flat(make, tmp_path):
+    store_lines_per_commit(make(6), tmp_path / "w.db")  # warm-up
+    small = store_lines_per_commit(make(60), tmp_path / "a.db")
+    large = store_lines_per_commit(make(600), tmp_path / "b.db")
+    assert large <= small * 1.02 + 2, (small, large)

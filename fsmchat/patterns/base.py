@@ -10,6 +10,7 @@ one state per speaker.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import hashlib
 import json
@@ -389,6 +390,10 @@ class Pattern(ABC):
         check_resume(run_id, checkpoint, f"{type(self).__name__}.resume")
         saved = checkpoint.load(run_id)
         self._check_fingerprint(run_id, saved.meta)
+        forked = self._with_run_limits(saved.meta)
+        if forked is not None:  # a fork changed the run's limits: a copy of this pattern runs with them
+            return await forked.aresume(run_id, checkpoint, observers=observers, on_message=on_message,
+                                        on_start=on_start)
         if saved.finished:
             return self._rebuild(run_id, saved)
         lease = Lease(checkpoint, run_id)
@@ -448,11 +453,24 @@ class Pattern(ABC):
                 "limits": self.limits.model_dump(mode="json") if self.limits is not None else None,
                 "output_type": self.output_type}
 
+    def _with_run_limits(self, meta: dict[str, Any]) -> "Pattern | None":
+        """A copy of this pattern with the limits ``fsmchat.fork(edit={"limits": ...})`` stored with
+        the run (None: the run has none, or this pattern already has them). The copy is checked
+        against the run as the pattern that started it."""
+        limits = meta.get("limits")
+        if limits is None or (self.limits is not None and self.limits.model_dump(mode="json") == limits):
+            return None
+        if not isinstance(limits, dict):
+            raise CheckpointMismatch(f"the run's stored limits {limits!r} are not a dict of Limits fields")
+        twin = copy.copy(self)
+        twin._started_as = self.fingerprint()
+        return twin.with_limits(Limits(**limits))
+
     def _check_fingerprint(self, run_id: str, meta: dict[str, Any]) -> None:
         stored = meta.get("fingerprint")
         if stored is None:  # checkpointed before fingerprints existed
             return
-        now = json.loads(json.dumps(self.fingerprint()))
+        now = json.loads(json.dumps(getattr(self, "_started_as", None) or self.fingerprint()))
         diffs = [f"{k}: stored {stored.get(k)!r}, now {now.get(k)!r}" for k in now if stored.get(k) != now.get(k)]
         if diffs:
             raise CheckpointMismatch(f"run {run_id!r} was checkpointed by a different {meta.get('pattern', 'pattern')} "

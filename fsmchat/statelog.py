@@ -1,0 +1,441 @@
+"""What a checkpoint stores per step, and how a run's history is read back from it.
+
+Each committed trace event carries the transcript length after it and a **state delta**: what
+changed in the run's working state (``ctx.snapshot()``) since the previous commit, so a commit
+writes what changed and never the whole state again. A delta is JSON text:
+
+- ``{"all": {...}}``: the whole state (a run's first commit, and the first after a resume);
+- ``[op, ...]``: changes at a path of keys and list indexes, each ``["s", path, value]`` (set),
+  ``["a", path, [items]]`` (items appended to a list), ``["x", path, text]`` (text added to the
+  end of a string) or ``["d", path]`` (removed). A dict (or a list of a few items) whose JSON is
+  over ``SPLIT_CHARS`` is diffed part by part, so a private memory per agent or a discussion's
+  lines grow by appends instead of being written again;
+- ``HELD`` (``"-"``): not stored at this step (a pure step committed with the next one: a resume
+  or a fork runs it again from the state before it);
+- no delta (NULL): the state did not change.
+
+``StateDiff`` turns successive snapshots into deltas; ``RunLog`` is a run as a store holds it and
+folds the deltas back into the state after any event; ``history_of`` lists a run's steps as
+``HistoryStep`` records (``checkpoint.history(run_id)``).
+"""
+from __future__ import annotations
+
+import json
+import json.encoder
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CheckpointStoreError
+from .models import Message, TraceEvent
+
+HELD = "-"
+SPLIT_CHARS = 512  # a dict, or a list of at most SPLIT_ITEMS items, with longer JSON is diffed part by part
+SPLIT_ITEMS = 16
+EXTEND_CHARS = 64  # a longer string that grows at its end is written as the text added
+_FULL = '{"all":'
+
+_ENCODER = json.JSONEncoder(default=repr, separators=(",", ":"))
+_C_ENCODE = (json.encoder.c_make_encoder(None, repr, json.encoder.encode_basestring_ascii, None, ":", ",", False,
+                                         False, True) if json.encoder.c_make_encoder is not None else None)
+
+
+def encode_json(obj: Any) -> str:
+    """Compact JSON of checkpoint data (anything not JSON-able is written as its ``repr``), what
+    ``json.dumps(obj, default=repr, separators=(",", ":"))`` writes. The C encoder is built once
+    (``json.dumps`` builds one per call, a third of its cost on the small values of a commit)."""
+    if _C_ENCODE is None:
+        return _ENCODER.encode(obj)
+    try:
+        return "".join(_C_ENCODE(obj, 0))
+    except RecursionError:  # a circular structure: the checking encoder says so
+        return _ENCODER.encode(obj)
+
+
+class _Obj(dict):  # type: ignore[type-arg]
+    """A large dict as last written: key -> what was written for its value (diffed key by key)."""
+
+    __slots__ = ()
+
+
+class _Arr(list):  # type: ignore[type-arg]
+    """A large list of a few items as last written: what was written for each item."""
+
+    __slots__ = ()
+
+
+def _tracked(value: Any, text: str) -> Any:
+    """What a writer remembers of ``value`` (written as ``text``): the text itself, or for a large
+    dict (or a large list of a few items) its parts, so the next change is found part by part."""
+    if len(text) > SPLIT_CHARS:
+        t = type(value)
+        if t is dict and all(type(k) is str for k in value):
+            return _Obj({k: _tracked(v, encode_json(v)) for k, v in value.items()})
+        if (t is list or t is tuple) and 0 < len(value) <= SPLIT_ITEMS:
+            return _Arr(_tracked(v, encode_json(v)) for v in value)
+    return text
+
+
+def _change(path: str, old: Any, text: str) -> str:
+    """The op that turns ``old`` (the JSON last written at ``path``) into ``text``: items appended
+    to a list, text added to a long string, else the new value."""
+    if type(old) is str:
+        n = len(old)
+        if len(text) > n > 2 and text.startswith(old[:-1]):
+            if old[0] == "[" and text[n - 1] == ",":
+                return f'["a",{path}],[{text[n:]}]'
+            if old[0] == '"' and n > EXTEND_CHARS:  # JSON escapes are a prefix code: the tail is the added text
+                return f'["x",{path}],"{text[n - 1:]}]'
+    return f'["s",{path}],{text}]'
+
+
+class StateDiff:
+    """One run's writer side: remembers what it last wrote (as JSON text, split into parts for
+    large dicts and lists) and gives the delta of the next snapshot. JSON is compared as text, so
+    ``1``, ``1.0`` and ``true`` stay distinct and what is folded back equals what was snapshotted."""
+
+    __slots__ = ("prev", "names")
+
+    def __init__(self) -> None:
+        self.prev: _Obj | None = None  # the state last written
+        self.names: dict[str, str] = {}  # key -> its JSON (the same few keys every commit)
+
+    def _name(self, key: str) -> str:
+        name = self.names.get(key)
+        if name is None:
+            name = self.names[key] = encode_json(key)
+        return name
+
+    def delta(self, state: dict[str, Any]) -> str | None:
+        """The delta from the last snapshot to ``state`` (None: unchanged); the whole state first."""
+        prev = self.prev
+        if prev is None or not all(type(k) is str for k in state):
+            return self.full(state)
+        ops: list[str] = []
+        self._dict("", state, prev, ops)
+        return "[" + ",".join(ops) + "]" if ops else None
+
+    def _path(self, path: str, key: str) -> str:
+        return f"{path},{self._name(key)}" if path else f"[{self._name(key)}"
+
+    def _dict(self, path: str, value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
+        """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket)."""
+        for k, v in value.items():
+            was = old.get(k)
+            if type(was) is str:  # the common case, inline: a value written as one text
+                text = encode_json(v)
+                if text != was:
+                    ops.append(_change(self._path(path, k), was, text))
+                    old[k] = _tracked(v, text)
+            else:
+                old[k] = self._diff(self._path(path, k), v, was, ops)
+        if len(old) > len(value):  # every key of value is in old now: the others were removed
+            for k in [k for k in old if k not in value]:
+                ops.append(f'["d",{self._path(path, k)}]]')
+                del old[k]
+
+    def _diff(self, path: str, value: Any, old: Any, ops: list[str]) -> Any:
+        t, was = type(value), type(old)
+        if was is _Obj and t is dict and all(type(k) is str for k in value):
+            self._dict(path, value, old, ops)
+            return old
+        if was is _Arr and (t is list or t is tuple) and len(value) >= len(old):
+            n = len(old)
+            for i in range(n):
+                old[i] = self._diff(f"{path},{i}", value[i], old[i], ops)
+            if len(value) > n:
+                texts = [encode_json(v) for v in value[n:]]
+                ops.append(f'["a",{path}],[{",".join(texts)}]]')
+                old.extend(_tracked(v, text) for v, text in zip(value[n:], texts))
+            # a list that outgrew a few items is one text again: appends are found on it as a whole
+            return old if len(old) <= SPLIT_ITEMS else self._text(old)
+        text = encode_json(value)
+        if text == old:
+            return old
+        ops.append(_change(path, old, text))
+        return _tracked(value, text)
+
+    def full(self, state: dict[str, Any]) -> str:
+        """The whole state as a delta; later deltas are taken against it."""
+        text = encode_json(state)
+        if all(type(k) is str for k in state):
+            self.prev = _Obj({k: _tracked(v, encode_json(v)) for k, v in state.items()})
+        else:  # JSON would rename such keys: every commit writes the whole state
+            self.prev = None
+        return _FULL + text + "}"
+
+    def _text(self, tracked: Any) -> str:
+        if type(tracked) is _Obj:
+            return "{" + ",".join(f"{self._name(k)}:{self._text(v)}" for k, v in tracked.items()) + "}"
+        if type(tracked) is _Arr:
+            return "[" + ",".join(self._text(v) for v in tracked) + "]"
+        return tracked  # type: ignore[no-any-return]
+
+    def text(self) -> str | None:
+        """The whole state last written, as JSON (None: nothing written yet)."""
+        return None if self.prev is None else self._text(self.prev)
+
+
+# ---- reading deltas back ----
+def is_full(delta: str | None) -> bool:
+    return delta is not None and delta.startswith(_FULL)
+
+
+_OPS = ("s", "a", "d", "x")
+
+
+def parse_delta(text: str) -> tuple[str, Any]:
+    """``("all", state)`` or ``("ops", [(op, path, value)])``; ``ValueError`` naming what is wrong
+    for anything else (a checkpoint is untrusted input: data only, never code)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if isinstance(data, dict):
+        if list(data) == ["all"] and isinstance(data["all"], dict):
+            return "all", data["all"]
+        raise ValueError('an object other than {"all": {...}}')
+    if not isinstance(data, list):
+        raise ValueError(f"a JSON {type(data).__name__}, not a list of changes")
+    ops = []
+    for op in data:
+        ok = isinstance(op, list) and len(op) == (2 if op and op[0] == "d" else 3) and op[0] in _OPS and \
+            isinstance(op[1], list) and op[1] and all(isinstance(p, str) or type(p) is int for p in op[1])
+        if not ok:
+            raise ValueError(f"a malformed change {encode_json(op)[:80]}")
+        value = op[2] if len(op) == 3 else None
+        if op[0] == "a" and not isinstance(value, list) or op[0] == "x" and not isinstance(value, str):
+            raise ValueError(f"a change of the wrong kind {encode_json(op)[:80]}")
+        ops.append((op[0], op[1], value))
+    return "ops", ops
+
+
+def apply_ops(state: dict[str, Any], ops: list[tuple[str, list[Any], Any]]) -> None:
+    """Apply parsed changes to ``state`` in place (``ValueError`` when they do not fit it)."""
+    for op, path, value in ops:
+        target: Any = state
+        for p in path[:-1]:
+            target = _at(target, p, path)
+        last = path[-1]
+        if op == "d":
+            if not isinstance(target, dict):
+                raise ValueError(f"a removal from {encode_json(path)}, which is not in a dict")
+            target.pop(last, None)
+            continue
+        if op != "s":
+            current = _at(target, last, path)
+            if op == "a" and not isinstance(current, list) or op == "x" and not isinstance(current, str):
+                raise ValueError(f"an {'append to' if op == 'a' else 'extension of'} {encode_json(path)}, which is "
+                                 f"a {type(current).__name__}")
+            if op == "a":
+                current.extend(value)
+                continue
+            value = current + value
+        if isinstance(target, dict) and isinstance(last, str) or \
+                isinstance(target, list) and type(last) is int and 0 <= last < len(target):
+            target[last] = value
+        else:
+            raise ValueError(f"a change at {encode_json(path)}, which is not there")
+
+
+def _at(container: Any, key: Any, path: list[Any]) -> Any:
+    """``container[key]`` along ``path``, or ``ValueError`` when the path does not fit the state."""
+    if isinstance(container, dict) and isinstance(key, str) and key in container or \
+            isinstance(container, list) and type(key) is int and 0 <= key < len(container):
+        return container[key]
+    raise ValueError(f"a change at {encode_json(path)}, which is not there")
+
+
+def copy_state(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A deep copy of stored (JSON) state."""
+    return None if state is None else json.loads(encode_json(state))
+
+
+@dataclass
+class RunLog:
+    """One run as a store holds it, row by row: what ``load``, ``history`` and ``fork`` read.
+
+    ``counts[i]`` is the transcript's length after event ``i`` and ``deltas[i]`` the state delta
+    committed with it (None for both on rows written before per-step states existed);
+    ``legacy`` is such a store's one stored snapshot: ``(event index, JSON)``."""
+
+    run_id: str
+    meta: dict[str, Any]
+    stop_reason: str | None
+    events: list[TraceEvent]
+    counts: list[int | None]
+    deltas: list[str | None]
+    messages: list[Message]
+    legacy: tuple[int, str] | None = None
+    created: float | None = None
+    updated: float | None = None
+    where: str = "checkpoint store"
+    _cache: tuple[int, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    _base_list: list[int | None] | None = field(default=None, repr=False, compare=False)
+
+    def bad(self, what: str) -> CheckpointStoreError:
+        return CheckpointStoreError(f"{self.where}: run {self.run_id!r}: {what}; the store was changed by something "
+                                    "other than fsmchat or is damaged: restore it from a backup, or fork the run "
+                                    "at an earlier step")
+
+    def _bases(self) -> list[int | None]:
+        """Per event: the index of the latest whole state at or before it (the legacy snapshot's
+        index for a store written before per-step states), None while no state is stored."""
+        if self._base_list is None:
+            leg = self.legacy[0] if self.legacy is not None else None
+            while leg and self.events[leg].dest is None:  # the final record changed nothing: the state
+                leg -= 1                                  # is the one after the last transition
+            out: list[int | None] = []
+            cur: int | None = None
+            changes = False  # the legacy snapshot is the start of an older store's run only
+            for k, d in enumerate(self.deltas):
+                if d is not None and d.startswith(_FULL):
+                    cur = k
+                elif d is not None and d != HELD:
+                    changes = True
+                if k == leg and cur is None and not changes:
+                    cur = k
+                out.append(cur)
+            self._base_list = out
+        return self._base_list
+
+    def known(self, i: int) -> bool:
+        """Whether the state after event ``i`` is stored: not at a held pure step, and not before a
+        legacy store's one snapshot. Before a run's first commit of state it is known to be none."""
+        if i < 0:
+            return True
+        if self.deltas[i] == HELD:
+            return False
+        if self._bases()[i] is not None:
+            return True
+        self._check_unbased(i)
+        return self.legacy is None and self.counts[i] is not None
+
+    def _check_unbased(self, i: int) -> None:
+        """No state is stored up to event ``i``: then no changes may be either."""
+        first = next((k for k in range(i + 1) if self.deltas[k] not in (None, HELD)), None)
+        if first is not None:
+            raise self.bad(f"the state changes of event {first} have no whole state before them to start from")
+
+    def _state(self, i: int) -> dict[str, Any] | None:
+        """The state after event ``i``, folded (private: callers get a copy)."""
+        base = self._bases()[i] if i >= 0 else None
+        if base is None:
+            self._check_unbased(i)
+            return None
+        cached = self._cache
+        if cached is not None and base <= cached[0] <= i:
+            start, state = cached[0] + 1, cached[1]
+        else:
+            state, start = self._whole(base), base + 1
+        for k in range(start, i + 1):
+            d = self.deltas[k]
+            if d is None or d == HELD:
+                continue
+            try:
+                kind, body = parse_delta(d)
+                if kind == "all":
+                    state = body
+                else:
+                    apply_ops(state, body)
+            except ValueError as exc:
+                raise self.bad(f"the state delta of event {k} is {exc}") from None
+        self._cache = (i, state)
+        return state
+
+    def _whole(self, k: int) -> dict[str, Any]:
+        """The whole state stored at event ``k`` (its ``{"all": ...}`` delta, or the legacy snapshot)."""
+        legacy = not is_full(self.deltas[k])
+        text = self.legacy[1] if legacy else self.deltas[k]  # type: ignore[index]
+        what = "the stored state" if legacy else f"the state of event {k}"
+        try:
+            data = json.loads(text)  # type: ignore[arg-type]
+        except (ValueError, RecursionError) as exc:
+            raise self.bad(f"{what} is not JSON ({exc})") from None
+        if not legacy:
+            data = data.get("all") if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            raise self.bad(f"{what} is not a JSON object")
+        return data
+
+    def state_after(self, i: int) -> dict[str, Any] | None:
+        """A copy of the working state after event ``i`` (None when none is stored)."""
+        return copy_state(self._state(i))
+
+    def final_state(self) -> dict[str, Any] | None:
+        """The latest committed working state (what a resume restores); the caller owns it."""
+        if not self.events:
+            return None
+        state = self._state(len(self.events) - 1)
+        self._cache = None  # handed over: never folded further here
+        return state
+
+    def path_indexes(self) -> list[int]:
+        """The events that are steps of the run's path: every transition taken, and the last event
+        (the final state's record, or where an unfinished run was cut). A step that an interruption
+        cut and a resume ran again is listed once, as it was run again."""
+        last = len(self.events) - 1
+        return [i for i, e in enumerate(self.events) if e.dest is not None or i == last]
+
+
+@dataclass(frozen=True)
+class HistoryStep:
+    """One step of a checkpointed run (``checkpoint.history(run_id)``).
+
+    ``step`` is its number (``fork(run_id, at=step)``); ``state``, ``trigger``, ``dest``, ``t`` and
+    ``payload`` are its trace event (``dest`` None: the run ended, or was cut, here);
+    ``message_count`` is the transcript's length after it and ``messages`` that transcript;
+    ``calls`` and ``usage`` are the model calls and token usage so far (None when not recorded);
+    ``stored`` says whether the working state after it is stored on its own (False for a pure step
+    committed with the next one, and for steps of runs stored by an older fsmchat) and ``snapshot``
+    is that state (a copy; None when not stored)."""
+
+    step: int
+    state: str
+    trigger: str | None
+    dest: str | None
+    t: float
+    payload: Any
+    message_count: int | None
+    calls: int | None
+    usage: dict[str, Any] | None
+    stored: bool
+    _log: RunLog = field(repr=False, compare=False)
+    _index: int = field(repr=False, compare=False)
+
+    @property
+    def messages(self) -> list[Message]:
+        """The transcript after this step (all of it when the store did not record the count)."""
+        n = self.message_count
+        return list(self._log.messages if n is None else self._log.messages[:n])
+
+    @property
+    def snapshot(self) -> dict[str, Any] | None:
+        """The working state after this step (a copy), None when it is not stored."""
+        return self._log.state_after(self._index) if self.stored else None
+
+    def line(self) -> str:
+        """One line for ``fsmchat history``."""
+        went = f"--{self.trigger}--> {self.dest}" if self.dest is not None else f"[{self.trigger or 'end'}]"
+        msgs = "?" if self.message_count is None else str(self.message_count)
+        usage = self.usage or {}
+        tokens = f", {usage['total_tokens']} tokens" if usage.get("total_tokens") else ""
+        calls = f", {self.calls} calls" if self.calls else ""
+        held = "" if self.stored else " (state not stored on its own)"
+        return f"{self.step:>4}  {self.state} {went}  ({msgs} messages{calls}{tokens}, t={self.t:.3f}s){held}"
+
+
+def history_of(log: RunLog) -> list[HistoryStep]:
+    """Every step of ``log``'s run, in order, with the messages and usage so far."""
+    out = []
+    calls, usage = None, None
+    for n, i in enumerate(log.path_indexes()):
+        e = log.events[i]
+        stored = log.known(i) and log.deltas[i] != HELD
+        if stored:
+            stats = (log._state(i) or {}).get("stats")
+            if isinstance(stats, dict):
+                calls = stats.get("calls") if isinstance(stats.get("calls"), int) else None
+                usage = dict(stats["usage"]) if isinstance(stats.get("usage"), dict) else None
+        out.append(HistoryStep(n, e.state, e.trigger, e.dest, e.t, e.payload, log.counts[i], calls, usage,
+                               stored, log, i))
+    return out

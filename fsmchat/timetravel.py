@@ -1,0 +1,259 @@
+"""Time travel: fork a checkpointed run at any step into a new run, optionally edited.
+
+``fork(run_id, at=k, checkpoint=cp, edit=...)`` writes a new run whose events, messages and
+working state are the original's as they were after step ``k`` (``checkpoint.history(run_id)``
+numbers the steps), with the branch lanes of the parallel steps up to ``k`` copied under the new
+id, and returns the new id; ``pattern.resume(new_id, cp)`` (or ``fsmchat.resume``) then continues
+it like any run. The original run is not touched. A ``ForkEdit`` can replace or drop messages,
+change flow variables, or change the run's limits (stored with the fork and applied when it is
+resumed). Every argument is checked before anything is written (``ForkError``).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Sequence
+
+from .checkpoint import NotSerializable, encode
+from .errors import ConfigError, FsmchatError
+from .limits import Limits
+from .models import Message, TraceEvent
+from .statelog import HELD, RunLog, StateDiff, copy_state, encode_json, is_full
+
+
+class ForkError(FsmchatError, ValueError):
+    """A fork was refused (unknown run, a step out of range, an edit that does not fit the run);
+    the message says what is allowed. Nothing was written."""
+
+
+@dataclass(frozen=True)
+class ForkEdit:
+    """What a fork changes at its step. Message indexes count the transcript after the step
+    from 0 (the task); negative ones count from the end.
+
+    - ``replace``: ``{index: new text}`` (role and metadata kept, ``"edited": True`` added) or
+      ``{index: Message(...)}``;
+    - ``drop``: indexes of messages to leave out;
+    - ``variables``: ``{name: value}`` for a flow's existing variables (JSON-able values);
+    - ``limits``: ``Limits`` fields to change (``{"max_model_calls": 40}``), merged over the run's."""
+
+    replace: Mapping[int, str | Message] = field(default_factory=dict)
+    drop: Sequence[int] = ()
+    variables: Mapping[str, Any] = field(default_factory=dict)
+    limits: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, edit: "ForkEdit | Mapping[str, Any] | None") -> "ForkEdit":
+        if edit is None:
+            return cls()
+        if isinstance(edit, cls):
+            return edit
+        allowed = [f.name for f in fields(cls)]
+        if not isinstance(edit, Mapping) or not all(k in allowed for k in edit):
+            raise ForkError(f"fork: edit={_short(edit)} is invalid: a ForkEdit or a dict with keys {allowed}, e.g. "
+                            "edit={'replace': {3: 'new text'}, 'drop': [4], 'variables': {'topic': 'x'}, "
+                            "'limits': {'max_model_calls': 40}}")
+        return cls(**edit)
+
+    def summary(self) -> dict[str, Any]:
+        """What the fork's meta records about the edit."""
+        out: dict[str, Any] = {}
+        if self.replace:
+            out["replaced"] = sorted(self.replace)
+        if self.drop:
+            out["dropped"] = sorted(self.drop)
+        if self.variables:
+            out["variables"] = sorted(self.variables)
+        if self.limits:
+            out["limits"] = dict(self.limits)
+        return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def fork(run_id: str, at: int, checkpoint: Any, edit: ForkEdit | Mapping[str, Any] | None = None, *,
+         fork_id: str | None = None) -> str:
+    """A new run that starts from step ``at`` of ``run_id`` (its events, messages and working state
+    as they were after that step), with ``edit`` applied; returns its run id (``fork_id``, else a
+    new one). ``meta["forked_from"]`` records ``{"run_id", "step"}``. Resume it with
+    ``pattern.resume(new_id, checkpoint)``. A step whose working state was committed with the next
+    one (a pure step, ``stored=False`` in the history) forks from the step before it: the resume
+    runs the pure steps again. Raises ``ForkError`` before anything is written."""
+    what = f"fork({run_id!r}, at={at!r})"
+    for method in ("log", "put", "lanes"):
+        if not callable(getattr(checkpoint, method, None)):
+            raise ForkError(f"{what}: checkpoint={type(checkpoint).__name__} cannot fork runs (it has no {method}()); "
+                            "use a SqliteCheckpointer or MemoryCheckpointer")
+    if fork_id is not None and (not isinstance(fork_id, str) or not fork_id.strip()
+                                or any(ord(c) < 32 for c in fork_id) or "/" in fork_id):
+        raise ForkError(f"{what}: fork_id={_short(fork_id)} is invalid: a non-empty, one-line string without '/' "
+                        "(or None for a new id)")
+    log = _log_of(checkpoint, run_id, what)
+    steps = log.path_indexes()
+    last = next((n for n in range(len(steps) - 1, -1, -1) if log.events[steps[n]].dest is not None), None)
+    if isinstance(at, bool) or not isinstance(at, int) or last is None or not 0 <= at <= last:
+        allowed = (f"a step number from 0 to {last} (`fsmchat history {run_id}` lists them)" if last is not None
+                   else "nothing: the run has no completed step to fork from")
+        ended = "" if last is None or last + 1 >= len(steps) else \
+            f"; step {last + 1} is where it ended ({log.stop_reason or log.events[steps[-1]].trigger})"
+        raise ForkError(f"{what}: at={_short(at)} is invalid: {allowed}{ended}")
+    ed = ForkEdit.of(edit)
+    j = next((n for n in range(at, -1, -1) if log.deltas[steps[n]] != HELD), -1)  # held pure steps run again
+    pos = steps[j] if j >= 0 else -1
+    if not log.known(pos):
+        stored = [n for n in range(last + 1) if log.known(steps[n]) and log.deltas[steps[n]] != HELD]
+        raise ForkError(f"{what}: the working state after step {at} is not stored: run {run_id!r} was checkpointed "
+                        "by an older fsmchat, which kept only the latest state; it can be forked at step "
+                        f"{' or '.join(map(str, stored)) or '(none)'}")
+    count = log.counts[pos] if pos >= 0 else 0
+    count = len(log.messages) if count is None else count
+    messages, dropped = _edit_messages(log.messages[:count], ed, what)
+    state = _edit_state(copy_state(log.state_after(pos)), ed, log, what)
+    meta = _fork_meta(log, at, ed, what)
+    new_id = fork_id or uuid.uuid4().hex
+    logs = [_forked_run(log, new_id, meta, steps[:j + 1], state, messages, dropped)]
+    logs += [_copied_lane(checkpoint, lane, run_id, new_id, what) for lane in checkpoint.lanes(run_id)
+             if _lane_step(lane, run_id) <= j]
+    try:
+        checkpoint.put(logs)
+    except ValueError as exc:  # the id is taken
+        raise ForkError(f"{what}: {exc}") from None
+    return new_id
+
+
+def _log_of(checkpoint: Any, run_id: Any, what: str) -> RunLog:
+    if not isinstance(run_id, str) or not run_id:
+        raise ForkError(f"{what}: run_id={_short(run_id)} is invalid: the id of a checkpointed run")
+    try:
+        log = checkpoint.log(run_id)
+    except KeyError:
+        listed = getattr(checkpoint, "list_runs", None)
+        known = [r.run_id for r in listed()] if callable(listed) else []
+        hint = f"runs in this store (newest first): {', '.join(known[:5])}" + (" ..." if len(known) > 5 else "") \
+            if known else "this store has no runs"
+        raise ForkError(f"{what}: no run {run_id!r} in {getattr(checkpoint, 'path', type(checkpoint).__name__)}; "
+                        f"{hint} (`fsmchat runs --db PATH` lists them)") from None
+    if "parent" in log.meta:
+        raise ForkError(f"{what}: {run_id!r} is a branch lane of run {log.meta['parent']!r}; fork that run (its "
+                        "lanes are copied with it)")
+    return log
+
+
+def _index(i: Any, n: int, what: str, field_name: str) -> int:
+    if isinstance(i, bool) or not isinstance(i, int) or not -n <= i < n:
+        allowed = f"a message index from 0 to {n - 1} (or -{n} to -1 from the end)" if n else \
+            "nothing: the transcript is empty at that step"
+        raise ForkError(f"{what}: {field_name} index {_short(i)} is invalid: {allowed}; the transcript after the "
+                        f"step has {n} message(s)")
+    return i % n
+
+
+def _edit_messages(rows: list[Message], ed: ForkEdit, what: str) -> tuple[list[Message], list[int]]:
+    n = len(rows)
+    if not isinstance(ed.replace, Mapping) or isinstance(ed.drop, (str, bytes)) or \
+            not isinstance(ed.drop, Sequence):
+        raise ForkError(f"{what}: edit replace={_short(ed.replace)} / drop={_short(ed.drop)} is invalid: replace is "
+                        "{index: text or Message}, drop a list of indexes")
+    replace = {}
+    for i, new in ed.replace.items():
+        k = _index(i, n, what, "replace")
+        if isinstance(new, Message):
+            replace[k] = new
+        elif isinstance(new, str):
+            replace[k] = Message(role=rows[k].role, content=new, metadata={**rows[k].metadata, "edited": True})
+        else:
+            raise ForkError(f"{what}: replace[{i}]={_short(new)} is invalid: the new text (a str) or a Message")
+    drop = sorted({_index(i, n, what, "drop") for i in ed.drop})
+    both = sorted(set(drop) & set(replace))
+    if both:
+        raise ForkError(f"{what}: message {both[0]} is both replaced and dropped; do one of the two")
+    out = [replace.get(k, m) for k, m in enumerate(rows) if k not in drop]
+    return out, drop
+
+
+def _edit_state(state: dict[str, Any] | None, ed: ForkEdit, log: RunLog, what: str) -> dict[str, Any] | None:
+    if not ed.variables:
+        return state
+    if not isinstance(ed.variables, Mapping):
+        raise ForkError(f"{what}: variables={_short(ed.variables)} is invalid: a dict of variable name -> value")
+    variables = (state or {}).get("variables")
+    if not isinstance(variables, dict):
+        kind = log.meta.get("pattern", "this")
+        raise ForkError(f"{what}: run {log.run_id!r} is a {kind} run, which has no flow variables at that step; "
+                        "variables can be edited in AgentFlow runs only")
+    for name, value in ed.variables.items():
+        if name not in variables:
+            raise ForkError(f"{what}: unknown variable {name!r}; the run's variables at that step are "
+                            f"{sorted(variables) or '(none)'}")
+        try:
+            variables[name] = encode(value)
+        except NotSerializable as exc:
+            raise ForkError(f"{what}: variables[{name!r}]={_short(value)} is invalid: a JSON-able value (str, number, "
+                            f"bool, None, list, dict); got a {exc}") from None
+    return state
+
+
+def _fork_meta(log: RunLog, at: int, ed: ForkEdit, what: str) -> dict[str, Any]:
+    meta = {k: v for k, v in log.meta.items() if k not in ("forked_from", "edit")}
+    meta["forked_from"] = {"run_id": log.run_id, "step": at}
+    if ed.limits:
+        if not isinstance(ed.limits, Mapping):
+            raise ForkError(f"{what}: limits={_short(ed.limits)} is invalid: a dict of Limits fields, e.g. "
+                            "{'max_model_calls': 40}")
+        base = meta.get("limits") or (meta.get("fingerprint") or {}).get("limits") or {}
+        try:
+            limits = Limits(**{**base, **ed.limits})
+        except ConfigError as exc:
+            raise ForkError(f"{what}: edit limits: {exc}") from None
+        meta["limits"] = limits.model_dump(mode="json")
+    summary = ed.summary()
+    if summary:
+        meta["edit"] = summary
+    return meta
+
+
+def _forked_run(log: RunLog, new_id: str, meta: dict[str, Any], positions: list[int], state: dict[str, Any] | None,
+                messages: list[Message], dropped: list[int]) -> RunLog:
+    """The new run's rows: the path events up to the fork step (renumbered), each with the state
+    delta a fresh writer gives (the edited state on the last), and the edited transcript."""
+    diff = StateDiff()
+    events, counts, deltas = [], [], []
+    for n, i in enumerate(positions):
+        e = log.events[i]
+        events.append(TraceEvent(n, e.state, e.trigger, e.dest, e.t, e.payload))
+        c = log.counts[i]
+        counts.append(None if c is None else c - sum(1 for d in dropped if d < c))
+        if n == len(positions) - 1:
+            counts[-1] = len(messages)
+            deltas.append(diff.delta(state) if state is not None else None)
+        elif log.deltas[i] == HELD or not log.known(i):
+            deltas.append(HELD if log.deltas[i] == HELD else None)
+        else:
+            current = log._state(i)
+            deltas.append(diff.delta(current) if current is not None else None)
+    now = time.time()
+    return RunLog(new_id, meta, None, events, counts, deltas, messages, created=now, updated=now)
+
+
+def _lane_step(lane: str, run_id: str) -> int:
+    """The step of the parallel state whose branch ``lane`` (``<run>/<step>:<branch>``) is."""
+    head = lane[len(run_id) + 1:].partition(":")[0]
+    return int(head) if head.isdigit() else 1 << 62
+
+
+def _copied_lane(checkpoint: Any, lane: str, run_id: str, new_id: str, what: str) -> RunLog:
+    """A branch lane, row for row, under the fork's id (its parent renamed with it)."""
+    log = checkpoint.log(lane)
+    meta = dict(log.meta)
+    parent = meta.get("parent")
+    if isinstance(parent, str) and (parent == run_id or parent.startswith(run_id + "/")):
+        meta["parent"] = new_id + parent[len(run_id):]
+    deltas = list(log.deltas)
+    if log.legacy is not None and not any(is_full(d) for d in deltas):  # an older store's lane: its one state
+        deltas[log.legacy[0]] = '{"all":' + encode_json(log._whole(log.legacy[0])) + "}"
+    return RunLog(new_id + lane[len(run_id):], meta, log.stop_reason, log.events, log.counts, deltas, log.messages,
+                  created=log.created, updated=log.updated)
