@@ -45,14 +45,14 @@ def check_names(value: Any, field: str, owner: str) -> tuple[str, ...]:
 
 
 def targets(graph: StateGraph) -> list[str]:
-    """Every state an interrupt may name: the non-final, non-waiting states of every nested level
-    (qualified), in declaration order. States inside a fork's branches are not among them: a
+    """Every state an interrupt may name: the non-final states of every nested level (qualified), in
+    declaration order. States inside a fork's branches are not among them: a
     branch runs as a child of its fork state, which cannot stop half-way."""
     out: list[str] = []
 
     def walk(g: StateGraph, prefix: str) -> None:
         for s in g.states.values():
-            if s.final or s.waits:
+            if s.final:
                 continue
             out.append(prefix + s.name)
             if s.subgraph is not None:

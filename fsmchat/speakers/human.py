@@ -124,7 +124,9 @@ class Pending(BaseModel):
     edit: Literal["text", "vars"] | None = None
 
     def allowed_text(self) -> str:
-        return "; ".join(f"{SHOWN[k]}: {effect}" for k, effect in self.allowed.items())
+        """``Approve(): post it as is; Edit(text=...): ...`` (each answer this point takes, its effect)."""
+        shown = {**SHOWN, "edit": "Edit(vars={...})" if self.edit == "vars" else "Edit(text=...)"}
+        return "; ".join(f"{shown[k]}: {effect}" for k, effect in self.allowed.items())
 
     def __str__(self) -> str:
         who = f" ({self.person})" if self.person else ""
