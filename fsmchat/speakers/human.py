@@ -159,14 +159,14 @@ def check_input(pending: Pending, x: Any) -> Input:
     if isinstance(answer, Edit):
         need = pending.edit
         if need == "text" and not answer.text:
-            raise InputNotAllowed(f"resume: input={answer!r} is not allowed: {where} edits the proposed message: "
-                                  "Edit(text='...')")
+            raise InputNotAllowed(f"resume: input={answer!r} is not allowed: {where}; an Edit here replaces the "
+                                  "proposed message: Edit(text='...')")
         if need == "vars" and (not answer.vars or answer.text is not None):
-            raise InputNotAllowed(f"resume: input={answer!r} is not allowed: {where} edits variables: "
-                                  "Edit(vars={'name': value})")
+            raise InputNotAllowed(f"resume: input={answer!r} is not allowed: {where}; an Edit here sets "
+                                  "variables: Edit(vars={'name': value})")
         if need == "text" and answer.vars:
-            raise InputNotAllowed(f"resume: input={answer!r} is not allowed: {where} edits the proposed message "
-                                  "only (no vars)")
+            raise InputNotAllowed(f"resume: input={answer!r} is not allowed: {where}; an Edit here replaces the "
+                                  "proposed message only (no vars)")
     return answer
 
 
