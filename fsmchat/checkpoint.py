@@ -385,9 +385,10 @@ class Recorder:
         if pure and not rows and self.batches and ev.dest is not None:
             self.pending.append(ev)
             return
-        if ev.dest is None and ev.trigger is not None:
+        if ev.dest is None and ev.trigger not in (None, "interrupted"):
             # a cancelled or failed step: the context may hold half of it, so the held-back pure
-            # steps are not committed with it; a resume runs them again from the last snapshot
+            # steps are not committed with it; a resume runs them again from the last snapshot.
+            # An interrupted step did nothing (it stopped to wait for a person): they are kept.
             self.pending = []
         state = self.snapshot() if ev.dest is not None or self.pending else None
         if self.pending:
