@@ -166,10 +166,12 @@ def ask_terminal(pending: Any) -> Any:
     for kind, effect in pending.allowed.items():
         print(f"   {edit if kind == 'edit' else COMMANDS[kind]:<18} {effect}", file=err)
     while True:
-        try:
-            line = input("> ").strip()
-        except EOFError:
+        err.write("> ")
+        err.flush()
+        raw = sys.stdin.readline()
+        if not raw:  # end of input
             return None
+        line = raw.strip()
         if not line:
             continue
         head, _, rest = line.partition(" ")
