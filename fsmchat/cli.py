@@ -301,7 +301,7 @@ def _plan(args: argparse.Namespace) -> int:
     flat = graph.flatten()
     print(f"{graph.name}: {len(flat.states)} states, {len(flat.transitions)} transitions, initial {flat.initial!r}")
     for s in flat.states.values():
-        kind = "final" if s.final else "state"
+        kind = "final" if s.final else "waits" if s.waits else "state"
         print(f"  {kind} {s.name}" + (f"  -- {s.description}" if s.description else ""))
         for t in s.out:
             guard = f" [{t.guard_name}]" if t.guard is not None else ""

@@ -309,6 +309,8 @@ class RunResult:
             facts.append(("run id", self.run_id))
         if self.error is not None:
             facts.append(("error", self._error_text(2000)))
+        if self.pending is not None:
+            facts.append(("waits for a person", shorten(str(self.pending), 2000)))
         cell = 'style="text-align:left;vertical-align:top;white-space:pre-wrap"'
         out = ['<div class="fsmchat-run">', "<table>"]
         out += [f"<tr><th {cell}>{esc(k)}</th><td {cell}>{esc(v)}</td></tr>" for k, v in facts]
