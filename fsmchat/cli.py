@@ -1,4 +1,4 @@
-"""Layer 9: ``fsmchat run | resume | render | graphs | plan``, thin over the layers above.
+"""Layer 9: ``fsmchat run | resume | render | graphs | plan | ui | report``, thin over the layers above.
 
 Targets name code the way uvicorn and flask do: ``MODULE:ATTR`` (imported with the current
 directory first on ``sys.path``), ``path/file.py:ATTR``, or ``path/file.py`` for the file's
@@ -7,11 +7,13 @@ top-level ``def build()`` (``fsmchat.targets``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import runpy
 import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -67,17 +69,27 @@ EXIT_WAITING = 3  # the run stopped for a person and waits (resume it with `fsmc
 
 
 def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        print(f"fsmchat run: --report {args.report}: its folder does not exist (nothing was run)", file=sys.stderr)
+        return 2
     limits = {k: v for k, v in (("max_model_calls", args.max_calls), ("deadline_s", args.deadline)) if v is not None}
     if limits:
         current = pattern.limits.model_dump(exclude_defaults=True) if pattern.limits is not None else {}
         pattern.with_limits(**{**current, **limits})
-    store = args.checkpoint or (DEFAULT_STORE if pattern.waits_for_people else None)
-    checkpoint = _store(store, create=True) if store else None
     if pattern.factory is None:  # so `fsmchat resume RUN` can rebuild it (under the trust rules)
         where, attr = split_target(args.target)
         pattern.factory = f"{Path(where).resolve()}:{attr or BUILD}" if where.endswith(".py") else args.target
-    return _follow(pattern, lambda hooks: pattern.aexecute(task, checkpoint=checkpoint, **hooks), checkpoint, store,
-                   args, ["--target", args.target])
+    with contextlib.ExitStack() as stack:
+        store = args.checkpoint or (DEFAULT_STORE if pattern.waits_for_people else None)
+        shown = store is not None
+        if args.report and not store:  # a report needs the run in a store: a temporary one, deleted afterwards
+            store = str(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fsmchat-run-"))) / "run.db")
+        checkpoint = None
+        if store:
+            checkpoint = _store(store, create=True)
+            stack.callback(checkpoint.close)
+        return _follow(pattern, lambda hooks: pattern.aexecute(task, checkpoint=checkpoint, **hooks), checkpoint,
+                       store, args, ["--target", args.target], shown)
 
 
 def _store(path: str, create: bool = False) -> Any:
@@ -91,7 +103,7 @@ def _store(path: str, create: bool = False) -> Any:
 
 
 def _follow(pattern: Any, start: Any, checkpoint: Any, store: str | None, args: argparse.Namespace,
-            how: list[str]) -> int:
+            how: list[str], shown: bool = True) -> int:
     """Run ``start`` live; while the run waits for a person and stdin is a terminal (and not
     ``--no-input``), ask there and resume with the answer. Then report and pick the exit code."""
     from .engine import run_sync
@@ -107,7 +119,7 @@ def _follow(pattern: Any, start: Any, checkpoint: Any, store: str | None, args: 
             with view:
                 result = run_sync(lambda: start(hooks))
         except KeyboardInterrupt:
-            print("fsmchat run: interrupted", file=sys.stderr)
+            print(f"fsmchat {args.cmd}: interrupted", file=sys.stderr)
             return 130
         answer = ask_terminal(result.pending) if result.waiting and interactive else None
         if answer is None:
@@ -127,8 +139,13 @@ def _follow(pattern: Any, start: Any, checkpoint: Any, store: str | None, args: 
         except (ValueError, TypeError):  # a loop over a list only known at run time has no bound
             worst = None
         print(f"\n{summary(result, elapsed, worst)}", flush=True)
-    if checkpoint is not None:
+    if shown and checkpoint is not None:
         print(f"fsmchat {args.cmd}: run id {result.run_id} checkpointed in {store}", file=sys.stderr)
+    if getattr(args, "report", None):
+        from .ui.report import write_report
+
+        print(f"fsmchat {args.cmd}: report written to {write_report(store, result.run_id, args.report)}",
+              file=sys.stderr)
     if result.waiting:
         print(waiting_note(result.pending, result.run_id, store or "", how), file=sys.stderr)
         return EXIT_WAITING
@@ -219,6 +236,7 @@ def waiting_note(pending: Any, run_id: str | None, store: str, how: list[str]) -
 
 def _run_script(path: Path, args: argparse.Namespace) -> int:
     needs = [flag for flag, on in (("--json", args.json), ("--quiet", args.quiet), ("--checkpoint", args.checkpoint),
+                                   ("--report", args.report),
                                    ("--max-calls", args.max_calls), ("--deadline", args.deadline)) if on]
     if needs:
         print(f"fsmchat run: {', '.join(needs)} need(s) a pattern, and {path} is a plain script (no top-level "
@@ -287,6 +305,44 @@ def _resume(args: argparse.Namespace) -> int:
         answer = ask_terminal(pending)
     return _follow(pattern, lambda hooks: pattern.aresume(args.run_id, checkpoint, input=answer, **hooks),
                    checkpoint, store, args, how)
+
+
+# ---- ui, report: the run viewer (fsmchat.ui) ----
+def _store_arg(cmd: str, db: str) -> Path | None:
+    path = Path(db)
+    if not path.is_file():
+        print(f"fsmchat {cmd}: no such checkpoint store: {db} (runs are stored with `fsmchat run ... --checkpoint "
+              f"{db}` or checkpoint=SqliteCheckpointer({db!r}))", file=sys.stderr)
+        return None
+    return path
+
+
+def _ui(args: argparse.Namespace) -> int:
+    db = _store_arg("ui", args.db)
+    if db is None:
+        return 2
+    from .ui.server import serve
+
+    serve(db, args.host, args.port)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    db = _store_arg("report", args.db)
+    if db is None:
+        return 2
+    from .ui import RunNotFound, Store, write_report
+
+    try:
+        path = write_report(db, args.run_id, args.output)
+    except RunNotFound as exc:
+        ids = Store(db).summaries()
+        listed = ", ".join(r["run_id"] for r in ids[:10]) + (f" (+{len(ids) - 10} more)" if len(ids) > 10 else "")
+        print(f"fsmchat report: {exc}; " + (f"its runs, newest first: {listed}" if ids else "it holds no runs yet"),
+              file=sys.stderr)
+        return 2
+    print(path)
+    return 0
 
 
 # ---- render, plan ----
@@ -394,6 +450,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-input", action="store_true", help="when the run waits for a person, do not ask on the "
                    f"terminal: leave it waiting, print the resume command and exit {EXIT_WAITING} (the default "
                    "when stdin is not a terminal)")
+    r.add_argument("--report", metavar="FILE", help="after the run, write it as one self-contained HTML page (the run "
+                   "viewer's, offline); the run goes to --checkpoint's store, or a temporary one")
     r.add_argument("--max-calls", type=int, metavar="N", help="stop (stop reason 'budget') before request N+1 to a "
                    "model (sets max_model_calls)")
     r.add_argument("--deadline", type=float, metavar="SECONDS", help="stop (stop reason 'deadline') after this many "
@@ -445,6 +503,23 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 naming missing, stale and orphan files")
     g.add_argument("--prune", action="store_true", help="delete orphan .dot/.svg/.mmd files (drawn by nothing)")
     g.set_defaults(fn=_graphs)
+
+    u = sub.add_parser("ui", help="watch and replay the runs of a checkpoint store in the browser (read-only)",
+                       description="Serve a local web app over a checkpoint store: every run, and each run replayed step "
+                       "by step on its graph (bids, transcript, usage, config). A run still executing in another process "
+                       "updates live. The store is opened read-only. Needs the ui extra: pip install 'fsmchat[ui]'.")
+    u.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store (e.g. runs.db)")
+    u.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    u.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    u.set_defaults(fn=_ui)
+
+    rp = sub.add_parser("report", help="write one run as a self-contained HTML file (offline, for a review)",
+                        description="Write the run viewer's page of one run as a single HTML file: graph, step replay, "
+                        "bids, transcript, usage and config inline; it opens from file:// with no network.")
+    rp.add_argument("run_id", metavar="RUN_ID", help="the run's id (printed by fsmchat run --checkpoint)")
+    rp.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store holding the run")
+    rp.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write, e.g. run.html")
+    rp.set_defaults(fn=_report)
 
     pl = sub.add_parser("plan", help="print a graph's states and transitions")
     pl.add_argument("target", metavar="TARGET", help=f"a StateGraph, a pattern or a factory of one: {TARGET_HELP}")

@@ -15,7 +15,6 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 import inspect
-import re
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Collection, Sequence
 
@@ -26,7 +25,8 @@ from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
 from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
 from ..errors import attach_result, result_of, run_finished
-from ..graph.state_graph import StateGraph
+from ..graph.render import drawing, drawing_data
+from ..graph.state_graph import StateGraph, state_names
 from ..progress import ProgressBar, progress_wanted
 from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, TraceEvent, Transcript, check_output_type, format_output,
                       safe_text, shorten)
@@ -200,22 +200,6 @@ def bind(fn: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
     return functools.update_wrapper(action, fn)
 
 
-def state_names(names: Sequence[str], reserved: Sequence[str] = ()) -> list[str]:
-    """One state name per speaker, for graphs that draw a state per speaker: the speaker's name
-    with non-word characters (``.`` joins nested names) as ``_``, suffixed ``_2``, ``_3`` ... when
-    it would collide with a ``reserved`` state or an earlier speaker."""
-    taken = set(reserved)
-    out = []
-    for i, name in enumerate(names):
-        base = re.sub(r"\W", "_", name) or f"speaker_{i + 1}"
-        candidate, k = base, 2
-        while candidate in taken:
-            candidate, k = f"{base}_{k}", k + 1
-        taken.add(candidate)
-        out.append(candidate)
-    return out
-
-
 PERSON_NOTE = " (a person: waits for their message)"
 
 
@@ -226,7 +210,7 @@ def speaker_chain(g: StateGraph, names: Sequence[str], action: Callable[..., Any
     by unguarded transitions; returns the state names (the first is the entry, the last the exit).
     State names avoid the graph's states so far and ``reserved`` (states declared later). The
     states of ``people`` (``Human`` names) are drawn as waiting for a person."""
-    states = state_names(names, reserved=[*g.states, *reserved])
+    states = state_names(names, reserved=[*g.states, *reserved], fallback="speaker")
     for i, (state, name) in enumerate(zip(states, names)):
         person = name in people
         g.state(state, bind(action, i), description.format(name=name) + (PERSON_NOTE if person else ""),
@@ -463,6 +447,8 @@ class Pattern(ABC):
             lease = Lease(checkpoint, run_id)
         meta = {"pattern": type(self).__name__, "name": self.name, "task": task, "factory": self.factory,
                 "fingerprint": self.fingerprint()}
+        if checkpoint is not None:
+            meta.update(self._viewer_meta())
         try:
             ctx = self._context(task)
         except BaseException:
@@ -515,6 +501,16 @@ class Pattern(ABC):
             raise NotWaiting(f"{type(self).__name__}.resume: input={input!r} was given, but run {run_id!r} does not "
                              f"wait for a person (stop reason {saved.stop_reason!r}); resume it without input")
         return pending, check_input(pending, input)
+
+    def _viewer_meta(self) -> dict[str, Any]:
+        """What a checkpoint keeps at run start for the run viewer (``fsmchat ui``, ``fsmchat report``):
+        the graph as drawing data, and the config (``to_config``: secrets left out) or why there is none."""
+        out: dict[str, Any] = {"graph": drawing_data(drawing(self.graph))}
+        try:
+            out["config"] = self.to_config().model_dump(mode="json")
+        except Exception as exc:  # a lambda, a closure, a speaker with no config: the run goes on without it
+            out["config_missing"] = f"{type(exc).__name__}: {exc}"
+        return out
 
     def _restored(self, saved: Any) -> Any:
         ctx = self._context(saved.meta["task"])

@@ -14,14 +14,13 @@ before each bid round, where their message takes the floor.
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any, Sequence
 
 from pydantic import Field
 
 from ..checks import check_agents
 from ..errors import LimitReached, ModelCallError, fatal_error
-from ..graph.state_graph import StateGraph
+from ..graph.state_graph import StateGraph, state_names
 from ..models import Message
 from ..speakers.agent import Agent, Turn, check_roster
 from ..speakers.human import PERSON_BID, USER, Approve, Edit, Human, Reject, Say, request
@@ -126,16 +125,21 @@ def pick_speaker(ctx: ChatContext) -> dict[str, Any]:
     cfg: GroupChatConfig = ctx.scratch["cfg"]
     recent = set(ctx.scratch["recent"][-max(1, cfg.recency_window):])
     best_i, best = None, cfg.threshold
-    adjusted = {}
+    adjusted, messages, invalid = {}, {}, {}
     for i, (s, b) in enumerate(zip(ctx.speakers, ctx.scratch["bids"])):
+        if not b.valid:
+            invalid[s.name] = b.reason
         if not b.message:
             continue
+        messages[s.name] = b.message
         score = b.score - cfg.recency_penalty if s.name in recent else b.score
         adjusted[s.name] = round(score, 6)
         if score > best:
             best_i, best = i, score
     ctx.scratch["winner"] = best_i
-    return {"winner": ctx.speakers[best_i].name if best_i is not None else None, "adjusted": adjusted}
+    # the turn's record (trace, checkpoints, the run viewer): every bid's message, not only the winner's
+    return {"winner": ctx.speakers[best_i].name if best_i is not None else None, "adjusted": adjusted,
+            "threshold": cfg.threshold, "messages": messages, "invalid": invalid}
 
 
 def post_winner(ctx: ChatContext) -> str:
@@ -214,7 +218,7 @@ def add_claims(g: StateGraph, people: Sequence[tuple[int, str]]) -> None:
     for i, name in people:
         point = WaitPoint(bind(claim_floor, i), [("penalize", claimed, "claimed"), (TARGET, None, "passed")],
                           f"{name} (a person) may take the floor before the bids")
-        insert_before(g, "bid", "claim_" + re.sub(r"\W", "_", name), point)
+        insert_before(g, "bid", state_names([name], g.states, prefix="claim_")[0], point)
 
 
 def compile_group_chat(name: str = "group_chat", description: str = "",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..errors import ConfigError, bad_value
-from ..graph.state_graph import Guard, StateGraph, Transition
+from ..graph.state_graph import Guard, StateGraph, Transition, state_names
 from ..speakers.human import USER, Reject, Say, request
 
 TARGET = "<target>"  # in WaitPoint.exits: the interrupted state (before) / its old exits (after)
@@ -82,13 +82,6 @@ def check_targets(graph: StateGraph, before: Sequence[str], after: Sequence[str]
                                   f"inside parallel branches cannot be): {', '.join(valid) or 'none'}")
 
 
-def _fresh(g: StateGraph, base: str) -> str:
-    name, k = base, 2
-    while name in g.states:
-        name, k = f"{base}_{k}", k + 1
-    return name
-
-
 def _final_of(g: StateGraph) -> str:
     return next(n for n, s in g.states.items() if s.final)
 
@@ -99,7 +92,7 @@ def _dest(g: StateGraph, dest: str, target: str) -> str:
 
 def insert_before(g: StateGraph, target: str, wait: str, point: WaitPoint) -> str:
     """A wait state ``wait`` that every edge into ``target`` (in level ``g``) now enters first."""
-    wait = _fresh(g, wait)
+    wait = state_names([wait], g.states)[0]
     first = g.initial == target
     g.state(wait, point.action, point.description, waits=True)
     if first:
@@ -115,7 +108,7 @@ def insert_after(g: StateGraph, target: str, wait: str, point: WaitPoint) -> str
     """A wait state ``wait`` between ``target`` and its exits: the point's exits are tried first (one
     whose guard the target already has, a flow step's ``[halted]``, is not repeated), then the
     target's own, so they route on the context as the person left it."""
-    wait = _fresh(g, wait)
+    wait = state_names([wait], g.states)[0]
     g.state(wait, point.action, point.description, waits=True)
     moved = [t for t in g.transitions if t.source == target]
     g.transitions = [t for t in g.transitions if t.source != target]
@@ -153,7 +146,7 @@ def stop_state(g: StateGraph) -> str:
     for n, s in g.states.items():
         if s.final and s.reason == "stopped":
             return n
-    name = _fresh(g, "stopped")
+    name = state_names(["stopped"], g.states)[0]
     g.final(name, "stop: a person rejected going on", reason="stopped")
     return name
 
