@@ -141,7 +141,7 @@ def _follow(pattern: Any, start: Any, checkpoint: Any, store: str | None, args: 
         print(f"\n{summary(result, elapsed, worst)}", flush=True)
     if shown and checkpoint is not None:
         print(f"fsmchat {args.cmd}: run id {result.run_id} checkpointed in {store}", file=sys.stderr)
-    if getattr(args, "report", None):
+    if getattr(args, "report", None) and store is not None:
         from .ui.report import write_report
 
         print(f"fsmchat {args.cmd}: report written to {write_report(store, result.run_id, args.report)}",
@@ -264,7 +264,7 @@ def _run_script(path: Path, args: argparse.Namespace) -> int:
 
 # ---- resume ----
 def _resume(args: argparse.Namespace) -> int:
-    from .speakers.human import Approve, Edit, Reject, pending_of
+    from .speakers.human import Approve, Edit, Reject, waiting_for
 
     given = [(flag, value) for flag, value in (("--input", args.input), ("--approve", Approve() if args.approve else None),
                                                ("--edit", Edit(args.edit) if args.edit is not None else None),
@@ -300,7 +300,7 @@ def _resume(args: argparse.Namespace) -> int:
     if stored and (pattern.limits is None or pattern.limits.model_dump(mode="json") != stored):
         pattern.with_limits(**stored)  # the limits the run was started with (fsmchat run --max-calls ...)
     answer = given[0][1] if given else None
-    pending = pending_of(saved.events[-1] if saved.events else None) if saved.stop_reason == "interrupted" else None
+    pending = waiting_for(saved)
     if answer is None and pending is not None and not args.no_input and sys.stdin.isatty():
         answer = ask_terminal(pending)
     return _follow(pattern, lambda hooks: pattern.aresume(args.run_id, checkpoint, input=answer, **hooks),

@@ -28,10 +28,15 @@ def bids(*rounds):
     return {"a": [r[0] for r in rounds], "b": [r[1] for r in rounds]}
 
 
-def test_groupchat_stops_before_post_with_the_winners_message_pending():
+def waiting_review():
+    """A chat stopped before its first post (a: 0.9 "a says ship", b: 0.6), run id "r"."""
     m, chat = review_chat(bids((Bid(0.9, "a says ship"), Bid(0.6, "b says wait"))), max_loops=2)
     cp = MemoryCheckpointer()
-    r = chat.execute(TASK, checkpoint=cp, run_id="r")
+    return m, chat, cp, chat.execute(TASK, checkpoint=cp, run_id="r")
+
+
+def test_groupchat_stops_before_post_with_the_winners_message_pending():
+    m, chat, cp, r = waiting_review()
     assert r.stop_reason == "interrupted" and r.waiting and r.ok and r.error is None
     assert_path(r, ["seed", "bid", "select", "before_post"])
     assert_trace_is_path(chat.graph, r)
@@ -52,9 +57,7 @@ def test_groupchat_stops_before_post_with_the_winners_message_pending():
     ("Not on a Friday.", ("User", "Not on a Friday."), "rejected"),
 ])
 def test_groupchat_post_review_answers(given, posted, event):
-    m, chat = review_chat(bids((Bid(0.9, "a says ship"), Bid(0.6, "b says wait"))), max_loops=2)
-    cp = MemoryCheckpointer()
-    r = chat.execute(TASK, checkpoint=cp, run_id="r")
+    m, chat, cp, _ = waiting_review()
     r = chat.resume("r", cp, input=given)
     assert r.stop_reason == "max_loops" and not r.waiting and r.pending is None
     assert [(x.role, x.content) for x in r.transcript] == [("User", TASK), posted]
@@ -95,9 +98,7 @@ def test_groupchat_rejections_alone_end_at_max_loops():
     ({"kind": "shout"}, "is invalid"),
 ])
 def test_a_wrong_answer_is_refused_before_anything_runs(bad, needle):
-    m, chat = review_chat(bids((Bid(0.9, "a says ship"), Bid(0.6, "b says wait"))), max_loops=2)
-    cp = MemoryCheckpointer()
-    chat.execute(TASK, checkpoint=cp, run_id="r")
+    m, chat, cp, _ = waiting_review()
     before = (len(cp.load("r").events), len(cp.load("r").messages), cp.load("r").stop_reason)
     with pytest.raises((InputNotAllowed, ConfigError, TypeError), match=needle):
         chat.resume("r", cp, input=bad)
@@ -116,9 +117,7 @@ def test_input_not_allowed_lists_what_the_point_takes():
 
 
 def test_resume_without_input_returns_the_waiting_run_and_runs_nothing():
-    m, chat = review_chat(bids((Bid(0.9, "a says ship"), Bid(0.6, "b says wait"))), max_loops=2)
-    cp = MemoryCheckpointer()
-    first = chat.execute(TASK, checkpoint=cp, run_id="r")
+    m, chat, cp, first = waiting_review()
     again = chat.resume("r", cp)
     assert again.waiting and again.pending == first.pending and again.path == first.path
     assert m.calls() == 2 and len(cp.load("r").events) == len(first.trace)

@@ -41,13 +41,7 @@ def _tasks_in(steps: Sequence[Any]) -> list[Any]:
 
 
 def _agents_in(steps: Sequence[Any]) -> list[Agent]:
-    found: list[Agent] = []
-    for s in _blocks_in(steps):
-        if isinstance(s, Discussion):
-            found += [t.agent for t in s.tasks if t.agent is not None]
-        elif not isinstance(s, Block) and as_task(s).agent is not None:
-            found.append(as_task(s).agent)  # type: ignore[arg-type]
-    return found
+    return [t.agent for t in _tasks_in(steps) if t.agent is not None]
 
 
 class AgentFlow(Pattern):

@@ -31,7 +31,7 @@ from ..progress import ProgressBar, progress_wanted
 from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, TraceEvent, Transcript, check_output_type, format_output,
                       safe_text, shorten)
 from ..speakers.agent import SEED_ROLE, Speaker, Turn
-from ..speakers.human import Human, NeedsCheckpoint, NotWaiting, People, check_input, pending_of, request
+from ..speakers.human import Human, NeedsCheckpoint, NotWaiting, People, check_input, pending_of, request, waiting_for
 from ..speakers.llm import CallStats
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
@@ -493,8 +493,7 @@ class Pattern(ABC):
     def _answer_for(self, run_id: str, saved: Any, input: Any) -> Any:
         """(what the run waits for, the checked answer), None without ``input``; ``NotWaiting`` for
         an answer to a run that waits for nobody."""
-        pending = pending_of(saved.events[-1] if saved.events else None) \
-            if saved.stop_reason == "interrupted" else None
+        pending = waiting_for(saved)
         if input is None:
             return None
         if pending is None:

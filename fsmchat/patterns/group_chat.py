@@ -23,7 +23,7 @@ from ..errors import LimitReached, ModelCallError, fatal_error
 from ..graph.state_graph import StateGraph, state_names
 from ..models import Message
 from ..speakers.agent import Agent, Turn, check_roster
-from ..speakers.human import PERSON_BID, USER, Approve, Edit, Human, Reject, Say, request
+from ..speakers.human import PERSON_BID, USER, Edit, Human, Reject, Say, request
 from ..speakers.respond import BidOutcome
 from .base import ChatContext, Pattern, PatternConfig, bind
 from .interrupts import TARGET, WaitPoint, insert_before

@@ -51,7 +51,7 @@ class Edit(_Input):
     vars: dict[str, Any] | None = None
 
     def __init__(self, text: str | None = None, vars: dict[str, Any] | None = None, **kw: Any):
-        super().__init__(text=text, vars=vars, **kw)
+        super().__init__(text=text, vars=vars, **kw)  # type: ignore[call-arg]
         if (self.text is None or not self.text.strip()) and not self.vars:
             raise ConfigError("Edit: give the new text (Edit('...')) or variables (Edit(vars={'name': value}))")
 
@@ -63,7 +63,7 @@ class Reject(_Input):
     reason: str = ""
 
     def __init__(self, reason: str = "", **kw: Any):
-        super().__init__(reason=reason, **kw)
+        super().__init__(reason=reason, **kw)  # type: ignore[call-arg]
 
 
 class Say(_Input):
@@ -75,7 +75,7 @@ class Say(_Input):
     def __init__(self, text: str = "", **kw: Any):
         if not isinstance(text, str) or not text.strip():
             raise ConfigError(f"Say: text={text!r} is invalid: the person's message, a non-empty string")
-        super().__init__(text=text, **kw)
+        super().__init__(text=text, **kw)  # type: ignore[call-arg]
 
 
 Input = Union[Approve, Edit, Reject, Say]
@@ -95,7 +95,7 @@ def as_input(x: Any, owner: str = "input") -> Input:
     if isinstance(x, dict) and x.get("kind") in INPUTS:
         cls = INPUTS[x["kind"]]
         try:
-            return cls(**{k: v for k, v in x.items() if k != "kind"})
+            return cls(**{k: v for k, v in x.items() if k != "kind"})  # type: ignore[return-value]
         except (ValidationError, TypeError) as exc:
             raise bad_value(owner, "input", x, f"a {cls.__name__} ({exc})") from None
     raise bad_value(owner, "input", x, "Approve(), Edit(text=... or vars={...}), Reject(reason), Say(text) or a "
@@ -188,6 +188,13 @@ def pending_of(event: Any) -> Pending | None:
     if event is None or event.trigger != "interrupted" or event.dest is not None or not isinstance(event.payload, dict):
         return None
     return Pending(state=event.state, **event.payload)
+
+
+def waiting_for(saved: Any) -> Pending | None:
+    """What a checkpointed run (``Saved``) waits for, when it stopped at an interrupt."""
+    if saved.stop_reason != "interrupted" or not saved.events:
+        return None
+    return pending_of(saved.events[-1])
 
 
 # ---- people as participants ----
