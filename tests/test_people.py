@@ -389,3 +389,49 @@ def test_sqlite_store_keeps_a_waiting_run_across_pattern_objects(tmp_path):
     done = make().resume("w", cp2, input="H1")
     assert done.stop_reason == "max_loops" and [x.content for x in done.transcript] == [TASK, "A1", "H1"]
     assert make().resume("w", cp2).transcript == done.transcript  # finished: rebuilt, not re-run
+
+
+def _patterns():
+    """(name, make(interrupts) -> (model, pattern), task, where, state): a point on each pattern and a flow."""
+    def chat(**kw):
+        m = ScriptedModel({"a": [Bid(0.9, "a1"), Bid(0.1, "")], "b": [Bid(0.6, "b1"), Bid(0.0, "")]})
+        return m, GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=4, **kw)  # a posts, then a lull
+
+    def rr(**kw):
+        m = ScriptedModel({"a": ["A1", "A2"], "b": ["B1", "B2"]})
+        return m, RoundRobinSwarm(agents=[m.agent("a"), m.agent("b")], max_loops=2, **kw)
+
+    def debate(**kw):
+        m = ScriptedModel({"a": ["hi", "A1", "A2"], "b": ["hi", "B1"]})
+        return m, OneOnOneDebate(max_loops=3, agents=[m.agent("a"), m.agent("b")], **kw)
+
+    def panel(**kw):
+        m = ScriptedModel({"mo": ["ok", "R1", "S1", "R2", "S2"], "x": ["ok", "X1", "X2"], "y": ["ok", "Y1", "Y2"]})
+        return m, ExpertPanelDiscussion(max_rounds=2, agents=[m.agent("x"), m.agent("y")], moderator=m.agent("mo"), **kw)
+
+    def flow(**kw):
+        m = ScriptedModel({"c": ["C1", "C2"], "d": ["D1", "D2"], "s": ["S"]})
+        return m, AgentFlow(steps=[Discussion([m.agent("c"), m.agent("d")], rounds=2), m.agent("s")], **kw)
+
+    return [("group_chat", chat, "before", "bid"), ("round_robin", rr, "after", "b"),
+            ("debate", debate, "before", "turn_b"), ("panel", panel, "after", "synthesize"),
+            ("flow", flow, "before", "discussion.turn")]
+
+
+@pytest.mark.parametrize("name, make, where, state", _patterns(), ids=[p[0] for p in _patterns()])
+def test_approving_every_interrupt_equals_the_plain_run(name, make, where, state):
+    m0, plain = make()
+    ref = plain.execute(TASK)
+    m1, paused = make(**{f"interrupt_{where}": [state]})
+    done, asked = answer(paused, TASK, lambda pending: Approve())
+    level, _, local = state.rpartition(".")
+    wait = (level + "." if level else "") + f"{where}_{local}"
+    visits = ref.path.count(state)
+    assert len(asked) == visits > 0 and {p.state for p in asked} == {wait}
+    assert [x for x in done.path if x != wait] == ref.path  # the wait state is the only difference
+    first, then = (wait, state) if where == "before" else (state, wait)
+    assert [b for a, b in zip(done.path, done.path[1:]) if a == first] == [then] * visits
+    assert [(x.role, x.content) for x in done.transcript] == [(x.role, x.content) for x in ref.transcript]
+    assert m1.calls() == m0.calls() == done.calls == ref.calls
+    assert done.stop_reason == ref.stop_reason
+    assert_trace_is_path(paused.graph, done)
