@@ -27,6 +27,8 @@ _EXPORTS: dict[str, str] = {
     "Limits": "limits", "from_config": "config", "UntrustedReference": "trust",
     # layer 5: speakers
     "Agent": "speakers", "Turn": "speakers", "RESPOND_TOOL": "speakers",
+    "Human": "speakers", "Approve": "speakers", "Edit": "speakers", "Reject": "speakers", "Say": "speakers",
+    "Pending": "speakers",
     # layer 6: patterns
     "Pattern": "patterns", "ChatContext": "patterns", "GroupChat": "patterns", "RoundRobinSwarm": "patterns",
     "build_turn_header": "patterns", "build_collaborative_task": "patterns", "OneOnOneDebate": "patterns",
@@ -34,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     # layer 7: flows
     "AgentFlow": "flow", "Flow": "flow", "Discussion": "flow", "StepResult": "flow", "Task": "flow", "loop": "flow",
     "parallel": "flow", "route": "flow", "if_": "flow", "when": "flow", "repeat": "flow", "flow_input": "flow",
+    "ask_human": "flow",
     # layer 8: network (hub, discussion channels)
     "Hub": "network", "HubClient": "network", "Channel": "network", "MemoryKnowledgeStore": "network",
     "wait_for_text_count": "network", "DiscussionState": "network", "Envelope": "network", "EV_TEXT": "network",
@@ -66,8 +69,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .config import from_config
     from .engine import GraphRun, run, run_graph, run_sync
     from .errors import FsmchatError, GraphError, ModelCallError, NoTransitionError, RenderError, result_of
-    from .flow import (AgentFlow, Discussion, Flow, StepResult, Task, flow_input, if_, loop, parallel, repeat, route,
-                       when)
+    from .flow import (AgentFlow, Discussion, Flow, StepResult, Task, ask_human, flow_input, if_, loop, parallel,
+                       repeat, route, when)
     from .graph import StateGraph
     from .limits import Limits
     from .trust import UntrustedReference
@@ -78,4 +81,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, \
         ORDERING_ROUND_ROBIN, Channel, DiscussionState, Envelope, Hub, HubClient, ManualClock, \
         MemoryKnowledgeStore, NetworkError, NotFoundError, ProtocolError, TurnFailed, turn_within, wait_for_text_count
-    from .speakers import RESPOND_TOOL, Agent, Turn
+    from .speakers import RESPOND_TOOL, Agent, Approve, Edit, Human, Pending, Reject, Say, Turn

@@ -96,7 +96,9 @@ class Saved:
 
     @property
     def finished(self) -> bool:
-        return self.stop_reason is not None and self.stop_reason not in ("error", "cancelled")
+        """Ended for good: a resume rebuilds it. A failed, cancelled or waiting (``interrupted``) run
+        is not finished: a resume continues it."""
+        return self.stop_reason is not None and self.stop_reason not in ("error", "cancelled", "interrupted")
 
     @property
     def resume_at(self) -> str | None:
@@ -697,9 +699,10 @@ class Recorder:
         if pure and not rows and self.batches and ev.dest is not None:
             self.pending.append(ev)
             return
-        if ev.dest is None and ev.trigger is not None:
+        if ev.dest is None and ev.trigger not in (None, "interrupted"):
             # a cancelled or failed step: the context may hold half of it, so the held-back pure
-            # steps are not committed with it; a resume runs them again from the last snapshot
+            # steps are not committed with it; a resume runs them again from the last snapshot.
+            # An interrupted step did nothing (it stopped to wait for a person): they are kept.
             self.pending = []
         state = self.snapshot() if ev.dest is not None or self.pending else None
         if self.pending:
@@ -819,9 +822,11 @@ def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None, *, allow: Any = (),
+def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None, *, input: Any = None, allow: Any = (),
            trusted: bool = False) -> Any:
-    """Continue a checkpointed run. ``pattern`` rebuilds it; without one, the ``factory``
+    """Continue a checkpointed run; a run waiting for a person continues with ``input`` (their
+    answer: ``Approve()``, ``Edit(...)``, ``Reject(...)``, ``Say(text)`` or a plain str; see
+    ``Pattern.resume``). ``pattern`` rebuilds it; without one, the ``factory``
     ("module:attr", set as ``pattern.factory`` before the first run) stored with the run is used,
     under the same trust as ``from_config``: only fsmchat's modules and the ``allow`` prefixes are
     imported (``trusted=True``: anything); a checkpoint naming other code raises
@@ -835,4 +840,4 @@ def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None, *, allow:
             raise ValueError(f"run {run_id!r} was checkpointed without a factory; pass the pattern: "
                              "resume(run_id, checkpoint, pattern=...) or set pattern.factory='module:attr'")
         pattern = trust.pattern(factory, f"run {run_id!r} factory")
-    return pattern.resume(run_id, checkpoint)
+    return pattern.resume(run_id, checkpoint, input=input)

@@ -1,5 +1,5 @@
-"""Layer 9: ``fsmchat run | render | graphs | plan | ui | report | runs | history | fork``, thin over the layers
-above.
+"""Layer 9: ``fsmchat run | resume | render | graphs | plan | ui | report | runs | history | fork``,
+thin over the layers above.
 
 Targets name code the way uvicorn and flask do: ``MODULE:ATTR`` (imported with the current
 directory first on ``sys.path``), ``path/file.py:ATTR``, or ``path/file.py`` for the file's
@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import runpy
+import shlex
 import sys
 import tempfile
 import time
@@ -65,6 +66,10 @@ def _pattern_of(spec: str, where: str, attr: str | None) -> tuple[Any, Any]:
                     "zero-argument factory of one")
 
 
+DEFAULT_STORE = ".fsmchat/runs.db"  # where `fsmchat run` checkpoints a run that may wait for a person
+EXIT_WAITING = 3  # the run stopped for a person and waits (resume it with `fsmchat resume`)
+
+
 def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
     if args.report and not Path(args.report).resolve().parent.is_dir():
         print(f"fsmchat run: --report {args.report}: its folder does not exist (nothing was run)", file=sys.stderr)
@@ -73,38 +78,61 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
     if limits:
         current = pattern.limits.model_dump(exclude_defaults=True) if pattern.limits is not None else {}
         pattern.with_limits(**{**current, **limits})
+    if pattern.factory is None:  # so `fsmchat resume RUN` can rebuild it (under the trust rules)
+        where, attr = split_target(args.target)
+        pattern.factory = f"{Path(where).resolve()}:{attr or BUILD}" if where.endswith(".py") else args.target
     with contextlib.ExitStack() as stack:
-        store = args.checkpoint
+        store = args.checkpoint or (DEFAULT_STORE if pattern.waits_for_people else None)
+        shown = store is not None
         if args.report and not store:  # a report needs the run in a store: a temporary one, deleted afterwards
             store = str(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fsmchat-run-"))) / "run.db")
         checkpoint = None
         if store:
-            from .checkpoint import SqliteCheckpointer
-
-            checkpoint = SqliteCheckpointer(store)
+            checkpoint = _store(store, create=True)
             stack.callback(checkpoint.close)
-        return _run_and_report(pattern, task, args, checkpoint, store)
+        return _follow(pattern, lambda hooks: pattern.aexecute(task, checkpoint=checkpoint, **hooks), checkpoint,
+                       store, args, ["--target", args.target], shown)
 
 
-def _run_and_report(pattern: Any, task: str, args: argparse.Namespace, checkpoint: Any, store: str | None) -> int:
+def _store(path: str, create: bool = False) -> Any:
+    from .checkpoint import SqliteCheckpointer
+
+    if create:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    elif not Path(path).is_file():
+        raise FileNotFoundError(f"no checkpoint store at {path}")
+    return SqliteCheckpointer(path)
+
+
+def _follow(pattern: Any, start: Any, checkpoint: Any, store: str | None, args: argparse.Namespace,
+            how: list[str], shown: bool = True) -> int:
+    """Run ``start`` live; while the run waits for a person and stdin is a terminal (and not
+    ``--no-input``), ask there and resume with the answer. Then report and pick the exit code."""
     from .engine import run_sync
     from .live import LiveRun, summary
 
-    view = LiveRun(messages=not (args.quiet or args.json), status=False if args.quiet else None,
-                   label=getattr(pattern, "name", "") or type(pattern).__name__)
     started = time.monotonic()
-    try:
-        with view:
-            result = run_sync(lambda: pattern.aexecute(task, observers=[view.on_event], on_message=[view.on_message],
-                                                       on_start=[view.on_start], checkpoint=checkpoint))
-    except KeyboardInterrupt:
-        print("fsmchat run: interrupted", file=sys.stderr)
-        return 130
+    interactive = not args.no_input and sys.stdin.isatty()
+    while True:
+        view = LiveRun(messages=not (args.quiet or args.json), status=False if args.quiet else None,
+                       label=getattr(pattern, "name", "") or type(pattern).__name__)
+        hooks = {"observers": [view.on_event], "on_message": [view.on_message], "on_start": [view.on_start]}
+        try:
+            with view:
+                result = run_sync(lambda: start(hooks))
+        except KeyboardInterrupt:
+            print(f"fsmchat {args.cmd}: interrupted", file=sys.stderr)
+            return 130
+        answer = ask_terminal(result.pending) if result.waiting and interactive else None
+        if answer is None:
+            break
+        start = (lambda run_id, given: lambda hooks: pattern.aresume(run_id, checkpoint, input=given, **hooks))(
+            result.run_id, answer)
     elapsed = time.monotonic() - started
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     elif args.quiet:
-        if result.ok:
+        if result.ok and not result.waiting:
             out = result.output
             print(out if isinstance(out, str) else json.dumps(out, indent=2, ensure_ascii=False, default=str))
     else:
@@ -113,17 +141,99 @@ def _run_and_report(pattern: Any, task: str, args: argparse.Namespace, checkpoin
         except (ValueError, TypeError):  # a loop over a list only known at run time has no bound
             worst = None
         print(f"\n{summary(result, elapsed, worst)}", flush=True)
-    if args.checkpoint:
-        print(f"fsmchat run: run id {result.run_id} checkpointed in {args.checkpoint}", file=sys.stderr)
-    if args.report:
+    if shown and checkpoint is not None:
+        print(f"fsmchat {args.cmd}: run id {result.run_id} checkpointed in {store}", file=sys.stderr)
+    if getattr(args, "report", None) and store is not None:
         from .ui.report import write_report
 
-        print(f"fsmchat run: report written to {write_report(store, result.run_id, args.report)}", file=sys.stderr)
+        print(f"fsmchat {args.cmd}: report written to {write_report(store, result.run_id, args.report)}",
+              file=sys.stderr)
+    if result.waiting:
+        print(waiting_note(result.pending, result.run_id, store or "", how), file=sys.stderr)
+        return EXIT_WAITING
     if not result.ok:
-        print(f"fsmchat run: {args.target} failed (stop reason {result.stop_reason!r}): "
-              f"{type(result.error).__name__}: {result.error}", file=sys.stderr)
+        print(f"fsmchat {args.cmd}: {getattr(args, 'target', None) or result.run_id} failed (stop reason "
+              f"{result.stop_reason!r}): {type(result.error).__name__}: {result.error}", file=sys.stderr)
         return 1
     return 0
+
+
+# ---- people in the loop on the terminal ----
+COMMANDS = {"approve": "/approve", "edit": "/edit TEXT", "reject": "/reject [REASON]", "say": "TEXT"}
+FLAGS = {"approve": "--approve", "edit": "--edit TEXT", "reject": "--reject REASON", "say": "--input TEXT"}
+
+
+def describe(pending: Any) -> list[str]:
+    """What a waiting run asks, as lines for the terminal."""
+    who = pending.person or "a person"
+    lines = [f"-- waiting for {who} at {pending.state} ({pending.kind}): {pending.prompt}"]
+    proposed = pending.proposed or {}
+    if "content" in proposed:
+        lines.append(f"   proposed by {proposed.get('speaker', '?')}: {proposed['content']}")
+    elif "last" in proposed:
+        lines.append(f"   latest message, {proposed['last']['role']}: {proposed['last']['content']}")
+    return lines
+
+
+def ask_terminal(pending: Any) -> Any:
+    """Ask on the terminal until a valid answer comes (None on end of input: the run stays waiting)."""
+    from .speakers.human import Approve, Edit, InputNotAllowed, Reject, check_input
+
+    err = sys.stderr
+    print("\n".join(describe(pending)), file=err)
+    edit = "/edit NAME=VALUE ..." if pending.edit == "vars" else COMMANDS["edit"]
+    for kind, effect in pending.allowed.items():
+        print(f"   {edit if kind == 'edit' else COMMANDS[kind]:<18} {effect}", file=err)
+    while True:
+        err.write("> ")
+        err.flush()
+        raw = sys.stdin.readline()
+        if not raw:  # end of input
+            return None
+        line = raw.strip()
+        if not line:
+            continue
+        head, _, rest = line.partition(" ")
+        try:
+            if head in ("/approve", "/a"):
+                given: Any = Approve()
+            elif head in ("/reject", "/r"):
+                given = Reject(rest.strip())
+            elif head in ("/edit", "/e"):
+                given = Edit(vars=parse_vars(rest.split())) if pending.edit == "vars" else Edit(rest.strip())
+            elif line.startswith("/"):
+                print(f"   unknown command {head!r}; one of: " + ", ".join(COMMANDS[k] for k in pending.allowed),
+                      file=err)
+                continue
+            else:
+                given = line
+            return check_input(pending, given)
+        except (InputNotAllowed, ValueError) as exc:
+            print(f"   {exc}", file=err)
+
+
+def parse_vars(items: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs (VALUE as JSON when it parses, else as text)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"{item!r} is not NAME=VALUE")
+        try:
+            out[name] = json.loads(value)
+        except ValueError:
+            out[name] = value
+    return out
+
+
+def waiting_note(pending: Any, run_id: str | None, store: str, how: list[str]) -> str:
+    """Why the run stopped and the exact command that answers it."""
+    base = ["fsmchat", "resume", str(run_id), "--db", store, *how]
+    lines = describe(pending) + [f"fsmchat: the run waits (exit code {EXIT_WAITING}); answer it with one of:"]
+    for kind, effect in pending.allowed.items():
+        flag = "--set NAME=VALUE" if kind == "edit" and pending.edit == "vars" else FLAGS[kind]
+        lines.append("  " + " ".join(shlex.quote(x) for x in base) + f" {flag}    # {effect}")
+    return "\n".join(lines)
 
 
 def _run_script(path: Path, args: argparse.Namespace) -> int:
@@ -152,6 +262,51 @@ def _run_script(path: Path, args: argparse.Namespace) -> int:
         print(f"fsmchat run: a run failed (stop reason {r.stop_reason!r}): {type(r.error).__name__}: {r.error}",
               file=sys.stderr)
     return 1 if failed else 0
+
+
+# ---- resume ----
+def _resume(args: argparse.Namespace) -> int:
+    from .speakers.human import Approve, Edit, Reject, waiting_for
+
+    given = [(flag, value) for flag, value in (("--input", args.input), ("--approve", Approve() if args.approve else None),
+                                               ("--edit", Edit(args.edit) if args.edit is not None else None),
+                                               ("--reject", Reject(args.reject) if args.reject is not None else None),
+                                               ("--set", Edit(vars=parse_vars(args.set)) if args.set else None))
+             if value is not None]
+    if len(given) > 1:
+        raise ValueError(f"give one answer, not {len(given)} ({', '.join(f for f, _ in given)})")
+    store = args.db
+    checkpoint = _store(store)
+    try:
+        saved = checkpoint.load(args.run_id)
+    except KeyError as exc:
+        raise ValueError(exc.args[0]) from None
+    how: list[str] = []
+    if args.target:
+        where, attr = split_target(args.target)
+        pattern, _module = _pattern_of(args.target, where, attr)
+        if pattern is None:
+            raise TypeError(f"{args.target} does not build a pattern (a file's {BUILD}() must return one)")
+        how = ["--target", args.target]
+    else:
+        from .trust import Trust
+
+        factory = saved.meta.get("factory")
+        if not factory:
+            raise ValueError(f"run {args.run_id!r} was checkpointed without a factory; name its pattern with "
+                             "--target MODULE:ATTR or path/file.py")
+        pattern = Trust.of(args.allow or (), args.trusted, owner="fsmchat resume").pattern(factory,
+                                                                                         f"run {args.run_id!r} factory")
+        how = [x for a in args.allow or () for x in ("--allow", a)] + (["--trusted"] if args.trusted else [])
+    stored = (saved.meta.get("fingerprint") or {}).get("limits")
+    if stored and (pattern.limits is None or pattern.limits.model_dump(mode="json") != stored):
+        pattern.with_limits(**stored)  # the limits the run was started with (fsmchat run --max-calls ...)
+    answer = given[0][1] if given else None
+    pending = waiting_for(saved)
+    if answer is None and pending is not None and not args.no_input and sys.stdin.isatty():
+        answer = ask_terminal(pending)
+    return _follow(pattern, lambda hooks: pattern.aresume(args.run_id, checkpoint, input=answer, **hooks),
+                   checkpoint, store, args, how)
 
 
 # ---- ui, report: the run viewer (fsmchat.ui) ----
@@ -204,7 +359,7 @@ def _plan(args: argparse.Namespace) -> int:
     flat = graph.flatten()
     print(f"{graph.name}: {len(flat.states)} states, {len(flat.transitions)} transitions, initial {flat.initial!r}")
     for s in flat.states.values():
-        kind = "final" if s.final else "state"
+        kind = "final" if s.final else "waits" if s.waits else "state"
         print(f"  {kind} {s.name}" + (f"  -- {s.description}" if s.description else ""))
         for t in s.out:
             guard = f" [{t.guard_name}]" if t.guard is not None else ""
@@ -419,7 +574,10 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a pattern live: messages as they are posted, a status line while models think",
                        description="Run a pattern once, printing each message as it is posted and a status line "
                        "(state, turn, model calls, tokens, cost, elapsed) while models think. A file whose "
-                       f"{BUILD}() does not return a pattern is run as a plain script.")
+                       f"{BUILD}() does not return a pattern is run as a plain script. When the run waits for a "
+                       "person, it asks on the terminal (/approve, /edit TEXT, /reject REASON, or your message). "
+                       f"Exit codes: 0 finished ok, 1 failed, 2 bad input (nothing run), {EXIT_WAITING} waiting for "
+                       "a person.")
     r.add_argument("target", metavar="TARGET", help=f"the pattern: {TARGET_HELP}; a factory is called with no arguments")
     r.add_argument("--task", help="the task to run (default: the module's TASK; also sets FSMCHAT_TASK for scripts)")
     r.add_argument("--model", help="litellm model for every agent without its own, e.g. gpt-4o-mini or "
@@ -428,7 +586,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the RunResult as JSON on stdout (status line still on "
                    "a terminal's stderr)")
     r.add_argument("--checkpoint", metavar="PATH", help="commit every step to this SQLite file (resumable; the run id "
-                   "is printed on stderr)")
+                   f"is printed on stderr); a pattern that may wait for a person uses {DEFAULT_STORE} by default")
+    r.add_argument("--no-input", action="store_true", help="when the run waits for a person, do not ask on the "
+                   f"terminal: leave it waiting, print the resume command and exit {EXIT_WAITING} (the default "
+                   "when stdin is not a terminal)")
     r.add_argument("--report", metavar="FILE", help="after the run, write it as one self-contained HTML page (the run "
                    "viewer's, offline); the run goes to --checkpoint's store, or a temporary one")
     r.add_argument("--max-calls", type=int, metavar="N", help="stop (stop reason 'budget') before request N+1 to a "
@@ -436,6 +597,31 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--deadline", type=float, metavar="SECONDS", help="stop (stop reason 'deadline') after this many "
                    "seconds, keeping the transcript so far (sets deadline_s)")
     r.set_defaults(fn=_run)
+
+    rs = sub.add_parser("resume", help="continue a checkpointed run; a run waiting for a person with their answer",
+                        description="Continue a checkpointed run (e.g. one `fsmchat run` left waiting for a person). "
+                        "The pattern is --target, else the factory stored with the run, loaded under the trust rules "
+                        "of fsmchat.resume (--allow PREFIX, --trusted). Give the answer with one of --input, "
+                        "--approve, --edit, --reject, --set; without one it asks on the terminal. Exit codes: 0 "
+                        f"finished ok, 1 failed, 2 bad input (nothing run), {EXIT_WAITING} still waiting.")
+    rs.add_argument("run_id", metavar="RUN", help="the run id (`fsmchat run` prints it on stderr)")
+    rs.add_argument("--db", "--checkpoint", dest="db", required=True, metavar="PATH", help="the SQLite checkpoint store")
+    rs.add_argument("--target", metavar="TARGET", help=f"the pattern that ran: {TARGET_HELP} (default: the run's "
+                    "stored factory)")
+    rs.add_argument("--allow", action="append", metavar="PREFIX", help="trust the stored factory's module prefix "
+                    "(repeatable)")
+    rs.add_argument("--trusted", action="store_true", help="load any stored factory, file paths included")
+    rs.add_argument("--input", metavar="TEXT", help="the person's message (their turn, their answer, or their own "
+                    "message instead of the proposal)")
+    rs.add_argument("--approve", action="store_true", help="approve what the run proposes")
+    rs.add_argument("--edit", metavar="TEXT", help="go on with the proposed message replaced by TEXT")
+    rs.add_argument("--reject", metavar="REASON", nargs="?", const="", help="reject the proposal (its effect is "
+                    "listed when the run stops)")
+    rs.add_argument("--set", nargs="+", metavar="NAME=VALUE", help="edit flow variables (VALUE as JSON, else text)")
+    rs.add_argument("--no-input", action="store_true", help="never ask on the terminal")
+    rs.add_argument("-q", "--quiet", action="store_true", help="print only the output")
+    rs.add_argument("--json", action="store_true", help="print the RunResult as JSON (with 'pending' when waiting)")
+    rs.set_defaults(fn=_resume)
 
     d = sub.add_parser("render", help="render a graph to .svg/.png/.pdf/.dot/.mmd")
     d.add_argument("target", metavar="TARGET", help=f"a StateGraph, a pattern or a factory of one: {TARGET_HELP}")

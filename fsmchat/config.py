@@ -66,6 +66,16 @@ class CallableSpec(_Spec):
     name: str | None = None
 
 
+class HumanSpec(_Spec):
+    """A ``Human`` participant (a person); ``answers`` are its scripted answers, as data
+    (``{"kind": "say", "text": ...}``)."""
+
+    kind: Literal["human"] = "human"
+    name: str
+    answers: list[dict[str, Any]] = Field(default_factory=list)
+    description: str = ""
+
+
 class TaskSpec(_Spec):
     """A flow ``Task`` with its error policy."""
 
@@ -81,15 +91,16 @@ class TaskSpec(_Spec):
     post: bool = True
     save_as: str | None = None
     append_to: str | None = None
+    person: HumanSpec | None = None
 
 
-Participant = Annotated[Union[AgentSpec, CallableSpec], Field(discriminator="kind")]
+Participant = Annotated[Union[AgentSpec, CallableSpec, HumanSpec], Field(discriminator="kind")]
 
 
 # ---- flow steps ----
 class DiscussionSpec(_Spec):
     kind: Literal["discussion"] = "discussion"
-    agents: list[Annotated[Union[AgentSpec, CallableSpec, TaskSpec], Field(discriminator="kind")]]
+    agents: list[Annotated[Union[AgentSpec, CallableSpec, TaskSpec, HumanSpec], Field(discriminator="kind")]]
     rounds: int = 3
     until: str | None = None
     select: str | None = None
@@ -141,8 +152,8 @@ class RepeatSpec(_Spec):
     name: str = "repeat"
 
 
-Step = Annotated[Union[AgentSpec, CallableSpec, TaskSpec, DiscussionSpec, LoopSpec, ParallelSpec, RouteSpec,
-                       IfSpec, RepeatSpec], Field(discriminator="kind")]
+Step = Annotated[Union[AgentSpec, CallableSpec, HumanSpec, TaskSpec, DiscussionSpec, LoopSpec, ParallelSpec,
+                       RouteSpec, IfSpec, RepeatSpec], Field(discriminator="kind")]
 
 
 # ---- scripted models (fsmchat.testing) ----
@@ -180,6 +191,8 @@ class _PatternSpec(_Spec):
     factory: str | None = None
     pattern_class: str | None = None  # "module:qualname" of a subclass of the built-in pattern
     models: list[ScriptedModelSpec] = Field(default_factory=list)
+    interrupt_before: list[str] = Field(default_factory=list)  # states where the run waits for a person
+    interrupt_after: list[str] = Field(default_factory=list)
 
 
 class GroupChatSpec(_PatternSpec):
@@ -360,9 +373,12 @@ class _Writer:
 
     def participant(self, x: Any, what: str) -> Any:
         from .speakers.agent import Agent, CallableSpeaker
+        from .speakers.human import Human
 
         if isinstance(x, Agent):
             return self.agent(x)
+        if isinstance(x, Human):
+            return human_spec(x)
         if isinstance(x, CallableSpeaker):
             fn_name = getattr(x.fn, "name", None) or getattr(x.fn, "__name__", None)
             return CallableSpec(ref=callable_ref(x.fn, f"{what} {x.name!r}"),
@@ -377,14 +393,18 @@ class _Writer:
         return TaskSpec(handler=_opt_ref(t.handler, f"Task {t.name!r} handler"), agent=agent, name=t.name,
                         action=t.action, on_error=t.on_error, max_retries=t.max_retries,
                         should_run=_opt_ref(t.should_run, f"Task {t.name!r} should_run"), retry_delay=t.retry_delay,
-                        post=t.post, save_as=t.save_as, append_to=t.append_to)
+                        post=t.post, save_as=t.save_as, append_to=t.append_to,
+                        person=human_spec(t.person) if t.person is not None else None)
 
     def step(self, s: Any) -> Any:
         from .flow.steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, Task
         from .speakers.agent import Agent
+        from .speakers.human import Human
 
         if isinstance(s, Agent):
             return self.agent(s)
+        if isinstance(s, Human):
+            return human_spec(s)
         if isinstance(s, Task):
             return self.task(s)
         if isinstance(s, Discussion):
@@ -423,6 +443,10 @@ class _Writer:
         if getattr(fn, "__qualname__", "") == "compile_condition.<locals>.evaluate" and fn.__doc__:
             return None, fn.__doc__
         return callable_ref(fn, what), None
+
+
+def human_spec(h: Any) -> HumanSpec:
+    return HumanSpec(name=h.name, answers=[a.model_dump() for a in h.answers], description=h.description)
 
 
 def scripted_model_spec(model: Any) -> ScriptedModelSpec:
@@ -467,7 +491,9 @@ def to_config(pattern: Any) -> Any:
 
     w = _Writer()
     who = type(pattern).__name__
-    common: dict[str, Any] = {"limits": pattern.limits, "factory": pattern.factory}
+    common: dict[str, Any] = {"limits": pattern.limits, "factory": pattern.factory,
+                              "interrupt_before": list(pattern.interrupt_before),
+                              "interrupt_after": list(pattern.interrupt_after)}
     base = next((c for c in (GroupChat, RoundRobinSwarm, OneOnOneDebate, ExpertPanelDiscussion, AgentFlow)
                  if isinstance(pattern, c)), None)
     if base is not None and type(pattern) is not base:
@@ -567,6 +593,8 @@ class _Reader:
         if isinstance(spec, FactorySpec):
             return self.trust.pattern(spec.factory, "factory")
         pattern = self.build(spec)
+        if spec.interrupt_before or spec.interrupt_after:
+            pattern._set_interrupts(spec.interrupt_before, spec.interrupt_after)
         if spec.limits is not None:
             pattern.with_limits(spec.limits)
         pattern.factory = spec.factory
@@ -618,9 +646,12 @@ class _Reader:
 
     def participant(self, spec: Any) -> Any:
         from .speakers.agent import CallableSpeaker
+        from .speakers.human import Human
 
         if isinstance(spec, AgentSpec):
             return self.agent(spec)
+        if isinstance(spec, HumanSpec):
+            return Human(spec.name, answers=spec.answers, description=spec.description)
         fn = self.trust.callable(spec.ref, "participant")
         return CallableSpeaker(fn, spec.name) if spec.name else fn
 
@@ -631,13 +662,14 @@ class _Reader:
                     agent=self.agent(spec.agent) if spec.agent is not None else None, name=spec.name,
                     action=spec.action, on_error=spec.on_error, max_retries=spec.max_retries,
                     should_run=self.fn(spec.should_run, f"Task {spec.name!r} should_run"),
-                    retry_delay=spec.retry_delay, post=spec.post, save_as=spec.save_as, append_to=spec.append_to)
+                    retry_delay=spec.retry_delay, post=spec.post, save_as=spec.save_as, append_to=spec.append_to,
+                    person=self.participant(spec.person) if spec.person is not None else None)
 
     def step(self, spec: Any) -> Any:
         from .flow.steps import Discussion, if_, loop, parallel, repeat, route
 
         steps = lambda specs: [self.step(s) for s in specs]  # noqa: E731
-        if isinstance(spec, (AgentSpec, CallableSpec)):
+        if isinstance(spec, (AgentSpec, CallableSpec, HumanSpec)):
             return self.participant(spec)
         if isinstance(spec, TaskSpec):
             return self.task(spec)

@@ -28,7 +28,7 @@ import threading
 from time import perf_counter
 from typing import Any, Awaitable, Callable, Iterable, Iterator, TypeVar
 
-from .errors import LimitReached, NoTransitionError, attach_result, limit_reached
+from .errors import Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
 from .graph.state_graph import StateGraph, callable_name
 from .models import RunResult, TraceEvent
 
@@ -307,11 +307,15 @@ class GraphRun:
         """Step until a final state. An exception in an action or guard ends the run with
         ``stop_reason="error"`` and the exception on ``result.error``; a cancellation ends it with
         ``"cancelled"`` and the ``CancelledError`` is re-raised (asyncio semantics) carrying the
-        result as ``exc.fsmchat_result``. Either way the context, and so the transcript, is intact."""
+        result as ``exc.fsmchat_result``. Either way the context, and so the transcript, is intact.
+        An action that raises ``Interrupted`` ends the run with ``"interrupted"`` (its request as the
+        last event's payload); a resume enters that state again."""
         step = self.step
         try:
             while self.stop_reason is None:
                 await step()
+        except Interrupted as exc:  # an action waits for an answer: stop here, resumably
+            self._stop_with("interrupted", "interrupted", exc.request)
         except _MaxSteps:
             self.stop_reason = "max_steps"
             self._record(TraceEvent(len(self.path), self.qualified, "max_steps", None, self.clock() - self._t0))

@@ -156,6 +156,17 @@ class LimitReached(FsmchatError):
     take_edge = ""
 
 
+class Interrupted(FsmchatError):
+    """An action stops the run where it is, resumably: the run ends with ``stop_reason="interrupted"``
+    and ``request`` (a JSON-able dict saying what it waits for) as the payload of its last trace event.
+    Resuming the run enters the same state again. Raised for people in the loop
+    (``fsmchat.speakers.human``); the engine knows only that the run waits."""
+
+    def __init__(self, request: dict[str, Any]):
+        self.request = request
+        super().__init__(f"the run waits for an answer: {request.get('prompt', '')}"[:300])
+
+
 class DeadlineExceeded(LimitReached, TimeoutError):
     """The run's ``deadline_s`` passed while a model call, a callable speaker or a task ran."""
 

@@ -118,6 +118,10 @@ def summary(result: RunResult, elapsed: float | None = None, worst: int | None =
     cost = f", ${stats.cost_usd:.4f}" if stats is not None else ""
     took = f" in {elapsed:.1f}s" if elapsed is not None else ""
     bound = f" (worst case {worst})" if worst is not None else ""
+    if result.waiting:
+        return (f"-- waiting for a person at {result.path[-1]} after {len(result.transcript)} messages, {result.calls} "
+                f"model calls{bound}, {result.usage.get('total_tokens', 0):,} tokens{cost}{took}; "
+                f"path: {' -> '.join(result.path)}")
     return (f"-- stopped: {result.stop_reason} after {len(result.transcript)} messages, {result.calls} model calls"
             f"{bound}, "
             f"{result.usage.get('total_tokens', 0):,} tokens{cost}{took}; path: {' -> '.join(result.path)}")

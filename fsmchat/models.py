@@ -185,8 +185,8 @@ class TraceEvent:
                 "dest": self.dest, "t": self.t, "payload": self.payload}
 
 
-StopReason = Literal["max_loops", "lull", "until", "rounds", "closed", "ttl", "budget",
-                     "error", "cancelled", "max_steps", "done"]
+StopReason = Literal["max_loops", "lull", "until", "rounds", "closed", "ttl", "budget", "deadline",
+                     "error", "cancelled", "stopped", "interrupted", "max_steps", "done"]
 
 
 _BRANCH = re.compile(r"^(.*\|\d+(?:\[\d+\])?)\.")
@@ -221,6 +221,12 @@ class RunResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     run_id: str | None = None
     graph: Any = field(default=None, repr=False, compare=False)  # the StateGraph that ran (for drawing)
+    pending: Any = None  # what a waiting run asks (``fsmchat.speakers.human.Pending``), when interrupted
+
+    @property
+    def waiting(self) -> bool:
+        """The run stopped at an interrupt and waits for a person (resume it with ``input=``)."""
+        return self.stop_reason == "interrupted"
 
     @property
     def paths(self) -> dict[str, list[str]]:
@@ -257,6 +263,8 @@ class RunResult:
             parts.append(f"tokens={self.usage['total_tokens']}")
         if self.run_id:
             parts.append(f"run_id={shorten(self.run_id, 40)!r}")
+        if self.pending is not None:
+            parts.append(f"waits_at={shorten(str(getattr(self.pending, 'state', '')), 40)!r}")
         if self.error is not None:
             parts.append(f"error={self._error_text(80)!r}")
         elif self.output is not None:
@@ -273,6 +281,8 @@ class RunResult:
         lines = [head]
         if self.error is not None:
             lines.append(f"error: {self._error_text(300)}")
+        if self.pending is not None:
+            lines.append("waits for a person: " + shorten(str(self.pending), 300))
         path = self.path if len(self.path) <= 12 else [*self.path[:8], f"... {len(self.path) - 11} more", *self.path[-3:]]
         lines.append("path: " + " -> ".join(path))
         lines.append(f"transcript ({len(self.transcript)} messages):")
@@ -299,6 +309,8 @@ class RunResult:
             facts.append(("run id", self.run_id))
         if self.error is not None:
             facts.append(("error", self._error_text(2000)))
+        if self.pending is not None:
+            facts.append(("waits for a person", shorten(str(self.pending), 2000)))
         cell = 'style="text-align:left;vertical-align:top;white-space:pre-wrap"'
         out = ['<div class="fsmchat-run">', "<table>"]
         out += [f"<tr><th {cell}>{esc(k)}</th><td {cell}>{esc(v)}</td></tr>" for k, v in facts]
@@ -332,7 +344,9 @@ class RunResult:
             "output": self.output, "calls": self.calls, "usage": dict(self.usage),
             "cost_usd": getattr(stats, "cost_usd", None), "path": list(self.path),
             "transcript": [m.row() for m in self.transcript], "events": list(self.events),
-            "trace": [e.to_dict() for e in self.trace]}, default=str))
+            "trace": [e.to_dict() for e in self.trace],
+            "pending": self.pending.model_dump() if hasattr(self.pending, "model_dump") else self.pending},
+            default=str))
 
 
 # ---- output types (SEMANTICS.md "Output types"), one implementation for every pattern ----

@@ -4,6 +4,7 @@
   calls, errors, delays) that records every request, so tests exercise the real litellm path.
   It fails loudly, naming the agent and call number, when a script runs out.
 - ``assert_trace_is_path``, ``assert_path``, ``assert_stop``, ``assert_calls``.
+- ``answer(pattern, task, answers=[...])``: run and answer every interrupt (people in the loop).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import itertools
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from .graph.state_graph import StateGraph, branch_graph
 from .models import Bid, RunResult, split_branch
@@ -347,6 +348,49 @@ def assert_calls(model: ScriptedModel, n: int, agent: str | None = None) -> None
     got = model.calls(agent)
     who = f"agent {agent!r}" if agent else "all agents"
     assert got == n, f"{who} made {got} model call(s), expected {n}"
+
+
+# ---- people in the loop ----
+class AnswerScriptError(FsmchatError, AssertionError):
+    """``answer()``'s script does not fit the run: it waited with no answer left, or answers were left over."""
+
+
+class Answered(NamedTuple):
+    """What ``answer()`` returns: the final result and every request the run stopped at, in order."""
+
+    result: RunResult
+    asked: list[Any]
+
+
+def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any], *, checkpoint: Any = None,
+           run_id: str | None = None) -> Answered:
+    """Run ``pattern`` on ``task`` and answer each interrupt, resuming until the run ends: the run
+    stops for real at each one (checkpointed to ``checkpoint``, a ``MemoryCheckpointer`` by
+    default) and goes on through ``pattern.resume(run_id, checkpoint, input=...)``, exactly as a
+    person's later answer would. ``answers`` are the inputs in order (``Approve()``, ``Edit(...)``,
+    ``Reject(...)``, ``Say(...)`` or a str), or a function ``(pending) -> input``. Returns the final
+    result and the ``Pending`` requests seen; ``AnswerScriptError`` when the run waits with no
+    answer left, or a list of answers is not used up."""
+    from .checkpoint import MemoryCheckpointer
+
+    cp = checkpoint if checkpoint is not None else MemoryCheckpointer()
+    script = None if callable(answers) else list(answers)
+    result = pattern.execute(task, checkpoint=cp, run_id=run_id)
+    asked: list[Any] = []
+    while result.waiting:
+        asked.append(result.pending)
+        if script is None:
+            given = answers(result.pending)  # type: ignore[operator]
+        elif len(asked) <= len(script):
+            given = script[len(asked) - 1]
+        else:
+            raise AnswerScriptError(f"the run waits for a person ({result.pending}) but all {len(script)} "
+                                    "scripted answer(s) are used; add answers")
+        result = pattern.resume(result.run_id, cp, input=given)
+    if script is not None and len(asked) < len(script):
+        raise AnswerScriptError(f"the run ended ({result.stop_reason}) after {len(asked)} interrupt(s); "
+                                f"{len(script) - len(asked)} scripted answer(s) were not used: {script[len(asked):]!r}")
+    return Answered(result, asked)
 
 
 class FunctionModel(ScriptedModel):

@@ -2,7 +2,7 @@
 from .compile import StepError
 from .context import FlowContext, StepResult, flow_input
 from .flow import AgentFlow, Flow
-from .steps import Discussion, Task, if_, loop, parallel, repeat, route, when
+from .steps import Discussion, Task, ask_human, if_, loop, parallel, repeat, route, when
 
 __all__ = ["AgentFlow", "Flow", "Discussion", "Task", "StepResult", "StepError", "FlowContext", "flow_input", "loop",
-           "parallel", "route", "if_", "when", "repeat"]
+           "parallel", "route", "if_", "when", "repeat", "ask_human"]

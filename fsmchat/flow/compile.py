@@ -10,9 +10,11 @@ import re
 from typing import Any, Callable, Sequence
 
 from ..deadline import call_within
-from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, fatal_error, limit_reached
-from ..graph.state_graph import StateGraph, state_names
+from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted, fatal_error, limit_reached
+from ..graph.state_graph import Guard, StateGraph, state_names
+from ..patterns.interrupts import TARGET, WaitPoint
 from ..speakers.agent import Turn
+from ..speakers.human import USER, Edit, Reject, Say, request
 from .context import FlowContext, StepResult
 from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, Task, as_task
 
@@ -38,7 +40,29 @@ def _named(fn: Callable[..., Any], name: str, doc: str = "") -> Callable[..., An
 
 
 # ---- running one step under its policy ----
+def _hear(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
+    """A person's answer for their step (``ask``: the answer, or ``Reject`` stops the flow) or their
+    Discussion turn (``message``, given ``prompt``); the run stops here until it comes."""
+    person = task.person
+    assert person is not None
+    if prompt is not None:
+        return ctx.people.ask(request("message", prompt, {"say": f"your message is {person.name}'s turn"},
+                                      person=person.name), person).text  # type: ignore[union-attr]
+    question = ctx.render(task.action) if task.action is not None else \
+        (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
+    allowed = {"say": "your answer is the step's output" + (f" (saved as {{{{{task.save_as}}}}})" if task.save_as
+                                                              else ""),
+               "reject": "stop the flow here (status 'stopped')"}
+    answer = ctx.people.ask(request("ask", question, allowed, person=person.name), person)
+    if isinstance(answer, Reject):
+        ctx.events.append({"event": "rejected", "step": task.name, "reason": answer.reason})
+        return StepResult(output=answer.reason, stop_workflow=True)
+    return answer.text  # type: ignore[union-attr]
+
+
 async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
+    if task.person is not None:
+        return _hear(task, ctx, prompt)
     if task.agent is not None:
         agent = task.agent
         system = ctx.render(agent.system_prompt)
@@ -74,7 +98,7 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
         try:
             out = await _invoke(task, ctx, prompt)
             break
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, Interrupted):  # a cancellation, or the run waits for a person
             raise
         except Exception as exc:
             if fatal_error(exc) is not None:  # a run limit, a request error no retry can fix, a broken script
@@ -183,8 +207,10 @@ class Compiler:
                 status, _ = await run_task(task, ctx)
                 return status
 
-            desc = (f"agent {task.agent.name}" if task.agent is not None else f"call {task.name}") + task_notes(task)
-            g.state(state, _named(run_step, f"run_{task.name}", desc), desc)
+            desc = (f"agent {task.agent.name}" if task.agent is not None else
+                    f"asks {task.person.name} (a person: waits for the answer)" if task.person is not None
+                    else f"call {task.name}") + task_notes(task)
+            g.state(state, _named(run_step, f"run_{task.name}", desc), desc, waits=task.person is not None)
 
     # -- Discussion: begin -> turn -> (turn | done); with until: begin -> turn -> check_until -> (turn | done)
     def discussion(self, d: Discussion) -> StateGraph:
@@ -203,7 +229,7 @@ class Compiler:
             t = f["t"]
             task = d.task_for(d.select(t, ctx)) if d.select is not None else d.tasks[t % n]
             prompt = None
-            if task.agent is not None:
+            if task.agent is not None or task.person is not None:
                 topic = ctx.render(task.action) if task.action is not None else f["topic"]
                 prompt = discussion_prompt(task.name or "", topic, f["lines"], ctx.previous_result)
             status, out = await run_task(task, ctx, prompt, record_as=task.name)
@@ -231,7 +257,11 @@ class Compiler:
 
         _named(turns_left, "turns_left", f"fewer than {d.rounds} x {n} turns")
         g = StateGraph(d.name, description=f"Discussion {d.name}")
-        g.state("begin", begin).state("turn", turn)
+        people = [t.person.name for t in d.tasks if t.person is not None]
+        g.state("begin", begin)
+        g.state("turn", turn, "the scheduled speaker talks" + (f" (waits for {', '.join(people)}: a person's "
+                                                                "turn takes their message)" if people else ""),
+                waits=bool(people))
         g.edge("begin", "turn")
         if d.until is not None:
             g.state("check_until", check_until)
@@ -363,6 +393,40 @@ class Compiler:
         g.edge("begin", "body").edge("body", "check")
         bounded_exits(g, "check", "body", key, iterations_left, "max_iterations", until=rp.until is not None)
         return g
+
+
+# ---- people in the loop: interrupt_before / interrupt_after in a flow ----
+def flow_point(where: str, qualified: str, g: StateGraph) -> WaitPoint:
+    """A person reviews the flow before/after a step: ``Approve`` goes on, ``Edit(vars={...})`` sets
+    variables then goes on, ``Say(text)`` makes their message the previous output (posted as
+    ``User``) then goes on, ``Reject(reason)`` stops the flow ("stopped"). A halted flow is not asked."""
+    short = qualified.rsplit(".", 1)[-1]
+    allowed = {"approve": "go on", "edit": "set those variables, then go on",
+               "say": f"your message becomes the previous output (posted as {USER!r}), then go on",
+               "reject": "stop the flow here (status 'stopped')"}
+
+    def review(ctx: FlowContext) -> str | None:
+        if ctx.halted:
+            return None
+        answer = ctx.people.ask(request(where, f"{where} {qualified}: go on?", allowed, edit="vars", proposed={
+            "next" if where == "before" else "done": qualified, "previous_output": ctx.previous_result,
+            "variables": ctx.variables}))
+        if isinstance(answer, Edit):
+            ctx.variables.update(answer.vars or {})
+            ctx.events.append({"event": "edited", "state": qualified, "vars": sorted(answer.vars or {})})
+        elif isinstance(answer, Say):
+            ctx.previous_result = ctx.transcript.admit(USER, answer.text)
+            ctx.transcript.post(USER, ctx.previous_result, by="person")
+        elif isinstance(answer, Reject):
+            ctx.status = "stopped"
+            ctx.events.append({"event": "rejected", "state": qualified, "reason": answer.reason})
+        return answer.kind
+
+    _named(review, f"ask_{where}_{qualified}", f"a person reviews the flow {where} {short}")
+    exits: list[tuple[str, Guard | None, str]] = [("<final>", halted, "halt")]
+    if where == "before":
+        exits.append((TARGET, None, "approved"))
+    return WaitPoint(review, exits, f"waits for a person: go on {where} {short}? (approve, edit vars, say, reject)")
 
 
 def task_notes(task: Task) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..models import Transcript
+from ..speakers.human import People
 from ..speakers.llm import CallStats
 
 _VAR = re.compile(r"\{\{\s*([\w.]+)\s*(\[\s*-?\d*\s*(?::\s*-?\d*\s*)?\])?\s*\}\}")
@@ -40,7 +41,7 @@ class FlowContext:
         self.variables: dict[str, Any] = variables
         self.previous_result: Any = None
         self.steps: list[dict[str, Any]] = []
-        self.status = "running"  # running | completed | failed | stopped
+        self.status = "running"  # running | completed | failed | stopped | waiting (for a person)
         self.error: BaseException | None = None
         self.stats = stats or CallStats()
         self.events: list[dict[str, Any]] = []
@@ -48,6 +49,7 @@ class FlowContext:
         self.frames: dict[int, dict[str, Any]] = {}  # per-block working state, keyed by block id
         # each agent's own prompts and replies this run (AgentFlow(memory=True)); None: agents remember nothing
         self.memory: dict[str, list[dict[str, str]]] | None = None
+        self.people = People()  # answers from people in the loop (ask_human, Human speakers, interrupts)
 
     @property
     def previous_output(self) -> Any:
@@ -98,7 +100,7 @@ class FlowContext:
         return {"variables": variables, "previous_result": self.previous_result, "steps": self.steps,
                 "status": self.status, "error": None if self.error is None else str(self.error),
                 "frames": encode(self.frames), "events": self.events, "stats": self.stats.to_state(),
-                "memory": self.memory}
+                "memory": self.memory, **({"people": self.people.to_state()} if self.people.used else {})}
 
     def restore(self, state: dict[str, Any]) -> None:
         from ..checkpoint import decode
@@ -114,6 +116,8 @@ class FlowContext:
         self.events[:] = state["events"]
         self.stats.restore(state["stats"])
         self.memory = state.get("memory", self.memory)
+        if "people" in state:
+            self.people.restore(state["people"])
 
     def child(self) -> "FlowContext":
         """A branch context: a deep copy of the variables, the same input, stats and previous result."""

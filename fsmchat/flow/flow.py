@@ -8,13 +8,14 @@ from ..graph.state_graph import StateGraph
 from ..checks import check_agents
 from ..errors import ConfigError, attach_result, bad_value, fatal_error, run_finished
 from ..models import RunResult, check_output_type, format_output
-from ..patterns.base import Pattern
+from ..patterns.base import Pattern, set_pending
 from ..speakers.agent import Agent
-from .compile import Compiler, StepError, bound, walk_steps
+from ..patterns.interrupts import WaitPoint
+from .compile import Compiler, StepError, bound, flow_point, walk_steps
 from .context import FlowContext
 from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, as_task
 
-_REASON = {"completed": "done", "failed": "error", "stopped": "stopped", "running": "done"}
+_REASON = {"completed": "done", "failed": "error", "stopped": "stopped", "running": "done", "waiting": "interrupted"}
 
 
 def _flow_reason(ctx: FlowContext) -> str:
@@ -28,21 +29,29 @@ def _loops_in(steps: Sequence[Any]) -> list[Loop]:
     return [s for s in _blocks_in(steps) if isinstance(s, Loop)]
 
 
-def _agents_in(steps: Sequence[Any]) -> list[Agent]:
-    found: list[Agent] = []
+def _tasks_in(steps: Sequence[Any]) -> list[Any]:
+    """Every Task the steps run (a Discussion's speakers included)."""
+    found: list[Any] = []
     for s in _blocks_in(steps):
         if isinstance(s, Discussion):
-            found += [t.agent for t in s.tasks if t.agent is not None]
-        elif not isinstance(s, Block) and as_task(s).agent is not None:
-            found.append(as_task(s).agent)  # type: ignore[arg-type]
+            found += s.tasks
+        elif not isinstance(s, Block):
+            found.append(as_task(s))
     return found
+
+
+def _agents_in(steps: Sequence[Any]) -> list[Agent]:
+    return [t.agent for t in _tasks_in(steps) if t.agent is not None]
 
 
 class AgentFlow(Pattern):
     """A workflow: ``steps`` run in order, each an Agent, a callable ``(ctx) -> str | StepResult``,
     a ``Task``, a ``Discussion`` or a combinator; ``variables`` is the declared initial state
     (never mutated by a run). ``run``/``start`` return ``{"output", "steps", "variables",
-    "status"}`` plus ``"error"`` when failed; ``execute`` returns the ``RunResult``.
+    "status"}`` plus ``"error"`` when failed; ``execute`` returns the ``RunResult``. A flow that
+    asks a person (``ask_human``, a ``Human`` step or speaker, ``interrupt_before``/``interrupt_after``
+    naming its states) stops there with status "waiting" (stop reason "interrupted") and goes on
+    with ``resume(run_id, checkpoint, input=...)``; it must be run with a checkpoint.
 
     ``memory=True`` gives every agent a private memory for the run: each of its calls is sent its
     own earlier prompts and replies first (as swarms' agents keep theirs), so an introduction
@@ -52,7 +61,8 @@ class AgentFlow(Pattern):
 
     def __init__(self, steps: Sequence[Any] | None = None, variables: dict[str, Any] | None = None,
                  name: str = "flow", agents: Sequence[Agent] | None = None, verbose: bool = False,
-                 memory: bool = False, output_type: str | None = None):
+                 memory: bool = False, output_type: str | None = None, *,
+                 interrupt_before: Sequence[str] | None = None, interrupt_after: Sequence[str] | None = None):
         if not steps:
             raise ValueError("AgentFlow needs at least one step")
         if variables is not None and not isinstance(variables, dict):
@@ -84,10 +94,21 @@ class AgentFlow(Pattern):
                 if a.name not in roster:
                     raise ValueError(f"AgentFlow {name!r}: step agent {a.name!r} is not in agents= "
                                      f"{sorted(roster)}; add it to the roster or drop agents=")
+        for block in _blocks_in(self.steps):
+            if isinstance(block, Parallel) or (isinstance(block, Loop) and block.parallel):
+                asked = [t.name for t in _tasks_in(block.steps) if t.person is not None]
+                if asked:
+                    raise ConfigError(f"AgentFlow {name!r}: {block.name!r} runs {asked[0]!r} (a person) in a "
+                                      "parallel branch, which cannot stop for them; ask before or after the "
+                                      "parallel step instead")
+        self._set_interrupts(interrupt_before, interrupt_after)
 
     def _compile(self) -> StateGraph:
         return Compiler().sequence(self.steps, self.name, final="end", reason=_flow_reason,
                                    description=f"AgentFlow {self.name}")
+
+    def _wait_point(self, where: str, qualified: str, level: StateGraph) -> WaitPoint:
+        return flow_point(where, qualified, level)
 
     def _check_run(self, task: Any) -> None:
         if not isinstance(task, str):
@@ -123,6 +144,8 @@ class AgentFlow(Pattern):
 
     def _finish(self, result: RunResult) -> RunResult:
         ctx: FlowContext = result.context
+        if result.stop_reason == "interrupted":
+            ctx.status = "waiting"
         if result.error is not None and not ctx.halted:
             ctx.status, ctx.error = "failed", result.error
         elif ctx.status == "running":
@@ -134,7 +157,8 @@ class AgentFlow(Pattern):
             # a request error no retry can fix, or a broken test double (an exhausted script), is the
             # run's error whatever the step's on_error policy: it refused every later request
             ctx.status, ctx.error, result.error = "failed", fatal, fatal
-        if result.stop_reason not in ("budget", "deadline", "cancelled", "max_steps") and result.error is None:
+        if result.stop_reason not in ("budget", "deadline", "cancelled", "max_steps", "interrupted") and \
+                result.error is None:
             result.stop_reason = _flow_reason(ctx)
         if result.stop_reason in ("budget", "deadline"):
             ctx.status = "stopped"
@@ -149,6 +173,7 @@ class AgentFlow(Pattern):
         if ctx.error is not None:
             out["error"] = str(ctx.error)
         result.output = out
+        set_pending(result)
         run_finished(result)
         return result
 

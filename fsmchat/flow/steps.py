@@ -9,6 +9,7 @@ from typing import Any, Callable, Literal, Sequence
 from ..checks import check_agents
 from ..errors import ConfigError, bad_value
 from ..speakers.agent import Agent
+from ..speakers.human import Human
 from .context import compile_condition
 
 OnError = Literal["stop", "continue", "retry"]
@@ -16,11 +17,12 @@ OnError = Literal["stop", "continue", "retry"]
 
 @dataclass
 class Task:
-    """A step with its error policy: a ``handler`` callable ``(ctx) -> str | StepResult`` or an
-    ``agent``; ``on_error`` is "stop" (halt the flow), "continue" (record and go on) or "retry"
-    (up to ``max_retries`` more attempts with exponential backoff from ``retry_delay`` s).
-    ``should_run(ctx)`` false skips the step. ``action`` is the agent's prompt template
-    (default: the previous output, or the flow's input).
+    """A step with its error policy: a ``handler`` callable ``(ctx) -> str | StepResult``, an
+    ``agent``, or a ``person`` (a ``Human``: the run stops until they answer, see ``ask_human``);
+    ``on_error`` is "stop" (halt the flow), "continue" (record and go on) or "retry" (up to
+    ``max_retries`` more attempts with exponential backoff from ``retry_delay`` s).
+    ``should_run(ctx)`` false skips the step. ``action`` is the agent's prompt template (the
+    question, for a person) (default: the previous output, or the flow's input).
 
     Where the output goes: it is always the step's record and the next previous output; it is
     posted to the flow's transcript unless ``post=False`` (an introduction whose reply is thrown
@@ -39,17 +41,20 @@ class Task:
     post: bool = True
     save_as: str | None = None
     append_to: str | None = None
+    person: Human | None = None
 
     def __repr__(self) -> str:
-        who = f"agent={self.agent.name!r}" if self.agent is not None else \
-            f"handler={getattr(self.handler, '__name__', type(self.handler).__name__)}"
+        who = f"agent={self.agent.name!r}" if self.agent is not None else f"person={self.person.name!r}" \
+            if self.person is not None else f"handler={getattr(self.handler, '__name__', type(self.handler).__name__)}"
         extra = "" if self.on_error == "stop" else f", on_error={self.on_error!r}" + \
             (f", max_retries={self.max_retries}" if self.on_error == "retry" else "")
         return f"Task({self.name!r}, {who}{extra})"
 
     def __post_init__(self) -> None:
-        if (self.handler is None) == (self.agent is None):
-            raise ValueError("Task needs exactly one of handler= (a callable) or agent= (an Agent)")
+        if sum(x is not None for x in (self.handler, self.agent, self.person)) != 1:
+            raise ValueError("Task needs exactly one of handler= (a callable), agent= (an Agent) or person= (a Human)")
+        if self.person is not None and not isinstance(self.person, Human):
+            raise TypeError(f"Task person must be an fsmchat Human, got {type(self.person).__name__}")
         if self.handler is not None and not callable(self.handler):
             raise TypeError(f"Task handler must be callable, got {type(self.handler).__name__}")
         if self.agent is not None and not isinstance(self.agent, Agent):
@@ -75,8 +80,8 @@ class Task:
                 raise bad_value("Task", key, v, "a variable name such as 'answer' (read later as {{answer}})",
                                 type_error=not isinstance(v, str))
         if self.name is None:
-            self.name = self.agent.name if self.agent is not None else \
-                getattr(self.handler, "__name__", type(self.handler).__name__)
+            self.name = self.agent.name if self.agent is not None else self.person.name \
+                if self.person is not None else getattr(self.handler, "__name__", type(self.handler).__name__)
 
 
 def as_task(step: Any) -> Task:
@@ -85,9 +90,11 @@ def as_task(step: Any) -> Task:
         return step
     if isinstance(step, Agent):
         return Task(agent=step)
+    if isinstance(step, Human):
+        return Task(person=step)
     if callable(step) and not isinstance(step, Block):
         return Task(handler=step)
-    raise TypeError(f"a step must be an Agent, a callable (ctx) -> str | StepResult, a Task, a Discussion or "
+    raise TypeError(f"a step must be an Agent, a Human, a callable (ctx) -> str | StepResult, a Task, a Discussion or "
                     f"a combinator (loop, parallel, route, if_, repeat); got {type(step).__name__}")
 
 
@@ -156,7 +163,7 @@ class Discussion(Block):
             if speaker is a or speaker is t:
                 return t
         for t in self.tasks:  # a selector may return an equal-named agent copy
-            if isinstance(speaker, (Agent, Task)) and speaker.name == t.name:
+            if isinstance(speaker, (Agent, Task, Human)) and speaker.name == t.name:
                 return t
         names = [t.name for t in self.tasks]
         raise ValueError(f"Discussion {self.name!r} select() returned {speaker!r}, which is not one of its "
@@ -308,3 +315,15 @@ def repeat(step: Any, until: Any = None, max_iterations: int = 10, name: str = "
     """Run ``step`` until ``until(ctx)`` holds (checked after each pass), at most ``max_iterations``."""
     return Repeat(step, until, max_iterations, name)
 
+
+def ask_human(prompt: str, save_as: str | None = None, *, name: str = "ask_human", person: str = "User",
+              post: bool = False) -> Task:
+    """A step that asks a person ``prompt`` (``{{var}}`` templating) and stops the run until they
+    answer: ``resume(run_id, checkpoint, input="their answer")``. The answer is the step's output
+    (the next previous output), stored in ``save_as`` when given and posted to the transcript as
+    ``name`` when ``post=True``; ``Reject(reason)`` stops the flow instead (status "stopped").
+    ``person`` names who is asked (shown in ``result.pending``). The flow needs a checkpoint."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise bad_value("ask_human", "prompt", prompt, "the question for the person, a non-empty string",
+                        type_error=not isinstance(prompt, str))
+    return Task(person=Human(person), name=name, action=prompt, save_as=save_as, post=post)

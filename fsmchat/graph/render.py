@@ -9,7 +9,8 @@ Edge kinds (a legend on every DOT drawing, a comment in Mermaid): *guarded* ``[g
 tried in declared order; a *fallback* (dashed, plain label) is taken when no guard passed; an
 *always* edge (solid, no label) is a state's only way on; a *stop* edge (red) enters a final state and
 ends the run; *fork*/*join* edges (dotted) start a fork state's branch runs and lead each branch's
-final states to the join bar, from which the fork state's own transitions leave.
+final states to the join bar, from which the fork state's own transitions leave. A state where the
+run may stop for a person (``waits``) is filled amber with a bold border (Mermaid: ``class waits``).
 """
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ LEGEND = {
     "fallback": "dashed (plain label or none): fallback, taken when no guard passed",
     "stop": "red: stop edge, enters a final state (double border) and ends the run",
     "fork": "dotted: fork into branch runs, each branch's final states join at the bar",
+    "waits": "amber, bold border: waits for a person (the run stops there, checkpointed, until resumed "
+             "with an answer)",
 }
+WAITS_FILL, WAITS_BORDER = "#fff3cd", "#b8860b"  # amber: where a person is asked
 
 
 def edge_text(t: Transition) -> str:
@@ -55,6 +59,7 @@ class Node:
     final: bool = False
     join: bool = False  # the join bar of a fork state
     visited: bool = False
+    waits: bool = False  # the run may stop here for a person
 
 
 @dataclass
@@ -81,6 +86,7 @@ class Drawing:
 
     def kinds(self) -> set[str]:
         found = {e.kind for e in self.edges} | ({"stop"} if any(e.stop for e in self.edges) else set())
+        found |= {"waits"} if any(n.waits for n in self.nodes) else set()
         return found | ({"fork"} if "join" in found else set())
 
 
@@ -128,7 +134,7 @@ def drawing(graph: StateGraph, trace: Any = None) -> Drawing:
         for s in fg.states.values():
             q, group = prefix + s.name, base + tuple(prefix + c for c in s.cluster)
             d.nodes.append(Node(q, _short(s.name) + (f"\n{s.description}" if s.description else ""), group,
-                                final=s.final))
+                                final=s.final, waits=s.waits))
             if not s.branches:
                 continue
             joins[s.name] = join = f"{q}|join"
@@ -243,8 +249,10 @@ def dot_source(d: Drawing, ids: bool = False) -> str:
                 continue
             if n.final:
                 attrs.update(peripheries="2")
+            if n.waits:
+                attrs.update(style="rounded,filled,bold", fillcolor=WAITS_FILL, color=WAITS_BORDER)
             if n.visited:
-                attrs.update(style="rounded,filled", fillcolor="lightblue")
+                attrs.update(style="rounded,filled" + (",bold" if n.waits else ""), fillcolor="lightblue")
             body.node(n.id, n.label, **attrs)
         for sub in _children(d, path):
             cluster = graphviz.Digraph(name="cluster_" + re.sub(r"\W", "_", sub[-1]),
@@ -288,6 +296,7 @@ _MERMAID_LEGEND = {
     "fallback": "a plain label (or none, beside guarded edges) is a fallback, taken when no guard passed",
     "stop": "X --> [*] a final state, where the run ends",
     "fork": "a fork state starts its branch groups, whose final states lead to its join",
+    "waits": "class waits (amber) a state where the run stops for a person and resumes with their answer",
 }
 
 
@@ -325,6 +334,10 @@ def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
     for n in d.nodes:
         if n.final and not n.group:
             lines.append(f"    {_mid(n.id)} --> [*]")
+    asks = [n.id for n in d.nodes if n.waits]
+    if asks:
+        lines.append(f"    classDef waits fill:{WAITS_FILL},stroke:{WAITS_BORDER},stroke-width:2px")
+        lines.append("    class " + ",".join(_mid(n) for n in asks) + " waits")
     seen = [n.id for n in d.nodes if n.visited]
     if seen:
         lines.append("    classDef visited fill:#add8e6,stroke:#1f4e79")

@@ -63,6 +63,7 @@ class State:
     branches: "list[StateGraph]" = field(default_factory=list)  # child runs of a fork state
     fork: "Fork | None" = None  # (split, join) of a fork state
     pure: bool = False  # the action only computes from the context: it may be committed with the next step
+    waits: bool = False  # the run may stop here for a person (drawn in its own style)
 
 
 @dataclass
@@ -94,6 +95,7 @@ class FlatState:
     branches: "list[StateGraph]" = field(default_factory=list)
     fork: "Fork | None" = None
     pure: bool = False
+    waits: bool = False
 
 
 @dataclass
@@ -146,13 +148,15 @@ class StateGraph:
         return self
 
     def state(self, name: str, action: Action | None = None, description: str | None = None, *,
-              pure: bool = False) -> "StateGraph":
+              pure: bool = False, waits: bool = False) -> "StateGraph":
         """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
         ``pure=True`` says the action only computes from the context (no model call, no post, no
         effect outside the run): a checkpoint may then commit the step together with the next one,
-        and after a crash it is simply run again."""
+        and after a crash it is simply run again. ``waits=True`` says the run may stop in this state
+        for a person (its action raises ``Interrupted`` until it has their answer); diagrams draw it
+        in the waiting style."""
         desc = description if description is not None else (first_line(action) if action else "")
-        return self._add(State(name, action, desc, pure=pure))
+        return self._add(State(name, action, desc, pure=pure, waits=waits))
 
     def fork(self, name: str, branches: "list[StateGraph]", split: Callable[[Any], Any],
              join: Callable[[Any, list[Any]], Any], description: str = "",
@@ -314,7 +318,7 @@ class StateGraph:
                                       [Transition(q, t.dest, t.guard, t.label, t.order) for t in exits])
             else:
                 states[q] = FlatState(q, s.action, s.description, s.final, s.reason, cluster, out, s.branches,
-                                      s.fork, s.pure)
+                                      s.fork, s.pure, s.waits)
         return StateGraph._entry(graph, prefix)
 
     @staticmethod

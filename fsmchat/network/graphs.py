@@ -13,7 +13,7 @@ the diagrams' labels.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from ..graph.state_graph import StateGraph, state_names
 from .clock import Clock, monotonic
@@ -53,6 +53,7 @@ class ChannelContext:
     turn_started: float = 0.0
     hidden: bool = False
     fired: set[tuple[int, int]] = field(default_factory=set)  # (expectation index, turn) already reported
+    people: frozenset[str] = frozenset()  # participants that are people (Human clients)
     lifecycle: "GraphRun | None" = None
     turns: "GraphRun | None" = None
 
@@ -147,10 +148,11 @@ def turn_state_names(order: Sequence[str]) -> list[str]:
 
 
 def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "discussion_turns",
-               first: str | None = None) -> StateGraph:
+               first: str | None = None, people: Collection[str] = ()) -> StateGraph:
     """The round-robin turn rule for ``order``: ``first`` (the creator; default ``order[0]``) speaks
     first, and after ``order[i]`` speaks ``order[(i + 1) % N]`` is expected; with ``max_texts`` the
-    turns end at exactly that many texts."""
+    turns end at exactly that many texts. The turn states of ``people`` (``Human`` clients) are
+    drawn as waiting for a person: the channel waits there until they send."""
     order = list(order)
     if len(order) < 2:
         raise ValueError(f"a discussion turn graph needs at least 2 participants, got {order}")
@@ -162,7 +164,8 @@ def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "
     g = StateGraph(name, context=ChannelContext, initial=start,
                    description=f"Discussion turns (round robin): {' -> '.join(spoken)} -> {spoken[0]} ...{cap}")
     for p, s in zip(order, states):
-        g.state(s, None, f"{p} speaks next")
+        g.state(s, None, f"{p} speaks next" + (" (a person: waits for their text)" if p in people else ""),
+                waits=p in people)
     g.final(TURNS_CLOSED, "channel closed or max_texts reached", reason="closed")
     g.final(TURNS_EXPIRED, "channel expired", reason="ttl")
     for i, s in enumerate(states):

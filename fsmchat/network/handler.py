@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..models import Message
 from ..speakers.agent import Agent, Turn
+from ..speakers.human import Human
 from ..speakers.llm import CallStats
 from .errors import ProtocolError
-from .events import EV_CHANNEL_INVITE, EV_TEXT, Envelope
+from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED, EV_TEXT, Envelope
 from .view import WindowedSummary, texts_of, window_size
 
 if TYPE_CHECKING:
@@ -175,12 +176,19 @@ class DefaultHandler:
             ok = self.accept_invites(envelope) if callable(self.accept_invites) else bool(self.accept_invites)
             channel = client.channel(envelope.channel_id)
             await (channel.ack() if ok else channel.reject())
-        elif envelope.event_type == EV_TEXT:
+        elif envelope.event_type == EV_TEXT or (envelope.event_type == EV_CHANNEL_OPENED and
+                                                 isinstance(client.speaker, Human)):
             await self.on_text(client, envelope)
 
     async def on_text(self, client: "HubClient", envelope: Envelope) -> None:
         hub, cid, me = client.hub, envelope.channel_id, client.agent_id
         if client.speaker is None:
+            return
+        if isinstance(client.speaker, Human):  # a person: tell the listeners it is their turn, call nothing
+            turn_no = hub.adapter_state(cid).turn_count
+            if hub.can_send(cid, me) and self._attempted.get(cid) != turn_no:
+                self._attempted[cid] = turn_no
+                hub._notify_kind("person_turn", cid, me, data={"turn": turn_no})
             return
         hub._count(cid, me, "deliveries")
         turn_no = hub.adapter_state(cid).turn_count

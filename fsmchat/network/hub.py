@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ..graph.state_graph import StateGraph
 from ..engine import GraphRun
 from ..speakers.agent import as_speaker
+from ..speakers.human import Human
 from ..speakers.llm import CallStats
 from .adapter import DISCUSSION, DiscussionAdapter, DiscussionState, check_knobs, participant_order
 from .clock import Clock, monotonic
@@ -138,8 +139,10 @@ class Hub:
     async def register(self, agent: Any, *, agent_id: str | None = None, handler: Handler | None = None,
                        accept_invites: bool | Callable[[Envelope], bool] = True,
                        close_tool: bool = False) -> "HubClient":
-        """Register an ``Agent``, a callable ``(turn) -> str``, or a bare id (a client without a model:
-        an app or a human) and return its client. ``handler(client, envelope)`` replaces the default
+        """Register an ``Agent``, a callable ``(turn) -> str``, a ``Human`` (a person: never called; on
+        their turn the hub tells listeners ``person_turn`` and the channel waits for their
+        ``client.channel(id).send(text)``), or a bare id (a client without a model: an app) and
+        return its client. ``handler(client, envelope)`` replaces the default
         handler; ``close_tool=True`` offers the default handler's model a ``close_channel`` tool."""
         self._check_open()
         if isinstance(agent, str):
@@ -281,7 +284,8 @@ class Hub:
         cid = f"{type}-{next(self._ids)}"
         ctx = ChannelContext(cid, creator.agent_id, order, knobs.get("max_texts"), expires_at, self.clock,
                              expectations=tuple(DEFAULT_EXPECTATIONS if expectations is None else expectations),
-                             type=type, knobs=knobs)
+                             type=type, knobs=knobs,
+                             people=frozenset(p for p in order if isinstance(self._clients[p].speaker, Human)))
         ch = _ChannelRecord(ctx)
         ch.opened = asyncio.get_running_loop().create_future()
         ch.opened.add_done_callback(_retrieve)

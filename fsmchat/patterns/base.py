@@ -17,7 +17,7 @@ import json
 from abc import ABC, abstractmethod
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, Collection, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -32,7 +32,9 @@ from ..progress import ProgressBar, progress_wanted
 from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, TraceEvent, Transcript, check_output_type, format_output,
                       safe_text, shorten)
 from ..speakers.agent import SEED_ROLE, Speaker, Turn
+from ..speakers.human import Human, NeedsCheckpoint, NotWaiting, People, check_input, pending_of, request, waiting_for
 from ..speakers.llm import CallStats
+from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
 
 
@@ -49,6 +51,7 @@ class ChatContext:
     scratch: dict[str, Any] = field(default_factory=dict)  # pattern-specific working state
     images: list[str] = field(default_factory=list)  # attached to every call of the run (``img``)
     memory: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # private memories, by name
+    people: People = field(default_factory=People)  # answers from people in the loop
 
     def __post_init__(self) -> None:
         self.transcript.events = self.events  # repaired or cut texts are noted with the run's events
@@ -70,15 +73,29 @@ class ChatContext:
 
     async def ask(self, speaker: Speaker, instruction: str, **kw: Any) -> str:
         """One reply from ``speaker`` on the shared conversation plus ``instruction``, repaired and
-        capped as the transcript would (so a private memory holds what the transcript holds)."""
+        capped as the transcript would (so a private memory holds what the transcript holds). A
+        ``Human``'s reply is their answer: the run stops here until it comes (``hear``)."""
+        if isinstance(speaker, Human):
+            return self.transcript.admit(speaker.name, self.hear(speaker, instruction))
         return self.transcript.admit(speaker.name, await speaker.reply(self.turn_for(speaker, instruction, **kw)))
+
+    def hear(self, person: Human, prompt: str) -> str:
+        """``person``'s message for their turn: the answer a resume brought or a scripted one;
+        otherwise the run stops here (``Interrupted``, stop reason "interrupted") until it comes."""
+        last = self.transcript[-1] if len(self.transcript) else None
+        proposed = {"last": {"role": last.role, "content": last.content}} if last is not None else None
+        return self.people.ask(request("message", prompt, {"say": f"post it as {person.name}'s message"},
+                                       person=person.name, proposed=proposed), person).text  # type: ignore[union-attr]
 
     def snapshot(self) -> dict[str, Any]:
         """The working state a checkpoint stores after each step (the transcript goes as deltas)."""
         from ..checkpoint import encode_fields
 
-        return {"turn": self.turn, "scratch": encode_fields(self.scratch), "memory": self.memory,
-                "events": self.events, "stats": self.stats.to_state()}
+        state = {"turn": self.turn, "scratch": encode_fields(self.scratch), "memory": self.memory,
+                 "events": self.events, "stats": self.stats.to_state()}
+        if self.people.used:
+            state["people"] = self.people.to_state()
+        return state
 
     def restore(self, state: dict[str, Any]) -> None:
         from ..checkpoint import decode
@@ -88,6 +105,8 @@ class ChatContext:
         self.memory.update(state["memory"])
         self.events[:] = state["events"]
         self.stats.restore(state["stats"])
+        if "people" in state:
+            self.people.restore(state["people"])
 
     async def ask_private(self, speaker: Speaker, prompt: str, **kw: Any) -> str:
         """One reply from ``speaker`` on its private memory (instead of the shared conversation)
@@ -98,6 +117,12 @@ class ChatContext:
         reply = await self.ask(speaker, prompt, history=list(memory), **kw)
         memory += [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
         return reply
+
+
+def set_pending(result: RunResult) -> None:
+    """``result.pending``: what an interrupted run waits for (its last event's request)."""
+    if result.stop_reason == "interrupted" and result.trace:
+        result.pending = pending_of(result.trace[-1])
 
 
 def check_task(task: Any, what: str) -> str:
@@ -158,6 +183,11 @@ def config_error(owner: str, exc: ValidationError) -> str:
     return f"{owner}: " + "; ".join(parts)
 
 
+def people_in(speakers: Sequence[Any]) -> set[str]:
+    """The names of the ``Human`` participants among ``speakers``."""
+    return {s.name for s in speakers if isinstance(s, Human)}
+
+
 # ---- graph building blocks shared by the patterns ----
 def bind(fn: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
     """``fn(ctx, *args)`` as a one-argument state action (name and docstring kept), so one
@@ -171,14 +201,21 @@ def bind(fn: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
     return functools.update_wrapper(action, fn)
 
 
+PERSON_NOTE = " (a person: waits for their message)"
+
+
 def speaker_chain(g: StateGraph, names: Sequence[str], action: Callable[..., Any],
-                  description: str = "{name}'s turn", reserved: Sequence[str] = ()) -> list[str]:
+                  description: str = "{name}'s turn", reserved: Sequence[str] = (),
+                  people: Collection[str] = ()) -> list[str]:
     """Declare one state per speaker, in roster order, whose action is ``action(ctx, i)``, chained
     by unguarded transitions; returns the state names (the first is the entry, the last the exit).
-    State names avoid the graph's states so far and ``reserved`` (states declared later)."""
+    State names avoid the graph's states so far and ``reserved`` (states declared later). The
+    states of ``people`` (``Human`` names) are drawn as waiting for a person."""
     states = state_names(names, reserved=[*g.states, *reserved], fallback="speaker")
     for i, (state, name) in enumerate(zip(states, names)):
-        g.state(state, bind(action, i), description.format(name=name))
+        person = name in people
+        g.state(state, bind(action, i), description.format(name=name) + (PERSON_NOTE if person else ""),
+                waits=person)
     for a, b in zip(states, states[1:]):
         g.edge(a, b)
     return states
@@ -211,15 +248,55 @@ class Pattern(ABC):
     # ---- shared ----
     limits: Limits | None = None
     factory: str | None = None  # "module:attr" that rebuilds this pattern (stored with checkpoints)
+    interrupt_before: tuple[str, ...] = ()  # states a person approves entering (wait states drawn before them)
+    interrupt_after: tuple[str, ...] = ()  # states a person reviews once left
 
     @property
     def graph(self) -> StateGraph:
         if self._graph is None:
             g = self._compile()
+            if self.interrupt_before or self.interrupt_after:
+                add_interrupts(g, self.interrupt_before, self.interrupt_after, self._wait_point, type(self).__name__)
             if self.limits is not None:
                 add_limit_edges(g, self.limits)
             self._graph = g.validate()
         return self._graph
+
+    # ---- people in the loop ----
+    def _set_interrupts(self, before: Any, after: Any) -> None:
+        """Store ``interrupt_before``/``interrupt_after`` (state names), refusing unknown names now
+        when the graph can be built (a pattern still missing its roster is checked when it runs)."""
+        owner = type(self).__name__
+        self.interrupt_before = check_names(before, "interrupt_before", owner)
+        self.interrupt_after = check_names(after, "interrupt_after", owner)
+        self._graph = None
+        if self.interrupt_before or self.interrupt_after:
+            try:
+                base = self._compile()
+            except (ValueError, TypeError):
+                return
+            check_targets(base, self.interrupt_before, self.interrupt_after, owner)
+
+    def _wait_point(self, where: str, qualified: str, level: StateGraph) -> WaitPoint:
+        """The wait state for ``interrupt_before``/``interrupt_after`` of ``qualified`` (a pattern
+        may give a state its own point, as GroupChat does for ``post``)."""
+        return chat_point(where, qualified, level)
+
+    @property
+    def waits_for_people(self) -> list[str]:
+        """The states where a run may stop for a person (interrupts, Human participants)."""
+        return [s.name for s in self.graph.flatten().states.values() if s.waits]
+
+    def _check_waits(self, checkpoint: Any) -> None:
+        """A run that may wait for a person must be checkpointed: refused now, before any call."""
+        if checkpoint is None:
+            waits = self.waits_for_people
+            if waits:
+                name = type(self).__name__
+                raise NeedsCheckpoint(f"{name}: checkpoint=None is invalid: this {name} waits for a person at "
+                                      f"{', '.join(waits)} (the run stops there until resumed with their answer), "
+                                      "so it must be checkpointed: pass checkpoint=SqliteCheckpointer('runs.db') "
+                                      "(MemoryCheckpointer() in tests, where fsmchat.testing.answer() answers)")
 
     # ---- display ----
     def _repr_fields(self) -> list[str]:
@@ -263,7 +340,7 @@ class Pattern(ABC):
         ``requests=True`` the most HTTP requests, each model-backed agent's own ``num_retries``
         included (``max_model_calls`` caps requests)."""
         return sum(n * (1 + (getattr(s, "num_retries", 0) if requests and hasattr(s, "model") else 0))
-                   for s, n in self._calls_by_speaker())
+                   for s, n in self._calls_by_speaker() if not isinstance(s, Human))
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
         """(speaker, most calls it can be asked for in one run), the source of ``max_calls``."""
@@ -301,6 +378,7 @@ class Pattern(ABC):
         result.usage = dict(ctx.stats.usage)
         result.events = list(ctx.events)
         result.output = format_output(self._output_rows(ctx), self.output_type)
+        set_pending(result)
         run_finished(result)
         return result
 
@@ -361,6 +439,7 @@ class Pattern(ABC):
         check_checkpoint(checkpoint, type(self).__name__)
         check_run_id(run_id, type(self).__name__)
         self._check_run(task)
+        self._check_waits(checkpoint)
         self._check_limits()
         task, repaired = self._admit_task(task)
         lease = None
@@ -381,20 +460,25 @@ class Pattern(ABC):
             ctx.events.append({"event": "text_repaired", "role": "task", "replaced": repaired})
         return await self._drive(ctx, observers, on_message, checkpoint, run_id, meta, lease=lease, on_start=on_start)
 
-    async def aresume(self, run_id: str, checkpoint: Any, *, observers: Sequence[Any] = (),
+    async def aresume(self, run_id: str, checkpoint: Any, *, input: Any = None, observers: Sequence[Any] = (),
                       on_message: Sequence[Any] = (), on_start: Sequence[Any] = ()) -> RunResult:
         """Continue a checkpointed run from its last committed state; a finished run's result is
-        rebuilt from the checkpoint without calling any model. Refused, before anything is
-        written, when the run was checkpointed by another pattern (``CheckpointMismatch``) or is
-        running elsewhere (``RunInProgress``)."""
+        rebuilt from the checkpoint without calling any model. A run waiting for a person
+        (``stop_reason="interrupted"``) continues with ``input``, their answer (``Approve()``,
+        ``Edit(...)``, ``Reject(reason)``, ``Say(text)`` or a plain str), checked against what its
+        interrupt point allows (``result.pending.allowed``; ``InputNotAllowed`` otherwise); without
+        ``input`` its waiting result is returned and nothing runs. Refused, before anything is
+        written, when the run was checkpointed by another pattern (``CheckpointMismatch``), is
+        running elsewhere (``RunInProgress``), or got ``input`` without waiting (``NotWaiting``)."""
         check_resume(run_id, checkpoint, f"{type(self).__name__}.resume")
         saved = checkpoint.load(run_id)
         self._check_fingerprint(run_id, saved.meta)
         forked = self._with_run_limits(saved.meta)
         if forked is not None:  # a fork changed the run's limits: a copy of this pattern runs with them
             return await forked.aresume(run_id, checkpoint, observers=observers, on_message=on_message,
-                                        on_start=on_start)
-        if saved.finished:
+                                        on_start=on_start, input=input)
+        answer = self._answer_for(run_id, saved, input)
+        if saved.finished or (saved.stop_reason == "interrupted" and answer is None):
             return self._rebuild(run_id, saved)
         lease = Lease(checkpoint, run_id)
         try:
@@ -402,11 +486,25 @@ class Pattern(ABC):
             if saved.finished:
                 lease.release()
                 return self._rebuild(run_id, saved)
+            answer = self._answer_for(run_id, saved, input)
             ctx = self._restored(saved)
+            if answer is not None:
+                ctx.people.give(*answer)
         except BaseException:
             lease.release()
             raise
         return await self._drive(ctx, observers, on_message, checkpoint, run_id, None, saved, lease, on_start)
+
+    def _answer_for(self, run_id: str, saved: Any, input: Any) -> Any:
+        """(what the run waits for, the checked answer), None without ``input``; ``NotWaiting`` for
+        an answer to a run that waits for nobody."""
+        pending = waiting_for(saved)
+        if input is None:
+            return None
+        if pending is None:
+            raise NotWaiting(f"{type(self).__name__}.resume: input={input!r} was given, but run {run_id!r} does not "
+                             f"wait for a person (stop reason {saved.stop_reason!r}); resume it without input")
+        return pending, check_input(pending, input)
 
     def _viewer_meta(self) -> dict[str, Any]:
         """What a checkpoint keeps at run start for the run viewer (``fsmchat ui``, ``fsmchat report``):
@@ -477,8 +575,9 @@ class Pattern(ABC):
                                      f"than the {type(self).__name__} resuming it; " + "; ".join(diffs) +
                                      ". Resume it with the pattern that started it (nothing was written)")
 
-    def resume(self, run_id: str, checkpoint: Any) -> RunResult:
-        return self._sync(lambda: self.aresume(run_id, checkpoint))
+    def resume(self, run_id: str, checkpoint: Any, *, input: Any = None) -> RunResult:
+        """Synchronous ``aresume`` (``input``: a waiting run's answer)."""
+        return self._sync(lambda: self.aresume(run_id, checkpoint, input=input))
 
     def _sync(self, make: Any) -> Any:
         """``run_sync``, keeping the transcript so far on a Ctrl-C (KeyboardInterrupt)."""

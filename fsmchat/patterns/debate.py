@@ -12,14 +12,15 @@ not posted, so ``str-all-except-first`` skips the first debater's first reply.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from pydantic import Field
 
 from ..checks import check_agents
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import as_speaker, check_roster
-from .base import ChatContext, Pattern, PatternConfig, bind, check_image, check_task
+from ..speakers.human import Human
+from .base import PERSON_NOTE, ChatContext, Pattern, PatternConfig, bind, check_image, check_task, people_in
 
 TWO_AGENTS = "There must be exactly two agents in the dialogue."
 
@@ -48,7 +49,8 @@ def turns_remain(ctx: ChatContext) -> bool:
 async def introduce(ctx: ChatContext, i: int) -> str:
     """the debater is told whom it faces (not posted)"""
     me, other = ctx.speakers[i], ctx.speakers[1 - i]
-    await ctx.ask_private(me, intro_prompt(me.name, other.name))
+    if not isinstance(me, Human):  # a person knows whom they face: nothing to ask them
+        await ctx.ask_private(me, intro_prompt(me.name, other.name))
     return me.name
 
 
@@ -64,16 +66,19 @@ async def debate_turn(ctx: ChatContext, i: int) -> str:
 
 
 def compile_debate(names: Sequence[str] | None = None, send_intros: bool = True, description: str = "",
-                   name: str | None = None) -> StateGraph:
-    """The debate graph; ``names`` (the two debaters, optional) only label the states."""
+                   name: str | None = None, people: Collection[str] = ()) -> StateGraph:
+    """The debate graph; ``names`` (the two debaters, optional) only label the states; a debater
+    among ``people`` (a ``Human``) makes its turn state wait for their message."""
     a, b = names if names else ("agents[0]", "agents[1]")
     g = StateGraph(name or ("one_on_one_debate" if send_intros else "one_on_one_exchange"),
                    context=ChatContext, description=description)
     if send_intros:
         g.state("intro_a", bind(introduce, 0), f"{a} is told it debates {b} (not posted)")
         g.state("intro_b", bind(introduce, 1), f"{b} is told it debates {a} (not posted)")
-    g.state("turn_a", bind(debate_turn, 0), f"{a} answers the last message (turn 1: the task)")
-    g.state("turn_b", bind(debate_turn, 1), f"{b} answers {a}'s reply")
+    g.state("turn_a", bind(debate_turn, 0), f"{a} answers the last message (turn 1: the task)"
+            + (PERSON_NOTE if a in people else ""), waits=a in people)
+    g.state("turn_b", bind(debate_turn, 1), f"{b} answers {a}'s reply" + (PERSON_NOTE if b in people else ""),
+            waits=b in people)
     g.final("stop", reason="max_loops")
     if send_intros:
         g.edge("intro_a", "intro_b")
@@ -100,16 +105,19 @@ class OneOnOneDebate(Pattern):
     name = "OneOnOneDebate"
 
     def __init__(self, max_loops: int = 1, agents: Sequence[Any] | None = None, img: str | None = None,
-                 output_type: str = "str-all-except-first", *, send_intros: bool = True, verbose: bool = False):
+                 output_type: str = "str-all-except-first", *, send_intros: bool = True, verbose: bool = False,
+                 interrupt_before: Sequence[str] | None = None, interrupt_after: Sequence[str] | None = None):
         self.config = DebateConfig.make(type(self).__name__, max_loops=max_loops, output_type=output_type,
                                         send_intros=send_intros, verbose=verbose)
         self.max_loops, self.agents, self.img, self.output_type = max_loops, agents, img, output_type
         self.send_intros, self.verbose = send_intros, verbose
         if check_agents(agents, type(self).__name__) is not None:  # refused now; run() checks again (set later)
             self._speakers()
+        self._set_interrupts(interrupt_before, interrupt_after)
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
-        """An introduction each (when sent), then turns alternating from agents[0]: 2 + max_loops."""
+        """An introduction each (when sent; a person gets none), then turns alternating from agents[0]:
+        2 + max_loops."""
         first, second = self._speakers()
         intro, loops = (1 if self.config.send_intros else 0), self.config.max_loops
         return [(first, intro + (loops + 1) // 2), (second, intro + loops // 2)]
@@ -125,8 +133,10 @@ class OneOnOneDebate(Pattern):
         check_image(self.img, type(self).__name__)
 
     def _compile(self) -> StateGraph:
-        names = [as_speaker(a).name for a in self.agents] if self.agents and len(self.agents) == 2 else None
-        return compile_debate(names, self.config.send_intros)
+        speakers = [as_speaker(a) for a in self.agents] if self.agents and len(self.agents) == 2 else None
+        names = [s.name for s in speakers] if speakers else None
+        return compile_debate(names, self.config.send_intros,
+                              people=people_in(speakers or []))
 
     def _context(self, task: str) -> ChatContext:
         ctx = ChatContext(task, self._speakers(), images=check_image(self.img, type(self).__name__))

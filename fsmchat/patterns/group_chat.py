@@ -5,6 +5,11 @@
 
 Every agent bids each turn through a forced ``respond(score, message)`` call, concurrently;
 the best recency-adjusted bid strictly above ``threshold`` is posted (no second call).
+
+People in the loop (fsmchat's own extension): ``interrupt_before=["post"]`` draws a
+``before_post`` wait state where a person approves, edits or rejects the winner's message (or
+posts their own); a ``Human`` participant never bids but gets a ``claim_<name>`` wait state
+before each bid round, where their message takes the floor.
 """
 from __future__ import annotations
 
@@ -15,11 +20,13 @@ from pydantic import Field
 
 from ..checks import check_agents
 from ..errors import LimitReached, ModelCallError, fatal_error
-from ..graph.state_graph import StateGraph
+from ..graph.state_graph import StateGraph, state_names
 from ..models import Message
 from ..speakers.agent import Agent, Turn, check_roster
+from ..speakers.human import PERSON_BID, USER, Edit, Human, Reject, Say, request
 from ..speakers.respond import BidOutcome
-from .base import ChatContext, Pattern, PatternConfig
+from .base import ChatContext, Pattern, PatternConfig, bind
+from .interrupts import TARGET, WaitPoint, insert_before
 
 
 class GroupChatConfig(PatternConfig):
@@ -40,8 +47,8 @@ class GroupChatConfig(PatternConfig):
 
 # ---- guards ----
 def under_cap(ctx: ChatContext) -> bool:
-    """fewer than max_loops messages posted"""
-    return len(ctx.transcript) < ctx.scratch["cfg"].max_loops
+    """fewer than max_loops messages posted (a turn a person rejected counts as one)"""
+    return len(ctx.transcript) + ctx.scratch["dropped"] < ctx.scratch["cfg"].max_loops
 
 
 def has_winner(ctx: ChatContext) -> bool:
@@ -93,8 +100,8 @@ async def collect_bids(ctx: ChatContext) -> dict[str, float]:
             ctx.events.append({**b.note, "turn": ctx.turn})
         if not b.valid:
             ctx.events.append({"event": "invalid_bid", "turn": ctx.turn, "agent": s.name, "reason": b.reason})
-    if bids and all(b.error is not None for b in bids):
-        raise NoBidHeard(ctx.turn, [(s.name, b.error) for s, b in zip(ctx.speakers, bids)])
+    if bids and all(b.error is not None or b is PERSON_BID for b in bids):  # people never bid
+        raise NoBidHeard(ctx.turn, [(s.name, b.error) for s, b in zip(ctx.speakers, bids) if b.error is not None])
     return {s.name: b.score for s, b in zip(ctx.speakers, bids)}
 
 
@@ -151,7 +158,72 @@ def remember_speaker(ctx: ChatContext) -> None:
     del recent[:-max(1, ctx.scratch["cfg"].recency_window)]  # bounded: only the window is ever read
 
 
-def compile_group_chat(name: str = "group_chat", description: str = "") -> StateGraph:
+# ---- people in the loop ----
+def approved(ctx: ChatContext) -> bool:
+    """the person approved (or edited) the winner's message"""
+    return ctx.people.verdict in ("approve", "edit")
+
+
+def claimed(ctx: ChatContext) -> bool:
+    """the person took the floor"""
+    return ctx.people.verdict == "say"
+
+
+POST_ALLOWED = {"approve": "post the winner's message as is",
+                "edit": "post Edit(text) as the winner's message instead",
+                "reject": "drop the turn (it counts toward max_loops); the winner is penalized as if it had spoken",
+                "say": f"post your message (as {USER!r}) instead; the winner is penalized as for a rejection"}
+
+
+def review_winner(ctx: ChatContext) -> str:
+    """a person approves, edits or rejects the winner's message"""
+    i = ctx.scratch["winner"]
+    speaker, bid = ctx.speakers[i], ctx.scratch["bids"][i]
+    answer = ctx.people.ask(request("post", f"{speaker.name} won turn {ctx.turn + 1}: post its message?",
+                                    POST_ALLOWED, proposed={"speaker": speaker.name, "content": bid.message,
+                                                            "score": bid.score}, edit="text"))
+    ctx.people.verdict = answer.kind
+    if isinstance(answer, Edit):
+        ctx.scratch["bids"][i] = BidOutcome(bid.score, answer.text or "", bid.valid, bid.reason)
+        ctx.events.append({"event": "edited", "turn": ctx.turn, "agent": speaker.name})
+    elif isinstance(answer, (Reject, Say)):
+        ctx.scratch["dropped"] += isinstance(answer, Reject)
+        ctx.events.append({"event": "rejected", "turn": ctx.turn, "agent": speaker.name,
+                           "reason": answer.reason if isinstance(answer, Reject) else "a person spoke instead"})
+        if isinstance(answer, Say):
+            ctx.post(USER, answer.text, by="person")
+        ctx.turn += 1
+    return answer.kind
+
+
+def claim_floor(ctx: ChatContext, i: int) -> str:
+    """the person may take the floor before the agents bid"""
+    person = ctx.speakers[i]
+    answer = ctx.people.ask(request("claim", f"{person.name}: turn {ctx.turn + 1} is next; take the floor, "
+                                    "or let the agents bid", CLAIM_ALLOWED, person=person.name), person)
+    ctx.people.verdict = answer.kind
+    if isinstance(answer, Say):
+        ctx.post(person.name, answer.text, claimed=True)
+        ctx.scratch["winner"] = i  # penalize remembers them as the latest speaker
+        ctx.turn += 1
+    return answer.kind
+
+
+CLAIM_ALLOWED = {"approve": "let the agents bid for this turn", "say": "your message wins this turn"}
+
+
+def add_claims(g: StateGraph, people: Sequence[tuple[int, str]]) -> None:
+    """A ``claim_<name>`` wait state per person before ``bid``, in roster order: a claim posts their
+    message and goes to ``penalize``; otherwise the next person is asked, then the agents bid."""
+    for i, name in people:
+        point = WaitPoint(bind(claim_floor, i), [("penalize", claimed, "claimed"), (TARGET, None, "passed")],
+                          f"{name} (a person) may take the floor before the bids")
+        insert_before(g, "bid", state_names([name], g.states, prefix="claim_")[0], point)
+
+
+def compile_group_chat(name: str = "group_chat", description: str = "",
+                       people: Sequence[tuple[int, str]] = ()) -> StateGraph:
+    """GroupChat's graph; ``people`` (roster index, name) adds a claim state per ``Human``."""
     g = StateGraph(name, context=ChatContext, description=description)
     g.state("seed", post_task)
     g.state("bid", collect_bids)
@@ -167,6 +239,8 @@ def compile_group_chat(name: str = "group_chat", description: str = "") -> State
     g.edge("post", "penalize")
     g.edge("penalize", "bid", when=under_cap)
     g.edge("penalize", "stop", label="max_loops")
+    if people:
+        add_claims(g, people)
     return g
 
 
@@ -178,11 +252,17 @@ class GroupChat(Pattern):
                  agents: Sequence[Any] | None = None, max_loops: int = 20, threshold: float = 0.5,
                  recency_penalty: float = 0.3, recency_window: int = 1, idle_timeout: float = 8.0,
                  output_type: str = "str-all-except-first", auto_equip: bool = True, verbose: bool = False,
-                 context_window: int | None = None):
+                 context_window: int | None = None, *, interrupt_before: Sequence[str] | None = None,
+                 interrupt_after: Sequence[str] | None = None):
         """``context_window`` (an fsmchat extension, default off) shows bidders the task plus only
-        the last N messages, which bounds prompt tokens per call in long chats."""
+        the last N messages, which bounds prompt tokens per call in long chats.
+        ``interrupt_before``/``interrupt_after`` name states where the run stops for a person
+        (``["post"]``: approve, edit or reject each winner's message); ``Human`` participants claim
+        the floor before each bid round (fsmchat extensions; the run needs a checkpoint)."""
         if not check_agents(agents, "GroupChat") or len(agents) < 2:
             raise ValueError("GroupChat requires at least 2 agents.")
+        if all(isinstance(a, Human) for a in agents):
+            raise ValueError("GroupChat needs at least one agent that bids besides its Human participants")
         self.config = GroupChatConfig.make("GroupChat", max_loops=max_loops, threshold=threshold,
                                            recency_penalty=recency_penalty, recency_window=recency_window,
                                            idle_timeout=idle_timeout, output_type=output_type,
@@ -194,19 +274,30 @@ class GroupChat(Pattern):
         self.max_loops, self.threshold = max_loops, threshold
         self.recency_penalty, self.recency_window = recency_penalty, recency_window
         self.idle_timeout, self.auto_equip = idle_timeout, auto_equip
+        self._set_interrupts(interrupt_before, interrupt_after)
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
-        """Every agent bids every turn; at most max_loops - 1 turns (a turn that posts nothing ends the chat)."""
+        """Every agent bids every turn; at most max_loops - 1 turns (a turn that posts nothing ends the
+        chat; a rejected one counts toward max_loops). People make no model call (``max_calls`` skips them)."""
         return [(a, max(0, self.config.max_loops - 1)) for a in self.agents]
 
     def _compile(self) -> StateGraph:
-        return compile_group_chat(description=self.description)
+        people = [(i, a.name) for i, a in enumerate(self.agents) if isinstance(a, Human)]
+        return compile_group_chat(description=self.description, people=people)
+
+    def _wait_point(self, where: str, qualified: str, level: StateGraph) -> WaitPoint:
+        """Before ``post`` a person reviews the winner's message: ``Approve``/``Edit`` post it,
+        ``Reject``/``Say`` drop it (and penalize the winner)."""
+        if (where, qualified) == ("before", "post"):
+            return WaitPoint(review_winner, [(TARGET, approved, "approved"), ("penalize", None, "rejected")],
+                             "a person approves, edits or rejects the winner's message")
+        return super()._wait_point(where, qualified, level)
 
     def _context(self, task: str) -> ChatContext:
         speakers = [a.equipped() if self.config.auto_equip and isinstance(a, Agent) else a for a in self.agents]
         ctx = ChatContext(task, speakers)
         ctx.stats.roster = speakers
-        ctx.scratch.update(cfg=self.config, recent=[], bids=[], winner=None)
+        ctx.scratch.update(cfg=self.config, recent=[], bids=[], winner=None, dropped=0)
         return ctx
 
 

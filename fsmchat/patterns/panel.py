@@ -14,14 +14,15 @@ the briefing matters. A normal run stops with ``stop_reason="rounds"``.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from pydantic import Field
 
 from ..checks import check_agents
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import check_roster
-from .base import ChatContext, Pattern, PatternConfig, check_task, speaker_chain
+from ..speakers.human import Human
+from .base import PERSON_NOTE, ChatContext, Pattern, PatternConfig, check_task, people_in, speaker_chain
 
 TOO_FEW_EXPERTS = "At least two expert agents are required for a panel discussion."
 NO_MODERATOR = "A moderator agent is required for panel discussion."
@@ -70,16 +71,19 @@ def rounds_remain(ctx: ChatContext) -> bool:
 async def brief(ctx: ChatContext) -> None:
     """moderator, then each expert, told who is on the panel (not posted)"""
     moderator, names = ctx.scratch["moderator"], ctx.names
-    await ctx.ask_private(moderator, moderator_brief(moderator.name, names))
+    if not isinstance(moderator, Human):  # people know the panel: only agents are briefed
+        await ctx.ask_private(moderator, moderator_brief(moderator.name, names))
     for i, expert in enumerate(ctx.speakers):
-        await ctx.ask_private(expert, expert_brief(expert.name, i, names, moderator.name))
+        if not isinstance(expert, Human):
+            await ctx.ask_private(expert, expert_brief(expert.name, i, names, moderator.name))
 
 
 async def open_round(ctx: ChatContext) -> int:
     """the moderator opens the round on the topic"""
     moderator = ctx.scratch["moderator"]
-    r = ctx.scratch["round"] = ctx.scratch["round"] + 1
+    r = ctx.scratch["round"] + 1
     opener = await ctx.ask_private(moderator, opener_prompt(r, ctx.scratch["topic"]))
+    ctx.scratch["round"] = r  # after the ask: a moderator who is a person may stop the run there
     ctx.post(moderator.name, opener, round=r, phase="open")
     ctx.scratch.update(opener=opener, answers=[])
     return r
@@ -103,15 +107,20 @@ async def synthesize(ctx: ChatContext) -> None:
 
 
 def compile_panel(experts: Sequence[str], moderator: str = "moderator", description: str = "",
-                  name: str = "expert_panel") -> StateGraph:
-    """The panel over a known roster: one state per expert; the round counter is a guard."""
+                  name: str = "expert_panel", people: Collection[str] = ()) -> StateGraph:
+    """The panel over a known roster: one state per expert; the round counter is a guard. The states
+    of ``people`` (``Human`` experts or moderator) wait for their messages."""
     if len(experts) < 2:
         raise ValueError(TOO_FEW_EXPERTS)
     g = StateGraph(name, context=ChatContext, description=description)
     g.state("brief", brief)
-    g.state("open_round", open_round, f"{moderator} opens with 'Round r: topic'")
-    states = speaker_chain(g, experts, expert_answers, "{name} answers the opener", reserved=["synthesize", "stop"])
-    g.state("synthesize", synthesize, f"{moderator} synthesises, asks a follow-up (the next topic)")
+    chair = moderator in people
+    note = PERSON_NOTE if chair else ""
+    g.state("open_round", open_round, f"{moderator} opens with 'Round r: topic'{note}", waits=chair)
+    states = speaker_chain(g, experts, expert_answers, "{name} answers the opener", reserved=["synthesize", "stop"],
+                           people=people)
+    g.state("synthesize", synthesize, f"{moderator} synthesises, asks a follow-up (the next topic){note}",
+            waits=chair)
     g.final("stop", reason="rounds")
     g.edge("brief", "open_round")
     g.edge("open_round", states[0])
@@ -131,13 +140,15 @@ class ExpertPanelDiscussion(Pattern):
     name = "ExpertPanelDiscussion"
 
     def __init__(self, max_rounds: int = 3, agents: Sequence[Any] | None = None, moderator: Any = None,
-                 output_type: str = "str-all-except-first", *, verbose: bool = False):
+                 output_type: str = "str-all-except-first", *, verbose: bool = False,
+                 interrupt_before: Sequence[str] | None = None, interrupt_after: Sequence[str] | None = None):
         self.config = PanelConfig.make("ExpertPanelDiscussion", max_rounds=max_rounds, output_type=output_type,
                                        verbose=verbose)
         self.max_rounds, self.agents, self.moderator = max_rounds, agents, moderator
         self.output_type, self.verbose = output_type, verbose
         if check_agents(agents, "ExpertPanelDiscussion") is not None or moderator is not None:  # run() checks again
             self._roster()
+        self._set_interrupts(interrupt_before, interrupt_after)
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
         """Briefings (1 + N), then per round the moderator twice and each expert once: 1 + N + R(N + 2)."""
@@ -159,7 +170,7 @@ class ExpertPanelDiscussion(Pattern):
 
     def _compile(self) -> StateGraph:
         experts, moderator = self._roster()
-        return compile_panel([e.name for e in experts], moderator.name)
+        return compile_panel([e.name for e in experts], moderator.name, people=people_in([*experts, moderator]))
 
     def _context(self, task: str) -> ChatContext:
         experts, moderator = self._roster()

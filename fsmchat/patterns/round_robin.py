@@ -12,14 +12,14 @@ conversation (own replies as ``assistant``, others as ``user`` ``"Name: text"``,
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from pydantic import Field
 
 from ..checks import check_agents
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import check_roster
-from .base import ChatContext, Pattern, PatternConfig, speaker_chain
+from .base import ChatContext, Pattern, PatternConfig, people_in, speaker_chain
 
 OPENING = "(none — you open the conversation)"
 CLOSING = "(none — you close the conversation)"
@@ -85,13 +85,15 @@ async def take_turn(ctx: ChatContext, i: int) -> str:
 
 
 def compile_round_robin(names: Sequence[str], description: str = "",
-                        name: str = "round_robin") -> StateGraph:
-    """The rotation over a known roster: one state per speaker; the loop counter is a guard."""
+                        name: str = "round_robin", people: Collection[str] = ()) -> StateGraph:
+    """The rotation over a known roster: one state per speaker (a ``Human``'s, among ``people``,
+    waits for their message); the loop counter is a guard."""
     if not names:
         raise ValueError("compile_round_robin needs at least one speaker name")
     g = StateGraph(name, context=ChatContext, description=description)
     g.state("seed", post_task)
-    states = speaker_chain(g, names, take_turn, "{name} builds on the conversation", reserved=["stop"])
+    states = speaker_chain(g, names, take_turn, "{name} builds on the conversation", reserved=["stop"],
+                           people=people)
     g.final("stop", reason="max_loops")
     g.edge("seed", states[0])
     g.edge(states[-1], states[0], when=next_loop)
@@ -110,7 +112,10 @@ class RoundRobinSwarm(Pattern):
     def __init__(self, name: str = "RoundRobinSwarm",
                  description: str = "A swarm implementation that executes tasks in a round-robin fashion.",
                  agents: Sequence[Any] | None = None, verbose: bool = False, max_loops: int = 1,
-                 output_type: str = "final"):
+                 output_type: str = "final", *, interrupt_before: Sequence[str] | None = None,
+                 interrupt_after: Sequence[str] | None = None):
+        """``interrupt_before``/``interrupt_after``: states where the run stops for a person (a
+        ``Human`` among ``agents`` waits at its own turn); the run then needs a checkpoint."""
         if not check_agents(agents, "RoundRobinSwarm"):
             raise ValueError("RoundRobinSwarm cannot be initialized without agents")
         self.config = RoundRobinConfig.make("RoundRobinSwarm", max_loops=max_loops, output_type=output_type,
@@ -118,13 +123,14 @@ class RoundRobinSwarm(Pattern):
         self.name, self.description = name, description
         self.agents = check_roster(agents, "RoundRobinSwarm")
         self.verbose, self.max_loops, self.output_type = verbose, max_loops, output_type
+        self._set_interrupts(interrupt_before, interrupt_after)
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
         """One call per turn: each agent max_loops times (N x max_loops)."""
         return [(a, self.config.max_loops) for a in self.agents]
 
     def _compile(self) -> StateGraph:
-        return compile_round_robin([a.name for a in self.agents], self.description)
+        return compile_round_robin([a.name for a in self.agents], self.description, people=people_in(self.agents))
 
     def _context(self, task: str) -> ChatContext:
         ctx = ChatContext(task, list(self.agents))

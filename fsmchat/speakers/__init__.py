@@ -1,6 +1,7 @@
-"""Layer 5: participants (litellm agents, callables) and the respond tool."""
+"""Layer 5: participants (litellm agents, callables, people) and the respond tool."""
 from .agent import Agent, CallableSpeaker, Turn, as_speaker, check_roster, conversation_view
+from .human import Approve, Edit, Human, Pending, Reject, Say
 from .respond import RESPOND_TOOL, BidOutcome, parse_bid
 
 __all__ = ["Agent", "CallableSpeaker", "Turn", "as_speaker", "check_roster", "conversation_view",
-           "RESPOND_TOOL", "BidOutcome", "parse_bid"]
+           "RESPOND_TOOL", "BidOutcome", "parse_bid", "Human", "Approve", "Edit", "Reject", "Say", "Pending"]
