@@ -80,8 +80,6 @@ def _free(lm: Any, handler: Any) -> Any:
     """``handler`` (one of fsmchat's own custom providers) with every response marked free."""
 
     class Free(lm.CustomLLM):  # type: ignore[misc, name-defined]
-        wrapped = handler
-
         def completion(self, *args: Any, **kwargs: Any) -> Any:
             return priced_free(handler.completion(*args, **kwargs))
 
