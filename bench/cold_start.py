@@ -1,7 +1,9 @@
-"""Cold start (target 5): wall time of a fresh interpreter that imports fsmchat, that builds a
-GroupChat, and of ``fsmchat render`` of a pattern to SVG; litellm must not be imported by any of
-them. Against ``python -c pass`` (the interpreter's own start) and LangGraph's ``StateGraph``
-import, in the same run.
+"""Cold start (target 5): wall time of a fresh interpreter that imports fsmchat, that imports
+``GroupChat``, that builds a GroupChat, and of ``fsmchat render`` of a pattern to SVG (litellm must
+not be imported by any of them); then a new user's first conversation, with the offline model
+and through litellm to a local OpenAI-compatible server (both import litellm). Against
+``python -c pass`` (the interpreter's own start) and LangGraph's ``StateGraph`` import, in the
+same run.
 
 Timed with hyperfine (``-N``) when it is installed (``apt-get install hyperfine``), else a
 subprocess loop: 20 runs per command in 5 interleaved rounds (a slow phase of the VM hits every
@@ -12,11 +14,13 @@ command alike), median. Then
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -29,12 +33,17 @@ FSMCHAT = str(Path(PY).parent / "fsmchat")
 RENDER_TARGET = "fsmchat.patterns.group_chat:example_graph"
 BUILD = ("from fsmchat import Agent, GroupChat; "
          "GroupChat(agents=[Agent('A', model='offline'), Agent('B', model='offline')]).graph")
+# a first conversation (3 messages: the task and two turns), as a new user's first script runs it
+FIRST_RUN = ("from fsmchat import Agent, GroupChat; "
+             "r = GroupChat(agents=[Agent('A', {kw}), Agent('B', {kw})], max_loops=3).execute('plan a trip'); "
+             "assert r.ok and len(r.transcript) == 3, (r.stop_reason, r.error)")
 
 
 def commands(out_svg: str) -> dict[str, list[str]]:
     cmds = {
         "python -c pass": [PY, "-c", "pass"],
         "import fsmchat": [PY, "-c", "import fsmchat"],
+        "from fsmchat import GroupChat": [PY, "-c", "from fsmchat import GroupChat"],
         "build a GroupChat (Agents, graph)": [PY, "-c", BUILD],
         "fsmchat render GroupChat -> SVG": [FSMCHAT, "render", RENDER_TARGET, "-o", out_svg],
     }
@@ -47,6 +56,22 @@ def commands(out_svg: str) -> dict[str, list[str]]:
     if version("langgraph") != "not installed":
         cmds["from langgraph.graph import StateGraph"] = [PY, "-c", "from langgraph.graph import StateGraph"]
     return cmds
+
+
+def first_runs() -> dict[str, list[str]]:
+    """litellm's import, then a new user's first conversation: with the offline model (a litellm
+    custom provider: litellm is imported) and with a real provider's path (an OpenAI-compatible
+    server on 127.0.0.1, started here for the whole measurement: HTTP, litellm, fsmchat)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from openai_server import OpenAIServer, respond
+
+    srv = OpenAIServer(lambda req: respond(0.9, "Let us start with the budget."), max_requests=10_000,
+                       max_lifetime=3600).__enter__()
+    atexit.register(srv.__exit__, None, None, None)
+    http = f"model='openai/test-model', api_base='{srv.url}/v1', api_key='sk-test', num_retries=0"
+    return {"import litellm": [PY, "-c", "import litellm"],
+            "first offline run (GroupChat, 2 turns)": [PY, "-c", FIRST_RUN.format(kw="model='offline'")],
+            "first litellm run (GroupChat, 2 turns, local HTTP server)": [PY, "-c", FIRST_RUN.format(kw=http)]}
 
 
 def time_all(cmds: dict[str, list[str]], runs: int, rounds: int = 5) -> tuple[dict[str, float], str]:
@@ -124,13 +149,13 @@ def measure(quick: bool) -> tuple[str, list[dict[str, Any]]]:
         cmds = commands(svg)
         secs, how = time_all(cmds, runs)
         assert Path(svg).stat().st_size > 0, "render wrote no SVG"
-    lit = {"import litellm": [PY, "-c", "import litellm"]}  # ~7 s a run here: 3 runs, no warm-up
-    secs.update(time_loop(lit, 3))
+    secs.update(time_loop(first_runs(), 3))  # litellm's import (~4-7 s a run here): 3 runs, no warm-up
     ms = {k: v * 1e3 for k, v in secs.items()}
     py = ms["python -c pass"]
     render_code = (f"import sys; from fsmchat.cli import main; main(['render', '{RENDER_TARGET}', '-o', "
                    f"'{tempfile.gettempdir()}/fsmchat-bench.svg'])")
-    probes = {"import fsmchat": "import fsmchat", "build a GroupChat (Agents, graph)": BUILD,
+    probes = {"import fsmchat": "import fsmchat", "from fsmchat import GroupChat": "from fsmchat import GroupChat",
+              "build a GroupChat (Agents, graph)": BUILD,
               "fsmchat render GroupChat -> SVG": render_code}
     it = {k: importtime(code, 3 if quick else 5) for k, code in probes.items()}
     no_litellm = {k: not any(m == "litellm" or m.startswith("litellm.") for m in v[2]) for k, v in it.items()}
@@ -140,10 +165,11 @@ def measure(quick: bool) -> tuple[str, list[dict[str, Any]]]:
     lines = [machine_line(None, how), "",
              "| command | wall ms | minus `python -c pass` | litellm imported? | goal |", "|---|---:|---:|---|---|"]
     for k, v in ms.items():
-        lit = ("no" if no_litellm[k] else "**yes**") if k in no_litellm else ("yes" if k == "import litellm" else "-")
+        lit = ("no" if no_litellm[k] else "**yes**") if k in no_litellm else \
+            ("yes" if k == "import litellm" or k.startswith("first ") else "-")
         g = goals.get(k)
         name = f"`{k}`" if "(" not in k else f"`{k[:k.index(' (')]}` {k[k.index(' (') + 1:]}"
-        if k == "import litellm":
+        if k == "import litellm" or k.startswith("first "):
             name += " (3 runs, no warm-up)"
         lines.append(f"| {name} | {v:.0f} | {v - py:+.0f} | {lit} | {f'{g[0]}: {status(g[1])}' if g else ''} |")
     lines += ["", f"`fsmchat render` runs `{FSMCHAT.replace(str(ROOT) + '/', '')} render {RENDER_TARGET} -o x.svg` "
@@ -161,6 +187,14 @@ def measure(quick: bool) -> tuple[str, list[dict[str, Any]]]:
                            if "from langgraph.graph import StateGraph" in ms else None),
              "ratio": "litellm not imported" if no_litellm[k] else "litellm IMPORTED", "goal": goals[k][0],
              "ok": goals[k][1], "command": ".venv/bin/python bench/cold_start.py --write"} for k in goals]
+    rows += [{"target": "5. Cold start", "measure": k, "fsmchat": f"{ms[k]:.0f} ms", "floor": f"{py:.0f} ms (python)",
+              "langgraph": None, "ratio": note, "goal": "report", "ok": None,
+              "command": ".venv/bin/python bench/cold_start.py --write"}
+             for k, note in (("from fsmchat import GroupChat", "litellm not imported" if no_litellm.get(
+                                 "from fsmchat import GroupChat", True) else "litellm IMPORTED"),
+                             ("first offline run (GroupChat, 2 turns)", "litellm's import included"),
+                             ("first litellm run (GroupChat, 2 turns, local HTTP server)",
+                              "litellm's import included"))]
     return "\n".join(lines), rows
 
 

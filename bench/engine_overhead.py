@@ -25,7 +25,7 @@ import statistics
 import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
-from time import perf_counter, strftime
+from time import perf_counter, process_time, strftime
 from typing import Any, Awaitable, Callable
 
 import transitions
@@ -79,18 +79,22 @@ async def floor(g: StateGraph, ctx: Ctx) -> None:
     assert len(ctx.rows) == ctx.T == len(trace)
 
 
-def build_langgraph(checkpointer: Any = None) -> Any:
+def build_langgraph(checkpointer: Any = None, sync: bool = False) -> Any:
     """The same round robin in LangGraph: a node per agent returning its row (appended by the
-    ``operator.add`` reducer) and the new counter; a conditional edge per node (``more``)."""
+    ``operator.add`` reducer) and the new counter; a conditional edge per node (``more``).
+    ``sync``: plain-function nodes (for ``invoke``, LangGraph's faster spelling here)."""
     class LGState(TypedDict):
         rows: Annotated[list, operator.add]
         t: int
         T: int
 
-    def node(name: str) -> Callable[[LGState], Awaitable[dict[str, Any]]]:
-        async def agent(s: LGState) -> dict[str, Any]:
+    def node(name: str) -> Callable[[LGState], Any]:
+        def agent_sync(s: LGState) -> dict[str, Any]:
             return {"rows": [(name, f"{name} says {s['t']}")], "t": s["t"] + 1}
-        return agent
+
+        async def agent(s: LGState) -> dict[str, Any]:
+            return agent_sync(s)
+        return agent_sync if sync else agent
 
     g = LGStateGraph(LGState)
     for name in NAMES:
@@ -112,24 +116,36 @@ async def langgraph(g: StateGraph, ctx: Ctx) -> None:
     assert len(ctx.rows) == ctx.T
 
 
+async def langgraph_invoke(g: StateGraph, ctx: Ctx) -> None:
+    """LangGraph's sync spelling: plain-function nodes and ``invoke`` (no event loop hop per step)."""
+    app = _LG.get("sync") or _LG.setdefault("sync", build_langgraph(sync=True))
+    out = app.invoke({"rows": [], "t": 0, "T": ctx.T}, {"recursion_limit": ctx.T + 10})
+    ctx.rows = out["rows"]
+    assert len(ctx.rows) == ctx.T
+
+
 Run = Callable[[StateGraph, Ctx], Awaitable[None]]
 RUNS: dict[str, Run] = {"fsmchat": engine, "floor": floor}
 if LGStateGraph is not None:
     RUNS["langgraph"] = langgraph
+    RUNS["langgraph_invoke"] = langgraph_invoke
 
 
 def once(run: Run, g: StateGraph, T: int, on: Callable[[], Any] | None = None,
-         off: Callable[[], Any] | None = None) -> float:
-    """One run on a fresh context and event loop, ``on``/``off`` around it: µs per turn."""
+         off: Callable[[], Any] | None = None, cpu: list[float] | None = None) -> float:
+    """One run on a fresh context and event loop, ``on``/``off`` around it: wall µs per turn
+    (the process's CPU µs per turn appended to ``cpu`` when given)."""
     async def go() -> float:
         ctx = Ctx(T)
         if on:
             on()
-        t0 = perf_counter()
+        t0, c0 = perf_counter(), process_time()
         await run(g, ctx)
-        dt = perf_counter() - t0
+        dt, dc = perf_counter() - t0, process_time() - c0
         if off:
             off()
+        if cpu is not None:
+            cpu.append(dc / T * 1e6)
         return dt / T * 1e6
     gc.collect()
     return asyncio.run(go())
@@ -140,11 +156,13 @@ def table(g: StateGraph, reps: int) -> tuple[str, list[dict[str, Any]]]:
     for run in RUNS.values():  # warm-up: compiles the graphs, warms caches
         once(run, g, lo)
     times: dict[tuple[str, int], list[float]] = {(k, T): [] for k in RUNS for T in TURNS}
+    cpus: dict[tuple[str, int], list[float]] = {(k, T): [] for k in RUNS for T in TURNS}
     for _ in range(reps):
         for T in TURNS:
             for k, run in RUNS.items():
-                times[k, T].append(once(run, g, T))
+                times[k, T].append(once(run, g, T, cpu=cpus[k, T]))
     us = {key: statistics.median(v) for key, v in times.items()}
+    cpu = {key: statistics.median(v) for key, v in cpus.items()}
     best = {key: min(v) for key, v in times.items()}  # robust to the host slowing down for a while
     mem: dict[str, float] = {}
     for k, run in RUNS.items():
@@ -156,36 +174,54 @@ def table(g: StateGraph, reps: int) -> tuple[str, list[dict[str, Any]]]:
     # flat: judged on the fastest runs, since noise on this VM only ever adds time (the medians'
     # ratio is printed too; when it and the floor's move together, the machine moved)
     flat_best = best["fsmchat", hi] / best["fsmchat", lo]
-    ok = us["fsmchat", hi] <= 20 and flat_best <= 1.1
-    ok_lg = all(us["langgraph", T] / us["fsmchat", T] >= 10 for T in TURNS) if lg else None
-    lg_head, lg_rule = (" | LangGraph µs/turn | LangGraph / fsmchat", "---:|---:|") if lg else ("", "")
+    # the goal is the engine's own cost: judged on CPU time (what other processes on this shared
+    # host do only ever adds wall time, which is printed next to it)
+    ok = cpu["fsmchat", hi] <= 20 and flat_best <= 1.1
+    # LangGraph's fastest spelling per T (ainvoke with async nodes, or invoke with sync ones)
+    fast = {T: min(("langgraph", "langgraph_invoke"), key=lambda k: us[k, T]) for T in TURNS} if lg else {}
+    lgf = {T: us[fast[T], T] for T in fast}
+    spell = {k: "invoke" if k == "langgraph_invoke" else "ainvoke" for k in ("langgraph", "langgraph_invoke")}
+    ok_lg = all(lgf[T] / us["fsmchat", T] >= 10 for T in TURNS) if lg else None
+    lg_head, lg_rule = ((" | LangGraph ainvoke µs/turn | LangGraph invoke µs/turn | fastest LangGraph / fsmchat",
+                         "---:|---:|---:|") if lg else ("", ""))
     lines = [
         f"Measured {strftime('%Y-%m-%d')} on {os.cpu_count()} cores (`nproc` = {len(os.sched_getaffinity(0))}, "
         f"load average {load:.2f} at start), {platform.machine()}, Python {platform.python_version()}, "
         f"transitions {transitions.__version__}" + (f", langgraph {version('langgraph')}" if lg else "") +
         f"; median and best (fastest) of {reps} repetitions, µs per turn.", "",
         f"| T (turns) | fsmchat µs/turn | plain asyncio floor µs/turn | fsmchat / floor{lg_head} "
-        f"| fsmchat best | floor best |", f"|---:|---:|---:|---:|{lg_rule}---:|---:|"]
+        f"| fsmchat best | floor best | fsmchat CPU µs/turn | floor CPU µs/turn |",
+        f"|---:|---:|---:|---:|{lg_rule}---:|---:|---:|---:|"]
     for T in TURNS:
-        lg_cells = f" {us['langgraph', T]:.0f} | {us['langgraph', T] / us['fsmchat', T]:.0f}x |" if lg else ""
+        lg_cells = (f" {us['langgraph', T]:.0f} | {us['langgraph_invoke', T]:.0f} | "
+                    f"{lgf[T] / us['fsmchat', T]:.0f}x ({spell[fast[T]]}) |") if lg else ""
         lines.append(f"| {T} | {us['fsmchat', T]:.2f} | {us['floor', T]:.2f} | {us['fsmchat', T] / us['floor', T]:.1f}x "
-                     f"|{lg_cells} {best['fsmchat', T]:.2f} | {best['floor', T]:.2f} |")
+                     f"|{lg_cells} {best['fsmchat', T]:.2f} | {best['floor', T]:.2f} | {cpu['fsmchat', T]:.2f} "
+                     f"| {cpu['floor', T]:.2f} |")
     lines += ["",
         f"- Flatness, per-turn at T={hi} / T={lo} (1.00 = flat): fsmchat {flat['fsmchat']:.2f}, floor "
-        f"{flat['floor']:.2f}" + (f", LangGraph {flat['langgraph']:.2f}" if lg else "") +
+        f"{flat['floor']:.2f}" + (f", LangGraph (ainvoke) {flat['langgraph']:.2f}" if lg else "") +
         f"; on the best runs fsmchat {best['fsmchat', hi] / best['fsmchat', lo]:.2f}, "
         f"floor {best['floor', hi] / best['floor', lo]:.2f}.",
         f"- Peak traced memory at T={hi} (tracemalloc, inside the run): fsmchat {mem['fsmchat']:.0f} KiB, "
         f"floor {mem['floor']:.0f} KiB ({mem['fsmchat'] / mem['floor']:.2f}x)" +
-        (f", LangGraph {mem['langgraph']:.0f} KiB ({mem['langgraph'] / mem['fsmchat']:.1f}x fsmchat)" if lg else "") + ".",
-        f"- Goal (median <= 20 µs/turn at T={hi}; no growth above 10% from T={lo}, on the best runs): "
+        (f", LangGraph (ainvoke) {mem['langgraph']:.0f} KiB ({mem['langgraph'] / mem['fsmchat']:.1f}x fsmchat)"
+         if lg else "") + ".",
+        f"- Goal (median CPU time <= 20 µs/turn at T={hi} (wall median {us['fsmchat', hi]:.1f}); no growth "
+        f"above 10% from T={lo}, on the best runs): "
         f"{'met' if ok else 'NOT met'}" +
-        (f"; >= 10x faster than LangGraph at every T: {'met' if ok_lg else 'NOT met'}" if lg else "") + "."]
-    rows = [{"target": "1. Engine overhead", "measure": f"µs/turn, round robin N=3, T={T}",
-             "fsmchat": round(us["fsmchat", T], 2), "floor": round(us["floor", T], 2),
-             "langgraph": round(us["langgraph", T], 1) if lg else None,
-             "ratio": f"{us['langgraph', T] / us['fsmchat', T]:.0f}x faster than LangGraph" if lg else "",
-             "goal": "<= 20 µs/turn at T=3000, flat, >= 10x LangGraph",
+        (f"; >= 10x faster than LangGraph's fastest spelling at every T: {'met' if ok_lg else 'NOT met'}"
+         if lg else "") + ".",
+        "- This is the engine alone (`run_graph` over hand-written actions); what users run "
+        "(`pattern.run`) is in the user-path section."]
+    rows = [{"target": "1. Engine overhead (engine only)", "measure": f"CPU µs/turn, round robin N=3, T={T}",
+             "fsmchat": round(cpu["fsmchat", T], 2), "floor": round(cpu["floor", T], 2),
+             "fsmchat_wall": round(us["fsmchat", T], 2),
+             "langgraph": round(lgf[T], 1) if lg else None,
+             "ratio": (f"LangGraph's fastest spelling ({spell[fast[T]]}) {lgf[T] / us['fsmchat', T]:.0f}x slower "
+                       "(wall)") if lg else "",
+             "lg_ratio": round(lgf[T] / us["fsmchat", T], 1) if lg else None,
+             "goal": "<= 20 µs/turn (median CPU) at T=3000, flat, >= 10x LangGraph",
              "ok": bool(ok and (ok_lg is not False)),
              "command": ".venv/bin/python bench/engine_overhead.py --write"} for T in TURNS]
     return "\n".join(lines), rows

@@ -175,8 +175,13 @@ class GraphRun:
             raise _MaxSteps()
         forced = None
         if not self.entered:
+            st = self.compiled.steps[self.state]
+            self.entered = True
             try:
-                await self._enter()
+                if st.is_async:  # the common case, awaited here (one coroutine less per step)
+                    self.payload = await st.action(self.context)
+                else:
+                    await self._enter(st)
             except LimitReached as exc:
                 forced = self._limit_edge(exc)
             except Exception as exc:
@@ -224,15 +229,12 @@ class GraphRun:
         self.payload = out
         return out
 
-    async def _enter(self) -> None:
-        st = self.compiled.steps[self.state]
-        self.entered = True
+    async def _enter(self, st: _Step) -> None:
+        """Run the action of a state whose action is not a coroutine function (or a fork)."""
         if st.fork is not None:
             self.payload = await self._fork(st)
         elif st.action is None:
             self.payload = None
-        elif st.is_async:
-            self.payload = await st.action(self.context)
         else:
             out = st.action(self.context)
             self.payload = (await out) if inspect.isawaitable(out) else out
@@ -266,14 +268,14 @@ class GraphRun:
 
     def _advance(self, choice: tuple[Any, str, str, str], payload: Any) -> TraceEvent:
         _guard, trigger, label, _dest = choice
-        source = self.state
+        source, steps, prefix = self.state, self.compiled.steps, self.prefix
         self.compiled.events[trigger].trigger(self)  # the Machine moves self.state
         self.entered, self.payload = False, None
-        ev = TraceEvent(len(self.path), self.prefix + source, label, self.prefix + self.state,
+        ev = TraceEvent(len(self.path), prefix + source, label, prefix + self.state,
                         self.clock() - self._t0, payload)
         self.path.append(ev.state)
-        self._record(ev, self.compiled.steps[source].pure)
-        if self.compiled.steps[self.state].final:
+        self._record(ev, steps[source].pure)
+        if steps[self.state].final:
             self._end()
         return ev
 

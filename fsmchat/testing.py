@@ -377,7 +377,6 @@ class _Matcher:
 ANY = _Matcher("ANY", lambda x: True)
 ANY_TIME = _Matcher("ANY_TIME", lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0)
 ANY_ID = _Matcher("ANY_ID", lambda x: isinstance(x, str) and bool(x) and " " not in x)
-ANY_STR = _Matcher("ANY_STR", lambda x: isinstance(x, str))
 
 
 def assert_trace(run: RunResult, expected: Sequence[dict[str, Any]]) -> None:

@@ -11,8 +11,8 @@ from typing import Any, Callable, Sequence
 
 from ..deadline import call_within
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, fatal_error, limit_reached
-from ..graph.state_graph import StateGraph
-from ..speakers.agent import Agent, Turn
+from ..graph.state_graph import StateGraph, state_names
+from ..speakers.agent import Turn
 from .context import FlowContext, StepResult
 from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, Task, as_task
 
@@ -138,14 +138,9 @@ class Compiler:
     def sequence(self, steps: Sequence[Any], name: str, final: str = "done", reason: Any = None,
                  description: str = "") -> StateGraph:
         g = StateGraph(name, description=description)
-        names: list[str] = []
-        for step in steps:
-            base = re.sub(r"\W+", "_", getattr(step, "name", None) or as_task(step).name or "step").strip("_")
-            state = base or "step"
-            n = 2
-            while state in names or state == final:
-                state, n = f"{base}_{n}", n + 1
-            names.append(state)
+        labels = [getattr(step, "name", None) or as_task(step).name or "step" for step in steps]
+        names = state_names(labels, reserved=[final], fallback="step")
+        for state, step in zip(names, steps):
             self.add(g, state, step)
         g.final(final, reason=reason)
         for i, state in enumerate(names):
@@ -306,11 +301,10 @@ class Compiler:
     def route(self, r: Route) -> StateGraph:
         g = StateGraph(r.name, description="route")
         g.state("decide", r.decide, "match a key in the previous output" if r.on is None else f"look up {r.on}")
-        states = []
-        for k, steps in r.routes.items():
-            st = "to_" + (re.sub(r"\W+", "_", k).strip("_") or "route")
-            g.subgraph(st, self.sequence(steps, st), f"route {k!r}")
-            states.append((k, st))
+        states = list(zip(r.routes, state_names(list(r.routes), reserved=["decide", "default", "done"],
+                                                 prefix="to_", fallback="route")))
+        for k, st in states:
+            g.subgraph(st, self.sequence(r.routes[k], st), f"route {k!r}")
         if r.default:
             g.subgraph("default", self.sequence(r.default, "default"), "no key matched")
         g.final("done")

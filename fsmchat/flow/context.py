@@ -57,9 +57,6 @@ class FlowContext:
     def halted(self) -> bool:
         return self.status in ("failed", "stopped")
 
-    def frame(self, key: int) -> dict[str, Any]:
-        return self.frames.setdefault(key, {})
-
     def lookup(self, name: str) -> Any:
         if name == "input":
             return self.input

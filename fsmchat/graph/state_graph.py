@@ -8,8 +8,9 @@ draws it with clusters, and tests walk it, so all three see the same graph.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import GraphError
 
@@ -19,6 +20,24 @@ Guard = Callable[[Any], bool]
 # child run; ``join(ctx, [(child context, RunResult)])`` merges them (in that order) and returns the payload;
 # then the most child runs at once (None: all).
 Fork = tuple[Callable[[Any], Any], Callable[[Any, list[Any]], Any], "int | None"]
+
+
+def state_names(labels: Sequence[str], reserved: Iterable[str] = (), prefix: str = "",
+                fallback: str = "state") -> list[str]:
+    """One valid, distinct state name per label, the one rule every graph builder uses: ``prefix``
+    plus the label with each non-word character (``.`` and ``|`` have meanings in state names)
+    as ``_`` (``fallback`` for an empty label), suffixed ``_2``, ``_3`` ... when it would collide
+    with a ``reserved`` name or an earlier label. Distinct labels never share a name."""
+    taken = set(reserved)
+    out = []
+    for label in labels:
+        base = prefix + (re.sub(r"\W", "_", label) or fallback)
+        candidate, k = base, 2
+        while candidate in taken:
+            candidate, k = f"{base}_{k}", k + 1
+        taken.add(candidate)
+        out.append(candidate)
+    return out
 
 
 def first_line(obj: Any) -> str:

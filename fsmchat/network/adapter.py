@@ -9,7 +9,7 @@ from ..models import TraceEvent
 from ..engine import GraphRun
 from .errors import NotFoundError, ProtocolError
 from .events import EV_TEXT, ORDERING_ROUND_ROBIN, ORDERINGS
-from .graphs import LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, LIFECYCLE_PENDING, ChannelContext, \
+from .graphs import LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, ChannelContext, \
     turn_graph, turn_state_names, ttl_elapsed
 
 DISCUSSION = "discussion"
@@ -95,18 +95,6 @@ class DiscussionAdapter:
 
     def state(self) -> DiscussionState:
         return DiscussionState(list(self.ctx.order), self.expected, self.ctx.turn_count)
-
-    def lifecycle_refusal(self) -> str | None:
-        """Why no text could be accepted now because of the channel's lifecycle (None if active)."""
-        state = self.ctx.state
-        cid = self.ctx.channel_id
-        if state == LIFECYCLE_CLOSED:
-            return f"channel '{cid}' is closed"
-        if state == LIFECYCLE_EXPIRED or ttl_elapsed(self.ctx):
-            return f"channel '{cid}' is expired"
-        if state == LIFECYCLE_PENDING:
-            return f"channel '{cid}' is not open yet: waiting for invite acks from {self.missing_acks()}"
-        return None
 
     def missing_acks(self) -> list[str]:
         return [p for p in self.ctx.invitees if p not in self.ctx.acked]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..graph.state_graph import StateGraph
+from ..graph.state_graph import StateGraph, state_names
 from .clock import Clock, monotonic
 from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED
 
@@ -142,15 +142,8 @@ def channel_expired(ctx: ChannelContext) -> bool:
 
 
 def turn_state_names(order: Sequence[str]) -> list[str]:
-    """``awaiting_<participant>`` per participant, made unique and free of dots (state-name rules)."""
-    names: list[str] = []
-    for p in order:
-        base = "awaiting_" + (p.replace(".", "_").replace("|", "_") or "_")
-        name, k = base, 2
-        while name in names or name in (TURNS_CLOSED, TURNS_EXPIRED):
-            name, k = f"{base}_{k}", k + 1
-        names.append(name)
-    return names
+    """``awaiting_<participant>`` per participant (the graph layer's one state-name rule)."""
+    return state_names(order, reserved=(TURNS_CLOSED, TURNS_EXPIRED), prefix="awaiting_", fallback="_")
 
 
 def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "discussion_turns",

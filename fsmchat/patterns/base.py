@@ -15,7 +15,6 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 import inspect
-import re
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Sequence
 
@@ -26,7 +25,7 @@ from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
 from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
 from ..errors import attach_result, result_of, run_finished
-from ..graph.state_graph import StateGraph
+from ..graph.state_graph import StateGraph, state_names
 from ..progress import ProgressBar, progress_wanted
 from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, TraceEvent, Transcript, check_output_type, format_output,
                       safe_text, shorten)
@@ -170,28 +169,12 @@ def bind(fn: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
     return functools.update_wrapper(action, fn)
 
 
-def state_names(names: Sequence[str], reserved: Sequence[str] = ()) -> list[str]:
-    """One state name per speaker, for graphs that draw a state per speaker: the speaker's name
-    with non-word characters (``.`` joins nested names) as ``_``, suffixed ``_2``, ``_3`` ... when
-    it would collide with a ``reserved`` state or an earlier speaker."""
-    taken = set(reserved)
-    out = []
-    for i, name in enumerate(names):
-        base = re.sub(r"\W", "_", name) or f"speaker_{i + 1}"
-        candidate, k = base, 2
-        while candidate in taken:
-            candidate, k = f"{base}_{k}", k + 1
-        taken.add(candidate)
-        out.append(candidate)
-    return out
-
-
 def speaker_chain(g: StateGraph, names: Sequence[str], action: Callable[..., Any],
                   description: str = "{name}'s turn", reserved: Sequence[str] = ()) -> list[str]:
     """Declare one state per speaker, in roster order, whose action is ``action(ctx, i)``, chained
     by unguarded transitions; returns the state names (the first is the entry, the last the exit).
     State names avoid the graph's states so far and ``reserved`` (states declared later)."""
-    states = state_names(names, reserved=[*g.states, *reserved])
+    states = state_names(names, reserved=[*g.states, *reserved], fallback="speaker")
     for i, (state, name) in enumerate(zip(states, names)):
         g.state(state, bind(action, i), description.format(name=name))
     for a, b in zip(states, states[1:]):

@@ -41,10 +41,6 @@ def respond_response_format() -> dict[str, Any]:
             "json_schema": {"name": "respond", "schema": RESPOND_TOOL["function"]["parameters"]}}
 
 
-def carries_respond(tools: list[dict[str, Any]]) -> bool:
-    return any((t.get("function") or {}).get("name") == "respond" for t in tools)
-
-
 @dataclass(frozen=True, slots=True)
 class BidOutcome:
     """A parsed bid: what selection uses (score, message) and whether the model bid properly."""
