@@ -1,18 +1,18 @@
 # Two entry points, each doing all of its own set-up on a fresh clone (Python 3.11 + root):
 #   make demo   venv + install + Graphviz, regenerate graphs/, run the offline group chat live
-#   make test   venv + install + Graphviz, then the whole test suite (python -m pytest)
+#   make test   venv + install + Graphviz + Chromium, then the whole test suite (python -m pytest)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fsmchat-installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test install graphviz graphs bench clean
+.PHONY: demo test install graphviz chromium graphs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev,ray]"
+	$(BIN)/python -m pip install -q -e ".[dev,ray,ui]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -22,6 +22,14 @@ graphviz:
 	  echo "installing Graphviz (dot) with apt-get"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; }
 
+# headless Chromium and its WebDriver, for the run viewer's browser tests (tests/test_ui_browser.py); when they
+# cannot be installed those tests are skipped, saying why
+chromium:
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
+	  echo "installing Chromium and chromium-driver with apt-get"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver \
+	    >/dev/null || echo "could not install Chromium: the browser tests will be skipped"; }
+
 # the gallery is named in pyproject.toml ([tool.fsmchat.graphs]: built-ins + examples/*.py with build())
 graphs: install graphviz
 	$(BIN)/fsmchat graphs --prune
@@ -30,7 +38,7 @@ demo: install graphviz
 	$(BIN)/fsmchat graphs
 	$(BIN)/fsmchat run examples/group_chat.py
 
-test: install graphviz
+test: install graphviz chromium
 	$(BIN)/python -m pytest
 
 bench: install

@@ -135,7 +135,7 @@ class SqliteCheckpointer:
     CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, meta TEXT NOT NULL, stop_reason TEXT,
                                      created REAL NOT NULL, updated REAL NOT NULL);
     CREATE TABLE IF NOT EXISTS events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, step INTEGER, state TEXT,
-                                       trigger TEXT, dest TEXT, t REAL, payload TEXT,
+                                       trigger TEXT, dest TEXT, t REAL, payload TEXT, nmsg INTEGER,
                                        PRIMARY KEY (run_id, seq));
     CREATE TABLE IF NOT EXISTS messages (run_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT, content TEXT,
                                          metadata TEXT, PRIMARY KEY (run_id, seq));
@@ -143,6 +143,9 @@ class SqliteCheckpointer:
     CREATE TABLE IF NOT EXISTS leases (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL);
     """
     TABLES = {"runs", "events", "messages", "states"}
+    ADDED = {"events": (("nmsg", "INTEGER"),)}  # columns added since the first stores; an older store gains
+    # them when opened for writing. events.nmsg: the transcript's length once that step is stored (what a
+    # viewer replays at that step); NULL in rows written before the column existed
 
     def __init__(self, path: str | Path, *, read_only: bool | None = None):
         """Open (or create) the store at ``path``. ``read_only`` (default: when the file is not
@@ -166,6 +169,7 @@ class SqliteCheckpointer:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(self.SCHEMA)
+                self._add_columns()
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
 
@@ -177,11 +181,19 @@ class SqliteCheckpointer:
             return
         expected = {t: set(re.findall(r"(\w+) (?:TEXT|INTEGER|REAL)", body))
                     for t, body in re.findall(r"TABLE IF NOT EXISTS (\w+) \((.*?)\);", self.SCHEMA, re.S)}
-        wrong = sorted(t for t in self.TABLES if not expected[t] <= found.get(t, set()))
+        wrong = sorted(t for t in self.TABLES
+                       if not expected[t] - {c for c, _ in self.ADDED.get(t, ())} <= found.get(t, set()))
         if wrong:
             raise CheckpointStoreError(
                 f"checkpoint store {self.path}: not an fsmchat checkpoint database (tables {sorted(found)}; "
                 f"missing or different: {wrong}); point SqliteCheckpointer at a new file or an fsmchat store")
+
+    def _add_columns(self) -> None:
+        for table, columns in self.ADDED.items():
+            have = {c[1] for c in self._db.execute(f"PRAGMA table_info('{table}')")}
+            for column, kind in columns:
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def _store_error(self, exc: sqlite3.Error) -> CheckpointStoreError:
         text = str(exc)
@@ -247,9 +259,11 @@ class SqliteCheckpointer:
             db = self._db
             db.execute("BEGIN")
             try:
-                db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                               [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t, _dumps(e.payload))
-                                for i, e in enumerate([*earlier, event])])
+                after = nm + len(messages)  # the earlier (pure) steps posted nothing
+                db.executemany("INSERT INTO events (run_id, seq, step, state, trigger, dest, t, payload, nmsg) "
+                               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t, _dumps(e.payload),
+                                 after if e is event else nm) for i, e in enumerate([*earlier, event])])
                 ne += len(earlier)
                 if messages:
                     db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",

@@ -1,4 +1,4 @@
-"""Layer 9: ``fsmchat run | render | graphs | plan``, thin over the layers above.
+"""Layer 9: ``fsmchat run | render | graphs | plan | ui | report``, thin over the layers above.
 
 Targets name code the way uvicorn and flask do: ``MODULE:ATTR`` (imported with the current
 directory first on ``sys.path``), ``path/file.py:ATTR``, or ``path/file.py`` for the file's
@@ -7,10 +7,12 @@ top-level ``def build()`` (``fsmchat.targets``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import runpy
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -62,18 +64,30 @@ def _pattern_of(spec: str, where: str, attr: str | None) -> tuple[Any, Any]:
 
 
 def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
-    from .engine import run_sync
-    from .live import LiveRun, summary
-
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        print(f"fsmchat run: --report {args.report}: its folder does not exist (nothing was run)", file=sys.stderr)
+        return 2
     limits = {k: v for k, v in (("max_model_calls", args.max_calls), ("deadline_s", args.deadline)) if v is not None}
     if limits:
         current = pattern.limits.model_dump(exclude_defaults=True) if pattern.limits is not None else {}
         pattern.with_limits(**{**current, **limits})
-    checkpoint = None
-    if args.checkpoint:
-        from .checkpoint import SqliteCheckpointer
+    with contextlib.ExitStack() as stack:
+        store = args.checkpoint
+        if args.report and not store:  # a report needs the run in a store: a temporary one, deleted afterwards
+            store = str(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fsmchat-run-"))) / "run.db")
+        checkpoint = None
+        if store:
+            from .checkpoint import SqliteCheckpointer
 
-        checkpoint = SqliteCheckpointer(args.checkpoint)
+            checkpoint = SqliteCheckpointer(store)
+            stack.callback(checkpoint.close)
+        return _run_and_report(pattern, task, args, checkpoint, store)
+
+
+def _run_and_report(pattern: Any, task: str, args: argparse.Namespace, checkpoint: Any, store: str | None) -> int:
+    from .engine import run_sync
+    from .live import LiveRun, summary
+
     view = LiveRun(messages=not (args.quiet or args.json), status=False if args.quiet else None,
                    label=getattr(pattern, "name", "") or type(pattern).__name__)
     started = time.monotonic()
@@ -97,8 +111,12 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
         except (ValueError, TypeError):  # a loop over a list only known at run time has no bound
             worst = None
         print(f"\n{summary(result, elapsed, worst)}", flush=True)
-    if checkpoint is not None:
+    if args.checkpoint:
         print(f"fsmchat run: run id {result.run_id} checkpointed in {args.checkpoint}", file=sys.stderr)
+    if args.report:
+        from .ui.report import write_report
+
+        print(f"fsmchat run: report written to {write_report(store, result.run_id, args.report)}", file=sys.stderr)
     if not result.ok:
         print(f"fsmchat run: {args.target} failed (stop reason {result.stop_reason!r}): "
               f"{type(result.error).__name__}: {result.error}", file=sys.stderr)
@@ -108,6 +126,7 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
 
 def _run_script(path: Path, args: argparse.Namespace) -> int:
     needs = [flag for flag, on in (("--json", args.json), ("--quiet", args.quiet), ("--checkpoint", args.checkpoint),
+                                   ("--report", args.report),
                                    ("--max-calls", args.max_calls), ("--deadline", args.deadline)) if on]
     if needs:
         print(f"fsmchat run: {', '.join(needs)} need(s) a pattern, and {path} is a plain script (no top-level "
@@ -131,6 +150,44 @@ def _run_script(path: Path, args: argparse.Namespace) -> int:
         print(f"fsmchat run: a run failed (stop reason {r.stop_reason!r}): {type(r.error).__name__}: {r.error}",
               file=sys.stderr)
     return 1 if failed else 0
+
+
+# ---- ui, report: the run viewer (fsmchat.ui) ----
+def _store_arg(cmd: str, db: str) -> Path | None:
+    path = Path(db)
+    if not path.is_file():
+        print(f"fsmchat {cmd}: no such checkpoint store: {db} (runs are stored with `fsmchat run ... --checkpoint "
+              f"{db}` or checkpoint=SqliteCheckpointer({db!r}))", file=sys.stderr)
+        return None
+    return path
+
+
+def _ui(args: argparse.Namespace) -> int:
+    db = _store_arg("ui", args.db)
+    if db is None:
+        return 2
+    from .ui.server import serve
+
+    serve(db, args.host, args.port)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    db = _store_arg("report", args.db)
+    if db is None:
+        return 2
+    from .ui import RunNotFound, Store, write_report
+
+    try:
+        path = write_report(db, args.run_id, args.output)
+    except RunNotFound as exc:
+        ids = Store(db).summaries()
+        listed = ", ".join(r["run_id"] for r in ids[:10]) + (f" (+{len(ids) - 10} more)" if len(ids) > 10 else "")
+        print(f"fsmchat report: {exc}; " + (f"its runs, newest first: {listed}" if ids else "it holds no runs yet"),
+              file=sys.stderr)
+        return 2
+    print(path)
+    return 0
 
 
 # ---- render, plan ----
@@ -232,6 +289,8 @@ def parser() -> argparse.ArgumentParser:
                    "a terminal's stderr)")
     r.add_argument("--checkpoint", metavar="PATH", help="commit every step to this SQLite file (resumable; the run id "
                    "is printed on stderr)")
+    r.add_argument("--report", metavar="FILE", help="after the run, write it as one self-contained HTML page (the run "
+                   "viewer's, offline); the run goes to --checkpoint's store, or a temporary one")
     r.add_argument("--max-calls", type=int, metavar="N", help="stop (stop reason 'budget') before request N+1 to a "
                    "model (sets max_model_calls)")
     r.add_argument("--deadline", type=float, metavar="SECONDS", help="stop (stop reason 'deadline') after this many "
@@ -258,6 +317,23 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 naming missing, stale and orphan files")
     g.add_argument("--prune", action="store_true", help="delete orphan .dot/.svg/.mmd files (drawn by nothing)")
     g.set_defaults(fn=_graphs)
+
+    u = sub.add_parser("ui", help="watch and replay the runs of a checkpoint store in the browser (read-only)",
+                       description="Serve a local web app over a checkpoint store: every run, and each run replayed step "
+                       "by step on its graph (bids, transcript, usage, config). A run still executing in another process "
+                       "updates live. The store is opened read-only. Needs the ui extra: pip install 'fsmchat[ui]'.")
+    u.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store (e.g. runs.db)")
+    u.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    u.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    u.set_defaults(fn=_ui)
+
+    rp = sub.add_parser("report", help="write one run as a self-contained HTML file (offline, for a review)",
+                        description="Write the run viewer's page of one run as a single HTML file: graph, step replay, "
+                        "bids, transcript, usage and config inline; it opens from file:// with no network.")
+    rp.add_argument("run_id", metavar="RUN_ID", help="the run's id (printed by fsmchat run --checkpoint)")
+    rp.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store holding the run")
+    rp.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write, e.g. run.html")
+    rp.set_defaults(fn=_report)
 
     pl = sub.add_parser("plan", help="print a graph's states and transitions")
     pl.add_argument("target", metavar="TARGET", help=f"a StateGraph, a pattern or a factory of one: {TARGET_HELP}")

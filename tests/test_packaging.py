@@ -19,3 +19,4 @@ def test_the_wheel_is_typed(tmp_path):
     [wheel] = tmp_path.glob("fsmchat-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "fsmchat/py.typed" in names and "fsmchat/engine.py" in names
+    assert {"fsmchat/ui/static/viewer.js", "fsmchat/ui/static/viewer.css"} <= set(names)  # the run viewer's assets

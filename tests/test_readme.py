@@ -90,9 +90,10 @@ def test_readme_cli_lines_do_what_the_readme_says(tmp_path):
     cli = [sys.executable, "-m", "fsmchat.cli"]
     for line in lines:
         args = line.split()[1:]
-        if "-o" in args:  # a rendered file goes to the temp folder, not the checkout
-            k = args.index("-o") + 1
-            args[k] = str(tmp_path / Path(args[k]).name)
+        for flag in ("-o", "--report", "--checkpoint"):  # written files go to the temp folder, not the checkout
+            if flag in args:
+                k = args.index(flag) + 1
+                args[k] = str(tmp_path / Path(args[k]).name)
         r = subprocess.run(cli + args, cwd=ROOT, capture_output=True, text=True, env=offline_env(), timeout=300)
         if "--model" in args and args[args.index("--model") + 1] != "offline":
             assert r.returncode == 1 and "missing credentials" in r.stdout + r.stderr, (line, r.stdout[-800:])

@@ -18,7 +18,7 @@ import html
 import re
 import shutil
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,8 @@ class Edge:
     kind: str  # always | guarded | fallback | fork | join
     stop: bool = False  # enters a final state of the run
     hits: int = 0
+    origin: str = ""  # the state the transition leaves (``source`` is the join bar of a fork state)
+    label: str = ""  # the transition's label: the ``trigger`` of a trace event that took it
 
 
 @dataclass
@@ -116,8 +118,7 @@ def drawing(graph: StateGraph, trace: Any = None) -> Drawing:
     """The plain drawing of ``graph`` (flattened; branch runs nested in their fork state's group),
     with ``trace`` overlaid when given."""
     flat = graph.flatten()
-    visited, hits, starts, ends = _overlay(trace) if trace is not None else (set(), Counter(), Counter(), Counter())
-    d = Drawing(graph.name, graph.description or graph.name, flat.initial, overlay=trace is not None)
+    d = Drawing(graph.name, graph.description or graph.name, flat.initial)
 
     def level(fg: FlatGraph, prefix: str, base: tuple[str, ...], top: bool) -> None:
         for cpath, desc in fg.clusters.items():
@@ -127,32 +128,70 @@ def drawing(graph: StateGraph, trace: Any = None) -> Drawing:
         for s in fg.states.values():
             q, group = prefix + s.name, base + tuple(prefix + c for c in s.cluster)
             d.nodes.append(Node(q, _short(s.name) + (f"\n{s.description}" if s.description else ""), group,
-                                final=s.final, visited=q in visited))
+                                final=s.final))
             if not s.branches:
                 continue
             joins[s.name] = join = f"{q}|join"
-            d.nodes.append(Node(join, "join", group, join=True,
-                                visited=any(k[0] == q for k in hits)))
+            d.nodes.append(Node(join, "join", group, join=True))
             for i, b in enumerate(s.branches, 1):
                 bid = f"{q}|{i}"
                 bf = b.flatten()
                 d.groups[group + (bid,)] = f"{_short(s.name)} branch {i}: {bf.name}"
                 level(bf, bid + ".", group + (bid,), False)
                 entry = f"{bid}.{bf.initial}"
-                d.edges.append(Edge(q, entry, "fork", "fork", hits=starts[entry]))
-                d.edges.extend(Edge(f"{bid}.{f.name}", join, "join", "join", hits=ends[f"{bid}.{f.name}"])
+                d.edges.append(Edge(q, entry, "fork", "fork", origin=q))
+                d.edges.extend(Edge(f"{bid}.{f.name}", join, "join", "join", origin=f"{bid}.{f.name}")
                                for f in bf.states.values() if f.final)
         for t in fg.transitions:
             out = fg.states[t.source].out
             kind = ("guarded" if t.guard is not None else
                     "fallback" if any(o.guard is not None for o in out) else "always")
             text = "" if (t.guard is None and t.label == "next") else edge_text(t)
-            source = prefix + t.source
-            d.edges.append(Edge(joins.get(t.source, source), prefix + t.dest, text, kind,
-                                stop=top and fg.states[t.dest].final, hits=hits.get((source, prefix + t.dest, t.label), 0)))
+            d.edges.append(Edge(joins.get(t.source, prefix + t.source), prefix + t.dest, text, kind,
+                                stop=top and fg.states[t.dest].final, origin=prefix + t.source, label=t.label))
 
     level(flat, "", (), True)
+    return overlay(d, trace) if trace is not None else d
+
+
+def overlay(d: Drawing, trace: Any) -> Drawing:
+    """Overlay a run's trace (a RunResult or a list of trace events) on the plain drawing ``d``:
+    visited states filled, edge hit counts. Returns ``d``."""
+    visited, hits, starts, ends = _overlay(trace)
+    d.overlay = True
+    for n in d.nodes:
+        n.visited = any(k[0] == n.id.removesuffix("|join") for k in hits) if n.join else n.id in visited
+    for e in d.edges:
+        e.hits = (starts[e.dest] if e.kind == "fork" else ends[e.source] if e.kind == "join"
+                  else hits.get((e.origin, e.dest, e.label), 0))
     return d
+
+
+def step_marks(d: Drawing, state: str, trigger: str | None, dest: str | None) -> tuple[int | None, int | None]:
+    """Where one trace event is in ``d``: the index of the state's node and of the edge the step
+    took (None when not drawn, e.g. a terminal event has no edge)."""
+    src = _drawn(state)
+    node = next((i for i, n in enumerate(d.nodes) if n.id == src), None)
+    if dest is None:
+        return node, None
+    to = _drawn(dest)
+    edge = next((i for i, e in enumerate(d.edges) if (e.origin, e.dest, e.label) == (src, to, trigger)), None)
+    return node, edge
+
+
+def drawing_data(d: Drawing) -> dict[str, Any]:
+    """``d`` as JSON-able data (what a checkpoint stores so a viewer can draw the run's graph)."""
+    return {"name": d.name, "title": d.title, "initial": d.initial,
+            "nodes": [asdict(n) for n in d.nodes], "edges": [asdict(e) for e in d.edges],
+            "groups": [[list(path), label] for path, label in d.groups.items()]}
+
+
+def drawing_from_data(data: dict[str, Any]) -> Drawing:
+    """The ``Drawing`` that ``drawing_data`` wrote (``KeyError``/``TypeError`` when it is not one)."""
+    return Drawing(data["name"], data["title"], data["initial"],
+                   nodes=[Node(**{**n, "group": tuple(n["group"])}) for n in data["nodes"]],
+                   groups={tuple(path): label for path, label in data["groups"]},
+                   edges=[Edge(**e) for e in data["edges"]])
 
 
 def _children(d: Drawing, path: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -177,10 +216,15 @@ def _dot_legend(d: Drawing) -> str:
 
 
 def to_dot(graph: StateGraph, trace: Any = None) -> str:
+    return dot_source(drawing(graph, trace))
+
+
+def dot_source(d: Drawing, ids: bool = False) -> str:
+    """DOT text of a drawing; ``ids`` gives each node and edge an SVG id (``n<i>``/``e<i>``, by its
+    index in ``d``) so a page can find the element of a state or a step."""
     import graphviz
 
-    d = drawing(graph, trace)
-    dot = graphviz.Digraph(name=graph.name, graph_attr={"rankdir": "TB", "label": _dot_legend(d),
+    dot = graphviz.Digraph(name=d.name, graph_attr={"rankdir": "TB", "label": _dot_legend(d),
                                                         "labelloc": "t", "fontname": "Helvetica"},
                            node_attr={"shape": "box", "style": "rounded", "fontname": "Helvetica",
                                       "fontsize": "11"},
@@ -188,10 +232,10 @@ def to_dot(graph: StateGraph, trace: Any = None) -> str:
     dot.node("__start__", "", shape="circle", style="filled", fillcolor="black", width="0.2")
 
     def nodes_of(body: graphviz.Digraph, path: tuple[str, ...]) -> None:
-        for n in d.nodes:
+        for i, n in enumerate(d.nodes):
             if n.group != path:
                 continue
-            attrs: dict[str, str] = {}
+            attrs: dict[str, str] = {"id": f"n{i}"} if ids else {}
             if n.join:
                 attrs.update(shape="box", style="filled", fillcolor="blue" if n.visited else "black",
                              color="blue" if n.visited else "black", height="0.06", width="1.2", fixedsize="true")
@@ -209,8 +253,8 @@ def to_dot(graph: StateGraph, trace: Any = None) -> str:
             body.subgraph(cluster)
 
     nodes_of(dot, ())
-    for e in d.edges:
-        attrs: dict[str, str] = {}
+    for i, e in enumerate(d.edges):
+        attrs: dict[str, str] = {"id": f"e{i}"} if ids else {}
         if e.kind == "fallback":
             attrs.update(style="dashed")
         elif e.kind in ("fork", "join"):

@@ -25,6 +25,7 @@ from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
 from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
 from ..errors import attach_result, result_of, run_finished
+from ..graph.render import drawing, drawing_data
 from ..graph.state_graph import StateGraph, state_names
 from ..progress import ProgressBar, progress_wanted
 from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, TraceEvent, Transcript, check_output_type, format_output,
@@ -367,6 +368,8 @@ class Pattern(ABC):
             lease = Lease(checkpoint, run_id)
         meta = {"pattern": type(self).__name__, "name": self.name, "task": task, "factory": self.factory,
                 "fingerprint": self.fingerprint()}
+        if checkpoint is not None:
+            meta.update(self._viewer_meta())
         try:
             ctx = self._context(task)
         except BaseException:
@@ -399,6 +402,16 @@ class Pattern(ABC):
             lease.release()
             raise
         return await self._drive(ctx, observers, on_message, checkpoint, run_id, None, saved, lease, on_start)
+
+    def _viewer_meta(self) -> dict[str, Any]:
+        """What a checkpoint keeps at run start for the run viewer (``fsmchat ui``, ``fsmchat report``):
+        the graph as drawing data, and the config (``to_config``: secrets left out) or why there is none."""
+        out: dict[str, Any] = {"graph": drawing_data(drawing(self.graph))}
+        try:
+            out["config"] = self.to_config().model_dump(mode="json")
+        except Exception as exc:  # a lambda, a closure, a speaker with no config: the run goes on without it
+            out["config_missing"] = f"{type(exc).__name__}: {exc}"
+        return out
 
     def _restored(self, saved: Any) -> Any:
         ctx = self._context(saved.meta["task"])

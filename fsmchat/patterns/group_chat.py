@@ -118,16 +118,21 @@ def pick_speaker(ctx: ChatContext) -> dict[str, Any]:
     cfg: GroupChatConfig = ctx.scratch["cfg"]
     recent = set(ctx.scratch["recent"][-max(1, cfg.recency_window):])
     best_i, best = None, cfg.threshold
-    adjusted = {}
+    adjusted, messages, invalid = {}, {}, {}
     for i, (s, b) in enumerate(zip(ctx.speakers, ctx.scratch["bids"])):
+        if not b.valid:
+            invalid[s.name] = b.reason
         if not b.message:
             continue
+        messages[s.name] = b.message
         score = b.score - cfg.recency_penalty if s.name in recent else b.score
         adjusted[s.name] = round(score, 6)
         if score > best:
             best_i, best = i, score
     ctx.scratch["winner"] = best_i
-    return {"winner": ctx.speakers[best_i].name if best_i is not None else None, "adjusted": adjusted}
+    # the turn's record (trace, checkpoints, the run viewer): every bid's message, not only the winner's
+    return {"winner": ctx.speakers[best_i].name if best_i is not None else None, "adjusted": adjusted,
+            "threshold": cfg.threshold, "messages": messages, "invalid": invalid}
 
 
 def post_winner(ctx: ChatContext) -> str:

@@ -1,0 +1,11 @@
+"""Layer 9, the run viewer: ``fsmchat ui`` (a local web app over a checkpoint store) and
+``fsmchat report`` (one run as a self-contained HTML file). It reads stores and never writes them.
+
+``fsmchat.ui.store`` reads, ``fsmchat.ui.view`` shapes a run for its page, ``fsmchat.ui.page`` writes
+the HTML (stylesheet and script vendored in ``static/``), ``fsmchat.ui.report`` exports a run and
+``fsmchat.ui.server`` serves them (Starlette and uvicorn: ``pip install 'fsmchat[ui]'``).
+"""
+from .report import write_report
+from .store import RunNotFound, Store, StoreUnreadable
+
+__all__ = ["RunNotFound", "Store", "StoreUnreadable", "write_report"]

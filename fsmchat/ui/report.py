@@ -1,0 +1,40 @@
+"""The viewer's page data, and ``fsmchat report``: one run's page as a single self-contained HTML file.
+
+The server and the report build the same data (``run_data``) and the same page (``page.page``); a
+report only has it all inline and never connects anywhere, so it opens from ``file://`` offline.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .page import page
+from .store import STATUSES, Store
+from .view import run_view
+
+
+def runs_data(store: Store) -> dict[str, Any]:
+    return {"kind": "runs", "store": str(store.path), "statuses": list(STATUSES), "runs": store.summaries()}
+
+
+def run_data(store: Store, run_id: str, known: tuple[Any, Any] = (None, None)) -> dict[str, Any]:
+    """The run page's data; ``{"unchanged": True}`` when ``known`` (steps, status) already matches."""
+    rec = store.run(run_id)
+    steps, status = known
+    if steps is not None and str(len(rec.steps)) == str(steps) and status == rec.status:
+        return {"unchanged": True}
+    return {"kind": "run", "store": str(store.path), **run_view(rec, time.time())}
+
+
+def report_html(store: Store, run_id: str) -> str:
+    data = run_data(store, run_id)
+    return page(data, f"fsmchat report: {data['run']['pattern'] or 'run'} {run_id}", live=False, report=True)
+
+
+def write_report(db: str | Path, run_id: str, out: str | Path) -> Path:
+    """Write run ``run_id`` of the store at ``db`` to ``out`` as one HTML file; returns its path."""
+    text = report_html(Store(db), run_id)
+    path = Path(out)
+    path.write_text(text, encoding="utf-8")
+    return path

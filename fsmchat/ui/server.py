@@ -1,0 +1,144 @@
+"""``fsmchat ui``: a local web app over one checkpoint store (Starlette + uvicorn, the ``fsmchat[ui]`` extra).
+
+Pages: ``/`` (every run), ``/runs/{run_id}`` (one run, replayed step by step); their data at
+``/api/runs`` and ``/api/runs/{run_id}``, which the pages poll while a run executes. Every request
+reads the store afresh, read-only; a store that cannot be read gets a page saying why.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import FsmchatError
+from .page import error_page, page
+from .report import runs_data, run_data
+from .store import RunNotFound, Store, StoreUnreadable
+
+DEFAULT_HOST = "127.0.0.1"  # this machine only, unless told otherwise
+DEFAULT_PORT = 8765
+MISSING_EXTRA = "the viewer's web server needs the ui extra: pip install 'fsmchat[ui]' (Starlette and uvicorn)"
+
+
+def app(db: str | Path) -> Any:
+    """The ASGI app serving the store at ``db``."""
+    try:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import HTMLResponse, JSONResponse, Response
+        from starlette.routing import Route
+    except ImportError as exc:
+        raise ImportError(MISSING_EXTRA) from exc
+
+    store = Store(db)
+    headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+
+    def problem(exc: Exception, status: int) -> Response:
+        if isinstance(exc, RunNotFound):
+            return HTMLResponse(error_page("No such run", str(exc), "The runs list shows the runs this store holds."),
+                                status, headers)
+        return HTMLResponse(error_page("This store cannot be read", str(exc)), status, headers)
+
+    def runs_page(request: Request) -> Response:
+        try:
+            return HTMLResponse(page(runs_data(store), f"fsmchat runs: {store.path.name}", live=True), 200, headers)
+        except StoreUnreadable as exc:
+            return problem(exc, 500)
+
+    def run_page(request: Request) -> Response:
+        try:
+            data = run_data(store, request.path_params["run_id"])
+        except RunNotFound as exc:
+            return problem(exc, 404)
+        except StoreUnreadable as exc:
+            return problem(exc, 500)
+        return HTMLResponse(page(data, f"{data['run']['pattern'] or 'run'} {data['run']['run_id']}", live=True),
+                            200, headers)
+
+    def runs_api(request: Request) -> Response:
+        try:
+            return JSONResponse(runs_data(store), 200, headers)
+        except StoreUnreadable as exc:
+            return JSONResponse({"error": str(exc)}, 500, headers)
+
+    def run_api(request: Request) -> Response:
+        """The run's data, or ``{"unchanged": true}`` when the caller already has its ``steps`` and ``status``."""
+        try:
+            data = run_data(store, request.path_params["run_id"], known=(request.query_params.get("steps"),
+                                                                         request.query_params.get("status")))
+        except RunNotFound as exc:
+            return JSONResponse({"error": str(exc)}, 404, headers)
+        except StoreUnreadable as exc:
+            return JSONResponse({"error": str(exc)}, 500, headers)
+        return JSONResponse(data, 200, headers)
+
+    return Starlette(routes=[Route("/", runs_page), Route("/runs/{run_id:path}", run_page),
+                             Route("/api/runs", runs_api), Route("/api/runs/{run_id:path}", run_api)])
+
+
+@dataclass
+class Running:
+    """A viewer server running in a thread of this process (``start``); ``stop()`` ends it."""
+
+    url: str
+    server: Any
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join()
+
+
+class ViewerError(FsmchatError, OSError):
+    """The viewer's server could not start."""
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (``port=0``: a free one); a clear error when it cannot be."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ViewerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port "
+                          "(or --host)") from None
+    return sock
+
+
+def _server(db: str | Path) -> Any:
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise ImportError(MISSING_EXTRA) from exc
+    return uvicorn.Server(uvicorn.Config(app(db), log_level="warning", access_log=False, lifespan="off"))
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def start(db: str | Path, host: str = DEFAULT_HOST, port: int = 0) -> Running:
+    """Serve ``db`` from a background thread (``port=0``: a free port); returns once it accepts requests."""
+    server, sock = _server(db), _listen(host, port)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="fsmchat-ui", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise ViewerError(f"the viewer's server stopped while starting on {host}:{port} (see the error above)")
+        time.sleep(0.01)
+    return Running(_url(sock), server, thread)
+
+
+def serve(db: str | Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    """Serve ``db`` in the foreground until interrupted (``fsmchat ui``)."""
+    server, sock = _server(db), _listen(host, port)
+    print(f"fsmchat ui: serving {db} read-only at {_url(sock)}/ (Ctrl-C stops it)", flush=True)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
+        print("fsmchat ui: stopped", flush=True)

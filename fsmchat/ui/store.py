@@ -1,0 +1,248 @@
+"""The run viewer's reading side: the runs of a checkpoint store and one run's steps, read-only.
+
+The tables are the checkpoint module's (``fsmchat.checkpoint.SqliteCheckpointer.SCHEMA``); this module
+only reads them, through SQLite's ``mode=ro``, so the viewer can never change a store. (Like any reader
+of a WAL database, SQLite may create the ``-wal``/``-shm`` side files next to it; the database file
+itself is untouched.) A store another process is writing is read as of its last commit.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..checkpoint import CheckpointStoreError, SqliteCheckpointer, lease_refusal
+from ..errors import FsmchatError
+
+STATUSES = ("running", "waiting", "finished", "failed", "cancelled", "stopped")
+"""A run's status in the viewer: ``running`` (no stop reason, its lease is live), ``waiting`` (stop
+reason ``interrupted``: it waits for a person), ``finished`` (any other stop reason but ``error`` and
+``cancelled``), ``failed`` (``error``), ``cancelled``, ``stopped`` (no stop reason and no live lease:
+its process ended mid-run; resumable)."""
+
+
+class StoreUnreadable(FsmchatError, RuntimeError):
+    """The store is missing, not SQLite, corrupted or not an fsmchat checkpoint store."""
+
+
+class RunNotFound(FsmchatError, KeyError):
+    """No run with that id in the store."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def status_of(stop_reason: str | None, lease: tuple[str, float] | None, now: float) -> str:
+    if stop_reason is None:
+        live = lease is not None and lease_refusal("", lease, "fsmchat-ui", now) is not None
+        return "running" if live else "stopped"
+    return {"interrupted": "waiting", "error": "failed", "cancelled": "cancelled"}.get(stop_reason, "finished")
+
+
+def _json(text: str | None, default: Any = None) -> Any:
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # shown as the text it is
+
+
+@dataclass
+class Step:
+    """One committed trace event, of the run itself (``lane == ""``) or of a branch run's lane."""
+
+    lane: str
+    step: int
+    state: str
+    trigger: str | None
+    dest: str | None
+    t: float | None
+    payload: Any
+    nmsg: int | None  # its lane's transcript length once this step was stored (None: not recorded)
+
+
+@dataclass
+class RunRecord:
+    """Everything the store holds about one run; each branch lane's steps come before the fork step
+    that joined them (lanes of one fork in branch order)."""
+
+    run_id: str
+    meta: dict[str, Any]
+    stop_reason: str | None
+    status: str
+    created: float
+    updated: float
+    steps: list[Step]
+    messages: list[dict[str, Any]]  # the run's own, in order
+    lanes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # branch lane -> its messages
+    state: dict[str, Any] | None = None  # the latest snapshot (usage, events, flow variables)
+
+
+@dataclass
+class _Open:
+    """A read-only connection and what the store's schema has (None: an empty store)."""
+
+    db: sqlite3.Connection | None
+    nmsg: bool = False  # events.nmsg: the transcript's length at each step is recorded
+    leases: bool = False
+
+    def leases_of(self) -> dict[str, tuple[str, float]]:
+        if self.db is None or not self.leases:
+            return {}
+        return {r[0]: (r[1], r[2]) for r in self.db.execute("SELECT run_id, owner, expires FROM leases")}
+
+
+class Store:
+    """A checkpoint store opened read-only (one short-lived connection per read)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @contextmanager
+    def _open(self) -> Iterator[_Open]:
+        if not self.path.is_file():
+            raise StoreUnreadable(f"{self.path}: no such file")
+        if self.path.stat().st_size == 0:  # an empty file: a store nothing was written to yet
+            yield _Open(None)
+            return
+        try:
+            db = sqlite3.connect(f"file:{self.path.resolve()}?mode=ro", uri=True, timeout=10)
+        except sqlite3.Error as exc:
+            raise StoreUnreadable(f"{self.path}: cannot open it read-only: {exc}") from None
+        with closing(db):
+            try:
+                yield self._check(db)
+            except sqlite3.DatabaseError as exc:
+                raise StoreUnreadable(f"{self.path}: {exc}; the file is corrupted or not an SQLite database "
+                                      "(restore it from a backup, or point the viewer at another store)") from None
+
+    def _check(self, db: sqlite3.Connection) -> _Open:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            return _Open(None)
+        missing = sorted(SqliteCheckpointer.TABLES - tables)
+        if missing:
+            raise StoreUnreadable(f"{self.path}: not an fsmchat checkpoint store (it has tables {sorted(tables)}; "
+                                  f"missing {missing})")
+        return _Open(db, "nmsg" in {c[1] for c in db.execute("PRAGMA table_info('events')")}, "leases" in tables)
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """Every run (branch lanes left out), newest first: pattern, task, status, counts, usage, times."""
+        with self._open() as o:
+            if o.db is None:
+                return []
+            db, now, leases = o.db, time.time(), o.leases_of()
+            msgs = dict(db.execute("SELECT run_id, COUNT(*) FROM messages GROUP BY run_id").fetchall())
+            steps = {r[0]: (r[1], r[2]) for r in
+                     db.execute("SELECT run_id, COUNT(*), MAX(t) FROM events GROUP BY run_id")}
+            stats = {r[0]: _json(r[1], {}) for r in
+                     db.execute("SELECT run_id, CASE WHEN json_valid(state) THEN json_extract(state, '$.stats') END "
+                                "FROM states")}
+            out = []
+            for run_id, meta_text, stop, created, updated in db.execute(
+                    "SELECT run_id, meta, stop_reason, created, updated FROM runs ORDER BY created DESC"):
+                meta = _json(meta_text, {})
+                meta = meta if isinstance(meta, dict) else {}
+                if "parent" in meta:
+                    continue  # a branch run's lane: shown within its run
+                st = stats.get(run_id) if run_id in stats or stop is not None else self._state(run_id).get("stats")
+                out.append(summary(run_id, meta, stop, created, updated, status_of(stop, leases.get(run_id), now),
+                                   msgs.get(run_id, 0), steps.get(run_id, (0, None)), st if isinstance(st, dict)
+                                   else {}, now))
+            return out
+
+    def run(self, run_id: str) -> RunRecord:
+        """One run with its branch lanes (``RunNotFound`` when the store has no such run)."""
+        with self._open() as o:
+            db = o.db
+            row = None if db is None else db.execute(
+                "SELECT meta, stop_reason, created, updated FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if db is None or row is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.path}")
+            meta = _json(row[0], {})
+            where, lanes = "WHERE run_id=? OR substr(run_id, 1, ?)=?", (run_id, len(run_id) + 1, run_id + "/")
+            by_lane: dict[str, list[Step]] = {}
+            for rid, step, state, trig, dest, t, payload, n in db.execute(
+                    f"SELECT run_id, step, state, trigger, dest, t, payload, {'nmsg' if o.nmsg else 'NULL'} "
+                    f"FROM events {where} ORDER BY run_id, seq", lanes):
+                lane = rid[len(run_id) + 1:]
+                by_lane.setdefault(lane, []).append(Step(lane, step, state, trig, dest, t, _json(payload), n))
+            messages: list[dict[str, Any]] = []
+            lane_messages: dict[str, list[dict[str, Any]]] = {}
+            for rid, role, content, metadata in db.execute(
+                    f"SELECT run_id, role, content, metadata FROM messages {where} ORDER BY run_id, seq", lanes):
+                m = {"role": role, "content": content, "metadata": _json(metadata, {})}
+                (messages if rid == run_id else lane_messages.setdefault(rid[len(run_id) + 1:], [])).append(m)
+            status = status_of(row[1], o.leases_of().get(run_id), time.time())
+        return RunRecord(run_id, meta if isinstance(meta, dict) else {}, row[1], status, row[2], row[3],
+                         in_fork_order(by_lane), messages, lane_messages, self._state(run_id))
+
+    def _state(self, run_id: str) -> dict[str, Any]:
+        """The run's latest working state (usage, events, flow variables), read by the checkpoint
+        module itself (its format is that module's); {} when none is stored yet."""
+        try:
+            cp = SqliteCheckpointer(self.path, read_only=True)
+        except CheckpointStoreError as exc:
+            raise StoreUnreadable(str(exc)) from None
+        try:
+            state = cp.load(run_id).state
+        except KeyError:
+            state = None
+        except CheckpointStoreError as exc:
+            raise StoreUnreadable(str(exc)) from None
+        finally:
+            cp.close()
+        return state if isinstance(state, dict) else {}
+
+
+def in_fork_order(by_lane: dict[str, list[Step]]) -> list[Step]:
+    """The run's steps (lane ``""``) with each branch lane's steps placed before the step of the fork
+    that ran it: a lane is named ``<fork step>:<branch>`` inside its parent lane (``a/b``: lane ``b``
+    of lane ``a``). Lanes of a fork still running come after their parent's last step."""
+    children: dict[str, list[str]] = {}
+    for lane in sorted(by_lane, key=_natural):
+        if lane:
+            children.setdefault(lane.rpartition("/")[0], []).append(lane)
+
+    def walk(lane: str) -> list[Step]:
+        waiting: dict[str, list[str]] = {}
+        for kid in children.get(lane, []):
+            waiting.setdefault(kid.rpartition("/")[2].partition(":")[0], []).append(kid)
+        out: list[Step] = []
+        for s in by_lane.get(lane, []):
+            for kid in waiting.pop(str(s.step), []):
+                out += walk(kid)
+            out.append(s)
+        for kids in waiting.values():
+            for kid in kids:
+                out += walk(kid)
+        return out
+
+    return walk("")
+
+
+def _natural(text: str) -> list[Any]:
+    """``parallel|10`` after ``parallel|2``."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text)]
+
+
+def summary(run_id: str, meta: dict[str, Any], stop: str | None, created: float, updated: float, status: str,
+            messages: int, steps: tuple[int, float | None], stats: dict[str, Any], now: float) -> dict[str, Any]:
+    """One row of the runs page."""
+    usage = stats.get("usage") if isinstance(stats.get("usage"), dict) else {}
+    if status == "running":
+        duration = now - created
+    elif stop is not None:
+        duration = updated - created
+    else:
+        duration = steps[1]  # stopped mid-run: up to its last committed step
+    return {"run_id": run_id, "pattern": meta.get("pattern"), "name": meta.get("name"), "task": meta.get("task"),
+            "status": status, "stop_reason": stop, "messages": messages, "steps": steps[0],
+            "calls": stats.get("calls"), "tokens": usage.get("total_tokens"), "cost_usd": stats.get("cost_usd"),
+            "started": created, "duration": duration}
