@@ -420,8 +420,22 @@ def main() -> None:
     with server(LATENCY) as slow_base:
         fan = fan_out(slow_base, reps)
     fb, fa = median(fan["before"]) / LATENCY, median(fan["after"]) / LATENCY
+    lv = version("litellm")
     text = "\n".join([
-        machine_line(reps, f"litellm {version('litellm')}, openai {version('openai')}") +
+        "`.venv/bin/python bench/litellm_cost.py [--quick] [--write] [--profile]`. One forced `respond` bid per "
+        "call (`llm.acomplete`), through a local OpenAI-compatible server in a child process (its CPU is not "
+        "counted) and through one of fsmchat's own litellm custom providers. \"litellm defaults\" undoes, for "
+        "the same process, what fsmchat switches off (`fsmchat.speakers.llm.lean`): litellm's walk and copy of "
+        "every request to shorten base64 images in its log payload (`MAX_BASE64_LENGTH_FOR_LOGGING=0` unless the "
+        "user set it), fsmchat pricing every response a second time (it now reads the price litellm computed "
+        "during the call, the one litellm's callbacks get), and litellm pricing fsmchat's own providers' "
+        "responses (they now say they are free). What is left is litellm's own per-call work, which no "
+        f"setting of litellm {lv} switches off: `completion()`'s request validation (run in an executor thread), "
+        "the OpenAI transform, SDK and HTTP stack, pricing a model its cost map does not list, and the standard "
+        "logging payload; the Python-call counts below (every thread, so they do not depend on the machine's "
+        "load) and the phase breakdown under them show where. The fan-out and batch rows are wall-clock "
+        "measurements on a shared 2-core machine.", "",
+        machine_line(reps, f"litellm {lv}, openai {version('openai')}") +
         f" {k} calls per repeat; CPU is process_time (all threads).", "",
         *lines, "",
         f"- Python calls per model call grow by {per_call['http/per_message']['before']:.0f} -> "
