@@ -457,18 +457,18 @@ def main() -> None:
     for kind in ("http", "custom"):
         for n in SIZES:
             r = per_call[f"{kind}/{n}"]
-            rows.append({"target": "3. litellm per call", "measure": f"CPU ms per litellm call, "
+            rows.append({"target": "litellm per call", "measure": f"CPU ms per litellm call, "
                          f"{'local HTTP server' if kind == 'http' else 'custom provider'}, {n:,} messages",
                          "fsmchat": round(r["after"], 2), "floor": None, "langgraph": None,
                          "ratio": f"litellm defaults {r['before']:.2f} ms ({r['after'] / r['before']:.2f}x); "
                                   f"{r['calls_before']:,.0f} -> {r['calls_after']:,.0f} Python calls",
                          "goal": "<= 1.5 ms", "ok": r["after"] <= 1.5, "command": cmd})
-    rows.append({"target": "3. Fan-out (litellm)", "measure": f"ms per bid round, N={FAN_N} litellm Agents over HTTP, "
+    rows.append({"target": "Fan-out (litellm)", "measure": f"ms per bid round, N={FAN_N} litellm Agents over HTTP, "
                  f"{LATENCY * 1e3:.0f} ms server", "fsmchat": round(median(fan["after"]) * 1e3, 1),
                  "floor": round(LATENCY * 1e3, 1), "langgraph": None,
                  "ratio": f"{fa:.2f}x latency (litellm defaults {fb:.2f}x)", "goal": "<= 1.1x", "ok": fa <= 1.1,
                  "command": cmd})
-    rows.append({"target": "4. Batch (litellm)", "measure": f"model calls per CPU-second, {chats} GroupChats through "
+    rows.append({"target": "Batch (litellm)", "measure": f"model calls per CPU-second, {chats} GroupChats through "
                  "litellm over HTTP", "fsmchat": round(b["after"]), "floor": None, "langgraph": None,
                  "ratio": f"calls/s per core (litellm defaults {b['before']:.0f})", "goal": "report", "ok": None,
                  "command": cmd})
