@@ -1,6 +1,13 @@
 """The one path to every model: ``litellm.acompletion``, imported lazily, with fsmchat's own
 timeout (``asyncio.wait_for``: litellm ignores ``timeout`` for custom providers) and fsmchat's
-own bounded retries (litellm's hidden SDK retries are switched off)."""
+own bounded retries (litellm's hidden SDK retries are switched off).
+
+litellm's per-call work that fsmchat does not use is switched off when litellm is first imported
+(``lean``): the base64 scan and copy of every request for its logging payload, and pricing each
+response twice (fsmchat reads the cost litellm computed during the call; fsmchat's own providers
+say they are free, so litellm does not search its cost map for them). A user's litellm callbacks
+still fire with the same payloads, except that a long base64 image in a logged request is no longer
+shortened (set ``MAX_BASE64_LENGTH_FOR_LOGGING`` to keep litellm's default of 64 characters)."""
 from __future__ import annotations
 
 import asyncio
@@ -21,6 +28,7 @@ DEFAULT_RETRIES = 2
 
 # Set before anything imports litellm: its import otherwise fetches a price list over the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+BASE64_LOG_ENV = "MAX_BASE64_LENGTH_FOR_LOGGING"  # a user's own setting of it wins over ``lean``
 _lock = threading.Lock()
 _litellm: Any = None
 _providers: dict[str, Any] = {}
@@ -55,7 +63,51 @@ def register_provider(name: str, handler: Any) -> None:
 
 def _install(lm: Any, name: str, handler: Any) -> None:
     if not any(p.get("provider") == name for p in lm.custom_provider_map):
-        lm.custom_provider_map.append({"provider": name, "custom_handler": handler})
+        own = name.startswith("fsmchat-")
+        lm.custom_provider_map.append({"provider": name, "custom_handler": _free(lm, handler) if own else handler})
+
+
+def priced_free(response: Any) -> Any:
+    """Mark a response as costing nothing (``_hidden_params["response_cost"] = 0.0``): litellm then
+    reports that cost instead of searching its cost map for the model on every call."""
+    hidden = getattr(response, "_hidden_params", None)
+    if isinstance(hidden, dict):
+        hidden.setdefault("response_cost", 0.0)
+    return response
+
+
+def _free(lm: Any, handler: Any) -> Any:
+    """``handler`` (one of fsmchat's own custom providers) with every response marked free."""
+
+    class Free(lm.CustomLLM):  # type: ignore[misc, name-defined]
+        def completion(self, *args: Any, **kwargs: Any) -> Any:
+            return priced_free(handler.completion(*args, **kwargs))
+
+        async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
+            return priced_free(await handler.acompletion(*args, **kwargs))
+
+        def streaming(self, *args: Any, **kwargs: Any) -> Any:
+            return handler.streaming(*args, **kwargs)
+
+        def astreaming(self, *args: Any, **kwargs: Any) -> Any:
+            return handler.astreaming(*args, **kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(handler, name)
+
+    return Free()
+
+
+def lean(lm: Any) -> None:
+    """Switch off litellm's per-call work that fsmchat does not use (idempotent). Today that is
+    the base64 scan: litellm walks and copies every request's messages to shorten base64 images in
+    the payload it logs (18% of a call at 1,000 messages), unless ``MAX_BASE64_LENGTH_FOR_LOGGING``
+    is 0; fsmchat sets it to 0 unless the user set the variable. It is read from a module global of
+    ``litellm.litellm_core_utils.logging_utils`` at call time; tests/test_litellm_cost.py pins that."""
+    if BASE64_LOG_ENV not in os.environ:
+        from litellm.litellm_core_utils import logging_utils
+
+        logging_utils.MAX_BASE64_LENGTH_FOR_LOGGING = 0
 
 
 def get_litellm() -> Any:
@@ -68,6 +120,7 @@ def get_litellm() -> Any:
                 import litellm as lm
 
                 lm.suppress_debug_info = True
+                lean(lm)
                 from .log_secrets import install
 
                 install()  # mask secrets in litellm's, the OpenAI SDK's, httpx's and fsmchat's log records
@@ -178,6 +231,20 @@ def retry_after(exc: BaseException) -> float | None:
     return None
 
 
+def response_cost(response: Any) -> float | None:
+    """litellm's price for ``response`` in USD, or None if it has none. litellm prices every
+    response during the call (``_hidden_params["response_cost"]``, the figure its callbacks get);
+    that figure is used as is. A response litellm did not return (a cassette replay) is priced here."""
+    hidden = getattr(response, "_hidden_params", None)
+    if isinstance(hidden, dict) and "response_cost" in hidden:
+        value = hidden["response_cost"]
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    try:
+        return float(get_litellm().completion_cost(completion_response=response))
+    except Exception:
+        return None
+
+
 @dataclass
 class CallStats:
     """Counts for one run: logical model calls, HTTP-level attempts, tokens."""
@@ -225,10 +292,7 @@ class CallStats:
         cost = None
         provider = str(getattr(response, "model", "") or "")
         if not provider.startswith(("fsmchat-", "offline")) and provider not in ("", "scripted"):
-            try:  # litellm's price for known models (fsmchat's own providers cost nothing)
-                cost = float(get_litellm().completion_cost(completion_response=response))
-            except Exception:
-                cost = None
+            cost = response_cost(response)  # litellm's price for known models (fsmchat's own providers cost nothing)
         if not cost and self.price is not None:
             cost = (got.get("prompt_tokens", 0) * self.price[0] + got.get("completion_tokens", 0) * self.price[1]) / 1000
         self.cost_usd += cost or 0.0
