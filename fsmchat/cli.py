@@ -212,13 +212,13 @@ def ask_terminal(pending: Any) -> Any:
             print(f"   {exc}", file=err)
 
 
-def parse_vars(items: list[str]) -> dict[str, Any]:
-    """``NAME=VALUE`` pairs (VALUE as JSON when it parses, else as text)."""
+def parse_vars(items: list[str], flag: str = "--set") -> dict[str, Any]:
+    """``NAME=VALUE`` pairs (VALUE as JSON when it parses, else as text); ``flag`` names the option."""
     out: dict[str, Any] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.isidentifier():
-            raise ValueError(f"{item!r} is not NAME=VALUE")
+            raise ValueError(f"{flag} {item!r} is not NAME=VALUE")
         try:
             out[name] = json.loads(value)
         except ValueError:
@@ -490,20 +490,6 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _assignments(items: list[str], flag: str) -> dict[str, Any]:
-    """``NAME=VALUE`` pairs (VALUE as JSON when it parses, else as text)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise ValueError(f"{flag} {item!r} is not NAME=VALUE")
-        try:
-            out[name] = json.loads(value)
-        except ValueError:
-            out[name] = value
-    return out
-
-
 def _fork(args: argparse.Namespace) -> int:
     from .timetravel import fork
 
@@ -516,7 +502,7 @@ def _fork(args: argparse.Namespace) -> int:
         replace[int(i)] = text
     edit = {"replace": replace,
             "drop": list(args.drop_message or []),
-            "variables": _assignments(args.set or [], "--set"), "limits": _assignments(args.limit or [], "--limit")}
+            "variables": parse_vars(args.set or []), "limits": parse_vars(args.limit or [], "--limit")}
     new_id = fork(args.run_id, args.at, store, {k: v for k, v in edit.items() if v})
     print(new_id)
     print(f"forked {args.run_id} at step {args.at}; continue it with: fsmchat resume {new_id} --db {args.db}",
