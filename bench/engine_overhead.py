@@ -79,10 +79,12 @@ async def floor(g: StateGraph, ctx: Ctx) -> None:
     assert len(ctx.rows) == ctx.T == len(trace)
 
 
-def build_langgraph(checkpointer: Any = None, sync: bool = False) -> Any:
+def build_langgraph(checkpointer: Any = None, sync: bool = False,
+                    say: Callable[[str, Any], str] | None = None) -> Any:
     """The same round robin in LangGraph: a node per agent returning its row (appended by the
     ``operator.add`` reducer) and the new counter; a conditional edge per node (``more``).
-    ``sync``: plain-function nodes (for ``invoke``, LangGraph's faster spelling here)."""
+    ``sync``: plain-function nodes (for ``invoke``, LangGraph's faster spelling here); ``say(name,
+    state)`` writes an agent's text (default ``"<name> says <t>"``)."""
     class LGState(TypedDict):
         rows: Annotated[list, operator.add]
         t: int
@@ -90,7 +92,7 @@ def build_langgraph(checkpointer: Any = None, sync: bool = False) -> Any:
 
     def node(name: str) -> Callable[[LGState], Any]:
         def agent_sync(s: LGState) -> dict[str, Any]:
-            return {"rows": [(name, f"{name} says {s['t']}")], "t": s["t"] + 1}
+            return {"rows": [(name, say(name, s) if say else f"{name} says {s['t']}")], "t": s["t"] + 1}
 
         async def agent(s: LGState) -> dict[str, Any]:
             return agent_sync(s)

@@ -37,6 +37,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Annotated, Any, Callable, TypedDict
 
+import engine_overhead as eo
 from common import cli_args, finish, machine_line, version
 from floors import group_chat_floor
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, RoundRobinSwarm
@@ -183,31 +184,10 @@ def lg_group_chat(is_async: bool, checkpointer: Any = None) -> Any:
     return g.compile(checkpointer=checkpointer)
 
 
-class RRState(TypedDict):
-    rows: Annotated[list, operator.add]
-    t: int
-    T: int
-
-
 def lg_round_robin(is_async: bool, checkpointer: Any = None) -> Any:
-    fns = {n: speaker(n) for n in NAMES}
-
-    def node(name: str) -> Any:
-        def agent(s: RRState) -> dict[str, Any]:
-            return {"rows": [(name, fns[name](s["rows"]))], "t": s["t"] + 1}
-
-        async def agent_async(s: RRState) -> dict[str, Any]:
-            return agent(s)
-        return agent_async if is_async else agent
-
-    g = LGStateGraph(RRState)
-    for n in NAMES:
-        g.add_node(n, node(n))
-    g.add_edge(START, NAMES[0])
-    for i, n in enumerate(NAMES):
-        nxt = NAMES[(i + 1) % len(NAMES)]
-        g.add_conditional_edges(n, (lambda nxt: lambda s: nxt if s["t"] < s["T"] else END)(nxt), [nxt, END])
-    return g.compile(checkpointer=checkpointer)
+    """target 1's LangGraph round robin, its agents saying what the fsmchat participants say"""
+    fns = {n: speaker(n) for n in eo.NAMES}  # its agents are named A, B, C
+    return eo.build_langgraph(checkpointer, sync=not is_async, say=lambda name, s: fns[name](s["rows"]))
 
 
 def lg_saver(store: str | None) -> tuple[Any, Callable[[], None]]:
