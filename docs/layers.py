@@ -173,7 +173,7 @@ class LayerDiagram:
         for names, independent in c.layers:
             level = c.level(names[0])
             row = graphviz.Digraph(name=f"cluster_layer{level}", graph_attr={
-                "label": f"{level}", "labeljust": "l", "style": "rounded,dashed", "color": "grey60"})
+                "label": f"row {level}", "labeljust": "l", "style": "rounded,dashed", "color": "grey60"})
             with row.subgraph(name=f"rank{level}", graph_attr={"rank": "same"}) as same:
                 for e in names:
                     same.node(_id(e), e)
@@ -193,7 +193,7 @@ class LayerDiagram:
         lines = ["flowchart TB", f"    %% {TITLE}", f"    %% {LEGEND}"]
         for names, _ in c.layers:
             level = c.level(names[0])
-            lines.append(f'    subgraph layer{level}["{level}"]')
+            lines.append(f'    subgraph layer{level}["row {level}"]')
             lines.append("        direction LR")
             lines += [f'        {_id(e)}["{e}"]' for e in names]
             lines.append("    end")
