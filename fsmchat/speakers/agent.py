@@ -164,6 +164,22 @@ class Agent(BaseModel):
         return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
                                    timeout=self.timeout, num_retries=self.num_retries, stats=stats, **request)
 
+    async def reply_message(self, turn: "Turn", **request: Any) -> Any:
+        """Ask the model for this turn's reply and return its message (content and tool calls).
+
+        Args:
+            turn: The conversation as this agent sees it and the instruction.
+            **request: Extra litellm fields for this request, such as ``tools``/``tool_choice``.
+
+        Raises:
+            ModelCallError: The call failed after the retries, or the response has no choices.
+        """
+        response = await self._call(turn.request_messages(self.system_prompt), turn.stats, **request)
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise llm_empty(self.name)
+        return choices[0].message
+
     async def reply(self, turn: "Turn") -> str:
         """Ask the model for this turn's reply and return its text (stripped).
 
@@ -173,11 +189,7 @@ class Agent(BaseModel):
         Raises:
             ModelCallError: The call failed after the retries.
         """
-        response = await self._call(turn.request_messages(self.system_prompt), turn.stats)
-        choices = getattr(response, "choices", None) or []
-        if not choices:
-            raise llm_empty(self.name)
-        return (choices[0].message.content or "").strip()
+        return ((await self.reply_message(turn)).content or "").strip()
 
     async def bid(self, turn: "Turn") -> BidOutcome:
         """Ask the model for a bid with a forced ``respond`` call and return it parsed.
