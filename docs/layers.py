@@ -234,13 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     g = LayerGallery()
     if args.check:
-        stale = g.check()
-        if stale:
-            print(f"{g.dir}/ is out of date; run `python docs/layers.py` to redraw:\n  " + "\n  ".join(stale),
-                  file=sys.stderr)
-            return 1
-        print(f"{g.dir}/ is up to date")
-        return 0
+        return g.report_check("python docs/layers.py")
     for path in g.write(prune=True)[0]:
         print(path)
     return 0

@@ -151,20 +151,14 @@ class GraphRun:
         Driven from the inside, by guards:
 
         >>> import asyncio
-        >>> from fsmchat import GraphRun
-        >>> from fsmchat import StateGraph
-        >>> def add(ctx):
-        ...     ctx["n"] += 1
-        ...     return ctx["n"]
-        >>> def more(ctx):
-        ...     return ctx["n"] < 3
-        >>> counter = StateGraph("count").state("add", add).final("done").edge("add", "add", when=more).edge("add", "done")
+        >>> from fsmchat import GraphRun, StateGraph
+        >>> hello = StateGraph("hello").state("greet", lambda ctx: f"hi {ctx}").final("done").edge("greet", "done")
         >>> async def first_step():
-        ...     run = GraphRun(counter, {"n": 0})
+        ...     run = GraphRun(hello, "Ada")
         ...     event = await run.step()
         ...     return event.state, event.trigger, event.dest, event.payload
         >>> asyncio.run(first_step())
-        ('add', 'more', 'add', 1)
+        ('greet', 'next', 'done', 'hi Ada')
 
         Driven from the outside, by events:
 
@@ -632,16 +626,10 @@ def run(graph: StateGraph, context: Any, **kw: Any) -> RunResult:
         **kw: ``run_graph``'s other arguments (``max_steps``, ``observers``, ...).
 
     Examples:
-        >>> from fsmchat import run
-        >>> from fsmchat import StateGraph
-        >>> def add(ctx):
-        ...     ctx["n"] += 1
-        ...     return ctx["n"]
-        >>> def more(ctx):
-        ...     return ctx["n"] < 3
-        >>> counter = StateGraph("count").state("add", add).final("done").edge("add", "add", when=more).edge("add", "done")
-        >>> run(counter, {"n": 1}).path
-        ['add', 'add', 'done']
+        >>> from fsmchat import StateGraph, run
+        >>> hello = StateGraph("hello").state("greet", lambda ctx: f"hi {ctx}").final("done").edge("greet", "done")
+        >>> run(hello, "Ada").trace[0].payload
+        'hi Ada'
         >>> def boom(ctx):
         ...     raise ValueError("no")
         >>> result = run(StateGraph("b").state("x", boom).final("y").edge("x", "y"), None)

@@ -28,19 +28,12 @@ class ForkError(FsmchatError, ValueError):
     The message says what is allowed. Nothing was written.
 
     Examples:
-        >>> from fsmchat import MemoryCheckpointer, RoundRobinSwarm, fork
-        >>> def a(turn):
-        ...     return f"A{len(turn.transcript)}"
-        >>> def b(turn):
-        ...     return f"B{len(turn.transcript)}"
-        >>> chat, store = RoundRobinSwarm(agents=[a, b], max_loops=2), MemoryCheckpointer()
-        >>> _ = chat.execute("Go?", checkpoint=store, run_id="orig")
-        >>> from fsmchat import ForkError
+        >>> from fsmchat import ForkError, MemoryCheckpointer, fork
         >>> try:
-        ...     fork("orig", at=99, checkpoint=store)
+        ...     fork("nope", at=0, checkpoint=MemoryCheckpointer())
         ... except ForkError as exc:
         ...     print(exc)
-        fork('orig', at=99): at=99 is invalid: a step number from 0 to 4 (`fsmchat history orig` lists them); step 5 is where it ended (max_loops)
+        fork('nope', at=0): no run 'nope' in MemoryCheckpointer; this store has no runs (`fsmchat runs --db PATH` lists them)
     """
 
 

@@ -339,23 +339,23 @@ def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
 
     Examples:
         >>> from fsmchat import StateGraph
-        >>> def answered(ctx):
-        ...     return ctx["knocks"] >= 2
-        >>> door = (StateGraph("door", description="knock until someone answers").state("knock")
-        ...         .final("open").edge("knock", "open", when=answered).edge("knock", "knock", label="again"))
+        >>> def tired(ctx):
+        ...     return True
+        >>> day = (StateGraph("day", description="work until tired").state("work").final("rest")
+        ...        .edge("work", "rest", when=tired).edge("work", "work", label="more"))
         >>> from fsmchat.graph import to_mermaid
-        >>> print(to_mermaid(door))
+        >>> print(to_mermaid(day))
         stateDiagram-v2
-            %% door: knock until someone answers
+            %% day: work until tired
             %% legend: [guard] a guarded edge, taken when guard(ctx) is true (tried in declared order)
             %% legend: a plain label (or none, beside guarded edges) is a fallback, taken when no guard passed
             %% legend: X --> [*] a final state, where the run ends
-            state "knock" as knock
-            state "open" as open
-            [*] --> knock
-            knock --> open : [answered]
-            knock --> knock : again
-            open --> [*]
+            state "work" as work
+            state "rest" as rest
+            [*] --> work
+            work --> rest : [tired]
+            work --> work : more
+            rest --> [*]
         <BLANKLINE>
     """
     d = drawing(graph, trace)
