@@ -6,10 +6,11 @@
 The layers are the ``[tool.importlinter]`` contract with ``id = "layers"`` (the one list of the
 layer order; ``lint-imports`` checks it); the imports are grimp's graph of the package, the graph
 import-linter checks. Each box is one entry of the contract (a module or a sub-package), each row
-one layer, numbered from the bottom. An arrow is "imports": grey when it goes down (allowed), red,
-labelled with its number of import statements, when it goes up or sideways between independent
-siblings (a contract violation), so the picture stays honest while violations exist. The package facades
-``fsmchat`` and ``fsmchat.graph`` only re-export and are in no layer, so they are not drawn.
+one layer, numbered from the bottom (ranks, not clusters: the arrows route far shorter). An arrow
+is "imports": grey when it goes down (allowed), red, labelled with its number of import
+statements, when it goes up or sideways between independent siblings (a contract violation), so
+the picture stays honest while violations exist. The package facades ``fsmchat`` and
+``fsmchat.graph`` only re-export and are in no layer, so they are not drawn.
 
 This is a script of the repository, not a module of fsmchat: it reads this checkout's
 ``pyproject.toml`` and needs grimp (from import-linter, in the ``dev`` extra), neither of which an
@@ -172,16 +173,14 @@ class LayerDiagram:
             "label": f"<<b>{TITLE}</b><br/><font point-size=\"9\">{LEGEND}</font>>"},
             node_attr={"shape": "box", "style": "rounded", "fontname": "Helvetica", "fontsize": "11"},
             edge_attr={"fontname": "Helvetica", "fontsize": "9"})
-        for names, independent in c.layers:
+        for names, _independent in c.layers:  # one rank per row, its number at the left
             level = c.level(names[0])
-            row = graphviz.Digraph(name=f"cluster_layer{level}", graph_attr={
-                "label": f"row {level}", "labeljust": "l", "style": "rounded,dashed", "color": "grey60"})
-            with row.subgraph(name=f"rank{level}", graph_attr={"rank": "same"}) as same:
+            with dot.subgraph(name=f"row{level}", graph_attr={"rank": "same"}) as same:
+                same.node(f"row{level}", f"row {level}", shape="plaintext", fontcolor="grey40")
                 for e in names:
                     same.node(_id(e), e)
-            dot.subgraph(row)
         for upper, lower in zip(c.layers, c.layers[1:]):  # keep the rows stacked in the contract's order
-            dot.edge(_id(upper[0][0]), _id(lower[0][0]), style="invis", weight="10")
+            dot.edge(f"row{c.level(upper[0][0])}", f"row{c.level(lower[0][0])}", style="invis", weight="10")
         for a in self.arrows:
             if a.upward:
                 dot.edge(_id(a.source), _id(a.dest), _where(c, a), color="firebrick", fontcolor="firebrick",
