@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from .errors import ConfigError, bad_value
@@ -53,6 +53,9 @@ STEP_KINDS = Kinds("flow step", loaders=("fsmchat.flow",))
 MODEL_KINDS = Kinds("model", loaders=("fsmchat.testing",))
 # a model provider's prefix ("fsmchat-scripted") -> (model id, agent name) -> the live model's spec
 MODEL_SOURCES: dict[str, Callable[[str, str], BaseModel]] = {}
+# field types whose values are validated by their kind: a flow step, a model
+AnyStep = Annotated[Any, PlainValidator(STEP_KINDS.validate)]
+AnyModel = Annotated[Any, PlainValidator(MODEL_KINDS.validate)]
 
 
 class Ref:
@@ -185,7 +188,7 @@ def _load_data(r: ConfigReader, data: Any) -> Any:
 Participants = Annotated[Any, Travels(list[Participant], _dump_participants, _load_built)]
 OneParticipant = Annotated[Any, Travels(Participant, lambda w, v, what: w.participant(v, what), _load_built)]
 AgentRoster = Annotated[Any, Travels(list[AgentSpec], _dump_agents, _load_built)]
-FlowSteps = Annotated[Any, Travels(list[STEP_KINDS.field], _dump_steps, lambda r, d: r.steps(d))]
+FlowSteps = Annotated[Any, Travels(list[AnyStep], _dump_steps, lambda r, d: r.steps(d))]
 JsonData = Annotated[Any, Travels(dict[str, Any], lambda w, v, what: _jsonable(v, what), _load_data)]
 
 
@@ -201,7 +204,7 @@ class PatternSpec(ConfigSpec):
     limits: Limits | None = None
     factory: str | None = None
     pattern_class: Annotated[str | None, REF] = None  # "module:qualname" of a subclass of the built-in pattern
-    models: list[MODEL_KINDS.field] = Field(default_factory=list)  # type: ignore[valid-type]
+    models: list[AnyModel] = Field(default_factory=list)
     interrupt_before: list[str] = Field(default_factory=list)  # states where the run waits for a person
     interrupt_after: list[str] = Field(default_factory=list)
 
@@ -216,7 +219,7 @@ class PatternSpec(ConfigSpec):
         return cls(**values)
 
 
-def pattern_spec(pattern: type, kind: str) -> type[PatternSpec]:
+def pattern_spec(pattern: Any, kind: str) -> type[PatternSpec]:
     """Derive and register the config form of ``pattern`` (a Pattern subclass with a ``Config``
     model) under ``kind``: its fields in the model's order, with their defaults and descriptions,
     a ``Travels`` field typed by its data form. Validation stays the model's: a config is checked
@@ -466,7 +469,7 @@ class ConfigReader:
             module = owner_module(type(node))
             if "kind" in type(node).model_fields and not any(within(module, p) for p in BUILTIN_PREFIXES) \
                     and not self.trust.allows(module):
-                raise UntrustedReference(f"{module}:{type(node).__qualname__}", f"kind {node.kind!r}",
+                raise UntrustedReference(f"{module}:{type(node).__qualname__}", f"kind {getattr(node, 'kind')!r}",
                                          f"it is registered by module {module!r}, which is not allowed (allowed: "
                                          f"{list(self.trust.prefixes)}); pass allow=[{module!r}] if you trust its code")
         for ref, what in references(spec):
@@ -524,9 +527,10 @@ def references(spec: Any) -> Iterator[tuple[str, str]]:
 
 def config_digest(cfg: Any) -> str:
     """A stable hash of a config; scripted model ids (a per-process counter) are replaced by their
-    position, so the same batch gets the same digest in a new process."""
+    position, so the same batch gets the same digest in a new process. Keys are sorted: the order
+    a pattern's model declares its fields in does not change it."""
     spec = parse_config(cfg)
-    text = spec.model_dump_json()
+    text = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     for i, m in enumerate(spec.models):
         text = re.sub(rf"(?<=[\"/]){re.escape(m.id)}(?=\")", f"model-{i}", text)
     return hashlib.sha256(text.encode()).hexdigest()

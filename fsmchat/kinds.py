@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import importlib
 import typing
-from typing import Annotated, Any, Iterable
+from typing import Any, Iterable
 
-from pydantic import BaseModel, PlainValidator
+from pydantic import BaseModel
 
 from .errors import ConfigError
 
@@ -41,16 +41,15 @@ def owner_module(spec: type[BaseModel]) -> str:
 class Kinds:
     """``kind`` -> spec model, for one family (``"pattern"``, ``"flow step"``, ``"model"``).
 
-    ``field`` is a pydantic field type that validates a dict by its ``kind`` (a step list is
-    ``list[STEP_KINDS.field]``); ``validate`` does the same for one value. An unknown kind is a
-    ``ConfigError`` naming the known ones."""
+    ``validate`` turns a dict into the spec model of its ``kind``; as a pydantic field type,
+    ``Annotated[Any, PlainValidator(STEP_KINDS.validate)]`` (``fsmchat.config.AnyStep``) does the
+    same for each value of a field. An unknown kind is a ``ConfigError`` naming the known ones."""
 
     def __init__(self, what: str, loaders: Iterable[str] = ()):
         self.what = what
         self.loaders = tuple(loaders)
         self._specs: dict[str, type[BaseModel]] = {}
         self._loaded = False
-        self.field: Any = Annotated[Any, PlainValidator(self.validate)]
 
     def register(self, spec: type[BaseModel]) -> type[BaseModel]:
         """Register ``spec`` under each of its kinds (usable as a class decorator). A kind another

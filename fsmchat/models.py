@@ -208,8 +208,11 @@ class StopReason(str, Enum):
     DONE = "done"  # a flow (or a branch of one) ran all its steps
     RUNNING = "running"  # not stopped yet: the result of a run still in progress
 
-    __str__ = str.__str__
-    __format__ = str.__format__
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self.value), format_spec)
 
     def __repr__(self) -> str:
         return repr(self.value)
@@ -219,6 +222,17 @@ class StopReason(str, Enum):
         """The member named by ``reason`` (a plain string from a store or an edge label), or
         ``reason`` unchanged when it is a graph's own."""
         return cls._value2member_map_.get(reason, reason)  # type: ignore[return-value]
+
+    @classmethod
+    def run_status(cls, reason: str) -> str:
+        """What a run that stopped for ``reason`` is, as stores and the viewer list it: ``failed``
+        (error), ``cancelled``, ``waiting`` (for a person) or ``finished``; only a finished run is
+        not continued by a resume."""
+        return _RUN_STATUS.get(reason, "finished")
+
+
+_RUN_STATUS: dict[str, str] = {StopReason.ERROR: "failed", StopReason.CANCELLED: "cancelled",
+                               StopReason.INTERRUPTED: "waiting"}
 
 
 _BRANCH = re.compile(r"^(.*\|\d+(?:\[\d+\])?)\.")

@@ -15,7 +15,7 @@ import itertools
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, NamedTuple, Sequence
 
 from pydantic import Field
 
@@ -24,6 +24,9 @@ from .graph.state_graph import StateGraph, branch_graph
 from .models import Bid, RunResult, split_branch
 from .errors import FsmchatError
 from .trust import Trust
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpointer
 
 SCRIPTED_PROVIDER = "fsmchat-scripted"
 
@@ -362,8 +365,8 @@ class Answered(NamedTuple):
     asked: list[Any]
 
 
-def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any], *, checkpoint: Any = None,
-           run_id: str | None = None) -> Answered:
+def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any], *,
+           checkpoint: Checkpointer | None = None, run_id: str | None = None) -> Answered:
     """Run ``pattern`` on ``task`` and answer each interrupt, resuming until the run ends: the run
     stops for real at each one (checkpointed to ``checkpoint``, a ``MemoryCheckpointer`` by
     default) and goes on through ``pattern.resume(run_id, checkpoint, input=...)``, exactly as a

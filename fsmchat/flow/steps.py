@@ -11,8 +11,8 @@ from typing import Annotated, Any, Callable, ClassVar, Literal, Sequence, Union
 from pydantic import Field
 
 from ..checks import check_agents
-from ..config import (REF, AgentSpec, CallableSpec, ConfigReader, ConfigSpec, ConfigWriter, HumanSpec,
-                      STEP_KINDS, jsonable, opt_ref)
+from ..config import (REF, AgentSpec, AnyStep, CallableSpec, ConfigReader, ConfigSpec, ConfigWriter, HumanSpec,
+                      jsonable, opt_ref)
 from ..errors import ConfigError, bad_value
 from ..graph.state_graph import StateGraph, state_names
 from ..models import StopReason
@@ -26,7 +26,7 @@ from .task import Block, OnError, Task, TaskSpec, as_task, step_names
 __all__ = ["Task", "as_task", "Block", "OnError", "Discussion", "Loop", "Parallel", "Route", "If", "Repeat", "loop",
            "parallel", "route", "if_", "when", "repeat", "ask_human"]
 
-Step = STEP_KINDS.field  # a flow step in a config: validated by its kind
+Step = AnyStep  # a flow step in a config: validated by its kind
 
 
 def _steps(steps: Any, what: str) -> list[Any]:
@@ -202,7 +202,7 @@ def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) ->
 # ---- loop: begin -> next -> (body -> next | done); parallel: a fork with one child run per item
 class LoopSpec(ConfigSpec):
     kind: Literal["loop"] = "loop"
-    steps: list[Step]  # type: ignore[valid-type]
+    steps: list[Step]
     over: str | list[Any] = "items"  # a variable's name, or a literal list
     var_name: str = "item"
     parallel: bool = False
@@ -368,7 +368,7 @@ def loop_items(ctx: FlowContext, lp: Loop) -> list[Any]:
 # ---- parallel: a fork state, one child run per step, joined in declaration order
 class ParallelSpec(ConfigSpec):
     kind: Literal["parallel"] = "parallel"
-    steps: list[Step]  # type: ignore[valid-type]
+    steps: list[Step]
     name: str = "parallel"
     max_concurrency: int | None = Field(default=None, ge=1)
 
@@ -409,8 +409,8 @@ class Parallel(Block, kind="parallel", spec=ParallelSpec):
 # ---- route: decide -> (route_<key> | default | done)
 class RouteSpec(ConfigSpec):
     kind: Literal["route"] = "route"
-    routes: dict[str, list[Step]]  # type: ignore[valid-type]
-    default: list[Step] = Field(default_factory=list)  # type: ignore[valid-type]
+    routes: dict[str, list[Step]]
+    default: list[Step] = Field(default_factory=list)
     name: str = "route"
     on: str | None = None
 
@@ -519,8 +519,8 @@ class IfSpec(ConfigSpec):
     kind: Literal["if"] = "if"
     condition: Annotated[str | None, REF] = None
     expression: str | None = None
-    then_steps: list[Step]  # type: ignore[valid-type]
-    else_steps: list[Step] = Field(default_factory=list)  # type: ignore[valid-type]
+    then_steps: list[Step]
+    else_steps: list[Step] = Field(default_factory=list)
     name: str = "if"
 
     def build(self, r: ConfigReader) -> If:
@@ -573,7 +573,7 @@ class If(Block, kind="if", spec=IfSpec):
 class RepeatSpec(ConfigSpec):
     owner: ClassVar[str] = "repeat"
     kind: Literal["repeat"] = "repeat"
-    steps: list[Step]  # type: ignore[valid-type]
+    steps: list[Step]
     until: Annotated[str | None, REF] = None
     until_expression: str | None = None
     max_iterations: int = 10

@@ -40,7 +40,8 @@ from ..progress import ProgressBar, progress_wanted
 from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, StopReason, TraceEvent, Transcript, check_output_type,
                       format_output, safe_text, shorten)
 from ..speakers.agent import SEED_ROLE, Speaker, Turn
-from ..speakers.human import Human, NeedsCheckpoint, NotWaiting, People, check_input, pending_of, request, waiting_for
+from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, check_input, pending_of, request,
+                              waiting_for)
 from ..speakers.llm import CallStats
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
@@ -109,8 +110,10 @@ class ChatContext:
         otherwise the run stops here (``Interrupted``, stop reason "interrupted") until it comes."""
         last = self.transcript[-1] if len(self.transcript) else None
         proposed = {"last": {"role": last.role, "content": last.content}} if last is not None else None
-        return self.people.ask(request("message", prompt, {"say": f"post it as {person.name}'s message"},
-                                       person=person.name, proposed=proposed), person).text  # type: ignore[union-attr]
+        answer = self.people.ask(request("message", prompt, {"say": f"post it as {person.name}'s message"},
+                                         person=person.name, proposed=proposed), person)
+        assert isinstance(answer, Say), f"a message request admits only Say, got {answer!r}"  # check_input saw to it
+        return answer.text
 
     def snapshot(self) -> dict[str, Any]:
         """The working state a checkpoint stores after each step (the transcript goes as deltas)."""
@@ -242,11 +245,12 @@ def bind(fn: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
     """``fn(ctx, *args)`` as a one-argument state action (name and docstring kept), so one
     small function serves a state per speaker: ``g.state("Analyst", bind(take_turn, 0))``."""
     if inspect.iscoroutinefunction(fn):
-        async def action(ctx: Any) -> Any:
+        async def async_action(ctx: Any) -> Any:
             return await fn(ctx, *args)
-    else:
-        def action(ctx: Any) -> Any:
-            return fn(ctx, *args)
+        return functools.update_wrapper(async_action, fn)
+
+    def action(ctx: Any) -> Any:
+        return fn(ctx, *args)
     return functools.update_wrapper(action, fn)
 
 
@@ -355,6 +359,7 @@ class Pattern(ABC):
     factory: str | None = None  # "module:attr" that rebuilds this pattern (stored with checkpoints)
     interrupt_before: tuple[str, ...] = ()  # states a person approves entering (wait states drawn before them)
     interrupt_after: tuple[str, ...] = ()  # states a person reviews once left
+    _started_as: dict[str, Any] | None = None  # a run-limits copy's fingerprint: the pattern that started the run
 
     @property
     def graph(self) -> StateGraph:
@@ -675,7 +680,7 @@ class Pattern(ABC):
         stored = meta.get("fingerprint")
         if stored is None:  # checkpointed before fingerprints existed
             return
-        now = json.loads(json.dumps(getattr(self, "_started_as", None) or self.fingerprint()))
+        now = json.loads(json.dumps(self._started_as or self.fingerprint()))
         diffs = [f"{k}: stored {stored.get(k)!r}, now {now.get(k)!r}" for k in now if stored.get(k) != now.get(k)]
         if diffs:
             raise CheckpointMismatch(f"run {run_id!r} was checkpointed by a different {meta.get('pattern', 'pattern')} "

@@ -236,6 +236,7 @@ def review_winner(ctx: GroupChatContext) -> str:
 def claim_floor(ctx: GroupChatContext, i: int) -> str:
     """the person may take the floor before the agents bid"""
     person = ctx.speakers[i]
+    assert isinstance(person, Human), "a claim state is drawn for people only"
     answer = ctx.people.ask(request("claim", f"{person.name}: turn {ctx.turn + 1} is next; take the floor, "
                                     "or let the agents bid", CLAIM_ALLOWED, person=person.name), person)
     ctx.people.verdict = answer.kind

@@ -7,12 +7,12 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..deadline import call_within
-from ..errors import ModelCallError, fatal_error, invalid_config
+from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
 from ..models import Bid, Message, shorten
 from . import llm
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
@@ -330,12 +330,23 @@ class CallableSpeaker:
         return silent(f"callable returned {type(out).__name__}, not a Bid")
 
 
-Speaker = Any  # Agent | CallableSpeaker (anything with .name, async reply(turn), async bid(turn))
+@runtime_checkable
+class Speaker(Protocol):
+    """What the engine and the patterns call on a participant (an ``Agent``, a ``CallableSpeaker``,
+    a ``Human``, or anything of your own with these): its ``name`` (its transcript role), a reply to
+    a turn, and a bid (GroupChat)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def reply(self, turn: Turn) -> str: ...
+
+    async def bid(self, turn: Turn) -> BidOutcome: ...
 
 
 def as_speaker(x: Any) -> Speaker:
     """Agents stay agents; callables become ``CallableSpeaker``; anything else is refused."""
-    if isinstance(x, Agent) or (hasattr(x, "name") and hasattr(x, "reply") and hasattr(x, "bid")):
+    if isinstance(x, Speaker):
         return x
     if callable(x):
         return CallableSpeaker(x)
@@ -349,8 +360,8 @@ def check_roster(agents: Sequence[Any], what: str) -> list[Speaker]:
     seen: set[str] = set()
     for s in speakers:
         if s.name in seen:
-            raise ValueError(f"{what}: agent names must be unique; {s.name!r} appears more than once")
+            raise ConfigError(f"{what}: agent names must be unique; {s.name!r} appears more than once")
         if s.name == SEED_ROLE:
-            raise ValueError(f"{what}: the name {SEED_ROLE!r} is reserved for the task message")
+            raise ConfigError(f"{what}: the name {SEED_ROLE!r} is reserved for the task message")
         seen.add(s.name)
     return speakers
