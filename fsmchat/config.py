@@ -498,18 +498,21 @@ class ConfigReader:
         return [s.build(self) for s in specs]
 
 
+def _held(value: Any) -> list[Any]:
+    """What a config value holds: a model's field values, a dict's values, a list's items."""
+    if isinstance(value, BaseModel):
+        return [getattr(value, name) for name in type(value).model_fields]
+    if isinstance(value, dict):
+        return list(value.values())
+    return value if isinstance(value, list) else []
+
+
 def specs_in(value: Any) -> Iterator[BaseModel]:
     """Every spec model in a config, depth first (the config itself first)."""
     if isinstance(value, BaseModel):
         yield value
-        for name in type(value).model_fields:
-            yield from specs_in(getattr(value, name))
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from specs_in(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from specs_in(v)
+    for v in _held(value):
+        yield from specs_in(v)
 
 
 def references(spec: Any) -> Iterator[tuple[str, str]]:
@@ -517,12 +520,9 @@ def references(spec: Any) -> Iterator[tuple[str, str]]:
     only loaded by ``resume``, which checks it then; a factory config's is checked by ``from_config``)."""
     if isinstance(spec, ConfigSpec):
         yield from spec.references()
-    elif isinstance(spec, dict):
-        for v in spec.values():
-            yield from references(v)
-    elif isinstance(spec, list):
-        for v in spec:
-            yield from references(v)
+        return
+    for v in _held(spec):
+        yield from references(v)
 
 
 def config_digest(cfg: Any) -> str:

@@ -3,7 +3,6 @@ constructor's parameters, validation, attributes and config form), a flow step k
 class with its spec. A toy pattern and a toy step kind defined in this file travel through
 to_config/from_config and run, without a line of fsmchat changed; configs written by the previous
 version still load and run the same; stop reasons are one enum; a pattern's state is typed."""
-import hashlib
 import inspect
 import json
 from dataclasses import dataclass, field
@@ -28,29 +27,9 @@ from fsmchat.speakers.agent import CallableSpeaker, Speaker, as_speaker, check_r
 from fsmchat.speakers.human import Human
 from fsmchat.testing import FunctionModel, ScriptedModel, assert_trace_is_path
 from fsmchat.trust import UntrustedReference
+from test_config import bid_fn, echo, shout  # module-level functions (the stored configs name them)
 
 GOLDEN = Path(__file__).parent / "golden" / "configs_v1.json"
-
-
-# ---- module-level functions the stored configs name (test_kinds:...) ----
-def bid_fn(req):
-    text = "|".join(str(m.get("content")) for m in req.messages)
-    h = int(hashlib.sha256(f"{req.agent}|{text}".encode()).hexdigest()[:8], 16)
-    if req.tools or req.response_format:
-        return Bid((h % 1000) / 1000, f"{req.agent}: point {h % 97}")
-    return f"{req.agent} replies {h % 89}"
-
-
-def echo(turn):
-    return "echo"
-
-
-def shout(ctx):
-    return str(ctx.previous_result or ctx.input).upper()
-
-
-def said_done(ctx):
-    return "DONE" in str(ctx.previous_result)
 
 
 # ---- a toy pattern: its own model, its own state, its own graph; nothing in fsmchat names it ----
@@ -134,7 +113,7 @@ def test_a_toy_pattern_is_declared_once_travels_and_runs():
     assert str(refused.value) == ("kind 'echo_chain': refused 'test_kinds:EchoChain.Spec': it is registered by module "
                                   "'test_kinds', which is not allowed (allowed: ['fsmchat']); pass "
                                   "allow=['test_kinds'] if you trust its code")
-    rebuilt = from_config(text, allow=["test_kinds"])
+    rebuilt = from_config(text, allow=["test_kinds", "test_config"])
     assert type(rebuilt) is EchoChain and rebuilt.to_config().model_dump_json() == text
     run = rebuilt.execute("go")
     assert run.path == ["seed", "speak", "speak", "stop"]
@@ -185,7 +164,7 @@ def test_a_toy_step_kind_travels_bounds_and_runs():
     assert [(s["kind"], [x["kind"] for x in s["steps"]]) for s in data["steps"]] == [("twice", ["callable", "agent"])]
     with pytest.raises(UntrustedReference, match="kind 'twice': refused 'test_kinds:TwiceSpec'"):
         from_config(data)
-    rebuilt = from_config(data, allow=["test_kinds"])
+    rebuilt = from_config(data, allow=["test_kinds", "test_config"])
     run = rebuilt.execute("go")
     assert run.path == ["twice.shout", "twice.a", "twice.shout_2", "twice.a_2", "twice.done", "end"]
     assert run.stop_reason is StopReason.DONE and [s["name"] for s in run.output["steps"]] == ["shout", "a"] * 2
@@ -224,7 +203,7 @@ STORED = {k: v for k, v in json.loads(GOLDEN.read_text()).items() if not k.start
 @pytest.mark.parametrize("kind", list(STORED))
 def test_configs_stored_by_the_previous_version_load_and_run_the_same(kind):
     stored = STORED[kind]
-    pattern = from_config(stored["config"], allow=["test_kinds"])
+    pattern = from_config(stored["config"], allow=["test_config"])
     assert pattern.kind == kind
     run = pattern.execute("topic")
     assert run.path == stored["path"] and run.stop_reason == stored["stop_reason"]
