@@ -37,8 +37,8 @@ from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Option
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
-from .errors import ConfigError, bad_value
-from .kinds import Kinds, kinds_of, owner_module
+from .errors import bad_value
+from .kinds import Kinds, owner_module
 from .limits import Limits
 from .speakers.agent import Agent, CallableSpeaker
 from .speakers.human import Human

@@ -77,9 +77,9 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
             raise TypeError(f"Discussion until must be a callable (ctx) -> bool, got {type(until).__name__}")
         if select is not None and not callable(select):
             raise TypeError(f"Discussion select must be a callable (turn, ctx) -> speaker, got {type(select).__name__}")
-        self.agents = list(agents)
+        self.agents = list(agents or [])
         self.tasks = [as_task(a) for a in self.agents]
-        names = [t.name for t in self.tasks]
+        names = [t.name or "" for t in self.tasks]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ConfigError(f"Discussion {name!r}: agents={names!r} is invalid: {twice[0]!r} is listed more than "
