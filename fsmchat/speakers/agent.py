@@ -121,12 +121,17 @@ class Agent(BaseModel):
         return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
                                    timeout=self.timeout, num_retries=self.num_retries, stats=stats, **request)
 
-    async def reply(self, turn: "Turn") -> str:
-        response = await self._call(turn.request_messages(self.system_prompt), turn.stats)
+    async def reply_message(self, turn: "Turn", **request: Any) -> Any:
+        """One reply request for ``turn`` (extra litellm fields such as ``tools``/``tool_choice`` in
+        ``request``); the model's message, content and tool calls. No choices is a ``ModelCallError``."""
+        response = await self._call(turn.request_messages(self.system_prompt), turn.stats, **request)
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise llm_empty(self.name)
-        return (choices[0].message.content or "").strip()
+        return choices[0].message
+
+    async def reply(self, turn: "Turn") -> str:
+        return ((await self.reply_message(turn)).content or "").strip()
 
     async def bid(self, turn: "Turn") -> BidOutcome:
         """A forced ``respond`` call. A malformed answer, or a transient fault that outlived the
