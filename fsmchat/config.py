@@ -189,7 +189,7 @@ Participants = Annotated[Any, Travels(list[Participant], _dump_participants, _lo
 OneParticipant = Annotated[Any, Travels(Participant, lambda w, v, what: w.participant(v, what), _load_built)]
 AgentRoster = Annotated[Any, Travels(list[AgentSpec], _dump_agents, _load_built)]
 FlowSteps = Annotated[Any, Travels(list[AnyStep], _dump_steps, lambda r, d: r.steps(d))]
-JsonData = Annotated[Any, Travels(dict[str, Any], lambda w, v, what: _jsonable(v, what), _load_data)]
+JsonData = Annotated[Any, Travels(dict[str, Any], lambda w, v, what: jsonable(v, what), _load_data)]
 
 
 # ---- patterns ----
@@ -314,14 +314,12 @@ def strip_secrets(value: Any) -> Any:
     return value
 
 
-def _jsonable(value: Any, what: str) -> Any:
+def jsonable(value: Any, what: str) -> Any:
     try:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{what} must be JSON-able to go in a config: {exc}") from None
 
-
-jsonable = _jsonable
 
 
 # ---- to_config ----
@@ -334,10 +332,10 @@ class ConfigWriter:
 
     def agent(self, a: Agent) -> AgentSpec:
         extra = strip_secrets(dict(a.model_extra or {}))
-        spec = AgentSpec(name=a.name, system_prompt=a.system_prompt, model=a.model, tools=_jsonable(a.tools, "tools"),
+        spec = AgentSpec(name=a.name, system_prompt=a.system_prompt, model=a.model, tools=jsonable(a.tools, "tools"),
                          tool_mode=a.tool_mode, timeout=a.timeout, num_retries=a.num_retries, max_loops=a.max_loops,
                          persistent_memory=a.persistent_memory, output_type=a.output_type,
-                         litellm=_jsonable(extra, f"agent {a.name!r}'s litellm options"),
+                         litellm=jsonable(extra, f"agent {a.name!r}'s litellm options"),
                          agent_class=None if type(a) is Agent else callable_ref(type(a), f"agent {a.name!r}"))
         self.model(a.model, a.name)
         return spec
