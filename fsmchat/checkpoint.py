@@ -11,11 +11,9 @@ the last committed state; ``checkpoint.history(run_id)`` lists every step with t
 """
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import os
-import re
 import socket
 import sqlite3
 import threading
@@ -23,11 +21,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence, cast
 
-from .errors import CheckpointStoreError, FsmchatError
+from .checks import check_run_id
+from .errors import CheckpointStoreError, FsmchatError, bad_value
 from .models import Message, StopReason, TraceEvent
+from .speakers.respond import BidOutcome
 from .statelog import HELD, HistoryStep, RunLog, StateDiff, copy_state, encode_json, history_of
+from .trust import Trust
 
 LEASE_TTL = 30.0
 """Seconds a run's lease lasts without renewal (each commit renews it). A lease whose owner
@@ -128,6 +129,28 @@ class Checkpointer(Protocol):
 
     def release(self, run_id: str, owner: str) -> None:
         """Give the lease back (only if ``owner`` still holds it)."""
+
+
+_PROTOCOL = ("start", "commit", "finish", "load")
+
+
+def check_checkpoint(checkpoint: object, owner: str, field: str = "checkpoint") -> Checkpointer | None:
+    """``checkpoint`` is None or a Checkpointer (``SqliteCheckpointer("runs.db")``, ...), never a path."""
+    if checkpoint is None or all(callable(getattr(checkpoint, m, None)) for m in _PROTOCOL):
+        return cast("Checkpointer | None", checkpoint)
+    hint = (f"a Checkpointer, e.g. checkpoint=SqliteCheckpointer({checkpoint!r}) (from fsmchat import "
+            "SqliteCheckpointer)") if isinstance(checkpoint, (str, bytes)) or hasattr(checkpoint, "__fspath__") \
+        else "a Checkpointer such as SqliteCheckpointer('runs.db') or MemoryCheckpointer()"
+    raise bad_value(owner, field, checkpoint, hint, type_error=True)
+
+
+def check_resume(run_id: object, checkpoint: object, owner: str) -> None:
+    """``resume(run_id, checkpoint)``: a run id string and the store the run was checkpointed to."""
+    check_run_id(run_id, owner, required=True)
+    if checkpoint is None:
+        raise bad_value(owner, "checkpoint", None, "the Checkpointer the run was saved to, e.g. "
+                        "resume(run_id, SqliteCheckpointer('runs.db'))", type_error=True)
+    check_checkpoint(checkpoint, owner)
 
 
 @dataclass(frozen=True)
@@ -262,6 +285,21 @@ class SqliteCheckpointer:
             self._deltas = self._columns("events") >= {"nmsg", "delta"}
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
+
+    @staticmethod
+    def run_ends(path: str | Path) -> list[tuple[str, str | None, float]]:
+        """``(run_id, stop_reason, updated)`` of every run (branch lanes too) in the store at
+        ``path``, read without opening it as a store (nothing is created or migrated; another process
+        may be writing it). ``CheckpointStoreError`` when it is not a readable fsmchat store."""
+        try:
+            con = sqlite3.connect(str(path), timeout=30)
+            try:
+                rows = con.execute("SELECT run_id, stop_reason, updated FROM runs").fetchall()
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            raise CheckpointStoreError(f"checkpoint store {path}: {type(exc).__name__}: {exc}") from None
+        return [(run_id, stop, float(updated or 0)) for run_id, stop, updated in rows]
 
     def _columns(self, table: str) -> set[str]:
         return {c[1] for c in self._db.execute(f"PRAGMA table_info('{table}')")}
@@ -765,13 +803,6 @@ _PLAIN = frozenset({str, int, float, bool, type(None)})
 _OPAQUE: set[type] = set()  # types ``encode`` refused (a config, a model client): skipped at once next time
 
 
-@functools.cache
-def _bid_type() -> type:
-    from .speakers.respond import BidOutcome
-
-    return BidOutcome
-
-
 def encode(obj: Any) -> Any:
     """JSON-able form of working state: dataclasses (e.g. BidOutcome) tagged with their type,
     tuples as lists; anything else non-JSON raises ``NotSerializable`` (the caller skips it and
@@ -791,7 +822,7 @@ def encode(obj: Any) -> Any:
             raise NotSerializable(type(obj).__name__)
         return {"__dict__": [[k, encode(v)] for k, v in obj.items()]} if any(isinstance(k, int) for k in obj) \
             else {k: encode(v) for k, v in obj.items()}
-    if isinstance(obj, _bid_type()):
+    if isinstance(obj, BidOutcome):
         return {"__bid__": [obj.score, obj.message, obj.valid, obj.reason]}
     _OPAQUE.add(t)
     raise NotSerializable(type(obj).__name__)
@@ -802,7 +833,7 @@ def decode(obj: Any) -> Any:
         return [decode(x) for x in obj]
     if isinstance(obj, dict):
         if "__bid__" in obj:
-            return _bid_type()(*obj["__bid__"])
+            return BidOutcome(*obj["__bid__"])
         if "__dict__" in obj:
             return {k: decode(v) for k, v in obj["__dict__"]}
         return {k: decode(v) for k, v in obj.items()}
@@ -832,8 +863,6 @@ def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None, *, input:
     imported (``trusted=True``: anything); a checkpoint naming other code raises
     ``UntrustedReference`` before anything is imported or written."""
     if pattern is None:
-        from .trust import Trust
-
         trust = Trust.of(allow, trusted, owner="resume")
         factory = checkpoint.load(run_id).meta.get("factory")
         if not factory:

@@ -17,15 +17,22 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import __version__, gallery
+from .checkpoint import Checkpointer, SqliteCheckpointer
+from .engine import run_sync
 from .errors import FsmchatError, watch_failures
+from .live import LiveRun, summary
 from .models import shorten
+from .patterns.base import Pattern
+from .speakers.human import Approve, Edit, InputNotAllowed, Reject, check_input, waiting_for
+from .statelog import history_of
 from .targets import BUILD, defines_build, load_target_with_module, resolve_graph, split_target, use_cwd
-
-if TYPE_CHECKING:
-    from .checkpoint import Checkpointer
+from .timetravel import fork
+from .trust import Trust
+from .ui import RunNotFound, Store, write_report
+from .ui.server import serve
 
 TARGET_HELP = ("MODULE:ATTR (e.g. mychat:chat, found from the current directory), path/file.py:ATTR, "
                f"or path/file.py (its top-level {BUILD}() function)")
@@ -55,8 +62,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _pattern_of(spec: str, where: str, attr: str | None) -> tuple[Any, Any]:
     """(the pattern ``spec`` names, its module), or (None, None) for a script to run as ``__main__``."""
-    from .patterns.base import Pattern
-
     if attr is None and not defines_build(Path(where)):
         return None, None
     obj, module = load_target_with_module(spec)
@@ -98,8 +103,6 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
 
 
 def _store(path: str, create: bool = False) -> Any:
-    from .checkpoint import SqliteCheckpointer
-
     if create:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     elif not Path(path).is_file():
@@ -111,9 +114,6 @@ def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: st
             how: list[str], shown: bool = True) -> int:
     """Run ``start`` live; while the run waits for a person and stdin is a terminal (and not
     ``--no-input``), ask there and resume with the answer. Then report and pick the exit code."""
-    from .engine import run_sync
-    from .live import LiveRun, summary
-
     started = time.monotonic()
     interactive = not args.no_input and sys.stdin.isatty()
     while True:
@@ -147,8 +147,6 @@ def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: st
     if shown and checkpoint is not None:
         print(f"fsmchat {args.cmd}: run id {result.run_id} checkpointed in {store}", file=sys.stderr)
     if getattr(args, "report", None) and store is not None:
-        from .ui.report import write_report
-
         print(f"fsmchat {args.cmd}: report written to {write_report(store, result.run_id, args.report)}",
               file=sys.stderr)
     if result.waiting:
@@ -180,8 +178,6 @@ def describe(pending: Any) -> list[str]:
 
 def ask_terminal(pending: Any) -> Any:
     """Ask on the terminal until a valid answer comes (None on end of input: the run stays waiting)."""
-    from .speakers.human import Approve, Edit, InputNotAllowed, Reject, check_input
-
     err = sys.stderr
     print("\n".join(describe(pending)), file=err)
     edit = "/edit NAME=VALUE ..." if pending.edit == "vars" else COMMANDS["edit"]
@@ -269,8 +265,6 @@ def _run_script(path: Path, args: argparse.Namespace) -> int:
 
 # ---- resume ----
 def _resume(args: argparse.Namespace) -> int:
-    from .speakers.human import Approve, Edit, Reject, waiting_for
-
     given = [(flag, value) for flag, value in (("--input", args.input), ("--approve", Approve() if args.approve else None),
                                                ("--edit", Edit(args.edit) if args.edit is not None else None),
                                                ("--reject", Reject(args.reject) if args.reject is not None else None),
@@ -292,8 +286,6 @@ def _resume(args: argparse.Namespace) -> int:
             raise TypeError(f"{args.target} does not build a pattern (a file's {BUILD}() must return one)")
         how = ["--target", args.target]
     else:
-        from .trust import Trust
-
         factory = saved.meta.get("factory")
         if not factory:
             raise ValueError(f"run {args.run_id!r} was checkpointed without a factory; name its pattern with "
@@ -326,7 +318,6 @@ def _ui(args: argparse.Namespace) -> int:
     db = _store_arg("ui", args.db)
     if db is None:
         return 2
-    from .ui.server import serve
 
     serve(db, args.host, args.port)
     return 0
@@ -336,7 +327,6 @@ def _report(args: argparse.Namespace) -> int:
     db = _store_arg("report", args.db)
     if db is None:
         return 2
-    from .ui import RunNotFound, Store, write_report
 
     try:
         path = write_report(db, args.run_id, args.output)
@@ -426,8 +416,6 @@ def _graphs(args: argparse.Namespace) -> int:
 # ---- runs, history, fork: time travel over a checkpoint store ----
 def _open_store(path: str, write: bool = False) -> Any:
     """The SQLite store at ``path`` (never created here: a missing file is an error)."""
-    from .checkpoint import SqliteCheckpointer
-
     if not Path(path).is_file():
         raise FileNotFoundError(f"no checkpoint store at {path} (`fsmchat run TARGET --checkpoint {path}` writes one)")
     return SqliteCheckpointer(path, read_only=None if write else True)
@@ -469,8 +457,6 @@ def _run_log(store: Any, run_id: str) -> Any:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from .statelog import history_of
-
     log = _run_log(_open_store(args.db), args.run_id)
     steps = history_of(log)
     if args.json:
@@ -488,8 +474,6 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _fork(args: argparse.Namespace) -> int:
-    from .timetravel import fork
-
     store = _open_store(args.db, write=True)
     _run_log(store, args.run_id)
     replace = {}

@@ -40,7 +40,7 @@ from pydantic.fields import FieldInfo
 from .errors import bad_value
 from .kinds import Kinds, owner_module
 from .limits import Limits
-from .speakers.agent import Agent, CallableSpeaker
+from .speakers.agent import Agent, CallableSpeaker, is_secret
 from .speakers.human import Human
 from .speakers.llm import DEFAULT_RETRIES, DEFAULT_TIMEOUT
 from .trust import BUILTIN_PREFIXES, Trust, UntrustedReference, within
@@ -300,8 +300,6 @@ def opt_ref(fn: Any, what: str) -> str | None:
 def secret_option(name: str) -> bool:
     """Whether a litellm option names a credential (``is_secret``: ``api_key``, ``Authorization``,
     ``access_token``...; token *counts* such as ``max_tokens`` are options a worker needs)."""
-    from .speakers.agent import is_secret
-
     return is_secret(name)
 
 
@@ -486,7 +484,7 @@ class ConfigReader:
         if isinstance(spec, FactorySpec):
             return pattern
         if spec.interrupt_before or spec.interrupt_after:
-            pattern._set_interrupts(spec.interrupt_before, spec.interrupt_after)
+            pattern.set_interrupts(spec.interrupt_before, spec.interrupt_after)
         if spec.limits is not None:
             pattern.with_limits(spec.limits)
         pattern.factory = spec.factory

@@ -20,7 +20,6 @@ import asyncio
 import hashlib
 import math
 import os
-import sqlite3
 import sys
 import time
 import traceback
@@ -30,9 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .checkpoint import SqliteCheckpointer
 from .checks import check_tasks
+from .config import config_digest, from_config, to_config
+from .engine import run_sync
+from .errors import CheckpointStoreError, FsmchatError, attach_result, result_of
 from .progress import ProgressBar
-from .errors import FsmchatError
+from .speakers.llm import INTERCEPTOR, get_litellm
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple  # (index, task, run_id | None, resume_from | None, finished)
@@ -60,8 +63,6 @@ class TaskFailure(FsmchatError):
     @classmethod
     def from_exception(cls, index: int, task: str, exc: BaseException, run_id: str | None = None,
                        worker: str | None = None) -> "TaskFailure":
-        from .errors import result_of
-
         result = result_of(exc)
         rows = [m.row() for m in getattr(result, "transcript", None) or []]
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -151,16 +152,12 @@ def find_runs(checkpoint_dir: str | Path) -> dict[str, tuple[str, bool]]:
     best: dict[str, tuple[str, bool, tuple[bool, float]]] = {}
     for db in sorted(Path(checkpoint_dir).glob("*.db")):
         try:
-            con = sqlite3.connect(str(db), timeout=30)
-            try:
-                rows = con.execute("SELECT run_id, stop_reason, updated FROM runs").fetchall()
-            finally:
-                con.close()
-        except sqlite3.Error:
+            rows = SqliteCheckpointer.run_ends(db)
+        except CheckpointStoreError:
             continue
         for run_id, stop, updated in rows:
             finished = stop is not None and stop not in ("error", "cancelled")
-            key = (finished, float(updated or 0))
+            key = (finished, updated)
             if run_id not in best or key > best[run_id][2]:
                 best[run_id] = (str(db), finished, key)
     return {k: (path, fin) for k, (path, fin, _) in best.items()}
@@ -188,8 +185,6 @@ class ShardRunner:
         self._cps: dict[str, Any] = {}
 
     def checkpointer(self, path: str | Path) -> Any:
-        from .checkpoint import SqliteCheckpointer
-
         key = str(path)
         if key not in self._cps:
             self._cps[key] = SqliteCheckpointer(key)
@@ -207,9 +202,6 @@ class ShardRunner:
 
     async def run_one(self, index: int, task: str, run_id: str | None, resume_from: str | None,
                       finished: bool) -> TaskOutcome:
-        from .errors import attach_result
-        from .speakers.llm import INTERCEPTOR
-
         assert self._gate is not None
         async with self._gate:
             calls = [0]
@@ -249,16 +241,12 @@ class ShardWorker:
     def __init__(self, slot: str):
         self.slot = slot
         self.batches: dict[str, ShardRunner] = {}
-        from .speakers.llm import get_litellm
-
         get_litellm()  # litellm's import (seconds) is paid at start-up, not by the first task
 
     async def ping(self) -> str:
         return self.slot
 
     async def prepare(self, batch_id: str, config: str, max_concurrency: int, checkpoint_dir: str | None) -> str:
-        from .config import from_config
-
         # trusted: the driver made this config with to_config() from the pattern object its caller
         # holds (never from outside input), and a Ray cluster runs the driver's code anyway
         pattern = from_config(config, trusted=True)
@@ -375,15 +363,10 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
         raise ValueError(f"max_concurrency_per_worker must be an int >= 1, got {max_concurrency_per_worker!r}")
     if executor == "local" and address is not None:
         raise ValueError('address= is for executor="ray"')
-    for t in tasks:
-        pattern._check_run(t)
-    pattern._check_limits()
-    if executor == "local" and tasks:  # missing keys: one error for the batch (Ray workers read their own)
-        pattern._context(tasks[0]).stats.preflight()
+    # missing keys: one error for the batch, checked here when local (Ray workers read their own)
+    pattern.preflight(tasks, credentials=executor == "local")
     config = digest = None
     if executor == "ray" or checkpoint_dir is not None:
-        from .config import config_digest, to_config
-
         config = to_config(pattern)
         digest = config_digest(config)
     if not tasks:
@@ -432,8 +415,6 @@ def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
 
 
 def _run_local(pattern: Any, items: list[Item], per_worker: int, checkpoint_dir: str | None, bar: ProgressBar) -> BatchReport:
-    from .engine import run_sync
-
     start = time.perf_counter()
     runner = ShardRunner(pattern, per_worker, checkpoint_dir, "local", on_done=lambda o: bar.add(o.ok, not o.ok))
     try:

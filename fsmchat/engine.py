@@ -28,6 +28,8 @@ import threading
 from time import perf_counter
 from typing import Any, Awaitable, Callable, Iterable, Iterator, TypeVar
 
+from transitions import Machine, Transition
+
 from .errors import FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
 from .graph.state_graph import StateGraph, callable_name
 from .models import RunResult, StopReason, TraceEvent
@@ -55,12 +57,30 @@ class _Step:
         self.pure = pure  # its step may be committed with the next one (see Recorder)
 
 
-_MACHINE: list[Any] = []
+class QuietTransition(Transition):
+    """``transitions.Transition`` whose ``execute`` skips the debug logging and the walk over
+    callback lists when the transition, the machine and both states have no callbacks at all."""
+
+    def execute(self, event_data: Any) -> bool:
+        m = event_data.machine
+        if (self.prepare or self.conditions or self.before or self.after or m.before_state_change
+                or m.after_state_change or m.on_final):
+            return bool(super().execute(event_data))
+        source, dest = m.states[self.source], m.states[self.dest]
+        if source.on_exit or dest.on_enter or dest.final:
+            return bool(super().execute(event_data))
+        m.set_state(self.dest, event_data.model)
+        event_data.update(getattr(event_data.model, m.model_attribute))
+        return True
+
+
+class FsmchatMachine(Machine):
+    transition_cls = QuietTransition
 
 
 def machine_class() -> Any:
-    """The ``transitions.Machine`` class every compiled graph uses (built on first compile).
-    Tests replace it (a recording subclass) to check that every step goes through it.
+    """The ``transitions.Machine`` class every compiled graph uses. Tests replace it (a recording
+    subclass) to check that every step goes through it.
 
     It is ``transitions.Machine`` with one documented extension point set, ``transition_cls``: a
     ``Transition`` whose ``execute`` skips the debug logging and the walk over callback lists when
@@ -69,27 +89,7 @@ def machine_class() -> Any:
     trigger the current state has no transition for, ``set_state`` and the model update still run,
     and as soon as any callback is configured (a subclass, a test) the full ``Transition.execute``
     runs. It makes 36 fewer Python calls per step (-18% for a 1,000-chat batch)."""
-    if not _MACHINE:
-        from transitions import Machine, Transition
-
-        class QuietTransition(Transition):
-            def execute(self, event_data: Any) -> bool:
-                m = event_data.machine
-                if (self.prepare or self.conditions or self.before or self.after or m.before_state_change
-                        or m.after_state_change or m.on_final):
-                    return bool(super().execute(event_data))
-                source, dest = m.states[self.source], m.states[self.dest]
-                if source.on_exit or dest.on_enter or dest.final:
-                    return bool(super().execute(event_data))
-                m.set_state(self.dest, event_data.model)
-                event_data.update(getattr(event_data.model, m.model_attribute))
-                return True
-
-        class FsmchatMachine(Machine):  # type: ignore[misc]
-            transition_cls = QuietTransition
-
-        _MACHINE.append(FsmchatMachine)
-    return _MACHINE[0]
+    return FsmchatMachine
 
 
 class CompiledGraph:

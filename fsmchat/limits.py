@@ -121,7 +121,7 @@ def add_limit_edges(graph: StateGraph, limits: Limits) -> StateGraph:
         for final, _, reason in guards:
             g.final(final, f"stop: {reason}", reason=reason)
         g.transitions = [Transition(t.source, t.dest, t.guard, t.label, i) for i, t in enumerate(new)]
-        g._compiled = g._flat = None
+        g.changed()
 
     transform(graph)
     return graph

@@ -20,7 +20,7 @@ def pytest_configure(config: Any) -> None:
     if config.getoption("--fsmchat-update-graphs", default=False):
         from . import testing
 
-        testing._UPDATE_GRAPHS["on"] = True
+        testing.UPDATE_GRAPHS["on"] = True
 
 
 @pytest.fixture

@@ -326,7 +326,7 @@ class RunLog:
         if cached is not None and base <= cached[0] <= i:
             start, state = cached[0] + 1, cached[1]
         else:
-            state, start = self._whole(base), base + 1
+            state, start = self.whole_state(base), base + 1
         for k in range(start, i + 1):
             d = self.deltas[k]
             if d is None or d == HELD:
@@ -342,7 +342,7 @@ class RunLog:
         self._cache = (i, state)
         return state
 
-    def _whole(self, k: int) -> dict[str, Any]:
+    def whole_state(self, k: int) -> dict[str, Any]:
         """The whole state stored at event ``k`` (its ``{"all": ...}`` delta, or the legacy snapshot)."""
         legacy = not is_full(self.deltas[k])
         text = self.legacy[1] if legacy else self.deltas[k]  # type: ignore[index]

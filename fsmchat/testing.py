@@ -10,23 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import difflib
 import fnmatch
+import hashlib
 import itertools
 import json
+import os
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, NamedTuple, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
 
 from pydantic import Field
 
+from .checkpoint import Checkpointer, MemoryCheckpointer
 from .config import MODEL_KINDS, MODEL_SOURCES, ConfigReader, ConfigSpec, callable_ref, jsonable, opt_ref
 from .graph.state_graph import StateGraph, branch_graph
 from .models import Bid, RunResult, split_branch
 from .errors import FsmchatError
+from .speakers.agent import Agent
+from .speakers.llm import INTERCEPTOR, get_litellm, register_provider
 from .trust import Trust
-
-if TYPE_CHECKING:
-    from .checkpoint import Checkpointer
 
 SCRIPTED_PROVIDER = "fsmchat-scripted"
 
@@ -152,7 +156,6 @@ class _Provider:
     def install(cls) -> None:
         if cls._handler is not None:
             return
-        from .speakers.llm import get_litellm, register_provider
 
         CustomLLM = get_litellm().CustomLLM
 
@@ -225,8 +228,6 @@ class ScriptedModel:
         self.close()
 
     def agent(self, name: str, system_prompt: str = "", **kw: Any) -> Any:
-        from .speakers.agent import Agent
-
         kw.setdefault("num_retries", 0)
         return Agent(name, system_prompt=system_prompt, model=self.model, **kw)
 
@@ -336,8 +337,6 @@ def assert_path(run: Any, expected: Sequence[str]) -> None:
     or ``"state+"`` (one or more). Fails with both paths side by side."""
     actual = _path_of(run)
     if not _match(list(expected), actual):
-        import difflib
-
         diff = "\n".join(difflib.unified_diff(list(expected), actual, "expected", "actual", lineterm=""))
         raise AssertionError(f"path mismatch\nexpected: {list(expected)}\nactual:   {actual}\n{diff}")
 
@@ -374,8 +373,6 @@ def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any
     ``Reject(...)``, ``Say(...)`` or a str), or a function ``(pending) -> input``. Returns the final
     result and the ``Pending`` requests seen; ``AnswerScriptError`` when the run waits with no
     answer left, or a list of answers is not used up."""
-    from .checkpoint import MemoryCheckpointer
-
     cp = checkpoint if checkpoint is not None else MemoryCheckpointer()
     script = None if callable(answers) else list(answers)
     result = pattern.execute(task, checkpoint=cp, run_id=run_id)
@@ -552,21 +549,16 @@ def assert_trace(run: RunResult, expected: Sequence[dict[str, Any]]) -> None:
 
 
 # ---- graph snapshots ----
-_UPDATE_GRAPHS = {"on": False}
+UPDATE_GRAPHS = {"on": False}  # set by pytest --fsmchat-update-graphs (fsmchat.pytest_plugin)
 
 
 def update_graphs_enabled() -> bool:
-    import os
-
-    return _UPDATE_GRAPHS["on"] or os.environ.get("FSMCHAT_UPDATE_GRAPHS", "") not in ("", "0")
+    return UPDATE_GRAPHS["on"] or os.environ.get("FSMCHAT_UPDATE_GRAPHS", "") not in ("", "0")
 
 
 def assert_graph_matches(graph: Any, path: Any) -> None:
     """The graph's DOT equals the snapshot at ``path`` (created when missing; rewritten with
     ``pytest --fsmchat-update-graphs`` or ``FSMCHAT_UPDATE_GRAPHS=1``). Pass a StateGraph or a pattern."""
-    import difflib
-    from pathlib import Path
-
     g = graph if isinstance(graph, StateGraph) else graph.graph
     p = Path(path)
     dot = g.to_dot()
@@ -590,8 +582,6 @@ class CassetteMiss(FsmchatError, AssertionError):
 
 
 def request_key(model: str, messages: Any, params: dict[str, Any]) -> str:
-    import hashlib
-
     body = {"model": model, "messages": messages, **{k: params.get(k) for k in
                                                     ("tools", "tool_choice", "response_format")}}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:32]
@@ -606,8 +596,6 @@ class Cassette:
     """
 
     def __init__(self, path: Any, mode: str = "auto"):
-        from pathlib import Path
-
         if mode not in ("auto", "record", "replay"):
             raise ValueError(f"cassette mode={mode!r}; choose from ['auto', 'record', 'replay']")
         self.path = Path(path)
@@ -652,14 +640,10 @@ class Cassette:
         return response
 
     def __enter__(self) -> "Cassette":
-        from .speakers.llm import INTERCEPTOR
-
         self._token = INTERCEPTOR.set(self._send)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from .speakers.llm import INTERCEPTOR
-
         INTERCEPTOR.reset(self._token)
         if self.mode == "record":
             self.path.parent.mkdir(parents=True, exist_ok=True)

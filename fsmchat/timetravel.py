@@ -303,7 +303,7 @@ def _forked_run(log: RunLog, new_id: str, meta: dict[str, Any], positions: list[
         elif log.deltas[i] == HELD or not log.known(i):
             deltas.append(HELD if log.deltas[i] == HELD else None)
         else:
-            current = log._state(i)
+            current = log.state_after(i)
             deltas.append(diff.delta(current) if current is not None else None)
     now = time.time()
     return RunLog(new_id, meta, None, events, counts, deltas, messages, created=now, updated=now)
@@ -324,6 +324,6 @@ def _copied_lane(checkpoint: ForkableCheckpointer, lane: str, run_id: str, new_i
         meta["parent"] = new_id + parent[len(run_id):]
     deltas = list(log.deltas)
     if log.legacy is not None and not any(is_full(d) for d in deltas):  # an older store's lane: its one state
-        deltas[log.legacy[0]] = '{"all":' + encode_json(log._whole(log.legacy[0])) + "}"
+        deltas[log.legacy[0]] = '{"all":' + encode_json(log.whole_state(log.legacy[0])) + "}"
     return RunLog(new_id + lane[len(run_id):], meta, log.stop_reason, log.events, log.counts, deltas, log.messages,
                   created=log.created, updated=log.updated)

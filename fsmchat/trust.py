@@ -18,13 +18,28 @@ import importlib
 import inspect
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol, runtime_checkable
 
 from .errors import FsmchatError, bad_value
+from .targets import load_target
 
 BUILTIN_PREFIXES = ("fsmchat",)
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _ATTR = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+@runtime_checkable
+class PatternLike(Protocol):
+    """What a pattern ``factory`` must give: an object with a pattern's run API (every
+    ``fsmchat.patterns.Pattern`` has it). Checked by its shape, as this layer sits below the patterns."""
+
+    factory: str | None
+
+    def execute(self, task: str, **kw: Any) -> Any: ...
+
+    def resume(self, run_id: str, checkpoint: Any, *, input: Any = None) -> Any: ...
+
+    def to_config(self) -> Any: ...
 
 
 class UntrustedReference(FsmchatError, PermissionError):
@@ -119,8 +134,6 @@ class Trust:
         (``mymod:os.system`` is ``os.system``, refused unless ``os`` is allowed)."""
         where, attr = self.check(ref, what)
         if self.trusted:
-            from .targets import load_target
-
             return load_target(ref)
         obj: Any = importlib.import_module(where)
         for part in attr.split("."):
@@ -147,23 +160,21 @@ class Trust:
             raise UntrustedReference(ref, what, f"it is not a subclass of {base.__module__}.{base.__qualname__}")
         return obj
 
-    def pattern(self, ref: str, what: str) -> Any:
+    def pattern(self, ref: str, what: str) -> PatternLike:
         """A pattern ``factory``: a pattern object, or a function called (once) to build one. It must
         come from the caller's ``allow`` prefixes (or ``trusted``): fsmchat's own functions are not
         pattern factories, and calling one at load (``fsmchat.distributed:shutdown``) would act, not build."""
-        from .patterns.base import Pattern
-
         module = self.check(ref, what)[0]
         if not self.trusted and not any(within(module, p) for p in self.allow):
             raise UntrustedReference(ref, what, "a factory is called while loading, so it must come from a module "
                                      f"you allow (allow=[...]; fsmchat's own modules hold no pattern factories)")
         obj = self.resolve(ref, what)
-        if isinstance(obj, Pattern):
+        if isinstance(obj, PatternLike):
             return obj
         if not inspect.isfunction(obj):
             raise UntrustedReference(ref, what, f"a factory must be a pattern or a function returning one; it is a "
                                      f"{type(obj).__name__}")
         built = obj()
-        if not isinstance(built, Pattern):
+        if not isinstance(built, PatternLike):
             raise TypeError(f"{what}: factory {ref!r} returned a {type(built).__name__}, not a pattern")
         return built

@@ -1,6 +1,7 @@
 """docs/architecture.md and its layer diagram: the diagram is drawn from the one layer contract in
 pyproject.toml and today's imports and is up to date, its red arrows are exactly the violations
 lint-imports reports, the doc's layer table follows the contract, and its worked example runs."""
+import ast
 import importlib.util
 import json
 import re
@@ -160,3 +161,176 @@ def test_the_adding_a_pattern_example_runs_and_prints_what_the_doc_shows(tmp_pat
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout == printed[0]
     assert r.stdout.splitlines()[0] == "approved | seed -> draft -> review -> draft -> review -> done | 6 calls at most"
+
+
+# ---- what the tests hold the imports to (docs/architecture.md, "What the tests hold the imports to") ----
+PACKAGE = ROOT / "fsmchat"
+
+
+def test_every_import_contract_is_kept():
+    """`lint-imports` (the contracts of pyproject.toml: the layers, no cycles) passes; a failure names
+    the broken contracts and lint-imports' own report (the offending import lines)."""
+    exe = lint_imports()
+    assert exe is not None, "lint-imports is in the dev extra (pip install -e '.[dev]')"
+    r = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    broken = re.findall(r"^(.+) BROKEN$", r.stdout, re.M)
+    report = r.stdout.partition("Broken contracts")[2] or r.stdout + r.stderr
+    assert r.returncode == 0 and not broken, f"broken import contracts: {broken}\n{report[-4000:]}"
+    assert re.search(r"^Contracts: 2 kept, 0 broken\.$", r.stdout, re.M), r.stdout[-2000:]
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    """The absolute module names an import statement names (``from . import x``: the submodule)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level == 0:
+        return [node.module or ""]
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[:len(base) - node.level + 1]
+    return [".".join(base + [node.module])] if node.module else [".".join(base + [a.name]) for a in node.names]
+
+
+class FunctionImports(ast.NodeVisitor):
+    """Import statements inside a function (or lambda) body, ``if TYPE_CHECKING:`` blocks left out."""
+
+    def __init__(self, module: str, is_package: bool):
+        self.module, self.is_package, self.depth = module, is_package, 0
+        self.found: list[tuple[str, int, str]] = []  # (importing module, line, imported module)
+
+    def visit_FunctionDef(self, node: ast.AST) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+                (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
+        if self.depth:
+            self.found += [(self.module, node.lineno, m) for m in imported_modules(node, self.module, self.is_package)]
+
+    visit_ImportFrom = visit_Import
+
+
+def function_level_imports(package: Path = PACKAGE) -> list[tuple[str, int, str]]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        finder = FunctionImports(module_name(path, package.parent), path.name == "__init__.py")
+        finder.visit(ast.parse(path.read_text(), str(path)))
+        found += finder.found
+    return found
+
+
+def lazy_import_table(text: str = ARCH) -> dict[str, set[str]]:
+    """The documented lazy imports: imported module -> the modules (relative to fsmchat) allowed to."""
+    section = text.split("### What the tests hold the imports to", 1)[1]
+    rows = re.findall(r"^\s*\| `([\w.]+)` \| ([^|]+) \| [^|]+ \|$", section, re.M)
+    return {imported: {f"fsmchat.{m.strip(' `')}" for m in where.split(",")} for imported, where in rows}
+
+
+def undocumented(imports: list[tuple[str, int, str]], table: dict[str, set[str]]) -> tuple[list[str], list[str]]:
+    """(the function-level imports no row allows, the (row, importer) pairs no import uses)."""
+    used: set[tuple[str, str]] = set()
+    bad = []
+    for importer, line, imported in imports:
+        rows = [r for r in table if (imported == r or imported.startswith(r + ".")) and importer in table[r]]
+        if rows:
+            used.add((max(rows, key=len), importer))
+        else:
+            bad.append(f"{importer}:{line} imports {imported}")
+    stale = [f"{r} in {m}" for r, where in table.items() for m in sorted(where) if (r, m) not in used]
+    return bad, stale
+
+
+def test_function_level_imports_are_only_the_documented_lazy_ones():
+    table = lazy_import_table()
+    assert {"litellm", "graphviz", "ray", "networkx"} <= set(table), table
+    bad, stale = undocumented(function_level_imports(), table)
+    assert bad == [], ("import these at the top of the module (a function-level import is for the heavy or "
+                       "optional dependencies docs/architecture.md lists, measured):\n" + "\n".join(bad))
+    assert stale == [], "docs/architecture.md lists lazy imports no module makes any more: " + ", ".join(stale)
+
+
+def private_reads(package: Path = PACKAGE) -> list[str]:
+    """``x._name`` where ``x`` is not ``self``/``cls``/``super()`` and this module defines no
+    ``_name`` (so it is another module's private attribute), and ``from fsmchat... import _name``.
+    Special names (``__x__``) and sunder protocol hooks (``_repr_mimebundle_``) are public."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        own: set[str] = set()
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(n.name)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                own.add(n.id)
+            elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and \
+                    isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):
+                own.add(n.attr)
+            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+                own.add(n.target.id)
+        where = path.relative_to(package.parent)
+
+        def private(name: str) -> bool:
+            return name.startswith("_") and not name.startswith("__") and not name.endswith("_")
+
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Attribute) and private(n.attr) and n.attr not in own:
+                v = n.value
+                if not ((isinstance(v, ast.Name) and v.id in ("self", "cls")) or
+                        (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super")):
+                    found.append(f"{where}:{n.lineno}: {ast.unparse(n)}")
+            if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").split(".")[0] == package.name):
+                found += [f"{where}:{n.lineno}: from {'.' * n.level}{n.module or ''} import {a.name}"
+                          for a in n.names if private(a.name)]
+    return found
+
+
+def test_no_module_reads_another_modules_private_attributes():
+    assert private_reads() == [], "use (or add) a public name instead:\n" + "\n".join(private_reads())
+
+
+def test_the_import_and_private_checks_catch_what_they_forbid(tmp_path):
+    """The rules broken on purpose in a toy package: each check names exactly the offending lines."""
+    pkg = tmp_path / "toy"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "low.py").write_text("_cache = {}\n\n\nclass Store:\n    def __init__(self):\n        self._rows = []\n")
+    (pkg / "sub" / "high.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from ..low import Store, _cache\n"          # line 2: a private name of another module
+        "if TYPE_CHECKING:\n"
+        "    from ..low import Store as S\n"          # module level, type-only: allowed
+        "def f(store):\n"
+        "    import graphviz\n"                       # line 6: documented lazy import
+        "    from .. import low\n"                    # line 7: an fsmchat import hidden in a function
+        "    if TYPE_CHECKING:\n"
+        "        from . import other\n"               # type-only, even in a function: allowed
+        "    g = lambda: __import__('json')\n"        # not an import statement
+        "    return store._rows, self_like()._rows, low._cache\n"  # line 11: two private reads
+        "class K:\n"
+        "    _own = 1\n"
+        "    def m(self, other):\n"
+        "        return self._own, other._own, super()._x, self._repr_mimebundle_\n")  # same module / special
+    found = function_level_imports(pkg)
+    assert found == [("toy.sub.high", 6, "graphviz"), ("toy.sub.high", 7, "toy.low")]
+    bad, stale = undocumented(found, {"graphviz": {"toy.sub.high"}, "ray": {"toy.sub.high"}})
+    assert bad == ["toy.sub.high:7 imports toy.low"] and stale == ["ray in toy.sub.high"]
+    assert private_reads(pkg) == ["toy/sub/high.py:2: from ..low import _cache",
+                                  "toy/sub/high.py:11: store._rows", "toy/sub/high.py:11: self_like()._rows",
+                                  "toy/sub/high.py:11: low._cache"]

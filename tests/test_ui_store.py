@@ -13,7 +13,7 @@ import pytest
 
 from fsmchat import cli
 from fsmchat.checkpoint import SqliteCheckpointer
-from fsmchat.graph.render import drawing, drawing_data, drawing_from_data, dot_source, to_dot
+from fsmchat.graph.render import drawing_data, drawing_from_data, dot_source, to_dot
 from fsmchat.ui import RunNotFound, Store, StoreUnreadable, write_report
 from fsmchat.ui.page import data_json
 from fsmchat.ui.report import run_data
@@ -85,7 +85,7 @@ def test_the_stored_drawing_draws_what_the_graph_draws(store):
     from fsmchat.patterns.group_chat import compile_group_chat
 
     g = compile_group_chat(description="Agents take turns; one speaker per turn.")
-    d = drawing_from_data(json.loads(json.dumps(drawing_data(drawing(g)))))
+    d = drawing_from_data(json.loads(json.dumps(drawing_data(g.drawing()))))
     assert dot_source(d) == to_dot(g)
 
 

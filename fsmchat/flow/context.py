@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..checkpoint import NotSerializable, decode, encode
+from ..errors import ConfigError
 from ..models import Transcript
 from ..speakers.human import People
 from ..speakers.llm import CallStats
@@ -91,8 +93,6 @@ class FlowContext:
 
     def snapshot(self) -> dict[str, Any]:
         """The working state a checkpoint stores after each step (variables must be JSON-able)."""
-        from ..checkpoint import NotSerializable, encode
-
         try:
             variables = encode(self.variables)
         except NotSerializable as exc:
@@ -103,8 +103,6 @@ class FlowContext:
                 "memory": self.memory, **({"people": self.people.to_state()} if self.people.used else {})}
 
     def restore(self, state: dict[str, Any]) -> None:
-        from ..checkpoint import decode
-
         self.variables.clear()
         self.variables.update(decode(state["variables"]))
         self.previous_result = state["previous_result"]
@@ -153,8 +151,6 @@ _OPERAND = re.compile(r"""^(\{\{\s*[\w.]+\s*\}\}|[^{}<>=!]+|'[^']*'|"[^"]*")$"""
 def check_expression(expr: str, op: str | None, what: str) -> None:
     """Refuse a malformed condition when the flow is built: unbalanced ``{{ }}``, an operand
     missing, a stray operator (``=>``, ``=``), or a lone word that is not a ``{{flag}}``."""
-    from ..errors import ConfigError
-
     def bad(why: str) -> ConfigError:
         return ConfigError(f"{what}: condition={expr!r} is invalid: {why}; write '{{{{var}}}} OP value' with OP in "
                            ">, >=, <, <=, ==, !=, in, contains, or a lone '{{flag}}'")

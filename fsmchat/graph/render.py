@@ -1,7 +1,11 @@
-"""Layer 3: draw a ``StateGraph`` as DOT (via the ``graphviz`` package) and Mermaid text.
+"""Layer 3: draw a graph as DOT (via the ``graphviz`` package) and Mermaid text.
 
 Both are written from one plain ``Drawing`` of the flattened graph (nodes, nested groups, edges
-with their kind), so the picture shows exactly what the engine runs and the two syntaxes agree:
+with their kind), which the graph makes itself (``StateGraph.drawing``): this module knows no
+``StateGraph``, only a ``Drawable`` (anything with a ``name``, a ``description`` and a
+``drawing(trace)``), so it sits below the graph layer and ``StateGraph``'s conveniences
+(``graph.render("x.svg")``, ``graph.to_dot()``) call it directly. The picture shows exactly what
+the engine runs and the two syntaxes agree:
 nested subgraphs and branch runs are groups nested alike, guards are ``[guard]`` edge labels, and
 a run's trace can be overlaid (visited states filled, edge hit counts on the labels).
 
@@ -21,11 +25,10 @@ import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import RenderError
 from ..models import split_branch
-from .state_graph import FlatGraph, StateGraph, Transition
 
 DOT_HASH_MARK = "fsmchat-dot-sha256:"
 INSTALL_HINT = ("install Graphviz with: apt-get install graphviz (Debian/Ubuntu), brew install graphviz "
@@ -41,13 +44,6 @@ LEGEND = {
              "with an answer)",
 }
 WAITS_FILL, WAITS_BORDER = "#fff3cd", "#b8860b"  # amber: where a person is asked
-
-
-def edge_text(t: Transition) -> str:
-    g = t.guard_name
-    if g is None:
-        return t.label
-    return f"[{g}]" if t.label == g else f"{t.label} [{g}]"
 
 
 # ---- the plain drawing both syntaxes are written from ----
@@ -90,6 +86,16 @@ class Drawing:
         return found | ({"fork"} if "join" in found else set())
 
 
+class Drawable(Protocol):
+    """What this module draws: a graph with a name and a description that makes its own plain
+    ``Drawing``, ``trace`` overlaid (``StateGraph`` is one)."""
+
+    name: str
+    description: str
+
+    def drawing(self, trace: Any = None) -> Drawing: ...
+
+
 def _overlay(trace: Any) -> tuple[set[str], Counter, Counter, Counter]:
     """A run's (a RunResult's or a trace list's) visited states, (source, dest, label) hit counts,
     and per drawn state the branch runs that started there and that ended there."""
@@ -114,50 +120,6 @@ def _drawn(name: str) -> str:
     """A traced state as drawn: the runs of one branch per loop item (``each|1[3].x``) share the
     branch's states (``each|1.x``)."""
     return re.sub(r"\|(\d+)\[\d+\]\.", r"|\1.", name) if "[" in name else name
-
-
-def _short(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
-def drawing(graph: StateGraph, trace: Any = None) -> Drawing:
-    """The plain drawing of ``graph`` (flattened; branch runs nested in their fork state's group),
-    with ``trace`` overlaid when given."""
-    flat = graph.flatten()
-    d = Drawing(graph.name, graph.description or graph.name, flat.initial)
-
-    def level(fg: FlatGraph, prefix: str, base: tuple[str, ...], top: bool) -> None:
-        for cpath, desc in fg.clusters.items():
-            short = _short(cpath[-1])
-            d.groups[base + tuple(prefix + c for c in cpath)] = short if desc in ("", short) else f"{short}\n{desc}"
-        joins: dict[str, str] = {}
-        for s in fg.states.values():
-            q, group = prefix + s.name, base + tuple(prefix + c for c in s.cluster)
-            d.nodes.append(Node(q, _short(s.name) + (f"\n{s.description}" if s.description else ""), group,
-                                final=s.final, waits=s.waits))
-            if not s.branches:
-                continue
-            joins[s.name] = join = f"{q}|join"
-            d.nodes.append(Node(join, "join", group, join=True))
-            for i, b in enumerate(s.branches, 1):
-                bid = f"{q}|{i}"
-                bf = b.flatten()
-                d.groups[group + (bid,)] = f"{_short(s.name)} branch {i}: {bf.name}"
-                level(bf, bid + ".", group + (bid,), False)
-                entry = f"{bid}.{bf.initial}"
-                d.edges.append(Edge(q, entry, "fork", "fork", origin=q))
-                d.edges.extend(Edge(f"{bid}.{f.name}", join, "join", "join", origin=f"{bid}.{f.name}")
-                               for f in bf.states.values() if f.final)
-        for t in fg.transitions:
-            out = fg.states[t.source].out
-            kind = ("guarded" if t.guard is not None else
-                    "fallback" if any(o.guard is not None for o in out) else "always")
-            text = "" if (t.guard is None and t.label == "next") else edge_text(t)
-            d.edges.append(Edge(joins.get(t.source, prefix + t.source), prefix + t.dest, text, kind,
-                                stop=top and fg.states[t.dest].final, origin=prefix + t.source, label=t.label))
-
-    level(flat, "", (), True)
-    return overlay(d, trace) if trace is not None else d
 
 
 def overlay(d: Drawing, trace: Any) -> Drawing:
@@ -221,7 +183,7 @@ def _dot_legend(d: Drawing) -> str:
     return f'<<b>{title}</b><br/><font point-size="9">{text}</font>>' if rows else f"<<b>{title}</b>>"
 
 
-def to_dot(graph: StateGraph, trace: Any = None) -> str:
+def to_dot(graph: Drawable, trace: Any = None) -> str:
     """Return ``graph`` as DOT text, with a legend of the edge kinds it uses.
 
     The text is deterministic (checks compare it); Graphviz is not needed to write it.
@@ -248,7 +210,7 @@ def to_dot(graph: StateGraph, trace: Any = None) -> str:
         knock -> knock [label=again style=dashed]
         __start__ -> knock
     """
-    return dot_source(drawing(graph, trace))
+    return dot_source(graph.drawing(trace))
 
 
 def dot_source(d: Drawing, ids: bool = False) -> str:
@@ -326,7 +288,7 @@ _MERMAID_LEGEND = {
 }
 
 
-def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
+def to_mermaid(graph: Drawable, trace: Any = None) -> str:
     """Return ``graph`` as Mermaid ``stateDiagram-v2`` text (GitHub and JupyterLab draw it).
 
     Args:
@@ -358,7 +320,7 @@ def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
             rest --> [*]
         <BLANKLINE>
     """
-    d = drawing(graph, trace)
+    d = graph.drawing(trace)
     lines = ["stateDiagram-v2", f"    %% {graph.name}: {_mtext(graph.description)}".rstrip(": ")]
     lines += [f"    %% legend: {_MERMAID_LEGEND[k]}" for k in _MERMAID_LEGEND if k in d.kinds()]
     where = {n.id: n.group for n in d.nodes}
@@ -430,7 +392,7 @@ def has_graphviz() -> bool:
     return shutil.which("dot") is not None
 
 
-def to_svg(graph: StateGraph, trace: Any = None) -> str:
+def to_svg(graph: Drawable, trace: Any = None) -> str:
     """Return ``graph`` as SVG text, stamped with the hash of the DOT it was drawn from.
 
     Args:
@@ -450,7 +412,7 @@ def to_svg(graph: StateGraph, trace: Any = None) -> str:
     return render_svg(to_dot(graph, trace))
 
 
-def mime_bundle(graph: StateGraph, trace: Any = None) -> dict[str, str]:
+def mime_bundle(graph: Drawable, trace: Any = None) -> dict[str, str]:
     """What a notebook shows for the graph: its SVG, or (without Graphviz) its Mermaid text as a
     fenced ``mermaid`` block, which JupyterLab and GitHub draw."""
     if has_graphviz():
@@ -458,7 +420,7 @@ def mime_bundle(graph: StateGraph, trace: Any = None) -> dict[str, str]:
     return {"text/markdown": f"```mermaid\n{to_mermaid(graph, trace)}```\n"}
 
 
-def to_html(graph: StateGraph, trace: Any = None) -> str:
+def to_html(graph: Drawable, trace: Any = None) -> str:
     """Return an HTML fragment of ``graph`` for a page or a notebook cell.
 
     The SVG inline, or (without Graphviz) the Mermaid text, escaped, in a ``<pre class="mermaid">``
@@ -481,7 +443,7 @@ def to_html(graph: StateGraph, trace: Any = None) -> str:
             f'<pre class="mermaid">{html.escape(to_mermaid(graph, trace))}</pre>')
 
 
-def render(graph: StateGraph, path: str | Path, trace: Any = None) -> str:
+def render(graph: Drawable, path: str | Path, trace: Any = None) -> str:
     """Write ``graph`` to ``path`` in the format its suffix names.
 
     Args:

@@ -3,7 +3,8 @@
 A graph holds named states (each with an optional action and a one-line description), final
 states, nested subgraphs and guarded transitions in declared order. ``flatten()`` turns nesting
 into qualified names (``loop.discussion.turn``): the engine runs that flat form, the renderer
-draws it with clusters, and tests walk it, so all three see the same graph.
+draws it with clusters (``drawing()`` is the plain ``Drawing`` that ``fsmchat.graph.render``
+writes as DOT and Mermaid), and tests walk it, so all three see the same graph.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import GraphError
+from .render import Drawing, Edge, Node, mime_bundle, overlay, render, to_dot, to_html, to_mermaid, to_svg
 
 Action = Callable[[Any], Any]
 Guard = Callable[[Any], bool]
@@ -372,6 +374,18 @@ class StateGraph:
             raise GraphError(f"graph {self.name!r} has no states; declare at least an initial and a final state")
         return next(iter(self.states))
 
+    @initial.setter
+    def initial(self, name: str) -> None:
+        self._initial = name
+        self.changed()
+
+    def changed(self) -> "StateGraph":
+        """Drop the cached flat and compiled forms (rebuilt on next use) and return the graph. The
+        building methods call it; a transform that replaces ``transitions``, or edits a nested
+        graph in place (which the graphs around it cannot see), calls it on each graph it changed."""
+        self._compiled = self._flat = None
+        return self
+
     def outgoing(self, name: str) -> list[Transition]:
         """Return the transitions leaving state ``name``, in declared order.
 
@@ -520,14 +534,53 @@ class StateGraph:
         s = graph.states[dest]
         return StateGraph._entry(s.subgraph, prefix + dest + ".") if s.subgraph is not None else prefix + dest
 
-    # ---- rendering (layer 3) ----
+    # ---- drawing (the plain Drawing that fsmchat.graph.render writes as DOT, Mermaid, SVG) ----
+    def drawing(self, trace: Any = None) -> Drawing:
+        """Return the plain drawing of this graph: flattened, branch runs nested in their fork
+        state's group, ``trace`` (a ``RunResult`` or trace list) overlaid when given."""
+        flat = self.flatten()
+        d = Drawing(self.name, self.description or self.name, flat.initial)
+
+        def level(fg: FlatGraph, prefix: str, base: tuple[str, ...], top: bool) -> None:
+            for cpath, desc in fg.clusters.items():
+                short = _short(cpath[-1])
+                label = short if desc in ("", short) else f"{short}\n{desc}"
+                d.groups[base + tuple(prefix + c for c in cpath)] = label
+            joins: dict[str, str] = {}
+            for s in fg.states.values():
+                q, group = prefix + s.name, base + tuple(prefix + c for c in s.cluster)
+                d.nodes.append(Node(q, _short(s.name) + (f"\n{s.description}" if s.description else ""), group,
+                                    final=s.final, waits=s.waits))
+                if not s.branches:
+                    continue
+                joins[s.name] = join = f"{q}|join"
+                d.nodes.append(Node(join, "join", group, join=True))
+                for i, b in enumerate(s.branches, 1):
+                    bid = f"{q}|{i}"
+                    bf = b.flatten()
+                    d.groups[group + (bid,)] = f"{_short(s.name)} branch {i}: {bf.name}"
+                    level(bf, bid + ".", group + (bid,), False)
+                    entry = f"{bid}.{bf.initial}"
+                    d.edges.append(Edge(q, entry, "fork", "fork", origin=q))
+                    d.edges.extend(Edge(f"{bid}.{f.name}", join, "join", "join", origin=f"{bid}.{f.name}")
+                                   for f in bf.states.values() if f.final)
+            for t in fg.transitions:
+                out = fg.states[t.source].out
+                kind = ("guarded" if t.guard is not None else
+                        "fallback" if any(o.guard is not None for o in out) else "always")
+                text = "" if (t.guard is None and t.label == "next") else edge_text(t)
+                d.edges.append(Edge(joins.get(t.source, prefix + t.source), prefix + t.dest, text, kind,
+                                    stop=top and fg.states[t.dest].final, origin=prefix + t.source, label=t.label))
+
+        level(flat, "", (), True)
+        return overlay(d, trace) if trace is not None else d
+
     def to_dot(self, trace: Any = None) -> str:
         """Return the graph as DOT text (``fsmchat.graph.render.to_dot``).
 
         Args:
             trace: A ``RunResult`` (or trace list) to overlay: visited states, edge hit counts.
         """
-        from .render import to_dot
         return to_dot(self, trace)
 
     def to_mermaid(self, trace: Any = None) -> str:
@@ -536,7 +589,6 @@ class StateGraph:
         Args:
             trace: A ``RunResult`` (or trace list) to overlay.
         """
-        from .render import to_mermaid
         return to_mermaid(self, trace)
 
     def render(self, path: str, trace: Any = None) -> str:
@@ -549,7 +601,6 @@ class StateGraph:
         Returns:
             The path written.
         """
-        from .render import render
         return render(self, path, trace)
 
     def to_svg(self, trace: Any = None) -> str:
@@ -558,7 +609,6 @@ class StateGraph:
         Args:
             trace: A ``RunResult`` (or trace list) to overlay.
         """
-        from .render import to_svg
         return to_svg(self, trace)
 
     def to_html(self, trace: Any = None) -> str:
@@ -567,18 +617,28 @@ class StateGraph:
         Args:
             trace: A ``RunResult`` (or trace list) to overlay.
         """
-        from .render import to_html
         return to_html(self, trace)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """Jupyter shows the graph as SVG (Mermaid text when Graphviz is missing)."""
-        from .render import mime_bundle
         return {**mime_bundle(self), "text/plain": repr(self)}
 
     def __repr__(self) -> str:
         final = sum(s.final for s in self.states.values())
         return (f"StateGraph({self.name!r}, {len(self.states)} states ({final} final), "
                 f"{len(self.transitions)} transitions, initial {self.initial if self.states else None!r})")
+
+
+def edge_text(t: Transition) -> str:
+    """A transition's label as drawn: ``[guard]``, ``label [guard]``, or the plain label."""
+    g = t.guard_name
+    if g is None:
+        return t.label
+    return f"[{g}]" if t.label == g else f"{t.label} [{g}]"
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
 
 
 def branch_graph(graph: StateGraph, branch: str) -> FlatGraph:

@@ -28,13 +28,15 @@ from typing import Annotated, Any, AsyncIterator, Callable, ClassVar, Collection
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
-from ..checkpoint import Checkpointer, CheckpointMismatch, Lease, Recorder, decode, encode_fields, new_run_id
-from ..config import PatternSpec, pattern_spec
+from .. import distributed
+from ..checkpoint import (Checkpointer, CheckpointMismatch, Lease, Recorder, check_checkpoint, check_resume, decode,
+                          encode_fields, new_run_id)
+from ..config import PatternSpec, pattern_spec, to_config
 from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
-from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
+from ..checks import check_batch, check_run_id
 from ..errors import ConfigTypeError, attach_result, invalid_config, result_of, run_finished
-from ..graph.render import drawing, drawing_data
+from ..graph.render import drawing_data
 from ..graph.state_graph import StateGraph, state_names
 from ..progress import ProgressBar, progress_wanted
 from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, StopReason, TraceEvent, Transcript, check_output_type,
@@ -42,6 +44,7 @@ from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, StopReason, TraceEv
 from ..speakers.agent import SEED_ROLE, Speaker, Turn
 from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, check_input, pending_of, request,
                               waiting_for)
+from ..speakers.images import image_part
 from ..speakers.llm import CallStats
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
@@ -159,8 +162,6 @@ def check_image(img: str | None, what: str) -> list[str]:
     """``img`` as the run's image list, refused before any call when it cannot be sent."""
     if img is None:
         return []
-    from ..speakers.images import image_part
-
     if not isinstance(img, str) or not img:
         raise ValueError(f"{what}: img must be a URL, a data URL or a local image path, got {img!r}")
     try:
@@ -332,7 +333,7 @@ class Pattern(ABC):
                                           + f" (its options: {', '.join(names)})")
             self.config = model.make(owner, **kwargs)
         self._validate()
-        self._set_interrupts(interrupt_before, interrupt_after)
+        self.set_interrupts(interrupt_before, interrupt_after)
 
     def _validate(self) -> None:
         """Checks of the whole pattern once its model is valid (a pattern whose roster may be set
@@ -373,7 +374,7 @@ class Pattern(ABC):
         return self._graph
 
     # ---- people in the loop ----
-    def _set_interrupts(self, before: Any, after: Any) -> None:
+    def set_interrupts(self, before: Any, after: Any) -> None:
         """Store ``interrupt_before``/``interrupt_after`` (state names), refusing unknown names now
         when the graph can be built (a pattern still missing its roster is checked when it runs)."""
         owner = type(self).__name__
@@ -620,7 +621,7 @@ class Pattern(ABC):
     def _viewer_meta(self) -> dict[str, Any]:
         """What a checkpoint keeps at run start for the run viewer (``fsmchat ui``, ``fsmchat report``):
         the graph as drawing data, and the config (``to_config``: secrets left out) or why there is none."""
-        out: dict[str, Any] = {"graph": drawing_data(drawing(self.graph))}
+        out: dict[str, Any] = {"graph": drawing_data(self.graph.drawing())}
         try:
             out["config"] = self.to_config().model_dump(mode="json")
         except Exception as exc:  # a lambda, a closure, a speaker with no config: the run goes on without it
@@ -718,6 +719,16 @@ class Pattern(ABC):
         kw = {k: kwargs[k] for k in ("checkpoint", "run_id") if k in kwargs}
         return self._sync(lambda: self.arun(task, **kw))
 
+    def preflight(self, tasks: Sequence[Any], *, credentials: bool = True) -> None:
+        """Refuse a batch before any model call: each task (the checks ``run`` makes), the limits
+        (a worst-case bound over ``max_model_calls``) and, with ``credentials``, the model keys the
+        runs need (checked once, on the first task's context). ``fsmchat.distributed`` calls it."""
+        for t in tasks:
+            self._check_run(t)
+        self._check_limits()
+        if credentials and tasks:
+            self._context(tasks[0]).stats.preflight()
+
     async def arun_batch(self, tasks: Sequence[str], max_concurrency: int = 16, *,
                          progress: bool | None = False) -> list[Any]:
         """``run_batch`` in async code (``progress``: as there, but off unless asked for)."""
@@ -761,17 +772,13 @@ class Pattern(ABC):
         show = progress_wanted(progress)
         if executor == "local" and checkpoint_dir is None and address is None and not options:
             return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency, progress=show))
-        from ..distributed import run_batch
-
-        return run_batch(self, tasks, executor=executor, address=address, checkpoint_dir=checkpoint_dir,
-                         max_concurrency_per_worker=max_concurrency_per_worker or max_concurrency,
-                         progress=show, **options)
+        return distributed.run_batch(self, tasks, executor=executor, address=address, checkpoint_dir=checkpoint_dir,
+                                     max_concurrency_per_worker=max_concurrency_per_worker or max_concurrency,
+                                     progress=show, **options)
 
     def to_config(self) -> Any:
         """This pattern as a JSON-able pydantic model (``fsmchat.config``); ``from_config`` rebuilds it.
         Secrets are left out; a lambda or closure anywhere raises ``TypeError``."""
-        from ..config import to_config
-
         return to_config(self)
 
     def stream(self, task: str) -> RunStream:

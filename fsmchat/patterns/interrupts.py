@@ -97,7 +97,7 @@ def insert_before(g: StateGraph, target: str, wait: str, point: WaitPoint) -> st
     first = g.initial == target
     g.state(wait, point.action, point.description, waits=True)
     if first:
-        g._initial = wait
+        g.initial = wait
     g.transitions = [Transition(t.source, wait if t.dest == target else t.dest, t.guard, t.label, t.order)
                      for t in g.transitions]
     for dest, guard, label in point.exits:
@@ -132,8 +132,7 @@ def add_interrupts(graph: StateGraph, before: Sequence[str], after: Sequence[str
     for q in after:
         g, local = level_of(graph, q)
         insert_after(g, local, f"after_{local}", point_for("after", q, g))
-    graph._compiled = graph._flat = None
-    return graph
+    return graph.changed()
 
 
 # ---- the generic point of a conversation pattern (ChatContext) ----

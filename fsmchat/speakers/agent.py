@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import difflib
 import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
@@ -15,6 +14,8 @@ from ..deadline import call_within
 from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
 from ..models import Bid, Message, shorten
 from . import llm
+from .images import image_part
+from .log_secrets import is_secret
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
     respond_response_format, silent
 
@@ -285,23 +286,6 @@ LITELLM_PREFIXES = ("aws_", "vertex_", "azure_", "watsonx_", "bedrock_", "litell
                     "google_", "x_", "X-", "x-")
 
 
-_SECRET_PARTS = {"key", "apikey", "token", "secret", "password", "passwd", "authorization", "auth", "credential",
-                 "credentials", "cookie", "bearer"}
-
-
-_TOKEN_COUNT = re.compile(r"^(max|min|budget|num|total|prompt|completion|reasoning)(_[a-z]+)*_tokens$")
-
-
-def is_secret(name: str) -> bool:
-    """Whether a keyword names a secret: ``api_key``, ``x-api-key``, ``access_token``,
-    ``Authorization``... but not counts such as ``max_tokens``."""
-    lowered = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()  # accessToken -> access_token
-    parts = re.split(r"[_\-\s.]+", lowered)
-    if any(p in _SECRET_PARTS for p in parts) or lowered.endswith(("apikey", "api_key", "secret")):
-        return True
-    return "tokens" in parts and not _TOKEN_COUNT.match(lowered)  # api_tokens yes; max_tokens no
-
-
 def mask_secrets(value: Any) -> Any:
     """``value`` with every secret-named entry of nested dicts replaced by ``***``."""
     if isinstance(value, dict):
@@ -375,7 +359,6 @@ class Turn:
 def user_content(text: str, images: Sequence[str]) -> Any:
     if not images:
         return text
-    from .images import image_part
     return [{"type": "text", "text": text}, *(image_part(i) for i in images)]
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, fatal_error,
                       request_error_kind)
+from . import log_secrets
 
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
@@ -121,9 +122,7 @@ def get_litellm() -> Any:
 
                 lm.suppress_debug_info = True
                 lean(lm)
-                from .log_secrets import install
-
-                install()  # mask secrets in litellm's, the OpenAI SDK's, httpx's and fsmchat's log records
+                log_secrets.install()  # mask secrets in litellm's, the OpenAI SDK's, httpx's and fsmchat's log records
                 from .offline import OfflineModel
 
                 _providers.setdefault(OFFLINE_PROVIDER, OfflineModel())

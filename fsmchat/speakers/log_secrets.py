@@ -20,7 +20,21 @@ import threading
 from typing import Any, Callable
 
 from ..errors import mask_text
-from .agent import is_secret
+
+_SECRET_PARTS = {"key", "apikey", "token", "secret", "password", "passwd", "authorization", "auth", "credential",
+                 "credentials", "cookie", "bearer"}
+_TOKEN_COUNT = re.compile(r"^(max|min|budget|num|total|prompt|completion|reasoning)(_[a-z]+)*_tokens$")
+
+
+def is_secret(name: str) -> bool:
+    """Whether a keyword names a secret: ``api_key``, ``x-api-key``, ``access_token``,
+    ``Authorization``... but not counts such as ``max_tokens``."""
+    lowered = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()  # accessToken -> access_token
+    parts = re.split(r"[_\-\s.]+", lowered)
+    if any(p in _SECRET_PARTS for p in parts) or lowered.endswith(("apikey", "api_key", "secret")):
+        return True
+    return "tokens" in parts and not _TOKEN_COUNT.match(lowered)  # api_tokens yes; max_tokens no
+
 
 LOGGERS = ("LiteLLM", "LiteLLM Proxy", "LiteLLM Router", "httpx", "httpcore", "openai", "fsmchat")
 MASK = "***"

@@ -8,8 +8,10 @@ Everything is deterministic for a given seed and conversation.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import os
 import random
 import re
 import time
@@ -151,7 +153,6 @@ class OfflineModel(CustomLLM):
         """Simulated latency in seconds (``FSMCHAT_OFFLINE_DELAY``, default 0)."""
         if self._delay is not None:
             return self._delay
-        import os
 
         try:
             return max(0.0, float(os.environ.get("FSMCHAT_OFFLINE_DELAY", "0") or 0))
@@ -234,6 +235,5 @@ class OfflineModel(CustomLLM):
                           encoding, api_key, logging_obj, optional_params, acompletion=None, litellm_params=None,
                           logger_fn=None, headers={}, timeout=None, client=None):  # noqa: B006
         if self.delay:
-            import asyncio
             await asyncio.sleep(self.delay)
         return self._compose(messages, optional_params, litellm_params)
