@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import __version__, gallery
 from .checkpoint import Checkpointer, SqliteCheckpointer
@@ -384,11 +384,12 @@ def _gallery_of(args: argparse.Namespace) -> tuple[gallery.Gallery | None, str]:
             raise gallery.GalleryConfigError("two --target values share a file name; name them NAME=MODULE:ATTR")
         where = "the command line"
     else:
-        g, pyproject = gallery.configured(Path.cwd())
-        if g is None:
+        found, pyproject = gallery.configured(Path.cwd())
+        if found is None or pyproject is None:
             where = (f"{pyproject} has no [{gallery.CONFIG_TABLE}] table" if pyproject is not None
                      else "there is no pyproject.toml here or in a parent folder")
             return None, where
+        g = found
         sys.path.insert(0, str(pyproject.parent))  # its targets import from the project's root
         where = f"{pyproject} [{gallery.CONFIG_TABLE}]"
     if args.dir:
@@ -639,7 +640,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     use_cwd()
     try:
-        return args.fn(args)
+        command: Callable[[argparse.Namespace], int] = args.fn
+        return command(args)
     except (FsmchatError, ValueError, TypeError, FileNotFoundError, ImportError, AttributeError) as exc:
         print(f"fsmchat {args.cmd}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

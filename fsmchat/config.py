@@ -40,9 +40,10 @@ from pydantic.fields import FieldInfo
 from .errors import bad_value
 from .kinds import Kinds, owner_module
 from .limits import Limits
-from .speakers.agent import Agent, CallableSpeaker, is_secret
+from .speakers.agent import Agent, CallableSpeaker
 from .speakers.human import Human
 from .speakers.llm import DEFAULT_RETRIES, DEFAULT_TIMEOUT
+from .speakers.log_secrets import is_secret
 from .trust import BUILTIN_PREFIXES, Trust, UntrustedReference, within
 
 CONFIG_VERSION = 1
@@ -225,7 +226,7 @@ def pattern_spec(pattern: Any, kind: str) -> type[PatternSpec]:
     a ``Travels`` field typed by its data form. Validation stays the model's: a config is checked
     by it when the pattern is built."""
     config = pattern.Config
-    fields: dict[str, Any] = {"kind": (Literal[kind], kind)}  # type: ignore[valid-type]
+    fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
     for name, f in config.model_fields.items():
         t = travels(f)
         data = f.annotation if t is None else (Optional[t.data] if f.default is None else t.data)

@@ -38,7 +38,7 @@ from .progress import ProgressBar
 from .speakers.llm import INTERCEPTOR, get_litellm
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
-Item = tuple  # (index, task, run_id | None, resume_from | None, finished)
+Item = tuple[int, str, str | None, str | None, bool]  # (index, task, run_id, resume_from, finished)
 
 
 class TaskFailure(FsmchatError):
@@ -329,8 +329,8 @@ def worker_pool(n: int, options: dict[str, Any] | None = None, timeout: float = 
                                f"cluster may lack resources for {n} workers with {opts} (lower workers= or "
                                "worker_options={'num_cpus': ...})")
         ray.get(done)
-    _POOL["actors"] = live + fresh
-    return _POOL["actors"][:n]
+    _POOL["actors"] = actors = live + fresh
+    return actors[:n]
 
 
 def shutdown() -> None:
@@ -398,7 +398,7 @@ def run_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", **kw
 
 
 def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
-           ids: list[tuple[int, str]] | None = None) -> list[Item]:
+           ids: list[tuple[int, str | None]] | None = None) -> list[Item]:
     """``(index, task, run_id, resume_from, finished)`` per task: where each run was checkpointed
     before, if anywhere (``ids``: the indexes and run ids, when already known)."""
     if checkpoint_dir is None or (digest is None and ids is None):
@@ -407,9 +407,9 @@ def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
     known = find_runs(checkpoint_dir)
     if ids is None:
         ids = [(i, run_id_for(digest or "", i, t)) for i, t in enumerate(tasks)]
-    out = []
+    out: list[Item] = []
     for (i, rid), t in zip(ids, tasks):
-        path, finished = known.get(rid, (None, False))
+        path, finished = known.get(rid, (None, False)) if rid is not None else (None, False)
         out.append((i, t, rid, path, finished))
     return out
 

@@ -26,7 +26,7 @@ import gc
 import inspect
 import threading
 from time import perf_counter
-from typing import Any, Awaitable, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, TypeVar
 
 from transitions import Machine, Transition
 
@@ -100,7 +100,7 @@ class CompiledGraph:
         self.graph = graph
         self.initial = flat.initial
         self.steps: dict[str, _Step] = {}
-        machine_transitions = []
+        machine_transitions: list[dict[str, str]] = []
         for s in flat.states.values():
             out = []
             for t in s.out:
@@ -117,7 +117,7 @@ class CompiledGraph:
 
 def compile_graph(graph: StateGraph) -> CompiledGraph:
     """Validate and compile once per graph object (cached on it until the graph changes)."""
-    compiled = graph.compiled
+    compiled: CompiledGraph | None = graph.compiled
     if compiled is None:
         compiled = CompiledGraph(graph)
         graph.compiled = compiled
@@ -466,7 +466,7 @@ class GraphRun:
         ``join(ctx, [(child context, RunResult)])`` merges them in that order."""
         split, join, limit = st.fork
         at = len(self.path)  # this visit's step number: names the children's checkpoint lanes
-        runs = []
+        runs: list[tuple[Any, GraphRun | None, RunResult | None]] = []  # (context, child run, or its result)
         for index, child_ctx, item in split(self.context):
             name = f"{self.prefix}{st.name}|{index + 1}" + (f"[{item}]" if item is not None else "")
             recorder, saved = (self.recorder.branch(f"{at}:{name}", child_ctx) if self.recorder is not None
@@ -533,7 +533,13 @@ async def run_graph(graph: StateGraph, context: Any, *, max_steps: int = DEFAULT
 
 
 _GC_LOCK = threading.Lock()
-_GC_BATCHES = [0, None]  # batches running in this process, thresholds to restore after the last
+
+
+class _BatchGC:
+    running = 0  # batches running in this process
+    thresholds = gc.get_threshold()  # what to restore after the last
+
+
 BATCH_GC_MIN_RUNS = 64  # smaller batches leave the collector alone
 BATCH_GC_THRESHOLD = (50_000, 20, 100)
 
@@ -550,22 +556,22 @@ def batch_collector(runs: int) -> Iterator[None]:
         yield
         return
     with _GC_LOCK:
-        if _GC_BATCHES[0] == 0:
-            _GC_BATCHES[1] = gc.get_threshold()
+        if _BatchGC.running == 0:
+            _BatchGC.thresholds = gc.get_threshold()
             gc.freeze()
             gc.set_threshold(*BATCH_GC_THRESHOLD)
-        _GC_BATCHES[0] += 1
+        _BatchGC.running += 1
     try:
         yield
     finally:
         with _GC_LOCK:
-            _GC_BATCHES[0] -= 1
-            if _GC_BATCHES[0] == 0:
-                gc.set_threshold(*_GC_BATCHES[1])
+            _BatchGC.running -= 1
+            if _BatchGC.running == 0:
+                gc.set_threshold(*_BatchGC.thresholds)
                 gc.unfreeze()
 
 
-def run_sync(make: Callable[[], Awaitable[T]]) -> T:
+def run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine to completion from sync code, also inside a running loop (Jupyter).
 
     With no loop in this thread it uses ``asyncio.run``; inside one, it runs the coroutine on a
@@ -573,10 +579,10 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     ends through its cancellation path, keeping what it has) before the KeyboardInterrupt goes on.
 
     Args:
-        make: A zero-argument callable returning the awaitable (called in the thread that runs it).
+        make: A zero-argument callable returning the coroutine (called in the thread that runs it).
 
     Returns:
-        What the awaitable returned.
+        What the coroutine returned.
 
     Examples:
         >>> from fsmchat import run_sync
@@ -598,9 +604,10 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     def worker() -> T:
         loop = asyncio.new_event_loop()
         try:
-            box["loop"], box["task"] = loop, loop.create_task(make())
+            task = loop.create_task(make())
+            box["loop"], box["task"] = loop, task
             started.set()
-            return loop.run_until_complete(box["task"])
+            return loop.run_until_complete(task)
         finally:
             started.set()
             loop.run_until_complete(loop.shutdown_asyncgens())

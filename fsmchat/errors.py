@@ -223,7 +223,7 @@ class MissingCredentials(ModelCallError):
         self.args = (str(cause),)
 
     def __str__(self) -> str:
-        return self.args[0]
+        return str(self.args[0])
 
 
 class LimitReached(FsmchatError):

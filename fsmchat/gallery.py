@@ -20,6 +20,7 @@ Graphviz versions differ in coordinates and fonts.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,16 @@ PATTERNS: dict[str, str] = {
 }
 KINDS = (".dot", ".svg", ".mmd")  # the files each graph gets
 CONFIG_TABLE = "tool.fsmchat.graphs"
+
+
+def target_graph(target: str) -> StateGraph:
+    """The graph ``MODULE:ATTR`` names (a graph, a pattern, or a factory of one)."""
+    return resolve_graph(load_target(target))
+
+
+def example_graph(path: Path) -> StateGraph:
+    """The graph of an example file's ``build()``."""
+    return resolve_graph(getattr(load_file(path), BUILD))
 
 
 class GalleryConfigError(FsmchatError, ValueError):
@@ -80,9 +91,9 @@ class Gallery:
 
         if self.builtins:
             for name, target in PATTERNS.items():
-                yield claim(name, target), (lambda t=target: resolve_graph(load_target(t)))
+                yield claim(name, target), functools.partial(target_graph, target)
         for name, target in self.targets.items():
-            yield claim(name, target), (lambda t=target: resolve_graph(load_target(t)))
+            yield claim(name, target), functools.partial(target_graph, target)
         self.skipped = []
         if self.examples is not None:
             if not self.examples.is_dir():
@@ -93,8 +104,7 @@ class Gallery:
                 if not defines_build(path):
                     self.skipped.append(path)
                     continue
-                yield (claim(f"example_{path.stem}", str(path)),
-                       (lambda p=path: resolve_graph(getattr(load_file(p), BUILD))))
+                yield claim(f"example_{path.stem}", str(path)), functools.partial(example_graph, path)
 
     def expected_files(self) -> dict[str, tuple[str, str]]:
         """file name -> (kind, content or DOT)."""

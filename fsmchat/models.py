@@ -524,7 +524,7 @@ class RunResult:
         """
         stats = getattr(self.context, "stats", None)
         error = None if self.error is None else {"type": type(self.error).__name__, "message": str(self.error)}
-        return json.loads(json.dumps({
+        data: dict[str, Any] = json.loads(json.dumps({
             "run_id": self.run_id, "ok": self.ok, "stop_reason": self.stop_reason, "error": error,
             "output": self.output, "calls": self.calls, "usage": dict(self.usage),
             "cost_usd": getattr(stats, "cost_usd", None), "path": list(self.path),
@@ -532,6 +532,7 @@ class RunResult:
             "trace": [e.to_dict() for e in self.trace],
             "pending": self.pending.model_dump() if hasattr(self.pending, "model_dump") else self.pending},
             default=str))
+        return data
 
 
 # ---- output types (SEMANTICS.md "Output types"), one implementation for every pattern ----

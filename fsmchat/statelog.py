@@ -35,8 +35,9 @@ EXTEND_CHARS = 64  # a longer string that grows at its end is written as the tex
 _FULL = '{"all":'
 
 _ENCODER = json.JSONEncoder(default=repr, separators=(",", ":"))
-_C_ENCODE = (json.encoder.c_make_encoder(None, repr, json.encoder.encode_basestring_ascii, None, ":", ",", False,
-                                         False, True) if json.encoder.c_make_encoder is not None else None)
+_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # CPython's C encoder (not in typeshed)
+_C_ENCODE = (_MAKE_ENCODER(None, repr, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+             if _MAKE_ENCODER is not None else None)
 
 
 def encode_json(obj: Any) -> str:
@@ -230,8 +231,9 @@ def apply_ops(state: dict[str, Any], ops: list[tuple[str, list[Any], Any]]) -> N
                 current.extend(value)
                 continue
             value = current + value
-        if isinstance(target, dict) and isinstance(last, str) or \
-                isinstance(target, list) and type(last) is int and 0 <= last < len(target):
+        if isinstance(target, dict) and isinstance(last, str):
+            target[last] = value
+        elif isinstance(target, list) and type(last) is int and 0 <= last < len(target):
             target[last] = value
         else:
             raise ValueError(f"a change at {encode_json(path)}, which is not there")
@@ -239,8 +241,9 @@ def apply_ops(state: dict[str, Any], ops: list[tuple[str, list[Any], Any]]) -> N
 
 def _at(container: Any, key: Any, path: list[Any]) -> Any:
     """``container[key]`` along ``path``, or ``ValueError`` when the path does not fit the state."""
-    if isinstance(container, dict) and isinstance(key, str) and key in container or \
-            isinstance(container, list) and type(key) is int and 0 <= key < len(container):
+    if isinstance(container, dict) and isinstance(key, str) and key in container:
+        return container[key]
+    if isinstance(container, list) and type(key) is int and 0 <= key < len(container):
         return container[key]
     raise ValueError(f"a change at {encode_json(path)}, which is not there")
 

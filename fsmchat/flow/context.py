@@ -174,7 +174,8 @@ def compile_condition(condition: Any, what: str = "condition") -> Callable[[Flow
     OP in >, >=, <, <=, ==, !=, in (substring), contains; or a lone ``{{flag}}`` (truthy; false when
     unset; a list or dict is true when not empty)."""
     if callable(condition):
-        return condition
+        given: Callable[[FlowContext], bool] = condition
+        return given
     if not isinstance(condition, str) or not condition.strip():
         raise TypeError(f"{what} must be a callable (ctx) -> bool or an expression string such as "
                         f"'{{{{score}}}} > 80', got {type(condition).__name__}")
@@ -210,7 +211,7 @@ def compile_condition(condition: Any, what: str = "condition") -> Callable[[Flow
             a, b = left.strip("'\"").lower(), right.strip("'\"").lower()
             if o in (">", "<", ">=", "<="):
                 return False
-        return {"==": a == b, "!=": a != b, ">": a > b, "<": a < b, ">=": a >= b, "<=": a <= b}[o]
+        return bool({"==": a == b, "!=": a != b, ">": a > b, "<": a < b, ">=": a >= b, "<=": a <= b}[o])
 
     evaluate.__name__ = re.sub(r"\W+", "_", _VAR.sub(r"\1", expr)).strip("_")[:40] or "condition"
     evaluate.__doc__ = expr

@@ -96,14 +96,14 @@ class Drawable(Protocol):
     def drawing(self, trace: Any = None) -> Drawing: ...
 
 
-def _overlay(trace: Any) -> tuple[set[str], Counter, Counter, Counter]:
+def _overlay(trace: Any) -> tuple[set[str], Counter[tuple[str, str, str]], Counter[str], Counter[str]]:
     """A run's (a RunResult's or a trace list's) visited states, (source, dest, label) hit counts,
     and per drawn state the branch runs that started there and that ended there."""
     events = getattr(trace, "trace", trace) or []
     visited = {_drawn(e.state) for e in events}
     hits = Counter((_drawn(e.state), _drawn(e.dest), e.trigger) for e in events if e.dest is not None)
-    starts: Counter = Counter()
-    ends: Counter = Counter()
+    starts: Counter[str] = Counter()
+    ends: Counter[str] = Counter()
     ended: dict[str, bool] = {}  # per branch run id: did its last step end it (a later step starts it anew)
     for e in events:
         run, _ = split_branch(e.state)
@@ -263,7 +263,8 @@ def dot_source(d: Drawing, ids: bool = False) -> str:
             attrs.update(penwidth="2", color="blue")
         dot.edge(e.source, e.dest, text, **attrs)
     dot.edge("__start__", d.initial)
-    return dot.source
+    source: str = dot.source
+    return source
 
 
 # ---- Mermaid ----
@@ -381,7 +382,7 @@ def render_svg(dot_source: str) -> str:
                           ".dot and .mmd output work without it.")
     import graphviz
 
-    svg = graphviz.Source(dot_source).pipe(format="svg").decode()
+    svg: str = graphviz.Source(dot_source).pipe(format="svg").decode()
     stamp = f"<!-- {DOT_HASH_MARK}{dot_hash(dot_source)} -->\n"
     return svg.replace("<svg", stamp + "<svg", 1)
 

@@ -24,7 +24,7 @@ import json
 from abc import ABC, abstractmethod
 import inspect
 from dataclasses import dataclass, field, fields
-from typing import Annotated, Any, AsyncIterator, Callable, ClassVar, Collection, Sequence
+from typing import Annotated, Any, AsyncIterator, Callable, ClassVar, Collection, Coroutine, Sequence, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
@@ -48,6 +48,8 @@ from ..speakers.images import image_part
 from ..speakers.llm import CallStats
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -692,7 +694,7 @@ class Pattern(ABC):
         """Synchronous ``aresume`` (``input``: a waiting run's answer)."""
         return self._sync(lambda: self.aresume(run_id, checkpoint, input=input))
 
-    def _sync(self, make: Any) -> Any:
+    def _sync(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """``run_sync``, keeping the transcript so far on a Ctrl-C (KeyboardInterrupt)."""
         self._last_partial = None
         try:

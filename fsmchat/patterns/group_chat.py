@@ -151,7 +151,7 @@ class NoBidHeard(ModelCallError):
                      "a lull): " + "; ".join(f"{name}: {err}" for name, err in failures),)
 
     def __str__(self) -> str:
-        return self.args[0]
+        return str(self.args[0])
 
 
 def pick_speaker(ctx: GroupChatContext) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 from ..errors import ConfigError, bad_value
 from ..graph.state_graph import Guard, StateGraph, Transition, state_names
 from ..models import StopReason
-from ..speakers.human import USER, Reject, Say, request
+from ..speakers.human import USER, Input, Reject, Say, request
 
 TARGET = "<target>"  # in WaitPoint.exits: the interrupted state (before) / its old exits (after)
 
@@ -138,7 +138,7 @@ def add_interrupts(graph: StateGraph, before: Sequence[str], after: Sequence[str
 # ---- the generic point of a conversation pattern (ChatContext) ----
 def rejected(ctx: Any) -> bool:
     """the person rejected going on"""
-    return ctx.people.verdict == "reject"
+    return bool(ctx.people.verdict == "reject")
 
 
 def stop_state(g: StateGraph) -> str:
@@ -160,7 +160,7 @@ def chat_point(where: str, qualified: str, g: StateGraph) -> WaitPoint:
                "reject": "stop the run here (stop reason 'stopped')"}
 
     def review(ctx: Any) -> str:
-        answer = ctx.people.ask(request(where, f"{where} {qualified}: go on?", allowed,
+        answer: Input = ctx.people.ask(request(where, f"{where} {qualified}: go on?", allowed,
                                         proposed={"next" if where == "before" else "done": qualified}))
         ctx.people.verdict = answer.kind
         if isinstance(answer, Say):

@@ -80,7 +80,7 @@ def priced_free(response: Any) -> Any:
 def _free(lm: Any, handler: Any) -> Any:
     """``handler`` (one of fsmchat's own custom providers) with every response marked free."""
 
-    class Free(lm.CustomLLM):  # type: ignore[misc, name-defined]
+    class Free(lm.CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
         def completion(self, *args: Any, **kwargs: Any) -> Any:
             return priced_free(handler.completion(*args, **kwargs))
 
@@ -366,8 +366,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                 if stats is not None:
                     stats.refused = fatal  # and every later request of the run fails the same way
                 raise fatal from exc
-            if isinstance(exc, asyncio.TimeoutError) and stats is not None and stats.deadline is not None \
-                    and stats.remaining() <= 0:  # cut by the run's deadline, not by the agent's timeout
+            if isinstance(exc, asyncio.TimeoutError) and stats is not None and (rest := stats.remaining()) is not None \
+                    and rest <= 0:  # cut by the run's deadline, not by the agent's timeout
                 raise failed(DeadlineExceeded("the run's deadline_s passed during the request"), attempt) from exc
             if attempt > num_retries or not retryable(exc):
                 err = failed(exc, attempt)

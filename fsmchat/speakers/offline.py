@@ -122,10 +122,9 @@ def _latest_turn(text: str, is_task: bool) -> tuple[str, str]:
     the shared conversation shows other speakers); the task itself names no speaker ("Draft: ...")."""
     head, sep, rest = text.partition("so far:\n")
     if sep:
-        lines = [ln for ln in rest.split("\n\n", 1)[0].splitlines() if _SPEAKER.match(ln)]
-        if lines:
-            m = _SPEAKER.match(lines[-1])
-            return m.group(1), lines[-1][m.end():]
+        found = [m for ln in rest.split("\n\n", 1)[0].splitlines() if (m := _SPEAKER.match(ln))]
+        if found:
+            return found[-1].group(1), found[-1].string[found[-1].end():]
     m = None if is_task else _SPEAKER.match(text)
     return (m.group(1), text[m.end():]) if m else ("", text)
 
@@ -141,7 +140,7 @@ def _text(content: Any) -> str:
     return content or ""
 
 
-class OfflineModel(CustomLLM):
+class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
     """litellm provider ``fsmchat-offline``: deterministic simulated participants."""
 
     def __init__(self, delay: float | None = None):
@@ -224,16 +223,20 @@ class OfflineModel(CustomLLM):
                                                                     "tool_calls": [call]},
                                                         "finish_reason": "tool_calls"}], usage=usage)
 
-    def completion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose, encoding,
-                   api_key, logging_obj, optional_params, acompletion=None, litellm_params=None, logger_fn=None,
-                   headers={}, timeout=None, client=None):  # noqa: B006 (litellm's signature)
+    def completion(self, model: str, messages: list[dict[str, Any]], api_base: Any, custom_prompt_dict: Any,
+                   model_response: Any, print_verbose: Any, encoding: Any, api_key: Any, logging_obj: Any,
+                   optional_params: dict[str, Any], acompletion: Any = None, litellm_params: Any = None,
+                   logger_fn: Any = None, headers: Any = {}, timeout: Any = None,
+                   client: Any = None) -> Any:  # noqa: B006 (litellm's signature)
         if self.delay:
             time.sleep(self.delay)
         return self._compose(messages, optional_params, litellm_params)
 
-    async def acompletion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                          encoding, api_key, logging_obj, optional_params, acompletion=None, litellm_params=None,
-                          logger_fn=None, headers={}, timeout=None, client=None):  # noqa: B006
+    async def acompletion(self, model: str, messages: list[dict[str, Any]], api_base: Any, custom_prompt_dict: Any,
+                          model_response: Any, print_verbose: Any, encoding: Any, api_key: Any, logging_obj: Any,
+                          optional_params: dict[str, Any], acompletion: Any = None, litellm_params: Any = None,
+                          logger_fn: Any = None, headers: Any = {}, timeout: Any = None,
+                          client: Any = None) -> Any:  # noqa: B006 (litellm's signature)
         if self.delay:
             await asyncio.sleep(self.delay)
         return self._compose(messages, optional_params, litellm_params)

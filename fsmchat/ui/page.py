@@ -24,7 +24,7 @@ HOME = '<a id="home" href="/">fsmchat runs</a>'
 
 @lru_cache(maxsize=None)
 def asset(name: str) -> str:
-    return resources.files("fsmchat.ui").joinpath("static", name).read_text(encoding="utf-8")
+    return resources.files("fsmchat.ui").joinpath("static").joinpath(name).read_text(encoding="utf-8")
 
 
 def _sha256(text: str) -> str:
