@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence, cast
+from typing import Any, Callable, Protocol, Sequence, TypeGuard, cast
 
 from .checks import check_run_id
 from .errors import CheckpointStoreError, FsmchatError, bad_value
@@ -131,6 +131,16 @@ class Checkpointer(Protocol):
         """Give the lease back (only if ``owner`` still holds it)."""
 
 
+class BatchingCheckpointer(Checkpointer, Protocol):
+    """A store whose ``commit`` also stores the ``earlier`` events (before ``event``, in the same
+    transaction), as ``SqliteCheckpointer`` and ``MemoryCheckpointer`` do (``batches = True``)."""
+
+    batches: bool
+
+    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
+               earlier: Sequence[TraceEvent] = ()) -> None: ...
+
+
 _PROTOCOL = ("start", "commit", "finish", "load")
 
 
@@ -186,7 +196,10 @@ class RunInfo:
 
 def run_info(run_id: str, meta: dict[str, Any], stop_reason: str | None, messages: int, steps: int,
              created: float, updated: float, lease: tuple[str, float] | None = None) -> RunInfo:
-    text = lambda k: meta.get(k) if isinstance(meta.get(k), str) else None  # noqa: E731 - untrusted meta
+    def text(k: str) -> str | None:  # untrusted meta
+        v = meta.get(k)
+        return v if isinstance(v, str) else None
+
     origin = meta.get("forked_from")
     leased = lease is not None and lease_refusal(run_id, lease, "", time.time()) is not None
     return RunInfo(run_id, text("pattern"), text("name"), text("task"), stop_reason, messages, steps, created, updated,
@@ -400,8 +413,8 @@ class SqliteCheckpointer:
                     diff = self._diffs[run_id] = StateDiff()
                 delta = diff.delta(state)
             after = nm + len(messages)
-            rows = [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t, encode_json(e.payload), nm, HELD)
-                    for i, e in enumerate(earlier)]
+            rows: list[tuple[Any, ...]] = [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t,
+                                            encode_json(e.payload), nm, HELD) for i, e in enumerate(earlier)]
             rows.append((run_id, ne + len(rows), event.step, event.state, event.trigger, event.dest, event.t,
                          encode_json(event.payload), after, delta))
             db = self._db
@@ -499,7 +512,7 @@ class SqliteCheckpointer:
                 raise log.bad(f"event {r[0]} has a malformed state column")
             log.counts.append(nmsg)
             log.deltas.append(delta)
-        log.messages = [_message(*r, log) for r in messages]
+        log.messages = [_message(seq, role, content, md, log) for seq, role, content, md in messages]
         if st is not None and st[0] in index:
             log.legacy = (index[st[0]], st[1])
         return log
@@ -703,7 +716,7 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-def _takes_earlier(cp: Any) -> bool:
+def _takes_earlier(cp: Any) -> TypeGuard[BatchingCheckpointer]:
     """Whether ``cp`` batches: it says so and its ``commit`` (maybe a subclass's) takes ``earlier``."""
     if not getattr(cp, "batches", False):
         return False
@@ -723,7 +736,8 @@ class Recorder:
         self.cp, self.run_id, self.transcript, self.snapshot = cp, run_id, transcript, snapshot
         self.saved = saved_messages
         self.lease = lease
-        self.batches = _takes_earlier(cp)
+        self.batching = cp if _takes_earlier(cp) else None  # the store, when it batches
+        self.batches = self.batching is not None
         self.pending: list[TraceEvent] = []  # steps of pure states, committed with the next step
 
     def __call__(self, ev: TraceEvent, pure: bool = False) -> None:
@@ -743,9 +757,9 @@ class Recorder:
             # An interrupted step did nothing (it stopped to wait for a person): they are kept.
             self.pending = []
         state = self.snapshot() if ev.dest is not None or self.pending else None
-        if self.pending:
+        if self.pending and self.batching is not None:  # pending only fills when the store batches
             earlier, self.pending = self.pending, []
-            self.cp.commit(self.run_id, ev, rows, state, earlier=earlier)
+            self.batching.commit(self.run_id, ev, rows, state, earlier=earlier)
         else:
             self.cp.commit(self.run_id, ev, rows, state)
         self.saved += len(rows)

@@ -313,7 +313,7 @@ def run_finished(result: Any) -> None:
 def attach_result(exc: BaseException, result: Any) -> BaseException:
     """Hang a run's result (trace, transcript so far) on an exception before it propagates."""
     try:
-        exc.fsmchat_result = result  # type: ignore[attr-defined]
+        setattr(exc, "fsmchat_result", result)  # result_of() reads it back
     except (AttributeError, TypeError):  # exotic exceptions with __slots__
         pass
     return exc

@@ -328,7 +328,8 @@ class StopReason(str, Enum):
     def of(cls, reason: str) -> "StopReason | str":
         """The member named by ``reason`` (a plain string from a store or an edge label), or
         ``reason`` unchanged when it is a graph's own."""
-        return cls._value2member_map_.get(reason, reason)  # type: ignore[return-value]
+        found = cls._value2member_map_.get(reason)
+        return found if isinstance(found, cls) else reason
 
     @classmethod
     def run_status(cls, reason: str) -> str:

@@ -52,13 +52,13 @@ def encode_json(obj: Any) -> str:
         return _ENCODER.encode(obj)
 
 
-class _Obj(dict):  # type: ignore[type-arg]
+class _Obj(dict[str, Any]):
     """A large dict as last written: key -> what was written for its value (diffed key by key)."""
 
     __slots__ = ()
 
 
-class _Arr(list):  # type: ignore[type-arg]
+class _Arr(list[Any]):
     """A large list of a few items as last written: what was written for each item."""
 
     __slots__ = ()
@@ -169,7 +169,7 @@ class StateDiff:
             return "{" + ",".join(f"{self._name(k)}:{self._text(v)}" for k, v in tracked.items()) + "}"
         if type(tracked) is _Arr:
             return "[" + ",".join(self._text(v) for v in tracked) + "]"
-        return tracked  # type: ignore[no-any-return]
+        return str(tracked)  # a value's JSON text
 
     def text(self) -> str | None:
         """The whole state last written, as JSON (None: nothing written yet)."""
@@ -348,10 +348,10 @@ class RunLog:
     def whole_state(self, k: int) -> dict[str, Any]:
         """The whole state stored at event ``k`` (its ``{"all": ...}`` delta, or the legacy snapshot)."""
         legacy = not is_full(self.deltas[k])
-        text = self.legacy[1] if legacy else self.deltas[k]  # type: ignore[index]
+        text = self.legacy[1] if legacy and self.legacy is not None else self.deltas[k]
         what = "the stored state" if legacy else f"the state of event {k}"
         try:
-            data = json.loads(text)  # type: ignore[arg-type]
+            data = json.loads(text or "")
         except (ValueError, RecursionError) as exc:
             raise self.bad(f"{what} is not JSON ({exc})") from None
         if not legacy:

@@ -78,7 +78,7 @@ class Request:
     agent: str
     n: int  # 1-based call number of this agent
     model: str
-    messages: list[dict[str, Any]]
+    messages: Sequence[dict[str, Any]]  # a DroppedMessages once old (see keep_messages)
     tools: list[dict[str, Any]] | None
     tool_choice: Any
     response_format: Any
@@ -92,7 +92,7 @@ class Request:
             self.prompt = c if isinstance(c, str) else " ".join(p.get("text", "") for p in c if isinstance(p, dict))
 
 
-class DroppedMessages(Sequence):  # type: ignore[type-arg]
+class DroppedMessages(Sequence[Any]):
     """What an old request holds instead of its whole message list (its length only); any read
     says how to keep them all."""
 
@@ -121,9 +121,9 @@ def _error(item: Fail, model: str) -> Exception:
     cls = {429: litellm.RateLimitError, 500: litellm.InternalServerError, 503: litellm.ServiceUnavailableError,
            400: litellm.BadRequestError, 401: litellm.AuthenticationError, 408: litellm.Timeout,
            404: litellm.NotFoundError}.get(item.status, litellm.InternalServerError)
-    exc = cls(**kw)
-    if item.retry_after is not None:
-        exc.litellm_response_headers = {"retry-after": str(item.retry_after)}  # type: ignore[attr-defined]
+    exc: Exception = cls(**kw)
+    if item.retry_after is not None:  # where litellm's retry logic reads a provider's Retry-After
+        setattr(exc, "litellm_response_headers", {"retry-after": str(item.retry_after)})
     return exc
 
 
@@ -156,14 +156,15 @@ class _Provider:
     def install(cls) -> None:
         if cls._handler is not None:
             return
+        CustomLLM: Any = get_litellm().CustomLLM
 
-        CustomLLM = get_litellm().CustomLLM
-
-        class Handler(CustomLLM):
-            async def acompletion(self, model, messages, api_base, custom_prompt_dict, model_response,
-                                  print_verbose, encoding, api_key, logging_obj, optional_params,
-                                  acompletion=None, litellm_params=None, logger_fn=None, headers={},
-                                  timeout=None, client=None):  # noqa: B006 (litellm's signature)
+        class Handler(CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
+            async def acompletion(self, model: str, messages: list[dict[str, Any]], api_base: Any,
+                                  custom_prompt_dict: Any, model_response: Any, print_verbose: Any, encoding: Any,
+                                  api_key: Any, logging_obj: Any, optional_params: dict[str, Any],
+                                  acompletion: Any = None, litellm_params: Any = None, logger_fn: Any = None,
+                                  headers: Any = {}, timeout: Any = None,
+                                  client: Any = None) -> Any:  # noqa: B006 (litellm's signature)
                 inst = cls._instances.get(model)
                 if inst is None:
                     raise ScriptExhausted(f"no ScriptedModel is alive for model {model!r}")
@@ -252,7 +253,7 @@ class ScriptedModel:
             if keep is not None and len(self.requests) > keep:
                 old = self.requests[-keep - 1]
                 if not isinstance(old.messages, DroppedMessages):
-                    old.messages = DroppedMessages(len(old.messages), keep)  # type: ignore[assignment]
+                    old.messages = DroppedMessages(len(old.messages), keep)
         if agent in self.scripts:
             script = self.scripts[agent]
             if n > len(script):
@@ -374,20 +375,21 @@ def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any
     result and the ``Pending`` requests seen; ``AnswerScriptError`` when the run waits with no
     answer left, or a list of answers is not used up."""
     cp = checkpoint if checkpoint is not None else MemoryCheckpointer()
-    script = None if callable(answers) else list(answers)
+    reply = answers if callable(answers) else None
+    script = [] if callable(answers) else list(answers)
     result = pattern.execute(task, checkpoint=cp, run_id=run_id)
     asked: list[Any] = []
     while result.waiting:
         asked.append(result.pending)
-        if script is None:
-            given = answers(result.pending)  # type: ignore[operator]
+        if reply is not None:
+            given = reply(result.pending)
         elif len(asked) <= len(script):
             given = script[len(asked) - 1]
         else:
             raise AnswerScriptError(f"the run waits for a person ({result.pending}) but all {len(script)} "
                                     "scripted answer(s) are used; add answers")
         result = pattern.resume(result.run_id, cp, input=given)
-    if script is not None and len(asked) < len(script):
+    if reply is None and len(asked) < len(script):
         raise AnswerScriptError(f"the run ended ({result.stop_reason}) after {len(asked)} interrupt(s); "
                                 f"{len(script) - len(asked)} scripted answer(s) were not used: {script[len(asked):]!r}")
     return Answered(result, asked)
@@ -531,7 +533,7 @@ class _Matcher:
     def __repr__(self) -> str:
         return self.name
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as == here is a match, not equality
 
 
 ANY = _Matcher("ANY", lambda x: True)
@@ -626,7 +628,7 @@ class Cassette:
             from litellm import ModelResponse
 
             return ModelResponse(**item["response"])
-        entry = {"key": key, "agent": agent, "model": model, "request": {"messages": messages, **{
+        entry: dict[str, Any] = {"key": key, "agent": agent, "model": model, "request": {"messages": messages, **{
             k: params[k] for k in ("tools", "tool_choice", "response_format") if k in params}}}
         try:
             response = await acompletion(model=model, messages=messages, metadata=meta, **params)

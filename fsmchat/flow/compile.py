@@ -63,8 +63,10 @@ def _hear(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
     person = task.person
     assert person is not None
     if prompt is not None:
-        return ctx.people.ask(request("message", prompt, {"say": f"your message is {person.name}'s turn"},
-                                      person=person.name), person).text  # type: ignore[union-attr]
+        said = ctx.people.ask(request("message", prompt, {"say": f"your message is {person.name}'s turn"},
+                                      person=person.name), person)
+        assert isinstance(said, Say)  # the only answer allowed (check_input refuses any other)
+        return said.text
     question = ctx.render(task.action) if task.action is not None else \
         (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
     allowed = {"say": "your answer is the step's output" + (f" (saved as {{{{{task.save_as}}}}})" if task.save_as
@@ -74,7 +76,8 @@ def _hear(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
     if isinstance(answer, Reject):
         ctx.events.append({"event": "rejected", "step": task.name, "reason": answer.reason})
         return StepResult(output=answer.reason, stop_workflow=True)
-    return answer.text  # type: ignore[union-attr]
+    assert isinstance(answer, Say)  # the other answer allowed (check_input refuses any other)
+    return answer.text
 
 
 async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
@@ -95,6 +98,7 @@ async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
         if ctx.memory is not None:  # the agent remembers its own prompt and reply for the rest of the run
             memory += [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
         return reply
+    assert task.handler is not None  # a Task has exactly one of handler, agent and person
     try:
         return await call_within(task.handler, ctx, deadline=ctx.stats.deadline, what=f"step {task.name!r}")
     except DeadlineExceeded as exc:
@@ -111,6 +115,7 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
         ctx.steps.append({"name": name, "output": None, "status": "skipped"})
         return "skipped", None
     attempts = 1 + (task.max_retries if task.on_error == "retry" else 0)
+    out: Any = None
     for k in range(attempts):
         try:
             out = await _invoke(task, ctx, prompt)
@@ -268,7 +273,7 @@ def bounded_exits(g: StateGraph, check: str, again: str, key: int, more: Callabl
     pass while ``more``, else ``exhausted`` (the limit's name)."""
     def until_met(ctx: FlowContext) -> bool:
         """until(ctx) is true"""
-        return ctx.frames[key]["met"]
+        return bool(ctx.frames[key]["met"])
 
     g.edge(check, "done", when=halted, label="halt")
     if until:
@@ -286,8 +291,8 @@ def split_into(n: int) -> Callable[[FlowContext], list[tuple[int, FlowContext, N
 
 def forked(child: FlowContext) -> FlowContext:
     """Remember the child's variables as they were at the fork (the join merges only changes)."""
-    child.at_fork = copy.deepcopy(child.variables)  # type: ignore[attr-defined]
-    child.memory_at_fork = {k: len(v) for k, v in (child.memory or {}).items()}  # type: ignore[attr-defined]
+    child.at_fork = copy.deepcopy(child.variables)
+    child.memory_at_fork = {k: len(v) for k, v in (child.memory or {}).items()}
     return child
 
 
@@ -307,13 +312,13 @@ def join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext,
                 raise hit(f"a branch stopped at its {r.stop_reason} limit")
         outputs = []
         for c, _r in runs:
-            at_fork = c.at_fork  # type: ignore[attr-defined]
+            at_fork = c.at_fork
             for k, v in c.variables.items():
                 if k not in unset and (k not in at_fork or at_fork[k] != v):
                     ctx.variables[k] = v
             ctx.steps.extend(c.steps)
             if ctx.memory is not None and c.memory is not None:  # what each agent was told in the branch
-                at_fork_memory = c.memory_at_fork  # type: ignore[attr-defined]
+                at_fork_memory = c.memory_at_fork
                 for agent, entries in c.memory.items():
                     ctx.memory.setdefault(agent, []).extend(entries[at_fork_memory.get(agent, 0):])
             for m in c.transcript:

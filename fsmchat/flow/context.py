@@ -52,6 +52,9 @@ class FlowContext:
         # each agent's own prompts and replies this run (AgentFlow(memory=True)); None: agents remember nothing
         self.memory: dict[str, list[dict[str, str]]] | None = None
         self.people = People()  # answers from people in the loop (ask_human, Human speakers, interrupts)
+        # a branch run's variables and agents' memory lengths at its fork (what the join merges against)
+        self.at_fork: dict[str, Any] = {}
+        self.memory_at_fork: dict[str, int] = {}
 
     @property
     def previous_output(self) -> Any:

@@ -52,11 +52,11 @@ def _owner(info: ValidationInfo) -> str:
 def _flow_steps(steps: Any) -> list[Any]:
     if not steps:
         raise ConfigError("AgentFlow needs at least one step")
-    steps = list(steps)
-    for s in steps:
+    out = list(steps)
+    for s in out:
         if not isinstance(s, Block):
             as_task(s)  # a step of no known kind: refused now, by type
-    return steps
+    return out
 
 
 def _variables(variables: Any) -> dict[str, Any]:
@@ -82,12 +82,12 @@ def _memory(memory: Any, info: ValidationInfo) -> bool:
 
 
 def _output_type(output_type: Any, info: ValidationInfo) -> str | None:
-    if output_type is not None:
-        try:
-            check_output_type(output_type)
-        except ValueError as exc:
-            raise ConfigError(f"{_owner(info)}: {exc}") from None
-    return output_type
+    if output_type is None:
+        return None
+    try:
+        return check_output_type(output_type)
+    except ValueError as exc:
+        raise ConfigError(f"{_owner(info)}: {exc}") from None
 
 
 class FlowConfig(PatternConfig):
@@ -211,7 +211,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
             if isinstance(block, Block):
                 block.check_run(self.config.variables)
 
-    def _context(self, task: str) -> FlowContext:  # type: ignore[override]
+    def _context(self, task: str) -> FlowContext:
         ctx = FlowContext(task, copy.deepcopy(self.config.variables))
         ctx.stats.roster = _agents_in(self.config.steps)
         if self.config.memory:
@@ -275,9 +275,10 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
         Args:
             input: The flow's input.
         """
-        return self.run(input)
+        out: dict[str, Any] = self.run(input)
+        return out
 
-    def max_calls(self, *, requests: bool = False, **lengths: Any) -> int:  # type: ignore[override]
+    def max_calls(self, *, requests: bool = False, **lengths: Any) -> int:
         """Return the most model calls one run of this flow can make.
 
         A loop's length is the one given here or its declared ``max_items``; a loop with neither

@@ -215,7 +215,7 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
             return met
 
         def turns_left(ctx: FlowContext) -> bool:
-            return ctx.frames[key]["t"] < limit
+            return bool(ctx.frames[key]["t"] < limit)
 
         named(turns_left, "turns_left", f"fewer than {d.rounds} x {n} turns")
         g = StateGraph(d.name, description=f"Discussion {d.name}")
@@ -281,7 +281,7 @@ class Loop(Block, kind="loop", spec=LoopSpec):
             ([f"max_items={self.max_items}"] if self.max_items is not None else [])
 
     @property
-    def forks(self) -> bool:  # type: ignore[override]
+    def forks(self) -> bool:  # type: ignore[override]  # Block's class attribute, computed for a loop
         return self.parallel
 
     def to_spec(self, w: ConfigWriter) -> LoopSpec:
@@ -349,7 +349,7 @@ class Loop(Block, kind="loop", spec=LoopSpec):
         def has_item(ctx: FlowContext) -> bool:
             """items left"""
             f = ctx.frames[key]
-            return f["i"] < len(f["items"])
+            return bool(f["i"] < len(f["items"]))
 
         def end(ctx: FlowContext) -> None:
             """unset item and loop_index (they are scoped to the loop)"""
@@ -688,10 +688,10 @@ class Repeat(Block, kind="repeat", spec=RepeatSpec):
             f = ctx.frames[key]
             f["n"] += 1
             f["met"] = bool(rp.until(ctx)) if rp.until is not None and not ctx.halted else False
-            return f["n"]
+            return int(f["n"])
 
         def iterations_left(ctx: FlowContext) -> bool:
-            return ctx.frames[key]["n"] < rp.max_iterations
+            return bool(ctx.frames[key]["n"] < rp.max_iterations)
 
         named(iterations_left, "iterations_left", f"fewer than {rp.max_iterations} passes")
         g = StateGraph(rp.name, description="repeat")

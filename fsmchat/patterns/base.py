@@ -24,7 +24,7 @@ import json
 from abc import ABC, abstractmethod
 import inspect
 from dataclasses import dataclass, field, fields
-from typing import Annotated, Any, AsyncIterator, Callable, ClassVar, Collection, Coroutine, Sequence, TypeVar
+from typing import Annotated, Any, AsyncIterator, Callable, ClassVar, Collection, Coroutine, Literal, Sequence, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
@@ -97,10 +97,10 @@ class ChatContext:
     def seed(self) -> Message:
         return self.post(SEED_ROLE, self.task)
 
-    def turn_for(self, speaker: Speaker, instruction: str, kind: str = "reply", **kw: Any) -> Turn:
+    def turn_for(self, speaker: Speaker, instruction: str, kind: Literal["reply", "bid"] = "reply", **kw: Any) -> Turn:
         if self.images:
             kw.setdefault("images", list(self.images))
-        return Turn(speaker.name, self.transcript.view(), instruction, kind, self.stats, **kw)  # type: ignore[arg-type]
+        return Turn(speaker.name, self.transcript.view(), instruction, kind, self.stats, **kw)
 
     async def ask(self, speaker: Speaker, instruction: str, **kw: Any) -> str:
         """One reply from ``speaker`` on the shared conversation plus ``instruction``, repaired and
@@ -304,7 +304,7 @@ class Pattern(ABC):
             for name in config.model_fields:
                 if name not in cls.__dict__:
                     setattr(cls, name, ConfigField(name))
-            cls.__signature__ = constructor_signature(config)  # type: ignore[attr-defined]
+            setattr(cls, "__signature__", constructor_signature(config))  # what inspect.signature(cls) shows
         if kind is not None:
             if cls.Config is None:
                 raise TypeError(f"{cls.__name__}: kind={kind!r} needs config= (the pattern's model)")

@@ -66,7 +66,10 @@ def level_of(graph: StateGraph, qualified: str) -> tuple[StateGraph, str]:
     g = graph
     *outer, local = qualified.split(".")
     for part in outer:
-        g = g.states[part].subgraph  # type: ignore[assignment]
+        sub = g.states[part].subgraph
+        if sub is None:
+            raise ConfigError(f"{qualified!r}: {part!r} is not a state with a nested graph")
+        g = sub
     return g, local
 
 

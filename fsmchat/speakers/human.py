@@ -84,7 +84,7 @@ class Edit(_Input):
     vars: dict[str, Any] | None = None
 
     def __init__(self, text: str | None = None, vars: dict[str, Any] | None = None, **kw: Any):
-        super().__init__(text=text, vars=vars, **kw)  # type: ignore[call-arg]
+        super().__init__(text=text, vars=vars, **kw)  # type: ignore[call-arg]  # the plugin types super() as _Input
         if (self.text is None or not self.text.strip()) and not self.vars:
             raise ConfigError("Edit: give the new text (Edit('...')) or variables (Edit(vars={'name': value}))")
 
@@ -112,7 +112,7 @@ class Reject(_Input):
     reason: str = ""
 
     def __init__(self, reason: str = "", **kw: Any):
-        super().__init__(reason=reason, **kw)  # type: ignore[call-arg]
+        super().__init__(reason=reason, **kw)  # type: ignore[call-arg]  # the plugin types super() as _Input
 
 
 class Say(_Input):
@@ -140,11 +140,11 @@ class Say(_Input):
     def __init__(self, text: str = "", **kw: Any):
         if not isinstance(text, str) or not text.strip():
             raise ConfigError(f"Say: text={text!r} is invalid: the person's message, a non-empty string")
-        super().__init__(text=text, **kw)  # type: ignore[call-arg]
+        super().__init__(text=text, **kw)  # type: ignore[call-arg]  # the plugin types super() as _Input
 
 
 Input = Union[Approve, Edit, Reject, Say]
-INPUTS: dict[str, type[_Input]] = {"approve": Approve, "edit": Edit, "reject": Reject, "say": Say}
+INPUTS: dict[str, type[Input]] = {"approve": Approve, "edit": Edit, "reject": Reject, "say": Say}
 SHOWN = {"approve": "Approve()", "edit": "Edit(text=...)", "reject": "Reject(reason)", "say": "Say(text) or a str"}
 
 
@@ -160,7 +160,7 @@ def as_input(x: Any, owner: str = "input") -> Input:
     if isinstance(x, dict) and x.get("kind") in INPUTS:
         cls = INPUTS[x["kind"]]
         try:
-            return cls(**{k: v for k, v in x.items() if k != "kind"})  # type: ignore[return-value]
+            return cls(**{k: v for k, v in x.items() if k != "kind"})
         except (ValidationError, TypeError) as exc:
             raise bad_value(owner, "input", x, f"a {cls.__name__} ({exc})") from None
     raise bad_value(owner, "input", x, "Approve(), Edit(text=... or vars={...}), Reject(reason), Say(text) or a "

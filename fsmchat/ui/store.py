@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..checkpoint import CheckpointStoreError, SqliteCheckpointer, lease_refusal
-from ..errors import FsmchatError
+from ..checkpoint import SqliteCheckpointer, lease_refusal
+from ..errors import CheckpointStoreError, FsmchatError
 from ..models import StopReason
 
 STATUSES = ("running", "waiting", "finished", "failed", "cancelled", "stopped")
@@ -289,7 +289,8 @@ def _natural(text: str) -> list[Any]:
 def summary(run_id: str, meta: dict[str, Any], stop: str | None, created: float, updated: float, status: str,
             messages: int, steps: tuple[int, float | None], stats: dict[str, Any], now: float) -> dict[str, Any]:
     """One row of the runs page."""
-    usage = stats.get("usage") if isinstance(stats.get("usage"), dict) else {}
+    usage = u if isinstance(u := stats.get("usage"), dict) else {}
+    duration: float | None
     if status == "running":
         duration = now - created
     elif stop is not None:

@@ -95,7 +95,7 @@ def turns(steps: list[Step], threshold: Any, events: list[Any]) -> tuple[list[di
     out: list[dict[str, Any]] = []
     where: dict[int, int] = {}
     bids_in: dict[str, int] = {}  # bid steps per lane so far: the turn number, as events count it
-    invalid_at: dict[Any, dict[str, str]] = {}  # an older store's invalid bids: in the run's events, by turn
+    invalid_at: dict[Any, dict[Any, Any]] = {}  # an older store's invalid bids: in the run's events, by turn
     for e in events:
         if isinstance(e, dict) and e.get("event") == "invalid_bid":
             invalid_at.setdefault(e.get("turn"), {})[e.get("agent")] = e.get("reason")
@@ -119,7 +119,9 @@ def transcript_marks(steps: list[Step]) -> tuple[list[dict[str, Any]], bool]:
     of each open branch lane's (``open``). False when the store does not record it."""
     if any(s.nmsg is None for s in steps):
         return [{} for _ in steps], False
-    upto, open_lanes, marks = 0, {}, []
+    upto: int | None = 0
+    open_lanes: dict[str, int | None] = {}
+    marks: list[dict[str, Any]] = []
     for s in steps:
         if s.lane == "":
             upto, open_lanes = s.nmsg, {}  # the run moved on: a fork's branches were joined into it
@@ -155,8 +157,8 @@ def picture(rec: RunRecord) -> tuple[str | None, list[tuple[int | None, int | No
 def run_view(rec: RunRecord, now: float) -> dict[str, Any]:
     """The run page's data."""
     state = rec.state if isinstance(rec.state, dict) else {}
-    stats = state.get("stats") if isinstance(state.get("stats"), dict) else {}
-    events = state.get("events") if isinstance(state.get("events"), list) else []
+    stats = st if isinstance(st := state.get("stats"), dict) else {}
+    events = ev if isinstance(ev := state.get("events"), list) else []
     config = rec.meta.get("config")
     threshold = config.get("threshold") if isinstance(config, dict) else None
     svg, marks, svg_note = picture(rec)
@@ -189,5 +191,5 @@ def run_view(rec: RunRecord, now: float) -> dict[str, Any]:
 
 
 def _message(m: dict[str, Any]) -> dict[str, Any]:
-    meta = m.get("metadata") if isinstance(m.get("metadata"), dict) else {}
+    meta = md if isinstance(md := m.get("metadata"), dict) else {}
     return {"role": m["role"], "content": m["content"], **({"score": meta["score"]} if "score" in meta else {})}
