@@ -27,7 +27,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from .errors import CheckpointStoreError, FsmchatError
 from .models import Message, TraceEvent
-from .statelog import HELD, HistoryStep, RunLog, StateDiff, copy_state, encode_json, history_of
+from .statelog import HELD, AppendLog, HistoryStep, RunLog, StateDiff, copy_state, encode_json, history_of
 
 LEASE_TTL = 30.0
 """Seconds a run's lease lasts without renewal (each commit renews it). A lease whose owner
@@ -112,7 +112,7 @@ class Saved:
 class Checkpointer(Protocol):
     """A store of runs. A store whose ``commit`` also takes ``earlier=[events]`` (stored before
     ``event``, in the same transaction) says so with ``batches = True``; the recorder then commits
-    the steps of pure states together with the next step."""
+    the steps of pure and hold states together with the next step."""
 
     def start(self, run_id: str, meta: dict[str, Any]) -> None: ...
 
@@ -686,21 +686,22 @@ class Recorder:
         self.saved = saved_messages
         self.lease = lease
         self.batches = _takes_earlier(cp)
-        self.pending: list[TraceEvent] = []  # steps of pure states, committed with the next step
+        self.pending: list[TraceEvent] = []  # held steps (pure or hold states), committed with the next step
 
-    def __call__(self, ev: TraceEvent, pure: bool = False) -> None:
+    def __call__(self, ev: TraceEvent, held: bool = False) -> None:
         """Commit ``ev`` with the rows posted since the last commit and the snapshot. The step of a
-        ``pure`` state that posted nothing is held back and committed in the same transaction as
-        the next step (stores with ``batches``): one commit instead of two, and after a crash the
-        pure step is simply run again from the previous snapshot."""
+        ``held`` state (``pure`` or ``hold``: see ``StateGraph.state``) that posted nothing is held
+        back and committed in the same transaction as the next step (stores with ``batches``): a
+        GroupChat turn (bid, select, post, penalize) is one commit, and after a crash the held steps
+        are simply run again from the previous snapshot."""
         if self.lease is not None:
             self.lease.renew()
         rows = self.transcript.since(self.saved)
-        if pure and not rows and self.batches and ev.dest is not None:
+        if held and not rows and self.batches and ev.dest is not None:
             self.pending.append(ev)
             return
         if ev.dest is None and ev.trigger not in (None, "interrupted"):
-            # a cancelled or failed step: the context may hold half of it, so the held-back pure
+            # a cancelled or failed step: the context may hold half of it, so the held-back
             # steps are not committed with it; a resume runs them again from the last snapshot.
             # An interrupted step did nothing (it stopped to wait for a person): they are kept.
             self.pending = []
@@ -778,7 +779,7 @@ def encode(obj: Any) -> Any:
     the pattern rebuilds it from its config on resume). Runs on every commit: exact built-in types
     are dispatched first."""
     t = type(obj)
-    if t in _PLAIN:
+    if t in _PLAIN or t is AppendLog:  # an AppendLog holds JSON data: kept as is, so a commit writes its new items
         return obj
     if t is list or t is tuple:
         return [x if type(x) in _PLAIN else encode(x) for x in obj]

@@ -51,10 +51,71 @@ def encode_json(obj: Any) -> str:
         return _ENCODER.encode(obj)
 
 
-class _Obj(dict):  # type: ignore[type-arg]
-    """A large dict as last written: key -> what was written for its value (diffed key by key)."""
+class AppendLog(list):  # type: ignore[type-arg]
+    """A list that grows at its end only (a run's step records, events, a discussion's lines, an
+    agent's private memory): a checkpoint writes the items added since its last commit (an ``a``
+    change), never the list again, so a commit costs what the step added. Replacing, removing or
+    reordering items is allowed and counted (``rewrites``): the next commit then writes the list
+    whole. Items are JSON data, not changed once added (a change inside an item is not seen)."""
 
-    __slots__ = ()
+    __slots__ = ("rewrites",)
+
+    def __init__(self, items: Any = ()) -> None:
+        super().__init__(items)
+        self.rewrites = 0
+
+    def _rewritten(self) -> None:
+        self.rewrites = getattr(self, "rewrites", 0) + 1
+
+    def __setitem__(self, i: Any, v: Any) -> None:
+        self._rewritten()
+        super().__setitem__(i, v)
+
+    def __delitem__(self, i: Any) -> None:
+        self._rewritten()
+        super().__delitem__(i)
+
+    def __imul__(self, n: Any) -> "AppendLog":
+        self._rewritten()
+        return super().__imul__(n)  # type: ignore[return-value]
+
+    def insert(self, i: Any, v: Any) -> None:
+        self._rewritten()
+        super().insert(i, v)
+
+    def pop(self, i: Any = -1) -> Any:
+        self._rewritten()
+        return super().pop(i)
+
+    def remove(self, v: Any) -> None:
+        self._rewritten()
+        super().remove(v)
+
+    def clear(self) -> None:
+        self._rewritten()
+        super().clear()
+
+    def sort(self, *a: Any, **kw: Any) -> None:
+        self._rewritten()
+        super().sort(*a, **kw)
+
+    def reverse(self) -> None:
+        self._rewritten()
+        super().reverse()
+
+
+_FROZEN = frozenset({str, int, float, bool, type(None)})  # immutable: the same object is the same JSON
+
+
+class _Obj(dict):  # type: ignore[type-arg]
+    """A large dict as last written: key -> what was written for its value (diffed key by key);
+    ``src``: key -> the value object last written (an immutable one is not encoded again)."""
+
+    __slots__ = ("src",)
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        super().__init__((k, _track(v)) for k, v in value.items())
+        self.src = dict(value)
 
 
 class _Arr(list):  # type: ignore[type-arg]
@@ -63,15 +124,35 @@ class _Arr(list):  # type: ignore[type-arg]
     __slots__ = ()
 
 
+class _Log:
+    """An ``AppendLog`` as last written: the list itself, how many of its items and at which
+    rewrite, and each item's JSON."""
+
+    __slots__ = ("items", "n", "rewrites", "texts")
+
+    def __init__(self, items: AppendLog) -> None:
+        self.items, self.rewrites = items, items.rewrites
+        self.texts = [encode_json(v) for v in items]
+        self.n = len(self.texts)
+
+
+def _track(value: Any) -> Any:
+    """What a writer remembers of ``value`` (``_tracked``), encoding it here."""
+    return _Log(value) if type(value) is AppendLog else _tracked(value, encode_json(value))
+
+
 def _tracked(value: Any, text: str) -> Any:
-    """What a writer remembers of ``value`` (written as ``text``): the text itself, or for a large
-    dict (or a large list of a few items) its parts, so the next change is found part by part."""
+    """What a writer remembers of ``value`` (written as ``text``): the text itself, or for an
+    ``AppendLog`` the list and its items' texts, or for a large dict (or a large list of a few
+    items) its parts, so the next change is found part by part."""
+    t = type(value)
+    if t is AppendLog:
+        return _Log(value)
     if len(text) > SPLIT_CHARS:
-        t = type(value)
         if t is dict and all(type(k) is str for k in value):
-            return _Obj({k: _tracked(v, encode_json(v)) for k, v in value.items()})
+            return _Obj(value)
         if (t is list or t is tuple) and 0 < len(value) <= SPLIT_ITEMS:
-            return _Arr(_tracked(v, encode_json(v)) for v in value)
+            return _Arr(_track(v) for v in value)
     return text
 
 
@@ -91,7 +172,12 @@ def _change(path: str, old: Any, text: str) -> str:
 class StateDiff:
     """One run's writer side: remembers what it last wrote (as JSON text, split into parts for
     large dicts and lists) and gives the delta of the next snapshot. JSON is compared as text, so
-    ``1``, ``1.0`` and ``true`` stay distinct and what is folded back equals what was snapshotted."""
+    ``1``, ``1.0`` and ``true`` stay distinct and what is folded back equals what was snapshotted.
+
+    A commit's work follows what changed, not the state's size: an ``AppendLog`` still the same
+    list is written from where the last commit stopped (its earlier items are not looked at), and
+    an immutable value (str, number, bool, None) that is the very object last written is skipped
+    without encoding it."""
 
     __slots__ = ("prev", "names")
 
@@ -119,22 +205,30 @@ class StateDiff:
 
     def _dict(self, path: str, value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
         """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket)."""
+        src = old.src
         for k, v in value.items():
+            t = type(v)
+            if t in _FROZEN and src.get(k, _Obj) is v:  # (_Obj: never a value)
+                continue  # the very (immutable) object last written here
             was = old.get(k)
-            if type(was) is str:  # the common case, inline: a value written as one text
+            if type(was) is str and t is not AppendLog:  # the common case, inline: a value written as one text
                 text = encode_json(v)
                 if text != was:
                     ops.append(_change(self._path(path, k), was, text))
                     old[k] = _tracked(v, text)
             else:
                 old[k] = self._diff(self._path(path, k), v, was, ops)
+            src[k] = v
         if len(old) > len(value):  # every key of value is in old now: the others were removed
             for k in [k for k in old if k not in value]:
                 ops.append(f'["d",{self._path(path, k)}]]')
                 del old[k]
+                src.pop(k, None)
 
     def _diff(self, path: str, value: Any, old: Any, ops: list[str]) -> Any:
         t, was = type(value), type(old)
+        if t is AppendLog:
+            return self._log(path, value, old, ops)
         if was is _Obj and t is dict and all(type(k) is str for k in value):
             self._dict(path, value, old, ops)
             return old
@@ -151,23 +245,42 @@ class StateDiff:
         text = encode_json(value)
         if text == old:
             return old
-        ops.append(_change(path, old, text))
+        ops.append(_change(path, old if was is str else None, text))
         return _tracked(value, text)
+
+    def _log(self, path: str, value: AppendLog, old: Any, ops: list[str]) -> Any:
+        """An ``AppendLog``: the items added since the last commit, when it is the same list and
+        was only appended to; else the whole list (a new list, or one rewritten)."""
+        if type(old) is _Log and old.items is value and old.rewrites == value.rewrites and len(value) >= old.n:
+            n = old.n
+            if len(value) > n:
+                texts = [encode_json(v) for v in value[n:]]
+                ops.append(f'["a",{path}],[{",".join(texts)}]]')
+                old.texts += texts
+                old.n += len(texts)
+            return old
+        new = _Log(value)
+        text, was = self._text(new), (None if old is None else self._text(old))
+        if text != was:
+            ops.append(_change(path, was, text))
+        return new
 
     def full(self, state: dict[str, Any]) -> str:
         """The whole state as a delta; later deltas are taken against it."""
-        text = encode_json(state)
         if all(type(k) is str for k in state):
-            self.prev = _Obj({k: _tracked(v, encode_json(v)) for k, v in state.items()})
-        else:  # JSON would rename such keys: every commit writes the whole state
-            self.prev = None
-        return _FULL + text + "}"
+            self.prev = _Obj(state)
+            return _FULL + self._text(self.prev) + "}"
+        self.prev = None  # JSON would rename such keys: every commit writes the whole state
+        return _FULL + encode_json(state) + "}"
 
     def _text(self, tracked: Any) -> str:
-        if type(tracked) is _Obj:
+        t = type(tracked)
+        if t is _Obj:
             return "{" + ",".join(f"{self._name(k)}:{self._text(v)}" for k, v in tracked.items()) + "}"
-        if type(tracked) is _Arr:
+        if t is _Arr:
             return "[" + ",".join(self._text(v) for v in tracked) + "]"
+        if t is _Log:
+            return "[" + ",".join(tracked.texts) + "]"
         return tracked  # type: ignore[no-any-return]
 
     def text(self) -> str | None:

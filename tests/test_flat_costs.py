@@ -167,12 +167,12 @@ class BatchingStore(MemoryCheckpointer):
         return super().commit(run_id, event, messages, state, earlier=earlier)
 
 
-def test_group_chat_commits_twice_per_turn_and_stores_every_step():
+def test_group_chat_commits_once_per_turn_and_stores_every_step():
     store = BatchingStore()
     res = group_chat(20).execute("go", checkpoint=store)
     assert len(res.transcript) == 20 and len(res.trace) == 78  # seed + 19 x (bid, select, post, penalize) + stop
-    # seed, then bid and post of each of the 19 turns (select and penalize ride along), then the end
-    assert store.commits == 1 + 2 * 19 + 1
+    # seed, then the post of each of the 19 turns (penalize, bid and select ride along), then the end
+    assert store.commits == 1 + 19 + 1
     saved = store.load(res.run_id)
     assert [(e.state, e.dest) for e in saved.events] == [(e.state, e.dest) for e in res.trace]
     assert saved.state["scratch"]["recent"] == [res.transcript[-1].role]  # the final snapshot, after penalize

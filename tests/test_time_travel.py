@@ -96,11 +96,12 @@ def test_history_gives_every_step_and_the_state_committed_after_it(tmp_path, sto
     assert cp.load("R").state == cp.commits[-1][1]
 
 
-def test_pure_steps_are_listed_as_not_stored_and_usage_so_far_is_given():
+def test_held_steps_are_listed_as_not_stored_and_usage_so_far_is_given():
     cp = MemoryCheckpointer()
     res = chat().execute("pets?", checkpoint=cp, run_id="R")
     steps = cp.history("R")
-    assert {s.state for s in steps if not s.stored} == {"select", "penalize"}
+    # the bid round (a hold state), select and penalize (pure) are committed with the post
+    assert {s.state for s in steps if not s.stored} == {"bid", "select", "penalize"}
     assert all(s.snapshot is None for s in steps if not s.stored)
     posts = [s for s in steps if s.state == "post"]
     assert [s.snapshot["turn"] for s in posts] == list(range(1, len(posts) + 1))
@@ -228,12 +229,13 @@ def test_a_fork_before_a_parallel_step_runs_its_branches_again_after_it_copies_t
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_fork_at_a_pure_step_starts_before_it_and_runs_it_again(tmp_path, store):
+def test_fork_at_a_held_step_starts_before_it_and_runs_it_again(tmp_path, store):
     cp = STORES[store](tmp_path)
     original = chat().execute("pets?", checkpoint=cp, run_id="R")
     assert cp.history("R")[6].state == "select" and not cp.history("R")[6].stored
     new = fork("R", at=6, checkpoint=cp)
-    assert [s.state for s in cp.history(new)] == original.path[:6]  # up to bid; select runs again
+    # up to the first post: penalize, the bid round and select run again
+    assert [s.state for s in cp.history(new)] == original.path[:4] == ["seed", "bid", "select", "post"]
     assert cp.load(new).meta["forked_from"] == {"run_id": "R", "step": 6}
     assert_path(chat().resume(new, cp), original.path)
 
@@ -468,7 +470,8 @@ def test_held_rows_and_counts_are_on_the_event_rows(tmp_path):
     res = chat().execute("pets?", checkpoint=cp, run_id="R")
     con = sqlite3.connect(tmp_path / "runs.db")
     got = con.execute("SELECT state, nmsg, delta FROM events WHERE run_id='R' ORDER BY seq").fetchall()
-    assert got[0][2].startswith('{"all":') and [d for s, _, d in got if s in ("select", "penalize")] == [HELD] * 14
+    assert got[0][2].startswith('{"all":') and [d for s, _, d in got if s in ("bid", "select", "penalize")] == \
+        [HELD] * 21  # 7 turns
     assert [n for _, n, _ in got] == [s.message_count for s in cp.history("R")] and got[-1][1] == len(res.transcript)
     assert all(len(d) < 600 for _, _, d in got[1:] if d)  # deltas, not whole states
 

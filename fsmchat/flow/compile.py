@@ -15,6 +15,7 @@ from ..graph.state_graph import Guard, StateGraph, state_names
 from ..patterns.interrupts import TARGET, WaitPoint
 from ..speakers.agent import Turn
 from ..speakers.human import USER, Edit, Reject, Say, request
+from ..statelog import AppendLog
 from .context import FlowContext, StepResult
 from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, Task, as_task
 
@@ -72,7 +73,7 @@ async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
             template = task.action if task.action is not None else None
             prompt = ctx.render(template) if template is not None else \
                 (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
-        memory = ctx.memory.setdefault(agent.name, []) if ctx.memory is not None else []
+        memory = ctx.remember(agent.name) if ctx.memory is not None else []
         reply = await agent.reply(Turn(agent.name, [], prompt, stats=ctx.stats, variables=ctx.variables,
                                        history=list(memory)))
         if ctx.memory is not None:  # the agent remembers its own prompt and reply for the rest of the run
@@ -219,9 +220,9 @@ class Compiler:
 
         def begin(ctx: FlowContext) -> None:
             """start a fresh transcript"""
-            ctx.frames[key] = {"t": 0, "lines": [], "topic": ctx.previous_result if ctx.previous_result
+            ctx.frames[key] = {"t": 0, "lines": AppendLog(), "topic": ctx.previous_result if ctx.previous_result
                                is not None else ctx.input}
-            ctx.variables["discussion_transcript"] = ""
+            ctx.join_lines("discussion_transcript", key)
 
         async def turn(ctx: FlowContext) -> str:
             """the scheduled speaker talks"""
@@ -235,8 +236,12 @@ class Compiler:
             status, out = await run_task(task, ctx, prompt, record_as=task.name)
             f["t"] = t + 1
             if status in ("completed", "stopped"):
-                f["lines"].append(f"{task.name}: {out}")
-                ctx.variables["discussion_transcript"] = "\n".join(f["lines"])
+                line = f"{task.name}: {out}"
+                lines = f["lines"]
+                if type(lines) is not AppendLog:  # restored from a checkpoint as a plain list
+                    lines = f["lines"] = AppendLog(lines)
+                lines.append(line)
+                ctx.join_lines("discussion_transcript", key, line)
             return f"{task.name}: {status}"
 
         def check_until(ctx: FlowContext) -> bool | None:
@@ -264,7 +269,7 @@ class Compiler:
                 waits=bool(people))
         g.edge("begin", "turn")
         if d.until is not None:
-            g.state("check_until", check_until)
+            g.state("check_until", check_until, pure=True)  # committed with the next turn: one commit per turn
             g.edge("turn", "check_until")
         g.final("done")
         bounded_exits(g, "check_until" if d.until is not None else "turn", "turn", key, turns_left, "rounds",
@@ -542,7 +547,7 @@ def _join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext
             if ctx.memory is not None and c.memory is not None:  # what each agent was told in the branch
                 at_fork_memory = c.memory_at_fork  # type: ignore[attr-defined]
                 for agent, entries in c.memory.items():
-                    ctx.memory.setdefault(agent, []).extend(entries[at_fork_memory.get(agent, 0):])
+                    ctx.remember(agent).extend(entries[at_fork_memory.get(agent, 0):])
             for m in c.transcript:
                 ctx.transcript.post(m.role, m.content, **m.metadata)
             ctx.events.extend(c.events)

@@ -63,6 +63,7 @@ class State:
     branches: "list[StateGraph]" = field(default_factory=list)  # child runs of a fork state
     fork: "Fork | None" = None  # (split, join) of a fork state
     pure: bool = False  # the action only computes from the context: it may be committed with the next step
+    hold: bool = False  # committed with the next step although its action may call models (see ``state``)
     waits: bool = False  # the run may stop here for a person (drawn in its own style)
 
 
@@ -96,6 +97,7 @@ class FlatState:
     fork: "Fork | None" = None
     pure: bool = False
     waits: bool = False
+    hold: bool = False
 
 
 @dataclass
@@ -148,15 +150,19 @@ class StateGraph:
         return self
 
     def state(self, name: str, action: Action | None = None, description: str | None = None, *,
-              pure: bool = False, waits: bool = False) -> "StateGraph":
+              pure: bool = False, waits: bool = False, hold: bool = False) -> "StateGraph":
         """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
         ``pure=True`` says the action only computes from the context (no model call, no post, no
         effect outside the run): a checkpoint may then commit the step together with the next one,
-        and after a crash it is simply run again. ``waits=True`` says the run may stop in this state
+        and after a crash it is simply run again. ``hold=True`` commits the step with the next one
+        although its action may call models: for a step whose result the next steps post at once
+        (GroupChat's bid round, then select and post: one commit per turn). A crash before that
+        commit runs it again, calls included (none of them was committed); a step that posted
+        messages, failed or stopped the run is committed at once. ``waits=True`` says the run may stop in this state
         for a person (its action raises ``Interrupted`` until it has their answer); diagrams draw it
         in the waiting style."""
         desc = description if description is not None else (first_line(action) if action else "")
-        return self._add(State(name, action, desc, pure=pure, waits=waits))
+        return self._add(State(name, action, desc, pure=pure, hold=hold, waits=waits))
 
     def fork(self, name: str, branches: "list[StateGraph]", split: Callable[[Any], Any],
              join: Callable[[Any, list[Any]], Any], description: str = "",
@@ -318,7 +324,7 @@ class StateGraph:
                                       [Transition(q, t.dest, t.guard, t.label, t.order) for t in exits])
             else:
                 states[q] = FlatState(q, s.action, s.description, s.final, s.reason, cluster, out, s.branches,
-                                      s.fork, s.pure, s.waits)
+                                      s.fork, s.pure, s.waits, s.hold)
         return StateGraph._entry(graph, prefix)
 
     @staticmethod
