@@ -588,8 +588,8 @@ class MemoryCheckpointer:
         s, rows = self.data[run_id], self._rows(run_id)
         delta = rows.diff.delta(state) if state is not None else None
         nm = len(s.messages)
-        s.events.extend(TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, json.loads(_dumps(e.payload)))
-                        for e in [*earlier, event])
+        s.events.extend(TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, e.payload if type(e.payload) in _PLAIN
+                                   else json.loads(_dumps(e.payload))) for e in [*earlier, event])
         s.messages.extend(messages)
         rows.counts += [nm] * len(earlier) + [nm + len(messages)]
         rows.deltas += [HELD] * len(earlier) + [delta]  # ``load`` folds them (``s.state``: set by hand only)
@@ -783,6 +783,14 @@ def encode(obj: Any) -> Any:
         return obj
     if t is list or t is tuple:
         return [x if type(x) in _PLAIN else encode(x) for x in obj]
+    if t is dict:  # the common case: str keys (one pass; else the general rules below)
+        out = {}
+        for k, v in obj.items():
+            if type(k) is not str:
+                break
+            out[k] = v if type(v) in _PLAIN else encode(v)
+        else:
+            return out
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if isinstance(obj, (list, tuple)):

@@ -104,7 +104,15 @@ class AppendLog(list):  # type: ignore[type-arg]
         super().reverse()
 
 
-_FROZEN = frozenset({str, int, float, bool, type(None)})  # immutable: the same object is the same JSON
+class Frozen(dict):  # type: ignore[type-arg]
+    """A dict that its maker never changes once built (it builds a new one instead, e.g.
+    ``CallStats.to_state``): a checkpoint skips it, unencoded, when it is the very dict written
+    last. Whoever gets one must not change it."""
+
+    __slots__ = ()
+
+
+_FROZEN = frozenset({str, int, float, bool, type(None), Frozen})  # the same object is the same JSON
 
 
 class _Obj(dict):  # type: ignore[type-arg]
@@ -179,11 +187,12 @@ class StateDiff:
     an immutable value (str, number, bool, None) that is the very object last written is skipped
     without encoding it."""
 
-    __slots__ = ("prev", "names")
+    __slots__ = ("prev", "names", "paths")
 
     def __init__(self) -> None:
         self.prev: _Obj | None = None  # the state last written
         self.names: dict[str, str] = {}  # key -> its JSON (the same few keys every commit)
+        self.paths: dict[tuple[str, str], str] = {}  # (path, key) -> the path to the key, as JSON
 
     def _name(self, key: str) -> str:
         name = self.names.get(key)
@@ -194,14 +203,18 @@ class StateDiff:
     def delta(self, state: dict[str, Any]) -> str | None:
         """The delta from the last snapshot to ``state`` (None: unchanged); the whole state first."""
         prev = self.prev
-        if prev is None or not all(type(k) is str for k in state):
+        if prev is None or state.keys() != prev.keys() and not all(type(k) is str for k in state):
             return self.full(state)
         ops: list[str] = []
         self._dict("", state, prev, ops)
         return "[" + ",".join(ops) + "]" if ops else None
 
     def _path(self, path: str, key: str) -> str:
-        return f"{path},{self._name(key)}" if path else f"[{self._name(key)}"
+        """The JSON path (without its closing bracket) of ``key`` in the dict at ``path``."""
+        got = self.paths.get((path, key))
+        if got is None:
+            got = self.paths[path, key] = f"{path},{self._name(key)}" if path else f"[{self._name(key)}"
+        return got
 
     def _dict(self, path: str, value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
         """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket)."""
@@ -211,11 +224,17 @@ class StateDiff:
             if t in _FROZEN and src.get(k, _Obj) is v:  # (_Obj: never a value)
                 continue  # the very (immutable) object last written here
             was = old.get(k)
-            if type(was) is str and t is not AppendLog:  # the common case, inline: a value written as one text
-                text = encode_json(v)
+            if t is AppendLog:
+                if type(was) is _Log and was.items is v and was.rewrites == v.rewrites and was.n == len(v):
+                    continue  # the same log, nothing added
+                old[k] = self._log(self._path(path, k), v, was, ops)
+            elif type(was) is str:  # the common case, inline: a value written as one text
+                text = "{}" if t is dict and not v else encode_json(v)
                 if text != was:
                     ops.append(_change(self._path(path, k), was, text))
                     old[k] = _tracked(v, text)
+            elif type(was) is _Obj and t is dict and v.keys() == was.keys():
+                self._dict(self._path(path, k), v, was, ops)  # a large dict with the same keys: part by part
             else:
                 old[k] = self._diff(self._path(path, k), v, was, ops)
             src[k] = v
@@ -229,7 +248,7 @@ class StateDiff:
         t, was = type(value), type(old)
         if t is AppendLog:
             return self._log(path, value, old, ops)
-        if was is _Obj and t is dict and all(type(k) is str for k in value):
+        if was is _Obj and t is dict and (value.keys() == old.keys() or all(type(k) is str for k in value)):
             self._dict(path, value, old, ops)
             return old
         if was is _Arr and (t is list or t is tuple) and len(value) >= len(old):

@@ -8,8 +8,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..checkpoint import NotSerializable, decode, encode
 from ..models import Transcript
-from ..statelog import AppendLog
+from ..statelog import AppendLog, Frozen
 from ..speakers.human import People
 from ..speakers.llm import CallStats
 
@@ -53,6 +54,7 @@ class FlowContext:
         self.people = People()  # answers from people in the loop (ask_human, Human speakers, interrupts)
         # variable -> (block id, the text set): a Discussion's lines joined, rebuilt from them on restore
         self.joined: dict[str, tuple[int, str]] = {}
+        self._joined_state: Frozen | None = None  # what the last snapshot stored of it
 
     @property
     def previous_output(self) -> Any:
@@ -119,13 +121,15 @@ class FlowContext:
         The growing parts (step records, events, a discussion's lines, memories) are
         ``AppendLog``s, written as what each step added; a variable ``join_lines`` set is not
         stored (its lines are)."""
-        from ..checkpoint import NotSerializable, encode
-
         variables, joined = self.variables, None
         if self.joined:
             joined = {name: key for name, (key, text) in self.joined.items() if variables.get(name) is text}
             if joined:
                 variables = {k: v for k, v in variables.items() if k not in joined}
+                if joined == self._joined_state:
+                    joined = self._joined_state  # the same object: a commit skips it
+                else:
+                    joined = self._joined_state = Frozen(joined)
         try:
             encoded = encode(variables)
         except NotSerializable as exc:
@@ -141,8 +145,6 @@ class FlowContext:
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
-        from ..checkpoint import decode
-
         self.variables.clear()
         self.variables.update(decode(state["variables"]))
         self.previous_result = state["previous_result"]

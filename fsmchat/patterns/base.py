@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Callable, Collection, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from ..checkpoint import CheckpointMismatch, Lease, Recorder, new_run_id
+from ..checkpoint import CheckpointMismatch, Lease, Recorder, decode, encode_fields, new_run_id
 from ..statelog import AppendLog
 from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
@@ -90,8 +90,6 @@ class ChatContext:
 
     def snapshot(self) -> dict[str, Any]:
         """The working state a checkpoint stores after each step (the transcript goes as deltas)."""
-        from ..checkpoint import encode_fields
-
         state = {"turn": self.turn, "scratch": encode_fields(self.scratch), "memory": self.memory,
                  "events": self.events, "stats": self.stats.to_state()}
         if self.people.used:
@@ -99,8 +97,6 @@ class ChatContext:
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
-        from ..checkpoint import decode
-
         self.turn = state["turn"]
         self.scratch.update(decode(state["scratch"]))
         self.memory.update({k: AppendLog(v) for k, v in state["memory"].items()})
