@@ -356,5 +356,5 @@ def test_a_discussion_with_until_commits_once_per_turn():
     flow = AgentFlow(steps=[Discussion([say("x"), say("y")], rounds=5, until=lambda ctx: False)])
     res = flow.execute("go", checkpoint=store)
     assert res.path.count("discussion.turn") == 10 and res.path.count("discussion.check_until") == 10
-    assert store.commits == 1 + 10 + 1  # begin, each turn (its until check rides along), the end
+    assert store.commits == 1 + 10 + 2  # begin, each turn (its until check rides along), done, the end
     assert [s.state for s in store.history(res.run_id) if not s.stored] == ["discussion.check_until"] * 10
