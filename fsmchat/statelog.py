@@ -262,9 +262,9 @@ class StateDiff:
             # a list that outgrew a few items is one text again: appends are found on it as a whole
             return old if len(old) <= SPLIT_ITEMS else self._text(old)
         text = encode_json(value)
-        if text == old:
-            return old
-        ops.append(_change(path, old if was is str else None, text))
+        was_text = old if was is str or old is None else self._text(old)  # (a part or log: another kind now)
+        if text != was_text:
+            ops.append(_change(path, was_text, text))
         return _tracked(value, text)
 
     def _log(self, path: str, value: AppendLog, old: Any, ops: list[str]) -> Any:

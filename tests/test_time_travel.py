@@ -9,7 +9,7 @@ import fsmchat
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, OneOnOneDebate, RoundRobinSwarm, parallel
 from fsmchat.checkpoint import CheckpointMismatch, CheckpointStoreError, MemoryCheckpointer, SqliteCheckpointer
 from fsmchat import statelog
-from fsmchat.statelog import HELD, StateDiff, apply_ops, parse_delta
+from fsmchat.statelog import HELD, AppendLog, StateDiff, apply_ops, parse_delta
 from fsmchat.testing import ScriptedModel, assert_path, assert_stop, assert_trace_is_path
 from fsmchat.timetravel import ForkEdit, ForkError, fork
 
@@ -175,6 +175,99 @@ def test_growing_lists_strings_and_large_dicts_are_written_as_appends():
         '["x",["text"],"q\\""]]')
     assert diff.delta({"memory": memory, "steps": [1, 2, 3], "frames": frames, "text": "z" * 70 + 'q"'}) is None
     assert diff.delta({"steps": [2]}) == '[["s",["steps"],[2]],["d",["memory"]],["d",["frames"]],["d",["text"]]]'
+
+
+def encoded_values(monkeypatch):
+    """Every value statelog encodes to JSON, as text, in order."""
+    seen, real = [], statelog._C_ENCODE
+
+    def counting(obj, level):
+        chunks = real(obj, level)
+        seen.append("".join(chunks))
+        return chunks
+    monkeypatch.setattr(statelog, "_C_ENCODE", counting)
+    return seen
+
+
+def test_an_append_log_is_written_from_where_the_last_commit_stopped(monkeypatch):
+    diff, log = StateDiff(), AppendLog(["a"])
+    assert diff.delta({"log": log, "n": 1}) == '{"all":{"log":["a"],"n":1}}'
+    seen = encoded_values(monkeypatch)
+    log.append("b")
+    log.extend(["c"])
+    log += ["d"]
+    assert diff.delta({"log": log, "n": 1}) == '[["a",["log"],["b","c","d"]]]'
+    assert seen == ['"b"', '"c"', '"d"']  # the new items only; the same int is not encoded again either
+    assert diff.delta({"log": log, "n": 1}) is None and seen == ['"b"', '"c"', '"d"']  # nothing looked at
+    seen.clear()
+    log[0] = "A"  # a rewrite: the next commit writes the list whole
+    assert log.rewrites == 1 and diff.delta({"log": log, "n": 1}) == '[["s",["log"],["A","b","c","d"]]]'
+    assert seen == ['"A"', '"b"', '"c"', '"d"']
+    for change in (lambda x: x.pop(), lambda x: x.insert(0, "z"), lambda x: x.remove("b"), lambda x: x.sort(),
+                   lambda x: x.reverse(), lambda x: x.__delitem__(0), lambda x: x.__imul__(2), lambda x: x.clear()):
+        before = log.rewrites
+        change(log)
+        assert log.rewrites == before + 1
+    other = AppendLog(["x", "y"])
+    diff.delta({"log": other, "n": 1})
+    other.append("z")  # another list in the same place: written whole once, then from where it stopped
+    assert diff.delta({"log": other, "n": 2}) == '[["a",["log"],["z"]],["s",["n"],2]]'
+    assert diff.delta({"log": ["x", "y", "z"], "n": 2}) is None  # a plain list with the same JSON: no change
+    assert diff.text() == '{"log":["x","y","z"],"n":2}'
+
+
+def test_append_logs_inside_large_dicts_are_appended_to_where_they_are(monkeypatch):
+    diff = StateDiff()
+    frames = {"1": {"t": 0, "lines": AppendLog(["y" * 600]), "topic": "t" * 80}}
+    memory = {"a": AppendLog([{"role": "user", "content": "x" * 600}])}
+    diff.delta({"frames": frames, "memory": memory})
+    seen = encoded_values(monkeypatch)
+    frames["1"]["lines"].append("more")
+    frames["1"]["t"] = 1
+    memory["a"].append({"role": "assistant", "content": "hi"})
+    assert diff.delta({"frames": {"1": dict(frames["1"])}, "memory": memory}) == (
+        '[["s",["frames","1","t"],1],["a",["frames","1","lines"],["more"]],'
+        '["a",["memory","a"],[{"role":"assistant","content":"hi"}]]]')
+    assert seen == ["1", '"more"', '{"role":"assistant","content":"hi"}']  # the long texts are not encoded again
+
+
+LOG_OPS = st.lists(st.one_of(st.tuples(st.just("append"), JSON), st.tuples(st.just("extend"), st.lists(JSON, max_size=3)),
+                             st.tuples(st.just("set"), JSON), st.tuples(st.just("pop"), st.none()),
+                             st.tuples(st.just("new"), st.lists(JSON, max_size=3)), st.tuples(st.just("commit"), st.none())),
+                   max_size=14)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=LOG_OPS, split=st.booleans())
+def test_append_logs_fold_back_to_every_state_exactly(ops, split):
+    """Whatever is done to a log between commits (appends, rewrites, a new list), what a reader
+    folds back equals what was snapshotted, also where it sits inside a dict diffed part by part."""
+    saved = statelog.SPLIT_CHARS
+    statelog.SPLIT_CHARS = 4 if split else saved  # split: the dict holding the log is diffed key by key
+    try:
+        log, diff, folded = AppendLog(), StateDiff(), None
+        for op, arg in ops:  # a commit after each (the "commit" op: one with nothing changed)
+            if op == "append":
+                log.append(arg)
+            elif op == "extend":
+                log.extend(arg)
+            elif op == "set" and log:
+                log[-1] = arg
+            elif op == "pop" and log:
+                log.pop()
+            elif op == "new":
+                log = AppendLog(arg)
+            state = {"memory": {"a": log, "pad": "p" * 20}, "log": log}
+            delta = diff.delta(state)
+            if delta is not None:
+                kind, body = parse_delta(delta)
+                if kind == "all":
+                    folded = body
+                else:
+                    apply_ops(folded, body)
+            assert json.dumps(folded, sort_keys=True) == json.dumps(state, sort_keys=True)  # 1, 1.0, true stay apart
+    finally:
+        statelog.SPLIT_CHARS = saved
 
 
 @pytest.mark.parametrize("bad, why", [("{not json", "not JSON"), ('{"all": 3}', "other than"), ("3", "not a list"),
