@@ -15,7 +15,6 @@ import functools
 import inspect
 import json
 import os
-import re
 import socket
 import sqlite3
 import threading
@@ -200,9 +199,11 @@ _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _EVENT_ROWS = [""] + [_INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1) for n in range(1, 9)]
 
 
-def _insert_events(rows: list[tuple[Any, ...]]) -> tuple[str, list[Any]]:
+def _insert_events(rows: list[tuple[Any, ...]]) -> tuple[str, Sequence[Any]]:
     """One INSERT statement for a commit's event rows (atomic on its own, without BEGIN/COMMIT)."""
     n = len(rows)
+    if n == 1:
+        return _INSERT_EVENT, rows[0]
     sql = _EVENT_ROWS[n] if n < len(_EVENT_ROWS) else _INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1)
     return sql, [v for r in rows for v in r]
 

@@ -10,9 +10,14 @@ writes what changed and never the whole state again. A delta is JSON text:
   end of a string) or ``["d", path]`` (removed). A dict (or a list of a few items) whose JSON is
   over ``SPLIT_CHARS`` is diffed part by part, so a private memory per agent or a discussion's
   lines grow by appends instead of being written again;
-- ``HELD`` (``"-"``): not stored at this step (a pure step committed with the next one: a resume
+- ``HELD`` (``"-"``): not stored at this step (a pure or hold step committed with the next one: a resume
   or a fork runs it again from the state before it);
 - no delta (NULL): the state did not change.
+
+A commit costs what the step changed, not the size of the state: the parts of a snapshot that
+only grow are ``AppendLog``s (a run's step records and events, a discussion's lines, private
+memories), written from where the last commit stopped; an immutable value (or a ``Frozen`` dict)
+that is the very object written last is skipped without being encoded.
 
 ``StateDiff`` turns successive snapshots into deltas; ``RunLog`` is a run as a store holds it and
 folds the deltas back into the state after any event; ``history_of`` lists a run's steps as
@@ -431,7 +436,7 @@ class RunLog:
         return self._base_list
 
     def known(self, i: int) -> bool:
-        """Whether the state after event ``i`` is stored: not at a held pure step, and not before a
+        """Whether the state after event ``i`` is stored: not at a held step, and not before a
         legacy store's one snapshot. Before a run's first commit of state it is known to be none."""
         if i < 0:
             return True
@@ -517,7 +522,7 @@ class HistoryStep:
     ``payload`` are its trace event (``dest`` None: the run ended, or was cut, here);
     ``message_count`` is the transcript's length after it and ``messages`` that transcript;
     ``calls`` and ``usage`` are the model calls and token usage so far (None when not recorded);
-    ``stored`` says whether the working state after it is stored on its own (False for a pure step
+    ``stored`` says whether the working state after it is stored on its own (False for a held step
     committed with the next one, and for steps of runs stored by an older fsmchat) and ``snapshot``
     is that state (a copy; None when not stored)."""
 

@@ -81,8 +81,8 @@ def fork(run_id: str, at: int, checkpoint: Any, edit: ForkEdit | Mapping[str, An
     as they were after that step), with ``edit`` applied; returns its run id (``fork_id``, else a
     new one). ``meta["forked_from"]`` records ``{"run_id", "step"}``. Resume it with
     ``pattern.resume(new_id, checkpoint)``. A step whose working state was committed with the next
-    one (a pure step, ``stored=False`` in the history) forks from the step before it: the resume
-    runs the pure steps again. Raises ``ForkError`` before anything is written."""
+    one (a pure or hold step, ``stored=False`` in the history) forks from the step before it: the
+    resume runs the held steps again. Raises ``ForkError`` before anything is written."""
     what = f"fork({run_id!r}, at={at!r})"
     for method in ("log", "put", "lanes"):
         if not callable(getattr(checkpoint, method, None)):
@@ -102,7 +102,7 @@ def fork(run_id: str, at: int, checkpoint: Any, edit: ForkEdit | Mapping[str, An
             f"; step {last + 1} is where it ended ({log.stop_reason or log.events[steps[-1]].trigger})"
         raise ForkError(f"{what}: at={_short(at)} is invalid: {allowed}{ended}")
     ed = ForkEdit.of(edit)
-    j = next((n for n in range(at, -1, -1) if log.deltas[steps[n]] != HELD), -1)  # held pure steps run again
+    j = next((n for n in range(at, -1, -1) if log.deltas[steps[n]] != HELD), -1)  # held steps run again
     pos = steps[j] if j >= 0 else -1
     if not log.known(pos):
         stored = [n for n in range(last + 1) if log.known(steps[n]) and log.deltas[steps[n]] != HELD]
