@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import json.encoder
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self, SupportsIndex
 
 from .errors import CheckpointStoreError
 from .models import Message, TraceEvent
@@ -80,9 +80,9 @@ class AppendLog(list):  # type: ignore[type-arg]
         self._rewritten()
         super().__delitem__(i)
 
-    def __imul__(self, n: Any) -> "AppendLog":
+    def __imul__(self, n: SupportsIndex) -> Self:  # (x *= 0, then appends: not a longer list of the same items)
         self._rewritten()
-        return super().__imul__(n)  # type: ignore[return-value]
+        return super().__imul__(n)
 
     def insert(self, i: Any, v: Any) -> None:
         self._rewritten()

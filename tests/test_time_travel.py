@@ -3,7 +3,7 @@ import json
 import sqlite3
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import fsmchat
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, OneOnOneDebate, RoundRobinSwarm, parallel
@@ -231,14 +231,17 @@ def test_append_logs_inside_large_dicts_are_appended_to_where_they_are(monkeypat
     assert seen == ["1", '"more"', '{"role":"assistant","content":"hi"}']  # the long texts are not encoded again
 
 
-LOG_OPS = st.lists(st.one_of(st.tuples(st.just("append"), JSON), st.tuples(st.just("extend"), st.lists(JSON, max_size=3)),
+LOG_OPS = st.lists(st.one_of(st.tuples(st.just("commit"), st.none()), st.tuples(st.just("append"), JSON), st.tuples(st.just("extend"), st.lists(JSON, max_size=3)),
                              st.tuples(st.just("set"), JSON), st.tuples(st.just("pop"), st.none()),
-                             st.tuples(st.just("new"), st.lists(JSON, max_size=3)), st.tuples(st.just("commit"), st.none())),
-                   max_size=14)
+                             st.tuples(st.just("new"), st.lists(JSON, max_size=3)), st.tuples(st.just("commit"), st.none()),
+                             st.tuples(st.just("times"), st.integers(0, 2))),
+                   max_size=20)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(ops=LOG_OPS, split=st.booleans())
+@example(ops=[("append", 1), ("commit", None), ("times", 0), ("append", 2), ("append", 3)], split=False)  # emptied, refilled
+@example(ops=[("append", 1), ("commit", None), ("pop", None), ("append", 2)], split=True)
 def test_append_logs_fold_back_to_every_state_exactly(ops, split):
     """Whatever is done to a log between commits (appends, rewrites, a new list), what a reader
     folds back equals what was snapshotted, also where it sits inside a dict diffed part by part."""
@@ -246,7 +249,7 @@ def test_append_logs_fold_back_to_every_state_exactly(ops, split):
     statelog.SPLIT_CHARS = 4 if split else saved  # split: the dict holding the log is diffed key by key
     try:
         log, diff, folded = AppendLog(), StateDiff(), None
-        for op, arg in ops:  # a commit after each (the "commit" op: one with nothing changed)
+        for op, arg in [*ops, ("commit", None)]:  # a commit at each "commit" op: several changes between two
             if op == "append":
                 log.append(arg)
             elif op == "extend":
@@ -257,6 +260,10 @@ def test_append_logs_fold_back_to_every_state_exactly(ops, split):
                 log.pop()
             elif op == "new":
                 log = AppendLog(arg)
+            elif op == "times":
+                log *= arg
+            if op != "commit":
+                continue
             state = {"memory": {"a": log, "pad": "p" * 20}, "log": log}
             delta = diff.delta(state)
             if delta is not None:
