@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fsmchat-installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test install graphviz chromium graphs bench clean
+.PHONY: demo test install graphviz chromium graphs docs layers bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,16 @@ demo: install graphviz
 test: install graphviz chromium
 	$(BIN)/python -m pytest
 
+# the documentation site (mkdocs.yml: README, docs/*.md, the API reference) into site/, strict as in the tests
+docs: install
+	$(BIN)/mkdocs build --strict
+
+# redraw docs/diagrams/layers.* from the layer contract in pyproject.toml and today's imports
+layers: install graphviz
+	$(BIN)/python docs/layers.py
+
 bench: install
 	$(BIN)/python bench/engine_overhead.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

@@ -409,13 +409,7 @@ def _graphs(args: argparse.Namespace) -> int:
         print(NO_GALLERY.format(where=where), file=sys.stderr)
         return 2
     if args.check:
-        stale = g.check()
-        if stale:
-            print(f"{g.dir}/ is out of date ({where}); run `fsmchat graphs` to regenerate:\n  " + "\n  ".join(stale),
-                  file=sys.stderr)
-            return 1
-        print(f"{g.dir}/ is up to date ({where})")
-        return 0
+        return g.report_check("fsmchat graphs", where)
     written, orphans = g.write(prune=args.prune)
     for p in written:
         print(p)

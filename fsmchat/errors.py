@@ -6,19 +6,67 @@ from typing import Any
 
 
 class FsmchatError(Exception):
-    """Base class of fsmchat's own errors."""
+    """Base class of fsmchat's own errors: catch it to handle any of them.
+
+    Each also derives from the built-in exception it is a kind of (``ValueError``,
+    ``RuntimeError``, ``TypeError``, ...), so code that catches those keeps working.
+
+    Examples:
+        >>> from fsmchat import FsmchatError, StateGraph
+        >>> try:
+        ...     StateGraph("empty").validate()
+        ... except FsmchatError as exc:
+        ...     print(type(exc).__name__, isinstance(exc, ValueError))
+        GraphError True
+    """
 
 
 class GraphError(FsmchatError, ValueError):
-    """A state graph is malformed; the message names the state(s) at fault and how to fix it."""
+    """A state graph is malformed; the message names the state(s) at fault and how to fix it.
+
+    Raised by ``StateGraph`` as it is built and by ``StateGraph.validate``, before anything runs.
+
+    Examples:
+        >>> from fsmchat import GraphError, StateGraph
+        >>> try:
+        ...     StateGraph("g").state("a").edge("a", "b").validate()
+        ... except GraphError as exc:
+        ...     print(exc)
+        graph 'g': transition 'a' -> 'b' (next) names the undeclared state 'b'; declared states: a
+    """
 
 
 class RenderError(FsmchatError, RuntimeError):
-    """A graph could not be rendered (for example Graphviz's ``dot`` is missing)."""
+    """A graph could not be rendered: an unknown file suffix, or Graphviz's ``dot`` is missing.
+
+    DOT and Mermaid text never need Graphviz; SVG, PNG and PDF do.
+
+    Examples:
+        >>> from fsmchat import RenderError, StateGraph
+        >>> g = StateGraph("g").state("a").final("b").edge("a", "b")
+        >>> try:
+        ...     g.render("g.txt")
+        ... except RenderError as exc:
+        ...     print(exc)
+        cannot render to 'g.txt': unknown suffix '.txt'; use .svg, .png, .pdf, .dot, .gv or .mmd
+    """
 
 
 class NoTransitionError(FsmchatError, RuntimeError):
-    """No outgoing guard of a state matched at run time."""
+    """No outgoing transition of the current state could be taken at run time.
+
+    Raised when every guard of a state was false (a graph without a fallback edge), or when an
+    event-driven run is given an event its state has no transition for.
+
+    Examples:
+        >>> from fsmchat import GraphRun, NoTransitionError, StateGraph
+        >>> door = StateGraph("door").state("closed").final("open").edge("closed", "open", label="push")
+        >>> try:
+        ...     GraphRun(door).fire("pull")
+        ... except NoTransitionError as exc:
+        ...     print(exc)
+        graph 'door': state 'closed' has no 'pull' transition; it accepts 'push'
+    """
 
 
 class ConfigError(FsmchatError, ValueError):
@@ -109,8 +157,31 @@ _HINTS = {"authentication": "the provider refused the credentials; check the API
 
 
 class ModelCallError(FsmchatError, RuntimeError):
-    """A model call failed after fsmchat's retries; carries the agent, the model, the cause and
-    ``kind`` (``request_error_kind``: set when no retry can fix it, which makes it ``fatal``)."""
+    """A model call failed after fsmchat's retries; it says which agent, which model and why.
+
+    A run that meets one ends with ``stop_reason="error"`` and the transcript so far; ``run()``
+    raises it with that result attached (``result_of``). API keys never appear in the message.
+
+    Args:
+        agent: The agent whose call failed.
+        cause: The provider's (or litellm's) exception from the last attempt.
+        attempts: Requests sent, retries included.
+        model: The model asked.
+        secrets: Values masked out of the provider's message (the agent's ``api_key``).
+
+    Attributes:
+        kind: Set when no retry can fix the error (``authentication``, ``not_found``,
+            ``context_window``, ...), which makes it ``fatal``; else None.
+        provider_message: The provider's message, secrets masked.
+
+    Examples:
+        >>> from fsmchat import ModelCallError
+        >>> exc = ModelCallError("critic", TimeoutError("no answer in 30 s"), 3, "gpt-4o-mini")
+        >>> print(exc)
+        model call for agent 'critic' (model 'gpt-4o-mini') failed after 3 attempt(s): TimeoutError: no answer in 30 s
+        >>> exc.fatal
+        False
+    """
 
     def __init__(self, agent: str, cause: BaseException, attempts: int, model: str | None = None,
                  secrets: tuple[Any, ...] = ()):
@@ -243,5 +314,26 @@ def attach_result(exc: BaseException, result: Any) -> BaseException:
 
 
 def result_of(exc: BaseException) -> Any:
-    """The ``RunResult`` an exception raised by a run carries, or None."""
+    """Return the ``RunResult`` an exception raised by a run carries, or None.
+
+    ``Pattern.run`` re-raises a failed run's error, and a Ctrl-C or a cancellation ends a run
+    with its transcript so far: that result travels on the exception.
+
+    Args:
+        exc: The exception a run raised.
+
+    Returns:
+        The run's result (path, trace, transcript so far), or None if ``exc`` carries none.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm, result_of
+        >>> def critic(turn):
+        ...     raise RuntimeError("the critic crashed")
+        >>> try:
+        ...     RoundRobinSwarm(agents=[critic]).run("Ship it?")
+        ... except RuntimeError as exc:
+        ...     result = result_of(exc)
+        >>> result.stop_reason, [m.content for m in result.transcript]
+        ('error', ['Ship it?'])
+    """
     return getattr(exc, "fsmchat_result", None)

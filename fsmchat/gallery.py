@@ -139,6 +139,18 @@ class Gallery:
                   for p in self._orphans(expected)]
         return stale
 
+    def report_check(self, fix: str, where: str = "") -> int:
+        """``--check`` on the command line: say whether the folder is up to date (the stale files on
+        stderr, with the command ``fix`` that regenerates them); returns the exit code, 1 if not."""
+        stale = self.check()
+        place = f" ({where})" if where else ""
+        if stale:
+            print(f"{self.dir}/ is out of date{place}; run `{fix}` to regenerate:\n  " + "\n  ".join(stale),
+                  file=sys.stderr)
+            return 1
+        print(f"{self.dir}/ is up to date{place}")
+        return 0
+
     def _orphans(self, expected: dict[str, Any]) -> list[Path]:
         if not self.dir.is_dir():
             return []

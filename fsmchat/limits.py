@@ -16,7 +16,39 @@ from .graph.state_graph import StateGraph, Transition
 
 
 class Limits(BaseModel):
-    """Per-run limits; ``price_per_1k_tokens=(prompt, completion)`` prices models litellm cannot."""
+    """Per-run budgets and deadline, drawn as stop edges (``over_budget``, ``past_deadline``).
+
+    Set them with ``pattern.with_limits(...)``: every non-final state gains a first, guarded way
+    out, so a run stops at the next state boundary with ``stop_reason="budget"`` or
+    ``"deadline"`` and the transcript so far.
+
+    Args:
+        **data: The fields below, by keyword.
+
+    Attributes:
+        max_tokens: The most tokens (prompt and completion) of the run.
+        max_cost_usd: The most the run's model calls may cost, in US dollars.
+        max_model_calls: The most requests (retries included); a request that would cross it is
+            not sent.
+        deadline_s: Seconds the run may take; a call still running then is cut.
+        price_per_1k_tokens: ``(prompt, completion)`` prices for models litellm cannot price.
+        max_message_chars: The most characters one message keeps (longer ones are cut, with an event).
+        refuse_over_bound: Refuse, before any call, a run whose worst case exceeds ``max_model_calls``.
+
+    Raises:
+        ConfigError: A field is invalid (the message names it).
+
+    Examples:
+        >>> from fsmchat import Agent, Limits, RoundRobinSwarm
+        >>> chat = RoundRobinSwarm(agents=[Agent("A"), Agent("B")], max_loops=3).with_limits(max_model_calls=2)
+        >>> result = chat.execute("Ship it?")
+        >>> result.stop_reason, result.calls, result.path
+        ('budget', 2, ['seed', 'A', 'B', 'A', 'over_budget'])
+        >>> Limits(max_model_calls=0)
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: Limits: max_model_calls=0 is invalid: input should be greater than or equal to 1
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     max_tokens: int | None = Field(None, ge=1, strict=True)
@@ -36,6 +68,7 @@ class Limits(BaseModel):
 
     @property
     def has_budget(self) -> bool:
+        """Whether a token, cost or call budget is set."""
         return any(v is not None for v in (self.max_tokens, self.max_cost_usd, self.max_model_calls))
 
 

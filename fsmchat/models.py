@@ -13,7 +13,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Message(BaseModel):
-    """One row of a shared conversation: who spoke, what, and metadata (e.g. the bid score)."""
+    """One row of a shared conversation: who spoke, what they said, and facts about it.
+
+    Messages are immutable: a transcript only ever appends them.
+
+    Attributes:
+        role: Who spoke: an agent's name, ``"User"`` for the task (message 1), ``"system"``.
+        content: The text.
+        metadata: Facts about the message, such as a GroupChat bid's ``score`` or a round's ``loop``.
+
+    Examples:
+        >>> from fsmchat import Message
+        >>> m = Message(role="Critic", content="Too fast.", metadata={"score": 0.8})
+        >>> m.row()
+        {'role': 'Critic', 'content': 'Too fast.', 'metadata': {'score': 0.8}}
+    """
 
     model_config = ConfigDict(frozen=True)
     role: str
@@ -21,6 +35,7 @@ class Message(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
+        """The message as plain data (what checkpoints, reports and ``output_type="dict"`` hold)."""
         return {"role": self.role, "content": self.content, "metadata": dict(self.metadata)}
 
     def __repr__(self) -> str:
@@ -56,11 +71,28 @@ def safe_text(text: str) -> tuple[str, int]:
 
 
 class Transcript:
-    """Append-only conversation; listeners hear every post as it happens.
+    """An append-only conversation whose listeners hear every post as it happens.
 
     Every post is made safe to store: lone surrogates become U+FFFD (event ``text_repaired``) and
-    content over ``max_chars`` is cut to that length (event ``message_truncated``); the events go to
-    ``events`` (the run context's list)."""
+    content over ``max_chars`` is cut to that length (event ``message_truncated``); the events go
+    to ``events`` (the run context's list). Rows are never changed or removed, so a reader can keep
+    a ``view()`` instead of a copy.
+
+    Args:
+        rows: Messages to start with.
+        events: The list that notes repaired or cut texts (a new one when None).
+        max_chars: The most characters one message keeps.
+
+    Examples:
+        >>> from fsmchat import Transcript
+        >>> t = Transcript(max_chars=5)
+        >>> t.listen(lambda m: print("heard", m.role))
+        >>> t.post("Critic", "Too fast, by far.").content
+        heard Critic
+        'Too f'
+        >>> len(t), t.events
+        (1, [{'event': 'message_truncated', 'role': 'Critic', 'chars': 17, 'kept': 5}])
+    """
 
     __slots__ = ("_rows", "_listeners", "events", "max_chars")
 
@@ -72,6 +104,16 @@ class Transcript:
         self.max_chars = max_chars
 
     def post(self, role: str, content: str, **metadata: Any) -> Message:
+        """Append a message (repaired and capped as ``admit`` says) and tell every listener.
+
+        Args:
+            role: Who speaks.
+            content: What they say.
+            **metadata: Facts kept with the message (``Message.metadata``).
+
+        Returns:
+            The message as stored.
+        """
         if isinstance(content, str) and (not content.isascii() or len(content) > self.max_chars):
             content = self.admit(role, content)
         msg = Message(role=role, content=content, metadata=metadata)
@@ -81,7 +123,15 @@ class Transcript:
         return msg
 
     def admit(self, role: str, content: str) -> str:
-        """``content`` as it may enter the transcript (repaired, capped), noting what changed."""
+        """Return ``content`` as it may enter the transcript (repaired, capped), noting what changed.
+
+        Args:
+            role: Who the text is from (named in the event that notes a change).
+            content: The text.
+
+        Returns:
+            The text with lone surrogates replaced and cut to ``max_chars``.
+        """
         content, n = safe_text(content)
         if n:
             self.events.append({"event": "text_repaired", "role": role, "replaced": n})
@@ -92,14 +142,27 @@ class Transcript:
         return content
 
     def since(self, i: int) -> list[Message]:
-        """Rows from index ``i`` on (what a checkpoint has not stored yet)."""
+        """Return the rows from index ``i`` on (what a checkpoint has not stored yet).
+
+        Args:
+            i: The first index wanted.
+        """
         return self._rows[i:] if i < len(self._rows) else []
 
     def restore(self, rows: list[Message]) -> None:
-        """Refill from a checkpoint, without telling listeners (those rows were heard before)."""
+        """Refill from a checkpoint, without telling listeners (those rows were heard before).
+
+        Args:
+            rows: The stored messages, in order.
+        """
         self._rows.extend(rows)
 
     def listen(self, listener: Any) -> None:
+        """Call ``listener(message)`` on every later post.
+
+        Args:
+            listener: A callable taking the posted ``Message``.
+        """
         self._listeners.append(listener)
 
     def __len__(self) -> int:
@@ -117,8 +180,10 @@ class Transcript:
         return list(self._rows)
 
     def view(self) -> "TranscriptView":
-        """The rows posted so far, read-only, without copying them: later posts are not in it (the
-        rows are append-only, so a view is as stable as a copy)."""
+        """Return the rows posted so far, read-only, without copying them.
+
+        Later posts are not in the view; the rows are append-only, so a view is as stable as a copy.
+        """
         return TranscriptView(self._rows, len(self._rows))
 
     def __repr__(self) -> str:
@@ -156,7 +221,24 @@ class TranscriptView(Sequence[Message]):
 
 
 class Bid(BaseModel):
-    """A participant's wish to speak: ``score`` in 0..1 and the reply it would give."""
+    """A participant's wish to speak in a GroupChat: how much, and the reply it would give.
+
+    A callable participant returns one on a bid turn (``turn.kind == "bid"``); an ``Agent`` makes
+    one with the forced ``respond`` tool call.
+
+    Args:
+        score: How much the participant wants the floor, from 0 to 1.
+        message: The reply it would post if it wins.
+        **kw: Other fields, by keyword (pydantic's own).
+
+    Raises:
+        pydantic.ValidationError: ``score`` is outside 0..1.
+
+    Examples:
+        >>> from fsmchat import Bid
+        >>> Bid(0.9, "Let me answer that.")
+        Bid(score=0.9, message='Let me answer that.')
+    """
 
     score: float = Field(ge=0.0, le=1.0)
     message: str = ""
@@ -167,10 +249,25 @@ class Bid(BaseModel):
 
 @dataclass(slots=True)
 class TraceEvent:
-    """One step of a run: the state left, the transition label fired, where it went, when, payload.
+    """One step of a run: the state left, the transition taken, where it led, when, and its payload.
 
     A plain slotted dataclass rather than a pydantic model: one is made per engine step, and the
-    engine's budget is a few microseconds per step.
+    engine's budget is a few microseconds per step. The last event of a run has ``dest=None``.
+
+    Attributes:
+        step: The step's index in the run (0 first).
+        state: The state left (qualified in a branch run: ``par|1.review.turn``).
+        trigger: The label of the transition taken (None on the final state's event).
+        dest: The state entered (None on the final state's event).
+        t: Seconds since the run started.
+        payload: What the state's action returned.
+
+    Examples:
+        >>> from fsmchat import StateGraph, run
+        >>> g = StateGraph("hello")
+        >>> _ = g.state("greet", lambda ctx: "hi").final("done").edge("greet", "done")
+        >>> [(e.state, e.trigger, e.dest, e.payload) for e in run(g, None).trace]
+        [('greet', 'next', 'done', 'hi'), ('done', None, None, None)]
     """
 
     step: int
@@ -181,6 +278,7 @@ class TraceEvent:
     payload: Any = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The event as plain data."""
         return {"step": self.step, "state": self.state, "trigger": self.trigger,
                 "dest": self.dest, "t": self.t, "payload": self.payload}
 
@@ -205,8 +303,33 @@ def split_branch(state: str) -> tuple[str, str]:
 class RunResult:
     """What one run of a graph produced: the path, the trace, why it stopped, and its context.
 
-    Patterns also fill ``transcript``, ``calls`` (model calls), ``usage`` (token counts) and
-    ``output`` (formatted per the pattern's ``output_type``).
+    ``repr`` is one short line, ``print`` a summary (path, first messages), and a notebook shows a
+    report with the graph and this run overlaid.
+
+    Attributes:
+        path: The states the run went through, in order, the final one included.
+        trace: One ``TraceEvent`` per step, branch runs' steps included.
+        stop_reason: Why the run ended (``max_loops``, ``lull``, ``error``, ``interrupted``, ...).
+        context: The run's context object, as the actions left it.
+        error: The exception that ended the run (``stop_reason="error"``), else None.
+        transcript: The messages of the run (patterns).
+        calls: Model calls made.
+        usage: Token counts (``prompt_tokens``, ``completion_tokens``, ``total_tokens``).
+        output: The transcript formatted per the pattern's ``output_type``.
+        events: Notable facts of the run (invalid bids, repaired texts, limits hit, ...).
+        run_id: The checkpointed run's id, else None.
+        graph: The ``StateGraph`` that ran (for drawing the run over it).
+        pending: What a waiting run asks a person (``Pending``), when ``stop_reason="interrupted"``.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> def critic(turn):
+        ...     return "Not yet."
+        >>> result = RoundRobinSwarm(agents=[critic], max_loops=2).execute("Ship it?")
+        >>> result.stop_reason, result.path, [m.role for m in result.transcript]
+        ('max_loops', ['seed', 'critic', 'critic', 'stop'], ['User', 'critic', 'critic'])
+        >>> result
+        RunResult(stop_reason='max_loops', ok=True, steps=4, messages=3, calls=0, output='Not yet.')
     """
 
     path: list[str]
@@ -243,6 +366,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
+        """The run ended without an error and was not cancelled (a waiting run is ok)."""
         return self.error is None and self.stop_reason != "cancelled"
 
     @property
@@ -335,8 +459,11 @@ class RunResult:
         return "\n".join(out)
 
     def to_dict(self) -> dict[str, Any]:
-        """The result as JSON-able data (``fsmchat run --json``): values JSON cannot hold (a trace
-        payload object, an error) become their text; the context is represented by its cost."""
+        """Return the result as JSON-able data (what ``fsmchat run --json`` prints).
+
+        Values JSON cannot hold (a trace payload object, an error) become their text; the context is
+        represented by its cost.
+        """
         stats = getattr(self.context, "stats", None)
         error = None if self.error is None else {"type": type(self.error).__name__, "message": str(self.error)}
         return json.loads(json.dumps({
@@ -360,7 +487,29 @@ def check_output_type(output_type: str) -> str:
 
 
 def format_output(rows: list[Message], output_type: str) -> Any:
-    """Format a transcript as the reference libraries do for ``output_type``."""
+    """Format a transcript as the reference libraries do for ``output_type``.
+
+    Args:
+        rows: The messages, the task first.
+        output_type: ``final``/``last`` (the last message's text), ``str``/``string``/``all``
+            (``"role: text"`` blocks), ``str-all-except-first``, ``list``, ``dict`` or ``json``.
+
+    Returns:
+        The output in that form.
+
+    Raises:
+        ValueError: ``output_type`` is not one of those.
+
+    Examples:
+        >>> from fsmchat import Message, format_output
+        >>> rows = [Message(role="User", content="Ship it?"), Message(role="Critic", content="Not yet.")]
+        >>> format_output(rows, "final")
+        'Not yet.'
+        >>> print(format_output(rows, "str"))
+        User: Ship it?
+        <BLANKLINE>
+        Critic: Not yet.
+    """
     check_output_type(output_type)
     if output_type == "str-all-except-first":
         return "\n".join(m.content for m in rows[1:])

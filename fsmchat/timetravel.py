@@ -23,20 +23,40 @@ from .statelog import HELD, RunLog, StateDiff, copy_state, encode_json, is_full
 
 
 class ForkError(FsmchatError, ValueError):
-    """A fork was refused (unknown run, a step out of range, an edit that does not fit the run);
-    the message says what is allowed. Nothing was written."""
+    """A fork was refused: an unknown run, a step out of range, an edit that does not fit the run.
+
+    The message says what is allowed. Nothing was written.
+
+    Examples:
+        >>> from fsmchat import ForkError, MemoryCheckpointer, fork
+        >>> try:
+        ...     fork("nope", at=0, checkpoint=MemoryCheckpointer())
+        ... except ForkError as exc:
+        ...     print(exc)
+        fork('nope', at=0): no run 'nope' in MemoryCheckpointer; this store has no runs (`fsmchat runs --db PATH` lists them)
+    """
 
 
 @dataclass(frozen=True)
 class ForkEdit:
-    """What a fork changes at its step. Message indexes count the transcript after the step
-    from 0 (the task); negative ones count from the end.
+    """What a fork changes at its step; ``fork`` also takes it as a dict with the same keys.
 
-    - ``replace``: ``{index: new text}`` (role and metadata kept, ``"edited": True`` added) or
-      ``{index: Message(...)}``;
-    - ``drop``: indexes of messages to leave out;
-    - ``variables``: ``{name: value}`` for a flow's existing variables (JSON-able values);
-    - ``limits``: ``Limits`` fields to change (``{"max_model_calls": 40}``), merged over the run's."""
+    Message indexes count the transcript after the step from 0 (the task); negative ones count
+    from the end.
+
+    Attributes:
+        replace: ``{index: new text}`` (role and metadata kept, ``"edited": True`` added) or
+            ``{index: Message(...)}``.
+        drop: Indexes of messages to leave out.
+        variables: ``{name: value}`` for a flow's existing variables (JSON-able values).
+        limits: ``Limits`` fields to change (``{"max_model_calls": 40}``), merged over the run's and
+            applied when the fork is resumed.
+
+    Examples:
+        >>> from fsmchat import ForkEdit
+        >>> ForkEdit(replace={1: "Optimist: the tests are green."}, drop=[2]).summary()
+        {'replaced': [1], 'dropped': [2]}
+    """
 
     replace: Mapping[int, str | Message] = field(default_factory=dict)
     drop: Sequence[int] = ()
@@ -45,6 +65,14 @@ class ForkEdit:
 
     @classmethod
     def of(cls, edit: "ForkEdit | Mapping[str, Any] | None") -> "ForkEdit":
+        """Return ``edit`` as a ``ForkEdit`` (None: no change; a dict: its keys as fields).
+
+        Args:
+            edit: A ``ForkEdit``, a dict with its field names as keys, or None.
+
+        Raises:
+            ForkError: A dict with other keys, or something else.
+        """
         if edit is None:
             return cls()
         if isinstance(edit, cls):
@@ -77,12 +105,43 @@ def _short(value: Any) -> str:
 
 def fork(run_id: str, at: int, checkpoint: Any, edit: ForkEdit | Mapping[str, Any] | None = None, *,
          fork_id: str | None = None) -> str:
-    """A new run that starts from step ``at`` of ``run_id`` (its events, messages and working state
-    as they were after that step), with ``edit`` applied; returns its run id (``fork_id``, else a
-    new one). ``meta["forked_from"]`` records ``{"run_id", "step"}``. Resume it with
-    ``pattern.resume(new_id, checkpoint)``. A step whose working state was committed with the next
-    one (a pure or hold step, ``stored=False`` in the history) forks from the step before it: the
-    resume runs the held steps again. Raises ``ForkError`` before anything is written."""
+    """Write a new run that starts where ``run_id`` was after step ``at``, with ``edit`` applied.
+
+    The new run has the original's events, messages and working state as they were after that
+    step (and the branch lanes of parallel steps up to it); ``meta["forked_from"]`` records
+    ``{"run_id", "step"}``. Resume it like any run (``pattern.resume(new_id, checkpoint)``). The
+    original is not touched. A step whose working state was committed with the next one (a pure
+    or hold step, ``stored=False`` in the history) forks from the step before it: the resume runs
+    the held steps again.
+
+    Args:
+        run_id: The checkpointed run to fork.
+        at: The step to fork after (``checkpoint.history(run_id)`` numbers them).
+        checkpoint: The store holding the run (``SqliteCheckpointer`` or ``MemoryCheckpointer``);
+            the fork is written there.
+        edit: What to change: a ``ForkEdit`` or a dict with its keys.
+        fork_id: The new run's id (default: a new one).
+
+    Returns:
+        The new run's id.
+
+    Raises:
+        ForkError: Anything that does not fit, before anything is written.
+
+    Examples:
+        >>> from fsmchat import MemoryCheckpointer, RoundRobinSwarm, fork
+        >>> def a(turn):
+        ...     return f"A{len(turn.transcript)}"
+        >>> def b(turn):
+        ...     return f"B{len(turn.transcript)}"
+        >>> chat, store = RoundRobinSwarm(agents=[a, b], max_loops=2), MemoryCheckpointer()
+        >>> _ = chat.execute("Go?", checkpoint=store, run_id="orig")
+        >>> new_id = fork("orig", at=1, checkpoint=store, edit={"replace": {1: "A, edited"}}, fork_id="edited")
+        >>> [m.content for m in chat.resume(new_id, store).transcript]
+        ['Go?', 'A, edited', 'B2', 'A3', 'B4']
+        >>> store.load("edited").meta["forked_from"]
+        {'run_id': 'orig', 'step': 1}
+    """
     what = f"fork({run_id!r}, at={at!r})"
     for method in ("log", "put", "lanes"):
         if not callable(getattr(checkpoint, method, None)):

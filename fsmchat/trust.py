@@ -28,9 +28,24 @@ _ATTR = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 class UntrustedReference(FsmchatError, PermissionError):
-    """A config or checkpoint named code fsmchat may not load under the caller's trust (``allow=``,
-    ``trusted=``). ``ref`` is the reference, ``what`` where it was found, ``reason`` why; nothing
-    was imported."""
+    """A config or checkpoint named code fsmchat may not load under the caller's trust; nothing was imported.
+
+    By default only fsmchat's own modules are imported; ``allow=["myproject.agents"]`` adds module
+    prefixes and ``trusted=True`` loads anything (see ``from_config`` and ``resume``).
+
+    Args:
+        ref: The reference refused (``"module:attr"``).
+        what: Where it was found (``"participant"``, ``"run 'x' factory"``, ...).
+        reason: Why it was refused, and how to allow it.
+
+    Examples:
+        >>> from fsmchat import UntrustedReference, from_config
+        >>> try:
+        ...     from_config({"kind": "round_robin", "agents": [{"kind": "callable", "ref": "os:system"}]})
+        ... except UntrustedReference as exc:
+        ...     print(exc.ref, "|", exc.reason)
+        os:system | module 'os' is not allowed (allowed: ['fsmchat']); pass allow=['os'] (a module prefix) if you trust its code, or trusted=True
+    """
 
     def __init__(self, ref: str, what: str, reason: str):
         self.ref, self.what, self.reason = ref, what, reason

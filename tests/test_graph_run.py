@@ -228,3 +228,32 @@ def test_an_action_raising_a_limit_takes_the_edge_it_names():
     g2.edge("work", "done")
     res2 = asyncio.run(run_graph(g2, {}))  # no such edge drawn: an error, as any other exception
     assert res2.stop_reason == "error" and isinstance(res2.error, DeadlineExceeded)
+
+
+def test_the_quiet_transition_keeps_the_machines_checks():
+    """The engine's Machine skips logging and empty callback walks, not its checks: a trigger the
+    current state has no transition for is refused by ``Event.trigger``; once any callback is
+    configured, the full ``Transition.execute`` runs it."""
+    from transitions import Machine
+    from transitions.core import MachineError
+
+    cls = engine.machine_class()
+    assert issubclass(cls, Machine) and cls.transition_cls is not Machine.transition_cls
+    compiled = compile_graph(door_graph())
+    r = GraphRun(door_graph(), ctx())
+    close_trigger = next(trig for _g, trig, label, _d in compiled.steps["opened"].out if label == "close")
+    assert r.state == "closed"
+    with pytest.raises(MachineError, match="Can't trigger event"):
+        compiled.events[close_trigger].trigger(r)  # "close" leads out of "opened", not "closed"
+    assert r.state == "closed"
+
+    class Door:
+        state = "closed"
+
+    heard = []
+    m = cls(model=None, states=["closed", "opened"], auto_transitions=False, initial="closed",
+            transitions=[{"trigger": "open", "source": "closed", "dest": "opened"}],
+            after_state_change=[lambda *a, **k: heard.append("after")])
+    door = Door()
+    m.events["open"].trigger(door)
+    assert door.state == "opened" and heard == ["after"]

@@ -21,7 +21,19 @@ from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, Task, a
 
 
 class StepError(FsmchatError, RuntimeError):
-    """A step failed under ``on_error="stop"``; names the step and the cause."""
+    """A flow step failed under ``on_error="stop"``; the message names the step and the cause.
+
+    The flow ends with status ``"failed"``; ``run`` returns the reference's dict with ``"error"``
+    rather than raising it.
+
+    Examples:
+        >>> from fsmchat import AgentFlow
+        >>> def flaky(ctx):
+        ...     raise RuntimeError("service down")
+        >>> result = AgentFlow(steps=[flaky]).execute("go")
+        >>> result.stop_reason, result.error
+        ('error', StepError("step 'flaky' failed: RuntimeError: service down"))
+    """
 
 
 def halted(ctx: FlowContext) -> bool:

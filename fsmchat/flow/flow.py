@@ -45,19 +45,46 @@ def _agents_in(steps: Sequence[Any]) -> list[Agent]:
 
 
 class AgentFlow(Pattern):
-    """A workflow: ``steps`` run in order, each an Agent, a callable ``(ctx) -> str | StepResult``,
-    a ``Task``, a ``Discussion`` or a combinator; ``variables`` is the declared initial state
-    (never mutated by a run). ``run``/``start`` return ``{"output", "steps", "variables",
-    "status"}`` plus ``"error"`` when failed; ``execute`` returns the ``RunResult``. A flow that
-    asks a person (``ask_human``, a ``Human`` step or speaker, ``interrupt_before``/``interrupt_after``
-    naming its states) stops there with status "waiting" (stop reason "interrupted") and goes on
-    with ``resume(run_id, checkpoint, input=...)``; it must be run with a checkpoint.
+    """A workflow of steps run in order, compiled into one nested state graph (``Flow`` is the same class).
 
-    ``memory=True`` gives every agent a private memory for the run: each of its calls is sent its
-    own earlier prompts and replies first (as swarms' agents keep theirs), so an introduction
-    step, or what an agent said two rounds ago, still counts. ``output_type`` (e.g.
-    ``"str-all-except-first"``, any of the patterns' output types) makes ``"output"`` the flow's
-    transcript formatted that way instead of the last step's output."""
+    Each step is an Agent, a callable ``(ctx) -> str | StepResult``, a ``Task``, a ``Discussion``
+    or a combinator (``loop``, ``parallel``, ``route``, ``if_``, ``repeat``, ``ask_human``).
+    ``run``/``start`` return the reference's ``{"output", "steps", "variables", "status"}`` (plus
+    ``"error"`` when failed); ``execute`` returns the ``RunResult``. A flow that asks a person
+    stops there with status ``"waiting"`` (stop reason ``"interrupted"``) and goes on with
+    ``resume(run_id, checkpoint, input=...)``; it must be run with a checkpoint.
+
+    Args:
+        steps: The steps, in order (at least one).
+        variables: The declared initial variables (``{{name}}`` in prompts); a run works on a copy.
+        name: The flow's name (its graph's name).
+        agents: The flow's roster, when declared: every step agent must be in it.
+        verbose: Print each message as it is posted.
+        memory: Give every agent a private memory for the run: each of its calls is sent its own
+            earlier prompts and replies first (as swarms' agents keep theirs).
+        output_type: Make ``"output"`` the flow's transcript formatted this way (any of the
+            patterns' output types) instead of the last step's output.
+        interrupt_before: States where the run stops for a person before entering them.
+        interrupt_after: States where the run stops for a person after leaving them.
+
+    Raises:
+        ValueError: No steps, or a step agent missing from ``agents``.
+        TypeError: ``variables`` is not a dict, or a step is not a step.
+        ConfigError: A bad ``memory``, ``output_type`` or roster, or a person in a parallel branch.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, loop
+        >>> def outline(ctx):
+        ...     return f"outline of {ctx.input}"
+        >>> def section(ctx):
+        ...     return f"section on {ctx.variables['item']}"
+        >>> flow = AgentFlow(steps=[outline, loop(section, over="parts")], variables={"parts": ["why", "how"]})
+        >>> out = flow.run("the talk")
+        >>> out["status"], [s["output"] for s in out["steps"]]
+        ('completed', ['outline of the talk', 'section on why', 'section on how'])
+        >>> flow.execute("the talk").stop_reason
+        'done'
+    """
 
     def __init__(self, steps: Sequence[Any] | None = None, variables: dict[str, Any] | None = None,
                  name: str = "flow", agents: Sequence[Agent] | None = None, verbose: bool = False,
@@ -133,10 +160,17 @@ class AgentFlow(Pattern):
         return ctx
 
     async def arun(self, task: str, **kw: Any) -> Any:
-        """The reference's ``{"output", "steps", "variables", "status"}`` dict, with ``"error"`` when a
-        step failed under its ``on_error`` policy. A failure of the run itself (a request error no
-        retry can fix, missing credentials, an exhausted test script, a bug in a condition) is
-        raised with the result as ``exc.fsmchat_result``, as every pattern's ``run`` does."""
+        """Run once and return the reference's ``{"output", "steps", "variables", "status"}`` dict.
+
+        The dict has ``"error"`` when a step failed under its ``on_error`` policy. A failure of the
+        run itself (a request error no retry can fix, missing credentials, an exhausted test
+        script, a bug in a condition) is raised with the result as ``exc.fsmchat_result``, as every
+        pattern's ``run`` does.
+
+        Args:
+            task: The flow's input (``{{input}}``, and the first step's prompt).
+            **kw: ``aexecute``'s keywords (``checkpoint``, ``run_id``, ``observers``, ...).
+        """
         result = await self.aexecute(task, **kw)
         if result.error is not None and not isinstance(result.error, StepError):
             raise attach_result(result.error, result)
@@ -178,14 +212,26 @@ class AgentFlow(Pattern):
         return result
 
     def start(self, input: str = "") -> dict[str, Any]:
-        """Alias of ``run`` (the reference's spelling)."""
+        """Run once and return the reference's dict: ``run`` under the reference's name.
+
+        Args:
+            input: The flow's input.
+        """
         return self.run(input)
 
     def max_calls(self, *, requests: bool = False, **lengths: Any) -> int:  # type: ignore[override]
-        """The most model calls this flow can make (``requests=True``: HTTP requests, each agent's
-        ``num_retries`` included). A loop's length is the one given here (an int or a list, e.g.
-        ``flow.max_calls(items=2)``) or its declared ``max_items``; a loop with neither raises
-        ``ValueError`` naming it (its list is only known when it runs), never a wrong number."""
+        """Return the most model calls one run of this flow can make.
+
+        A loop's length is the one given here or its declared ``max_items``; a loop with neither
+        raises rather than guess (its list is only known when it runs).
+
+        Args:
+            requests: Count HTTP requests instead: each agent's ``num_retries`` included.
+            **lengths: A loop variable's length, an int or the list (``flow.max_calls(items=2)``).
+
+        Raises:
+            ValueError: A loop's length is unknown; the message names the loop.
+        """
         return bound(self.steps, {k: v if isinstance(v, int) else len(v) for k, v in lengths.items()}, requests)
 
     def _repr_fields(self) -> list[str]:

@@ -17,18 +17,48 @@ OnError = Literal["stop", "continue", "retry"]
 
 @dataclass
 class Task:
-    """A step with its error policy: a ``handler`` callable ``(ctx) -> str | StepResult``, an
-    ``agent``, or a ``person`` (a ``Human``: the run stops until they answer, see ``ask_human``);
-    ``on_error`` is "stop" (halt the flow), "continue" (record and go on) or "retry" (up to
-    ``max_retries`` more attempts with exponential backoff from ``retry_delay`` s).
-    ``should_run(ctx)`` false skips the step. ``action`` is the agent's prompt template (the
-    question, for a person) (default: the previous output, or the flow's input).
+    """A flow step with its error policy: a handler, an agent or a person, and where its output goes.
 
-    Where the output goes: it is always the step's record and the next previous output; it is
-    posted to the flow's transcript unless ``post=False`` (an introduction whose reply is thrown
-    away); ``save_as="x"`` also stores it in variable ``x`` (read later as ``{{x}}``);
-    ``append_to="xs"`` appends it to the list variable ``xs`` (created empty; an accumulator,
-    read as ``{{xs}}`` or a window such as ``{{xs[-3:]}}``)."""
+    A bare Agent, callable or ``Human`` in a flow's steps is a ``Task`` with the defaults. The
+    output is always the step's record and the next step's previous output; it is posted to the
+    flow's transcript unless ``post=False``; ``save_as`` and ``append_to`` also keep it in variables.
+
+    Attributes:
+        handler: A callable ``(ctx) -> str | StepResult`` (exactly one of handler, agent, person).
+        agent: An ``Agent`` asked with ``action`` as its prompt.
+        name: The step's name (default: the agent's or person's name, or the handler's ``__name__``).
+        action: The agent's prompt template (``{{var}}`` templating), or the question for a person;
+            default: the previous output, or the flow's input.
+        on_error: ``"stop"`` (halt the flow), ``"continue"`` (record the failure and go on) or
+            ``"retry"`` (up to ``max_retries`` more attempts, backing off exponentially).
+        max_retries: Retries under ``on_error="retry"``.
+        should_run: ``should_run(ctx)`` false skips the step.
+        retry_delay: Seconds before the first retry (doubling after each).
+        post: Post the output to the flow's transcript (False: e.g. an introduction whose reply is
+            thrown away).
+        save_as: Also store the output in this variable (read later as ``{{x}}``).
+        append_to: Also append the output to this list variable (created empty; read as ``{{xs}}``
+            or a window such as ``{{xs[-3:]}}``).
+        person: A ``Human``: the run stops until they answer (see ``ask_human``).
+
+    Raises:
+        ValueError: Not exactly one of handler, agent and person, or a bad ``on_error`` or
+            ``max_retries``.
+        TypeError: A handler that is not callable, an agent that is not an ``Agent``, a person
+            that is not a ``Human``.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, Task
+        >>> def flaky(ctx):
+        ...     raise RuntimeError("service down")
+        >>> def reply(ctx):
+        ...     return "thanks"
+        >>> out = AgentFlow(steps=[Task(handler=flaky, on_error="continue"), reply]).run("hello")
+        >>> out["status"], [(s["name"], s["status"]) for s in out["steps"]]
+        ('completed', [('flaky', 'failed'), ('reply', 'completed')])
+        >>> Task(handler=flaky, on_error="retry", max_retries=2)
+        Task('flaky', handler=flaky, on_error='retry', max_retries=2)
+    """
 
     handler: Callable[..., Any] | None = None
     agent: Agent | None = None
@@ -129,8 +159,38 @@ class Block:
 
 
 class Discussion(Block):
-    """N speakers take turns on one thread: ``rounds`` passes, an optional ``select(turn, ctx)``
-    choosing each speaker, and ``until(ctx)`` checked after every turn."""
+    """A flow step where speakers take turns on one thread, compiled to ``begin -> turn -> (turn | done)``.
+
+    Each round every speaker speaks once, in order, unless ``select`` chooses; ``until`` is checked
+    after every turn (drawn as a ``check_until`` state).
+
+    Args:
+        agents: The speakers: agents, callables ``(turn) -> str``, ``Task``s or ``Human``s, each once.
+        rounds: Full passes over the speakers (at most, with ``until``).
+        until: ``until(ctx) -> bool``, checked after every turn; true ends the discussion.
+        select: ``select(turn, ctx)`` returns the speaker of turn ``turn`` (one of ``agents``).
+        name: The step's name (its states are ``<name>.turn``, ...).
+
+    Raises:
+        ValueError: No speakers, or ``rounds`` below 1.
+        TypeError: ``until`` or ``select`` is not callable.
+        ConfigError: A speaker is listed twice.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, Discussion
+        >>> def alice(turn):
+        ...     return "Cats."
+        >>> def bob(turn):
+        ...     return "Dogs."
+        >>> talk = Discussion([alice, bob], rounds=2)
+        >>> talk
+        Discussion('discussion', speakers=['alice', 'bob'], rounds=2)
+        >>> result = AgentFlow(steps=[talk]).execute("Which pet?")
+        >>> result.path
+        ['discussion.begin', 'discussion.turn', 'discussion.turn', 'discussion.turn', 'discussion.turn', 'discussion.done', 'end']
+        >>> [m.content for m in result.transcript]
+        ['Cats.', 'Dogs.', 'Cats.', 'Dogs.']
+    """
 
     def __init__(self, agents: Sequence[Any] | None = None, rounds: int = 3, until: Callable[[Any], bool] | None = None,
                  select: Callable[[int, Any], Any] | None = None, name: str = "discussion"):
@@ -159,6 +219,14 @@ class Discussion(Block):
             ([f"select={_fn(self.select)}"] if self.select is not None else [])
 
     def task_for(self, speaker: Any) -> Task:
+        """Return the step of one of this discussion's speakers (what ``select`` returned).
+
+        Args:
+            speaker: One of ``agents`` (or its ``Task``, or an agent of the same name).
+
+        Raises:
+            ValueError: ``speaker`` is not one of the discussion's speakers.
+        """
         for a, t in zip(self.agents, self.tasks):
             if speaker is a or speaker is t:
                 return t
@@ -279,32 +347,130 @@ class Repeat(Block):
 
 def loop(step: Any = None, over: str | Sequence[Any] = "items", var_name: str = "item", parallel: bool = False,
          steps: Any = None, name: str = "loop", max_items: int | None = None) -> Loop:
-    """Run the body once per item of the list variable ``over`` (``item``/``loop_index`` set, and
-    unset after the loop). ``max_items`` bounds the list (a longer one is refused when the loop
-    starts), so ``max_calls()`` can be computed without knowing the list. ``over`` may also be a
-    list itself (fixed when the flow is built, e.g. ``over=list(range(1, R + 1))`` for numbered
-    rounds, or a user's phase list): ``max_calls()`` then counts each pass with its item known, so
-    a ``route(on=var_name)`` in the body costs only the branch that item takes."""
+    """Run the body once per item of a list, with the item in a variable.
+
+    ``var_name`` and ``loop_index`` are set on each pass and unset after the loop.
+
+    Args:
+        step: The body: a step or a list of steps.
+        over: The variable holding the list, or the list itself (fixed when the flow is built,
+            e.g. ``list(range(1, R + 1))`` for numbered rounds): ``max_calls()`` then counts each
+            pass with its item known, so a ``route(on=var_name)`` in the body costs only its branch.
+        var_name: The variable each item is set in.
+        parallel: Run the passes concurrently, as branch runs on copies of the variables.
+        steps: The body, when given by this name instead of ``step``.
+        name: The step's name.
+        max_items: The most items the loop accepts (a longer list is refused when the loop starts),
+            so ``max_calls()`` can be computed without knowing the list.
+
+    Returns:
+        The loop step.
+
+    Raises:
+        ValueError: ``over`` is neither a variable name nor a list, or the body is empty.
+        ConfigError: A bad ``var_name`` or ``max_items``.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, loop
+        >>> def draft(ctx):
+        ...     return f"a draft on {ctx.variables['item']}"
+        >>> flow = AgentFlow(steps=[loop(draft, over="topics")], variables={"topics": ["cats", "dogs"]})
+        >>> [s["output"] for s in flow.run("Write.")["steps"]]
+        ['a draft on cats', 'a draft on dogs']
+    """
     return Loop(steps if steps is not None else step, over, var_name, parallel, name, max_items)
 
 
 def parallel(steps: Sequence[Any], name: str = "parallel", max_concurrency: int | None = None) -> Parallel:
-    """Run the steps concurrently on copies of the variables; merge writes in declaration order
-    (outputs in ``{{parallel_outputs}}``, a list). ``max_concurrency`` caps the branches running at
-    once; they start in declaration order, so ``max_concurrency=1`` is a sequential fan-out (each
-    branch still sees only the variables as they were at the fork) with a fixed call order."""
+    """Run steps concurrently, as branch runs on copies of the variables.
+
+    Their writes are merged in declaration order and their outputs collected in the list variable
+    ``parallel_outputs``; the step's output is the outputs joined by blank lines.
+
+    Args:
+        steps: The branches, one step each.
+        name: The step's name (branch states are traced as ``<name>|<n>.<state>``).
+        max_concurrency: The most branches running at once (None: all); they start in declaration
+            order, so 1 is a sequential fan-out with a fixed call order (each branch still sees
+            the variables as they were at the fork).
+
+    Returns:
+        The parallel step.
+
+    Raises:
+        ValueError: No steps.
+        ConfigError: A bad ``max_concurrency``.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, parallel
+        >>> def pro(ctx):
+        ...     return "yes"
+        >>> def con(ctx):
+        ...     return "no"
+        >>> AgentFlow(steps=[parallel([pro, con])]).run("Ship it?")["variables"]
+        {'parallel_outputs': ['yes', 'no']}
+    """
     return Parallel(steps, name, max_concurrency)
 
 
 def route(routes: dict[str, Any], default: Any = None, name: str = "route", on: str | None = None) -> Route:
-    """Take the first route whose key appears as a whole word in the previous output; with
-    ``on="phase"``, the route whose key equals the variable ``phase`` exactly (case-sensitive; a
-    dotted name reads into a dict, ``on="phase.name"``). No match runs ``default`` (or nothing)."""
+    """Run the steps of the first route whose key matches; no match runs ``default`` (or nothing).
+
+    A key matches when it appears as a whole word in the previous output (case-insensitive), or,
+    with ``on``, when it equals that variable's value exactly.
+
+    Args:
+        routes: Key -> the steps to run.
+        default: The steps to run when no key matches.
+        name: The step's name.
+        on: A variable to compare the keys with, exactly (case-sensitive; a dotted name reads into
+            a dict, ``on="phase.name"``).
+
+    Returns:
+        The route step.
+
+    Raises:
+        ValueError: No routes.
+        ConfigError: An empty key, or a bad ``on``.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, route
+        >>> def triage(ctx):
+        ...     return "this is a bug report"
+        >>> def fix(ctx):
+        ...     return "fixing it"
+        >>> def thank(ctx):
+        ...     return "thanks"
+        >>> AgentFlow(steps=[triage, route({"bug": [fix], "question": [thank]})]).run("Crash on save")["output"]
+        'fixing it'
+    """
     return Route(routes, default, name, on)
 
 
 def if_(condition: Any, then_steps: Any, else_steps: Any = None, name: str = "if") -> If:
-    """Branch on ``condition(ctx)`` or an expression such as ``"{{score}} >= 70"``."""
+    """Run ``then_steps`` when the condition holds, else ``else_steps``; ``when`` is the same function.
+
+    Args:
+        condition: ``condition(ctx) -> bool``, or an expression such as ``"{{score}} >= 70"``.
+        then_steps: The steps to run when it holds.
+        else_steps: The steps to run otherwise (none when None).
+        name: The step's name.
+
+    Returns:
+        The step.
+
+    Raises:
+        ConfigError: The condition is neither callable nor a valid expression.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, if_
+        >>> def publish(ctx):
+        ...     return "published"
+        >>> def revise(ctx):
+        ...     return "back to the author"
+        >>> AgentFlow(steps=[if_("{{score}} >= 70", [publish], [revise])], variables={"score": 80}).run("go")["output"]
+        'published'
+    """
     return If(condition, then_steps, else_steps, name)
 
 
@@ -312,17 +478,60 @@ when = if_
 
 
 def repeat(step: Any, until: Any = None, max_iterations: int = 10, name: str = "repeat") -> Repeat:
-    """Run ``step`` until ``until(ctx)`` holds (checked after each pass), at most ``max_iterations``."""
+    """Run ``step`` until ``until`` holds, checked after each pass, at most ``max_iterations`` times.
+
+    Args:
+        step: The body: a step or a list of steps.
+        until: ``until(ctx) -> bool`` or an expression; None runs ``max_iterations`` passes.
+        max_iterations: The most passes.
+        name: The step's name.
+
+    Returns:
+        The repeat step.
+
+    Raises:
+        ValueError: ``max_iterations`` is not an int >= 1.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, repeat
+        >>> def polish(ctx):
+        ...     ctx.variables["passes"] = ctx.variables.get("passes", 0) + 1
+        ...     return f"pass {ctx.variables['passes']}"
+        >>> def good_enough(ctx):
+        ...     return ctx.variables["passes"] >= 3
+        >>> AgentFlow(steps=[repeat(polish, until=good_enough, max_iterations=5)]).run("go")["output"]
+        'pass 3'
+    """
     return Repeat(step, until, max_iterations, name)
 
 
 def ask_human(prompt: str, save_as: str | None = None, *, name: str = "ask_human", person: str = "User",
               post: bool = False) -> Task:
-    """A step that asks a person ``prompt`` (``{{var}}`` templating) and stops the run until they
-    answer: ``resume(run_id, checkpoint, input="their answer")``. The answer is the step's output
-    (the next previous output), stored in ``save_as`` when given and posted to the transcript as
-    ``name`` when ``post=True``; ``Reject(reason)`` stops the flow instead (status "stopped").
-    ``person`` names who is asked (shown in ``result.pending``). The flow needs a checkpoint."""
+    """Return a step that asks a person a question and stops the run until they answer.
+
+    The flow needs a checkpoint; it goes on with ``resume(run_id, checkpoint, input="answer")``.
+    The answer is the step's output (the next previous output); ``Reject(reason)`` stops the flow
+    instead (status ``"stopped"``).
+
+    Args:
+        prompt: The question (``{{var}}`` templating).
+        save_as: Also store the answer in this variable.
+        name: The step's name (and the answer's role when posted).
+        person: Who is asked (shown in ``result.pending``).
+        post: Post the answer to the flow's transcript.
+
+    Raises:
+        ConfigError: An empty prompt.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, MemoryCheckpointer, ask_human
+        >>> flow, store = AgentFlow(steps=[ask_human("Which topic?", save_as="topic")]), MemoryCheckpointer()
+        >>> result = flow.execute("Plan the talk.", checkpoint=store, run_id="talk")
+        >>> result.output["status"], result.pending.prompt
+        ('waiting', 'Which topic?')
+        >>> flow.resume("talk", store, input="cats").output["variables"]
+        {'topic': 'cats'}
+    """
     if not isinstance(prompt, str) or not prompt.strip():
         raise bad_value("ask_human", "prompt", prompt, "the question for the person, a non-empty string",
                         type_error=not isinstance(prompt, str))

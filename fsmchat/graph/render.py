@@ -222,6 +222,32 @@ def _dot_legend(d: Drawing) -> str:
 
 
 def to_dot(graph: StateGraph, trace: Any = None) -> str:
+    """Return ``graph`` as DOT text, with a legend of the edge kinds it uses.
+
+    The text is deterministic (checks compare it); Graphviz is not needed to write it.
+
+    Args:
+        graph: The graph to draw (flattened: nested graphs are clusters).
+        trace: A ``RunResult`` (or list of ``TraceEvent``) to overlay: visited states filled,
+            edge hit counts on the labels.
+
+    Returns:
+        The DOT source.
+
+    Examples:
+        >>> from fsmchat import StateGraph
+        >>> def answered(ctx):
+        ...     return ctx["knocks"] >= 2
+        >>> door = (StateGraph("door", description="knock until someone answers").state("knock")
+        ...         .final("open").edge("knock", "open", when=answered).edge("knock", "knock", label="again"))
+        >>> from fsmchat.graph import to_dot
+        >>> for line in to_dot(door).splitlines():
+        ...     if "->" in line:
+        ...         print(line.strip())
+        knock -> open [label="[answered]" color=firebrick fontcolor=firebrick]
+        knock -> knock [label=again style=dashed]
+        __start__ -> knock
+    """
     return dot_source(drawing(graph, trace))
 
 
@@ -301,6 +327,37 @@ _MERMAID_LEGEND = {
 
 
 def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
+    """Return ``graph`` as Mermaid ``stateDiagram-v2`` text (GitHub and JupyterLab draw it).
+
+    Args:
+        graph: The graph to draw (nested graphs are composite states).
+        trace: A ``RunResult`` (or list of ``TraceEvent``) to overlay: visited states get the class
+            ``visited``, edges their hit counts.
+
+    Returns:
+        The Mermaid text.
+
+    Examples:
+        >>> from fsmchat import StateGraph
+        >>> def tired(ctx):
+        ...     return True
+        >>> day = (StateGraph("day", description="work until tired").state("work").final("rest")
+        ...        .edge("work", "rest", when=tired).edge("work", "work", label="more"))
+        >>> from fsmchat.graph import to_mermaid
+        >>> print(to_mermaid(day))
+        stateDiagram-v2
+            %% day: work until tired
+            %% legend: [guard] a guarded edge, taken when guard(ctx) is true (tried in declared order)
+            %% legend: a plain label (or none, beside guarded edges) is a fallback, taken when no guard passed
+            %% legend: X --> [*] a final state, where the run ends
+            state "work" as work
+            state "rest" as rest
+            [*] --> work
+            work --> rest : [tired]
+            work --> work : more
+            rest --> [*]
+        <BLANKLINE>
+    """
     d = drawing(graph, trace)
     lines = ["stateDiagram-v2", f"    %% {graph.name}: {_mtext(graph.description)}".rstrip(": ")]
     lines += [f"    %% legend: {_MERMAID_LEGEND[k]}" for k in _MERMAID_LEGEND if k in d.kinds()]
@@ -374,7 +431,22 @@ def has_graphviz() -> bool:
 
 
 def to_svg(graph: StateGraph, trace: Any = None) -> str:
-    """The graph as SVG text (``trace`` overlaid); ``RenderError`` without Graphviz."""
+    """Return ``graph`` as SVG text, stamped with the hash of the DOT it was drawn from.
+
+    Args:
+        graph: The graph to draw.
+        trace: A ``RunResult`` (or list of ``TraceEvent``) to overlay.
+
+    Raises:
+        RenderError: Graphviz's ``dot`` program is not on PATH.
+
+    Examples:
+        >>> from fsmchat import StateGraph
+        >>> from fsmchat.graph.render import to_svg
+        >>> svg = to_svg(StateGraph("g").state("a").final("b").edge("a", "b"))
+        >>> svg.startswith("<?xml"), "fsmchat-dot-sha256:" in svg
+        (True, True)
+    """
     return render_svg(to_dot(graph, trace))
 
 
@@ -387,8 +459,21 @@ def mime_bundle(graph: StateGraph, trace: Any = None) -> dict[str, str]:
 
 
 def to_html(graph: StateGraph, trace: Any = None) -> str:
-    """An HTML fragment of the graph for a page or a notebook cell: the SVG inline, or (without
-    Graphviz) the Mermaid text, escaped, in a ``<pre class="mermaid">`` with a note saying why."""
+    """Return an HTML fragment of ``graph`` for a page or a notebook cell.
+
+    The SVG inline, or (without Graphviz) the Mermaid text, escaped, in a ``<pre class="mermaid">``
+    with a note saying why.
+
+    Args:
+        graph: The graph to draw.
+        trace: A ``RunResult`` (or list of ``TraceEvent``) to overlay.
+
+    Examples:
+        >>> from fsmchat import StateGraph
+        >>> from fsmchat.graph.render import to_html
+        >>> to_html(StateGraph("g").state("a").final("b").edge("a", "b"))[:4]
+        '<svg'
+    """
     if has_graphviz():
         svg = to_svg(graph, trace)
         return svg[svg.index("<svg"):]  # no XML declaration or doctype inside HTML
@@ -397,7 +482,28 @@ def to_html(graph: StateGraph, trace: Any = None) -> str:
 
 
 def render(graph: StateGraph, path: str | Path, trace: Any = None) -> str:
-    """Write ``graph`` to ``path``; the format comes from the suffix (svg, png, pdf, dot/gv, mmd)."""
+    """Write ``graph`` to ``path`` in the format its suffix names.
+
+    Args:
+        graph: The graph to draw.
+        path: ``.svg``, ``.png``, ``.pdf`` (these need Graphviz), ``.dot``/``.gv`` or ``.mmd``.
+        trace: A ``RunResult`` (or list of ``TraceEvent``) to overlay.
+
+    Returns:
+        The path written, as a string.
+
+    Raises:
+        RenderError: An unknown suffix, or Graphviz's ``dot`` is missing for SVG, PNG or PDF.
+
+    Examples:
+        >>> from fsmchat import StateGraph
+        >>> from fsmchat.graph import render
+        >>> g = StateGraph("g").state("a").final("b").edge("a", "b")
+        >>> render(g, "g.mmd")
+        'g.mmd'
+        >>> open("g.mmd").read().splitlines()[0]
+        'stateDiagram-v2'
+    """
     p = Path(path)
     fmt = p.suffix.lower().lstrip(".")
     if fmt in ("dot", "gv"):

@@ -52,7 +52,31 @@ def callable_name(fn: Any) -> str:
 
 @dataclass
 class State:
-    """A named state: its action (awaited on entry), description, and kind."""
+    """A declared state of a ``StateGraph``: its action, description and kind.
+
+    Made by ``StateGraph.state``, ``final``, ``subgraph`` and ``fork``; read it from
+    ``graph.states``.
+
+    Attributes:
+        name: The state's name in its graph (no ``.`` or ``|``).
+        action: ``action(ctx)``, sync or async, run on entry; its return value is the step's payload.
+        description: One line for diagrams (by default the action's docstring's first line).
+        final: Whether a run ends on entering it.
+        reason: A final state's stop reason: a string or ``reason(ctx)``.
+        subgraph: The graph nested in this state, entered at its initial state.
+        branches: A fork state's branch graphs, run as child runs.
+        fork: A fork state's ``(split, join, max_concurrency)``.
+        pure: The action only computes from the context (a checkpoint may commit it with the next step).
+        waits: The run may stop here for a person (drawn amber).
+
+    Examples:
+        >>> from fsmchat import StateGraph
+        >>> def greet(ctx):
+        ...     '''say hello'''
+        >>> g = StateGraph("hello").state("greet", greet).final("done", reason="greeted")
+        >>> g.states["greet"].description, g.states["done"].final, g.states["done"].reason
+        ('say hello', True, 'greeted')
+    """
 
     name: str
     action: Action | None = None
@@ -69,7 +93,27 @@ class State:
 
 @dataclass
 class Transition:
-    """An edge: taken when ``guard(ctx)`` is true (or always, when unguarded), in declared order."""
+    """A declared transition: taken when ``guard(ctx)`` is true (or always, when unguarded).
+
+    A state's transitions are tried in declared order; an unguarded one is the fallback, declared
+    last. Made by ``StateGraph.edge``.
+
+    Attributes:
+        source: The state it leaves.
+        dest: The state it enters.
+        guard: ``guard(ctx) -> bool``, or None for an unguarded transition.
+        label: Its label (by default the guard's name, else ``"next"``); the trace's ``trigger``.
+        order: Its index among the graph's transitions (declaration order).
+
+    Examples:
+        >>> from fsmchat import StateGraph
+        >>> def tired(ctx):
+        ...     return True
+        >>> g = StateGraph("g").state("work").final("rest").edge("work", "rest", when=tired)
+        >>> t = g.transitions[0]
+        >>> t.source, t.dest, t.label, t.guard_name
+        ('work', 'rest', 'tired', 'tired')
+    """
 
     source: str
     dest: str
@@ -79,12 +123,38 @@ class Transition:
 
     @property
     def guard_name(self) -> str | None:
+        """The guard's name as diagrams show it (``guard`` for a lambda), or None when unguarded."""
         return callable_name(self.guard) if self.guard is not None else None
 
 
 @dataclass
 class FlatState:
-    """A state of the flattened graph (qualified name) with its resolved outgoing transitions."""
+    """A state of the flattened graph, under its qualified name, with its outgoing transitions.
+
+    In the flat form a nested state is named by its path (``loop.discussion.turn``) and a nested
+    graph's final states take on the enclosing state's transitions.
+
+    Attributes:
+        name: The qualified name.
+        action: The state's action, or None.
+        description: One line for diagrams.
+        final: Whether a run ends on entering it.
+        reason: A final state's stop reason (a string or ``reason(ctx)``).
+        cluster: The enclosing subgraph states, outermost first (diagrams draw them as clusters).
+        out: Its outgoing transitions, in declared order, destinations qualified.
+        branches: A fork state's branch graphs.
+        fork: A fork state's ``(split, join, max_concurrency)``.
+        pure: The action only computes from the context.
+        waits: The run may stop here for a person.
+
+    Examples:
+        >>> from fsmchat import StateGraph
+        >>> inner = StateGraph("review").state("read").final("done").edge("read", "done")
+        >>> g = StateGraph("g").subgraph("review", inner).final("stop").edge("review", "stop")
+        >>> s = g.flatten().states["review.done"]
+        >>> s.cluster, [(t.source, t.dest) for t in s.out]
+        (('review',), [('review.done', 'stop')])
+    """
 
     name: str
     action: Action | None
@@ -102,6 +172,24 @@ class FlatState:
 
 @dataclass
 class FlatGraph:
+    """A graph with its nesting inlined: what the engine runs and the renderer draws.
+
+    Made by ``StateGraph.flatten`` (which validates first).
+
+    Attributes:
+        name: The graph's name.
+        initial: The qualified name of the state a run starts in.
+        states: Qualified name -> ``FlatState``, in declaration order.
+        clusters: Subgraph path (outermost first) -> its description.
+
+    Examples:
+        >>> from fsmchat import StateGraph
+        >>> inner = StateGraph("review").state("read").final("done").edge("read", "done")
+        >>> flat = StateGraph("g").subgraph("review", inner).final("stop").edge("review", "stop").flatten()
+        >>> flat.initial, list(flat.states), flat.clusters
+        ('review.read', ['review.read', 'review.done', 'stop'], {('review',): 'review'})
+    """
+
     name: str
     initial: str
     states: dict[str, FlatState]
@@ -109,13 +197,42 @@ class FlatGraph:
 
     @property
     def transitions(self) -> list[Transition]:
+        """Every state's outgoing transitions, state by state."""
         return [t for s in self.states.values() for t in s.out]
 
 
 class StateGraph:
-    """A state graph built fluently: ``state``, ``final``, ``subgraph``, ``edge``.
+    """A state graph, built fluently: the one form that is run, drawn, analysed and tested.
 
-    The first declared state is the initial one unless ``initial=`` says otherwise.
+    Declare states (``state``, ``final``, ``subgraph``, ``fork``) and transitions (``edge``);
+    each builder method returns the graph. The first declared state is the initial one unless
+    ``initial=`` says otherwise. ``validate`` checks the graph (every state reachable, a final
+    state reachable from each, no unguarded transition before a guarded one, no endless cycle);
+    the engine runs it (``fsmchat.run``), ``render`` draws it.
+
+    Args:
+        name: The graph's name (diagrams' title, file names).
+        context: The type of the context its actions and guards read (documentation only).
+        description: One line describing the graph (diagrams' title).
+        initial: The state a run starts in, when not the first declared.
+
+    Examples:
+        >>> from fsmchat import StateGraph
+        >>> def knock(ctx):
+        ...     ctx["knocks"] += 1
+        >>> def answered(ctx):
+        ...     return ctx["knocks"] >= 2
+        >>> door = (StateGraph("door", description="knock until someone answers")
+        ...         .state("knock", knock, "knock once")
+        ...         .final("open", reason="answered")
+        ...         .edge("knock", "open", when=answered)
+        ...         .edge("knock", "knock", label="again"))
+        >>> from fsmchat import run
+        >>> result = run(door, {"knocks": 0})
+        >>> result.path, result.stop_reason
+        (['knock', 'knock', 'open'], 'answered')
+        >>> door
+        StateGraph('door', 2 states (1 final), 2 transitions, initial 'knock')
     """
 
     def __init__(self, name: str, *, context: type | None = None, description: str = "",
@@ -152,44 +269,102 @@ class StateGraph:
     def state(self, name: str, action: Action | None = None, description: str | None = None, *,
               pure: bool = False, waits: bool = False, hold: bool = False) -> "StateGraph":
         """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
-        ``pure=True`` says the action only computes from the context (no model call, no post, no
-        effect outside the run): a checkpoint may then commit the step together with the next one,
-        and after a crash it is simply run again. ``hold=True`` commits the step with the next one
-        although its action may call models: for a step whose result the next steps post at once
-        (GroupChat's bid round, then select and post: one commit per turn). A crash before that
-        commit runs it again, calls included (none of them was committed); a step that posted
-        messages, failed or stopped the run is committed at once. ``waits=True`` says the run may stop in this state
-        for a person (its action raises ``Interrupted`` until it has their answer); diagrams draw it
-        in the waiting style."""
+
+        Args:
+            name: The state's name (non-empty, no ``.`` or ``|``, not declared before).
+            action: ``action(ctx)``, run once per visit; its return value is the step's payload.
+            description: One line for diagrams; by default the action's docstring's first line.
+            pure: The action only computes from the context (no model call, no post, no effect
+                outside the run): a checkpoint may commit the step together with the next one, and
+                after a crash it is simply run again.
+            hold: Commit the step with the next one although its action may call models: for a
+                step whose result the very next steps post (GroupChat's bid round, then select and
+                post: one commit per turn). A crash before that commit runs it again, calls
+                included (none of them was committed); a step that posted messages, failed or
+                stopped the run is committed at once.
+            waits: The run may stop in this state for a person (its action raises ``Interrupted``
+                until it has their answer); diagrams draw it in the waiting style.
+
+        Returns:
+            The graph.
+
+        Raises:
+            GraphError: The name is empty, holds ``.`` or ``|``, or is taken.
+        """
         desc = description if description is not None else (first_line(action) if action else "")
         return self._add(State(name, action, desc, pure=pure, hold=hold, waits=waits))
 
     def fork(self, name: str, branches: "list[StateGraph]", split: Callable[[Any], Any],
              join: Callable[[Any, list[Any]], Any], description: str = "",
              max_concurrency: int | None = None) -> "StateGraph":
-        """Declare a fork state: on entry the engine runs ``branches`` as concurrent child runs on
-        the contexts ``split(ctx)`` gives (``(branch index, child context, item index or None)``
-        each; a branch may run once per item), then ``join(ctx, [(child context, RunResult)])``.
-        ``max_concurrency`` caps the child runs at once; they start in ``split`` order, so 1 runs
-        them one after another in that order.
+        """Declare a fork state, whose branches run as concurrent child runs of the same run.
+
         Branch states are named ``<fork>|<n>.<state>`` (``<fork>|<n>[<item>].<state>``) in traces,
-        as the renderer draws them."""
+        as the renderer draws them; ``parallel`` and ``loop(parallel=True)`` compile to this.
+
+        Args:
+            name: The fork state's name.
+            branches: The branch graphs.
+            split: ``split(ctx)`` -> ``[(branch index, child context, item index or None)]``, one
+                tuple per child run (a branch may run once per item).
+            join: ``join(ctx, [(child context, RunResult)])`` merges the child runs, in ``split``
+                order; its return value is the step's payload.
+            description: One line for diagrams.
+            max_concurrency: The most child runs at once (None: all); they start in ``split`` order,
+                so 1 runs them one after another.
+
+        Returns:
+            The graph.
+        """
         return self._add(State(name, None, description, branches=list(branches),
                                fork=(split, join, max_concurrency)))
 
     def final(self, name: str, description: str = "", reason: "str | Callable[[Any], str] | None" = None
               ) -> "StateGraph":
-        """Declare a final state; ``reason`` (a string, or ``reason(ctx)``) is the run's stop reason
-        when it ends here."""
+        """Declare a final state: a run that enters it ends.
+
+        Args:
+            name: The state's name.
+            description: One line for diagrams.
+            reason: The run's stop reason when it ends here: a string or ``reason(ctx)``; by
+                default the label of the transition that entered it.
+
+        Returns:
+            The graph.
+        """
         return self._add(State(name, None, description, final=True, reason=reason))
 
     def subgraph(self, name: str, graph: "StateGraph", description: str | None = None) -> "StateGraph":
-        """Declare a state whose body is another graph, entered at its initial state."""
+        """Declare a state whose body is another graph, entered at its initial state.
+
+        The nested graph's final states take on this state's outgoing transitions; diagrams draw
+        it as a cluster, traces name its states ``<name>.<state>``.
+
+        Args:
+            name: The state's name.
+            graph: The nested graph.
+            description: The cluster's label; by default the nested graph's description.
+
+        Returns:
+            The graph.
+        """
         return self._add(State(name, None, description if description is not None else graph.description,
                                subgraph=graph))
 
     def edge(self, source: str, dest: str, when: Guard | None = None, label: str | None = None) -> "StateGraph":
-        """Declare a transition; guards are tried in declared order, the first true one fires."""
+        """Declare a transition; a state's transitions are tried in declared order.
+
+        Args:
+            source: The state it leaves.
+            dest: The state it enters.
+            when: The guard, ``when(ctx) -> bool``; None declares the unguarded fallback (at most
+                one per state, declared last).
+            label: Its label (the trace's ``trigger``, ``GraphRun.fire``'s event); by default the
+                guard's name, else ``"next"``.
+
+        Returns:
+            The graph.
+        """
         lbl = label or (callable_name(when) if when is not None else "next")
         self.transitions.append(Transition(source, dest, when, lbl, len(self.transitions)))
         self._compiled = self._flat = None
@@ -197,6 +372,7 @@ class StateGraph:
 
     @property
     def initial(self) -> str:
+        """The state a run starts in: ``initial=`` if given, else the first declared state."""
         if self._initial is not None:
             return self._initial
         if not self.states:
@@ -204,11 +380,16 @@ class StateGraph:
         return next(iter(self.states))
 
     def outgoing(self, name: str) -> list[Transition]:
+        """Return the transitions leaving state ``name``, in declared order.
+
+        Args:
+            name: A state of this graph (not qualified).
+        """
         return [t for t in self.transitions if t.source == name]
 
     # ---- analysis ----
     def to_networkx(self) -> Any:
-        """This level of the graph as a networkx ``MultiDiGraph`` (node and edge data attached)."""
+        """Return this level of the graph as a networkx ``MultiDiGraph`` (node and edge data attached)."""
         import networkx as nx  # imported on use: it is a third of fsmchat's cold start otherwise
 
         g = nx.MultiDiGraph(name=self.name)
@@ -219,7 +400,18 @@ class StateGraph:
         return g
 
     def validate(self) -> "StateGraph":
-        """Raise ``GraphError`` naming the state(s) at fault; validates nested graphs too."""
+        """Check the graph (and nested ones) and return it.
+
+        Every state is reachable from the initial one, a final state is reachable from every
+        state, every transition names declared states, at most one transition per state is
+        unguarded and it is declared last, and no cycle of unguarded transitions traps a run.
+
+        Returns:
+            The graph.
+
+        Raises:
+            GraphError: The first problem found, naming the state(s) at fault and the fix.
+        """
         import networkx as nx
 
         where = f"graph {self.name!r}"
@@ -288,8 +480,11 @@ class StateGraph:
 
     # ---- flattening (what the engine runs and the renderer draws) ----
     def flatten(self) -> FlatGraph:
-        """Nested subgraphs inlined under qualified names; a subgraph's final states take on the
-        enclosing state's outgoing transitions. Validates first."""
+        """Return the graph with nested subgraphs inlined under qualified names (validated first).
+
+        A subgraph's final states take on the enclosing state's outgoing transitions. The result is
+        cached until the graph changes.
+        """
         if self._flat is None:
             self.validate()
             states: dict[str, FlatState] = {}
@@ -334,24 +529,51 @@ class StateGraph:
 
     # ---- rendering (layer 3) ----
     def to_dot(self, trace: Any = None) -> str:
+        """Return the graph as DOT text (``fsmchat.graph.render.to_dot``).
+
+        Args:
+            trace: A ``RunResult`` (or trace list) to overlay: visited states, edge hit counts.
+        """
         from .render import to_dot
         return to_dot(self, trace)
 
     def to_mermaid(self, trace: Any = None) -> str:
+        """Return the graph as Mermaid ``stateDiagram-v2`` text (``fsmchat.graph.render.to_mermaid``).
+
+        Args:
+            trace: A ``RunResult`` (or trace list) to overlay.
+        """
         from .render import to_mermaid
         return to_mermaid(self, trace)
 
     def render(self, path: str, trace: Any = None) -> str:
+        """Write the graph to ``path`` in the format its suffix names (``fsmchat.graph.render.render``).
+
+        Args:
+            path: ``.svg``, ``.png``, ``.pdf`` (these need Graphviz), ``.dot``/``.gv`` or ``.mmd``.
+            trace: A ``RunResult`` (or trace list) to overlay.
+
+        Returns:
+            The path written.
+        """
         from .render import render
         return render(self, path, trace)
 
     def to_svg(self, trace: Any = None) -> str:
-        """SVG text (needs Graphviz's ``dot``); ``trace`` (a RunResult) overlays the run."""
+        """Return the graph as SVG text (needs Graphviz's ``dot``).
+
+        Args:
+            trace: A ``RunResult`` (or trace list) to overlay.
+        """
         from .render import to_svg
         return to_svg(self, trace)
 
     def to_html(self, trace: Any = None) -> str:
-        """An HTML fragment: the SVG inline, or the Mermaid text when Graphviz is missing."""
+        """Return an HTML fragment: the SVG inline, or the Mermaid text when Graphviz is missing.
+
+        Args:
+            trace: A ``RunResult`` (or trace list) to overlay.
+        """
         from .render import to_html
         return to_html(self, trace)
 

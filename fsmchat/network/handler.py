@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..models import Message
@@ -21,7 +21,7 @@ from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED, EV_TEXT, Envelope
 from .view import WindowedSummary, texts_of, window_size
 
 if TYPE_CHECKING:
-    from .hub import HubClient
+    from .client import HubClient
 
 CLOSE_TOOL_NAME = "close_channel"
 CLOSE_TOOL: dict[str, Any] = {
@@ -37,23 +37,6 @@ CLOSE_TOOL: dict[str, Any] = {
         },
     },
 }
-
-
-@dataclass
-class TurnStats:
-    """Counts of the default handlers (per channel on the hub, per participant on its client)."""
-
-    texts: int = 0  # accepted texts (the hub's count for a channel; a client's own for a client)
-    deliveries: int = 0  # texts delivered to default handlers
-    skipped_deliveries: int = 0  # deliveries that were not the receiver's turn: no model call
-    model_calls: int = 0
-    replies: int = 0  # model replies accepted as texts
-    wasted_calls: int = 0  # model calls whose reply the channel no longer took (closed/expired meanwhile)
-    turn_failures: int = 0  # empty or failed replies
-    rejected_sends: int = 0
-
-    def copy(self) -> "TurnStats":
-        return TurnStats(**{f.name: getattr(self, f.name) for f in fields(self)})
 
 
 @dataclass
@@ -137,23 +120,14 @@ def parse_close(message: Any) -> str | None:
 
 
 async def call_speaker(speaker: Any, turn: Turn, close_tool: bool) -> ReplyOutcome:
-    """One model call through the speaker layer. An ``Agent`` offered the close tool is called with
-    ``tools=[CLOSE_TOOL]`` (through the same litellm path as ``Agent.reply``); a callable closes by
+    """One model call through the speaker layer. An ``Agent`` offered the close tool is asked with
+    ``tools=[CLOSE_TOOL]`` (``Agent.reply_message``, the path of ``Agent.reply``); a callable closes by
     calling ``turn.variables["close_channel"](reason)``."""
     closed: list[str] = []
     if close_tool:
         turn.variables[CLOSE_TOOL_NAME] = lambda reason="closed by agent": closed.append(str(reason))
     if close_tool and isinstance(speaker, Agent):
-        from ..speakers import llm
-
-        response = await llm.acomplete(speaker.model, turn.request_messages(speaker.system_prompt),
-                                       agent=speaker.name, kwargs=speaker.litellm_kwargs, timeout=speaker.timeout,
-                                       num_retries=speaker.num_retries, stats=turn.stats,
-                                       tools=[CLOSE_TOOL], tool_choice="auto")
-        choices = getattr(response, "choices", None) or []
-        if not choices:
-            raise ValueError("the model response has no choices")
-        message = choices[0].message
+        message = await speaker.reply_message(turn, tools=[CLOSE_TOOL], tool_choice="auto")
         return ReplyOutcome((getattr(message, "content", None) or "").strip(), parse_close(message))
     text = await speaker.reply(turn)
     return ReplyOutcome((text or "").strip(), closed[0] if closed else None)
@@ -181,48 +155,48 @@ class DefaultHandler:
             await self.on_text(client, envelope)
 
     async def on_text(self, client: "HubClient", envelope: Envelope) -> None:
-        hub, cid, me = client.hub, envelope.channel_id, client.agent_id
+        hub, svc, cid, me = client.hub, client.services, envelope.channel_id, client.agent_id
         if client.speaker is None:
             return
         if isinstance(client.speaker, Human):  # a person: tell the listeners it is their turn, call nothing
             turn_no = hub.adapter_state(cid).turn_count
             if hub.can_send(cid, me) and self._attempted.get(cid) != turn_no:
                 self._attempted[cid] = turn_no
-                hub._notify_kind("person_turn", cid, me, data={"turn": turn_no})
+                svc.notify("person_turn", cid, data={"turn": turn_no})
             return
-        hub._count(cid, me, "deliveries")
+        svc.count(cid, "deliveries")
         turn_no = hub.adapter_state(cid).turn_count
         if not hub.can_send(cid, me) or self._attempted.get(cid) == turn_no:
-            hub._count(cid, me, "skipped_deliveries")
-            hub._notify_kind("skipped", cid, me, envelope=envelope)
+            svc.count(cid, "skipped_deliveries")
+            svc.notify("skipped", cid, envelope=envelope)
             return
         self._attempted[cid] = turn_no
         channel = client.channel(cid)
         turn = build_turn(me, hub.adapter_state(cid).participant_order, hub.read_log(cid), channel_id=cid,
-                          turn=turn_no, stats=hub._call_stats(cid), can_close=self.close_tool)
-        hub._count(cid, me, "model_calls")
-        hub._notify_kind("model_call", cid, me, data={"turn": turn_no})
+                          turn=turn_no, stats=svc.call_stats(cid), can_close=self.close_tool)
+        svc.count(cid, "model_calls")
+        svc.notify("model_call", cid, data={"turn": turn_no})
         task = asyncio.create_task(call_speaker(client.speaker, turn, self.close_tool),
                                    name=f"fsmchat-turn-{cid}-{me}")
         try:
-            outcome = await hub._track_turn(cid, task)
+            outcome = await svc.track_turn(cid, task)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the model call failed: report it, never stall silently
-            hub._turn_failed(cid, me, f"{type(exc).__name__}: {exc}", turn_no)
+            svc.fail_turn(cid, f"{type(exc).__name__}: {exc}", turn_no)
             return
         if outcome is None:  # the channel ended while the model was thinking; the call was cancelled
-            hub._count(cid, me, "wasted_calls")
-            hub._notify_kind("wasted_call", cid, me, data={"turn": turn_no, "why": "cancelled"})
+            svc.count(cid, "wasted_calls")
+            svc.notify("wasted_call", cid, data={"turn": turn_no, "why": "cancelled"})
             return
         if outcome.text:
             try:
                 await channel.send(outcome.text)
-                hub._count(cid, me, "replies")
+                svc.count(cid, "replies")
             except ProtocolError as exc:
-                hub._count(cid, me, "wasted_calls")
-                hub._notify_kind("wasted_call", cid, me, error=exc, data={"turn": turn_no})
+                svc.count(cid, "wasted_calls")
+                svc.notify("wasted_call", cid, error=exc, data={"turn": turn_no})
         elif outcome.close_reason is None:
-            hub._turn_failed(cid, me, "empty reply", turn_no)
+            svc.fail_turn(cid, "empty reply", turn_no)
         if outcome.close_reason is not None:
             await channel.close(outcome.close_reason)

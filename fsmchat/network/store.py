@@ -31,9 +31,6 @@ class MemoryKnowledgeStore:
     def read(self, channel_id: str) -> list[Envelope]:
         return list(self._logs.get(channel_id, ()))
 
-    def count(self, channel_id: str) -> int:
-        return len(self._logs.get(channel_id, ()))
-
     def put_state(self, channel_id: str, state: dict[str, Any]) -> None:
         self._states[channel_id] = dict(state)
 

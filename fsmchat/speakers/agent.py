@@ -29,7 +29,48 @@ class Agent(BaseModel):
     ``model_name``, ``instructions``/``prompt``, ``tools_list_dictionary``. ``max_loops``,
     ``persistent_memory`` and an agent-level ``output_type`` are accepted for compatibility with
     swarms and have no effect here: every fsmchat call is one single-shot completion and the
-    pattern, not the agent, formats the output.
+    pattern, not the agent, formats the output. With no ``model`` (and no ``FSMCHAT_MODEL``) the
+    agent uses the built-in offline model. Reprs and logs never show secrets.
+
+    Args:
+        name: The agent's name (also ``name=`` or ``agent_name=``): one line, unique in a roster;
+            its messages' role.
+        **data: The fields below, and litellm options passed through.
+
+    Attributes:
+        name: The agent's name.
+        system_prompt: The system message of every request (aliases ``instructions``, ``prompt``).
+        model: A litellm model name such as ``"gpt-4o-mini"``; None for ``FSMCHAT_MODEL`` or the
+            offline model (alias ``model_name``).
+        tools: Tool definitions sent with bids (alias ``tools_list_dictionary``).
+        tool_mode: How bids go on the wire: ``"native"`` (a forced tool call) or ``"json"`` (a JSON
+            schema response format); None picks per model.
+        timeout: Seconds per request (None: no limit).
+        num_retries: Retries of a transient failure, with backoff.
+        max_loops: Accepted for swarms compatibility; no effect.
+        persistent_memory: Accepted for swarms compatibility; no effect.
+        output_type: Accepted for swarms compatibility; no effect.
+
+    Raises:
+        ConfigError: A field is invalid (the message names it and says what is allowed).
+
+    Examples:
+        >>> from fsmchat import Agent
+        >>> critic = Agent(agent_name="Critic", model_name="gpt-4o-mini", instructions="You find flaws.",
+        ...                api_key="sk-secret-123456", temperature=0.2)
+        >>> critic
+        Agent(name='Critic', system_prompt='You find flaws.', model='gpt-4o-mini', api_key='***', temperature=0.2)
+        >>> sorted(critic.litellm_kwargs)
+        ['api_key', 'temperature']
+
+        Without a model it answers offline:
+
+        >>> import asyncio
+        >>> from fsmchat import Message, Turn
+        >>> offline = Agent("Critic", system_prompt="You care about reliable releases.")
+        >>> turn = Turn("Critic", [Message(role="User", content="Should we ship on Friday?")], "One sentence.")
+        >>> asyncio.run(offline.reply(turn))
+        'Since I care about reliable releases, I read the evidence on the ship as pointing to a careful, staged approach to Friday. That is where I would start.'
     """
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, arbitrary_types_allowed=True)
@@ -97,6 +138,7 @@ class Agent(BaseModel):
 
     @property
     def litellm_kwargs(self) -> dict[str, Any]:
+        """The extra keywords passed to ``litellm.acompletion`` (``api_key``, ``temperature``, ...)."""
         return dict(self.model_extra or {})
 
     @property
@@ -115,24 +157,51 @@ class Agent(BaseModel):
         return self.model_copy(update={"tools": [*self.tools, RESPOND_TOOL]})
 
     def carries_respond(self) -> bool:
+        """Whether the agent's tools include ``RESPOND_TOOL``."""
         return any((t.get("function") or {}).get("name") == "respond" for t in self.tools)
 
     async def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Any:
         return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
                                    timeout=self.timeout, num_retries=self.num_retries, stats=stats, **request)
 
-    async def reply(self, turn: "Turn") -> str:
-        response = await self._call(turn.request_messages(self.system_prompt), turn.stats)
+    async def reply_message(self, turn: "Turn", **request: Any) -> Any:
+        """Ask the model for this turn's reply and return its message (content and tool calls).
+
+        Args:
+            turn: The conversation as this agent sees it and the instruction.
+            **request: Extra litellm fields for this request, such as ``tools``/``tool_choice``.
+
+        Raises:
+            ModelCallError: The call failed after the retries, or the response has no choices.
+        """
+        response = await self._call(turn.request_messages(self.system_prompt), turn.stats, **request)
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise llm_empty(self.name)
-        return (choices[0].message.content or "").strip()
+        return choices[0].message
+
+    async def reply(self, turn: "Turn") -> str:
+        """Ask the model for this turn's reply and return its text (stripped).
+
+        Args:
+            turn: The conversation as this agent sees it and the instruction.
+
+        Raises:
+            ModelCallError: The call failed after the retries.
+        """
+        return ((await self.reply_message(turn)).content or "").strip()
 
     async def bid(self, turn: "Turn") -> BidOutcome:
-        """A forced ``respond`` call. A malformed answer, or a transient fault that outlived the
-        retries, is a silent bid with its reason; a request error no retry can fix and a run limit
-        propagate (they end the run). A provider refusing tools switches the model to JSON mode
-        (remembered for the process) and the bid is asked again that way."""
+        """Ask the model for a bid with a forced ``respond`` call and return it parsed.
+
+        A malformed answer, or a transient fault that outlived the retries, is a silent bid with
+        its reason; a request error no retry can fix and a run limit propagate (they end the run).
+        A provider refusing tools switches the model to JSON mode (remembered for the process) and
+        the bid is asked again that way.
+
+        Args:
+            turn: The conversation as this agent sees it and the instruction (``kind="bid"``).
+        """
         messages = turn.request_messages(self.system_prompt)
         note = None
         try:
@@ -251,6 +320,25 @@ class Turn:
     """What a participant is given on its turn: its name, the conversation, the instruction.
 
     Callables receive this object; agents turn it into chat messages (``request_messages``).
+
+    Attributes:
+        agent: The participant's name.
+        transcript: The shared conversation so far (read-only).
+        instruction: What this turn asks (the pattern's prompt for it).
+        kind: ``"reply"``, or ``"bid"`` when a GroupChat asks for a ``Bid``.
+        stats: The run's call statistics and limits, or None outside a run.
+        variables: A flow's variables.
+        history: A private memory replacing the shared conversation, or None.
+        images: Images attached to this call.
+
+    Examples:
+        >>> from fsmchat import Message, Turn
+        >>> rows = [Message(role="User", content="Ship it?"), Message(role="Critic", content="Not yet.")]
+        >>> turn = Turn("Dev", rows, "Answer the critic.")
+        >>> turn.last.content
+        'Not yet.'
+        >>> turn.request_messages("You write the code.")
+        [{'role': 'system', 'content': 'You write the code.'}, {'role': 'user', 'content': 'Ship it?'}, {'role': 'user', 'content': 'Critic: Not yet.'}, {'role': 'user', 'content': 'Answer the critic.'}]
     """
 
     agent: str
@@ -264,9 +352,18 @@ class Turn:
 
     @property
     def last(self) -> Message | None:
+        """The latest message, or None in an empty conversation."""
         return self.transcript[-1] if self.transcript else None
 
     def request_messages(self, system_prompt: str) -> list[dict[str, Any]]:
+        """Return the chat messages of this turn's request.
+
+        The system prompt (if any), the conversation as ``conversation_view`` shows it (or the
+        private ``history``), then the instruction as a user message.
+
+        Args:
+            system_prompt: The participant's system prompt.
+        """
         msgs: list[dict[str, Any]] = []
         if system_prompt.strip():
             msgs.append({"role": "system", "content": system_prompt})
@@ -283,8 +380,23 @@ def user_content(text: str, images: Sequence[str]) -> Any:
 
 
 def conversation_view(agent: str, transcript: Sequence[Message]) -> list[dict[str, Any]]:
-    """The shared conversation as ``agent`` sees it: own rows as assistant, the seed as plain
-    user, everyone else as user ``"Name: text"``; system rows dropped."""
+    """Return the shared conversation as ``agent`` sees it, as chat messages.
+
+    Its own rows are ``assistant`` messages, the task is a plain ``user`` message, everyone else's
+    rows are ``user`` messages ``"Name: text"``; system rows are dropped.
+
+    Args:
+        agent: The name of the participant who reads it.
+        transcript: The conversation.
+
+    Examples:
+        >>> from fsmchat import Message
+        >>> from fsmchat.speakers import conversation_view
+        >>> rows = [Message(role="User", content="Ship it?"), Message(role="Critic", content="Not yet."),
+        ...         Message(role="Dev", content="Why?")]
+        >>> conversation_view("Critic", rows)
+        [{'role': 'user', 'content': 'Ship it?'}, {'role': 'assistant', 'content': 'Not yet.'}, {'role': 'user', 'content': 'Dev: Why?'}]
+    """
     out = []
     for m in transcript:
         if m.role == "system":
@@ -299,7 +411,28 @@ def conversation_view(agent: str, transcript: Sequence[Message]) -> list[dict[st
 
 
 class CallableSpeaker:
-    """Any callable as a participant: sync or async, ``fn(turn) -> str | Bid``."""
+    """Any callable as a participant: sync or async, ``fn(turn) -> str | Bid``.
+
+    Patterns wrap plain functions in it (``as_speaker``), so a test or an offline script needs no
+    model. The callable runs under the run's deadline.
+
+    Args:
+        fn: ``fn(turn)``, returning the reply text, or a ``Bid`` on a bid turn.
+        name: The participant's name; by default the callable's ``name`` or ``__name__``.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import Bid, Message, Turn
+        >>> from fsmchat.speakers import CallableSpeaker
+        >>> def dev(turn):
+        ...     return Bid(0.5, "Because.") if turn.kind == "bid" else "Because."
+        >>> speaker = CallableSpeaker(dev)
+        >>> turn = Turn("dev", [Message(role="User", content="Why?")], "Answer.")
+        >>> speaker.name, asyncio.run(speaker.reply(turn))
+        ('dev', 'Because.')
+        >>> asyncio.run(speaker.bid(Turn("dev", turn.transcript, "Bid.", kind="bid"))).score
+        0.5
+    """
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None):
         self.fn = fn
@@ -312,12 +445,25 @@ class CallableSpeaker:
         return await call_within(self.fn, turn, deadline=deadline, what=f"speaker {self.name!r}")
 
     async def reply(self, turn: Turn) -> str:
+        """Call the function and return its reply text (a ``Bid``'s message, stripped).
+
+        Args:
+            turn: The conversation and the instruction.
+        """
         out = await self._invoke(turn)
         if isinstance(out, Bid):
             return out.message.strip()
         return "" if out is None else str(out).strip()
 
     async def bid(self, turn: Turn) -> BidOutcome:
+        """Call the function and read its answer as a bid.
+
+        A ``Bid``, a ``BidOutcome``, a ``{"score", "message"}`` dict or a ``(score, message)``
+        pair; anything else is a silent bid saying what came back.
+
+        Args:
+            turn: The conversation and the instruction (``kind="bid"``).
+        """
         out = await self._invoke(turn)
         if isinstance(out, Bid):
             return BidOutcome(out.score, out.message.strip())
@@ -334,7 +480,25 @@ Speaker = Any  # Agent | CallableSpeaker (anything with .name, async reply(turn)
 
 
 def as_speaker(x: Any) -> Speaker:
-    """Agents stay agents; callables become ``CallableSpeaker``; anything else is refused."""
+    """Return ``x`` as a participant: agents stay agents, callables become ``CallableSpeaker``.
+
+    Args:
+        x: An ``Agent`` (or any object with ``name``, ``reply`` and ``bid``) or a callable.
+
+    Raises:
+        TypeError: ``x`` is neither.
+
+    Examples:
+        >>> from fsmchat.speakers import as_speaker
+        >>> def dev(turn):
+        ...     return "Because."
+        >>> as_speaker(dev).name
+        'dev'
+        >>> as_speaker(3)
+        Traceback (most recent call last):
+        ...
+        TypeError: a participant must be an fsmchat Agent or a callable (turn) -> str | Bid, got int
+    """
     if isinstance(x, Agent) or (hasattr(x, "name") and hasattr(x, "reply") and hasattr(x, "bid")):
         return x
     if callable(x):
@@ -344,7 +508,28 @@ def as_speaker(x: Any) -> Speaker:
 
 
 def check_roster(agents: Sequence[Any], what: str) -> list[Speaker]:
-    """Wrap participants and refuse duplicate names (they would make the transcript ambiguous)."""
+    """Return the participants wrapped (``as_speaker``), refusing names a transcript cannot tell apart.
+
+    Args:
+        agents: Agents and callables.
+        what: Who asks (the pattern's name), for the error message.
+
+    Raises:
+        ValueError: Two participants share a name, or one is named ``"User"`` (the task's role).
+        TypeError: A participant is neither an agent nor a callable.
+
+    Examples:
+        >>> from fsmchat import Agent
+        >>> from fsmchat.speakers import check_roster
+        >>> def dev(turn):
+        ...     return "Because."
+        >>> [s.name for s in check_roster([dev, Agent("Critic")], "GroupChat")]
+        ['dev', 'Critic']
+        >>> check_roster([dev, dev], "GroupChat")
+        Traceback (most recent call last):
+        ...
+        ValueError: GroupChat: agent names must be unique; 'dev' appears more than once
+    """
     speakers = [as_speaker(a) for a in agents]
     seen: set[str] = set()
     for s in speakers:

@@ -37,14 +37,46 @@ class _Input(BaseModel):
 
 
 class Approve(_Input):
-    """Go on as proposed (post the message, run the next state)."""
+    """A person's answer to a waiting run: go on as proposed (post the message, run the next state).
+
+    Attributes:
+        kind: ``"approve"`` (how the answer travels as JSON).
+
+    Examples:
+        >>> from fsmchat import Approve
+        >>> Approve()
+        Approve()
+
+        ``result = chat.resume(run_id, store, input=Approve())`` goes on (see ``Pending``).
+    """
 
     kind: Literal["approve"] = "approve"
 
 
 class Edit(_Input):
-    """Go on with the proposal changed: ``text`` replaces the proposed message, ``vars`` updates flow
-    variables (each point says which it takes)."""
+    """A person's answer to a waiting run: go on with the proposal changed.
+
+    Each interrupt point says which it takes (``Pending.edit``): ``text`` replaces the proposed
+    message, ``vars`` updates a flow's variables.
+
+    Args:
+        text: The message to post instead of the proposed one.
+        vars: Flow variables to set.
+        **kw: ``kind`` (as JSON answers carry it).
+
+    Attributes:
+        kind: ``"edit"``.
+
+    Raises:
+        ConfigError: Neither ``text`` nor ``vars`` was given.
+
+    Examples:
+        >>> from fsmchat import Edit
+        >>> Edit("Ship Friday only with a rollback plan.")
+        Edit(text='Ship Friday only with a rollback plan.')
+        >>> Edit(vars={"topic": "dogs"})
+        Edit(vars={'topic': 'dogs'})
+    """
 
     kind: Literal["edit"] = "edit"
     text: str | None = None
@@ -57,7 +89,23 @@ class Edit(_Input):
 
 
 class Reject(_Input):
-    """Refuse the proposal; what that does depends on the point (``Pending.allowed`` says)."""
+    """A person's answer to a waiting run: refuse the proposal.
+
+    What that does depends on the point (``Pending.allowed`` says): a GroupChat drops the turn, a
+    flow step takes its ``rejected`` edge.
+
+    Args:
+        reason: Why (kept in the run's events).
+        **kw: ``kind`` (as JSON answers carry it).
+
+    Attributes:
+        kind: ``"reject"``.
+
+    Examples:
+        >>> from fsmchat import Reject
+        >>> Reject("we said that already")
+        Reject(reason='we said that already')
+    """
 
     kind: Literal["reject"] = "reject"
     reason: str = ""
@@ -67,7 +115,23 @@ class Reject(_Input):
 
 
 class Say(_Input):
-    """The person's own message (a plain ``str`` means the same)."""
+    """A person's answer to a waiting run: their own message (a plain ``str`` means the same).
+
+    Args:
+        text: The message, non-empty.
+        **kw: ``kind`` (as JSON answers carry it).
+
+    Attributes:
+        kind: ``"say"``.
+
+    Raises:
+        ConfigError: ``text`` is empty.
+
+    Examples:
+        >>> from fsmchat import Say
+        >>> Say("Ship it.")
+        Say(text='Ship it.')
+    """
 
     kind: Literal["say"] = "say"
     text: str = Field(min_length=1)
@@ -107,12 +171,33 @@ def as_input(x: Any, owner: str = "input") -> Input:
 class Pending(BaseModel):
     """What a run that stopped at an interrupt waits for (``result.pending``).
 
-    ``state`` is the (qualified) state it waits in; ``kind`` the interrupt point (``before``/
-    ``after`` a state, ``post`` a GroupChat winner's message, ``claim`` the floor, a person's
-    ``message``, a flow's ``ask``); ``prompt`` what the person is asked; ``person`` who (None: any
-    reviewer); ``proposed`` what would happen without them (e.g. ``{"speaker", "content", "score"}``);
-    ``allowed`` each answer this point takes and its effect here; ``edit`` what an ``Edit`` changes
-    (``"text"`` or ``"vars"``)."""
+    The run has ended with ``stop_reason="interrupted"``, every step checkpointed; resume it with
+    the person's answer (``pattern.resume(run_id, store, input=...)``).
+
+    Attributes:
+        state: The (qualified) state the run waits in.
+        kind: The interrupt point: ``before``/``after`` a state, ``post`` a GroupChat winner's
+            message, ``claim`` the floor, a person's ``message``, a flow's ``ask``.
+        prompt: What the person is asked.
+        person: Who is asked (None: any reviewer).
+        proposed: What would happen without them (e.g. ``{"speaker", "content", "score"}``).
+        allowed: Each answer this point takes (``approve``, ``edit``, ``reject``, ``say``) and its
+            effect here.
+        edit: What an ``Edit`` changes here: ``"text"`` or ``"vars"``.
+
+    Examples:
+        >>> from fsmchat import Human, MemoryCheckpointer, RoundRobinSwarm
+        >>> def dev(turn):
+        ...     return "Tests are green."
+        >>> chat, store = RoundRobinSwarm(agents=[dev, Human("Lead")]), MemoryCheckpointer()
+        >>> result = chat.execute("Ready to ship?", checkpoint=store, run_id="release")
+        >>> p = result.pending
+        >>> result.stop_reason, p.state, p.kind, p.person, list(p.allowed)
+        ('interrupted', 'Lead', 'message', 'Lead', ['say'])
+        >>> result = chat.resume("release", store, input="Ship it.")
+        >>> result.stop_reason, [m.content for m in result.transcript]
+        ('max_loops', ['Ready to ship?', 'Tests are green.', 'Ship it.'])
+    """
 
     model_config = ConfigDict(extra="forbid")
     state: str = ""
@@ -124,7 +209,10 @@ class Pending(BaseModel):
     edit: Literal["text", "vars"] | None = None
 
     def allowed_text(self) -> str:
-        """``Approve(): post it as is; Edit(text=...): ...`` (each answer this point takes, its effect)."""
+        """Return each answer this point takes and its effect, as one line of text.
+
+        For example ``Approve(): post the winner's message as is; Edit(text=...): ...``.
+        """
         shown = {**SHOWN, "edit": "Edit(vars={...})" if self.edit == "vars" else "Edit(text=...)"}
         return "; ".join(f"{shown[k]}: {effect}" for k, effect in self.allowed.items())
 
@@ -202,12 +290,33 @@ PERSON_BID = BidOutcome(0.0, "", True, "a person claims the floor instead of bid
 
 
 class Human:
-    """A person taking part. Wherever scheduled speakers take turns (RoundRobinSwarm, debates, the
-    panel's experts or moderator, Discussion steps, flow steps), a ``Human``'s turn stops the run
-    until their message comes (``resume(..., input="text")``). In a ``GroupChat`` a Human never bids:
-    before each bid round the run asks them whether they claim the floor (their message then wins
-    the turn), an fsmchat extension of the reference. ``answers`` scripts the person (their answers
-    in order, then the run waits as usual), for tests and demos."""
+    """A person taking part in a conversation.
+
+    Wherever scheduled speakers take turns (RoundRobinSwarm, debates, the panel's experts or
+    moderator, Discussion steps, flow steps), a ``Human``'s turn stops the run until their message
+    comes (``resume(..., input="text")``). In a ``GroupChat`` a Human never bids: before each bid
+    round the run asks them whether they claim the floor (their message then wins the turn), an
+    fsmchat extension of the reference. A run with a person needs a checkpoint.
+
+    Args:
+        name: The person's name (one line); their messages' role.
+        answers: Scripted answers, in order (a str is a message), for tests and demos; once they
+            run out the run waits as usual.
+        description: What the person is there for.
+
+    Raises:
+        ConfigError: The name is empty or spans lines.
+        ConfigTypeError: ``answers`` is not a list or tuple.
+
+    Examples:
+        >>> from fsmchat import Human, MemoryCheckpointer, RoundRobinSwarm
+        >>> def dev(turn):
+        ...     return "Tests are green."
+        >>> chat = RoundRobinSwarm(agents=[dev, Human("Lead", answers=["Ship it."])])
+        >>> result = chat.execute("Ready to ship?", checkpoint=MemoryCheckpointer())
+        >>> [(m.role, m.content) for m in result.transcript]
+        [('User', 'Ready to ship?'), ('dev', 'Tests are green.'), ('Lead', 'Ship it.')]
+    """
 
     def __init__(self, name: str, *, answers: Sequence[Any] | None = None, description: str = ""):
         if not isinstance(name, str) or not name.strip() or len(name.splitlines()) != 1:
@@ -221,11 +330,23 @@ class Human:
         self.description = description
 
     async def reply(self, turn: Any) -> str:
+        """Refuse: a person's turn is an interrupt of a checkpointed run, not a call.
+
+        Args:
+            turn: The turn a pattern would ask about.
+
+        Raises:
+            TypeError: Always; patterns ask a person through their run's context.
+        """
         raise TypeError(f"Human {self.name!r} is a person: their turn is an interrupt of a checkpointed run "
                         "(the pattern asks through its context), never a call like a model's")
 
     async def bid(self, turn: Any) -> BidOutcome:
-        """A person never bids (in a GroupChat they claim the floor at an interrupt instead)."""
+        """Return a silent bid: a person never bids (in a GroupChat they claim the floor instead).
+
+        Args:
+            turn: The bid turn.
+        """
         return PERSON_BID
 
     def __repr__(self) -> str:

@@ -31,6 +31,17 @@ RESPOND_TOOL: dict[str, Any] = {
         },
     },
 }
+"""The forced ``respond(score, message)`` tool an ``Agent`` bids with in a ``GroupChat``.
+
+The reference's tool, word for word: a score from 0 to 1 for how much the agent wants to speak,
+and the message it would post (empty to stay silent). ``Agent.equipped()`` adds it to an agent's
+tools; models without native tool calling get its parameters as a JSON schema instead.
+
+Examples:
+    >>> from fsmchat import RESPOND_TOOL
+    >>> RESPOND_TOOL["function"]["name"], RESPOND_TOOL["function"]["parameters"]["required"]
+    ('respond', ['score', 'message'])
+"""
 
 RESPOND_TOOL_CHOICE: dict[str, Any] = {"type": "function", "function": {"name": "respond"}}
 
@@ -43,7 +54,24 @@ def respond_response_format() -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class BidOutcome:
-    """A parsed bid: what selection uses (score, message) and whether the model bid properly."""
+    """A parsed bid: what the speaker selection uses, and whether the model bid properly.
+
+    An invalid bid is still a bid (score 0, silent) with the reason recorded, so one malformed
+    answer never breaks the chat.
+
+    Attributes:
+        score: How much the participant wants to speak, clamped to 0..1.
+        message: The reply it would post.
+        valid: Whether the model called ``respond`` with proper arguments.
+        reason: Why the bid is invalid (empty when valid).
+        error: The call error behind a silent bid (a transient one, after retries), else None.
+        note: An event to record with the run (e.g. the switch to JSON mode), else None.
+
+    Examples:
+        >>> from fsmchat.speakers import BidOutcome
+        >>> BidOutcome(0.7, "I can answer that.")
+        BidOutcome(score=0.7, message='I can answer that.', valid=True, reason='', error=None, note=None)
+    """
 
     score: float
     message: str
@@ -84,8 +112,28 @@ def bid_from_arguments(args: Any) -> BidOutcome:
 
 
 def parse_bid(response: Any, mode: str = "native") -> BidOutcome:
-    """Read a bid from a litellm response: the first ``respond`` tool call, or JSON content in
-    ``json`` mode. Anything else is a silent bid with the reason recorded (never an exception)."""
+    """Read a bid from a litellm response: the first ``respond`` tool call, or JSON content.
+
+    Anything else is a silent bid with the reason recorded, never an exception: a score that is
+    not a number becomes 0, one outside 0..1 is clamped, and the bid is marked invalid.
+
+    Args:
+        response: A litellm (OpenAI-shaped) chat completion response.
+        mode: ``"native"`` reads the ``respond`` tool call; ``"json"`` reads the message content
+            as the tool's arguments (models without tool calling).
+
+    Returns:
+        The parsed bid.
+
+    Examples:
+        >>> from types import SimpleNamespace as NS
+        >>> from fsmchat.speakers import parse_bid
+        >>> call = NS(function=NS(name="respond", arguments='{"score": 1.5, "message": "Me!"}'))
+        >>> parse_bid(NS(choices=[NS(message=NS(tool_calls=[call], content=None))]))
+        BidOutcome(score=1.0, message='Me!', valid=False, reason='score 1.5 is outside 0..1 (clamped)', error=None, note=None)
+        >>> parse_bid(NS(choices=[NS(message=NS(tool_calls=None, content='{"score": 0.2, "message": ""}'))]), "json")
+        BidOutcome(score=0.2, message='', valid=True, reason='', error=None, note=None)
+    """
     try:
         choices = getattr(response, "choices", None) or []
         if not choices:

@@ -33,7 +33,33 @@ def report_html(store: Store, run_id: str) -> str:
 
 
 def write_report(db: str | Path, run_id: str, out: str | Path) -> Path:
-    """Write run ``run_id`` of the store at ``db`` to ``out`` as one HTML file; returns its path."""
+    """Write run ``run_id`` of the store at ``db`` to ``out`` as one self-contained HTML file.
+
+    What ``fsmchat report`` writes: the viewer's page with its script, stylesheet and SVG inline;
+    it opens from ``file://`` and connects nowhere.
+
+    Args:
+        db: The ``SqliteCheckpointer`` file (opened read-only).
+        run_id: The run to show.
+        out: The HTML file to write.
+
+    Returns:
+        The path written.
+
+    Raises:
+        RunNotFound: The store has no such run.
+        StoreUnreadable: The file is missing, corrupted or not a checkpoint store.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm, SqliteCheckpointer
+        >>> from fsmchat.ui import write_report
+        >>> def host(turn):
+        ...     return "Welcome."
+        >>> _ = RoundRobinSwarm(agents=[host]).execute("Hello?", checkpoint=SqliteCheckpointer("report.db"), run_id="r1")
+        >>> path = write_report("report.db", "r1", "run.html")
+        >>> path.name, path.read_text().startswith("<!DOCTYPE html>")
+        ('run.html', True)
+    """
     text = report_html(Store(db), run_id)
     path = Path(out)
     path.write_text(text, encoding="utf-8")

@@ -27,11 +27,34 @@ its process ended mid-run; resumable)."""
 
 
 class StoreUnreadable(FsmchatError, RuntimeError):
-    """The store is missing, not SQLite, corrupted or not an fsmchat checkpoint store."""
+    """The store is missing, not SQLite, corrupted or not an fsmchat checkpoint store.
+
+    Examples:
+        >>> from fsmchat.ui import Store, StoreUnreadable
+        >>> _ = open("notes.txt", "w").write("not a database")
+        >>> try:
+        ...     Store("notes.txt").summaries()
+        ... except StoreUnreadable as exc:
+        ...     print(exc)
+        notes.txt: file is not a database; the file is corrupted or not an SQLite database (restore it from a backup, or point the viewer at another store)
+    """
 
 
 class RunNotFound(FsmchatError, KeyError):
-    """No run with that id in the store."""
+    """No run with that id in the store.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm, SqliteCheckpointer
+        >>> def host(turn):
+        ...     return "Welcome."
+        >>> _ = RoundRobinSwarm(agents=[host]).execute("Hello?", checkpoint=SqliteCheckpointer("missing.db"), run_id="r1")
+        >>> from fsmchat.ui import RunNotFound, Store
+        >>> try:
+        ...     Store("missing.db").run("r2")
+        ... except RunNotFound as exc:
+        ...     print(exc)
+        no run 'r2' in missing.db
+    """
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -99,7 +122,25 @@ class _Open:
 
 
 class Store:
-    """A checkpoint store opened read-only (one short-lived connection per read)."""
+    """A checkpoint store opened read-only, as the run viewer reads it (one short connection per read).
+
+    SQLite's ``mode=ro`` makes writing impossible; an empty or missing-tables store reads as empty.
+
+    Args:
+        path: The ``SqliteCheckpointer`` file.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm, SqliteCheckpointer
+        >>> def host(turn):
+        ...     return "Welcome."
+        >>> _ = RoundRobinSwarm(agents=[host]).execute("Hello?", checkpoint=SqliteCheckpointer("viewer.db"), run_id="r1")
+        >>> from fsmchat.ui import Store
+        >>> store = Store("viewer.db")
+        >>> [(s["run_id"], s["pattern"], s["status"], s["stop_reason"], s["messages"]) for s in store.summaries()]
+        [('r1', 'RoundRobinSwarm', 'finished', 'max_loops', 2)]
+        >>> [m["content"] for m in store.run("r1").messages]
+        ['Hello?', 'Welcome.']
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -133,7 +174,11 @@ class Store:
         return _Open(db, "nmsg" in {c[1] for c in db.execute("PRAGMA table_info('events')")}, "leases" in tables)
 
     def summaries(self) -> list[dict[str, Any]]:
-        """Every run (branch lanes left out), newest first: pattern, task, status, counts, usage, times."""
+        """Return every run (branch lanes left out), newest first: pattern, task, status, counts, usage, times.
+
+        Raises:
+            StoreUnreadable: The file is missing, corrupted or not a checkpoint store.
+        """
         with self._open() as o:
             if o.db is None:
                 return []
@@ -158,7 +203,15 @@ class Store:
             return out
 
     def run(self, run_id: str) -> RunRecord:
-        """One run with its branch lanes (``RunNotFound`` when the store has no such run)."""
+        """Return one run with its branch lanes: meta, status, steps, messages, working state.
+
+        Args:
+            run_id: The run's id.
+
+        Raises:
+            RunNotFound: The store has no such run.
+            StoreUnreadable: The file is missing, corrupted or not a checkpoint store.
+        """
         with self._open() as o:
             db = o.db
             row = None if db is None else db.execute(

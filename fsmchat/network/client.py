@@ -1,0 +1,175 @@
+"""A registered agent's side of a hub: its client (a worker feeding its handler the envelopes
+delivered to it, one at a time) and its channel handles (which send as that agent, never as another)."""
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from .adapter import DISCUSSION
+from .channel import ChannelRuntime
+from .events import EV_TEXT, Envelope
+from .expectations import Expectation
+from .services import HubServices
+from .stats import TurnStats
+
+if TYPE_CHECKING:
+    from .hub import Hub
+
+Handler = Callable[["HubClient", Envelope], Any]
+
+
+class DeliveryCounter:
+    """Envelopes delivered to client workers and not handled yet (what ``hub.drain()`` waits on)."""
+
+    def __init__(self) -> None:
+        self._pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def delivered(self) -> None:
+        self._pending += 1
+        self._idle.clear()
+
+    def handled(self) -> None:
+        self._pending -= 1
+        if self._pending == 0:
+            self._idle.set()
+
+    async def idle(self, timeout: float | None = None) -> None:
+        await asyncio.wait_for(self._idle.wait(), timeout)
+
+
+class HubClient:
+    """A registered agent's access to the hub. Everything it sends is sent as ``agent_id``.
+
+    ``services`` is what its handler may do to the hub as this agent (``HubServices``).
+    """
+
+    def __init__(self, hub: "Hub", agent_id: str, speaker: Any, handler: Handler):
+        self.hub = hub
+        self.agent_id = agent_id
+        self.speaker = speaker
+        self.handler = handler
+        self.stats = TurnStats()
+        self.services = HubServices(self)
+        self._inbox: asyncio.Queue[Envelope] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+        self._deliveries: DeliveryCounter | None = None
+
+    @property
+    def worker(self) -> "asyncio.Task[None] | None":
+        """The task feeding the handler (None until the hub registered and started this client)."""
+        return self._worker
+
+    def start(self, deliveries: DeliveryCounter) -> None:
+        """Start the worker (the hub does, as it registers the client); deliveries count in ``deliveries``."""
+        if self._worker is not None:
+            raise RuntimeError(f"client '{self.agent_id}' is already started")
+        self._deliveries = deliveries
+        self._worker = asyncio.create_task(self._run(), name=f"fsmchat-client-{self.agent_id}")
+
+    async def open(self, type: str = DISCUSSION, target: Sequence[Any] | str = (),
+                   knobs: dict[str, Any] | None = None, ttl: float | str | None = None, *,
+                   expectations: Iterable[Expectation] | None = None,
+                   handshake_timeout: float | None = 30.0) -> "Channel":
+        """Open a channel with this agent as creator; returns once every invitee acked (active).
+
+        ``knobs``: ``ordering`` (``"round_robin"``) and ``max_texts`` (close at exactly N texts).
+        ``ttl`` in seconds of the hub's clock. ``expectations`` default to ``turn_within(120s, warn)``
+        and ``turn_within(600s, hide)``. Raises ``ProtocolError`` if refused, rejected or timed out.
+        """
+        runtime = await self.hub.open_channel(self, type, target, knobs, ttl, expectations=expectations,
+                                              handshake_timeout=handshake_timeout)
+        return Channel(self, runtime.channel_id)
+
+    def channel(self, channel_id: str) -> "Channel":
+        """This agent's own handle on ``channel_id`` (sends go out as this agent)."""
+        self.hub.runtime(channel_id)
+        return Channel(self, channel_id)
+
+    def can_send(self, channel_id: str) -> bool:
+        return self.hub.can_send(channel_id, self.agent_id)
+
+    def deliver(self, envelope: Envelope) -> None:
+        """Queue ``envelope`` for the handler (the hub routes each accepted envelope to its audience);
+        a client that is not running drops it."""
+        if self._worker is None or self._worker.done() or self._deliveries is None:
+            return
+        self._deliveries.delivered()
+        self._inbox.put_nowait(envelope)
+
+    async def _run(self) -> None:
+        while True:
+            envelope = await self._inbox.get()
+            try:
+                result = self.handler(self, envelope)
+                if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a handler failure is reported, never kills the worker
+                self.services.notify("handler_error", envelope.channel_id, envelope=envelope, error=exc)
+            finally:
+                if self._deliveries is not None:
+                    self._deliveries.handled()
+
+    def __repr__(self) -> str:
+        return f"HubClient({self.agent_id!r})"
+
+
+class Channel:
+    """One participant's handle on a channel. It has no sender parameter: it sends as its client."""
+
+    __slots__ = ("_client", "channel_id")
+
+    def __init__(self, client: HubClient, channel_id: str):
+        self._client = client
+        self.channel_id = channel_id
+
+    @property
+    def agent_id(self) -> str:
+        return self._client.agent_id
+
+    @property
+    def hub(self) -> "Hub":
+        return self._client.hub
+
+    def _runtime(self) -> ChannelRuntime:
+        return self.hub.runtime(self.channel_id)
+
+    async def send(self, text: str) -> Envelope:
+        """Send a text as this agent; ``ProtocolError`` (and nothing recorded) if refused."""
+        return self._runtime().submit(self._client, EV_TEXT, text=text)
+
+    async def emit(self, event_type: str, data: dict[str, Any] | None = None) -> Envelope:
+        """Send a custom event (any non-protocol type): passes at any time, never advances the turn.
+        ``data`` is a JSON object (stored as a copy); over the hub's ``max_custom_events`` per channel or
+        ``max_event_bytes`` per event it is a ``ChannelLimitError``, and nothing is recorded."""
+        return self._runtime().submit(self._client, event_type, data=data)
+
+    async def close(self, reason: str = "closed") -> str:
+        """Close the channel for everyone; idempotent, returns the reason in effect (the first one)."""
+        return self._runtime().close_by(self._client, reason)
+
+    async def ack(self) -> Envelope:
+        return self._runtime().ack(self._client, True)
+
+    async def reject(self) -> Envelope:
+        return self._runtime().ack(self._client, False)
+
+    def can_send(self) -> bool:
+        return self._runtime().can_send(self.agent_id)
+
+    @property
+    def state(self) -> str:
+        return self._runtime().state
+
+    @property
+    def close_reason(self) -> str | None:
+        return self._runtime().close_reason
+
+    def log(self) -> list[Envelope]:
+        return self._runtime().log()
+
+    def __repr__(self) -> str:
+        return f"Channel({self.channel_id!r}, as {self.agent_id!r})"

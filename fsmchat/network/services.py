@@ -1,0 +1,81 @@
+"""What a handler may do to the hub, as its client (``client.services``): tell the listeners, count,
+reach the channel's call stats, run a model call the channel can cancel, report a failed turn.
+
+The default handler does its bookkeeping only through this object, so a custom handler
+(``hub.register(agent, handler=my_handler)``) can keep the same counts and events::
+
+    async def my_handler(client, envelope):
+        svc = client.services
+        svc.count(envelope.channel_id, "deliveries")
+        ...
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ..speakers.llm import CallStats
+from .errors import ProtocolError
+
+if TYPE_CHECKING:
+    from .channel import ChannelRuntime
+    from .client import HubClient
+
+HANDLER_COUNTS = ("deliveries", "skipped_deliveries", "model_calls", "replies", "wasted_calls")
+"""The ``TurnStats`` counts a handler keeps (``texts`` and ``rejected_sends`` are the hub's,
+``turn_failures`` is ``fail_turn``'s)."""
+HUB_KINDS = frozenset({"accepted", "rejected", "transition", "expectation", "turn_failed"})
+"""Listener event kinds only the hub reports (``turn_failed`` through ``fail_turn``)."""
+
+
+class HubServices:
+    """One client's services on the channels it takes part in. Every method acts as that client:
+    counts go to the channel's stats and the client's own, events carry its agent id. A channel it
+    is not a participant of is a ``ProtocolError``; an unknown one ``NotFoundError``."""
+
+    def __init__(self, client: "HubClient"):
+        self._client = client
+
+    @property
+    def agent_id(self) -> str:
+        return self._client.agent_id
+
+    def _runtime(self, channel_id: str) -> "ChannelRuntime":
+        runtime = self._client.hub.runtime(channel_id)
+        if self.agent_id not in runtime.ctx.order:
+            raise ProtocolError(f"'{self.agent_id}' is not a participant of channel '{channel_id}'")
+        return runtime
+
+    def notify(self, kind: str, channel_id: str, *, envelope: Any = None, error: BaseException | None = None,
+               data: dict[str, Any] | None = None) -> None:
+        """Tell the hub's listeners ``kind`` happened (``skipped``, ``model_call``, ``wasted_call``,
+        ``person_turn``, ``handler_error`` or a handler's own kind) on ``channel_id``, as this agent."""
+        if not isinstance(kind, str) or not kind or kind in HUB_KINDS:
+            raise ValueError(f"notify kind {kind!r}: a non-empty name that is not one the hub reports itself "
+                             f"({sorted(HUB_KINDS)})")
+        self._runtime(channel_id).notify(kind, self.agent_id, envelope=envelope, error=error, data=data)
+
+    def count(self, channel_id: str, name: str) -> None:
+        """One more of ``name`` (one of ``HANDLER_COUNTS``) in the channel's and this client's stats."""
+        if name not in HANDLER_COUNTS:
+            raise ValueError(f"count {name!r} is not a handler's; a handler counts one of {list(HANDLER_COUNTS)} "
+                             "(texts and rejected_sends are the hub's, turn_failures is fail_turn's)")
+        self._runtime(channel_id).stats.add(name)
+        self._client.stats.add(name)
+
+    def call_stats(self, channel_id: str) -> CallStats:
+        """The channel's token usage and HTTP attempts: give it to the ``Turn`` of a model call."""
+        return self._runtime(channel_id).call_stats
+
+    async def track_turn(self, channel_id: str, task: "asyncio.Future[Any]") -> Any:
+        """Await a model call's task under its channel: its result, or None when the channel ended
+        first (the call is then cancelled; so is it when the hub closes); the call's own exception
+        is raised."""
+        return await self._runtime(channel_id).track_turn(task)
+
+    def fail_turn(self, channel_id: str, reason: str, turn: int) -> None:
+        """This agent's turn ``turn`` produced no text: counted, ``EV_TURN_FAILED`` recorded while the
+        channel lives, a ``turn_failed`` event, and ``wait_for_text_count`` raises ``TurnFailed``."""
+        runtime = self._runtime(channel_id)
+        self._client.stats.add("turn_failures")
+        runtime.turn_failed(self.agent_id, reason, turn)
