@@ -67,6 +67,7 @@ class State:
         branches: A fork state's branch graphs, run as child runs.
         fork: A fork state's ``(split, join, max_concurrency)``.
         pure: The action only computes from the context (a checkpoint may commit it with the next step).
+        hold: A checkpoint commits it with the next step although the action may call models.
         waits: The run may stop here for a person (drawn amber).
 
     Examples:
@@ -146,6 +147,7 @@ class FlatState:
         fork: A fork state's ``(split, join, max_concurrency)``.
         pure: The action only computes from the context.
         waits: The run may stop here for a person.
+        hold: A checkpoint commits it with the next step although the action may call models.
 
     Examples:
         >>> from fsmchat import StateGraph
