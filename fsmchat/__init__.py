@@ -16,8 +16,8 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     # layer 1-4: models, errors, graphs, engine
-    "Bid": "models", "Message": "models", "RunResult": "models", "TraceEvent": "models", "Transcript": "models",
-    "format_output": "models",
+    "Bid": "models", "Message": "models", "RunResult": "models", "StopReason": "models", "TraceEvent": "models",
+    "Transcript": "models", "format_output": "models",
     "FsmchatError": "errors", "GraphError": "errors", "ModelCallError": "errors", "NoTransitionError": "errors",
     "RenderError": "errors", "result_of": "errors",
     "StateGraph": "graph",
@@ -74,7 +74,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .graph import StateGraph
     from .limits import Limits
     from .trust import UntrustedReference
-    from .models import Bid, Message, RunResult, TraceEvent, Transcript, format_output
+    from .models import Bid, Message, RunResult, StopReason, TraceEvent, Transcript, format_output
     from .patterns import ChatContext, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, Pattern, \
         RoundRobinSwarm, build_collaborative_task, build_turn_header, one_on_one_debate
     from .network import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from .errors import CheckpointStoreError, FsmchatError
-from .models import Message, TraceEvent
+from .models import Message, StopReason, TraceEvent
 from .statelog import HELD, AppendLog, HistoryStep, RunLog, StateDiff, copy_state, encode_json, history_of
 
 LEASE_TTL = 30.0
@@ -97,7 +97,7 @@ class Saved:
     def finished(self) -> bool:
         """Ended for good: a resume rebuilds it. A failed, cancelled or waiting (``interrupted``) run
         is not finished: a resume continues it."""
-        return self.stop_reason is not None and self.stop_reason not in ("error", "cancelled", "interrupted")
+        return self.stop_reason is not None and StopReason.run_status(self.stop_reason) == "finished"
 
     @property
     def resume_at(self) -> str | None:
@@ -151,7 +151,7 @@ class RunInfo:
         ``running`` (not ended, its lease is live) or ``unfinished`` (cut by a crash: resumable)."""
         if self.stop_reason is None:
             return "running" if self.leased else "unfinished"
-        return {"error": "failed", "cancelled": "cancelled", "interrupted": "waiting"}.get(self.stop_reason, "finished")
+        return StopReason.run_status(self.stop_reason)
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "pattern": self.pattern, "name": self.name, "task": self.task,

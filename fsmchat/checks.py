@@ -3,24 +3,27 @@ each refuses a bad argument before any model call with a ``ConfigError``/``Confi
 one message style (``"{owner}: {field}={value!r} is invalid: {what is allowed}"``)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import bad_value
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpointer
 
 _PROTOCOL = ("start", "commit", "finish", "load")
 
 
-def check_checkpoint(checkpoint: Any, owner: str, field: str = "checkpoint") -> Any:
+def check_checkpoint(checkpoint: object, owner: str, field: str = "checkpoint") -> Checkpointer | None:
     """``checkpoint`` is None or a Checkpointer (``SqliteCheckpointer("runs.db")``, ...), never a path."""
     if checkpoint is None or all(callable(getattr(checkpoint, m, None)) for m in _PROTOCOL):
-        return checkpoint
+        return cast("Checkpointer | None", checkpoint)
     hint = (f"a Checkpointer, e.g. checkpoint=SqliteCheckpointer({checkpoint!r}) (from fsmchat import "
             "SqliteCheckpointer)") if isinstance(checkpoint, (str, bytes)) or hasattr(checkpoint, "__fspath__") \
         else "a Checkpointer such as SqliteCheckpointer('runs.db') or MemoryCheckpointer()"
     raise bad_value(owner, field, checkpoint, hint, type_error=True)
 
 
-def check_resume(run_id: Any, checkpoint: Any, owner: str) -> None:
+def check_resume(run_id: object, checkpoint: object, owner: str) -> None:
     """``resume(run_id, checkpoint)``: a run id string and the store the run was checkpointed to."""
     check_run_id(run_id, owner, required=True)
     if checkpoint is None:

@@ -17,12 +17,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__, gallery
 from .errors import FsmchatError, watch_failures
 from .models import shorten
 from .targets import BUILD, defines_build, load_target_with_module, resolve_graph, split_target, use_cwd
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpointer
 
 TARGET_HELP = ("MODULE:ATTR (e.g. mychat:chat, found from the current directory), path/file.py:ATTR, "
                f"or path/file.py (its top-level {BUILD}() function)")
@@ -104,7 +107,7 @@ def _store(path: str, create: bool = False) -> Any:
     return SqliteCheckpointer(path)
 
 
-def _follow(pattern: Any, start: Any, checkpoint: Any, store: str | None, args: argparse.Namespace,
+def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: str | None, args: argparse.Namespace,
             how: list[str], shown: bool = True) -> int:
     """Run ``start`` live; while the run waits for a person and stdin is a terminal (and not
     ``--no-input``), ask there and resume with the answer. Then report and pick the exit code."""

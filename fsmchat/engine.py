@@ -28,9 +28,9 @@ import threading
 from time import perf_counter
 from typing import Any, Awaitable, Callable, Iterable, Iterator, TypeVar
 
-from .errors import Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
+from .errors import FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
 from .graph.state_graph import StateGraph, callable_name
-from .models import RunResult, TraceEvent
+from .models import RunResult, StopReason, TraceEvent
 
 T = TypeVar("T")
 Observer = Callable[[TraceEvent], None]
@@ -197,7 +197,7 @@ class GraphRun:
         self.entered = False  # has the current state's action run in this visit?
         self.payload: Any = None  # what it returned
         self.error: BaseException | None = None
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | str | None = None
         self.max_steps = max_steps
         self.parent = parent
         if self.compiled.steps[self.state].final:
@@ -233,7 +233,7 @@ class GraphRun:
 
     def result(self) -> RunResult:
         """Return the run so far as a ``RunResult`` (``stop_reason="running"`` until it ends)."""
-        return RunResult(self.path, self.trace, self.stop_reason or "running", self.context, self.error,
+        return RunResult(self.path, self.trace, self.stop_reason or StopReason.RUNNING, self.context, self.error,
                          graph=self.graph)
 
     # ---- stepping ----
@@ -385,7 +385,7 @@ class GraphRun:
         reason = st.reason(self.context) if callable(st.reason) else st.reason
         last = next((e.trigger for e in reversed(self.trace) if e.trigger is not None and e.dest is not None
                      and "|" not in e.state[len(self.prefix):]), None)  # its own edge, not a branch's
-        self.stop_reason = reason or last or self.state
+        self.stop_reason = StopReason.of(reason or last or self.state)
         self.path.append(self.qualified)
         self._record(TraceEvent(len(self.path) - 1, self.qualified, None, None, self.clock() - self._t0))
 
@@ -419,25 +419,27 @@ class GraphRun:
             while self.stop_reason is None:
                 await step()
         except Interrupted as exc:  # an action waits for an answer: stop here, resumably
-            self._stop_with("interrupted", "interrupted", exc.request)
+            self._stop_with(StopReason.INTERRUPTED, exc.request)
         except _MaxSteps:
-            self.stop_reason = "max_steps"
-            self._record(TraceEvent(len(self.path), self.qualified, "max_steps", None, self.clock() - self._t0))
+            self.stop_reason = StopReason.MAX_STEPS
+            self._record(TraceEvent(len(self.path), self.qualified, StopReason.MAX_STEPS.value, None,
+                                    self.clock() - self._t0))
             self.path.append(self.qualified)
         except asyncio.CancelledError as exc:
-            self._stop_with("cancelled", "cancelled", None)
+            self._stop_with(StopReason.CANCELLED, None)
             self._close()
             raise attach_result(exc, self.result())
         except Exception as exc:  # an action, guard or the machine failed: keep everything so far
-            self._stop_with("error", "error", f"{type(exc).__name__}: {exc}")
+            self._stop_with(StopReason.ERROR, f"{type(exc).__name__}: {exc}")
             self.error = exc
         self._close()
         return self.result()
 
-    def _stop_with(self, reason: str, label: str, payload: Any) -> None:
+    def _stop_with(self, reason: StopReason, payload: Any) -> None:
+        """End the run here for ``reason``, its last event labelled with it (carrying ``payload``)."""
         self.stop_reason = reason
         self.path.append(self.qualified)
-        ev = TraceEvent(len(self.path) - 1, self.qualified, label, None, self.clock() - self._t0, payload)
+        ev = TraceEvent(len(self.path) - 1, self.qualified, reason.value, None, self.clock() - self._t0, payload)
         self.trace.append(ev)
         try:  # a failing store must not lose the result of a run that is already failing
             if self.recorder is not None:
@@ -449,11 +451,11 @@ class GraphRun:
     def _close(self) -> None:
         if self.recorder is not None:
             try:
-                self.recorder.finish(self.stop_reason or "error")
+                self.recorder.finish(self.stop_reason or StopReason.ERROR)
             except Exception as exc:
                 if self.error is None:
                     self.error = exc
-                    self.stop_reason = "error"
+                    self.stop_reason = StopReason.ERROR
 
     # ---- forks: branches as child runs ----
     async def _fork(self, st: _Step) -> Any:
@@ -472,7 +474,7 @@ class GraphRun:
             history = [e for e in saved.events if e.dest is not None] if saved is not None else None
             if saved is not None and saved.finished:
                 runs.append((child_ctx, None, RunResult([e.state for e in saved.events], list(saved.events),
-                                                        saved.stop_reason or "done", child_ctx)))
+                                                        saved.stop_reason or StopReason.DONE, child_ctx)))
                 continue
             child = GraphRun(st.branches[index], child_ctx, recorder=recorder, prefix=name + ".",
                              start=history[-1].dest if history else None, history=history, clock=self.clock,
@@ -491,7 +493,7 @@ class GraphRun:
         return join(self.context, results)
 
 
-class _MaxSteps(Exception):
+class _MaxSteps(FsmchatError):
     """The run reached ``max_steps`` (ends it with stop reason ``max_steps``)."""
 
 

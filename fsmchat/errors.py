@@ -91,11 +91,17 @@ def bad_value(owner: str, field: str, value: Any, allowed: str, type_error: bool
     return (ConfigTypeError if type_error else ConfigError)(f"{owner}: {field}={shown} is invalid: {allowed}")
 
 
-def invalid_config(owner: str, exc: Any) -> ConfigError:
+def invalid_config(owner: str, exc: Any) -> FsmchatError:
     """A pydantic ``ValidationError`` as one ``ConfigError`` in the style above (no pydantic URL):
-    ``"Limits: max_model_calls=0 is invalid: input should be greater than or equal to 1"``."""
+    ``"Limits: max_model_calls=0 is invalid: input should be greater than or equal to 1"``. When
+    the first error is an fsmchat error a validator raised, that error is returned as it is: it
+    already says everything (``"GroupChat requires at least 2 agents."``)."""
+    errors = exc.errors()
+    raised = (errors[0].get("ctx") or {}).get("error") if errors else None
+    if isinstance(raised, FsmchatError):
+        return raised
     parts = []
-    for err in exc.errors():
+    for err in errors:
         where = ".".join(str(x) for x in err["loc"]) or "config"
         msg = str(err["msg"])
         if err["type"] == "value_error":

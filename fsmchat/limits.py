@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import invalid_config
 
-from .models import MAX_MESSAGE_CHARS
+from .models import MAX_MESSAGE_CHARS, StopReason
 from .graph.state_graph import StateGraph, Transition
 
 
@@ -102,8 +102,8 @@ def add_limit_edges(graph: StateGraph, limits: Limits) -> StateGraph:
     done: set[int] = set()
 
     def transform(g: StateGraph) -> None:
-        guards = ([("over_budget", over_budget, "budget")] if limits.has_budget else []) + \
-                 ([("past_deadline", past_deadline, "deadline")] if limits.deadline_s is not None else [])
+        guards = ([("over_budget", over_budget, StopReason.BUDGET)] if limits.has_budget else []) + \
+                 ([("past_deadline", past_deadline, StopReason.DEADLINE)] if limits.deadline_s is not None else [])
         if not guards or id(g) in done:  # a graph nested in two places is transformed once
             return
         done.add(id(g))

@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass, field
 from collections.abc import Sequence
 from itertools import islice
-from typing import Any, Iterator, Literal
+from enum import Enum
+from typing import Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -283,8 +284,62 @@ class TraceEvent:
                 "dest": self.dest, "t": self.t, "payload": self.payload}
 
 
-StopReason = Literal["max_loops", "lull", "until", "rounds", "closed", "ttl", "budget", "deadline",
-                     "error", "cancelled", "stopped", "interrupted", "max_steps", "done"]
+class StopReason(str, Enum):
+    """Why a run stopped: the one list of stop reasons.
+
+    A member is its plain string everywhere a user sees it (``result.stop_reason == "lull"``, ``f"{reason}"``, ``repr``, JSON, a checkpoint
+    store); graphs name their stop edges and final states with it. A graph of your own may stop
+    for a reason of its own (the label of its last edge): that reason stays a plain ``str``.
+
+    Examples:
+        >>> from fsmchat import StopReason
+        >>> StopReason.LULL == "lull", str(StopReason.LULL), f"{StopReason.BUDGET}"
+        (True, 'lull', 'budget')
+        >>> StopReason("deadline") is StopReason.DEADLINE
+        True
+    """
+
+    MAX_LOOPS = "max_loops"  # the pattern's loop or message cap
+    LULL = "lull"  # GroupChat: no bid cleared the threshold
+    UNTIL = "until"  # a stop condition held
+    ROUNDS = "rounds"  # the panel held all its rounds
+    CLOSED = "closed"  # a network channel was closed (or reached max_texts)
+    TTL = "ttl"  # a network channel expired
+    BUDGET = "budget"  # a Limits budget (tokens, cost, model calls) was reached
+    DEADLINE = "deadline"  # Limits.deadline_s passed
+    ERROR = "error"  # an action failed; the exception is on result.error
+    CANCELLED = "cancelled"  # the run's task was cancelled
+    STOPPED = "stopped"  # a person rejected going on, or a flow step stopped the workflow
+    INTERRUPTED = "interrupted"  # the run waits for a person (resume it with input=)
+    MAX_STEPS = "max_steps"  # the engine's step cap (a safety net against a runaway graph)
+    DONE = "done"  # a flow (or a branch of one) ran all its steps
+    RUNNING = "running"  # not stopped yet: the result of a run still in progress
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self.value), format_spec)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    @classmethod
+    def of(cls, reason: str) -> "StopReason | str":
+        """The member named by ``reason`` (a plain string from a store or an edge label), or
+        ``reason`` unchanged when it is a graph's own."""
+        return cls._value2member_map_.get(reason, reason)  # type: ignore[return-value]
+
+    @classmethod
+    def run_status(cls, reason: str) -> str:
+        """What a run that stopped for ``reason`` is, as stores and the viewer list it: ``failed``
+        (error), ``cancelled``, ``waiting`` (for a person) or ``finished``; only a finished run is
+        not continued by a resume."""
+        return _RUN_STATUS.get(reason, "finished")
+
+
+_RUN_STATUS: dict[str, str] = {StopReason.ERROR: "failed", StopReason.CANCELLED: "cancelled",
+                               StopReason.INTERRUPTED: "waiting"}
 
 
 _BRANCH = re.compile(r"^(.*\|\d+(?:\[\d+\])?)\.")
@@ -334,7 +389,7 @@ class RunResult:
 
     path: list[str]
     trace: list[TraceEvent]
-    stop_reason: str
+    stop_reason: StopReason | str
     context: Any
     error: BaseException | None = None
     transcript: list[Message] = field(default_factory=list)
@@ -346,10 +401,13 @@ class RunResult:
     graph: Any = field(default=None, repr=False, compare=False)  # the StateGraph that ran (for drawing)
     pending: Any = None  # what a waiting run asks (``fsmchat.speakers.human.Pending``), when interrupted
 
+    def __post_init__(self) -> None:
+        self.stop_reason = StopReason.of(self.stop_reason)
+
     @property
     def waiting(self) -> bool:
         """The run stopped at an interrupt and waits for a person (resume it with ``input=``)."""
-        return self.stop_reason == "interrupted"
+        return self.stop_reason == StopReason.INTERRUPTED
 
     @property
     def paths(self) -> dict[str, list[str]]:
@@ -367,7 +425,7 @@ class RunResult:
     @property
     def ok(self) -> bool:
         """The run ended without an error and was not cancelled (a waiting run is ok)."""
-        return self.error is None and self.stop_reason != "cancelled"
+        return self.error is None and self.stop_reason != StopReason.CANCELLED
 
     @property
     def cost_usd(self) -> float | None:

@@ -15,11 +15,18 @@ import itertools
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, NamedTuple, Sequence
 
+from pydantic import Field
+
+from .config import MODEL_KINDS, MODEL_SOURCES, ConfigReader, ConfigSpec, callable_ref, jsonable, opt_ref
 from .graph.state_graph import StateGraph, branch_graph
 from .models import Bid, RunResult, split_branch
 from .errors import FsmchatError
+from .trust import Trust
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpointer
 
 SCRIPTED_PROVIDER = "fsmchat-scripted"
 
@@ -195,19 +202,15 @@ class ScriptedModel:
         self._counts: dict[str, int] = {}  # calls per agent: O(1) per request, not a scan of every request
         _Provider._instances[self.id] = self
 
-    def to_config(self) -> Any:
-        """This model as data (``fsmchat.config.ScriptedModelSpec``): scripts, and ``fn`` by import
-        path, so a Ray worker can rebuild it under the same id (agents name it by that id)."""
-        from .config import scripted_model_spec
-
+    def to_config(self) -> ScriptedModelSpec:
+        """This model as data (``ScriptedModelSpec``): scripts, and ``fn`` by import path, so a Ray
+        worker can rebuild it under the same id (agents name it by that id)."""
         return scripted_model_spec(self)
 
     @staticmethod
     def from_config(spec: Any, *, allow: Any = (), trusted: bool = False) -> "ScriptedModel":
         """Rebuild (or find, in this process) the model ``to_config`` described; its functions
         load under ``allow``/``trusted`` as in ``fsmchat.from_config``."""
-        from .config import ScriptedModelSpec, build_scripted_model
-
         return build_scripted_model(spec if isinstance(spec, ScriptedModelSpec)
                                     else ScriptedModelSpec.model_validate(spec), allow=allow, trusted=trusted)
 
@@ -362,8 +365,8 @@ class Answered(NamedTuple):
     asked: list[Any]
 
 
-def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any], *, checkpoint: Any = None,
-           run_id: str | None = None) -> Answered:
+def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any], *,
+           checkpoint: Checkpointer | None = None, run_id: str | None = None) -> Answered:
     """Run ``pattern`` on ``task`` and answer each interrupt, resuming until the run ends: the run
     stops for real at each one (checkpointed to ``checkpoint``, a ``MemoryCheckpointer`` by
     default) and goes on through ``pattern.resume(run_id, checkpoint, input=...)``, exactly as a
@@ -399,6 +402,122 @@ class FunctionModel(ScriptedModel):
     def __init__(self, fn: Callable[[Request], Any], name: str = "function", *, id: str | None = None,
                  keep_messages: int | None = KEEP_MESSAGES):
         super().__init__(None, fn=fn, name=name, id=id, keep_messages=keep_messages)
+
+
+# ---- scripted models as data: the kit registers their config form (fsmchat.config.MODEL_KINDS) ----
+class ScriptItemSpec(ConfigSpec):
+    """One scripted answer: text, bid, tool_call, fail, delay (then another item), empty, callable."""
+
+    kind: Literal["text", "bid", "tool_call", "fail", "delay", "empty", "callable"]
+    text: str | None = None
+    score: float | None = None
+    message: str | None = None
+    name: str | None = None
+    arguments: Any = None
+    status: int | None = None
+    retry_after: float | None = None
+    seconds: float | None = None
+    then: "ScriptItemSpec | None" = None
+    ref: str | None = None
+
+    @classmethod
+    def of(cls, x: Any, what: str) -> ScriptItemSpec:
+        """The config form of a script item (a callable travels by import path)."""
+        if isinstance(x, str):
+            return cls(kind="text", text=x)
+        if isinstance(x, Bid):
+            return cls(kind="bid", score=x.score, message=x.message)
+        if isinstance(x, ToolCall):
+            return cls(kind="tool_call", name=x.name, arguments=jsonable(x.arguments, what))
+        if isinstance(x, Fail):
+            return cls(kind="fail", status=x.status, message=x.message, retry_after=x.retry_after)
+        if isinstance(x, Delay):
+            return cls(kind="delay", seconds=x.seconds, then=cls.of(x.then, what))
+        if isinstance(x, Empty):
+            return cls(kind="empty")
+        if callable(x):
+            return cls(kind="callable", ref=callable_ref(x, what))
+        raise TypeError(f"{what}: a {type(x).__name__} item has no config form")
+
+    def build(self, r: ConfigReader, what: str) -> Any:
+        if self.kind == "text":
+            return self.text or ""
+        if self.kind == "bid":
+            return Bid(self.score or 0.0, self.message or "")
+        if self.kind == "tool_call":
+            return ToolCall(self.name or "", self.arguments)
+        if self.kind == "fail":
+            return Fail(self.status or 500, self.message or "scripted failure", self.retry_after)
+        if self.kind == "delay":
+            return Delay(self.seconds or 0.0, self.then.build(r, what) if self.then is not None else "")
+        if self.kind == "empty":
+            return Empty()
+        return r.trust.callable(self.ref or "", what)
+
+
+@MODEL_KINDS.register
+class ScriptedModelSpec(ConfigSpec):
+    """A ``ScriptedModel`` (``kind="scripted"``) or ``FunctionModel`` (``kind="function"``), rebuilt
+    under the same ``id`` so the agents' ``model`` strings resolve on the worker."""
+
+    kind: Literal["scripted", "function"] = "function"
+    id: str
+    scripts: dict[str, list[ScriptItemSpec]] = Field(default_factory=dict)
+    fn: str | None = None
+
+    def references(self) -> Iterator[tuple[str, str]]:
+        what = f"scripted model {self.id!r}"
+        if self.fn:
+            yield self.fn, f"{what} fn"
+        for agent, items in self.scripts.items():
+            for x in items:
+                item: ScriptItemSpec | None = x
+                while item is not None:
+                    if item.ref:
+                        yield item.ref, f"{what} script of {agent!r}"
+                    item = item.then
+
+    def build(self, r: ConfigReader) -> ScriptedModel:
+        """The model under this id: the live instance when it is the same model, else a new one."""
+        live = _Provider._instances.get(self.id)
+        if live is not None and scripted_model_spec(live) == self:
+            return live
+        what = f"scripted model {self.id!r}"
+        scripts: dict[str, Sequence[Any]] = {agent: [x.build(r, f"{what} script of {agent!r}") for x in items]
+                                             for agent, items in self.scripts.items()}
+        fn = r.fn(self.fn, f"{what} fn")
+        if self.kind == "function" and fn is not None and not scripts:
+            return FunctionModel(fn, id=self.id)
+        return ScriptedModel(scripts, fn=fn, id=self.id)
+
+
+def scripted_model_spec(model: ScriptedModel) -> ScriptedModelSpec:
+    """The config form of a ``ScriptedModel``/``FunctionModel`` (its scripts and function as data)."""
+    kind: Literal["scripted", "function"] = "function" if isinstance(model, FunctionModel) else "scripted"
+    scripts = {agent: [ScriptItemSpec.of(x, f"ScriptedModel {model.id!r} script of {agent!r}") for x in items]
+               for agent, items in model.scripts.items()}
+    return ScriptedModelSpec(kind=kind, id=model.id, scripts=scripts,
+                             fn=opt_ref(model.fn, f"{type(model).__name__} {model.id!r} fn"))
+
+
+def build_scripted_model(spec: ScriptedModelSpec, *, allow: Any = (), trusted: bool = False) -> ScriptedModel:
+    """A ``ScriptedModel``/``FunctionModel`` from its config form (references checked as in ``from_config``)."""
+    trust = Trust.of(allow, trusted, owner="ScriptedModel.from_config")
+    for ref, what in spec.references():
+        trust.check(ref, what)
+    return spec.build(ConfigReader(trust))
+
+
+def _live_model_spec(mid: str, agent: str) -> ScriptedModelSpec:
+    """What ``to_config`` writes for an agent on scripted model ``mid`` (the model must still be open)."""
+    inst = _Provider._instances.get(mid)
+    if inst is None:
+        raise TypeError(f"agent {agent!r} uses scripted model {SCRIPTED_PROVIDER + '/' + mid!r}, which is closed; "
+                        "keep the ScriptedModel/FunctionModel open while converting to a config")
+    return scripted_model_spec(inst)
+
+
+MODEL_SOURCES[SCRIPTED_PROVIDER] = _live_model_spec
 
 
 # ---- matchers for trace and id comparisons ----

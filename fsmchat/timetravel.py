@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
-from .checkpoint import NotSerializable, encode
+from .checkpoint import Checkpointer, NotSerializable, encode
 from .errors import ConfigError, FsmchatError
 from .limits import Limits
 from .models import Message, TraceEvent
@@ -103,7 +103,18 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def fork(run_id: str, at: int, checkpoint: Any, edit: ForkEdit | Mapping[str, Any] | None = None, *,
+class ForkableCheckpointer(Checkpointer, Protocol):
+    """A store that can fork its runs (``SqliteCheckpointer``, ``MemoryCheckpointer``): it reads a
+    run row by row, lists its branch lanes and writes whole runs."""
+
+    def log(self, run_id: str) -> RunLog: ...
+
+    def lanes(self, run_id: str) -> list[str]: ...
+
+    def put(self, logs: Sequence[RunLog]) -> None: ...
+
+
+def fork(run_id: str, at: int, checkpoint: ForkableCheckpointer, edit: ForkEdit | Mapping[str, Any] | None = None, *,
          fork_id: str | None = None) -> str:
     """Write a new run that starts where ``run_id`` was after step ``at``, with ``edit`` applied.
 
@@ -184,7 +195,7 @@ def fork(run_id: str, at: int, checkpoint: Any, edit: ForkEdit | Mapping[str, An
     return new_id
 
 
-def _log_of(checkpoint: Any, run_id: Any, what: str) -> RunLog:
+def _log_of(checkpoint: ForkableCheckpointer, run_id: Any, what: str) -> RunLog:
     if not isinstance(run_id, str) or not run_id:
         raise ForkError(f"{what}: run_id={_short(run_id)} is invalid: the id of a checkpointed run")
     try:
@@ -304,7 +315,7 @@ def _lane_step(lane: str, run_id: str) -> int:
     return int(head) if head.isdigit() else 1 << 62
 
 
-def _copied_lane(checkpoint: Any, lane: str, run_id: str, new_id: str, what: str) -> RunLog:
+def _copied_lane(checkpoint: ForkableCheckpointer, lane: str, run_id: str, new_id: str, what: str) -> RunLog:
     """A branch lane, row for row, under the fork's id (its parent renamed with it)."""
     log = checkpoint.log(lane)
     meta = dict(log.meta)

@@ -1,8 +1,9 @@
 """Layer 7: workflows (AgentFlow) with the Discussion step and the combinators."""
 from .compile import StepError
 from .context import FlowContext, StepResult, flow_input
-from .flow import AgentFlow, Flow
+from .flow import AgentFlow, Flow, FlowConfig
 from .steps import Discussion, Task, ask_human, if_, loop, parallel, repeat, route, when
+from .task import Block
 
-__all__ = ["AgentFlow", "Flow", "Discussion", "Task", "StepResult", "StepError", "FlowContext", "flow_input", "loop",
-           "parallel", "route", "if_", "when", "repeat", "ask_human"]
+__all__ = ["AgentFlow", "Flow", "FlowConfig", "Discussion", "Task", "StepResult", "StepError", "FlowContext",
+           "flow_input", "loop", "parallel", "route", "if_", "when", "repeat", "ask_human", "Block"]

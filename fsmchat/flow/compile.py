@@ -1,7 +1,11 @@
 """Compile workflow steps into ONE nested ``StateGraph``: each step a state, each combinator a
 subgraph (a cluster in the diagram), each Discussion ``begin -> turn -> (turn | done)``, with a
 ``check_until`` state after each turn only when it has an ``until``. Every step state leaves by ``[halted] -> done`` first, so a failure or a deliberate stop
-propagates out of every level as an edge in the graph."""
+propagates out of every level as an edge in the graph.
+
+This module holds what every step kind shares (running a ``Task`` under its policy, a sequence of
+steps, the exits of a bounded loop, forks and joins, the call bound); each block kind compiles and
+bounds itself (``Block.compile``, ``Block.calls`` in ``fsmchat.flow.steps``)."""
 from __future__ import annotations
 
 import asyncio
@@ -12,12 +16,12 @@ from typing import Any, Callable, Sequence
 from ..deadline import call_within
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted, fatal_error, limit_reached
 from ..graph.state_graph import Guard, StateGraph, state_names
+from ..models import StopReason
 from ..patterns.interrupts import TARGET, WaitPoint
 from ..speakers.agent import Turn
 from ..speakers.human import USER, Edit, Reject, Say, request
-from ..statelog import AppendLog
 from .context import FlowContext, StepResult
-from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, Task, as_task
+from .task import Block, Task, as_task, step_names
 
 
 class StepError(FsmchatError, RuntimeError):
@@ -41,12 +45,12 @@ def halted(ctx: FlowContext) -> bool:
     return ctx.halted
 
 
-def branch_reason(ctx: FlowContext) -> str:
+def branch_reason(ctx: FlowContext) -> StopReason:
     """How a branch run ended: its steps' status (done, or error / stopped when one halted it)."""
-    return {"failed": "error", "stopped": "stopped"}.get(ctx.status, "done")
+    return {"failed": StopReason.ERROR, "stopped": StopReason.STOPPED}.get(ctx.status, StopReason.DONE)
 
 
-def _named(fn: Callable[..., Any], name: str, doc: str = "") -> Callable[..., Any]:
+def named(fn: Callable[..., Any], name: str, doc: str = "") -> Callable[..., Any]:
     fn.__name__ = re.sub(r"\W+", "_", name).strip("_") or "step"
     fn.__doc__ = doc
     return fn
@@ -175,8 +179,7 @@ class Compiler:
     def sequence(self, steps: Sequence[Any], name: str, final: str = "done", reason: Any = None,
                  description: str = "") -> StateGraph:
         g = StateGraph(name, description=description)
-        labels = [getattr(step, "name", None) or as_task(step).name or "step" for step in steps]
-        names = state_names(labels, reserved=[final], fallback="step")
+        names = state_names(step_names(steps), reserved=[final], fallback="step")
         for state, step in zip(names, steps):
             self.add(g, state, step)
         g.final(final, reason=reason)
@@ -188,228 +191,20 @@ class Compiler:
         return g
 
     def add(self, g: StateGraph, state: str, step: Any) -> None:
-        if isinstance(step, Discussion):
-            g.subgraph(state, self.discussion(step), f"Discussion: {step.rounds} round(s) of "
-                                                     f"{', '.join(t.name for t in step.tasks)}")
-        elif isinstance(step, Loop):
-            if step.parallel:
-                body = self.sequence(step.steps, f"{state}_body", reason=branch_reason)
-                g.fork(state, [body], *self.loop_parallel(step), f"each {step.var_name} in {over_text(step)}, "
-                       "concurrently")
-            else:
-                g.subgraph(state, self.loop(step), f"each {step.var_name} in {over_text(step)}")
-        elif isinstance(step, Parallel):
-            branches = [self.sequence([s], f"{state}_{i + 1}", reason=branch_reason) for i, s in enumerate(step.steps)]
-            limit = step.max_concurrency
-            how = "concurrently" if limit is None or limit >= len(branches) else \
-                "one after another" if limit == 1 else f"at most {limit} at once"
-            g.fork(state, branches, _split_into(len(branches)), _join_to("parallel_outputs"),
-                   f"{len(branches)} branches {how}", max_concurrency=limit)
-        elif isinstance(step, Route):
-            g.subgraph(state, self.route(step), "first key said in the previous output" if step.on is None
-                       else f"the key equal to {step.on}")
-        elif isinstance(step, If):
-            g.subgraph(state, self.if_(step), f"if {step.condition.__doc__ or step.condition.__name__}")
-        elif isinstance(step, Repeat):
-            g.subgraph(state, self.repeat(step), f"until {getattr(step.until, '__name__', 'max')}, "
-                                                 f"at most {step.max_iterations}x")
-        else:
-            task = as_task(step)
+        """Declare ``step`` as ``state`` of ``g``: a block compiles itself; anything else runs as a ``Task``."""
+        if isinstance(step, Block):
+            step.compile(self, g, state)
+            return
+        task = as_task(step)
 
-            async def run_step(ctx: FlowContext, task: Task = task) -> str:
-                status, _ = await run_task(task, ctx)
-                return status
+        async def run_step(ctx: FlowContext, task: Task = task) -> str:
+            status, _ = await run_task(task, ctx)
+            return status
 
-            desc = (f"agent {task.agent.name}" if task.agent is not None else
-                    f"asks {task.person.name} (a person: waits for the answer)" if task.person is not None
-                    else f"call {task.name}") + task_notes(task)
-            g.state(state, _named(run_step, f"run_{task.name}", desc), desc, waits=task.person is not None)
-
-    # -- Discussion: begin -> turn -> (turn | done); with until: begin -> turn -> check_until -> (turn | done)
-    def discussion(self, d: Discussion) -> StateGraph:
-        key, n = self.key(), len(d.tasks)
-        limit = d.rounds * n
-
-        def begin(ctx: FlowContext) -> None:
-            """start a fresh transcript"""
-            ctx.frames[key] = {"t": 0, "lines": AppendLog(), "topic": ctx.previous_result if ctx.previous_result
-                               is not None else ctx.input}
-            ctx.join_lines("discussion_transcript", key)
-
-        async def turn(ctx: FlowContext) -> str:
-            """the scheduled speaker talks"""
-            f = ctx.frames[key]
-            t = f["t"]
-            task = d.task_for(d.select(t, ctx)) if d.select is not None else d.tasks[t % n]
-            prompt = None
-            if task.agent is not None or task.person is not None:
-                topic = ctx.render(task.action) if task.action is not None else f["topic"]
-                prompt = discussion_prompt(task.name or "", topic, f["lines"], ctx.previous_result)
-            status, out = await run_task(task, ctx, prompt, record_as=task.name)
-            f["t"] = t + 1
-            if status in ("completed", "stopped"):
-                line = f"{task.name}: {out}"
-                lines = f["lines"]
-                if type(lines) is not AppendLog:  # restored from a checkpoint as a plain list
-                    lines = f["lines"] = AppendLog(lines)
-                lines.append(line)
-                ctx.join_lines("discussion_transcript", key, line)
-            return f"{task.name}: {status}"
-
-        def check_until(ctx: FlowContext) -> bool | None:
-            """until(ctx) after every turn"""
-            if ctx.halted:
-                ctx.frames[key]["met"] = False
-                return None
-            try:
-                met = bool(d.until(ctx))
-            except Exception as exc:
-                raise ValueError(f"Discussion until() raised {type(exc).__name__}: {exc}. It is checked after "
-                                 "every turn, so a failing condition would run the full round budget.") from exc
-            ctx.frames[key]["met"] = met
-            return met
-
-        def turns_left(ctx: FlowContext) -> bool:
-            return ctx.frames[key]["t"] < limit
-
-        _named(turns_left, "turns_left", f"fewer than {d.rounds} x {n} turns")
-        g = StateGraph(d.name, description=f"Discussion {d.name}")
-        people = [t.person.name for t in d.tasks if t.person is not None]
-        g.state("begin", begin)
-        g.state("turn", turn, "the scheduled speaker talks" + (f" (waits for {', '.join(people)}: a person's "
-                                                                "turn takes their message)" if people else ""),
-                waits=bool(people))
-        g.edge("begin", "turn")
-        if d.until is not None:
-            g.state("check_until", check_until, pure=True)  # committed with the next turn: one commit per turn
-            g.edge("turn", "check_until")
-        g.final("done")
-        bounded_exits(g, "check_until" if d.until is not None else "turn", "turn", key, turns_left, "rounds",
-                      until=d.until is not None)
-        return g
-
-    # -- loop: begin -> next -> (body -> next | done)
-    def loop(self, lp: Loop) -> StateGraph:
-        key = self.key()
-
-        def begin(ctx: FlowContext) -> int:
-            """read the list to iterate"""
-            items = _items(ctx, lp)
-            ctx.frames[key] = {"i": -1, "items": items}
-            return len(items)
-
-        def next_item(ctx: FlowContext) -> Any:
-            """set item and loop_index"""
-            f = ctx.frames[key]
-            f["i"] += 1
-            if f["i"] < len(f["items"]):
-                ctx.variables[lp.var_name] = f["items"][f["i"]]
-                ctx.variables["loop_index"] = f["i"]
-                return f["i"]
-            return None
-
-        def has_item(ctx: FlowContext) -> bool:
-            """items left"""
-            f = ctx.frames[key]
-            return f["i"] < len(f["items"])
-
-        def end(ctx: FlowContext) -> None:
-            """unset item and loop_index (they are scoped to the loop)"""
-            ctx.variables.pop(lp.var_name, None)
-            ctx.variables.pop("loop_index", None)
-
-        g = StateGraph(lp.name, description=f"loop over {over_text(lp)}")
-        g.state("begin", begin).state("next", next_item)
-        g.subgraph("body", self.sequence(lp.steps, "body"), "")
-        g.state("end", end)
-        g.final("done")
-        g.edge("begin", "next")
-        g.edge("next", "body", when=has_item)
-        g.edge("next", "end", label="exhausted")
-        g.edge("body", "end", when=halted, label="halt")
-        g.edge("body", "next")
-        g.edge("end", "done")
-        return g
-
-    def loop_parallel(self, lp: Loop) -> tuple[Callable[[FlowContext], Any], Callable[..., Any]]:
-        def split_items(ctx: FlowContext) -> list[tuple[int, FlowContext, int]]:
-            """one child run of the body per item, with item and loop_index set"""
-            children = []
-            for i, item in enumerate(_items(ctx, lp)):
-                c = ctx.child()
-                c.variables[lp.var_name], c.variables["loop_index"] = item, i
-                children.append((0, _forked(c), i))
-            return children
-
-        join = _join_to("loop_outputs", unset=(lp.var_name, "loop_index"))
-        return split_items, join
-
-    # -- route: decide -> (route_<key> | default | done)
-    def route(self, r: Route) -> StateGraph:
-        g = StateGraph(r.name, description="route")
-        g.state("decide", r.decide, "match a key in the previous output" if r.on is None else f"look up {r.on}")
-        states = list(zip(r.routes, state_names(list(r.routes), reserved=["decide", "default", "done"],
-                                                 prefix="to_", fallback="route")))
-        for k, st in states:
-            g.subgraph(st, self.sequence(r.routes[k], st), f"route {k!r}")
-        if r.default:
-            g.subgraph("default", self.sequence(r.default, "default"), "no key matched")
-        g.final("done")
-        for k, st in states:
-            def matches(ctx: FlowContext, k: str = k) -> bool:
-                return r.matches(k, r.value(ctx))
-
-            g.edge("decide", st, when=_named(matches, f"says_{k}" if r.on is None else f"{r.on}_is_{k}",
-                                             f"previous output says {k!r}" if r.on is None else f"{r.on} == {k!r}"))
-        g.edge("decide", "default" if r.default else "done", label="no_match")
-        for _, st in states:
-            g.edge(st, "done")
-        if r.default:
-            g.edge("default", "done")
-        return g
-
-    # -- if_: check -> (then | else | done)
-    def if_(self, c: If) -> StateGraph:
-        g = StateGraph(c.name, description="if")
-        g.state("check", None, c.condition.__doc__ or c.condition.__name__)
-        g.subgraph("then", self.sequence(c.then_steps, "then"), "")
-        if c.else_steps:
-            g.subgraph("else", self.sequence(c.else_steps, "else"), "")
-        g.final("done")
-        g.edge("check", "then", when=c.condition)
-        g.edge("check", "else" if c.else_steps else "done", label="otherwise")
-        g.edge("then", "done")
-        if c.else_steps:
-            g.edge("else", "done")
-        return g
-
-    # -- repeat: begin -> body -> check -> (body | done)
-    def repeat(self, rp: Repeat) -> StateGraph:
-        key = self.key()
-
-        def begin(ctx: FlowContext) -> None:
-            """reset the iteration count"""
-            ctx.frames[key] = {"n": 0, "met": False}
-
-        def check(ctx: FlowContext) -> int:
-            """count a pass, evaluate until"""
-            f = ctx.frames[key]
-            f["n"] += 1
-            f["met"] = bool(rp.until(ctx)) if rp.until is not None and not ctx.halted else False
-            return f["n"]
-
-        def iterations_left(ctx: FlowContext) -> bool:
-            return ctx.frames[key]["n"] < rp.max_iterations
-
-        _named(iterations_left, "iterations_left", f"fewer than {rp.max_iterations} passes")
-        g = StateGraph(rp.name, description="repeat")
-        g.state("begin", begin)
-        g.subgraph("body", self.sequence(rp.steps, "body"), "")
-        g.state("check", check)
-        g.final("done")
-        g.edge("begin", "body").edge("body", "check")
-        bounded_exits(g, "check", "body", key, iterations_left, "max_iterations", until=rp.until is not None)
-        return g
+        desc = (f"agent {task.agent.name}" if task.agent is not None else
+                f"asks {task.person.name} (a person: waits for the answer)" if task.person is not None
+                else f"call {task.name}") + task_notes(task)
+        g.state(state, named(run_step, f"run_{task.name}", desc), desc, waits=task.person is not None)
 
 
 # ---- people in the loop: interrupt_before / interrupt_after in a flow ----
@@ -439,7 +234,7 @@ def flow_point(where: str, qualified: str, g: StateGraph) -> WaitPoint:
             ctx.events.append({"event": "rejected", "state": qualified, "reason": answer.reason})
         return answer.kind
 
-    _named(review, f"ask_{where}_{qualified}", f"a person reviews the flow {where} {short}")
+    named(review, f"ask_{where}_{qualified}", f"a person reviews the flow {where} {short}")
     exits: list[tuple[str, Guard | None, str]] = [("<final>", halted, "halt")]
     if where == "before":
         exits.append((TARGET, None, "approved"))
@@ -477,68 +272,29 @@ def bounded_exits(g: StateGraph, check: str, again: str, key: int, more: Callabl
 
     g.edge(check, "done", when=halted, label="halt")
     if until:
-        g.edge(check, "done", when=until_met, label="until")
+        g.edge(check, "done", when=until_met, label=StopReason.UNTIL)
     g.edge(check, again, when=more)
     g.edge(check, "done", label=exhausted)
 
 
-def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) -> str:
-    """What an agent speaker is asked on its Discussion turn."""
-    parts = [str(topic) if topic is not None else ""]
-    if lines:
-        parts.append("Discussion so far:\n" + "\n".join(lines))
-    parts.append(f"You are {name}. " + ("Respond to the latest turn and move the discussion forward."
-                                         if lines else "Open the discussion."))
-    return "\n\n".join(p for p in parts if p)
-
-
-def over_text(lp: Loop) -> str:
-    """How a loop's list is named in the diagram: the variable, a short literal list of plain
-    values as written, or a literal list's length."""
-    if isinstance(lp.over, str):
-        return lp.over
-    shown = repr(lp.over)
-    plain = all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in lp.over)
-    return shown if plain and len(shown) <= 60 else f"a list of {len(lp.over)}"
-
-
-def _items(ctx: FlowContext, lp: Loop) -> list[Any]:
-    over = lp.over
-    if isinstance(over, list):
-        return copy.deepcopy(over)  # a literal list: the same items every run
-    try:
-        items = ctx.lookup(over)
-    except KeyError:
-        raise ValueError(f"loop over={over!r}: no such variable; variables are {sorted(ctx.variables)}") from None
-    if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
-        raise ValueError(f"loop over={over!r}: expected a list, got {type(items).__name__}"
-                         + (" (loop over list(d.items()) or list(d) instead)" if isinstance(items, dict) else ""))
-    items = list(items)
-    cap = lp.max_items
-    if cap is not None and len(items) > cap:
-        raise ValueError(f"loop {lp.name!r}: {over!r} holds {len(items)} items, over its max_items={cap} "
-                         "(the bound max_calls() promised)")
-    return items
-
-
-def _split_into(n: int) -> Callable[[FlowContext], list[tuple[int, FlowContext, None]]]:
+def split_into(n: int) -> Callable[[FlowContext], list[tuple[int, FlowContext, None]]]:
     def split(ctx: FlowContext) -> list[tuple[int, FlowContext, None]]:
         """one child run per branch, each on a copy of the variables"""
-        return [(i, _forked(ctx.child()), None) for i in range(n)]
+        return [(i, forked(ctx.child()), None) for i in range(n)]
     return split
 
 
-def _forked(child: FlowContext) -> FlowContext:
+def forked(child: FlowContext) -> FlowContext:
     """Remember the child's variables as they were at the fork (the join merges only changes)."""
     child.at_fork = copy.deepcopy(child.variables)  # type: ignore[attr-defined]
     child.memory_at_fork = {k: len(v) for k, v in (child.memory or {}).items()}  # type: ignore[attr-defined]
     return child
 
 
-_LIMIT_ERRORS = {"deadline": DeadlineExceeded, "budget": BudgetExceeded}
+_LIMIT_ERRORS = {StopReason.DEADLINE: DeadlineExceeded, StopReason.BUDGET: BudgetExceeded}
 
 
-def _join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext, list[Any]], Any]:
+def join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext, list[Any]], Any]:
     def join(ctx: FlowContext, runs: list[tuple[FlowContext, Any]]) -> dict[str, Any]:
         """Merge the child runs in declaration order: a branch's variable overrides only if that
         branch changed it (compared with the value at the fork); nothing is merged (or posted)
@@ -579,75 +335,36 @@ def bound(steps: Sequence[Any], items: dict[str, int], requests: bool = False,
     ``num_retries`` included). A loop's length is ``items[over]`` if given, else its declared
     ``max_items`` (enforced when the loop starts); with neither, ``ValueError`` names the loop. A
     loop over a literal list is counted pass by pass with its item ``known``, so a route on that
-    variable counts only the branch the item takes (unless a step of the body may rewrite it)."""
+    variable counts only the branch the item takes (unless a step of the body may rewrite it).
+    Each block bounds itself (``Block.calls``)."""
     known = known or {}
-    total = 0
-    for s in steps:
-        if isinstance(s, Loop) and isinstance(s.over, list):
-            if _may_write(s.steps, s.var_name):
-                drop = {k: v for k, v in known.items() if k != s.var_name}
-                total += sum(bound(s.steps, items, requests, drop) for _ in s.over)
-            else:
-                total += sum(bound(s.steps, items, requests, {**known, s.var_name: x}) for x in s.over)
-        elif isinstance(s, Route) and s.on is not None and _known_value(known, s.on) is not _UNKNOWN:
-            value = _known_value(known, s.on)
-            key = next((k for k in s.routes if s.matches(k, value)), None)
-            total += bound(s.routes[key] if key is not None else s.default, items, requests, known)
-        elif isinstance(s, Discussion):
-            per_turn = [_calls(t, requests) for t in s.tasks]
-            # a selector may pick the costliest speaker on every one of the rounds x speakers turns
-            total += s.rounds * (len(per_turn) * max(per_turn) if s.select is not None else sum(per_turn))
-        elif isinstance(s, Loop):
-            n = items.get(s.over, s.max_items)
-            if n is None:
-                raise ValueError(f"max_calls: loop {s.name!r} iterates over {s.over!r}, a list only known when it "
-                                 f"runs; declare loop(..., max_items=N) (a longer list is then refused when the "
-                                 f"loop starts) or give its length: max_calls({s.over}=N)")
-            total += n * bound(s.steps, items, requests, known)
-        elif isinstance(s, Parallel):
-            total += sum(bound([x], items, requests, known) for x in s.steps)
-        elif isinstance(s, Route):
-            total += max([bound(v, items, requests, known) for v in s.routes.values()]
-                         + [bound(s.default, items, requests, known)])
-        elif isinstance(s, If):
-            total += max(bound(s.then_steps, items, requests, known), bound(s.else_steps, items, requests, known))
-        elif isinstance(s, Repeat):
-            total += s.max_iterations * bound(s.steps, items, requests, known)
-        elif isinstance(s, Block):
-            raise TypeError(f"unknown block {type(s).__name__}")
-        else:
-            total += _calls(as_task(s), requests)
-    return total
+    return sum(s.calls(items, requests, known) if isinstance(s, Block) else task_calls(as_task(s), requests)
+               for s in steps)
 
 
-_UNKNOWN = object()
+UNKNOWN = object()
 
 
-def _known_value(known: dict[str, Any], name: str) -> Any:
-    """The value of variable ``name`` (dotted: into dicts) when ``bound`` knows it, else ``_UNKNOWN``."""
+def known_value(known: dict[str, Any], name: str) -> Any:
+    """The value of variable ``name`` (dotted: into dicts) when ``bound`` knows it, else ``UNKNOWN``."""
     head, *rest = name.split(".")
-    value = known.get(head, _UNKNOWN)
+    value = known.get(head, UNKNOWN)
     for part in rest:
-        value = value.get(part, _UNKNOWN) if isinstance(value, dict) else _UNKNOWN
+        value = value.get(part, UNKNOWN) if isinstance(value, dict) else UNKNOWN
     return value
 
 
-def _may_write(steps: Sequence[Any], var: str) -> bool:
+def may_write(steps: Sequence[Any], var: str) -> bool:
     """Whether a step of ``steps`` may set variable ``var``: a callable (it may return
     ``StepResult(variables=...)`` or write ``ctx.variables``), a step saving its output under
-    that name, a nested loop over the same variable, or a block's own output variable."""
+    that name, or a block's own output variable (a loop's item, ``parallel_outputs``...)."""
     for s in walk_steps(steps):
-        if isinstance(s, Loop) and var in (s.var_name, "loop_index", "loop_outputs"):
-            return True
-        if (isinstance(s, Parallel) and var == "parallel_outputs") or \
-                (isinstance(s, Discussion) and var == "discussion_transcript"):
-            return True
-        if isinstance(s, Discussion):
-            if any(_may_write([t], var) for t in s.tasks):
+        if isinstance(s, Block):
+            if s.writes(var) or may_write(s.own_tasks(), var):
                 return True
-        elif not isinstance(s, Block):
+        else:
             t = as_task(s)
-            if t.handler is not None or var in (getattr(t, "save_as", None), getattr(t, "append_to", None)):
+            if t.handler is not None or var in (t.save_as, t.append_to):
                 return True
     return False
 
@@ -657,16 +374,12 @@ def walk_steps(steps: Sequence[Any]) -> list[Any]:
     found: list[Any] = []
     for s in steps:
         found.append(s)
-        if isinstance(s, (Loop, Parallel, Repeat)):
-            found += walk_steps(s.steps)
-        elif isinstance(s, Route):
-            found += walk_steps([x for v in s.routes.values() for x in v] + s.default)
-        elif isinstance(s, If):
-            found += walk_steps(s.then_steps + s.else_steps)
+        if isinstance(s, Block):
+            found += walk_steps(s.children())
     return found
 
 
-def _calls(task: Task, requests: bool = False) -> int:
+def task_calls(task: Task, requests: bool = False) -> int:
     """Model calls of one run of ``task``: its flow-level retries; with ``requests``, times the
     attempts each call may make (the agent's ``num_retries``)."""
     if task.agent is None:

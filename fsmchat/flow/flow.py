@@ -2,41 +2,38 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from typing import Annotated, Any, Sequence
+
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, model_validator
 
 from ..graph.state_graph import StateGraph
 from ..checks import check_agents
+from ..config import AgentRoster, FlowSteps, JsonData
 from ..errors import ConfigError, attach_result, bad_value, fatal_error, run_finished
-from ..models import RunResult, check_output_type, format_output
-from ..patterns.base import Pattern, set_pending
+from ..models import RunResult, StopReason, check_output_type, format_output
+from ..patterns.base import Pattern, PatternConfig, set_pending
 from ..speakers.agent import Agent
 from ..patterns.interrupts import WaitPoint
 from .compile import Compiler, StepError, bound, flow_point, walk_steps
 from .context import FlowContext
-from .steps import Block, Discussion, If, Loop, Parallel, Repeat, Route, as_task
+from .task import Block, as_task
 
-_REASON = {"completed": "done", "failed": "error", "stopped": "stopped", "running": "done", "waiting": "interrupted"}
+_REASON = {"completed": StopReason.DONE, "failed": StopReason.ERROR, "stopped": StopReason.STOPPED,
+           "running": StopReason.DONE, "waiting": StopReason.INTERRUPTED}
 
 
-def _flow_reason(ctx: FlowContext) -> str:
+def _flow_reason(ctx: FlowContext) -> StopReason:
     return _REASON[ctx.status]
 
 
 _blocks_in = walk_steps
 
 
-def _loops_in(steps: Sequence[Any]) -> list[Loop]:
-    return [s for s in _blocks_in(steps) if isinstance(s, Loop)]
-
-
 def _tasks_in(steps: Sequence[Any]) -> list[Any]:
     """Every Task the steps run (a Discussion's speakers included)."""
     found: list[Any] = []
     for s in _blocks_in(steps):
-        if isinstance(s, Discussion):
-            found += s.tasks
-        elif not isinstance(s, Block):
-            found.append(as_task(s))
+        found += s.own_tasks() if isinstance(s, Block) else [as_task(s)]
     return found
 
 
@@ -44,7 +41,109 @@ def _agents_in(steps: Sequence[Any]) -> list[Agent]:
     return [t.agent for t in _tasks_in(steps) if t.agent is not None]
 
 
-class AgentFlow(Pattern):
+# the stop reasons a flow keeps as the engine gave them (every other one is the flow's status)
+_KEPT = (StopReason.BUDGET, StopReason.DEADLINE, StopReason.CANCELLED, StopReason.MAX_STEPS, StopReason.INTERRUPTED)
+
+
+def _owner(info: ValidationInfo) -> str:
+    return f"AgentFlow {info.data.get('name', 'flow')!r}"
+
+
+def _flow_steps(steps: Any) -> list[Any]:
+    if not steps:
+        raise ConfigError("AgentFlow needs at least one step")
+    steps = list(steps)
+    for s in steps:
+        if not isinstance(s, Block):
+            as_task(s)  # a step of no known kind: refused now, by type
+    return steps
+
+
+def _variables(variables: Any) -> dict[str, Any]:
+    if variables is not None and not isinstance(variables, dict):
+        raise TypeError(f"AgentFlow variables must be a dict, got {type(variables).__name__}")
+    return dict(variables or {})
+
+
+def _roster(agents: Any, info: ValidationInfo) -> list[Agent] | None:
+    check_agents(agents, _owner(info))
+    for a in agents or []:
+        if not isinstance(a, Agent):
+            raise bad_value(_owner(info), "agents", agents, "the flow's roster, a list of Agent "
+                            f"objects (found a {type(a).__name__})", type_error=True)
+    return list(agents) if agents is not None else None
+
+
+def _memory(memory: Any, info: ValidationInfo) -> bool:
+    if not isinstance(memory, bool):
+        raise bad_value(_owner(info), "memory", memory, "True (each agent remembers its own prompts "
+                        "and replies of the run) or False", type_error=True)
+    return memory
+
+
+def _output_type(output_type: Any, info: ValidationInfo) -> str | None:
+    if output_type is not None:
+        try:
+            check_output_type(output_type)
+        except ValueError as exc:
+            raise ConfigError(f"{_owner(info)}: {exc}") from None
+    return output_type
+
+
+class FlowConfig(PatternConfig):
+    """AgentFlow's parameters, declared once: validated before any model call.
+
+    The fields are ``AgentFlow``'s constructor parameters in the reference's order; a step agent
+    missing from ``agents=`` or a person asked in a parallel branch is refused here too.
+
+    Attributes:
+        steps: The steps, in order (at least one).
+        variables: The declared initial variables.
+        name: The flow's name.
+        agents: The flow's roster, when declared.
+        verbose: Print each message as it is posted.
+        memory: Give every agent a private memory for the run.
+        output_type: Format ``"output"`` as the flow's transcript this way.
+
+    Examples:
+        >>> from fsmchat.flow import FlowConfig
+        >>> def hello(ctx):
+        ...     return "hi"
+        >>> FlowConfig(steps=[hello], name="greet").name
+        'greet'
+        >>> FlowConfig(steps=[])
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: AgentFlow needs at least one step
+    """
+
+    steps: Annotated[FlowSteps, AfterValidator(_flow_steps)] = Field(None, validate_default=True)
+    variables: Annotated[JsonData, AfterValidator(_variables)] = Field(None, validate_default=True)
+    name: str = "flow"
+    agents: Annotated[AgentRoster, AfterValidator(_roster)] = None
+    verbose: bool = False
+    memory: Annotated[bool, BeforeValidator(_memory)] = False
+    output_type: Annotated[str | None, BeforeValidator(_output_type)] = None
+
+    @model_validator(mode="after")
+    def _whole(self) -> "FlowConfig":
+        owner = f"AgentFlow {self.name!r}"
+        if self.agents is not None:
+            roster = {a.name for a in self.agents}
+            for a in _agents_in(self.steps):
+                if a.name not in roster:
+                    raise ConfigError(f"{owner}: step agent {a.name!r} is not in agents= {sorted(roster)}; add it "
+                                      "to the roster or drop agents=")
+        for block in _blocks_in(self.steps):
+            if isinstance(block, Block) and block.forks:
+                asked = [t.name for t in _tasks_in(block.children()) if t.person is not None]
+                if asked:
+                    raise ConfigError(f"{owner}: {block.name!r} runs {asked[0]!r} (a person) in a parallel branch, "
+                                      "which cannot stop for them; ask before or after the parallel step instead")
+        return self
+
+
+class AgentFlow(Pattern, kind="flow", config=FlowConfig):
     """A workflow of steps run in order, compiled into one nested state graph (``Flow`` is the same class).
 
     Each step is an Agent, a callable ``(ctx) -> str | StepResult``, a ``Task``, a ``Discussion``
@@ -54,7 +153,10 @@ class AgentFlow(Pattern):
     stops there with status ``"waiting"`` (stop reason ``"interrupted"``) and goes on with
     ``resume(run_id, checkpoint, input=...)``; it must be run with a checkpoint.
 
-    Args:
+    The attributes below are also the constructor's parameters, in this order (``FlowConfig``
+    declares and validates them; setting one later is validated the same way).
+
+    Attributes:
         steps: The steps, in order (at least one).
         variables: The declared initial variables (``{{name}}`` in prompts); a run works on a copy.
         name: The flow's name (its graph's name).
@@ -64,6 +166,10 @@ class AgentFlow(Pattern):
             earlier prompts and replies first (as swarms' agents keep theirs).
         output_type: Make ``"output"`` the flow's transcript formatted this way (any of the
             patterns' output types) instead of the last step's output.
+
+    Args:
+        *args: The attributes above by position (``steps``, ``variables``, ...).
+        **kwargs: The attributes above by name.
         interrupt_before: States where the run stops for a person before entering them.
         interrupt_after: States where the run stops for a person after leaving them.
 
@@ -86,53 +192,11 @@ class AgentFlow(Pattern):
         'done'
     """
 
-    def __init__(self, steps: Sequence[Any] | None = None, variables: dict[str, Any] | None = None,
-                 name: str = "flow", agents: Sequence[Agent] | None = None, verbose: bool = False,
-                 memory: bool = False, output_type: str | None = None, *,
-                 interrupt_before: Sequence[str] | None = None, interrupt_after: Sequence[str] | None = None):
-        if not steps:
-            raise ValueError("AgentFlow needs at least one step")
-        if variables is not None and not isinstance(variables, dict):
-            raise TypeError(f"AgentFlow variables must be a dict, got {type(variables).__name__}")
-        self.steps = list(steps)
-        for s in self.steps:
-            if not isinstance(s, Block):
-                as_task(s)
-        self.variables = dict(variables or {})
-        self.name, self.verbose = name, verbose
-        if not isinstance(memory, bool):
-            raise bad_value(f"AgentFlow {name!r}", "memory", memory, "True (each agent remembers its own prompts "
-                            "and replies of the run) or False", type_error=True)
-        if output_type is not None:
-            try:
-                check_output_type(output_type)
-            except ValueError as exc:
-                raise ConfigError(f"AgentFlow {name!r}: {exc}") from None
-        self.memory, self.output_type = memory, output_type
-        check_agents(agents, f"AgentFlow {name!r}")
-        for a in agents or []:
-            if not isinstance(a, Agent):
-                raise bad_value(f"AgentFlow {name!r}", "agents", agents, "the flow's roster, a list of Agent "
-                                f"objects (found a {type(a).__name__})", type_error=True)
-        self.agents = list(agents) if agents is not None else None
-        if self.agents is not None:
-            roster = {a.name for a in self.agents}
-            for a in _agents_in(self.steps):
-                if a.name not in roster:
-                    raise ValueError(f"AgentFlow {name!r}: step agent {a.name!r} is not in agents= "
-                                     f"{sorted(roster)}; add it to the roster or drop agents=")
-        for block in _blocks_in(self.steps):
-            if isinstance(block, Parallel) or (isinstance(block, Loop) and block.parallel):
-                asked = [t.name for t in _tasks_in(block.steps) if t.person is not None]
-                if asked:
-                    raise ConfigError(f"AgentFlow {name!r}: {block.name!r} runs {asked[0]!r} (a person) in a "
-                                      "parallel branch, which cannot stop for them; ask before or after the "
-                                      "parallel step instead")
-        self._set_interrupts(interrupt_before, interrupt_after)
+    config: FlowConfig
 
     def _compile(self) -> StateGraph:
-        return Compiler().sequence(self.steps, self.name, final="end", reason=_flow_reason,
-                                   description=f"AgentFlow {self.name}")
+        return Compiler().sequence(self.config.steps, self.config.name, final="end", reason=_flow_reason,
+                                   description=f"AgentFlow {self.config.name}")
 
     def _wait_point(self, where: str, qualified: str, level: StateGraph) -> WaitPoint:
         return flow_point(where, qualified, level)
@@ -143,19 +207,14 @@ class AgentFlow(Pattern):
         if not task.strip():
             raise ConfigError(f"AgentFlow.run(input): input={task!r} is invalid: a non-empty string (the flow's "
                               "{{input}} and its first step's prompt)")
-        for lp in _loops_in(self.steps):
-            if not isinstance(lp.over, str):
-                continue  # a literal list
-            items = self.variables.get(lp.over)
-            if items is not None and not isinstance(items, (list, tuple)):
-                raise ConfigError(f"AgentFlow: loop over={lp.over!r} is invalid: expected a list, the variable "
-                                  f"holds a {type(items).__name__} (for a dict, loop over list(d.items()) or "
-                                  "list(d))")
+        for block in _blocks_in(self.config.steps):
+            if isinstance(block, Block):
+                block.check_run(self.config.variables)
 
     def _context(self, task: str) -> FlowContext:  # type: ignore[override]
-        ctx = FlowContext(task, copy.deepcopy(self.variables))
-        ctx.stats.roster = _agents_in(self.steps)
-        if self.memory:
+        ctx = FlowContext(task, copy.deepcopy(self.config.variables))
+        ctx.stats.roster = _agents_in(self.config.steps)
+        if self.config.memory:
             ctx.memory = {}
         return ctx
 
@@ -178,7 +237,7 @@ class AgentFlow(Pattern):
 
     def _finish(self, result: RunResult) -> RunResult:
         ctx: FlowContext = result.context
-        if result.stop_reason == "interrupted":
+        if result.stop_reason == StopReason.INTERRUPTED:
             ctx.status = "waiting"
         if result.error is not None and not ctx.halted:
             ctx.status, ctx.error = "failed", result.error
@@ -191,17 +250,16 @@ class AgentFlow(Pattern):
             # a request error no retry can fix, or a broken test double (an exhausted script), is the
             # run's error whatever the step's on_error policy: it refused every later request
             ctx.status, ctx.error, result.error = "failed", fatal, fatal
-        if result.stop_reason not in ("budget", "deadline", "cancelled", "max_steps", "interrupted") and \
-                result.error is None:
+        if result.stop_reason not in _KEPT and result.error is None:
             result.stop_reason = _flow_reason(ctx)
-        if result.stop_reason in ("budget", "deadline"):
+        if result.stop_reason in (StopReason.BUDGET, StopReason.DEADLINE):
             ctx.status = "stopped"
         result.transcript = ctx.transcript.messages
         result.calls = ctx.stats.calls
         result.usage = dict(ctx.stats.usage)
         result.events = list(ctx.events)
-        output = ctx.previous_result if self.output_type is None else \
-            format_output(ctx.transcript.messages, self.output_type)
+        output = ctx.previous_result if self.config.output_type is None else \
+            format_output(ctx.transcript.messages, self.config.output_type)
         out: dict[str, Any] = {"output": output, "steps": ctx.steps, "variables": ctx.variables,
                                "status": ctx.status}
         if ctx.error is not None:
@@ -232,15 +290,15 @@ class AgentFlow(Pattern):
         Raises:
             ValueError: A loop's length is unknown; the message names the loop.
         """
-        return bound(self.steps, {k: v if isinstance(v, int) else len(v) for k, v in lengths.items()}, requests)
+        return bound(self.config.steps, {k: v if isinstance(v, int) else len(v) for k, v in lengths.items()}, requests)
 
     def _repr_fields(self) -> list[str]:
-        names = [getattr(s, "name", None) or as_task(s).name for s in self.steps]
+        names = [getattr(s, "name", None) or as_task(s).name for s in self.config.steps]
         shown = names[:8] + ([f"+{len(names) - 8} more"] if len(names) > 8 else [])
         return [f"steps={shown!r}", *super()._repr_fields()]
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
-        return [(a, 1) for a in _agents_in(self.steps)]  # for the fingerprint (flows bound calls by step)
+        return [(a, 1) for a in _agents_in(self.config.steps)]  # for the fingerprint (flows bound calls by step)
 
 
 Flow = AgentFlow

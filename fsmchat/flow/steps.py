@@ -1,131 +1,33 @@
-"""Workflow steps as data: ``Task``, ``Discussion`` and the combinators ``loop``, ``parallel``,
-``route``, ``if_`` (``when``) and ``repeat``. ``compile.py`` turns them into state graphs."""
+"""Workflow step kinds: ``Discussion`` and the combinators ``loop``, ``parallel``, ``route``,
+``if_`` (``when``) and ``repeat``, each a ``Block`` that declares its kind and config form in its
+class line and compiles itself (``compile``) into the flow's one graph; ``Task`` is the leaf step
+(``fsmchat.flow.task``)."""
 from __future__ import annotations
 
+import copy
 import re
-from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Annotated, Any, Callable, ClassVar, Literal, Sequence, Union
+
+from pydantic import Field
 
 from ..checks import check_agents
+from ..config import (REF, AgentSpec, AnyStep, CallableSpec, ConfigReader, ConfigSpec, ConfigWriter, HumanSpec,
+                      jsonable, opt_ref)
 from ..errors import ConfigError, bad_value
+from ..graph.state_graph import StateGraph, state_names
+from ..models import StopReason
 from ..speakers.agent import Agent
 from ..speakers.human import Human
-from .context import compile_condition
+from ..statelog import AppendLog
+from .compile import (UNKNOWN, Compiler, bound, bounded_exits, branch_reason, forked, halted, join_to, known_value,
+                      may_write, named, run_task, split_into, task_calls)
+from .context import FlowContext, compile_condition
+from .task import Block, OnError, Task, TaskSpec, as_task, step_names
 
-OnError = Literal["stop", "continue", "retry"]
+__all__ = ["Task", "as_task", "Block", "OnError", "Discussion", "Loop", "Parallel", "Route", "If", "Repeat", "loop",
+           "parallel", "route", "if_", "when", "repeat", "ask_human"]
 
-
-@dataclass
-class Task:
-    """A flow step with its error policy: a handler, an agent or a person, and where its output goes.
-
-    A bare Agent, callable or ``Human`` in a flow's steps is a ``Task`` with the defaults. The
-    output is always the step's record and the next step's previous output; it is posted to the
-    flow's transcript unless ``post=False``; ``save_as`` and ``append_to`` also keep it in variables.
-
-    Attributes:
-        handler: A callable ``(ctx) -> str | StepResult`` (exactly one of handler, agent, person).
-        agent: An ``Agent`` asked with ``action`` as its prompt.
-        name: The step's name (default: the agent's or person's name, or the handler's ``__name__``).
-        action: The agent's prompt template (``{{var}}`` templating), or the question for a person;
-            default: the previous output, or the flow's input.
-        on_error: ``"stop"`` (halt the flow), ``"continue"`` (record the failure and go on) or
-            ``"retry"`` (up to ``max_retries`` more attempts, backing off exponentially).
-        max_retries: Retries under ``on_error="retry"``.
-        should_run: ``should_run(ctx)`` false skips the step.
-        retry_delay: Seconds before the first retry (doubling after each).
-        post: Post the output to the flow's transcript (False: e.g. an introduction whose reply is
-            thrown away).
-        save_as: Also store the output in this variable (read later as ``{{x}}``).
-        append_to: Also append the output to this list variable (created empty; read as ``{{xs}}``
-            or a window such as ``{{xs[-3:]}}``).
-        person: A ``Human``: the run stops until they answer (see ``ask_human``).
-
-    Raises:
-        ValueError: Not exactly one of handler, agent and person, or a bad ``on_error`` or
-            ``max_retries``.
-        TypeError: A handler that is not callable, an agent that is not an ``Agent``, a person
-            that is not a ``Human``.
-
-    Examples:
-        >>> from fsmchat import AgentFlow, Task
-        >>> def flaky(ctx):
-        ...     raise RuntimeError("service down")
-        >>> def reply(ctx):
-        ...     return "thanks"
-        >>> out = AgentFlow(steps=[Task(handler=flaky, on_error="continue"), reply]).run("hello")
-        >>> out["status"], [(s["name"], s["status"]) for s in out["steps"]]
-        ('completed', [('flaky', 'failed'), ('reply', 'completed')])
-        >>> Task(handler=flaky, on_error="retry", max_retries=2)
-        Task('flaky', handler=flaky, on_error='retry', max_retries=2)
-    """
-
-    handler: Callable[..., Any] | None = None
-    agent: Agent | None = None
-    name: str | None = None
-    action: str | None = None
-    on_error: OnError = "stop"
-    max_retries: int = 0
-    should_run: Callable[[Any], bool] | None = None
-    retry_delay: float = 0.1
-    post: bool = True
-    save_as: str | None = None
-    append_to: str | None = None
-    person: Human | None = None
-
-    def __repr__(self) -> str:
-        who = f"agent={self.agent.name!r}" if self.agent is not None else f"person={self.person.name!r}" \
-            if self.person is not None else f"handler={getattr(self.handler, '__name__', type(self.handler).__name__)}"
-        extra = "" if self.on_error == "stop" else f", on_error={self.on_error!r}" + \
-            (f", max_retries={self.max_retries}" if self.on_error == "retry" else "")
-        return f"Task({self.name!r}, {who}{extra})"
-
-    def __post_init__(self) -> None:
-        if sum(x is not None for x in (self.handler, self.agent, self.person)) != 1:
-            raise ValueError("Task needs exactly one of handler= (a callable), agent= (an Agent) or person= (a Human)")
-        if self.person is not None and not isinstance(self.person, Human):
-            raise TypeError(f"Task person must be an fsmchat Human, got {type(self.person).__name__}")
-        if self.handler is not None and not callable(self.handler):
-            raise TypeError(f"Task handler must be callable, got {type(self.handler).__name__}")
-        if self.agent is not None and not isinstance(self.agent, Agent):
-            raise TypeError(f"Task agent must be an fsmchat Agent, got {type(self.agent).__name__}")
-        if self.on_error not in ("stop", "continue", "retry"):
-            raise ValueError(f"Task on_error={self.on_error!r} is not allowed; choose from "
-                             "['stop', 'continue', 'retry']")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError(f"Task max_retries must be an int >= 0, got {self.max_retries!r}")
-        if isinstance(self.retry_delay, bool) or not isinstance(self.retry_delay, (int, float)) or \
-                not 0 <= self.retry_delay < float("inf"):
-            raise bad_value("Task", "retry_delay", self.retry_delay, "seconds before the first retry, a finite "
-                            "number >= 0")
-        if self.should_run is not None and not callable(self.should_run):
-            raise bad_value("Task", "should_run", self.should_run, "a callable (ctx) -> bool, or None",
-                            type_error=True)
-        if not isinstance(self.post, bool):
-            raise bad_value("Task", "post", self.post, "True (post the output to the transcript) or False",
-                            type_error=True)
-        for key in ("save_as", "append_to"):
-            v = getattr(self, key)
-            if v is not None and (not isinstance(v, str) or not v.isidentifier()):
-                raise bad_value("Task", key, v, "a variable name such as 'answer' (read later as {{answer}})",
-                                type_error=not isinstance(v, str))
-        if self.name is None:
-            self.name = self.agent.name if self.agent is not None else self.person.name \
-                if self.person is not None else getattr(self.handler, "__name__", type(self.handler).__name__)
-
-
-def as_task(step: Any) -> Task:
-    """A bare Agent or callable becomes a Task with the default policy (on_error="stop")."""
-    if isinstance(step, Task):
-        return step
-    if isinstance(step, Agent):
-        return Task(agent=step)
-    if isinstance(step, Human):
-        return Task(person=step)
-    if callable(step) and not isinstance(step, Block):
-        return Task(handler=step)
-    raise TypeError(f"a step must be an Agent, a Human, a callable (ctx) -> str | StepResult, a Task, a Discussion or "
-                    f"a combinator (loop, parallel, route, if_, repeat); got {type(step).__name__}")
+Step = AnyStep  # a flow step in a config: validated by its kind
 
 
 def _steps(steps: Any, what: str) -> list[Any]:
@@ -138,27 +40,30 @@ def _steps(steps: Any, what: str) -> list[Any]:
     return items
 
 
-def _names(steps: Sequence[Any]) -> list[str]:
-    return [getattr(s, "name", None) or as_task(s).name or "step" for s in steps]
+_names = step_names
 
 
 def _fn(f: Any) -> str:
     return getattr(f, "__name__", type(f).__name__)
 
 
-class Block:
-    """Base of composite steps (each compiles to a subgraph or a fork state)."""
+# ---- Discussion: begin -> turn -> (turn | done); with until: begin -> turn -> check_until -> (turn | done)
+class DiscussionSpec(ConfigSpec):
+    owner: ClassVar[str] = "Discussion"
+    kind: Literal["discussion"] = "discussion"
+    agents: list[Annotated[Union[AgentSpec, CallableSpec, TaskSpec, HumanSpec], Field(discriminator="kind")]]
+    rounds: int = 3
+    until: Annotated[str | None, REF] = None
+    select: Annotated[str | None, REF] = None
+    name: str = "discussion"
 
-    name: str = "block"
-
-    def _repr_fields(self) -> list[str]:
-        return [f"steps={_names(getattr(self, 'steps', []))!r}"]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join([repr(self.name), *self._repr_fields()])})"
+    def build(self, r: ConfigReader) -> Discussion:
+        return Discussion([a.build(r) for a in self.agents], rounds=self.rounds, name=self.name,
+                          until=r.fn(self.until, f"Discussion {self.name!r} until"),
+                          select=r.fn(self.select, f"Discussion {self.name!r} select"))
 
 
-class Discussion(Block):
+class Discussion(Block, kind="discussion", spec=DiscussionSpec):
     """A flow step where speakers take turns on one thread, compiled to ``begin -> turn -> (turn | done)``.
 
     Each round every speaker speaks once, in order, unless ``select`` chooses; ``until`` is checked
@@ -203,9 +108,9 @@ class Discussion(Block):
             raise TypeError(f"Discussion until must be a callable (ctx) -> bool, got {type(until).__name__}")
         if select is not None and not callable(select):
             raise TypeError(f"Discussion select must be a callable (turn, ctx) -> speaker, got {type(select).__name__}")
-        self.agents = list(agents)
+        self.agents = list(agents or [])
         self.tasks = [as_task(a) for a in self.agents]
-        names = [t.name for t in self.tasks]
+        names = [t.name or "" for t in self.tasks]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ConfigError(f"Discussion {name!r}: agents={names!r} is invalid: {twice[0]!r} is listed more than "
@@ -237,8 +142,129 @@ class Discussion(Block):
         raise ValueError(f"Discussion {self.name!r} select() returned {speaker!r}, which is not one of its "
                          f"speakers {names}")
 
+    def to_spec(self, w: ConfigWriter) -> DiscussionSpec:
+        """This step as its config form (a ``DiscussionSpec``; see ``Block.to_spec``)."""
+        members = [a.to_spec(w) if isinstance(a, Task) else w.participant(a, f"Discussion {self.name!r} speaker")
+                   for a in self.agents]
+        return DiscussionSpec(agents=members, rounds=self.rounds, name=self.name,
+                              until=opt_ref(self.until, f"Discussion {self.name!r} until"),
+                              select=opt_ref(self.select, f"Discussion {self.name!r} select"))
 
-class Loop(Block):
+    def children(self) -> list[Any]:
+        """The steps this block holds, in declaration order."""
+        return []
+
+    def own_tasks(self) -> list[Task]:
+        """The tasks this block runs itself (not those of the steps it holds)."""
+        return list(self.tasks)
+
+    def writes(self, var: str) -> bool:
+        """Whether this block itself sets variable ``var`` (its own output variables)."""
+        return var == "discussion_transcript"
+
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+        """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
+        per_turn = [task_calls(t, requests) for t in self.tasks]
+        # a selector may pick the costliest speaker on every one of the rounds x speakers turns
+        return self.rounds * (len(per_turn) * max(per_turn) if self.select is not None else sum(per_turn))
+
+    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+        """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
+        g.subgraph(state, self.graph(c), f"Discussion: {self.rounds} round(s) of "
+                                         f"{', '.join(t.name or '' for t in self.tasks)}")
+
+    def graph(self, c: Compiler) -> StateGraph:
+        """This discussion's subgraph: ``begin -> turn -> (turn | done)``, ``check_until`` with ``until``."""
+        d = self
+        key, n = c.key(), len(d.tasks)
+        limit = d.rounds * n
+
+        def begin(ctx: FlowContext) -> None:
+            """start a fresh transcript"""
+            ctx.frames[key] = {"t": 0, "lines": AppendLog(), "topic": ctx.previous_result if ctx.previous_result
+                               is not None else ctx.input}
+            ctx.join_lines("discussion_transcript", key)
+
+        async def turn(ctx: FlowContext) -> str:
+            """the scheduled speaker talks"""
+            f = ctx.frames[key]
+            t = f["t"]
+            task = d.task_for(d.select(t, ctx)) if d.select is not None else d.tasks[t % n]
+            prompt = None
+            if task.agent is not None or task.person is not None:
+                topic = ctx.render(task.action) if task.action is not None else f["topic"]
+                prompt = discussion_prompt(task.name or "", topic, f["lines"], ctx.previous_result)
+            status, out = await run_task(task, ctx, prompt, record_as=task.name)
+            f["t"] = t + 1
+            if status in ("completed", "stopped"):
+                line = f"{task.name}: {out}"
+                lines = f["lines"]
+                if type(lines) is not AppendLog:  # restored from a checkpoint as a plain list
+                    lines = f["lines"] = AppendLog(lines)
+                lines.append(line)
+                ctx.join_lines("discussion_transcript", key, line)
+            return f"{task.name}: {status}"
+
+        def check_until(ctx: FlowContext) -> bool | None:
+            """until(ctx) after every turn"""
+            if ctx.halted:
+                ctx.frames[key]["met"] = False
+                return None
+            assert d.until is not None
+            try:
+                met = bool(d.until(ctx))
+            except Exception as exc:
+                raise ValueError(f"Discussion until() raised {type(exc).__name__}: {exc}. It is checked after "
+                                 "every turn, so a failing condition would run the full round budget.") from exc
+            ctx.frames[key]["met"] = met
+            return met
+
+        def turns_left(ctx: FlowContext) -> bool:
+            return ctx.frames[key]["t"] < limit
+
+        named(turns_left, "turns_left", f"fewer than {d.rounds} x {n} turns")
+        g = StateGraph(d.name, description=f"Discussion {d.name}")
+        people = [t.person.name for t in d.tasks if t.person is not None]
+        g.state("begin", begin)
+        g.state("turn", turn, "the scheduled speaker talks" + (f" (waits for {', '.join(people)}: a person's "
+                                                                "turn takes their message)" if people else ""),
+                waits=bool(people))
+        g.edge("begin", "turn")
+        if d.until is not None:
+            g.state("check_until", check_until, pure=True)  # committed with the next turn: one commit per turn
+            g.edge("turn", "check_until")
+        g.final("done")
+        bounded_exits(g, "check_until" if d.until is not None else "turn", "turn", key, turns_left,
+                      StopReason.ROUNDS, until=d.until is not None)
+        return g
+
+
+def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) -> str:
+    """What an agent speaker is asked on its Discussion turn."""
+    parts = [str(topic) if topic is not None else ""]
+    if lines:
+        parts.append("Discussion so far:\n" + "\n".join(lines))
+    parts.append(f"You are {name}. " + ("Respond to the latest turn and move the discussion forward."
+                                         if lines else "Open the discussion."))
+    return "\n\n".join(p for p in parts if p)
+
+
+# ---- loop: begin -> next -> (body -> next | done); parallel: a fork with one child run per item
+class LoopSpec(ConfigSpec):
+    kind: Literal["loop"] = "loop"
+    steps: list[Step]
+    over: str | list[Any] = "items"  # a variable's name, or a literal list
+    var_name: str = "item"
+    parallel: bool = False
+    name: str = "loop"
+    max_items: int | None = Field(default=None, ge=0)
+
+    def build(self, r: ConfigReader) -> Loop:
+        return loop(steps=r.steps(self.steps), over=self.over, var_name=self.var_name, parallel=self.parallel,
+                    name=self.name, max_items=self.max_items)
+
+
+class Loop(Block, kind="loop", spec=LoopSpec):
     def __init__(self, steps: Any, over: str | Sequence[Any] = "items", var_name: str = "item", parallel: bool = False,
                  name: str = "loop", max_items: int | None = None):
         if isinstance(over, (list, tuple)):
@@ -259,8 +285,155 @@ class Loop(Block):
         return [f"over={self.over!r}", *super()._repr_fields()] + (["parallel=True"] if self.parallel else []) + \
             ([f"max_items={self.max_items}"] if self.max_items is not None else [])
 
+    @property
+    def forks(self) -> bool:  # type: ignore[override]
+        return self.parallel
 
-class Parallel(Block):
+    def to_spec(self, w: ConfigWriter) -> LoopSpec:
+        """This step as its config form (a ``LoopSpec``; see ``Block.to_spec``)."""
+        over = self.over if isinstance(self.over, str) else jsonable(self.over, f"loop {self.name!r} over")
+        return LoopSpec(steps=w.steps(self.steps), over=over, var_name=self.var_name, parallel=self.parallel,
+                        name=self.name, max_items=self.max_items)
+
+    def writes(self, var: str) -> bool:
+        """Whether this block itself sets variable ``var`` (its own output variables)."""
+        return var in (self.var_name, "loop_index", "loop_outputs")
+
+    def check_run(self, variables: dict[str, Any]) -> None:
+        """Refuse a run whose declared ``variables`` this block cannot use (before any call)."""
+        if not isinstance(self.over, str):
+            return  # a literal list
+        items = variables.get(self.over)
+        if items is not None and not isinstance(items, (list, tuple)):
+            raise ConfigError(f"AgentFlow: loop over={self.over!r} is invalid: expected a list, the variable "
+                              f"holds a {type(items).__name__} (for a dict, loop over list(d.items()) or "
+                              "list(d))")
+
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+        """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
+        if isinstance(self.over, list):
+            if may_write(self.steps, self.var_name):
+                drop = {k: v for k, v in known.items() if k != self.var_name}
+                return sum(bound(self.steps, items, requests, drop) for _ in self.over)
+            return sum(bound(self.steps, items, requests, {**known, self.var_name: x}) for x in self.over)
+        n = items.get(self.over, self.max_items)
+        if n is None:
+            raise ValueError(f"max_calls: loop {self.name!r} iterates over {self.over!r}, a list only known when it "
+                             f"runs; declare loop(..., max_items=N) (a longer list is then refused when the "
+                             f"loop starts) or give its length: max_calls({self.over}=N)")
+        return n * bound(self.steps, items, requests, known)
+
+    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+        """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
+        if self.parallel:
+            body = c.sequence(self.steps, f"{state}_body", reason=branch_reason)
+            g.fork(state, [body], *self.fork_parts(), f"each {self.var_name} in {over_text(self)}, concurrently")
+        else:
+            g.subgraph(state, self.graph(c), f"each {self.var_name} in {over_text(self)}")
+
+    def graph(self, c: Compiler) -> StateGraph:
+        lp = self
+        key = c.key()
+
+        def begin(ctx: FlowContext) -> int:
+            """read the list to iterate"""
+            items = loop_items(ctx, lp)
+            ctx.frames[key] = {"i": -1, "items": items}
+            return len(items)
+
+        def next_item(ctx: FlowContext) -> Any:
+            """set item and loop_index"""
+            f = ctx.frames[key]
+            f["i"] += 1
+            if f["i"] < len(f["items"]):
+                ctx.variables[lp.var_name] = f["items"][f["i"]]
+                ctx.variables["loop_index"] = f["i"]
+                return f["i"]
+            return None
+
+        def has_item(ctx: FlowContext) -> bool:
+            """items left"""
+            f = ctx.frames[key]
+            return f["i"] < len(f["items"])
+
+        def end(ctx: FlowContext) -> None:
+            """unset item and loop_index (they are scoped to the loop)"""
+            ctx.variables.pop(lp.var_name, None)
+            ctx.variables.pop("loop_index", None)
+
+        g = StateGraph(lp.name, description=f"loop over {over_text(lp)}")
+        g.state("begin", begin).state("next", next_item)
+        g.subgraph("body", c.sequence(lp.steps, "body"), "")
+        g.state("end", end)
+        g.final("done")
+        g.edge("begin", "next")
+        g.edge("next", "body", when=has_item)
+        g.edge("next", "end", label="exhausted")
+        g.edge("body", "end", when=halted, label="halt")
+        g.edge("body", "next")
+        g.edge("end", "done")
+        return g
+
+    def fork_parts(self) -> tuple[Callable[[FlowContext], Any], Callable[..., Any]]:
+        lp = self
+
+        def split_items(ctx: FlowContext) -> list[tuple[int, FlowContext, int]]:
+            """one child run of the body per item, with item and loop_index set"""
+            children = []
+            for i, item in enumerate(loop_items(ctx, lp)):
+                child = ctx.child()
+                child.variables[lp.var_name], child.variables["loop_index"] = item, i
+                children.append((0, forked(child), i))
+            return children
+
+        join = join_to("loop_outputs", unset=(lp.var_name, "loop_index"))
+        return split_items, join
+
+
+def over_text(lp: Loop) -> str:
+    """How a loop's list is named in the diagram: the variable, a short literal list of plain
+    values as written, or a literal list's length."""
+    if isinstance(lp.over, str):
+        return lp.over
+    shown = repr(lp.over)
+    plain = all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in lp.over)
+    return shown if plain and len(shown) <= 60 else f"a list of {len(lp.over)}"
+
+
+def loop_items(ctx: FlowContext, lp: Loop) -> list[Any]:
+    """The items a loop iterates this run (refused when not a list, or over its ``max_items``)."""
+    over = lp.over
+    if isinstance(over, list):
+        return copy.deepcopy(over)  # a literal list: the same items every run
+    try:
+        items = ctx.lookup(over)
+    except KeyError:
+        raise ValueError(f"loop over={over!r}: no such variable; variables are {sorted(ctx.variables)}") from None
+    if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
+        raise ValueError(f"loop over={over!r}: expected a list, got {type(items).__name__}"
+                         + (" (loop over list(d.items()) or list(d) instead)" if isinstance(items, dict) else ""))
+    items = list(items)
+    cap = lp.max_items
+    if cap is not None and len(items) > cap:
+        raise ValueError(f"loop {lp.name!r}: {over!r} holds {len(items)} items, over its max_items={cap} "
+                         "(the bound max_calls() promised)")
+    return items
+
+
+# ---- parallel: a fork state, one child run per step, joined in declaration order
+class ParallelSpec(ConfigSpec):
+    kind: Literal["parallel"] = "parallel"
+    steps: list[Step]
+    name: str = "parallel"
+    max_concurrency: int | None = Field(default=None, ge=1)
+
+    def build(self, r: ConfigReader) -> Parallel:
+        return parallel(r.steps(self.steps), name=self.name, max_concurrency=self.max_concurrency)
+
+
+class Parallel(Block, kind="parallel", spec=ParallelSpec):
+    forks = True
+
     def __init__(self, steps: Sequence[Any], name: str = "parallel", max_concurrency: int | None = None):
         if max_concurrency is not None and (isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int)
                                             or max_concurrency < 1):
@@ -270,8 +443,42 @@ class Parallel(Block):
         self.steps, self.name = _steps(list(steps), "parallel"), name
         self.max_concurrency = max_concurrency
 
+    def to_spec(self, w: ConfigWriter) -> ParallelSpec:
+        """This step as its config form (a ``ParallelSpec``; see ``Block.to_spec``)."""
+        return ParallelSpec(steps=w.steps(self.steps), name=self.name, max_concurrency=self.max_concurrency)
 
-class Route(Block):
+    def writes(self, var: str) -> bool:
+        """Whether this block itself sets variable ``var`` (its own output variables)."""
+        return var == "parallel_outputs"
+
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+        """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
+        return sum(bound([x], items, requests, known) for x in self.steps)
+
+    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+        """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
+        branches = [c.sequence([s], f"{state}_{i + 1}", reason=branch_reason) for i, s in enumerate(self.steps)]
+        limit = self.max_concurrency
+        how = "concurrently" if limit is None or limit >= len(branches) else \
+            "one after another" if limit == 1 else f"at most {limit} at once"
+        g.fork(state, branches, split_into(len(branches)), join_to("parallel_outputs"),
+               f"{len(branches)} branches {how}", max_concurrency=limit)
+
+
+# ---- route: decide -> (route_<key> | default | done)
+class RouteSpec(ConfigSpec):
+    kind: Literal["route"] = "route"
+    routes: dict[str, list[Step]]
+    default: list[Step] = Field(default_factory=list)
+    name: str = "route"
+    on: str | None = None
+
+    def build(self, r: ConfigReader) -> Route:
+        return route({k: r.steps(v) for k, v in self.routes.items()}, default=r.steps(self.default) or None,
+                     name=self.name, on=self.on)
+
+
+class Route(Block, kind="route", spec=RouteSpec):
     def __init__(self, routes: dict[str, Any], default: Any = None, name: str = "route", on: str | None = None):
         if not isinstance(routes, dict) or not routes:
             raise ValueError("route needs routes={'key': [steps], ...} with at least one key")
@@ -319,8 +526,73 @@ class Route(Block):
                                                              "no default, so the route runs no step")})
         return key
 
+    def to_spec(self, w: ConfigWriter) -> RouteSpec:
+        """This step as its config form (a ``RouteSpec``; see ``Block.to_spec``)."""
+        return RouteSpec(routes={k: w.steps(v) for k, v in self.routes.items()}, default=w.steps(self.default),
+                         name=self.name, on=self.on)
 
-class If(Block):
+    def children(self) -> list[Any]:
+        """The steps this block holds, in declaration order."""
+        return [x for v in self.routes.values() for x in v] + self.default
+
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+        """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
+        value = known_value(known, self.on) if self.on is not None else UNKNOWN
+        if value is not UNKNOWN:  # the variable is known (a loop over a literal list): only its branch counts
+            key = next((k for k in self.routes if self.matches(k, value)), None)
+            return bound(self.routes[key] if key is not None else self.default, items, requests, known)
+        return max([bound(v, items, requests, known) for v in self.routes.values()]
+                   + [bound(self.default, items, requests, known)])
+
+    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+        """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
+        g.subgraph(state, self.graph(c), "first key said in the previous output" if self.on is None
+                   else f"the key equal to {self.on}")
+
+    def graph(self, c: Compiler) -> StateGraph:
+        r = self
+        g = StateGraph(r.name, description="route")
+        g.state("decide", r.decide, "match a key in the previous output" if r.on is None else f"look up {r.on}")
+        states = list(zip(r.routes, state_names(list(r.routes), reserved=["decide", "default", "done"],
+                                                 prefix="to_", fallback="route")))
+        for k, st in states:
+            g.subgraph(st, c.sequence(r.routes[k], st), f"route {k!r}")
+        if r.default:
+            g.subgraph("default", c.sequence(r.default, "default"), "no key matched")
+        g.final("done")
+        for k, st in states:
+            def matches(ctx: FlowContext, k: str = k) -> bool:
+                return r.matches(k, r.value(ctx))
+
+            g.edge("decide", st, when=named(matches, f"says_{k}" if r.on is None else f"{r.on}_is_{k}",
+                                            f"previous output says {k!r}" if r.on is None else f"{r.on} == {k!r}"))
+        g.edge("decide", "default" if r.default else "done", label="no_match")
+        for _, st in states:
+            g.edge(st, "done")
+        if r.default:
+            g.edge("default", "done")
+        return g
+
+
+# ---- if_: check -> (then | else | done)
+class IfSpec(ConfigSpec):
+    """``condition`` is an import path, ``expression`` a condition string such as ``"{{x}} > 1"``."""
+
+    owner: ClassVar[str] = "if_"
+    kind: Literal["if"] = "if"
+    condition: Annotated[str | None, REF] = None
+    expression: str | None = None
+    then_steps: list[Step]
+    else_steps: list[Step] = Field(default_factory=list)
+    name: str = "if"
+
+    def build(self, r: ConfigReader) -> If:
+        cond = self.expression if self.expression is not None else \
+            r.trust.callable(self.condition or "", f"if_ {self.name!r} condition")
+        return if_(cond, r.steps(self.then_steps), r.steps(self.else_steps) or None, name=self.name)
+
+
+class If(Block, kind="if", spec=IfSpec):
     def __init__(self, condition: Any, then_steps: Any, else_steps: Any = None, name: str = "if"):
         self.condition = compile_condition(condition, "if_ condition")
         self.then_steps = _steps(then_steps, "if_ then_steps")
@@ -331,8 +603,56 @@ class If(Block):
         return [f"condition={_fn(self.condition)}", f"then={_names(self.then_steps)!r}"] + \
             ([f"else={_names(self.else_steps)!r}"] if self.else_steps else [])
 
+    def to_spec(self, w: ConfigWriter) -> IfSpec:
+        """This step as its config form (a ``IfSpec``; see ``Block.to_spec``)."""
+        cond, expr = w.condition(self.condition, f"if_ {self.name!r} condition")
+        return IfSpec(condition=cond, expression=expr, then_steps=w.steps(self.then_steps),
+                      else_steps=w.steps(self.else_steps), name=self.name)
 
-class Repeat(Block):
+    def children(self) -> list[Any]:
+        """The steps this block holds, in declaration order."""
+        return self.then_steps + self.else_steps
+
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+        """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
+        return max(bound(self.then_steps, items, requests, known), bound(self.else_steps, items, requests, known))
+
+    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+        """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
+        g.subgraph(state, self.graph(c), f"if {self.condition.__doc__ or self.condition.__name__}")
+
+    def graph(self, c: Compiler) -> StateGraph:
+        g = StateGraph(self.name, description="if")
+        g.state("check", None, self.condition.__doc__ or self.condition.__name__)
+        g.subgraph("then", c.sequence(self.then_steps, "then"), "")
+        if self.else_steps:
+            g.subgraph("else", c.sequence(self.else_steps, "else"), "")
+        g.final("done")
+        g.edge("check", "then", when=self.condition)
+        g.edge("check", "else" if self.else_steps else "done", label="otherwise")
+        g.edge("then", "done")
+        if self.else_steps:
+            g.edge("else", "done")
+        return g
+
+
+# ---- repeat: begin -> body -> check -> (body | done)
+class RepeatSpec(ConfigSpec):
+    owner: ClassVar[str] = "repeat"
+    kind: Literal["repeat"] = "repeat"
+    steps: list[Step]
+    until: Annotated[str | None, REF] = None
+    until_expression: str | None = None
+    max_iterations: int = 10
+    name: str = "repeat"
+
+    def build(self, r: ConfigReader) -> Repeat:
+        until = self.until_expression if self.until_expression is not None else \
+            r.fn(self.until, f"repeat {self.name!r} until")
+        return repeat(r.steps(self.steps), until=until, max_iterations=self.max_iterations, name=self.name)
+
+
+class Repeat(Block, kind="repeat", spec=RepeatSpec):
     def __init__(self, step: Any, until: Any = None, max_iterations: int = 10, name: str = "repeat"):
         if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or max_iterations < 1:
             raise ValueError(f"repeat max_iterations must be an int >= 1, got {max_iterations!r}")
@@ -343,6 +663,50 @@ class Repeat(Block):
     def _repr_fields(self) -> list[str]:
         return [*super()._repr_fields(), f"max_iterations={self.max_iterations}"] + \
             ([f"until={_fn(self.until)}"] if self.until is not None else [])
+
+    def to_spec(self, w: ConfigWriter) -> RepeatSpec:
+        """This step as its config form (a ``RepeatSpec``; see ``Block.to_spec``)."""
+        until, expr = w.condition(self.until, f"repeat {self.name!r} until") if self.until is not None \
+            else (None, None)
+        return RepeatSpec(steps=w.steps(self.steps), until=until, until_expression=expr,
+                          max_iterations=self.max_iterations, name=self.name)
+
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+        """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
+        return self.max_iterations * bound(self.steps, items, requests, known)
+
+    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+        """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
+        g.subgraph(state, self.graph(c), f"until {getattr(self.until, '__name__', 'max')}, "
+                                         f"at most {self.max_iterations}x")
+
+    def graph(self, c: Compiler) -> StateGraph:
+        rp = self
+        key = c.key()
+
+        def begin(ctx: FlowContext) -> None:
+            """reset the iteration count"""
+            ctx.frames[key] = {"n": 0, "met": False}
+
+        def check(ctx: FlowContext) -> int:
+            """count a pass, evaluate until"""
+            f = ctx.frames[key]
+            f["n"] += 1
+            f["met"] = bool(rp.until(ctx)) if rp.until is not None and not ctx.halted else False
+            return f["n"]
+
+        def iterations_left(ctx: FlowContext) -> bool:
+            return ctx.frames[key]["n"] < rp.max_iterations
+
+        named(iterations_left, "iterations_left", f"fewer than {rp.max_iterations} passes")
+        g = StateGraph(rp.name, description="repeat")
+        g.state("begin", begin)
+        g.subgraph("body", c.sequence(rp.steps, "body"), "")
+        g.state("check", check)
+        g.final("done")
+        g.edge("begin", "body").edge("body", "check")
+        bounded_exits(g, "check", "body", key, iterations_left, "max_iterations", until=rp.until is not None)
+        return g
 
 
 def loop(step: Any = None, over: str | Sequence[Any] = "items", var_name: str = "item", parallel: bool = False,

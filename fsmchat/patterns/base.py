@@ -3,45 +3,71 @@
 A pattern is configuration of the engine: it validates its config, compiles a ``StateGraph``
 whose actions are small functions over a ``ChatContext``, and inherits the API
 (``run``, ``arun``, ``execute``, ``aexecute``, ``run_batch``, ``stream``) from ``Pattern``.
-Also shared: ``PatternConfig`` (one way to refuse a bad value), private memories and the run's
-image on ``ChatContext`` (``ask_private``), and ``speaker_chain`` / ``bind`` for graphs that draw
-one state per speaker.
+
+A pattern is declared once, by one pydantic model (a ``PatternConfig``): ``class GroupChat(Pattern,
+kind="group_chat", config=GroupChatConfig)``. The model's fields, in order, are the constructor's
+parameters; it validates them (a bad value is a ``ConfigError`` naming the field); the pattern's
+attributes (``chat.max_loops``) read and write them; and ``to_config``/``from_config`` derive the
+pattern's config form from it (``fsmchat.config.pattern_spec``), registered under ``kind``.
+A run's working state is a typed ``PatternState`` on the context (checkpointed as "scratch").
+Also shared: private memories and the run's image on ``ChatContext`` (``ask_private``), and
+``speaker_chain`` / ``bind`` for graphs that draw one state per speaker.
 """
 from __future__ import annotations
 
 import asyncio
 import copy
+import difflib
 import functools
 import hashlib
 import json
 from abc import ABC, abstractmethod
 import inspect
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Collection, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any, AsyncIterator, Callable, ClassVar, Collection, Sequence
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
-from ..checkpoint import CheckpointMismatch, Lease, Recorder, decode, encode_fields, new_run_id
+from ..checkpoint import Checkpointer, CheckpointMismatch, Lease, Recorder, decode, encode_fields, new_run_id
+from ..config import PatternSpec, pattern_spec
 from ..statelog import AppendLog
 from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
 from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
-from ..errors import attach_result, result_of, run_finished
+from ..errors import ConfigTypeError, attach_result, invalid_config, result_of, run_finished
 from ..graph.render import drawing, drawing_data
 from ..graph.state_graph import StateGraph, state_names
 from ..progress import ProgressBar, progress_wanted
-from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, TraceEvent, Transcript, check_output_type, format_output,
-                      safe_text, shorten)
+from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, StopReason, TraceEvent, Transcript, check_output_type,
+                      format_output, safe_text, shorten)
 from ..speakers.agent import SEED_ROLE, Speaker, Turn
-from ..speakers.human import Human, NeedsCheckpoint, NotWaiting, People, check_input, pending_of, request, waiting_for
+from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, check_input, pending_of, request,
+                              waiting_for)
 from ..speakers.llm import CallStats
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
 
 
 @dataclass
+class PatternState:
+    """A pattern's typed working state between steps (``GroupChatState``: the bids, the winner...).
+    Every field is checkpointed after each step, as the snapshot's ``"scratch"`` (a value that is
+    not JSON-able is left out); a resume restores the fields the snapshot has."""
+
+    def snapshot(self) -> dict[str, Any]:
+        return encode_fields({f.name: getattr(self, f.name) for f in fields(self)})
+
+    def restore(self, scratch: dict[str, Any]) -> None:
+        names = {f.name for f in fields(self)}
+        for name, value in decode(scratch).items():
+            if name in names:
+                setattr(self, name, value)
+
+
+@dataclass
 class ChatContext:
-    """The typed context a pattern's actions and guards read and write."""
+    """The typed context a pattern's actions and guards read and write. A pattern subclasses it
+    with its ``config`` (its validated model) and its ``state`` (a ``PatternState``)."""
 
     task: str
     speakers: list[Speaker]
@@ -49,7 +75,7 @@ class ChatContext:
     stats: CallStats = field(default_factory=CallStats)
     events: list[dict[str, Any]] = field(default_factory=AppendLog)  # notable facts (invalid bids, ...)
     turn: int = 0
-    scratch: dict[str, Any] = field(default_factory=dict)  # pattern-specific working state
+    state: PatternState = field(default_factory=PatternState)  # the pattern's working state
     images: list[str] = field(default_factory=list)  # attached to every call of the run (``img``)
     memory: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # private memories, by name
     people: People = field(default_factory=People)  # answers from people in the loop
@@ -85,12 +111,14 @@ class ChatContext:
         otherwise the run stops here (``Interrupted``, stop reason "interrupted") until it comes."""
         last = self.transcript[-1] if len(self.transcript) else None
         proposed = {"last": {"role": last.role, "content": last.content}} if last is not None else None
-        return self.people.ask(request("message", prompt, {"say": f"post it as {person.name}'s message"},
-                                       person=person.name, proposed=proposed), person).text  # type: ignore[union-attr]
+        answer = self.people.ask(request("message", prompt, {"say": f"post it as {person.name}'s message"},
+                                         person=person.name, proposed=proposed), person)
+        assert isinstance(answer, Say), f"a message request admits only Say, got {answer!r}"  # check_input saw to it
+        return answer.text
 
     def snapshot(self) -> dict[str, Any]:
         """The working state a checkpoint stores after each step (the transcript goes as deltas)."""
-        state = {"turn": self.turn, "scratch": encode_fields(self.scratch), "memory": self.memory,
+        state = {"turn": self.turn, "scratch": self.state.snapshot(), "memory": self.memory,
                  "events": self.events, "stats": self.stats.to_state()}
         if self.people.used:
             state["people"] = self.people.to_state()
@@ -98,7 +126,7 @@ class ChatContext:
 
     def restore(self, state: dict[str, Any]) -> None:
         self.turn = state["turn"]
-        self.scratch.update(decode(state["scratch"]))
+        self.state.restore(state["scratch"])
         self.memory.update({k: AppendLog(v) for k, v in state["memory"].items()})
         self.events[:] = state["events"]
         self.stats.restore(state["stats"])
@@ -120,7 +148,7 @@ class ChatContext:
 
 def set_pending(result: RunResult) -> None:
     """``result.pending``: what an interrupted run waits for (its last event's request)."""
-    if result.stop_reason == "interrupted" and result.trace:
+    if result.stop_reason == StopReason.INTERRUPTED and result.trace:
         result.pending = pending_of(result.trace[-1])
 
 
@@ -145,41 +173,69 @@ def check_image(img: str | None, what: str) -> list[str]:
     return [img]
 
 
-# ---- configs: one base, one way to report a bad value ----
+# ---- configs: a pattern is declared once, by one model ----
+OutputType = Annotated[str, AfterValidator(check_output_type)]
+
+
 class PatternConfig(BaseModel):
-    """What every pattern config shares; a pattern subclasses it with its limits and builds it
-    with ``make(owner, ...)`` so a bad value is a plain ``ValueError`` naming the field."""
+    """Base of every pattern's one model. Its fields, in order, are the pattern's constructor
+    parameters and its attributes; a bad value is a ``ConfigError`` naming the field
+    (``"GroupChat: max_loops=0 is invalid: input should be greater than or equal to 1"``),
+    whether passed to the pattern, set on it later (``chat.max_loops = 0``) or given to the
+    model itself. A field holding live objects says how it travels in a config
+    (``fsmchat.config.Participants``, ``FlowSteps``...)."""
 
-    model_config = ConfigDict(extra="forbid")
-    output_type: str = "final"
-    verbose: bool = False
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
 
-    @field_validator("output_type")
-    @classmethod
-    def _output_type(cls, v: str) -> str:
-        return check_output_type(v)
+    def __init__(self, owner: str | None = None, /, **values: Any) -> None:
+        """Validate ``values``; a bad one is refused in ``owner``'s name (the model's by default)."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise invalid_config(owner or type(self).__name__, exc) from None
 
     @classmethod
     def make(cls, owner: str, **values: Any) -> Any:
+        """The model of ``values``, a bad one refused in ``owner``'s name (``"GroupChat: ..."``)."""
+        return cls(owner, **values)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.assign(type(self).__name__, name, value)
+
+    def assign(self, owner: str, name: str, value: Any) -> None:
+        """Set a field, validated as at construction (refused in ``owner``'s name)."""
         try:
-            return cls(**values)
+            super().__setattr__(name, value)
         except ValidationError as exc:
-            raise ValueError(config_error(owner, exc)) from None
+            raise invalid_config(owner, exc) from None
 
 
-def config_error(owner: str, exc: ValidationError) -> str:
-    """``"RoundRobinSwarm: max_loops=0 is invalid: input should be greater than or equal to 1"``."""
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(x) for x in err["loc"]) or "config"
-        msg = str(err["msg"])
-        if err["type"] == "value_error":
-            parts.append(msg.removeprefix("Value error, "))
-        elif err["type"] == "extra_forbidden":
-            parts.append(f"unknown option {where!r}")
-        else:
-            parts.append(f"{where}={err.get('input')!r} is invalid: {msg[:1].lower()}{msg[1:]}")
-    return f"{owner}: " + "; ".join(parts)
+class ConfigField:
+    """A pattern attribute that is a field of its model: read from ``pattern.config`` and written
+    to it (validated; the graph is compiled again on next use)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj.config, self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.config.assign(type(obj).__name__, self.name, value)
+        obj._graph = None
+
+
+def constructor_signature(config: type[PatternConfig]) -> inspect.Signature:
+    """The pattern's signature as ``help()`` and IDEs show it: the model's fields in order, then
+    the keyword-only ``interrupt_before``/``interrupt_after``."""
+    params = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.annotation,
+                                default=inspect.Parameter.empty if f.is_required() else f.default)
+              for name, f in config.model_fields.items()]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
+               for name in ("interrupt_before", "interrupt_after")]
+    return inspect.Signature(params)
 
 
 def people_in(speakers: Sequence[Any]) -> set[str]:
@@ -192,11 +248,12 @@ def bind(fn: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
     """``fn(ctx, *args)`` as a one-argument state action (name and docstring kept), so one
     small function serves a state per speaker: ``g.state("Analyst", bind(take_turn, 0))``."""
     if inspect.iscoroutinefunction(fn):
-        async def action(ctx: Any) -> Any:
+        async def async_action(ctx: Any) -> Any:
             return await fn(ctx, *args)
-    else:
-        def action(ctx: Any) -> Any:
-            return fn(ctx, *args)
+        return functools.update_wrapper(async_action, fn)
+
+    def action(ctx: Any) -> Any:
+        return fn(ctx, *args)
     return functools.update_wrapper(action, fn)
 
 
@@ -221,12 +278,68 @@ def speaker_chain(g: StateGraph, names: Sequence[str], action: Callable[..., Any
 
 
 class Pattern(ABC):
-    """Base of every conversation pattern: the compiled graph and the run API."""
+    """Base of every conversation pattern: the compiled graph and the run API.
 
+    A pattern declares its one model and its kind in its class line, ``class GroupChat(Pattern,
+    kind="group_chat", config=GroupChatConfig)``: the constructor takes the model's fields (in
+    order, or by name) plus ``interrupt_before``/``interrupt_after``, the fields become attributes,
+    and the kind's config form (``GroupChat.Spec``) is derived and registered for ``to_config`` /
+    ``from_config``. A subclass without ``kind=`` is the same kind (it travels as ``pattern_class``).
+    """
+
+    Config: ClassVar[type[PatternConfig] | None] = None  # the one model (None: a pattern with no options)
+    Spec: ClassVar[type[PatternSpec] | None] = None  # its config form, derived from Config
+    kind: ClassVar[str | None] = None  # the kind it is registered under
+    config: Any
     output_type: str = "final"
     verbose: bool = False
     name: str = "pattern"
     _graph: StateGraph | None = None
+
+    def __init_subclass__(cls, kind: str | None = None, config: type[PatternConfig] | None = None,
+                          **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if config is not None:
+            cls.Config = config
+            for name in config.model_fields:
+                if name not in cls.__dict__:
+                    setattr(cls, name, ConfigField(name))
+            cls.__signature__ = constructor_signature(config)  # type: ignore[attr-defined]
+        if kind is not None:
+            if cls.Config is None:
+                raise TypeError(f"{cls.__name__}: kind={kind!r} needs config= (the pattern's model)")
+            cls.kind = kind
+            cls.Spec = pattern_spec(cls, kind)
+
+    def __init__(self, *args: Any, interrupt_before: Sequence[str] | None = None,
+                 interrupt_after: Sequence[str] | None = None, **kwargs: Any) -> None:
+        """The model's fields, in order or by name (see the class's signature); ``interrupt_before``/
+        ``interrupt_after`` name states where the run stops for a person (it then needs a checkpoint)."""
+        owner, model = type(self).__name__, type(self).Config
+        if model is None:
+            if args or kwargs:
+                raise TypeError(f"{owner}() takes no arguments: it declares no config model")
+        else:
+            names = list(model.model_fields)
+            if len(args) > len(names):
+                raise TypeError(f"{owner}() takes at most {len(names)} positional arguments ({len(args)} given)")
+            for name, value in zip(names, args):
+                if name in kwargs:
+                    raise TypeError(f"{owner}() got multiple values for argument {name!r}")
+                kwargs[name] = value
+            for name in kwargs:
+                if name not in model.model_fields:
+                    close = difflib.get_close_matches(name, names, n=1)
+                    raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
+                                          + (f"; did you mean {close[0]}?" if close else "")
+                                          + f" (its options: {', '.join(names)})")
+            self.config = model.make(owner, **kwargs)
+        self._validate()
+        self._set_interrupts(interrupt_before, interrupt_after)
+
+    def _validate(self) -> None:
+        """Checks of the whole pattern once its model is valid (a pattern whose roster may be set
+        later checks it here when given, and again when it runs)."""
 
     # ---- what a pattern supplies ----
     @abstractmethod
@@ -249,6 +362,7 @@ class Pattern(ABC):
     factory: str | None = None  # "module:attr" that rebuilds this pattern (stored with checkpoints)
     interrupt_before: tuple[str, ...] = ()  # states a person approves entering (wait states drawn before them)
     interrupt_after: tuple[str, ...] = ()  # states a person reviews once left
+    _started_as: dict[str, Any] | None = None  # a run-limits copy's fingerprint: the pattern that started the run
 
     @property
     def graph(self) -> StateGraph:
@@ -286,7 +400,7 @@ class Pattern(ABC):
         """The states where a run may stop for a person (interrupts, Human participants)."""
         return [s.name for s in self.graph.flatten().states.values() if s.waits]
 
-    def _check_waits(self, checkpoint: Any) -> None:
+    def _check_waits(self, checkpoint: Checkpointer | None) -> None:
         """A run that may wait for a person must be checkpointed: refused now, before any call."""
         if checkpoint is None:
             waits = self.waits_for_people
@@ -330,7 +444,7 @@ class Pattern(ABC):
         try:
             self.limits = limits if limits is not None else Limits(**kw)
         except ValidationError as exc:
-            raise ValueError(config_error(f"{type(self).__name__}.with_limits", exc)) from None
+            raise invalid_config(f"{type(self).__name__}.with_limits", exc) from None
         self._graph = None
         return self
 
@@ -370,7 +484,7 @@ class Pattern(ABC):
 
     def _finish(self, result: RunResult) -> RunResult:
         ctx: ChatContext = result.context
-        if ctx.stats.limit_hit and result.stop_reason == "budget":
+        if ctx.stats.limit_hit and result.stop_reason == StopReason.BUDGET:
             ctx.events.append({"event": "budget", "limit": ctx.stats.limit_hit})
         result.transcript = ctx.transcript.messages
         result.calls = ctx.stats.calls
@@ -390,28 +504,28 @@ class Pattern(ABC):
         Console().print(Panel(msg.content, title=title, title_align="left"))
 
     async def _drive(self, ctx: Any, observers: Sequence[Any], on_message: Sequence[Any],
-                     checkpoint: Any, run_id: str | None, meta: dict[str, Any] | None,
+                     checkpoint: Checkpointer | None, run_id: str | None, meta: dict[str, Any] | None,
                      saved: Any = None, lease: Lease | None = None, on_start: Sequence[Any] = ()) -> RunResult:
         """Run the graph on ``ctx`` (fresh, or restored from ``saved``), committing to ``checkpoint``
         under ``lease`` (the caller's hold on the run; released when the run ends)."""
         graph = self.graph
-        start_clock(self.limits, ctx.stats)
-        ctx.transcript.max_chars = self._max_message_chars
-        for hook in on_start:
-            hook(ctx)
-        for listener in on_message:
-            ctx.transcript.listen(listener)
-        if self.verbose:
-            ctx.transcript.listen(self._print_post)
-        recorder = None
-        if checkpoint is not None:
-            assert run_id is not None and lease is not None
-            if saved is None:
-                checkpoint.start(run_id, meta or {})
-            recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript), lease)
-        history = [e for e in saved.events if e.dest is not None] if saved is not None else None
-        start = history[-1].dest if history else None
-        try:
+        try:  # the lease is given back however this ends, a refused start (an id already used) included
+            start_clock(self.limits, ctx.stats)
+            ctx.transcript.max_chars = self._max_message_chars
+            for hook in on_start:
+                hook(ctx)
+            for listener in on_message:
+                ctx.transcript.listen(listener)
+            if self.verbose:
+                ctx.transcript.listen(self._print_post)
+            recorder = None
+            if checkpoint is not None:
+                assert run_id is not None and lease is not None
+                if saved is None:
+                    checkpoint.start(run_id, meta or {})
+                recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript), lease)
+            history = [e for e in saved.events if e.dest is not None] if saved is not None else None
+            start = history[-1].dest if history else None
             result = await run_graph(graph, ctx, observers=observers, recorder=recorder, start=start,
                                      history=history)
         except asyncio.CancelledError as exc:
@@ -428,7 +542,7 @@ class Pattern(ABC):
         return self._finish(result)
 
     async def aexecute(self, task: str, *, observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
-                       checkpoint: Any = None, run_id: str | None = None,
+                       checkpoint: Checkpointer | None = None, run_id: str | None = None,
                        on_start: Sequence[Any] = ()) -> RunResult:
         """Run once and return the ``RunResult`` (path, trace, stop reason, transcript, calls).
         With ``checkpoint=`` every step is committed under ``run_id`` (a new id if None); the run
@@ -459,8 +573,9 @@ class Pattern(ABC):
             ctx.events.append({"event": "text_repaired", "role": "task", "replaced": repaired})
         return await self._drive(ctx, observers, on_message, checkpoint, run_id, meta, lease=lease, on_start=on_start)
 
-    async def aresume(self, run_id: str, checkpoint: Any, *, input: Any = None, observers: Sequence[Any] = (),
-                      on_message: Sequence[Any] = (), on_start: Sequence[Any] = ()) -> RunResult:
+    async def aresume(self, run_id: str, checkpoint: Checkpointer, *, input: Any = None,
+                      observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
+                      on_start: Sequence[Any] = ()) -> RunResult:
         """Continue a checkpointed run from its last committed state; a finished run's result is
         rebuilt from the checkpoint without calling any model. A run waiting for a person
         (``stop_reason="interrupted"``) continues with ``input``, their answer (``Approve()``,
@@ -477,7 +592,7 @@ class Pattern(ABC):
             return await forked.aresume(run_id, checkpoint, observers=observers, on_message=on_message,
                                         on_start=on_start, input=input)
         answer = self._answer_for(run_id, saved, input)
-        if saved.finished or (saved.stop_reason == "interrupted" and answer is None):
+        if saved.finished or (saved.stop_reason == StopReason.INTERRUPTED and answer is None):
             return self._rebuild(run_id, saved)
         lease = Lease(checkpoint, run_id)
         try:
@@ -528,7 +643,8 @@ class Pattern(ABC):
         # resume) is not part of it; the final state's record is
         last = len(saved.events) - 1
         trace = [e for i, e in enumerate(saved.events) if e.dest is not None or i == last]
-        result = RunResult([e.state for e in trace], trace, saved.stop_reason or "done", ctx, graph=self.graph)
+        result = RunResult([e.state for e in trace], trace, saved.stop_reason or StopReason.DONE, ctx,
+                           graph=self.graph)
         result.run_id = run_id
         return self._finish(result)
 
@@ -567,14 +683,14 @@ class Pattern(ABC):
         stored = meta.get("fingerprint")
         if stored is None:  # checkpointed before fingerprints existed
             return
-        now = json.loads(json.dumps(getattr(self, "_started_as", None) or self.fingerprint()))
+        now = json.loads(json.dumps(self._started_as or self.fingerprint()))
         diffs = [f"{k}: stored {stored.get(k)!r}, now {now.get(k)!r}" for k in now if stored.get(k) != now.get(k)]
         if diffs:
             raise CheckpointMismatch(f"run {run_id!r} was checkpointed by a different {meta.get('pattern', 'pattern')} "
                                      f"than the {type(self).__name__} resuming it; " + "; ".join(diffs) +
                                      ". Resume it with the pattern that started it (nothing was written)")
 
-    def resume(self, run_id: str, checkpoint: Any, *, input: Any = None) -> RunResult:
+    def resume(self, run_id: str, checkpoint: Checkpointer, *, input: Any = None) -> RunResult:
         """Synchronous ``aresume`` (``input``: a waiting run's answer)."""
         return self._sync(lambda: self.aresume(run_id, checkpoint, input=input))
 

@@ -12,25 +12,55 @@ not posted, so ``str-all-except-first`` skips the first debater's first reply.
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Collection, Sequence
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from ..checks import check_agents
+from ..config import Participants
+from ..errors import ConfigError
 from ..graph.state_graph import StateGraph
-from ..speakers.agent import as_speaker, check_roster
+from ..models import StopReason
+from ..speakers.agent import Speaker, as_speaker, check_roster
 from ..speakers.human import Human
-from .base import PERSON_NOTE, ChatContext, Pattern, PatternConfig, bind, check_image, check_task, people_in
+from .base import (PERSON_NOTE, ChatContext, OutputType, Pattern, PatternConfig, PatternState, bind, check_image,
+                   check_task, people_in)
 
 TWO_AGENTS = "There must be exactly two agents in the dialogue."
 
 
+def debaters(agents: Any) -> Any:
+    """A list (or None: the debaters may be set later; ``run`` needs exactly two)."""
+    check_agents(agents, "OneOnOneDebate")
+    return agents
+
+
 class DebateConfig(PatternConfig):
-    """A debate's limits, validated before any model call."""
+    """A debate, declared once: its parameters in the reference's order, validated before any
+    model call."""
 
     max_loops: int = Field(1, ge=1, description="turns in all, alternating from agents[0]")
-    output_type: str = "str-all-except-first"
+    agents: Annotated[Participants, AfterValidator(debaters)] = Field(None, title="agent")
+    img: str | None = None
+    output_type: OutputType = "str-all-except-first"
     send_intros: bool = True
+    verbose: bool = False
+
+
+@dataclass
+class DebateState(PatternState):
+    """A debate's working state: the message the next debater answers."""
+
+    message: str = ""
+
+
+@dataclass
+class DebateContext(ChatContext):
+    """A debate run's context: its config and its typed working state."""
+
+    config: DebateConfig = field(kw_only=True)
+    state: DebateState = field(default_factory=DebateState)
 
 
 def intro_prompt(me: str, opponent: str) -> str:
@@ -40,9 +70,9 @@ def intro_prompt(me: str, opponent: str) -> str:
 
 
 # ---- guards ----
-def turns_remain(ctx: ChatContext) -> bool:
+def turns_remain(ctx: DebateContext) -> bool:
     """fewer than max_loops turns taken"""
-    return ctx.turn < ctx.scratch["cfg"].max_loops
+    return ctx.turn < ctx.config.max_loops
 
 
 # ---- actions ----
@@ -54,13 +84,13 @@ async def introduce(ctx: ChatContext, i: int) -> str:
     return me.name
 
 
-async def debate_turn(ctx: ChatContext, i: int) -> str:
+async def debate_turn(ctx: DebateContext, i: int) -> str:
     """the debater answers the last message; its reply is the other's next prompt"""
     speaker = ctx.speakers[i]
     assert ctx.turn % 2 == i, f"turn {ctx.turn} is not {speaker.name}'s"
-    reply = await ctx.ask_private(speaker, ctx.scratch["message"])
+    reply = await ctx.ask_private(speaker, ctx.state.message)
     ctx.post(speaker.name, reply, turn=ctx.turn + 1)
-    ctx.scratch["message"] = reply
+    ctx.state.message = reply
     ctx.turn += 1
     return speaker.name
 
@@ -71,7 +101,7 @@ def compile_debate(names: Sequence[str] | None = None, send_intros: bool = True,
     among ``people`` (a ``Human``) makes its turn state wait for their message."""
     a, b = names if names else ("agents[0]", "agents[1]")
     g = StateGraph(name or ("one_on_one_debate" if send_intros else "one_on_one_exchange"),
-                   context=ChatContext, description=description)
+                   context=DebateContext, description=description)
     if send_intros:
         g.state("intro_a", bind(introduce, 0), f"{a} is told it debates {b} (not posted)")
         g.state("intro_b", bind(introduce, 1), f"{b} is told it debates {a} (not posted)")
@@ -79,41 +109,36 @@ def compile_debate(names: Sequence[str] | None = None, send_intros: bool = True,
             + (PERSON_NOTE if a in people else ""), waits=a in people)
     g.state("turn_b", bind(debate_turn, 1), f"{b} answers {a}'s reply" + (PERSON_NOTE if b in people else ""),
             waits=b in people)
-    g.final("stop", reason="max_loops")
+    g.final("stop", reason=StopReason.MAX_LOOPS)
     if send_intros:
         g.edge("intro_a", "intro_b")
         g.edge("intro_b", "turn_a")
     g.edge("turn_a", "turn_b", when=turns_remain)
-    g.edge("turn_a", "stop", label="max_loops")
+    g.edge("turn_a", "stop", label=StopReason.MAX_LOOPS)
     g.edge("turn_b", "turn_a", when=turns_remain)
-    g.edge("turn_b", "stop", label="max_loops")
+    g.edge("turn_b", "stop", label=StopReason.MAX_LOOPS)
     return g
 
 
-class OneOnOneDebate(Pattern):
+class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
     """Two agents alternate for ``max_loops`` turns from ``agents[0]``, after an introduction each.
 
-    Calls = 2 + max_loops (max_loops without introductions); posts = max_loops. Exactly two
-    agents are required (``ValueError("There must be exactly two agents in the dialogue.")``),
-    checked at construction when ``agents`` is given and again by ``run``. ``img`` rides on every
-    call (introductions included) as an OpenAI-style ``image_url`` part. Debaters exchange
-    replies, not growing transcripts: passing an agent's whole conversation on each turn is the
-    pitfall the reference page warns about, and each debater already remembers its own side of
-    the exchange (private memory, per run).
+    Takes ``DebateConfig``'s fields: ``max_loops``, ``agents``, ``img``, ``output_type``,
+    ``send_intros``, ``verbose``. Calls = 2 + max_loops (max_loops without introductions); posts =
+    max_loops. Exactly two agents are required (``ValueError("There must be exactly two agents in
+    the dialogue.")``), checked at construction when ``agents`` is given and again by ``run``.
+    ``img`` rides on every call (introductions included) as an OpenAI-style ``image_url`` part.
+    Debaters exchange replies, not growing transcripts: passing an agent's whole conversation on
+    each turn is the pitfall the reference page warns about, and each debater already remembers
+    its own side of the exchange (private memory, per run).
     """
 
     name = "OneOnOneDebate"
+    config: DebateConfig
 
-    def __init__(self, max_loops: int = 1, agents: Sequence[Any] | None = None, img: str | None = None,
-                 output_type: str = "str-all-except-first", *, send_intros: bool = True, verbose: bool = False,
-                 interrupt_before: Sequence[str] | None = None, interrupt_after: Sequence[str] | None = None):
-        self.config = DebateConfig.make(type(self).__name__, max_loops=max_loops, output_type=output_type,
-                                        send_intros=send_intros, verbose=verbose)
-        self.max_loops, self.agents, self.img, self.output_type = max_loops, agents, img, output_type
-        self.send_intros, self.verbose = send_intros, verbose
-        if check_agents(agents, type(self).__name__) is not None:  # refused now; run() checks again (set later)
+    def _validate(self) -> None:
+        if self.config.agents is not None:  # refused now; run() checks again (the roster may be set later)
             self._speakers()
-        self._set_interrupts(interrupt_before, interrupt_after)
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
         """An introduction each (when sent; a person gets none), then turns alternating from agents[0]:
@@ -122,26 +147,27 @@ class OneOnOneDebate(Pattern):
         intro, loops = (1 if self.config.send_intros else 0), self.config.max_loops
         return [(first, intro + (loops + 1) // 2), (second, intro + loops // 2)]
 
-    def _speakers(self) -> list[Any]:
-        if self.agents is None or len(self.agents) != 2:
-            raise ValueError(TWO_AGENTS)
-        return check_roster(self.agents, type(self).__name__)
+    def _speakers(self) -> list[Speaker]:
+        agents = self.config.agents
+        if agents is None or len(agents) != 2:
+            raise ConfigError(TWO_AGENTS)
+        return check_roster(agents, type(self).__name__)
 
     def _check_run(self, task: Any) -> None:
         self._speakers()
         check_task(task, type(self).__name__)
-        check_image(self.img, type(self).__name__)
+        check_image(self.config.img, type(self).__name__)
 
     def _compile(self) -> StateGraph:
-        speakers = [as_speaker(a) for a in self.agents] if self.agents and len(self.agents) == 2 else None
+        agents = self.config.agents
+        speakers = [as_speaker(a) for a in agents] if agents and len(agents) == 2 else None
         names = [s.name for s in speakers] if speakers else None
-        return compile_debate(names, self.config.send_intros,
-                              people=people_in(speakers or []))
+        return compile_debate(names, self.config.send_intros, people=people_in(speakers or []))
 
-    def _context(self, task: str) -> ChatContext:
-        ctx = ChatContext(task, self._speakers(), images=check_image(self.img, type(self).__name__))
+    def _context(self, task: str) -> DebateContext:
+        ctx = DebateContext(task, self._speakers(), images=check_image(self.config.img, type(self).__name__),
+                            config=self.config, state=DebateState(message=task))
         ctx.stats.roster = list(ctx.speakers)
-        ctx.scratch.update(cfg=self.config, message=task)
         return ctx
 
 
@@ -152,7 +178,7 @@ def one_on_one_debate(max_loops: int = 1, task: str | None = None, agents: Seque
     reply is passed on. Returns the output per ``output_type``; an agent's exception is
     re-raised with the transcript so far on ``exc.fsmchat_result``."""
     if agents is None or len(agents) != 2:
-        raise ValueError(TWO_AGENTS)
+        raise ConfigError(TWO_AGENTS)
     if not isinstance(task, str) or not task.strip():
         raise ValueError(f"one_on_one_debate needs task=: the opening message sent to agents[0] "
                          f"(a non-empty string), got {task!r}")

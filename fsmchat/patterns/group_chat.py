@@ -14,46 +14,80 @@ before each bid round, where their message takes the floor.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Sequence
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from ..checks import check_agents
-from ..errors import LimitReached, ModelCallError, fatal_error
+from ..config import Participants
+from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
 from ..graph.state_graph import StateGraph, state_names
-from ..models import Message
-from ..speakers.agent import Agent, Turn, check_roster
+from ..models import Message, StopReason
+from ..speakers.agent import Agent, Speaker, Turn, check_roster
 from ..speakers.human import PERSON_BID, USER, Edit, Human, Reject, Say, request
 from ..speakers.respond import BidOutcome
-from .base import ChatContext, Pattern, PatternConfig, bind
+from .base import ChatContext, OutputType, Pattern, PatternConfig, PatternState, bind
 from .interrupts import TARGET, WaitPoint, insert_before
 
 
-class GroupChatConfig(PatternConfig):
-    """GroupChat's limits, validated before any model call (``GroupChatConfig.make``)."""
+def group_chat_roster(agents: Any) -> list[Speaker]:
+    """At least two participants, one of them an agent that bids (people never bid), unique names."""
+    if not check_agents(agents, "GroupChat") or len(agents) < 2:
+        raise ConfigError("GroupChat requires at least 2 agents.")
+    if all(isinstance(a, Human) for a in agents):
+        raise ConfigError("GroupChat needs at least one agent that bids besides its Human participants")
+    return check_roster(agents, "GroupChat")
 
+
+class GroupChatConfig(PatternConfig):
+    """GroupChat, declared once: its parameters (in the reference's order) and their limits,
+    validated before any model call."""
+
+    name: str = "dynamic-groupchat"
+    description: str = "Agents take turns; one speaker per turn."
+    agents: Annotated[Participants, AfterValidator(group_chat_roster)] = Field(None, validate_default=True,
+                                                                               title="agent")
     max_loops: int = Field(20, ge=1, strict=True, description="cap on total messages, the task included")
     threshold: float = Field(0.5, ge=0.0, lt=1.0, allow_inf_nan=False,
                              description="a bid must be strictly above it, so 1 or more would silence every bid")
     recency_penalty: float = Field(0.3, ge=0.0, allow_inf_nan=False)
     recency_window: int = Field(1, ge=1, strict=True, description="the reference treats 0 as 1")
     idle_timeout: float = Field(8.0, ge=0.0, allow_inf_nan=False)
-    output_type: str = "str-all-except-first"
+    output_type: OutputType = "str-all-except-first"
     auto_equip: bool = Field(True, strict=True)
     verbose: bool = False
     context_window: int | None = Field(None, ge=1, strict=True, description="fsmchat extension: bidders see the "
                                                                              "task and only the last N messages")
 
 
+@dataclass
+class GroupChatState(PatternState):
+    """GroupChat's working state between steps."""
+
+    recent: list[str] = field(default_factory=list)  # the latest speakers (the recency window)
+    bids: list[BidOutcome] = field(default_factory=list)  # this turn's bids, in roster order
+    winner: int | None = None  # roster index of the turn's winner (None: a lull)
+    dropped: int = 0  # turns a person rejected (they count toward max_loops)
+
+
+@dataclass
+class GroupChatContext(ChatContext):
+    """A GroupChat run's context: its config and its typed working state."""
+
+    config: GroupChatConfig = field(kw_only=True)
+    state: GroupChatState = field(default_factory=GroupChatState)
+
+
 # ---- guards ----
-def under_cap(ctx: ChatContext) -> bool:
+def under_cap(ctx: GroupChatContext) -> bool:
     """fewer than max_loops messages posted (a turn a person rejected counts as one)"""
-    return len(ctx.transcript) + ctx.scratch["dropped"] < ctx.scratch["cfg"].max_loops
+    return len(ctx.transcript) + ctx.state.dropped < ctx.config.max_loops
 
 
-def has_winner(ctx: ChatContext) -> bool:
+def has_winner(ctx: GroupChatContext) -> bool:
     """an adjusted bid cleared the threshold"""
-    return ctx.scratch["winner"] is not None
+    return ctx.state.winner is not None
 
 
 # ---- actions ----
@@ -69,12 +103,12 @@ def bid_instruction(name: str, others: Sequence[str], sender: str, text: str) ->
             "you want the floor, message is your reply to the group, or an empty string to stay silent.")
 
 
-async def collect_bids(ctx: ChatContext) -> dict[str, float]:
+async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     """every agent bids at once"""
     names = [s.name for s in ctx.speakers]
     last = ctx.transcript[-1]
 
-    window = ctx.scratch["cfg"].context_window
+    window = ctx.config.context_window
     rows: Sequence[Message] = ctx.transcript.view()
     if window is not None and len(rows) > window + 1:
         rows = [rows[0], *rows[-window:]]  # the task, then the last `window` messages
@@ -94,7 +128,7 @@ async def collect_bids(ctx: ChatContext) -> dict[str, float]:
         if isinstance(out, BaseException):
             raise out
     bids: list[BidOutcome] = got  # type: ignore[assignment]
-    ctx.scratch["bids"] = bids
+    ctx.state.bids = bids
     for s, b in zip(ctx.speakers, bids):
         if b.note is not None:
             ctx.events.append({**b.note, "turn": ctx.turn})
@@ -120,13 +154,13 @@ class NoBidHeard(ModelCallError):
         return self.args[0]
 
 
-def pick_speaker(ctx: ChatContext) -> dict[str, Any]:
+def pick_speaker(ctx: GroupChatContext) -> dict[str, Any]:
     """best adjusted bid strictly above threshold; ties to the earlier agent"""
-    cfg: GroupChatConfig = ctx.scratch["cfg"]
-    recent = set(ctx.scratch["recent"][-max(1, cfg.recency_window):])
+    cfg = ctx.config
+    recent = set(ctx.state.recent[-max(1, cfg.recency_window):])
     best_i, best = None, cfg.threshold
     adjusted, messages, invalid = {}, {}, {}
-    for i, (s, b) in enumerate(zip(ctx.speakers, ctx.scratch["bids"])):
+    for i, (s, b) in enumerate(zip(ctx.speakers, ctx.state.bids)):
         if not b.valid:
             invalid[s.name] = b.reason
         if not b.message:
@@ -136,26 +170,28 @@ def pick_speaker(ctx: ChatContext) -> dict[str, Any]:
         adjusted[s.name] = round(score, 6)
         if score > best:
             best_i, best = i, score
-    ctx.scratch["winner"] = best_i
+    ctx.state.winner = best_i
     # the turn's record (trace, checkpoints, the run viewer): every bid's message, not only the winner's
     return {"winner": ctx.speakers[best_i].name if best_i is not None else None, "adjusted": adjusted,
             "threshold": cfg.threshold, "messages": messages, "invalid": invalid}
 
 
-def post_winner(ctx: ChatContext) -> str:
+def post_winner(ctx: GroupChatContext) -> str:
     """post the winner's bid message"""
-    i = ctx.scratch["winner"]
-    speaker, bid = ctx.speakers[i], ctx.scratch["bids"][i]
+    i = ctx.state.winner
+    assert i is not None, "post entered without a winner"
+    speaker, bid = ctx.speakers[i], ctx.state.bids[i]
     ctx.post(speaker.name, bid.message, score=bid.score)
     ctx.turn += 1
     return speaker.name
 
 
-def remember_speaker(ctx: ChatContext) -> None:
+def remember_speaker(ctx: GroupChatContext) -> None:
     """recency window"""
-    recent = ctx.scratch["recent"]
-    recent.append(ctx.speakers[ctx.scratch["winner"]].name)
-    del recent[:-max(1, ctx.scratch["cfg"].recency_window)]  # bounded: only the window is ever read
+    recent, i = ctx.state.recent, ctx.state.winner
+    assert i is not None, "penalize entered without a winner"
+    recent.append(ctx.speakers[i].name)
+    del recent[:-max(1, ctx.config.recency_window)]  # bounded: only the window is ever read
 
 
 # ---- people in the loop ----
@@ -175,19 +211,20 @@ POST_ALLOWED = {"approve": "post the winner's message as is",
                 "say": f"post your message (as {USER!r}) instead; the winner is penalized as for a rejection"}
 
 
-def review_winner(ctx: ChatContext) -> str:
+def review_winner(ctx: GroupChatContext) -> str:
     """a person approves, edits or rejects the winner's message"""
-    i = ctx.scratch["winner"]
-    speaker, bid = ctx.speakers[i], ctx.scratch["bids"][i]
+    i = ctx.state.winner
+    assert i is not None, "review entered without a winner"
+    speaker, bid = ctx.speakers[i], ctx.state.bids[i]
     answer = ctx.people.ask(request("post", f"{speaker.name} won turn {ctx.turn + 1}: post its message?",
                                     POST_ALLOWED, proposed={"speaker": speaker.name, "content": bid.message,
                                                             "score": bid.score}, edit="text"))
     ctx.people.verdict = answer.kind
     if isinstance(answer, Edit):
-        ctx.scratch["bids"][i] = BidOutcome(bid.score, answer.text or "", bid.valid, bid.reason)
+        ctx.state.bids[i] = BidOutcome(bid.score, answer.text or "", bid.valid, bid.reason)
         ctx.events.append({"event": "edited", "turn": ctx.turn, "agent": speaker.name})
     elif isinstance(answer, (Reject, Say)):
-        ctx.scratch["dropped"] += isinstance(answer, Reject)
+        ctx.state.dropped += isinstance(answer, Reject)
         ctx.events.append({"event": "rejected", "turn": ctx.turn, "agent": speaker.name,
                            "reason": answer.reason if isinstance(answer, Reject) else "a person spoke instead"})
         if isinstance(answer, Say):
@@ -196,15 +233,16 @@ def review_winner(ctx: ChatContext) -> str:
     return answer.kind
 
 
-def claim_floor(ctx: ChatContext, i: int) -> str:
+def claim_floor(ctx: GroupChatContext, i: int) -> str:
     """the person may take the floor before the agents bid"""
     person = ctx.speakers[i]
+    assert isinstance(person, Human), "a claim state is drawn for people only"
     answer = ctx.people.ask(request("claim", f"{person.name}: turn {ctx.turn + 1} is next; take the floor, "
                                     "or let the agents bid", CLAIM_ALLOWED, person=person.name), person)
     ctx.people.verdict = answer.kind
     if isinstance(answer, Say):
         ctx.post(person.name, answer.text, claimed=True)
-        ctx.scratch["winner"] = i  # penalize remembers them as the latest speaker
+        ctx.state.winner = i  # penalize remembers them as the latest speaker
         ctx.turn += 1
     return answer.kind
 
@@ -224,7 +262,7 @@ def add_claims(g: StateGraph, people: Sequence[tuple[int, str]]) -> None:
 def compile_group_chat(name: str = "group_chat", description: str = "",
                        people: Sequence[tuple[int, str]] = ()) -> StateGraph:
     """GroupChat's graph; ``people`` (roster index, name) adds a claim state per ``Human``."""
-    g = StateGraph(name, context=ChatContext, description=description)
+    g = StateGraph(name, context=GroupChatContext, description=description)
     g.state("seed", post_task)
     g.state("bid", collect_bids, hold=True)  # committed with select and post: one commit per turn
     g.state("select", pick_speaker, pure=True)  # pure: committed with the next step
@@ -232,58 +270,39 @@ def compile_group_chat(name: str = "group_chat", description: str = "",
     g.state("penalize", remember_speaker, pure=True)
     g.final("stop")
     g.edge("seed", "bid", when=under_cap)
-    g.edge("seed", "stop", label="max_loops")
+    g.edge("seed", "stop", label=StopReason.MAX_LOOPS)
     g.edge("bid", "select")
     g.edge("select", "post", when=has_winner)
-    g.edge("select", "stop", label="lull")
+    g.edge("select", "stop", label=StopReason.LULL)
     g.edge("post", "penalize")
     g.edge("penalize", "bid", when=under_cap)
-    g.edge("penalize", "stop", label="max_loops")
+    g.edge("penalize", "stop", label=StopReason.MAX_LOOPS)
     if people:
         add_claims(g, people)
     return g
 
 
-class GroupChat(Pattern):
-    """Turn-based, self-selecting multi-agent chat: one speaker per turn, chosen by bids."""
+class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig):
+    """Turn-based, self-selecting multi-agent chat: one speaker per turn, chosen by bids.
 
-    def __init__(self, name: str = "dynamic-groupchat",
-                 description: str = "Agents take turns; one speaker per turn.",
-                 agents: Sequence[Any] | None = None, max_loops: int = 20, threshold: float = 0.5,
-                 recency_penalty: float = 0.3, recency_window: int = 1, idle_timeout: float = 8.0,
-                 output_type: str = "str-all-except-first", auto_equip: bool = True, verbose: bool = False,
-                 context_window: int | None = None, *, interrupt_before: Sequence[str] | None = None,
-                 interrupt_after: Sequence[str] | None = None):
-        """``context_window`` (an fsmchat extension, default off) shows bidders the task plus only
-        the last N messages, which bounds prompt tokens per call in long chats.
-        ``interrupt_before``/``interrupt_after`` name states where the run stops for a person
-        (``["post"]``: approve, edit or reject each winner's message); ``Human`` participants claim
-        the floor before each bid round (fsmchat extensions; the run needs a checkpoint)."""
-        if not check_agents(agents, "GroupChat") or len(agents) < 2:
-            raise ValueError("GroupChat requires at least 2 agents.")
-        if all(isinstance(a, Human) for a in agents):
-            raise ValueError("GroupChat needs at least one agent that bids besides its Human participants")
-        self.config = GroupChatConfig.make("GroupChat", max_loops=max_loops, threshold=threshold,
-                                           recency_penalty=recency_penalty, recency_window=recency_window,
-                                           idle_timeout=idle_timeout, output_type=output_type,
-                                           auto_equip=auto_equip, verbose=verbose, context_window=context_window)
-        self.name, self.description = name, description
-        self.context_window = context_window
-        self.agents = check_roster(agents, "GroupChat")
-        self.output_type, self.verbose = output_type, verbose
-        self.max_loops, self.threshold = max_loops, threshold
-        self.recency_penalty, self.recency_window = recency_penalty, recency_window
-        self.idle_timeout, self.auto_equip = idle_timeout, auto_equip
-        self._set_interrupts(interrupt_before, interrupt_after)
+    Takes ``GroupChatConfig``'s fields, in the reference's order: ``name``, ``description``,
+    ``agents`` (at least two; a ``Human`` claims the floor instead of bidding), ``max_loops``,
+    ``threshold``, ``recency_penalty``, ``recency_window``, ``idle_timeout``, ``output_type``,
+    ``auto_equip``, ``verbose``, ``context_window`` (an fsmchat extension, default off: bidders see
+    the task plus only the last N messages, which bounds prompt tokens per call in long chats).
+    ``interrupt_before``/``interrupt_after`` name states where the run stops for a person
+    (``["post"]``: approve, edit or reject each winner's message; the run needs a checkpoint)."""
+
+    config: GroupChatConfig
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
         """Every agent bids every turn; at most max_loops - 1 turns (a turn that posts nothing ends the
         chat; a rejected one counts toward max_loops). People make no model call (``max_calls`` skips them)."""
-        return [(a, max(0, self.config.max_loops - 1)) for a in self.agents]
+        return [(a, max(0, self.config.max_loops - 1)) for a in self.config.agents]
 
     def _compile(self) -> StateGraph:
-        people = [(i, a.name) for i, a in enumerate(self.agents) if isinstance(a, Human)]
-        return compile_group_chat(description=self.description, people=people)
+        people = [(i, a.name) for i, a in enumerate(self.config.agents) if isinstance(a, Human)]
+        return compile_group_chat(description=self.config.description, people=people)
 
     def _wait_point(self, where: str, qualified: str, level: StateGraph) -> WaitPoint:
         """Before ``post`` a person reviews the winner's message: ``Approve``/``Edit`` post it,
@@ -293,11 +312,11 @@ class GroupChat(Pattern):
                              "a person approves, edits or rejects the winner's message")
         return super()._wait_point(where, qualified, level)
 
-    def _context(self, task: str) -> ChatContext:
-        speakers = [a.equipped() if self.config.auto_equip and isinstance(a, Agent) else a for a in self.agents]
-        ctx = ChatContext(task, speakers)
+    def _context(self, task: str) -> GroupChatContext:
+        cfg = self.config
+        speakers = [a.equipped() if cfg.auto_equip and isinstance(a, Agent) else a for a in cfg.agents]
+        ctx = GroupChatContext(task, speakers, config=self.config)
         ctx.stats.roster = speakers
-        ctx.scratch.update(cfg=self.config, recent=[], bids=[], winner=None, dropped=0)
         return ctx
 
 

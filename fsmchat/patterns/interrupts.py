@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import ConfigError, bad_value
 from ..graph.state_graph import Guard, StateGraph, Transition, state_names
+from ..models import StopReason
 from ..speakers.human import USER, Reject, Say, request
 
 TARGET = "<target>"  # in WaitPoint.exits: the interrupted state (before) / its old exits (after)
@@ -144,10 +145,10 @@ def rejected(ctx: Any) -> bool:
 def stop_state(g: StateGraph) -> str:
     """The level's final state a rejection ends the run in (``stopped``, reason "stopped"), made once."""
     for n, s in g.states.items():
-        if s.final and s.reason == "stopped":
+        if s.final and s.reason == StopReason.STOPPED:
             return n
     name = state_names(["stopped"], g.states)[0]
-    g.final(name, "stop: a person rejected going on", reason="stopped")
+    g.final(name, "stop: a person rejected going on", reason=StopReason.STOPPED)
     return name
 
 

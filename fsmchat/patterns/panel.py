@@ -14,25 +14,63 @@ the briefing matters. A normal run stops with ``stop_reason="rounds"``.
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Collection, Sequence
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from ..checks import check_agents
+from ..config import OneParticipant, Participants
+from ..errors import ConfigError
 from ..graph.state_graph import StateGraph
-from ..speakers.agent import check_roster
+from ..models import StopReason
+from ..speakers.agent import Speaker, check_roster
 from ..speakers.human import Human
-from .base import PERSON_NOTE, ChatContext, Pattern, PatternConfig, check_task, people_in, speaker_chain
+from .base import (PERSON_NOTE, ChatContext, OutputType, Pattern, PatternConfig, PatternState, check_task, people_in,
+                   speaker_chain)
 
 TOO_FEW_EXPERTS = "At least two expert agents are required for a panel discussion."
 NO_MODERATOR = "A moderator agent is required for panel discussion."
 
 
+def experts_list(agents: Any) -> Any:
+    """A list (or None: the roster may be set later; ``run`` needs two experts and a moderator)."""
+    check_agents(agents, "ExpertPanelDiscussion")
+    return agents
+
+
 class PanelConfig(PatternConfig):
-    """The panel's limits, validated before any model call."""
+    """The panel, declared once: its parameters in the reference's order, validated before any
+    model call."""
 
     max_rounds: int = Field(3, ge=1, description="rounds of opener, expert answers and synthesis")
-    output_type: str = "str-all-except-first"
+    agents: Annotated[Participants, AfterValidator(experts_list)] = Field(None, title="expert")
+    moderator: OneParticipant = None
+    output_type: OutputType = "str-all-except-first"
+    verbose: bool = False
+
+
+@dataclass
+class PanelState(PatternState):
+    """The panel's working state: the round, its topic, the moderator's opener, the answers."""
+
+    topic: str = ""  # what the next round opens on (the task, then each synthesis)
+    round: int = 0  # rounds opened so far
+    opener: str = ""  # the current round's opener
+    answers: list[tuple[str, str]] = field(default_factory=list)  # (expert, reply) of the current round
+
+    def restore(self, scratch: dict[str, Any]) -> None:
+        super().restore(scratch)
+        self.answers = [(name, reply) for name, reply in self.answers]  # stored as lists
+
+
+@dataclass
+class PanelContext(ChatContext):
+    """A panel run's context: its config, its moderator (the experts are the speakers) and state."""
+
+    config: PanelConfig = field(kw_only=True)
+    moderator: Speaker = field(kw_only=True)
+    state: PanelState = field(default_factory=PanelState)
 
 
 def moderator_brief(moderator: str, experts: Sequence[str]) -> str:
@@ -62,15 +100,15 @@ def synthesis_prompt(r: int, answers: Sequence[tuple[str, str]]) -> str:
 
 
 # ---- guards ----
-def rounds_remain(ctx: ChatContext) -> bool:
+def rounds_remain(ctx: PanelContext) -> bool:
     """fewer than max_rounds rounds held"""
-    return ctx.scratch["round"] < ctx.scratch["cfg"].max_rounds
+    return ctx.state.round < ctx.config.max_rounds
 
 
 # ---- actions ----
-async def brief(ctx: ChatContext) -> None:
+async def brief(ctx: PanelContext) -> None:
     """moderator, then each expert, told who is on the panel (not posted)"""
-    moderator, names = ctx.scratch["moderator"], ctx.names
+    moderator, names = ctx.moderator, ctx.names
     if not isinstance(moderator, Human):  # people know the panel: only agents are briefed
         await ctx.ask_private(moderator, moderator_brief(moderator.name, names))
     for i, expert in enumerate(ctx.speakers):
@@ -78,32 +116,32 @@ async def brief(ctx: ChatContext) -> None:
             await ctx.ask_private(expert, expert_brief(expert.name, i, names, moderator.name))
 
 
-async def open_round(ctx: ChatContext) -> int:
+async def open_round(ctx: PanelContext) -> int:
     """the moderator opens the round on the topic"""
-    moderator = ctx.scratch["moderator"]
-    r = ctx.scratch["round"] + 1
-    opener = await ctx.ask_private(moderator, opener_prompt(r, ctx.scratch["topic"]))
-    ctx.scratch["round"] = r  # after the ask: a moderator who is a person may stop the run there
+    moderator, state = ctx.moderator, ctx.state
+    r = state.round + 1
+    opener = await ctx.ask_private(moderator, opener_prompt(r, state.topic))
+    state.round = r  # after the ask: a moderator who is a person may stop the run there
     ctx.post(moderator.name, opener, round=r, phase="open")
-    ctx.scratch.update(opener=opener, answers=[])
+    state.opener, state.answers = opener, []
     return r
 
 
-async def expert_answers(ctx: ChatContext, i: int) -> str:
+async def expert_answers(ctx: PanelContext, i: int) -> str:
     """the expert answers the moderator's opener"""
-    expert, moderator = ctx.speakers[i], ctx.scratch["moderator"]
-    reply = await ctx.ask_private(expert, expert_prompt(expert.name, moderator.name, ctx.scratch["opener"]))
-    ctx.post(expert.name, reply, round=ctx.scratch["round"], phase="answer")
-    ctx.scratch["answers"].append((expert.name, reply))
+    expert, moderator = ctx.speakers[i], ctx.moderator
+    reply = await ctx.ask_private(expert, expert_prompt(expert.name, moderator.name, ctx.state.opener))
+    ctx.post(expert.name, reply, round=ctx.state.round, phase="answer")
+    ctx.state.answers.append((expert.name, reply))
     return expert.name
 
 
-async def synthesize(ctx: ChatContext) -> None:
+async def synthesize(ctx: PanelContext) -> None:
     """the moderator synthesises the answers and asks a follow-up (the next topic)"""
-    moderator, r = ctx.scratch["moderator"], ctx.scratch["round"]
-    synthesis = await ctx.ask_private(moderator, synthesis_prompt(r, ctx.scratch["answers"]))
+    moderator, r = ctx.moderator, ctx.state.round
+    synthesis = await ctx.ask_private(moderator, synthesis_prompt(r, ctx.state.answers))
     ctx.post(moderator.name, synthesis, round=r, phase="synthesis")
-    ctx.scratch["topic"] = synthesis
+    ctx.state.topic = synthesis
 
 
 def compile_panel(experts: Sequence[str], moderator: str = "moderator", description: str = "",
@@ -112,7 +150,7 @@ def compile_panel(experts: Sequence[str], moderator: str = "moderator", descript
     of ``people`` (``Human`` experts or moderator) wait for their messages."""
     if len(experts) < 2:
         raise ValueError(TOO_FEW_EXPERTS)
-    g = StateGraph(name, context=ChatContext, description=description)
+    g = StateGraph(name, context=PanelContext, description=description)
     g.state("brief", brief)
     chair = moderator in people
     note = PERSON_NOTE if chair else ""
@@ -121,34 +159,29 @@ def compile_panel(experts: Sequence[str], moderator: str = "moderator", descript
                            people=people)
     g.state("synthesize", synthesize, f"{moderator} synthesises, asks a follow-up (the next topic){note}",
             waits=chair)
-    g.final("stop", reason="rounds")
+    g.final("stop", reason=StopReason.ROUNDS)
     g.edge("brief", "open_round")
     g.edge("open_round", states[0])
     g.edge(states[-1], "synthesize")
     g.edge("synthesize", "open_round", when=rounds_remain)
-    g.edge("synthesize", "stop", label="rounds")
+    g.edge("synthesize", "stop", label=StopReason.ROUNDS)
     return g
 
 
-class ExpertPanelDiscussion(Pattern):
+class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
     """A moderator runs ``max_rounds`` rounds over at least two experts (see the module doc).
 
-    Both roster errors are raised at construction when a roster is given, and again by ``run``
-    (and by ``.graph``, which needs the roster), before any model call.
+    Takes ``PanelConfig``'s fields: ``max_rounds``, ``agents`` (the experts), ``moderator``,
+    ``output_type``, ``verbose``. Both roster errors are raised at construction when a roster is
+    given, and again by ``run`` (and by ``.graph``, which needs the roster), before any model call.
     """
 
     name = "ExpertPanelDiscussion"
+    config: PanelConfig
 
-    def __init__(self, max_rounds: int = 3, agents: Sequence[Any] | None = None, moderator: Any = None,
-                 output_type: str = "str-all-except-first", *, verbose: bool = False,
-                 interrupt_before: Sequence[str] | None = None, interrupt_after: Sequence[str] | None = None):
-        self.config = PanelConfig.make("ExpertPanelDiscussion", max_rounds=max_rounds, output_type=output_type,
-                                       verbose=verbose)
-        self.max_rounds, self.agents, self.moderator = max_rounds, agents, moderator
-        self.output_type, self.verbose = output_type, verbose
-        if check_agents(agents, "ExpertPanelDiscussion") is not None or moderator is not None:  # run() checks again
+    def _validate(self) -> None:
+        if self.config.agents is not None or self.config.moderator is not None:  # run() checks again
             self._roster()
-        self._set_interrupts(interrupt_before, interrupt_after)
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
         """Briefings (1 + N), then per round the moderator twice and each expert once: 1 + N + R(N + 2)."""
@@ -156,13 +189,14 @@ class ExpertPanelDiscussion(Pattern):
         rounds = self.config.max_rounds
         return [(moderator, 1 + 2 * rounds)] + [(e, 1 + rounds) for e in experts]
 
-    def _roster(self) -> tuple[list[Any], Any]:
-        if not self.agents or len(self.agents) < 2:
-            raise ValueError(TOO_FEW_EXPERTS)
-        if not self.moderator:
-            raise ValueError(NO_MODERATOR)
-        *experts, moderator = check_roster([*self.agents, self.moderator], "ExpertPanelDiscussion")
-        return experts, moderator
+    def _roster(self) -> tuple[list[Speaker], Speaker]:
+        agents, moderator = self.config.agents, self.config.moderator
+        if not agents or len(agents) < 2:
+            raise ConfigError(TOO_FEW_EXPERTS)
+        if not moderator:
+            raise ConfigError(NO_MODERATOR)
+        *experts, chair = check_roster([*agents, moderator], "ExpertPanelDiscussion")
+        return experts, chair
 
     def _check_run(self, task: Any) -> None:
         self._roster()
@@ -172,11 +206,10 @@ class ExpertPanelDiscussion(Pattern):
         experts, moderator = self._roster()
         return compile_panel([e.name for e in experts], moderator.name, people=people_in([*experts, moderator]))
 
-    def _context(self, task: str) -> ChatContext:
+    def _context(self, task: str) -> PanelContext:
         experts, moderator = self._roster()
-        ctx = ChatContext(task, experts)
+        ctx = PanelContext(task, experts, config=self.config, moderator=moderator, state=PanelState(topic=task))
         ctx.stats.roster = [*experts, moderator]
-        ctx.scratch.update(cfg=self.config, moderator=moderator, topic=task, round=0, opener="", answers=[])
         return ctx
 
 

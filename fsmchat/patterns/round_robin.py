@@ -12,14 +12,18 @@ conversation (own replies as ``assistant``, others as ``user`` ``"Name: text"``,
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Collection, Sequence
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from ..checks import check_agents
+from ..config import Participants
+from ..errors import ConfigError
 from ..graph.state_graph import StateGraph
-from ..speakers.agent import check_roster
-from .base import ChatContext, Pattern, PatternConfig, people_in, speaker_chain
+from ..models import StopReason
+from ..speakers.agent import Speaker, check_roster
+from .base import ChatContext, OutputType, Pattern, PatternConfig, people_in, speaker_chain
 
 OPENING = "(none — you open the conversation)"
 CLOSING = "(none — you close the conversation)"
@@ -45,17 +49,37 @@ def build_collaborative_task(conversation_context: str, turn_header: str) -> str
     return f"{head}{turn_header}\n\n{COLLABORATE}"
 
 
-class RoundRobinConfig(PatternConfig):
-    """RoundRobinSwarm's limits, validated before any model call."""
+def round_robin_roster(agents: Any) -> list[Speaker]:
+    """At least one participant, unique names."""
+    if not check_agents(agents, "RoundRobinSwarm"):
+        raise ConfigError("RoundRobinSwarm cannot be initialized without agents")
+    return check_roster(agents, "RoundRobinSwarm")
 
+
+class RoundRobinConfig(PatternConfig):
+    """RoundRobinSwarm, declared once: its parameters in the reference's order, validated before
+    any model call."""
+
+    name: str = "RoundRobinSwarm"
+    description: str = "A swarm implementation that executes tasks in a round-robin fashion."
+    agents: Annotated[Participants, AfterValidator(round_robin_roster)] = Field(None, validate_default=True,
+                                                                                title="agent")
+    verbose: bool = False
     max_loops: int = Field(1, ge=1, description="full passes over the roster")
-    output_type: str = "final"
+    output_type: OutputType = "final"
+
+
+@dataclass
+class RoundRobinContext(ChatContext):
+    """A RoundRobinSwarm run's context: its config (the turn counter is all its state)."""
+
+    config: RoundRobinConfig = field(kw_only=True)
 
 
 # ---- guards ----
-def next_loop(ctx: ChatContext) -> bool:
+def next_loop(ctx: RoundRobinContext) -> bool:
     """another loop remains"""
-    return ctx.turn < len(ctx.speakers) * ctx.scratch["cfg"].max_loops
+    return ctx.turn < len(ctx.speakers) * ctx.config.max_loops
 
 
 # ---- actions ----
@@ -64,9 +88,9 @@ def post_task(ctx: ChatContext) -> None:
     ctx.seed()
 
 
-def turn_prompt(ctx: ChatContext, t: int) -> str:
+def turn_prompt(ctx: RoundRobinContext, t: int) -> str:
     """The header prompt of global turn ``t`` (0-based); prev/next wrap across loops."""
-    names, max_loops = ctx.names, ctx.scratch["cfg"].max_loops
+    names, max_loops = ctx.names, ctx.config.max_loops
     n = len(names)
     header = build_turn_header(names[t % n], t % n + 1, n, t // n + 1, max_loops,
                                names[(t - 1) % n] if t > 0 else None,
@@ -74,7 +98,7 @@ def turn_prompt(ctx: ChatContext, t: int) -> str:
     return build_collaborative_task("", header)
 
 
-async def take_turn(ctx: ChatContext, i: int) -> str:
+async def take_turn(ctx: RoundRobinContext, i: int) -> str:
     """the speaker builds on the conversation so far"""
     speaker = ctx.speakers[i]
     assert ctx.turn % len(ctx.speakers) == i, f"turn {ctx.turn} is not {speaker.name}'s"
@@ -90,52 +114,41 @@ def compile_round_robin(names: Sequence[str], description: str = "",
     waits for their message); the loop counter is a guard."""
     if not names:
         raise ValueError("compile_round_robin needs at least one speaker name")
-    g = StateGraph(name, context=ChatContext, description=description)
+    g = StateGraph(name, context=RoundRobinContext, description=description)
     g.state("seed", post_task)
     states = speaker_chain(g, names, take_turn, "{name} builds on the conversation", reserved=["stop"],
                            people=people)
-    g.final("stop", reason="max_loops")
+    g.final("stop", reason=StopReason.MAX_LOOPS)
     g.edge("seed", states[0])
     g.edge(states[-1], states[0], when=next_loop)
-    g.edge(states[-1], "stop", label="max_loops")
+    g.edge(states[-1], "stop", label=StopReason.MAX_LOOPS)
     return g
 
 
-class RoundRobinSwarm(Pattern):
+class RoundRobinSwarm(Pattern, kind="round_robin", config=RoundRobinConfig):
     """Deterministic round robin: turn t goes to ``agents[t % N]`` for N x ``max_loops`` turns.
 
-    Each turn's request is ``[system prompt] + typed shared conversation + [user: header
-    prompt]`` (``build_turn_header`` / ``build_collaborative_task``); the reply is posted under
-    the agent's name. Calls = N x max_loops; the transcript holds 1 + N x max_loops rows.
+    Takes ``RoundRobinConfig``'s fields: ``name``, ``description``, ``agents``, ``verbose``,
+    ``max_loops``, ``output_type``; ``interrupt_before``/``interrupt_after``: states where the run
+    stops for a person (a ``Human`` among ``agents`` waits at its own turn; the run then needs a
+    checkpoint). Each turn's request is ``[system prompt] + typed shared conversation + [user:
+    header prompt]`` (``build_turn_header`` / ``build_collaborative_task``); the reply is posted
+    under the agent's name. Calls = N x max_loops; the transcript holds 1 + N x max_loops rows.
     """
 
-    def __init__(self, name: str = "RoundRobinSwarm",
-                 description: str = "A swarm implementation that executes tasks in a round-robin fashion.",
-                 agents: Sequence[Any] | None = None, verbose: bool = False, max_loops: int = 1,
-                 output_type: str = "final", *, interrupt_before: Sequence[str] | None = None,
-                 interrupt_after: Sequence[str] | None = None):
-        """``interrupt_before``/``interrupt_after``: states where the run stops for a person (a
-        ``Human`` among ``agents`` waits at its own turn); the run then needs a checkpoint."""
-        if not check_agents(agents, "RoundRobinSwarm"):
-            raise ValueError("RoundRobinSwarm cannot be initialized without agents")
-        self.config = RoundRobinConfig.make("RoundRobinSwarm", max_loops=max_loops, output_type=output_type,
-                                            verbose=verbose)
-        self.name, self.description = name, description
-        self.agents = check_roster(agents, "RoundRobinSwarm")
-        self.verbose, self.max_loops, self.output_type = verbose, max_loops, output_type
-        self._set_interrupts(interrupt_before, interrupt_after)
+    config: RoundRobinConfig
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
         """One call per turn: each agent max_loops times (N x max_loops)."""
-        return [(a, self.config.max_loops) for a in self.agents]
+        return [(a, self.config.max_loops) for a in self.config.agents]
 
     def _compile(self) -> StateGraph:
-        return compile_round_robin([a.name for a in self.agents], self.description, people=people_in(self.agents))
+        agents = self.config.agents
+        return compile_round_robin([a.name for a in agents], self.config.description, people=people_in(agents))
 
-    def _context(self, task: str) -> ChatContext:
-        ctx = ChatContext(task, list(self.agents))
-        ctx.stats.roster = list(self.agents)
-        ctx.scratch["cfg"] = self.config
+    def _context(self, task: str) -> RoundRobinContext:
+        ctx = RoundRobinContext(task, list(self.config.agents), config=self.config)
+        ctx.stats.roster = list(self.config.agents)
         return ctx
 
 

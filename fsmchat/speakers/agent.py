@@ -7,12 +7,12 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..deadline import call_within
-from ..errors import ModelCallError, fatal_error, invalid_config
+from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
 from ..models import Bid, Message, shorten
 from . import llm
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
@@ -476,7 +476,18 @@ class CallableSpeaker:
         return silent(f"callable returned {type(out).__name__}, not a Bid")
 
 
-Speaker = Any  # Agent | CallableSpeaker (anything with .name, async reply(turn), async bid(turn))
+@runtime_checkable
+class Speaker(Protocol):
+    """What the engine and the patterns call on a participant (an ``Agent``, a ``CallableSpeaker``,
+    a ``Human``, or anything of your own with these): its ``name`` (its transcript role), a reply to
+    a turn, and a bid (GroupChat)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def reply(self, turn: Turn) -> str: ...
+
+    async def bid(self, turn: Turn) -> BidOutcome: ...
 
 
 def as_speaker(x: Any) -> Speaker:
@@ -499,7 +510,7 @@ def as_speaker(x: Any) -> Speaker:
         ...
         TypeError: a participant must be an fsmchat Agent or a callable (turn) -> str | Bid, got int
     """
-    if isinstance(x, Agent) or (hasattr(x, "name") and hasattr(x, "reply") and hasattr(x, "bid")):
+    if isinstance(x, Speaker):
         return x
     if callable(x):
         return CallableSpeaker(x)
@@ -528,14 +539,14 @@ def check_roster(agents: Sequence[Any], what: str) -> list[Speaker]:
         >>> check_roster([dev, dev], "GroupChat")
         Traceback (most recent call last):
         ...
-        ValueError: GroupChat: agent names must be unique; 'dev' appears more than once
+        fsmchat.errors.ConfigError: GroupChat: agent names must be unique; 'dev' appears more than once
     """
     speakers = [as_speaker(a) for a in agents]
     seen: set[str] = set()
     for s in speakers:
         if s.name in seen:
-            raise ValueError(f"{what}: agent names must be unique; {s.name!r} appears more than once")
+            raise ConfigError(f"{what}: agent names must be unique; {s.name!r} appears more than once")
         if s.name == SEED_ROLE:
-            raise ValueError(f"{what}: the name {SEED_ROLE!r} is reserved for the task message")
+            raise ConfigError(f"{what}: the name {SEED_ROLE!r} is reserved for the task message")
         seen.add(s.name)
     return speakers

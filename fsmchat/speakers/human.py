@@ -22,6 +22,7 @@ from typing import Any, Literal, Sequence, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, ConfigTypeError, FsmchatError, Interrupted, bad_value
+from ..models import StopReason
 from .respond import BidOutcome
 
 USER = "User"  # the role a reviewer's own message is posted under (the task's role: the person running it)
@@ -273,14 +274,15 @@ def request(kind: str, prompt: str, allowed: dict[str, str], *, person: str | No
 
 def pending_of(event: Any) -> Pending | None:
     """The ``Pending`` an interrupted run's last trace event carries (None for any other event)."""
-    if event is None or event.trigger != "interrupted" or event.dest is not None or not isinstance(event.payload, dict):
+    if event is None or event.trigger != StopReason.INTERRUPTED or event.dest is not None or \
+            not isinstance(event.payload, dict):
         return None
     return Pending(state=event.state, **event.payload)
 
 
 def waiting_for(saved: Any) -> Pending | None:
     """What a checkpointed run (``Saved``) waits for, when it stopped at an interrupt."""
-    if saved.stop_reason != "interrupted" or not saved.events:
+    if saved.stop_reason != StopReason.INTERRUPTED or not saved.events:
         return None
     return pending_of(saved.events[-1])
 

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from ..checkpoint import CheckpointStoreError, SqliteCheckpointer, lease_refusal
 from ..errors import FsmchatError
+from ..models import StopReason
 
 STATUSES = ("running", "waiting", "finished", "failed", "cancelled", "stopped")
 """A run's status in the viewer: ``running`` (no stop reason, its lease is live), ``waiting`` (stop
@@ -64,7 +65,7 @@ def status_of(stop_reason: str | None, lease: tuple[str, float] | None, now: flo
     if stop_reason is None:
         live = lease is not None and lease_refusal("", lease, "fsmchat-ui", now) is not None
         return "running" if live else "stopped"
-    return {"interrupted": "waiting", "error": "failed", "cancelled": "cancelled"}.get(stop_reason, "finished")
+    return StopReason.run_status(stop_reason)
 
 
 def _json(text: str | None, default: Any = None) -> Any:

@@ -1,0 +1,246 @@
+"""The leaf step of a workflow (``Task``: a handler, an agent or a person, with its error policy)
+and ``Block``, the base every composite step kind derives from. A step kind declares itself in its
+class line, ``class Loop(Block, kind="loop", spec=LoopSpec)``, which registers its config form in
+``fsmchat.config.STEP_KINDS``: the flow's compiler, its call bound and ``to_config``/``from_config``
+ask the block itself, so a new kind touches none of them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal, Sequence
+
+from pydantic import BaseModel
+
+from ..config import REF, AgentSpec, ConfigReader, ConfigSpec, ConfigWriter, HumanSpec, STEP_KINDS, human_spec, \
+    opt_ref
+from ..errors import bad_value
+from ..kinds import kinds_of
+from ..speakers.agent import Agent
+from ..speakers.human import Human
+
+if TYPE_CHECKING:
+    from ..graph.state_graph import StateGraph
+    from .compile import Compiler
+
+OnError = Literal["stop", "continue", "retry"]
+
+
+@dataclass
+class Task:
+    """A flow step with its error policy: a handler, an agent or a person, and where its output goes.
+
+    A bare Agent, callable or ``Human`` in a flow's steps is a ``Task`` with the defaults. The
+    output is always the step's record and the next step's previous output; it is posted to the
+    flow's transcript unless ``post=False``; ``save_as`` and ``append_to`` also keep it in variables.
+
+    Attributes:
+        handler: A callable ``(ctx) -> str | StepResult`` (exactly one of handler, agent, person).
+        agent: An ``Agent`` asked with ``action`` as its prompt.
+        name: The step's name (default: the agent's or person's name, or the handler's ``__name__``).
+        action: The agent's prompt template (``{{var}}`` templating), or the question for a person;
+            default: the previous output, or the flow's input.
+        on_error: ``"stop"`` (halt the flow), ``"continue"`` (record the failure and go on) or
+            ``"retry"`` (up to ``max_retries`` more attempts, backing off exponentially).
+        max_retries: Retries under ``on_error="retry"``.
+        should_run: ``should_run(ctx)`` false skips the step.
+        retry_delay: Seconds before the first retry (doubling after each).
+        post: Post the output to the flow's transcript (False: e.g. an introduction whose reply is
+            thrown away).
+        save_as: Also store the output in this variable (read later as ``{{x}}``).
+        append_to: Also append the output to this list variable (created empty; read as ``{{xs}}``
+            or a window such as ``{{xs[-3:]}}``).
+        person: A ``Human``: the run stops until they answer (see ``ask_human``).
+
+    Raises:
+        ValueError: Not exactly one of handler, agent and person, or a bad ``on_error`` or
+            ``max_retries``.
+        TypeError: A handler that is not callable, an agent that is not an ``Agent``, a person
+            that is not a ``Human``.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, Task
+        >>> def flaky(ctx):
+        ...     raise RuntimeError("service down")
+        >>> def reply(ctx):
+        ...     return "thanks"
+        >>> out = AgentFlow(steps=[Task(handler=flaky, on_error="continue"), reply]).run("hello")
+        >>> out["status"], [(s["name"], s["status"]) for s in out["steps"]]
+        ('completed', [('flaky', 'failed'), ('reply', 'completed')])
+        >>> Task(handler=flaky, on_error="retry", max_retries=2)
+        Task('flaky', handler=flaky, on_error='retry', max_retries=2)
+    """
+
+    handler: Callable[..., Any] | None = None
+    agent: Agent | None = None
+    name: str | None = None
+    action: str | None = None
+    on_error: OnError = "stop"
+    max_retries: int = 0
+    should_run: Callable[[Any], bool] | None = None
+    retry_delay: float = 0.1
+    post: bool = True
+    save_as: str | None = None
+    append_to: str | None = None
+    person: Human | None = None
+
+    def __repr__(self) -> str:
+        who = f"agent={self.agent.name!r}" if self.agent is not None else f"person={self.person.name!r}" \
+            if self.person is not None else f"handler={getattr(self.handler, '__name__', type(self.handler).__name__)}"
+        extra = "" if self.on_error == "stop" else f", on_error={self.on_error!r}" + \
+            (f", max_retries={self.max_retries}" if self.on_error == "retry" else "")
+        return f"Task({self.name!r}, {who}{extra})"
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.handler, self.agent, self.person)) != 1:
+            raise ValueError("Task needs exactly one of handler= (a callable), agent= (an Agent) or person= (a Human)")
+        if self.person is not None and not isinstance(self.person, Human):
+            raise TypeError(f"Task person must be an fsmchat Human, got {type(self.person).__name__}")
+        if self.handler is not None and not callable(self.handler):
+            raise TypeError(f"Task handler must be callable, got {type(self.handler).__name__}")
+        if self.agent is not None and not isinstance(self.agent, Agent):
+            raise TypeError(f"Task agent must be an fsmchat Agent, got {type(self.agent).__name__}")
+        if self.on_error not in ("stop", "continue", "retry"):
+            raise ValueError(f"Task on_error={self.on_error!r} is not allowed; choose from "
+                             "['stop', 'continue', 'retry']")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError(f"Task max_retries must be an int >= 0, got {self.max_retries!r}")
+        if isinstance(self.retry_delay, bool) or not isinstance(self.retry_delay, (int, float)) or \
+                not 0 <= self.retry_delay < float("inf"):
+            raise bad_value("Task", "retry_delay", self.retry_delay, "seconds before the first retry, a finite "
+                            "number >= 0")
+        if self.should_run is not None and not callable(self.should_run):
+            raise bad_value("Task", "should_run", self.should_run, "a callable (ctx) -> bool, or None",
+                            type_error=True)
+        if not isinstance(self.post, bool):
+            raise bad_value("Task", "post", self.post, "True (post the output to the transcript) or False",
+                            type_error=True)
+        for key in ("save_as", "append_to"):
+            v = getattr(self, key)
+            if v is not None and (not isinstance(v, str) or not v.isidentifier()):
+                raise bad_value("Task", key, v, "a variable name such as 'answer' (read later as {{answer}})",
+                                type_error=not isinstance(v, str))
+        if self.name is None:
+            self.name = self.agent.name if self.agent is not None else self.person.name \
+                if self.person is not None else getattr(self.handler, "__name__", type(self.handler).__name__)
+
+    def to_spec(self, w: ConfigWriter) -> TaskSpec:
+        """This step as its config form (a ``TaskSpec``; see ``Block.to_spec``)."""
+        return TaskSpec(handler=opt_ref(self.handler, f"Task {self.name!r} handler"),
+                        agent=w.agent(self.agent) if self.agent is not None else None, name=self.name,
+                        action=self.action, on_error=self.on_error, max_retries=self.max_retries,
+                        should_run=opt_ref(self.should_run, f"Task {self.name!r} should_run"),
+                        retry_delay=self.retry_delay, post=self.post, save_as=self.save_as, append_to=self.append_to,
+                        person=human_spec(self.person) if self.person is not None else None)
+
+
+@STEP_KINDS.register
+class TaskSpec(ConfigSpec):
+    """A flow ``Task`` with its error policy."""
+
+    owner: ClassVar[str] = "Task"
+    kind: Literal["task"] = "task"
+    handler: Annotated[str | None, REF] = None
+    agent: AgentSpec | None = None
+    name: str | None = None
+    action: str | None = None
+    on_error: Literal["stop", "continue", "retry"] = "stop"
+    max_retries: int = 0
+    should_run: Annotated[str | None, REF] = None
+    retry_delay: float = 0.1
+    post: bool = True
+    save_as: str | None = None
+    append_to: str | None = None
+    person: HumanSpec | None = None
+
+    def build(self, r: ConfigReader) -> Task:
+        return Task(handler=r.fn(self.handler, f"Task {self.name!r} handler"),
+                    agent=self.agent.build(r) if self.agent is not None else None, name=self.name,
+                    action=self.action, on_error=self.on_error, max_retries=self.max_retries,
+                    should_run=r.fn(self.should_run, f"Task {self.name!r} should_run"),
+                    retry_delay=self.retry_delay, post=self.post, save_as=self.save_as, append_to=self.append_to,
+                    person=self.person.build(r) if self.person is not None else None)
+
+
+def as_task(step: Any) -> Task:
+    """A bare Agent or callable becomes a Task with the default policy (on_error="stop")."""
+    if isinstance(step, Task):
+        return step
+    if isinstance(step, Agent):
+        return Task(agent=step)
+    if isinstance(step, Human):
+        return Task(person=step)
+    if callable(step) and not isinstance(step, Block):
+        return Task(handler=step)
+    raise TypeError(f"a step must be an Agent, a Human, a callable (ctx) -> str | StepResult, a Task, a Discussion or "
+                    f"a combinator (loop, parallel, route, if_, repeat); got {type(step).__name__}")
+
+
+def step_names(steps: Sequence[Any]) -> list[str]:
+    """Each step's name (a block's, a task's)."""
+    return [getattr(s, "name", None) or as_task(s).name or "step" for s in steps]
+
+
+class Block:
+    """Base of composite steps (each compiles to a subgraph or a fork state).
+
+    A step kind declares itself in its class line, ``class Loop(Block, kind="loop", spec=LoopSpec)``:
+    ``spec`` (its config form: a ``ConfigSpec`` whose ``kind`` is ``"loop"``, with ``build(reader)``)
+    is registered in ``STEP_KINDS``. The block then answers for itself: ``to_spec`` (its config
+    form), ``compile`` (its states in the flow's graph), ``calls`` (its worst-case model calls),
+    ``children`` (the steps it holds), ``own_tasks`` (the tasks it runs itself), ``writes`` (a variable
+    it sets), ``forks`` (its steps run as parallel branches) and ``check_run`` (checks against the
+    flow's variables before a run).
+
+    Examples:
+        >>> from fsmchat.flow import Block, loop
+        >>> def write(ctx):
+        ...     return "a section"
+        >>> each = loop(write, over="parts", name="each")
+        >>> isinstance(each, Block), each.kind, each.children() == [write]
+        (True, 'loop', True)
+    """
+
+    name: str = "block"
+    kind: ClassVar[str | None] = None
+    forks: bool = False  # its steps run as parallel branches (which cannot stop for a person)
+
+    def __init_subclass__(cls, kind: str | None = None, spec: type[BaseModel] | None = None, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if kind is not None:
+            if spec is None or kind not in kinds_of(spec):
+                raise TypeError(f"{cls.__name__}: kind={kind!r} needs spec=, a ConfigSpec whose kind is {kind!r}")
+            cls.kind = kind
+            STEP_KINDS.register(spec)
+
+    def _repr_fields(self) -> list[str]:
+        return [f"steps={step_names(getattr(self, 'steps', []))!r}"]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join([repr(self.name), *self._repr_fields()])})"
+
+    # ---- what a step kind supplies ----
+    def to_spec(self, w: ConfigWriter) -> Any:
+        """This block's config form (its kind's spec)."""
+        raise TypeError(f"step {self.name!r}: a {type(self).__name__} has no config form")
+
+    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+        """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
+        raise TypeError(f"step {self.name!r}: a {type(self).__name__} does not compile (it defines no compile())")
+
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+        """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
+        raise TypeError(f"unknown block {type(self).__name__}")
+
+    def children(self) -> list[Any]:
+        """The steps this block holds, in declaration order."""
+        return list(getattr(self, "steps", []))
+
+    def own_tasks(self) -> list[Task]:
+        """The tasks this block runs itself (not those of the steps it holds)."""
+        return []
+
+    def writes(self, var: str) -> bool:
+        """Whether this block itself sets variable ``var`` (its own output variables)."""
+        return False
+
+    def check_run(self, variables: dict[str, Any]) -> None:
+        """Refuse a run whose declared ``variables`` this block cannot use (before any call)."""
