@@ -102,16 +102,17 @@ def test_a_missing_contract_is_refused_saying_what_is_expected(tmp_path):
         layers.read_contract(tmp_path / "pyproject.toml")
 
 
-def lint_imports():
+def lint_imports() -> subprocess.CompletedProcess:
+    """``lint-imports`` of this tree: every contract in pyproject.toml's ``[tool.importlinter]``."""
     exe = Path(sys.executable).with_name("lint-imports")
-    return str(exe) if exe.is_file() else shutil.which("lint-imports")
+    exe = str(exe) if exe.is_file() else shutil.which("lint-imports")
+    assert exe is not None, "lint-imports is in the dev extra (pip install -e '.[dev]')"
+    return subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
 def test_the_red_arrows_are_the_violations_lint_imports_reports():
-    exe = lint_imports()
-    assert exe is not None, "lint-imports is in the dev extra (pip install -e '.[dev]')"
-    r = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    r = lint_imports()
     reported = set(re.findall(r"^(\S+) is not allowed to import (\S+):$", r.stdout, re.M))
     d = layers.diagram()
     c = d.contract
@@ -170,10 +171,7 @@ PACKAGE = ROOT / "fsmchat"
 def test_every_import_contract_is_kept():
     """`lint-imports` (the contracts of pyproject.toml: the layers, no cycles) passes; a failure names
     the broken contracts and lint-imports' own report (the offending import lines)."""
-    exe = lint_imports()
-    assert exe is not None, "lint-imports is in the dev extra (pip install -e '.[dev]')"
-    r = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    r = lint_imports()
     broken = re.findall(r"^(.+) BROKEN$", r.stdout, re.M)
     report = r.stdout.partition("Broken contracts")[2] or r.stdout + r.stderr
     assert r.returncode == 0 and not broken, f"broken import contracts: {broken}\n{report[-4000:]}"
