@@ -15,6 +15,7 @@ from ..config import (REF, AgentSpec, AnyStep, CallableSpec, ConfigReader, Confi
                       jsonable, opt_ref)
 from ..errors import ConfigError, bad_value
 from ..graph.state_graph import StateGraph, state_names
+from ..graph.turns import TurnOrder, add_turns
 from ..models import StopReason
 from ..speakers.agent import Agent
 from ..speakers.human import Human
@@ -175,8 +176,7 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
     def graph(self, c: Compiler) -> StateGraph:
         """This discussion's subgraph: ``begin -> turn -> (turn | done)``, ``check_until`` with ``until``."""
         d = self
-        key, n = c.key(), len(d.tasks)
-        limit = d.rounds * n
+        key, order = c.key(), TurnOrder(len(d.tasks), d.rounds)
 
         def begin(ctx: FlowContext) -> None:
             """start a fresh transcript"""
@@ -188,7 +188,7 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
             """the scheduled speaker talks"""
             f = ctx.frames[key]
             t = f["t"]
-            task = d.task_for(d.select(t, ctx)) if d.select is not None else d.tasks[t % n]
+            task = d.task_for(d.select(t, ctx)) if d.select is not None else d.tasks[order.speaker(t)]
             prompt = None
             if task.agent is not None or task.person is not None:
                 topic = ctx.render(task.action) if task.action is not None else f["topic"]
@@ -215,9 +215,9 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
             return met
 
         def turns_left(ctx: FlowContext) -> bool:
-            return ctx.frames[key]["t"] < limit
+            return order.left(ctx.frames[key]["t"])
 
-        named(turns_left, "turns_left", f"fewer than {d.rounds} x {n} turns")
+        named(turns_left, "turns_left", f"fewer than {d.rounds} x {order.n} turns")
         g = StateGraph(d.name, description=f"Discussion {d.name}")
         people = [t.person.name for t in d.tasks if t.person is not None]
         g.state("begin", begin)
@@ -227,11 +227,10 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
         g.edge("begin", "turn")
         if d.until is not None:
             g.state("check_until", check_until)
-            g.edge("turn", "check_until")
         g.final("done")
-        bounded_exits(g, "check_until" if d.until is not None else "turn", "turn", key, turns_left,
-                      StopReason.ROUNDS, until=d.until is not None)
-        return g
+        return add_turns(g, [("turn", "check_until") if d.until is not None else "turn"],
+                         exits=bounded_exits(key, until=d.until is not None), more=turns_left,
+                         exhausted=("done", StopReason.ROUNDS))
 
 
 def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) -> str:
@@ -699,9 +698,9 @@ class Repeat(Block, kind="repeat", spec=RepeatSpec):
         g.subgraph("body", c.sequence(rp.steps, "body"), "")
         g.state("check", check)
         g.final("done")
-        g.edge("begin", "body").edge("body", "check")
-        bounded_exits(g, "check", "body", key, iterations_left, "max_iterations", until=rp.until is not None)
-        return g
+        g.edge("begin", "body")
+        return add_turns(g, [("body", "check")], exits=bounded_exits(key, until=rp.until is not None),
+                         more=iterations_left, exhausted=("done", "max_iterations"))
 
 
 def loop(step: Any = None, over: str | Sequence[Any] = "items", var_name: str = "item", parallel: bool = False,
