@@ -514,23 +514,23 @@ class Pattern(ABC):
         """Run the graph on ``ctx`` (fresh, or restored from ``saved``), committing to ``checkpoint``
         under ``lease`` (the caller's hold on the run; released when the run ends)."""
         graph = self.graph
-        start_clock(self.limits, ctx.stats)
-        ctx.transcript.max_chars = self._max_message_chars
-        for hook in on_start:
-            hook(ctx)
-        for listener in on_message:
-            ctx.transcript.listen(listener)
-        if self.verbose:
-            ctx.transcript.listen(self._print_post)
-        recorder = None
-        if checkpoint is not None:
-            assert run_id is not None and lease is not None
-            if saved is None:
-                checkpoint.start(run_id, meta or {})
-            recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript), lease)
-        history = [e for e in saved.events if e.dest is not None] if saved is not None else None
-        start = history[-1].dest if history else None
-        try:
+        try:  # the lease is given back however this ends, a refused start (an id already used) included
+            start_clock(self.limits, ctx.stats)
+            ctx.transcript.max_chars = self._max_message_chars
+            for hook in on_start:
+                hook(ctx)
+            for listener in on_message:
+                ctx.transcript.listen(listener)
+            if self.verbose:
+                ctx.transcript.listen(self._print_post)
+            recorder = None
+            if checkpoint is not None:
+                assert run_id is not None and lease is not None
+                if saved is None:
+                    checkpoint.start(run_id, meta or {})
+                recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript), lease)
+            history = [e for e in saved.events if e.dest is not None] if saved is not None else None
+            start = history[-1].dest if history else None
             result = await run_graph(graph, ctx, observers=observers, recorder=recorder, start=start,
                                      history=history)
         except asyncio.CancelledError as exc:
