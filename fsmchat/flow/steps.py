@@ -22,6 +22,7 @@ from ..speakers.human import Human
 from .compile import (UNKNOWN, Compiler, bound, bounded_exits, branch_reason, forked, halted, join_to, known_value,
                       may_write, named, run_task, split_into, task_calls)
 from .context import FlowContext, compile_condition
+from .pattern_step import as_step
 from .task import Block, OnError, Task, TaskSpec, as_task, step_names
 
 __all__ = ["Task", "as_task", "Block", "OnError", "Discussion", "Loop", "Parallel", "Route", "If", "Repeat", "loop",
@@ -34,10 +35,7 @@ def _steps(steps: Any, what: str) -> list[Any]:
     items = list(steps) if isinstance(steps, (list, tuple)) else [steps]
     if not items:
         raise ValueError(f"{what} needs at least one step")
-    for s in items:
-        if not isinstance(s, Block):
-            as_task(s)  # type check now, before any call
-    return items
+    return [as_step(s) for s in items]  # a pattern wrapped; anything else type-checked now, before any call
 
 
 _names = step_names
