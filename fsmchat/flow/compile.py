@@ -52,7 +52,7 @@ def branch_reason(ctx: FlowContext) -> StopReason:
 
 
 def named(fn: Callable[..., Any], name: str, doc: str = "") -> Callable[..., Any]:
-    fn.__name__ = re.sub(r"\W+", "_", name).strip("_") or "step"
+    fn.__name__ = state_names([name], fallback="step")[0]  # a label: the state-name rule
     fn.__doc__ = doc
     return fn
 

@@ -556,7 +556,8 @@ class Route(Block, kind="route", spec=RouteSpec):
             def matches(ctx: FlowContext, k: str = k) -> bool:
                 return r.matches(k, r.value(ctx))
 
-            g.edge("decide", st, when=named(matches, f"says_{k}" if r.on is None else f"{r.on}_is_{k}",
+            key = st.removeprefix("to_")  # the key as its state names it: distinct keys, distinct labels
+            g.edge("decide", st, when=named(matches, f"says_{key}" if r.on is None else f"{r.on}_is_{key}",
                                             f"previous output says {k!r}" if r.on is None else f"{r.on} == {k!r}"))
         g.edge("decide", "default" if r.default else "done", label="no_match")
         for _, st in states:
