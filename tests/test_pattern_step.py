@@ -2,7 +2,6 @@
 nests the pattern's graph like a Discussion's, runs it on the previous output, mirrors its messages
 into the flow's transcript, counts its calls, travels in the flow's config, draws, checkpoints and
 resumes."""
-import asyncio
 import json
 
 import pytest
@@ -12,6 +11,7 @@ from fsmchat.errors import ConfigError
 from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.flow import PatternStep
 from fsmchat.testing import ScriptedModel, answer, assert_calls, assert_path, assert_stop, assert_trace_is_path
+from test_checkpoint import interrupt_after  # cancels a checkpointed run mid-way, as a kill would
 
 TASK = "Cats or dogs?"
 CHAT = ["group_chat.begin", "group_chat.seed"]
@@ -173,28 +173,12 @@ def cats_and_dogs():
                                       max_loops=6), summarize])
 
 
-def cancel_after(flow, cp, state, k):
-    """Run with checkpoints and cancel the run when `state` has been left k times (a kill)."""
-    async def go():
-        me, seen = asyncio.current_task(), []
-
-        def obs(ev):
-            if ev.state == state and ev.dest is not None:
-                seen.append(ev)
-                if len(seen) == k:
-                    me.cancel()
-
-        with pytest.raises(asyncio.CancelledError):
-            await flow.aexecute("pets?", checkpoint=cp, run_id="r", observers=[obs])
-    asyncio.run(go())
-
-
 @pytest.mark.parametrize("k", [1, 3])
 def test_killed_mid_pattern_then_resumed_equals_an_uninterrupted_run(tmp_path, k):
     full = cats_and_dogs().execute("pets?")
     assert full.output["steps"][0]["stop_reason"] == "max_loops" and full.calls == 15
     cp = SqliteCheckpointer(tmp_path / "runs.db")
-    cancel_after(cats_and_dogs(), cp, "group_chat.post", k)
+    interrupt_after(cats_and_dogs(), "pets?", cp, "r", "group_chat.post", k)  # killed mid-chat
     saved = cp.load("r")
     assert saved.stop_reason == "cancelled" and len(saved.messages) == k  # k posts committed, mid-pattern
     flow = cats_and_dogs()
