@@ -15,7 +15,6 @@ import functools
 import inspect
 import json
 import os
-import re
 import socket
 import sqlite3
 import threading
@@ -27,7 +26,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from .errors import CheckpointStoreError, FsmchatError
 from .models import Message, StopReason, TraceEvent
-from .statelog import HELD, HistoryStep, RunLog, StateDiff, copy_state, encode_json, history_of
+from .statelog import HELD, AppendLog, HistoryStep, RunLog, StateDiff, copy_state, encode_json, history_of
 
 LEASE_TTL = 30.0
 """Seconds a run's lease lasts without renewal (each commit renews it). A lease whose owner
@@ -112,7 +111,7 @@ class Saved:
 class Checkpointer(Protocol):
     """A store of runs. A store whose ``commit`` also takes ``earlier=[events]`` (stored before
     ``event``, in the same transaction) says so with ``batches = True``; the recorder then commits
-    the steps of pure states together with the next step."""
+    the steps of pure and hold states together with the next step."""
 
     def start(self, run_id: str, meta: dict[str, Any]) -> None: ...
 
@@ -200,9 +199,11 @@ _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _EVENT_ROWS = [""] + [_INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1) for n in range(1, 9)]
 
 
-def _insert_events(rows: list[tuple[Any, ...]]) -> tuple[str, list[Any]]:
+def _insert_events(rows: list[tuple[Any, ...]]) -> tuple[str, Sequence[Any]]:
     """One INSERT statement for a commit's event rows (atomic on its own, without BEGIN/COMMIT)."""
     n = len(rows)
+    if n == 1:
+        return _INSERT_EVENT, rows[0]
     sql = _EVENT_ROWS[n] if n < len(_EVENT_ROWS) else _INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1)
     return sql, [v for r in rows for v in r]
 
@@ -588,8 +589,8 @@ class MemoryCheckpointer:
         s, rows = self.data[run_id], self._rows(run_id)
         delta = rows.diff.delta(state) if state is not None else None
         nm = len(s.messages)
-        s.events.extend(TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, json.loads(_dumps(e.payload)))
-                        for e in [*earlier, event])
+        s.events.extend(TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, e.payload if type(e.payload) in _PLAIN
+                                   else json.loads(_dumps(e.payload))) for e in [*earlier, event])
         s.messages.extend(messages)
         rows.counts += [nm] * len(earlier) + [nm + len(messages)]
         rows.deltas += [HELD] * len(earlier) + [delta]  # ``load`` folds them (``s.state``: set by hand only)
@@ -686,21 +687,22 @@ class Recorder:
         self.saved = saved_messages
         self.lease = lease
         self.batches = _takes_earlier(cp)
-        self.pending: list[TraceEvent] = []  # steps of pure states, committed with the next step
+        self.pending: list[TraceEvent] = []  # held steps (pure or hold states), committed with the next step
 
-    def __call__(self, ev: TraceEvent, pure: bool = False) -> None:
+    def __call__(self, ev: TraceEvent, held: bool = False) -> None:
         """Commit ``ev`` with the rows posted since the last commit and the snapshot. The step of a
-        ``pure`` state that posted nothing is held back and committed in the same transaction as
-        the next step (stores with ``batches``): one commit instead of two, and after a crash the
-        pure step is simply run again from the previous snapshot."""
+        ``held`` state (``pure`` or ``hold``: see ``StateGraph.state``) that posted nothing is held
+        back and committed in the same transaction as the next step (stores with ``batches``): a
+        GroupChat turn (bid, select, post, penalize) is one commit, and after a crash the held steps
+        are simply run again from the previous snapshot."""
         if self.lease is not None:
             self.lease.renew()
         rows = self.transcript.since(self.saved)
-        if pure and not rows and self.batches and ev.dest is not None:
+        if held and not rows and self.batches and ev.dest is not None:
             self.pending.append(ev)
             return
         if ev.dest is None and ev.trigger not in (None, "interrupted"):
-            # a cancelled or failed step: the context may hold half of it, so the held-back pure
+            # a cancelled or failed step: the context may hold half of it, so the held-back
             # steps are not committed with it; a resume runs them again from the last snapshot.
             # An interrupted step did nothing (it stopped to wait for a person): they are kept.
             self.pending = []
@@ -778,10 +780,18 @@ def encode(obj: Any) -> Any:
     the pattern rebuilds it from its config on resume). Runs on every commit: exact built-in types
     are dispatched first."""
     t = type(obj)
-    if t in _PLAIN:
+    if t in _PLAIN or t is AppendLog:  # an AppendLog holds JSON data: kept as is, so a commit writes its new items
         return obj
     if t is list or t is tuple:
         return [x if type(x) in _PLAIN else encode(x) for x in obj]
+    if t is dict:  # the common case: str keys (one pass; else the general rules below)
+        out = {}
+        for k, v in obj.items():
+            if type(k) is not str:
+                break
+            out[k] = v if type(v) in _PLAIN else encode(v)
+        else:
+            return out
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if isinstance(obj, (list, tuple)):

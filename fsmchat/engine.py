@@ -40,10 +40,10 @@ DEFAULT_MAX_STEPS = 100_000
 class _Step:
     """A flat state prepared for running: its action (sync or async), fork, outgoing transitions."""
 
-    __slots__ = ("name", "action", "is_async", "final", "reason", "out", "fork", "branches", "pure")
+    __slots__ = ("name", "action", "is_async", "final", "reason", "out", "fork", "branches", "held")
 
     def __init__(self, name: str, action: Any, final: bool, reason: Any, out: list[tuple[Any, str, str, str]],
-                 fork: Any, branches: list[StateGraph], pure: bool = False):
+                 fork: Any, branches: list[StateGraph], held: bool = False):
         self.name = name
         self.action = action
         self.is_async = action is not None and inspect.iscoroutinefunction(action)
@@ -52,7 +52,7 @@ class _Step:
         self.out = out  # (guard, trigger name, label, dest)
         self.fork = fork
         self.branches = branches
-        self.pure = pure  # its step may be committed with the next one (see Recorder)
+        self.held = held  # its step may be committed with the next one (a pure or hold state; see Recorder)
 
 
 _MACHINE: list[Any] = []
@@ -107,7 +107,7 @@ class CompiledGraph:
                 trig = f"_fsm_t{len(machine_transitions)}"
                 machine_transitions.append({"trigger": trig, "source": t.source, "dest": t.dest})
                 out.append((t.guard, trig, t.label, t.dest))
-            self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out, s.fork, s.branches, s.pure)
+            self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out, s.fork, s.branches, s.pure or s.hold)
         # model=None: runs are not registered (no per-run set-up); each trigger names its model
         self.machine = machine_class()(model=None, states=list(self.steps), transitions=machine_transitions,
                                        initial=self.initial, auto_transitions=False, send_event=False,
@@ -375,7 +375,7 @@ class GraphRun:
         ev = TraceEvent(len(self.path), prefix + source, label, prefix + self.state,
                         self.clock() - self._t0, payload)
         self.path.append(ev.state)
-        self._record(ev, steps[source].pure)
+        self._record(ev, steps[source].held)
         if steps[self.state].final:
             self._end()
         return ev
@@ -389,10 +389,10 @@ class GraphRun:
         self.path.append(self.qualified)
         self._record(TraceEvent(len(self.path) - 1, self.qualified, None, None, self.clock() - self._t0))
 
-    def _record(self, ev: TraceEvent, pure: bool = False) -> None:
+    def _record(self, ev: TraceEvent, held: bool = False) -> None:
         self.trace.append(ev)
         if self.recorder is not None:
-            self.recorder(ev, pure)
+            self.recorder(ev, held)
         self._relay(ev)
 
     def _relay(self, ev: TraceEvent) -> None:

@@ -10,9 +10,14 @@ writes what changed and never the whole state again. A delta is JSON text:
   end of a string) or ``["d", path]`` (removed). A dict (or a list of a few items) whose JSON is
   over ``SPLIT_CHARS`` is diffed part by part, so a private memory per agent or a discussion's
   lines grow by appends instead of being written again;
-- ``HELD`` (``"-"``): not stored at this step (a pure step committed with the next one: a resume
+- ``HELD`` (``"-"``): not stored at this step (a pure or hold step committed with the next one: a resume
   or a fork runs it again from the state before it);
 - no delta (NULL): the state did not change.
+
+A commit costs what the step changed, not the size of the state: the parts of a snapshot that
+only grow are ``AppendLog``s (a run's step records and events, a discussion's lines, private
+memories), written from where the last commit stopped; an immutable value (or a ``Frozen`` dict)
+that is the very object written last is skipped without being encoded.
 
 ``StateDiff`` turns successive snapshots into deltas; ``RunLog`` is a run as a store holds it and
 folds the deltas back into the state after any event; ``history_of`` lists a run's steps as
@@ -23,7 +28,7 @@ from __future__ import annotations
 import json
 import json.encoder
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self, SupportsIndex
 
 from .errors import CheckpointStoreError
 from .models import Message, TraceEvent
@@ -51,10 +56,79 @@ def encode_json(obj: Any) -> str:
         return _ENCODER.encode(obj)
 
 
-class _Obj(dict):  # type: ignore[type-arg]
-    """A large dict as last written: key -> what was written for its value (diffed key by key)."""
+class AppendLog(list):  # type: ignore[type-arg]
+    """A list that grows at its end only (a run's step records, events, a discussion's lines, an
+    agent's private memory): a checkpoint writes the items added since its last commit (an ``a``
+    change), never the list again, so a commit costs what the step added. Replacing, removing or
+    reordering items is allowed and counted (``rewrites``): the next commit then writes the list
+    whole. Items are JSON data, not changed once added (a change inside an item is not seen)."""
+
+    __slots__ = ("rewrites",)
+
+    def __init__(self, items: Any = ()) -> None:
+        super().__init__(items)
+        self.rewrites = 0
+
+    def _rewritten(self) -> None:
+        self.rewrites = getattr(self, "rewrites", 0) + 1
+
+    def __setitem__(self, i: Any, v: Any) -> None:
+        self._rewritten()
+        super().__setitem__(i, v)
+
+    def __delitem__(self, i: Any) -> None:
+        self._rewritten()
+        super().__delitem__(i)
+
+    def __imul__(self, n: SupportsIndex) -> Self:  # (x *= 0, then appends: not a longer list of the same items)
+        self._rewritten()
+        return super().__imul__(n)
+
+    def insert(self, i: Any, v: Any) -> None:
+        self._rewritten()
+        super().insert(i, v)
+
+    def pop(self, i: Any = -1) -> Any:
+        self._rewritten()
+        return super().pop(i)
+
+    def remove(self, v: Any) -> None:
+        self._rewritten()
+        super().remove(v)
+
+    def clear(self) -> None:
+        self._rewritten()
+        super().clear()
+
+    def sort(self, *a: Any, **kw: Any) -> None:
+        self._rewritten()
+        super().sort(*a, **kw)
+
+    def reverse(self) -> None:
+        self._rewritten()
+        super().reverse()
+
+
+class Frozen(dict):  # type: ignore[type-arg]
+    """A dict that its maker never changes once built (it builds a new one instead, e.g.
+    ``CallStats.to_state``): a checkpoint skips it, unencoded, when it is the very dict written
+    last. Whoever gets one must not change it."""
 
     __slots__ = ()
+
+
+_FROZEN = frozenset({str, int, float, bool, type(None), Frozen})  # the same object is the same JSON
+
+
+class _Obj(dict):  # type: ignore[type-arg]
+    """A large dict as last written: key -> what was written for its value (diffed key by key);
+    ``src``: key -> the value object last written (an immutable one is not encoded again)."""
+
+    __slots__ = ("src",)
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        super().__init__((k, _track(v)) for k, v in value.items())
+        self.src = dict(value)
 
 
 class _Arr(list):  # type: ignore[type-arg]
@@ -63,15 +137,35 @@ class _Arr(list):  # type: ignore[type-arg]
     __slots__ = ()
 
 
+class _Log:
+    """An ``AppendLog`` as last written: the list itself, how many of its items and at which
+    rewrite, and each item's JSON."""
+
+    __slots__ = ("items", "n", "rewrites", "texts")
+
+    def __init__(self, items: AppendLog) -> None:
+        self.items, self.rewrites = items, items.rewrites
+        self.texts = [encode_json(v) for v in items]
+        self.n = len(self.texts)
+
+
+def _track(value: Any) -> Any:
+    """What a writer remembers of ``value`` (``_tracked``), encoding it here."""
+    return _Log(value) if type(value) is AppendLog else _tracked(value, encode_json(value))
+
+
 def _tracked(value: Any, text: str) -> Any:
-    """What a writer remembers of ``value`` (written as ``text``): the text itself, or for a large
-    dict (or a large list of a few items) its parts, so the next change is found part by part."""
+    """What a writer remembers of ``value`` (written as ``text``): the text itself, or for an
+    ``AppendLog`` the list and its items' texts, or for a large dict (or a large list of a few
+    items) its parts, so the next change is found part by part."""
+    t = type(value)
+    if t is AppendLog:
+        return _Log(value)
     if len(text) > SPLIT_CHARS:
-        t = type(value)
         if t is dict and all(type(k) is str for k in value):
-            return _Obj({k: _tracked(v, encode_json(v)) for k, v in value.items()})
+            return _Obj(value)
         if (t is list or t is tuple) and 0 < len(value) <= SPLIT_ITEMS:
-            return _Arr(_tracked(v, encode_json(v)) for v in value)
+            return _Arr(_track(v) for v in value)
     return text
 
 
@@ -91,13 +185,19 @@ def _change(path: str, old: Any, text: str) -> str:
 class StateDiff:
     """One run's writer side: remembers what it last wrote (as JSON text, split into parts for
     large dicts and lists) and gives the delta of the next snapshot. JSON is compared as text, so
-    ``1``, ``1.0`` and ``true`` stay distinct and what is folded back equals what was snapshotted."""
+    ``1``, ``1.0`` and ``true`` stay distinct and what is folded back equals what was snapshotted.
 
-    __slots__ = ("prev", "names")
+    A commit's work follows what changed, not the state's size: an ``AppendLog`` still the same
+    list is written from where the last commit stopped (its earlier items are not looked at), and
+    an immutable value (str, number, bool, None) that is the very object last written is skipped
+    without encoding it."""
+
+    __slots__ = ("prev", "names", "paths")
 
     def __init__(self) -> None:
         self.prev: _Obj | None = None  # the state last written
         self.names: dict[str, str] = {}  # key -> its JSON (the same few keys every commit)
+        self.paths: dict[tuple[str, str], str] = {}  # (path, key) -> the path to the key, as JSON
 
     def _name(self, key: str) -> str:
         name = self.names.get(key)
@@ -108,34 +208,52 @@ class StateDiff:
     def delta(self, state: dict[str, Any]) -> str | None:
         """The delta from the last snapshot to ``state`` (None: unchanged); the whole state first."""
         prev = self.prev
-        if prev is None or not all(type(k) is str for k in state):
+        if prev is None or state.keys() != prev.keys() and not all(type(k) is str for k in state):
             return self.full(state)
         ops: list[str] = []
         self._dict("", state, prev, ops)
         return "[" + ",".join(ops) + "]" if ops else None
 
     def _path(self, path: str, key: str) -> str:
-        return f"{path},{self._name(key)}" if path else f"[{self._name(key)}"
+        """The JSON path (without its closing bracket) of ``key`` in the dict at ``path``."""
+        got = self.paths.get((path, key))
+        if got is None:
+            got = self.paths[path, key] = f"{path},{self._name(key)}" if path else f"[{self._name(key)}"
+        return got
 
     def _dict(self, path: str, value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
         """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket)."""
+        src = old.src
         for k, v in value.items():
+            t = type(v)
+            if t in _FROZEN and src.get(k, _Obj) is v:  # (_Obj: never a value)
+                continue  # the very (immutable) object last written here
             was = old.get(k)
-            if type(was) is str:  # the common case, inline: a value written as one text
-                text = encode_json(v)
+            if t is AppendLog:
+                if type(was) is _Log and was.items is v and was.rewrites == v.rewrites and was.n == len(v):
+                    continue  # the same log, nothing added
+                old[k] = self._log(self._path(path, k), v, was, ops)
+            elif type(was) is str:  # the common case, inline: a value written as one text
+                text = "{}" if t is dict and not v else encode_json(v)
                 if text != was:
                     ops.append(_change(self._path(path, k), was, text))
                     old[k] = _tracked(v, text)
+            elif type(was) is _Obj and t is dict and v.keys() == was.keys():
+                self._dict(self._path(path, k), v, was, ops)  # a large dict with the same keys: part by part
             else:
                 old[k] = self._diff(self._path(path, k), v, was, ops)
+            src[k] = v
         if len(old) > len(value):  # every key of value is in old now: the others were removed
             for k in [k for k in old if k not in value]:
                 ops.append(f'["d",{self._path(path, k)}]]')
                 del old[k]
+                src.pop(k, None)
 
     def _diff(self, path: str, value: Any, old: Any, ops: list[str]) -> Any:
         t, was = type(value), type(old)
-        if was is _Obj and t is dict and all(type(k) is str for k in value):
+        if t is AppendLog:
+            return self._log(path, value, old, ops)
+        if was is _Obj and t is dict and (value.keys() == old.keys() or all(type(k) is str for k in value)):
             self._dict(path, value, old, ops)
             return old
         if was is _Arr and (t is list or t is tuple) and len(value) >= len(old):
@@ -149,25 +267,44 @@ class StateDiff:
             # a list that outgrew a few items is one text again: appends are found on it as a whole
             return old if len(old) <= SPLIT_ITEMS else self._text(old)
         text = encode_json(value)
-        if text == old:
-            return old
-        ops.append(_change(path, old, text))
+        was_text = old if was is str or old is None else self._text(old)  # (a part or log: another kind now)
+        if text != was_text:
+            ops.append(_change(path, was_text, text))
         return _tracked(value, text)
+
+    def _log(self, path: str, value: AppendLog, old: Any, ops: list[str]) -> Any:
+        """An ``AppendLog``: the items added since the last commit, when it is the same list and
+        was only appended to; else the whole list (a new list, or one rewritten)."""
+        if type(old) is _Log and old.items is value and old.rewrites == value.rewrites and len(value) >= old.n:
+            n = old.n
+            if len(value) > n:
+                texts = [encode_json(v) for v in value[n:]]
+                ops.append(f'["a",{path}],[{",".join(texts)}]]')
+                old.texts += texts
+                old.n += len(texts)
+            return old
+        new = _Log(value)
+        text, was = self._text(new), (None if old is None else self._text(old))
+        if text != was:
+            ops.append(_change(path, was, text))
+        return new
 
     def full(self, state: dict[str, Any]) -> str:
         """The whole state as a delta; later deltas are taken against it."""
-        text = encode_json(state)
         if all(type(k) is str for k in state):
-            self.prev = _Obj({k: _tracked(v, encode_json(v)) for k, v in state.items()})
-        else:  # JSON would rename such keys: every commit writes the whole state
-            self.prev = None
-        return _FULL + text + "}"
+            self.prev = _Obj(state)
+            return _FULL + self._text(self.prev) + "}"
+        self.prev = None  # JSON would rename such keys: every commit writes the whole state
+        return _FULL + encode_json(state) + "}"
 
     def _text(self, tracked: Any) -> str:
-        if type(tracked) is _Obj:
+        t = type(tracked)
+        if t is _Obj:
             return "{" + ",".join(f"{self._name(k)}:{self._text(v)}" for k, v in tracked.items()) + "}"
-        if type(tracked) is _Arr:
+        if t is _Arr:
             return "[" + ",".join(self._text(v) for v in tracked) + "]"
+        if t is _Log:
+            return "[" + ",".join(tracked.texts) + "]"
         return tracked  # type: ignore[no-any-return]
 
     def text(self) -> str | None:
@@ -299,7 +436,7 @@ class RunLog:
         return self._base_list
 
     def known(self, i: int) -> bool:
-        """Whether the state after event ``i`` is stored: not at a held pure step, and not before a
+        """Whether the state after event ``i`` is stored: not at a held step, and not before a
         legacy store's one snapshot. Before a run's first commit of state it is known to be none."""
         if i < 0:
             return True
@@ -385,7 +522,7 @@ class HistoryStep:
     ``payload`` are its trace event (``dest`` None: the run ended, or was cut, here);
     ``message_count`` is the transcript's length after it and ``messages`` that transcript;
     ``calls`` and ``usage`` are the model calls and token usage so far (None when not recorded);
-    ``stored`` says whether the working state after it is stored on its own (False for a pure step
+    ``stored`` says whether the working state after it is stored on its own (False for a held step
     committed with the next one, and for steps of runs stored by an older fsmchat) and ``snapshot``
     is that state (a copy; None when not stored)."""
 

@@ -122,8 +122,8 @@ def fork(run_id: str, at: int, checkpoint: ForkableCheckpointer, edit: ForkEdit 
     step (and the branch lanes of parallel steps up to it); ``meta["forked_from"]`` records
     ``{"run_id", "step"}``. Resume it like any run (``pattern.resume(new_id, checkpoint)``). The
     original is not touched. A step whose working state was committed with the next one (a pure
-    step, ``stored=False`` in the history) forks from the step before it: the resume runs the pure
-    steps again.
+    or hold step, ``stored=False`` in the history) forks from the step before it: the resume runs
+    the held steps again.
 
     Args:
         run_id: The checkpointed run to fork.
@@ -172,7 +172,7 @@ def fork(run_id: str, at: int, checkpoint: ForkableCheckpointer, edit: ForkEdit 
             f"; step {last + 1} is where it ended ({log.stop_reason or log.events[steps[-1]].trigger})"
         raise ForkError(f"{what}: at={_short(at)} is invalid: {allowed}{ended}")
     ed = ForkEdit.of(edit)
-    j = next((n for n in range(at, -1, -1) if log.deltas[steps[n]] != HELD), -1)  # held pure steps run again
+    j = next((n for n in range(at, -1, -1) if log.deltas[steps[n]] != HELD), -1)  # held steps run again
     pos = steps[j] if j >= 0 else -1
     if not log.known(pos):
         stored = [n for n in range(last + 1) if log.known(steps[n]) and log.deltas[steps[n]] != HELD]

@@ -1,5 +1,6 @@
 """Checkpoints and resume: deltas per transition, resume equals an uninterrupted run, crash safety."""
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -140,6 +141,105 @@ def test_sigkill_mid_run_then_resume(tmp_path, k):
     assert [(m.role, m.content) for m in resumed.transcript] == [(m.role, m.content) for m in full.transcript]
     assert resumed.stop_reason == full.stop_reason
     assert_trace_is_path(pattern.graph, resumed)
+
+
+MID_TURN_SCRIPT = textwrap.dedent('''
+    import os, sys
+    from fsmchat import Agent, GroupChat
+    from fsmchat.checkpoint import SqliteCheckpointer
+    chat = GroupChat(agents=[Agent("a", system_prompt="You argue for cats."),
+                             Agent("b", system_prompt="You argue for dogs."),
+                             Agent("c", system_prompt="You love birds and feathers.")], max_loops=8)
+    bids = []
+    def killed_after_the_bid_round(ev):  # the process dies mid-turn: bids in, the winner not posted yet
+        if ev.state == "bid" and ev.dest == "select":
+            bids.append(ev)
+            if len(bids) == int(sys.argv[2]):
+                os.kill(os.getpid(), 9)
+    chat.execute("pets?", checkpoint=SqliteCheckpointer(sys.argv[1]), run_id="mid", observers=[killed_after_the_bid_round])
+''')
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_run_killed_mid_turn_resumes_to_the_same_transcript_paying_only_the_uncommitted_turn(tmp_path, k):
+    """A GroupChat turn is one commit: killed after its bid round, the run has nothing of that turn
+    stored; the resume runs it again (its bids included: they were never committed) and the
+    committed turns are not asked again."""
+    full = chat().execute("pets?")
+    script = tmp_path / "mid.py"
+    script.write_text(MID_TURN_SCRIPT)
+    db = tmp_path / "mid.db"
+    proc = subprocess.run([sys.executable, str(script), str(db), str(k)], env={**os.environ}, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    cp = SqliteCheckpointer(db)
+    saved = cp.load("mid")
+    assert saved.stop_reason is None and saved.resume_at == ("bid" if k == 1 else "penalize")
+    assert [e.state for e in saved.events][-1] == ("seed" if k == 1 else "post")
+    assert [m.content for m in saved.messages] == [m.content for m in full.transcript[:k]]  # the task, k - 1 posts
+    assert saved.state["stats"]["calls"] == 3 * (k - 1)  # three bids per committed turn
+    resumed = chat().resume("mid", cp)
+    assert [(m.role, m.content) for m in resumed.transcript] == [(m.role, m.content) for m in full.transcript]
+    assert resumed.calls == full.calls == 3 * (len(full.transcript) - 1)  # no committed bid asked twice
+    assert resumed.path == full.path and resumed.stop_reason == full.stop_reason
+
+
+def discussion_flow(after=None):
+    steps = [Discussion([Agent("x", system_prompt="You plan."), Agent("y", system_prompt="You build.")], rounds=3)]
+    if after is not None:
+        steps.append(after)
+    steps.append(lambda ctx: f"summary of {len(ctx.variables['discussion_transcript'])} chars: "
+                             f"{ctx.variables['discussion_transcript'][-30:]}")
+    return AgentFlow(steps=steps)
+
+
+def test_a_discussions_transcript_variable_is_stored_as_its_lines_and_rebuilt_on_resume(tmp_path):
+    full = discussion_flow().execute("ship it")
+    cp = SqliteCheckpointer(tmp_path / "runs.db")
+    interrupt_after(discussion_flow(), "ship it", cp, "D", "discussion.turn", 4)
+    saved = cp.load("D")
+    lines = saved.state["frames"]["1"]["lines"]
+    assert len(lines) == 4 and lines[0].startswith("x: ") and lines[1].startswith("y: ")
+    assert "discussion_transcript" not in saved.state["variables"]  # stored once, as the lines
+    assert saved.state["joined"] == {"discussion_transcript": 1}
+    resumed = discussion_flow().resume("D", cp)
+    assert resumed.output == full.output and resumed.output["variables"]["discussion_transcript"] == "\n".join(
+        m.role + ": " + m.content for m in full.transcript[:6])  # the six turns, not the summary after them
+    assert [m.content for m in resumed.transcript] == [m.content for m in full.transcript]
+
+
+def test_a_transcript_variable_set_by_a_step_is_stored_as_set(tmp_path):
+    def edit(ctx):
+        ctx.variables["discussion_transcript"] = "edited"
+        return "edited it"
+
+    cp = MemoryCheckpointer()
+    res = discussion_flow(after=edit).execute("ship it", checkpoint=cp, run_id="E")
+    state = cp.load("E").state
+    assert state["variables"]["discussion_transcript"] == "edited" and "joined" not in state
+    assert res.output["output"] == "summary of 6 chars: edited"
+
+
+def test_a_flow_checkpointed_by_an_older_fsmchat_resumes(tmp_path):
+    """An older fsmchat stored a flow's frames as {"__dict__": [[id, frame]]} and the discussion's
+    transcript as a variable (no "joined"): such a state still restores and resumes."""
+    full = discussion_flow().execute("ship it")
+    db = tmp_path / "runs.db"
+    cp = SqliteCheckpointer(db)
+    interrupt_after(discussion_flow(), "ship it", cp, "O", "discussion.turn", 3)
+    state = cp.load("O").state
+    frame = state["frames"]["1"]
+    old = {**state, "frames": {"__dict__": [[1, frame]]},
+           "variables": {**state["variables"], "discussion_transcript": "\n".join(frame["lines"])}}
+    del old["joined"]
+    con = sqlite3.connect(db)
+    seq = con.execute("SELECT MAX(seq) FROM events WHERE run_id='O' AND delta IS NOT NULL AND delta != '-'").fetchone()[0]
+    con.execute("UPDATE events SET delta = ? WHERE run_id='O' AND seq = ?", (json.dumps({"all": old}), seq))
+    con.commit()
+    con.close()
+    assert cp.load("O").state == old
+    resumed = discussion_flow().resume("O", cp)
+    assert resumed.output == full.output
+    assert [m.content for m in resumed.transcript] == [m.content for m in full.transcript]
 
 
 def build_for_resume():

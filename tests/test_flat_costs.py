@@ -167,12 +167,12 @@ class BatchingStore(MemoryCheckpointer):
         return super().commit(run_id, event, messages, state, earlier=earlier)
 
 
-def test_group_chat_commits_twice_per_turn_and_stores_every_step():
+def test_group_chat_commits_once_per_turn_and_stores_every_step():
     store = BatchingStore()
     res = group_chat(20).execute("go", checkpoint=store)
     assert len(res.transcript) == 20 and len(res.trace) == 78  # seed + 19 x (bid, select, post, penalize) + stop
-    # seed, then bid and post of each of the 19 turns (select and penalize ride along), then the end
-    assert store.commits == 1 + 2 * 19 + 1
+    # seed, then the post of each of the 19 turns (penalize, bid and select ride along), then the end
+    assert store.commits == 1 + 19 + 1
     saved = store.load(res.run_id)
     assert [(e.state, e.dest) for e in saved.events] == [(e.state, e.dest) for e in res.trace]
     assert saved.state["scratch"]["recent"] == [res.transcript[-1].role]  # the final snapshot, after penalize
@@ -255,3 +255,106 @@ def test_python_work_per_commit_is_flat(make, tmp_path):
     small = store_lines_per_commit(make(60), tmp_path / "a.db")
     large = store_lines_per_commit(make(600), tmp_path / "b.db")
     assert large <= small * 1.02 + 2, (small, large)
+
+
+# ---- a commit's work follows what the step changed, not how long the run is ----
+def discussion(turns):
+    from fsmchat import AgentFlow, Discussion
+
+    return AgentFlow(steps=[Discussion([say("x"), say("y"), say("z")], rounds=turns // 3)])
+
+
+class Work:
+    """What checkpointing a run did: JSON characters and values encoded (every JSON text of a
+    commit -- state deltas, payloads, metadata -- goes through statelog's one encoder) and the
+    characters of the messages handed to the store."""
+
+    def __init__(self):
+        self.chars = self.values = self.message_chars = self.commits = 0
+
+
+def checkpoint_work(make, turns, kind, tmp_path):
+    """(Work per posted message, messages posted) of one checkpointed run of ``make(turns)``."""
+    from fsmchat import statelog
+
+    work = Work()
+    base = MemoryCheckpointer if kind == "memory" else SqliteCheckpointer
+
+    class Counting(base):
+        def commit(self, run_id, event, messages, state, earlier=()):
+            work.message_chars += sum(len(m.content) for m in messages)
+            work.commits += 1
+            return super().commit(run_id, event, messages, state, earlier=earlier)
+
+    real = statelog._C_ENCODE
+
+    def counting(obj, level):
+        chunks = real(obj, level)
+        work.chars += sum(map(len, chunks))
+        work.values += 1
+        return chunks
+
+    store = Counting() if kind == "memory" else Counting(tmp_path / f"{make.__name__}-{turns}.db")
+    pattern = make(turns)
+    statelog._C_ENCODE = counting
+    try:
+        res = pattern.execute("go", checkpoint=store)
+    finally:
+        statelog._C_ENCODE = real
+    assert res.ok, res.error
+    posted = sum(m.role != "User" for m in res.transcript)  # the task is not a turn
+    return {k: v / posted for k, v in vars(work).items()}, posted
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("make, posted, most", [(group_chat, (99, 999), 420), (round_robin, (99, 999), 60),
+                                                (discussion, (99, 999), 200)])
+def test_checkpoint_work_per_turn_is_the_same_at_1000_turns_as_at_100(make, posted, most, kind, tmp_path):
+    """Deterministic (counts, not time): what a commit encodes is what the step changed. It was
+    O(state) for a flow with a Discussion (its step records, lines and joined transcript encoded
+    again at every step: 4,100 -> 37,800 characters per turn from T=100 to T=1,000)."""
+    small, n_small = checkpoint_work(make, 100, kind, tmp_path)
+    large, n_large = checkpoint_work(make, 1000, kind, tmp_path)
+    assert (n_small, n_large) == posted
+    assert large["chars"] <= small["chars"] * 1.1 + 8 and large["chars"] <= most, (small, large)
+    assert large["values"] <= small["values"] * 1.05 + 0.1, (small, large)
+    assert large["message_chars"] <= small["message_chars"] + 1.1, (small, large)  # "x says 999": one digit more
+    assert small["commits"] == pytest.approx(1.0, abs=0.04) and large["commits"] == pytest.approx(1.0, abs=0.004)
+
+
+def test_group_chat_writes_one_transaction_per_turn(tmp_path):
+    """Every SQLite transaction that writes events, from the statements the store ran: the
+    seed, then one per turn (its penalize, bid, select and post rows together), then the end."""
+    store = SqliteCheckpointer(tmp_path / "gc.db")
+    sql = []
+    store._db.set_trace_callback(sql.append)
+    res = group_chat(20).execute("go", checkpoint=store, run_id="R")
+    assert len(res.transcript) == 20 and len(res.trace) == 78
+    txns, current = [], None
+    for s in sql:
+        if s.startswith("BEGIN"):
+            current = []
+        elif s == "COMMIT":
+            txns.append(current)
+            current = None
+        elif current is not None:
+            current.append(s)
+        else:
+            txns.append([s])  # one statement outside BEGIN..COMMIT: a transaction of its own
+    written = [t for t in txns if any(s.startswith("INSERT INTO events") for s in t)]
+    rows = [sum(s.count("('R', ") for s in t if s.startswith("INSERT INTO events")) for t in written]
+    posts = [sum(s.startswith("INSERT INTO messages") for s in t) for t in written]
+    assert rows == [1, 3] + [4] * 18 + [2]  # seed; bid, select, post; then penalize, bid, select, post; end
+    assert posts == [1] * 20 + [0]
+    assert sum(rows) == len(res.trace) and store.load("R").messages == res.transcript
+
+
+def test_a_discussion_with_until_commits_once_per_turn():
+    from fsmchat import AgentFlow, Discussion
+
+    store = BatchingStore()
+    flow = AgentFlow(steps=[Discussion([say("x"), say("y")], rounds=5, until=lambda ctx: False)])
+    res = flow.execute("go", checkpoint=store)
+    assert res.path.count("discussion.turn") == 10 and res.path.count("discussion.check_until") == 10
+    assert store.commits == 1 + 10 + 2  # begin, each turn (its until check rides along), done, the end
+    assert [s.state for s in store.history(res.run_id) if not s.stored] == ["discussion.check_until"] * 10

@@ -3,13 +3,13 @@ import json
 import sqlite3
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import fsmchat
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, OneOnOneDebate, RoundRobinSwarm, parallel
 from fsmchat.checkpoint import CheckpointMismatch, CheckpointStoreError, MemoryCheckpointer, SqliteCheckpointer
 from fsmchat import statelog
-from fsmchat.statelog import HELD, StateDiff, apply_ops, parse_delta
+from fsmchat.statelog import HELD, AppendLog, StateDiff, apply_ops, parse_delta
 from fsmchat.testing import ScriptedModel, assert_path, assert_stop, assert_trace_is_path
 from fsmchat.timetravel import ForkEdit, ForkError, fork
 
@@ -96,11 +96,12 @@ def test_history_gives_every_step_and_the_state_committed_after_it(tmp_path, sto
     assert cp.load("R").state == cp.commits[-1][1]
 
 
-def test_pure_steps_are_listed_as_not_stored_and_usage_so_far_is_given():
+def test_held_steps_are_listed_as_not_stored_and_usage_so_far_is_given():
     cp = MemoryCheckpointer()
     res = chat().execute("pets?", checkpoint=cp, run_id="R")
     steps = cp.history("R")
-    assert {s.state for s in steps if not s.stored} == {"select", "penalize"}
+    # the bid round (a hold state), select and penalize (pure) are committed with the post
+    assert {s.state for s in steps if not s.stored} == {"bid", "select", "penalize"}
     assert all(s.snapshot is None for s in steps if not s.stored)
     posts = [s for s in steps if s.state == "post"]
     assert [s.snapshot["turn"] for s in posts] == list(range(1, len(posts) + 1))
@@ -176,6 +177,106 @@ def test_growing_lists_strings_and_large_dicts_are_written_as_appends():
     assert diff.delta({"steps": [2]}) == '[["s",["steps"],[2]],["d",["memory"]],["d",["frames"]],["d",["text"]]]'
 
 
+def encoded_values(monkeypatch):
+    """Every value statelog encodes to JSON, as text, in order."""
+    seen, real = [], statelog._C_ENCODE
+
+    def counting(obj, level):
+        chunks = real(obj, level)
+        seen.append("".join(chunks))
+        return chunks
+    monkeypatch.setattr(statelog, "_C_ENCODE", counting)
+    return seen
+
+
+def test_an_append_log_is_written_from_where_the_last_commit_stopped(monkeypatch):
+    diff, log = StateDiff(), AppendLog(["a"])
+    assert diff.delta({"log": log, "n": 1}) == '{"all":{"log":["a"],"n":1}}'
+    seen = encoded_values(monkeypatch)
+    log.append("b")
+    log.extend(["c"])
+    log += ["d"]
+    assert diff.delta({"log": log, "n": 1}) == '[["a",["log"],["b","c","d"]]]'
+    assert seen == ['"b"', '"c"', '"d"']  # the new items only; the same int is not encoded again either
+    assert diff.delta({"log": log, "n": 1}) is None and seen == ['"b"', '"c"', '"d"']  # nothing looked at
+    seen.clear()
+    log[0] = "A"  # a rewrite: the next commit writes the list whole
+    assert log.rewrites == 1 and diff.delta({"log": log, "n": 1}) == '[["s",["log"],["A","b","c","d"]]]'
+    assert seen == ['"A"', '"b"', '"c"', '"d"']
+    for change in (lambda x: x.pop(), lambda x: x.insert(0, "z"), lambda x: x.remove("b"), lambda x: x.sort(),
+                   lambda x: x.reverse(), lambda x: x.__delitem__(0), lambda x: x.__imul__(2), lambda x: x.clear()):
+        before = log.rewrites
+        change(log)
+        assert log.rewrites == before + 1
+    other = AppendLog(["x", "y"])
+    diff.delta({"log": other, "n": 1})
+    other.append("z")  # another list in the same place: written whole once, then from where it stopped
+    assert diff.delta({"log": other, "n": 2}) == '[["a",["log"],["z"]],["s",["n"],2]]'
+    assert diff.delta({"log": ["x", "y", "z"], "n": 2}) is None  # a plain list with the same JSON: no change
+    assert diff.text() == '{"log":["x","y","z"],"n":2}'
+
+
+def test_append_logs_inside_large_dicts_are_appended_to_where_they_are(monkeypatch):
+    diff = StateDiff()
+    frames = {"1": {"t": 0, "lines": AppendLog(["y" * 600]), "topic": "t" * 80}}
+    memory = {"a": AppendLog([{"role": "user", "content": "x" * 600}])}
+    diff.delta({"frames": frames, "memory": memory})
+    seen = encoded_values(monkeypatch)
+    frames["1"]["lines"].append("more")
+    frames["1"]["t"] = 1
+    memory["a"].append({"role": "assistant", "content": "hi"})
+    assert diff.delta({"frames": {"1": dict(frames["1"])}, "memory": memory}) == (
+        '[["s",["frames","1","t"],1],["a",["frames","1","lines"],["more"]],'
+        '["a",["memory","a"],[{"role":"assistant","content":"hi"}]]]')
+    assert seen == ["1", '"more"', '{"role":"assistant","content":"hi"}']  # the long texts are not encoded again
+
+
+LOG_OPS = st.lists(st.one_of(st.tuples(st.just("commit"), st.none()), st.tuples(st.just("append"), JSON), st.tuples(st.just("extend"), st.lists(JSON, max_size=3)),
+                             st.tuples(st.just("set"), JSON), st.tuples(st.just("pop"), st.none()),
+                             st.tuples(st.just("new"), st.lists(JSON, max_size=3)), st.tuples(st.just("commit"), st.none()),
+                             st.tuples(st.just("times"), st.integers(0, 2))),
+                   max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=LOG_OPS, split=st.booleans())
+@example(ops=[("append", 1), ("commit", None), ("times", 0), ("append", 2), ("append", 3)], split=False)  # emptied, refilled
+@example(ops=[("append", 1), ("commit", None), ("pop", None), ("append", 2)], split=True)
+def test_append_logs_fold_back_to_every_state_exactly(ops, split):
+    """Whatever is done to a log between commits (appends, rewrites, a new list), what a reader
+    folds back equals what was snapshotted, also where it sits inside a dict diffed part by part."""
+    saved = statelog.SPLIT_CHARS
+    statelog.SPLIT_CHARS = 4 if split else saved  # split: the dict holding the log is diffed key by key
+    try:
+        log, diff, folded = AppendLog(), StateDiff(), None
+        for op, arg in [*ops, ("commit", None)]:  # a commit at each "commit" op: several changes between two
+            if op == "append":
+                log.append(arg)
+            elif op == "extend":
+                log.extend(arg)
+            elif op == "set" and log:
+                log[-1] = arg
+            elif op == "pop" and log:
+                log.pop()
+            elif op == "new":
+                log = AppendLog(arg)
+            elif op == "times":
+                log *= arg
+            if op != "commit":
+                continue
+            state = {"memory": {"a": log, "pad": "p" * 20}, "log": log}
+            delta = diff.delta(state)
+            if delta is not None:
+                kind, body = parse_delta(delta)
+                if kind == "all":
+                    folded = body
+                else:
+                    apply_ops(folded, body)
+            assert json.dumps(folded, sort_keys=True) == json.dumps(state, sort_keys=True)  # 1, 1.0, true stay apart
+    finally:
+        statelog.SPLIT_CHARS = saved
+
+
 @pytest.mark.parametrize("bad, why", [("{not json", "not JSON"), ('{"all": 3}', "other than"), ("3", "not a list"),
                                       ('[["q", ["k"], 1]]', "malformed change"), ('[["a", ["k"], 1]]', "wrong kind"),
                                       ('[["s", "k", 1]]', "malformed change"), ('[["s", [], 1]]', "malformed change"),
@@ -228,12 +329,13 @@ def test_a_fork_before_a_parallel_step_runs_its_branches_again_after_it_copies_t
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_fork_at_a_pure_step_starts_before_it_and_runs_it_again(tmp_path, store):
+def test_fork_at_a_held_step_starts_before_it_and_runs_it_again(tmp_path, store):
     cp = STORES[store](tmp_path)
     original = chat().execute("pets?", checkpoint=cp, run_id="R")
     assert cp.history("R")[6].state == "select" and not cp.history("R")[6].stored
     new = fork("R", at=6, checkpoint=cp)
-    assert [s.state for s in cp.history(new)] == original.path[:6]  # up to bid; select runs again
+    # up to the first post: penalize, the bid round and select run again
+    assert [s.state for s in cp.history(new)] == original.path[:4] == ["seed", "bid", "select", "post"]
     assert cp.load(new).meta["forked_from"] == {"run_id": "R", "step": 6}
     assert_path(chat().resume(new, cp), original.path)
 
@@ -468,7 +570,8 @@ def test_held_rows_and_counts_are_on_the_event_rows(tmp_path):
     res = chat().execute("pets?", checkpoint=cp, run_id="R")
     con = sqlite3.connect(tmp_path / "runs.db")
     got = con.execute("SELECT state, nmsg, delta FROM events WHERE run_id='R' ORDER BY seq").fetchall()
-    assert got[0][2].startswith('{"all":') and [d for s, _, d in got if s in ("select", "penalize")] == [HELD] * 14
+    assert got[0][2].startswith('{"all":') and [d for s, _, d in got if s in ("bid", "select", "penalize")] == \
+        [HELD] * 21  # 7 turns
     assert [n for _, n, _ in got] == [s.message_count for s in cp.history("R")] and got[-1][1] == len(res.transcript)
     assert all(len(d) < 600 for _, _, d in got[1:] if d)  # deltas, not whole states
 

@@ -90,7 +90,7 @@ async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
             template = task.action if task.action is not None else None
             prompt = ctx.render(template) if template is not None else \
                 (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
-        memory = ctx.memory.setdefault(agent.name, []) if ctx.memory is not None else []
+        memory = ctx.remember(agent.name) if ctx.memory is not None else []
         reply = await agent.reply(Turn(agent.name, [], prompt, stats=ctx.stats, variables=ctx.variables,
                                        history=list(memory)))
         if ctx.memory is not None:  # the agent remembers its own prompt and reply for the rest of the run
@@ -312,7 +312,7 @@ def join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext,
             if ctx.memory is not None and c.memory is not None:  # what each agent was told in the branch
                 at_fork_memory = c.memory_at_fork  # type: ignore[attr-defined]
                 for agent, entries in c.memory.items():
-                    ctx.memory.setdefault(agent, []).extend(entries[at_fork_memory.get(agent, 0):])
+                    ctx.remember(agent).extend(entries[at_fork_memory.get(agent, 0):])
             for m in c.transcript:
                 ctx.transcript.post(m.role, m.content, **m.metadata)
             ctx.events.extend(c.events)

@@ -8,7 +8,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..checkpoint import NotSerializable, decode, encode
 from ..models import Transcript
+from ..statelog import AppendLog, Frozen
 from ..speakers.human import People
 from ..speakers.llm import CallStats
 
@@ -40,11 +42,11 @@ class FlowContext:
         self.input = input
         self.variables: dict[str, Any] = variables
         self.previous_result: Any = None
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = AppendLog()
         self.status = "running"  # running | completed | failed | stopped | waiting (for a person)
         self.error: BaseException | None = None
         self.stats = stats or CallStats()
-        self.events: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = AppendLog()
         self.transcript = Transcript(events=self.events)
         self.frames: dict[int, dict[str, Any]] = {}  # per-block working state, keyed by block id
         # the live context of each pattern run as a step, by block id (not stored: rebuilt from its frame)
@@ -52,6 +54,9 @@ class FlowContext:
         # each agent's own prompts and replies this run (AgentFlow(memory=True)); None: agents remember nothing
         self.memory: dict[str, list[dict[str, str]]] | None = None
         self.people = People()  # answers from people in the loop (ask_human, Human speakers, interrupts)
+        # variable -> (block id, the text set): a Discussion's lines joined, rebuilt from them on restore
+        self.joined: dict[str, tuple[int, str]] = {}
+        self._joined_state: Frozen | None = None  # what the last snapshot stored of it
 
     @property
     def previous_output(self) -> Any:
@@ -91,22 +96,57 @@ class FlowContext:
             return "" if v is None else str(v)
         return _VAR.sub(sub, template) if "{{" in template else template
 
-    def snapshot(self) -> dict[str, Any]:
-        """The working state a checkpoint stores after each step (variables must be JSON-able)."""
-        from ..checkpoint import NotSerializable, encode
+    def remember(self, agent: str) -> list[dict[str, str]]:
+        """``agent``'s private memory (``memory=True``), started empty on its first call."""
+        assert self.memory is not None
+        memory = self.memory.get(agent)
+        if type(memory) is not AppendLog:  # new, or restored from a checkpoint as a plain list
+            memory = self.memory[agent] = AppendLog(memory or ())
+        return memory
 
+    def join_lines(self, name: str, key: int, added: str | None = None) -> None:
+        """Set variable ``name`` to the lines of block ``key`` (``frames[key]["lines"]``) joined by
+        newlines; ``added``: the one line appended since this set it last (extended, not joined
+        again). A checkpoint stores the lines, not this text: it is rebuilt from them on restore
+        (unless something else set the variable since)."""
+        text = self.variables.get(name)
+        last = self.joined.get(name)
+        if added is not None and last is not None and last[0] == key and last[1] is text and text:
+            text = f"{text}\n{added}"
+        else:
+            text = "\n".join(self.frames[key]["lines"])
+        self.variables[name] = text
+        self.joined[name] = (key, text)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The working state a checkpoint stores after each step (variables must be JSON-able).
+        The growing parts (step records, events, a discussion's lines, memories) are
+        ``AppendLog``s, written as what each step added; a variable ``join_lines`` set is not
+        stored (its lines are)."""
+        variables, joined = self.variables, None
+        if self.joined:
+            joined = {name: key for name, (key, text) in self.joined.items() if variables.get(name) is text}
+            if joined:
+                variables = {k: v for k, v in variables.items() if k not in joined}
+                if joined == self._joined_state:
+                    joined = self._joined_state  # the same object: a commit skips it
+                else:
+                    joined = self._joined_state = Frozen(joined)
         try:
-            variables = encode(self.variables)
+            encoded = encode(variables)
         except NotSerializable as exc:
             raise TypeError(f"checkpointing a flow needs JSON-able variables; found a {exc}") from None
-        return {"variables": variables, "previous_result": self.previous_result, "steps": self.steps,
-                "status": self.status, "error": None if self.error is None else str(self.error),
-                "frames": encode(self.frames), "events": self.events, "stats": self.stats.to_state(),
-                "memory": self.memory, **({"people": self.people.to_state()} if self.people.used else {})}
+        state = {"variables": encoded, "previous_result": self.previous_result, "steps": self.steps,
+                 "status": self.status, "error": None if self.error is None else str(self.error),
+                 "frames": {str(k): encode(v) for k, v in self.frames.items()}, "events": self.events,
+                 "stats": self.stats.to_state(), "memory": self.memory}
+        if self.people.used:
+            state["people"] = self.people.to_state()
+        if joined:
+            state["joined"] = joined
+        return state
 
     def restore(self, state: dict[str, Any]) -> None:
-        from ..checkpoint import decode
-
         self.variables.clear()
         self.variables.update(decode(state["variables"]))
         self.previous_result = state["previous_result"]
@@ -114,18 +154,23 @@ class FlowContext:
         self.status = state["status"]
         if state["error"] is not None:
             self.error = RuntimeError(state["error"])
-        self.frames = decode(state["frames"])
+        frames = decode(state["frames"])  # {"1": frame} (an older fsmchat: {"__dict__": [[1, frame]]})
+        self.frames = {int(k): v for k, v in frames.items()}
         self.events[:] = state["events"]
         self.stats.restore(state["stats"])
-        self.memory = state.get("memory", self.memory)
+        memory = state.get("memory", self.memory)
+        self.memory = None if memory is None else {k: AppendLog(v) for k, v in memory.items()}
         if "people" in state:
             self.people.restore(state["people"])
+        self.joined.clear()
+        for name, key in state.get("joined", {}).items():
+            self.join_lines(name, key)
 
     def child(self) -> "FlowContext":
         """A branch context: a deep copy of the variables, the same input, stats and previous result."""
         c = FlowContext(self.input, copy.deepcopy(self.variables), self.stats)
         c.previous_result = self.previous_result
-        c.memory = copy.deepcopy(self.memory)
+        c.memory = copy.deepcopy(self.memory)  # AppendLogs stay AppendLogs
         c.transcript.max_chars = self.transcript.max_chars
         return c
 

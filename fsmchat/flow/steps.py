@@ -19,6 +19,7 @@ from ..graph.turns import TurnOrder, add_turns
 from ..models import StopReason
 from ..speakers.agent import Agent
 from ..speakers.human import Human
+from ..statelog import AppendLog
 from .compile import (UNKNOWN, Compiler, bound, bounded_exits, branch_reason, forked, halted, join_to, known_value,
                       may_write, named, run_task, split_into, task_calls)
 from .context import FlowContext, compile_condition
@@ -178,9 +179,9 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
 
         def begin(ctx: FlowContext) -> None:
             """start a fresh transcript"""
-            ctx.frames[key] = {"t": 0, "lines": [], "topic": ctx.previous_result if ctx.previous_result
+            ctx.frames[key] = {"t": 0, "lines": AppendLog(), "topic": ctx.previous_result if ctx.previous_result
                                is not None else ctx.input}
-            ctx.variables["discussion_transcript"] = ""
+            ctx.join_lines("discussion_transcript", key)
 
         async def turn(ctx: FlowContext) -> str:
             """the scheduled speaker talks"""
@@ -194,8 +195,12 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
             status, out = await run_task(task, ctx, prompt, record_as=task.name)
             f["t"] = t + 1
             if status in ("completed", "stopped"):
-                f["lines"].append(f"{task.name}: {out}")
-                ctx.variables["discussion_transcript"] = "\n".join(f["lines"])
+                line = f"{task.name}: {out}"
+                lines = f["lines"]
+                if type(lines) is not AppendLog:  # restored from a checkpoint as a plain list
+                    lines = f["lines"] = AppendLog(lines)
+                lines.append(line)
+                ctx.join_lines("discussion_transcript", key, line)
             return f"{task.name}: {status}"
 
         def check_until(ctx: FlowContext) -> bool | None:
@@ -224,7 +229,7 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
                 waits=bool(people))
         g.edge("begin", "turn")
         if d.until is not None:
-            g.state("check_until", check_until)
+            g.state("check_until", check_until, pure=True)  # committed with the next turn: one commit per turn
         g.final("done")
         return add_turns(g, [("turn", "check_until") if d.until is not None else "turn"],
                          exits=bounded_exits(key, until=d.until is not None), more=turns_left,

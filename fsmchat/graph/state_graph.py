@@ -73,6 +73,7 @@ class State:
         branches: A fork state's branch graphs, run as child runs.
         fork: A fork state's ``(split, join, max_concurrency)``.
         pure: The action only computes from the context (a checkpoint may commit it with the next step).
+        hold: A checkpoint commits it with the next step although the action may call models.
         waits: The run may stop here for a person (drawn amber).
 
     Examples:
@@ -93,6 +94,7 @@ class State:
     branches: "list[StateGraph]" = field(default_factory=list)  # child runs of a fork state
     fork: "Fork | None" = None  # (split, join) of a fork state
     pure: bool = False  # the action only computes from the context: it may be committed with the next step
+    hold: bool = False  # committed with the next step although its action may call models (see ``state``)
     waits: bool = False  # the run may stop here for a person (drawn in its own style)
 
 
@@ -151,6 +153,7 @@ class FlatState:
         fork: A fork state's ``(split, join, max_concurrency)``.
         pure: The action only computes from the context.
         waits: The run may stop here for a person.
+        hold: A checkpoint commits it with the next step although the action may call models.
 
     Examples:
         >>> from fsmchat import StateGraph
@@ -172,6 +175,7 @@ class FlatState:
     fork: "Fork | None" = None
     pure: bool = False
     waits: bool = False
+    hold: bool = False
 
 
 @dataclass
@@ -271,7 +275,7 @@ class StateGraph:
         return self
 
     def state(self, name: str, action: Action | None = None, description: str | None = None, *,
-              pure: bool = False, waits: bool = False) -> "StateGraph":
+              pure: bool = False, waits: bool = False, hold: bool = False) -> "StateGraph":
         """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
 
         Args:
@@ -281,6 +285,11 @@ class StateGraph:
             pure: The action only computes from the context (no model call, no post, no effect
                 outside the run): a checkpoint may commit the step together with the next one, and
                 after a crash it is simply run again.
+            hold: Commit the step with the next one although its action may call models: for a
+                step whose result the very next steps post (GroupChat's bid round, then select and
+                post: one commit per turn). A crash before that commit runs it again, calls
+                included (none of them was committed); a step that posted messages, failed or
+                stopped the run is committed at once.
             waits: The run may stop in this state for a person (its action raises ``Interrupted``
                 until it has their answer); diagrams draw it in the waiting style.
 
@@ -291,7 +300,7 @@ class StateGraph:
             GraphError: The name is empty, holds ``.`` or ``|``, or is taken.
         """
         desc = description if description is not None else (first_line(action) if action else "")
-        return self._add(State(name, action, desc, pure=pure, waits=waits))
+        return self._add(State(name, action, desc, pure=pure, hold=hold, waits=waits))
 
     def fork(self, name: str, branches: "list[StateGraph]", split: Callable[[Any], Any],
              join: Callable[[Any, list[Any]], Any], description: str = "",
@@ -518,7 +527,7 @@ class StateGraph:
                                       [Transition(q, t.dest, t.guard, t.label, t.order) for t in exits])
             else:
                 states[q] = FlatState(q, s.action, s.description, s.final, s.reason, cluster, out, s.branches,
-                                      s.fork, s.pure, s.waits)
+                                      s.fork, s.pure, s.waits, s.hold)
         return StateGraph._entry(graph, prefix)
 
     @staticmethod

@@ -30,6 +30,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from ..checkpoint import Checkpointer, CheckpointMismatch, Lease, Recorder, decode, encode_fields, new_run_id
 from ..config import PatternSpec, pattern_spec
+from ..statelog import AppendLog
 from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
 from ..checks import check_batch, check_checkpoint, check_resume, check_run_id
@@ -72,7 +73,7 @@ class ChatContext:
     speakers: list[Speaker]
     transcript: Transcript = field(default_factory=Transcript)
     stats: CallStats = field(default_factory=CallStats)
-    events: list[dict[str, Any]] = field(default_factory=list)  # notable facts (invalid bids, ...)
+    events: list[dict[str, Any]] = field(default_factory=AppendLog)  # notable facts (invalid bids, ...)
     turn: int = 0
     state: PatternState = field(default_factory=PatternState)  # the pattern's working state
     images: list[str] = field(default_factory=list)  # attached to every call of the run (``img``)
@@ -126,7 +127,7 @@ class ChatContext:
     def restore(self, state: dict[str, Any]) -> None:
         self.turn = state["turn"]
         self.state.restore(state["scratch"])
-        self.memory.update(state["memory"])
+        self.memory.update({k: AppendLog(v) for k, v in state["memory"].items()})
         self.events[:] = state["events"]
         self.stats.restore(state["stats"])
         if "people" in state:
@@ -137,7 +138,9 @@ class ChatContext:
         plus ``prompt``; the prompt (as ``user``) and the reply (as ``assistant``) are then
         remembered, as text: an image rides on the current call only. Memories live in the
         context, so each run starts with empty ones."""
-        memory = self.memory.setdefault(speaker.name, [])
+        memory = self.memory.get(speaker.name)
+        if type(memory) is not AppendLog:  # a checkpoint writes what each turn added to it
+            memory = self.memory[speaker.name] = AppendLog(memory or ())
         reply = await self.ask(speaker, prompt, history=list(memory), **kw)
         memory += [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
         return reply

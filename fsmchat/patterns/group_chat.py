@@ -264,7 +264,7 @@ def compile_group_chat(name: str = "group_chat", description: str = "",
     """GroupChat's graph; ``people`` (roster index, name) adds a claim state per ``Human``."""
     g = StateGraph(name, context=GroupChatContext, description=description)
     g.state("seed", post_task)
-    g.state("bid", collect_bids)
+    g.state("bid", collect_bids, hold=True)  # committed with select and post: one commit per turn
     g.state("select", pick_speaker, pure=True)  # pure: committed with the next step
     g.state("post", post_winner)
     g.state("penalize", remember_speaker, pure=True)

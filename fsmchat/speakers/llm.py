@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, fatal_error,
                       request_error_kind)
+from ..statelog import Frozen
 
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
@@ -261,6 +262,7 @@ class CallStats:
     roster: list[Any] | None = None  # agents whose credentials the run's first request checks
     refused: BaseException | None = None  # the run's MissingCredentials, once found
     over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
+    _state: tuple[Any, Any] = field(default=(None, None), repr=False, compare=False)  # to_state's last (key, dict)
 
     def preflight(self) -> None:
         """Before the run's first request: every agent's credentials, checked once (raises
@@ -301,8 +303,13 @@ class CallStats:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
     def to_state(self) -> dict[str, Any]:
-        return {"calls": self.calls, "attempts": self.attempts, "usage": dict(self.usage), "cost_usd": self.cost_usd,
-                "over_cap": self.over_cap}
+        """What a checkpoint stores: the same read-only dict (a ``Frozen``) until a count changes,
+        so a commit after a step that called no model skips it."""
+        key = (self.calls, self.attempts, self.cost_usd, self.over_cap, *self.usage.values())
+        if key != self._state[0]:
+            self._state = (key, Frozen(calls=self.calls, attempts=self.attempts, usage=dict(self.usage),
+                                       cost_usd=self.cost_usd, over_cap=self.over_cap))
+        return self._state[1]
 
     def restore(self, state: dict[str, Any]) -> None:
         self.calls, self.attempts = state["calls"], state["attempts"]
