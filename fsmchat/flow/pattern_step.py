@@ -219,15 +219,14 @@ class PatternStep(Block):
         g = StateGraph(inner.name, description=inner.description)
         g.state(begin_name, begin)
         for name, s in inner.states.items():
-            label = _label(_fallback(inner, name))
             if s.final:
                 g.state(name, finish(name, s.reason), s.description or "the pattern's output becomes the step's")
             elif s.subgraph is not None:
                 raise ConfigError(f"{type(pattern).__name__} as a flow step: state {name!r} nests a graph, which "
                                   "a pattern step does not support")
             else:
-                g.state(name, on_pattern(s.action, label if _ends(inner, name) else None), s.description,
-                        pure=s.pure, waits=s.waits)
+                g.state(name, on_pattern(s.action, _label(_fallback(inner, name))), s.description, pure=s.pure,
+                        waits=s.waits)
         g.final(done_name)
         g.edge(begin_name, inner.initial)
         for t in inner.transitions:
@@ -251,10 +250,6 @@ def _fallback(g: StateGraph, state: str) -> str | None:
     """The label of ``state``'s unguarded edge when it leads to a final state."""
     out = [t for t in g.outgoing(state) if t.guard is None]
     return out[0].label if out and g.states[out[0].dest].final else None
-
-
-def _ends(g: StateGraph, state: str) -> bool:
-    return _fallback(g, state) is not None
 
 
 def _label(label: Any) -> Any:
