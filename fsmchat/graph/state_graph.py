@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import GraphError
-from .render import Drawing, Edge, Node, mime_bundle, overlay, render, to_dot, to_html, to_mermaid, to_svg
+from .render import (Drawing, Edge, Node, distinct_names, mime_bundle, overlay, render, to_dot, to_html, to_mermaid,
+                     to_svg)
 
 Action = Callable[[Any], Any]
 Guard = Callable[[Any], bool]
@@ -28,18 +29,9 @@ def state_names(labels: Sequence[str], reserved: Iterable[str] = (), prefix: str
                 fallback: str = "state") -> list[str]:
     """One valid, distinct state name per label, the one rule every graph builder uses: ``prefix``
     plus the label with each run of non-word characters (``.`` and ``|`` have meanings in state
-    names) as one ``_``, none at either end (``fallback`` when nothing is left), suffixed ``_2``, ``_3`` ... when it would collide
-    with a ``reserved`` name or an earlier label. Distinct labels never share a name."""
-    taken = set(reserved)
-    out = []
-    for label in labels:
-        base = prefix + (re.sub(r"\W+", "_", label).strip("_") or fallback)
-        candidate, k = base, 2
-        while candidate in taken:
-            candidate, k = f"{base}_{k}", k + 1
-        taken.add(candidate)
-        out.append(candidate)
-    return out
+    names) as one ``_``, none at either end (``fallback`` when nothing is left), made distinct by
+    ``distinct_names``. Distinct labels never share a name."""
+    return distinct_names([prefix + (re.sub(r"\W+", "_", label).strip("_") or fallback) for label in labels], reserved)
 
 
 def first_line(obj: Any) -> str:
