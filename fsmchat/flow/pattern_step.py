@@ -33,7 +33,7 @@ from typing import Any, Callable
 from ..config import ConfigWriter, PatternSpec, pattern_config
 from ..errors import ConfigError
 from ..graph.state_graph import Guard, StateGraph, state_names
-from ..models import Message, StopReason, format_output
+from ..models import Message, StopReason
 from ..patterns.base import ChatContext, Pattern
 from ..speakers.agent import SEED_ROLE, Agent
 from ..speakers.human import Human
@@ -161,7 +161,7 @@ class PatternStep(Block):
         def restored(ctx: FlowContext) -> ChatContext:
             """After a resume: the pattern's context from its frame and the flow's transcript."""
             frame = ctx.frames[key]
-            pctx = pattern._context(frame["task"])
+            pctx = pattern.new_context(frame["task"])
             rows = [Message(**frame["seed"])] if frame["seed"] is not None else []
             pctx.transcript.restore(rows + ctx.transcript.since(frame["start"]))
             pctx.restore({**frame["saved"], "events": [], "stats": pctx.stats.to_state()})
@@ -173,8 +173,7 @@ class PatternStep(Block):
         def begin(ctx: FlowContext) -> None:
             """the task: the previous output, or the flow's input"""
             task = ctx.input if ctx.previous_result is None else str(ctx.previous_result)
-            pattern._check_run(task)
-            pctx = pattern._context(task)
+            pctx = pattern.new_context(task)
             ctx.frames[key] = {"task": task, "start": len(ctx.transcript), "seed": None, "via": None,
                                "saved": saved(pctx)}
             share(ctx, pctx)
@@ -206,7 +205,7 @@ class PatternStep(Block):
                 pctx, frame = live(ctx), ctx.frames[key]
                 why = reason(pctx) if callable(reason) else reason
                 stop = str(StopReason.of(str(why or frame["via"] or final)))
-                out = format_output(pattern._output_rows(pctx), pattern.output_type)
+                out = pattern.output_of(pctx)
                 text = ctx.transcript.admit(step.name, out if isinstance(out, str) else json.dumps(out,
                                                                                                   ensure_ascii=False))
                 ctx.previous_result = text
@@ -241,7 +240,7 @@ class PatternStep(Block):
 def _speakers(pattern: Pattern) -> list[Any]:
     """The pattern's participants, each once, in order."""
     found: dict[int, Any] = {}
-    for s, _n in pattern._calls_by_speaker():
+    for s, _n in pattern.calls_by_speaker():
         found.setdefault(id(s), s)
     return list(found.values())
 

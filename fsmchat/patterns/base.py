@@ -368,6 +368,20 @@ class Pattern(ABC):
     def _output_rows(self, ctx: ChatContext) -> list[Message]:
         return ctx.transcript.messages
 
+    # ---- for what runs this pattern's graph inside another (a flow's PatternStep) ----
+    def new_context(self, task: str) -> Any:
+        """A fresh context for one run of ``task``, which is checked first as ``run`` checks it."""
+        self._check_run(task)
+        return self._context(task)
+
+    def output_of(self, ctx: Any) -> Any:
+        """The output of the run whose context is ``ctx``, formatted per ``output_type``."""
+        return format_output(self._output_rows(ctx), self.output_type)
+
+    def calls_by_speaker(self) -> list[tuple[Any, int]]:
+        """(speaker, the most calls it can be asked for in one run) for each participant, in order."""
+        return self._calls_by_speaker()
+
     # ---- shared ----
     limits: Limits | None = None
     factory: str | None = None  # "module:attr" that rebuilds this pattern (stored with checkpoints)
@@ -501,7 +515,7 @@ class Pattern(ABC):
         result.calls = ctx.stats.calls
         result.usage = dict(ctx.stats.usage)
         result.events = list(ctx.events)
-        result.output = format_output(self._output_rows(ctx), self.output_type)
+        result.output = self.output_of(ctx)
         set_pending(result)
         run_finished(result)
         return result
