@@ -83,7 +83,7 @@ class PatternStep(Block):
         self._refuse()
 
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:  # type: ignore[override]  # Block's class attribute, computed for a pattern
         """The pattern's ``name`` when set, else its kind (``group_chat``)."""
         p, model = self.pattern, type(self.pattern).Config
         field = model.model_fields.get("name") if model is not None else None
