@@ -16,8 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["fsmchat", "fsmchat.graph", "fsmchat.speakers", "fsmchat.flow", "fsmchat.ui", "fsmchat.patterns",
             "fsmchat.network"]
-LATER = ("fsmchat.patterns", "fsmchat.config", "fsmchat.network", "fsmchat.flow.context", "fsmchat.statelog",
-         "fsmchat.checkpoint")
+LATER: tuple[str, ...] = ()
 CONSTANTS = {"RESPOND_TOOL": "fsmchat.speakers.respond.RESPOND_TOOL"}  # values carry no __module__
 
 
