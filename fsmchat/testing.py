@@ -512,7 +512,7 @@ def assert_stop(run: RunResult, reason: str) -> None:
         >>> assert_stop(result, "lull")
         Traceback (most recent call last):
         ...
-        AssertionError: stop reason 'max_loops', expected 'lull'
+        AssertionError: stop reason 'max_loops', expected 'lull'...
     """
     assert run.stop_reason == reason, f"stop reason {run.stop_reason!r}, expected {reason!r}" + (
         f" (error: {run.error!r})" if run.error else "")
@@ -538,7 +538,7 @@ def assert_calls(model: ScriptedModel, n: int, agent: str | None = None) -> None
         >>> assert_calls(model, 1)
         Traceback (most recent call last):
         ...
-        AssertionError: all agents made 2 model call(s), expected 1
+        AssertionError: all agents made 2 model call(s), expected 1...
     """
     got = model.calls(agent)
     who = f"agent {agent!r}" if agent else "all agents"
