@@ -207,12 +207,12 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
     declares and validates them).
 
     Attributes:
-        max_loops: Number of conversational turns. One agent speaks per loop, alternating.
-        agents: Exactly two agents.
-        img: Optional image passed to each agent's call.
-        output_type: Format for the returned conversation history.
-        send_intros: Introduce each debater to its opponent first (fsmchat's switch; default on).
-        verbose: Print each posted message.
+        max_loops (int): Number of conversational turns. One agent speaks per loop, alternating.
+        agents (list | None): Exactly two agents.
+        img (str | None): Optional image passed to each agent's call.
+        output_type (str): Format for the returned conversation history.
+        send_intros (bool): Introduce each debater to its opponent first (fsmchat's switch; default on).
+        verbose (bool): Print each posted message.
 
     Args:
         *args: The attributes above by position (``max_loops``, ``agents``, ...).

@@ -390,21 +390,21 @@ class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig):
     (``GroupChatConfig`` declares and validates them; setting one later is validated the same way).
 
     Attributes:
-        name: Name for the group chat.
-        description: Description of the group chat's purpose.
-        agents: Participating agents. At least two are required; each message is broadcast to the
+        name (str): Name for the group chat.
+        description (str): Description of the group chat's purpose.
+        agents (list): Participating agents. At least two are required; each message is broadcast to the
             other agents.
-        max_loops: Hard cap on total messages posted, including the initial user task.
-        threshold: Minimum recency-adjusted decision score (``0..1``) required for an agent to take
+        max_loops (int): Hard cap on total messages posted, including the initial user task.
+        threshold (float): Minimum recency-adjusted decision score (``0..1``) required for an agent to take
             the floor for a turn (a bid must be strictly above it).
-        recency_penalty: Amount subtracted from an agent's bid if it spoke within the last
+        recency_penalty (float): Amount subtracted from an agent's bid if it spoke within the last
             ``recency_window`` turns; ``0.0`` disables it.
-        recency_window: How many of the most recent speakers are subject to ``recency_penalty``.
-        idle_timeout: Accepted for backward compatibility but currently unused.
-        output_type: History format. Use ``"list"`` or ``"dict"`` to iterate individual messages.
-        auto_equip: Auto-inject the ``respond`` tool into agents that lack it.
-        verbose: Print each posted message as a styled panel.
-        context_window: Bidders see the task and only the last N messages (fsmchat's extension,
+        recency_window (int): How many of the most recent speakers are subject to ``recency_penalty``.
+        idle_timeout (float): Accepted for backward compatibility but currently unused.
+        output_type (str): History format. Use ``"list"`` or ``"dict"`` to iterate individual messages.
+        auto_equip (bool): Auto-inject the ``respond`` tool into agents that lack it.
+        verbose (bool): Print each posted message as a styled panel.
+        context_window (int | None): Bidders see the task and only the last N messages (fsmchat's extension,
             off by default).
 
     Args:

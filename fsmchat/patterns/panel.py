@@ -269,11 +269,11 @@ class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
     declares and validates them).
 
     Attributes:
-        max_rounds: Number of discussion rounds.
-        agents: Expert panel participants (at least two).
-        moderator: The moderator agent who introduces each round and synthesises responses.
-        output_type: Format for the returned conversation history.
-        verbose: Print each posted message.
+        max_rounds (int): Number of discussion rounds.
+        agents (list | None): Expert panel participants (at least two).
+        moderator (Agent | None): The moderator agent who introduces each round and synthesises responses.
+        output_type (str): Format for the returned conversation history.
+        verbose (bool): Print each posted message.
 
     Args:
         *args: The attributes above by position (``max_rounds``, ``agents``, ...).

@@ -237,12 +237,12 @@ class RoundRobinSwarm(Pattern, kind="round_robin", config=RoundRobinConfig):
     (``RoundRobinConfig`` declares and validates them).
 
     Attributes:
-        name: Name of the swarm.
-        description: Description of the swarm's purpose.
-        agents: Agents that take turns in declared order (required).
-        verbose: Print each posted message.
-        max_loops: Number of full passes over the roster.
-        output_type: Output format applied to the conversation history (default ``"final"``, the
+        name (str): Name of the swarm.
+        description (str): Description of the swarm's purpose.
+        agents (list): Agents that take turns in declared order (required).
+        verbose (bool): Print each posted message.
+        max_loops (int): Number of full passes over the roster.
+        output_type (str): Output format applied to the conversation history (default ``"final"``, the
             last message only).
 
     Args:
