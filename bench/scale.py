@@ -178,8 +178,8 @@ def measure(quick: bool) -> tuple[str, list[dict[str, Any]]]:
              f"({med(res['floor', IC, IL], 'mem_kib_per_chat'):.1f} KiB) | <= 2x: {status(ok2)} |",
              f"| {LC} GroupChats through litellm (ScriptedModel, {LL * 1e3:.0f} ms) | {lfloor_ms / 1e3:.2f} s | {l_wall:.2f} s "
              f"| {lc_wall:.2f} s (same chats, callables) | {l_wall / (lfloor_ms / 1e3):.1f}x | {l_wall / lc_wall:.1f}x "
-             f"| {l_cpu:.2f} s ({lc_cpu:.2f} s) | {med(res['litellm', LC, L], 'gc'):.2f} s | "
-             f"{med(res['litellm', LC, L], 'mem_kib_per_chat'):.0f} KiB | n/a |", "",
+             f"| {l_cpu:.2f} s ({lc_cpu:.2f} s) | {med(res['litellm', LC, LL], 'gc'):.2f} s | "
+             f"{med(res['litellm', LC, LL], 'mem_kib_per_chat'):.0f} KiB | n/a |", "",
              f"- fsmchat's CPU per chat at {C:,}: {f_cpu / C * 1e3:.2f} ms (~{f_cpu / C / steps_per_chat * 1e6:.0f} µs "
              f"per engine step, bids and GC included; {steps_per_chat} steps and {N * (ML - 1)} bids per chat) "
              f"against the floor's "

@@ -37,7 +37,7 @@ from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Option
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
-from .errors import bad_value
+from .errors import ConfigError, bad_value
 from .kinds import Kinds, owner_module
 from .limits import Limits
 from .speakers.agent import Agent, CallableSpeaker
@@ -53,8 +53,22 @@ STEP_KINDS = Kinds("flow step", loaders=("fsmchat.flow",))
 MODEL_KINDS = Kinds("model", loaders=("fsmchat.testing",))
 # a model provider's prefix ("fsmchat-scripted") -> (model id, agent name) -> the live model's spec
 MODEL_SOURCES: dict[str, Callable[[str, str], BaseModel]] = {}
+
+
+def validate_step(value: Any) -> BaseModel:
+    """A flow step's data form: the spec of a step kind (``STEP_KINDS``), or of a pattern kind (a
+    pattern run as a flow step, ``AgentFlow(steps=[GroupChat(...), ...])``)."""
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    if isinstance(kind, str) and kind not in STEP_KINDS:
+        if kind not in PATTERN_KINDS:
+            raise ConfigError(f"flow step kind={kind!r} is invalid: one of {STEP_KINDS.known()}, or a pattern's kind "
+                              f"(a pattern run as a step): {PATTERN_KINDS.known()}")
+        return PATTERN_KINDS.validate(value)
+    return STEP_KINDS.validate(value)
+
+
 # field types whose values are validated by their kind: a flow step, a model
-AnyStep = Annotated[Any, PlainValidator(STEP_KINDS.validate)]
+AnyStep = Annotated[Any, PlainValidator(validate_step)]
 AnyModel = Annotated[Any, PlainValidator(MODEL_KINDS.validate)]
 
 
@@ -431,6 +445,15 @@ def to_config(pattern: Any) -> PatternSpec:
         True
     """
     w = ConfigWriter()
+    spec = pattern_config(pattern, w)
+    spec.models = list(w.models.values())
+    return spec
+
+
+def pattern_config(pattern: Any, w: ConfigWriter) -> PatternSpec:
+    """The pattern's config form, written with ``w`` (which collects the scripted models its agents
+    use: ``to_config`` stores them with the outermost config, so a pattern run as a flow step
+    ships them once, with its flow)."""
     who = type(pattern).__name__
     common: dict[str, Any] = {"limits": pattern.limits, "factory": pattern.factory,
                               "interrupt_before": list(pattern.interrupt_before),
@@ -452,7 +475,6 @@ def to_config(pattern: Any) -> PatternSpec:
     else:
         raise TypeError(f"{who} has no config form: it is not a built-in pattern; set pattern.factory = "
                         "'module:attr' (a zero-argument function returning the pattern) to ship it by import path")
-    spec.models = list(w.models.values())
     return spec
 
 
@@ -562,7 +584,9 @@ class ConfigReader:
         return pattern
 
     def steps(self, specs: list[Any]) -> list[Any]:
-        return [s.build(self) for s in specs]
+        """The flow steps of ``specs``; a pattern's spec (a pattern run as a step) is built as
+        ``from_config`` builds a pattern (its interrupts, limits and factory applied)."""
+        return [self.pattern(s) if isinstance(s, PatternSpec) else s.build(self) for s in specs]
 
 
 def _held(value: Any) -> list[Any]:

@@ -249,7 +249,7 @@ def test_graph_draws_one_state_per_speaker():
     g = example_graph()
     assert list(g.states) == ["seed", "Analyst", "Strategist", "Implementer", "stop"]
     assert [(t.source, t.dest, t.label) for t in g.transitions] == [
-        ("Analyst", "Strategist", "next"), ("Strategist", "Implementer", "next"), ("seed", "Analyst", "next"),
+        ("seed", "Analyst", "next"), ("Analyst", "Strategist", "next"), ("Strategist", "Implementer", "next"),
         ("Implementer", "Analyst", "next_loop"), ("Implementer", "stop", "max_loops")]
     assert g.states["stop"].reason == "max_loops"
     assert "[next_loop]" in g.to_mermaid()

@@ -2,8 +2,10 @@
 from .compile import StepError
 from .context import FlowContext, StepResult, flow_input
 from .flow import AgentFlow, Flow, FlowConfig
+from .pattern_step import PatternStep
 from .steps import Discussion, Task, ask_human, if_, loop, parallel, repeat, route, when
 from .task import Block
 
 __all__ = ["AgentFlow", "Flow", "FlowConfig", "Discussion", "Task", "StepResult", "StepError", "FlowContext",
-           "flow_input", "loop", "parallel", "route", "if_", "when", "repeat", "ask_human", "Block"]
+           "flow_input", "loop", "parallel", "route", "if_", "when", "repeat", "ask_human", "Block",
+           "PatternStep"]

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 from ..deadline import call_within
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted, fatal_error, limit_reached
 from ..graph.state_graph import Guard, StateGraph, state_names
+from ..graph.turns import Exit
 from ..models import StopReason
 from ..patterns.interrupts import TARGET, WaitPoint
 from ..speakers.agent import Turn
@@ -51,7 +52,7 @@ def branch_reason(ctx: FlowContext) -> StopReason:
 
 
 def named(fn: Callable[..., Any], name: str, doc: str = "") -> Callable[..., Any]:
-    fn.__name__ = re.sub(r"\W+", "_", name).strip("_") or "step"
+    fn.__name__ = state_names([name], fallback="step")[0]  # a label: the state-name rule
     fn.__doc__ = doc
     return fn
 
@@ -261,20 +262,16 @@ def task_notes(task: Task) -> str:
     return "".join("\n" + n for n in notes)
 
 
-def bounded_exits(g: StateGraph, check: str, again: str, key: int, more: Callable[[FlowContext], bool],
-                  exhausted: str, until: bool = True) -> None:
-    """The exits of a bounded loop's check state (Discussion, repeat), in order: a halt, ``until``
-    (only when the block has one: the check action stored ``met`` in the block's frame), another
-    pass while ``more``, else ``exhausted`` (the limit's name)."""
+def bounded_exits(key: int, until: bool = True) -> list[Exit]:
+    """The exits of a bounded loop's check state (Discussion, repeat) before its next pass
+    (``fsmchat.graph.turns.add_turns``), in order: a halt, then ``until`` (only when the block has
+    one: the check action stored ``met`` in the block's frame)."""
     def until_met(ctx: FlowContext) -> bool:
         """until(ctx) is true"""
         return ctx.frames[key]["met"]
 
-    g.edge(check, "done", when=halted, label="halt")
-    if until:
-        g.edge(check, "done", when=until_met, label=StopReason.UNTIL)
-    g.edge(check, again, when=more)
-    g.edge(check, "done", label=exhausted)
+    exits: list[Exit] = [("done", halted, "halt")]
+    return exits + [("done", until_met, StopReason.UNTIL)] if until else exits
 
 
 def split_into(n: int) -> Callable[[FlowContext], list[tuple[int, FlowContext, None]]]:

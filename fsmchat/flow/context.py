@@ -87,6 +87,8 @@ class FlowContext:
         self.events: list[dict[str, Any]] = AppendLog()
         self.transcript = Transcript(events=self.events)
         self.frames: dict[int, dict[str, Any]] = {}  # per-block working state, keyed by block id
+        # the live context of each pattern run as a step, by block id (not stored: rebuilt from its frame)
+        self.nested: dict[int, Any] = {}
         # each agent's own prompts and replies this run (AgentFlow(memory=True)); None: agents remember nothing
         self.memory: dict[str, list[dict[str, str]]] | None = None
         self.people = People()  # answers from people in the loop (ask_human, Human speakers, interrupts)

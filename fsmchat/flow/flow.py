@@ -16,6 +16,7 @@ from ..speakers.agent import Agent
 from ..patterns.interrupts import WaitPoint
 from .compile import Compiler, StepError, bound, flow_point, walk_steps
 from .context import FlowContext
+from .pattern_step import as_step
 from .task import Block, as_task
 
 _REASON = {"completed": StopReason.DONE, "failed": StopReason.ERROR, "stopped": StopReason.STOPPED,
@@ -52,11 +53,7 @@ def _owner(info: ValidationInfo) -> str:
 def _flow_steps(steps: Any) -> list[Any]:
     if not steps:
         raise ConfigError("AgentFlow needs at least one step")
-    steps = list(steps)
-    for s in steps:
-        if not isinstance(s, Block):
-            as_task(s)  # a step of no known kind: refused now, by type
-    return steps
+    return [as_step(s) for s in steps]  # a pattern wrapped; a step of no known kind refused now, by type
 
 
 def _variables(variables: Any) -> dict[str, Any]:

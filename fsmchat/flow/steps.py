@@ -15,6 +15,7 @@ from ..config import (REF, AgentSpec, AnyStep, CallableSpec, ConfigReader, Confi
                       jsonable, opt_ref)
 from ..errors import ConfigError, bad_value
 from ..graph.state_graph import StateGraph, state_names
+from ..graph.turns import TurnOrder, add_turns
 from ..models import StopReason
 from ..speakers.agent import Agent
 from ..speakers.human import Human
@@ -22,6 +23,7 @@ from ..statelog import AppendLog
 from .compile import (UNKNOWN, Compiler, bound, bounded_exits, branch_reason, forked, halted, join_to, known_value,
                       may_write, named, run_task, split_into, task_calls)
 from .context import FlowContext, compile_condition
+from .pattern_step import as_step
 from .task import Block, OnError, Task, TaskSpec, as_task, step_names
 
 __all__ = ["Task", "as_task", "Block", "OnError", "Discussion", "Loop", "Parallel", "Route", "If", "Repeat", "loop",
@@ -34,10 +36,7 @@ def _steps(steps: Any, what: str) -> list[Any]:
     items = list(steps) if isinstance(steps, (list, tuple)) else [steps]
     if not items:
         raise ValueError(f"{what} needs at least one step")
-    for s in items:
-        if not isinstance(s, Block):
-            as_task(s)  # type check now, before any call
-    return items
+    return [as_step(s) for s in items]  # a pattern wrapped; anything else type-checked now, before any call
 
 
 _names = step_names
@@ -176,8 +175,7 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
     def graph(self, c: Compiler) -> StateGraph:
         """This discussion's subgraph: ``begin -> turn -> (turn | done)``, ``check_until`` with ``until``."""
         d = self
-        key, n = c.key(), len(d.tasks)
-        limit = d.rounds * n
+        key, order = c.key(), TurnOrder(len(d.tasks), d.rounds)
 
         def begin(ctx: FlowContext) -> None:
             """start a fresh transcript"""
@@ -189,7 +187,7 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
             """the scheduled speaker talks"""
             f = ctx.frames[key]
             t = f["t"]
-            task = d.task_for(d.select(t, ctx)) if d.select is not None else d.tasks[t % n]
+            task = d.task_for(d.select(t, ctx)) if d.select is not None else d.tasks[order.speaker(t)]
             prompt = None
             if task.agent is not None or task.person is not None:
                 topic = ctx.render(task.action) if task.action is not None else f["topic"]
@@ -220,9 +218,9 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
             return met
 
         def turns_left(ctx: FlowContext) -> bool:
-            return ctx.frames[key]["t"] < limit
+            return order.left(ctx.frames[key]["t"])
 
-        named(turns_left, "turns_left", f"fewer than {d.rounds} x {n} turns")
+        named(turns_left, "turns_left", f"fewer than {d.rounds} x {order.n} turns")
         g = StateGraph(d.name, description=f"Discussion {d.name}")
         people = [t.person.name for t in d.tasks if t.person is not None]
         g.state("begin", begin)
@@ -232,11 +230,10 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
         g.edge("begin", "turn")
         if d.until is not None:
             g.state("check_until", check_until, pure=True)  # committed with the next turn: one commit per turn
-            g.edge("turn", "check_until")
         g.final("done")
-        bounded_exits(g, "check_until" if d.until is not None else "turn", "turn", key, turns_left,
-                      StopReason.ROUNDS, until=d.until is not None)
-        return g
+        return add_turns(g, [("turn", "check_until") if d.until is not None else "turn"],
+                         exits=bounded_exits(key, until=d.until is not None), more=turns_left,
+                         exhausted=("done", StopReason.ROUNDS))
 
 
 def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) -> str:
@@ -564,7 +561,8 @@ class Route(Block, kind="route", spec=RouteSpec):
             def matches(ctx: FlowContext, k: str = k) -> bool:
                 return r.matches(k, r.value(ctx))
 
-            g.edge("decide", st, when=named(matches, f"says_{k}" if r.on is None else f"{r.on}_is_{k}",
+            key = st.removeprefix("to_")  # the key as its state names it: distinct keys, distinct labels
+            g.edge("decide", st, when=named(matches, f"says_{key}" if r.on is None else f"{r.on}_is_{key}",
                                             f"previous output says {k!r}" if r.on is None else f"{r.on} == {k!r}"))
         g.edge("decide", "default" if r.default else "done", label="no_match")
         for _, st in states:
@@ -704,9 +702,9 @@ class Repeat(Block, kind="repeat", spec=RepeatSpec):
         g.subgraph("body", c.sequence(rp.steps, "body"), "")
         g.state("check", check)
         g.final("done")
-        g.edge("begin", "body").edge("body", "check")
-        bounded_exits(g, "check", "body", key, iterations_left, "max_iterations", until=rp.until is not None)
-        return g
+        g.edge("begin", "body")
+        return add_turns(g, [("body", "check")], exits=bounded_exits(key, until=rp.until is not None),
+                         more=iterations_left, exhausted=("done", "max_iterations"))
 
 
 def loop(step: Any = None, over: str | Sequence[Any] = "items", var_name: str = "item", parallel: bool = False,

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import RenderError
 from ..models import split_branch
-from .state_graph import FlatGraph, StateGraph, Transition
+from .state_graph import FlatGraph, StateGraph, Transition, distinct_names
 
 DOT_HASH_MARK = "fsmchat-dot-sha256:"
 INSTALL_HINT = ("install Graphviz with: apt-get install graphviz (Debian/Ubuntu), brew install graphviz "
@@ -262,6 +262,8 @@ def dot_source(d: Drawing, ids: bool = False) -> str:
                                       "fontsize": "11"},
                            edge_attr={"fontname": "Helvetica", "fontsize": "10"})
     dot.node("__start__", "", shape="circle", style="filled", fillcolor="black", width="0.2")
+    groups = list(d.groups)  # a cluster's name is global in DOT: two groups never share one
+    clusters = dict(zip(groups, distinct_names(["cluster_" + re.sub(r"\W", "_", g[-1]) for g in groups])))
 
     def nodes_of(body: graphviz.Digraph, path: tuple[str, ...]) -> None:
         for i, n in enumerate(d.nodes):
@@ -281,7 +283,7 @@ def dot_source(d: Drawing, ids: bool = False) -> str:
                 attrs.update(style="rounded,filled" + (",bold" if n.waits else ""), fillcolor="lightblue")
             body.node(n.id, n.label, **attrs)
         for sub in _children(d, path):
-            cluster = graphviz.Digraph(name="cluster_" + re.sub(r"\W", "_", sub[-1]),
+            cluster = graphviz.Digraph(name=clusters[sub],
                                        graph_attr={"label": d.groups[sub], "style": "rounded,dashed"})
             nodes_of(cluster, sub)
             body.subgraph(cluster)
@@ -311,6 +313,14 @@ _MERMAID_WORDS = {"end", "state", "note", "direction", "classDef", "class", "sty
 def _mid(name: str) -> str:
     mid = re.sub(r"\W", "_", name)
     return mid + "_" if mid in _MERMAID_WORDS else mid
+
+
+def mermaid_ids(d: Drawing) -> dict[str, str]:
+    """The Mermaid id of every node and group of ``d``: its name with each non-word character as
+    ``_`` (a Mermaid keyword gets a trailing ``_``), made distinct in drawing order
+    (``distinct_names``), so ``a.b`` and ``a_b`` stay two states."""
+    names = list(dict.fromkeys([n.id for n in d.nodes] + [g[-1] for g in d.groups]))
+    return dict(zip(names, distinct_names([_mid(x) for x in names])))
 
 
 def _mtext(text: str) -> str:
@@ -362,6 +372,7 @@ def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
     lines = ["stateDiagram-v2", f"    %% {graph.name}: {_mtext(graph.description)}".rstrip(": ")]
     lines += [f"    %% legend: {_MERMAID_LEGEND[k]}" for k in _MERMAID_LEGEND if k in d.kinds()]
     where = {n.id: n.group for n in d.nodes}
+    ids = mermaid_ids(d)
     edges_in: dict[tuple[str, ...], list[Edge]] = {}
     for e in d.edges:
         edges_in.setdefault(_edge_group(e, where), []).append(e)
@@ -370,35 +381,35 @@ def to_mermaid(graph: StateGraph, trace: Any = None) -> str:
         text = e.text
         if d.overlay and e.hits:
             text = f"{text} x{e.hits}".strip()
-        return f"{_mid(e.source)} --> {_mid(e.dest)}" + (f" : {_mtext(text)}" if text else "")
+        return f"{ids[e.source]} --> {ids[e.dest]}" + (f" : {_mtext(text)}" if text else "")
 
     def group(path: tuple[str, ...], indent: str) -> None:
         for n in d.nodes:
             if n.group == path:
                 short, _, desc = n.label.partition("\n")
                 label = _mtext(f"{short} ({desc})" if desc else short)
-                lines.append(f"{indent}state {_mid(n.id)} <<join>>" if n.join else
-                             f'{indent}state "{label}" as {_mid(n.id)}')
+                lines.append(f"{indent}state {ids[n.id]} <<join>>" if n.join else
+                             f'{indent}state "{label}" as {ids[n.id]}')
         for sub in _children(d, path):
-            lines.append(f"{indent}state {_mid(sub[-1])} {{")
+            lines.append(f"{indent}state {ids[sub[-1]]} {{")
             group(sub, indent + "    ")
             lines.append(f"{indent}}}")
         if not path:
-            lines.append(f"{indent}[*] --> {_mid(d.initial)}")
+            lines.append(f"{indent}[*] --> {ids[d.initial]}")
         lines.extend(indent + edge_line(e) for e in edges_in.get(path, []))
 
     group((), "    ")
     for n in d.nodes:
         if n.final and not n.group:
-            lines.append(f"    {_mid(n.id)} --> [*]")
+            lines.append(f"    {ids[n.id]} --> [*]")
     asks = [n.id for n in d.nodes if n.waits]
     if asks:
         lines.append(f"    classDef waits fill:{WAITS_FILL},stroke:{WAITS_BORDER},stroke-width:2px")
-        lines.append("    class " + ",".join(_mid(n) for n in asks) + " waits")
+        lines.append("    class " + ",".join(ids[n] for n in asks) + " waits")
     seen = [n.id for n in d.nodes if n.visited]
     if seen:
         lines.append("    classDef visited fill:#add8e6,stroke:#1f4e79")
-        lines.append("    class " + ",".join(_mid(n) for n in seen) + " visited")
+        lines.append("    class " + ",".join(ids[n] for n in seen) + " visited")
     return "\n".join(lines) + "\n"
 
 

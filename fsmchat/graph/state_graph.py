@@ -26,12 +26,18 @@ def state_names(labels: Sequence[str], reserved: Iterable[str] = (), prefix: str
                 fallback: str = "state") -> list[str]:
     """One valid, distinct state name per label, the one rule every graph builder uses: ``prefix``
     plus the label with each run of non-word characters (``.`` and ``|`` have meanings in state
-    names) as one ``_``, none at either end (``fallback`` when nothing is left), suffixed ``_2``, ``_3`` ... when it would collide
-    with a ``reserved`` name or an earlier label. Distinct labels never share a name."""
+    names) as one ``_``, none at either end (``fallback`` when nothing is left), made distinct by
+    ``distinct_names``. Distinct labels never share a name."""
+    return distinct_names([prefix + (re.sub(r"\W+", "_", label).strip("_") or fallback) for label in labels], reserved)
+
+
+def distinct_names(names: Sequence[str], reserved: Iterable[str] = ()) -> list[str]:
+    """``names`` with a suffix ``_2``, ``_3`` ... on each that would repeat an earlier one or a
+    ``reserved`` one (deterministic: in order). The one collision rule of state names, Mermaid
+    node ids and DOT cluster names."""
     taken = set(reserved)
     out = []
-    for label in labels:
-        base = prefix + (re.sub(r"\W+", "_", label).strip("_") or fallback)
+    for base in names:
         candidate, k = base, 2
         while candidate in taken:
             candidate, k = f"{base}_{k}", k + 1

@@ -161,8 +161,7 @@ class DiscussionAdapter:
     def expected(self) -> str:
         """Who speaks next: the turn graph's state, or (once the turns ended) the next in order."""
         who = self._speaker_of.get(self.turns.state)
-        order = self.ctx.order
-        return who if who is not None else order[(order.index(self.ctx.creator) + self.ctx.turn_count) % len(order)]
+        return who if who is not None else self.ctx.order[self.ctx.turn_order.speaker(self.ctx.turn_count)]
 
     def state(self) -> DiscussionState:
         """A snapshot of the reference's adapter state."""

@@ -3,7 +3,8 @@
 - **lifecycle** (one graph shared by every channel): ``pending -> active -> closed | expired``.
   ``pending`` sends the invites; each ack is an event; the last one opens the channel.
 - **turns** (built per channel from its participant order): ``awaiting_<p>`` for each participant,
-  a ``text`` event moving to ``awaiting_<next>`` (the round-robin rule), an optional exact cap
+  a ``text`` event moving to ``awaiting_<next>`` (the round-robin rule, drawn by
+  ``fsmchat.graph.turns.add_turns`` as RoundRobinSwarm's and the flow Discussion's), an optional exact cap
   (``text [reaches_cap]`` ends the turns at exactly ``max_texts`` texts), and ``close``/``expire``
   following the lifecycle.
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from ..graph.state_graph import StateGraph, state_names
+from ..graph.turns import Exit, TurnOrder, add_turns
 from .clock import Clock, monotonic
 from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED
 
@@ -98,6 +100,11 @@ class ChannelContext:
     def state(self) -> str:
         """The lifecycle's state: ``pending``, ``active``, ``closed`` or ``expired``."""
         return self.lifecycle.state if self.lifecycle is not None else LIFECYCLE_PENDING
+
+    @property
+    def turn_order(self) -> TurnOrder:
+        """The creator speaks first, then ``order`` round robin; at most ``max_texts`` texts."""
+        return TurnOrder(len(self.order), first=self.order.index(self.creator), max_turns=self.max_texts)
 
 
 # ---- lifecycle guards ----
@@ -185,7 +192,7 @@ Examples:
 # ---- turn rule ----
 def reaches_cap(ctx: ChannelContext) -> bool:
     """this text is the max_texts-th"""
-    return ctx.max_texts is not None and ctx.turn_count + 1 >= ctx.max_texts
+    return not ctx.turn_order.left(ctx.turn_count + 1)
 
 
 def channel_closed(ctx: ChannelContext) -> bool:
@@ -234,24 +241,19 @@ def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "
     if len(order) < 2:
         raise ValueError(f"a discussion turn graph needs at least 2 participants, got {order}")
     states = turn_state_names(order)
-    start = states[order.index(first)] if first is not None else states[0]
+    turns = TurnOrder(len(order), first=order.index(first) if first is not None else 0)
     cap = f"; closes at exactly {max_texts} texts" if max_texts is not None else ""
-    k = order.index(first) if first is not None else 0
-    spoken = order[k:] + order[:k]
-    g = StateGraph(name, context=ChannelContext, initial=start,
+    spoken = [order[turns.speaker(t)] for t in range(turns.n)]
+    g = StateGraph(name, context=ChannelContext, initial=states[turns.first],
                    description=f"Discussion turns (round robin): {' -> '.join(spoken)} -> {spoken[0]} ...{cap}")
     for p, s in zip(order, states):
         g.state(s, None, f"{p} speaks next" + (" (a person: waits for their text)" if p in people else ""),
                 waits=p in people)
     g.final(TURNS_CLOSED, "channel closed or max_texts reached", reason="closed")
     g.final(TURNS_EXPIRED, "channel expired", reason="ttl")
-    for i, s in enumerate(states):
-        if max_texts is not None:
-            g.edge(s, TURNS_CLOSED, when=reaches_cap, label="text")
-        g.edge(s, TURNS_CLOSED, when=channel_closed, label="close")
-        g.edge(s, TURNS_EXPIRED, when=channel_expired, label="expire")
-        g.edge(s, states[(i + 1) % len(states)], label="text")
-    return g
+    exits: list[Exit] = [(TURNS_CLOSED, reaches_cap, "text")] if max_texts is not None else []
+    exits += [(TURNS_CLOSED, channel_closed, "close"), (TURNS_EXPIRED, channel_expired, "expire")]
+    return add_turns(g, states, exits=exits, label="text")
 
 
 # ---- gallery factories (zero-argument) ----

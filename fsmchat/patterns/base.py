@@ -11,7 +11,7 @@ attributes (``chat.max_loops``) read and write them; and ``to_config``/``from_co
 pattern's config form from it (``fsmchat.config.pattern_spec``), registered under ``kind``.
 A run's working state is a typed ``PatternState`` on the context (checkpointed as "scratch").
 Also shared: private memories and the run's image on ``ChatContext`` (``ask_private``), and
-``speaker_chain`` / ``bind`` for graphs that draw one state per speaker.
+``speaker_states`` / ``speaker_chain`` / ``bind`` for graphs that draw one state per speaker.
 """
 from __future__ import annotations
 
@@ -333,18 +333,26 @@ def bind(fn: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
 PERSON_NOTE = " (a person: waits for their message)"
 
 
-def speaker_chain(g: StateGraph, names: Sequence[str], action: Callable[..., Any],
-                  description: str = "{name}'s turn", reserved: Sequence[str] = (),
-                  people: Collection[str] = ()) -> list[str]:
-    """Declare one state per speaker, in roster order, whose action is ``action(ctx, i)``, chained
-    by unguarded transitions; returns the state names (the first is the entry, the last the exit).
-    State names avoid the graph's states so far and ``reserved`` (states declared later). The
-    states of ``people`` (``Human`` names) are drawn as waiting for a person."""
+def speaker_states(g: StateGraph, names: Sequence[str], action: Callable[..., Any],
+                   description: str = "{name}'s turn", reserved: Sequence[str] = (),
+                   people: Collection[str] = ()) -> list[str]:
+    """Declare one state per speaker, in roster order, whose action is ``action(ctx, i)``; returns
+    the state names. State names avoid the graph's states so far and ``reserved`` (states declared
+    later). The states of ``people`` (``Human`` names) are drawn as waiting for a person."""
     states = state_names(names, reserved=[*g.states, *reserved], fallback="speaker")
     for i, (state, name) in enumerate(zip(states, names)):
         person = name in people
         g.state(state, bind(action, i), description.format(name=name) + (PERSON_NOTE if person else ""),
                 waits=person)
+    return states
+
+
+def speaker_chain(g: StateGraph, names: Sequence[str], action: Callable[..., Any],
+                  description: str = "{name}'s turn", reserved: Sequence[str] = (),
+                  people: Collection[str] = ()) -> list[str]:
+    """``speaker_states`` chained by unguarded transitions, each speaker once (the first state is
+    the entry, the last the exit); a rotation that goes round is ``fsmchat.graph.turns.add_turns``."""
+    states = speaker_states(g, names, action, description, reserved, people)
     for a, b in zip(states, states[1:]):
         g.edge(a, b)
     return states

@@ -21,9 +21,10 @@ from ..checks import check_agents
 from ..config import Participants
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph
+from ..graph.turns import TurnOrder, add_turns
 from ..models import StopReason
 from ..speakers.agent import Speaker, check_roster
-from .base import ChatContext, OutputType, Pattern, PatternConfig, people_in, speaker_chain
+from .base import ChatContext, OutputType, Pattern, PatternConfig, people_in, speaker_states
 
 OPENING = "(none — you open the conversation)"
 CLOSING = "(none — you close the conversation)"
@@ -153,11 +154,16 @@ class RoundRobinContext(ChatContext):
 
     config: RoundRobinConfig = field(kw_only=True)
 
+    @property
+    def turn_order(self) -> TurnOrder:
+        """Turn t goes to ``speakers[t % N]``, for N x max_loops turns."""
+        return TurnOrder(len(self.speakers), self.config.max_loops)
+
 
 # ---- guards ----
 def next_loop(ctx: RoundRobinContext) -> bool:
     """another loop remains"""
-    return ctx.turn < len(ctx.speakers) * ctx.config.max_loops
+    return ctx.turn_order.left(ctx.turn)
 
 
 # ---- actions ----
@@ -168,20 +174,20 @@ def post_task(ctx: ChatContext) -> None:
 
 def turn_prompt(ctx: RoundRobinContext, t: int) -> str:
     """The header prompt of global turn ``t`` (0-based); prev/next wrap across loops."""
-    names, max_loops = ctx.names, ctx.config.max_loops
-    n = len(names)
-    header = build_turn_header(names[t % n], t % n + 1, n, t // n + 1, max_loops,
-                               names[(t - 1) % n] if t > 0 else None,
-                               names[(t + 1) % n] if t + 1 < n * max_loops else None, names)
+    names, order = ctx.names, ctx.turn_order
+    i, prev, nxt = order.speaker(t), order.prev(t), order.next(t)
+    header = build_turn_header(names[i], i + 1, order.n, order.round(t), ctx.config.max_loops,
+                               names[prev] if prev is not None else None, names[nxt] if nxt is not None else None,
+                               names)
     return build_collaborative_task("", header)
 
 
 async def take_turn(ctx: RoundRobinContext, i: int) -> str:
     """the speaker builds on the conversation so far"""
     speaker = ctx.speakers[i]
-    assert ctx.turn % len(ctx.speakers) == i, f"turn {ctx.turn} is not {speaker.name}'s"
+    assert ctx.turn_order.speaker(ctx.turn) == i, f"turn {ctx.turn} is not {speaker.name}'s"
     reply = await ctx.ask(speaker, turn_prompt(ctx, ctx.turn))
-    ctx.post(speaker.name, reply, loop=ctx.turn // len(ctx.speakers) + 1)
+    ctx.post(speaker.name, reply, loop=ctx.turn_order.round(ctx.turn))
     ctx.turn += 1
     return speaker.name
 
@@ -189,6 +195,8 @@ async def take_turn(ctx: RoundRobinContext, i: int) -> str:
 def compile_round_robin(names: Sequence[str], description: str = "",
                         name: str = "round_robin", people: Collection[str] = ()) -> StateGraph:
     """The rotation over a known roster: one state per speaker; the loop counter is a guard.
+
+    The speakers' states are chained by ``add_turns``.
 
     Args:
         names: The speakers' names, in roster order (at least one).
@@ -214,13 +222,11 @@ def compile_round_robin(names: Sequence[str], description: str = "",
         raise ValueError("compile_round_robin needs at least one speaker name")
     g = StateGraph(name, context=RoundRobinContext, description=description)
     g.state("seed", post_task)
-    states = speaker_chain(g, names, take_turn, "{name} builds on the conversation", reserved=["stop"],
-                           people=people)
+    states = speaker_states(g, names, take_turn, "{name} builds on the conversation", reserved=["stop"],
+                            people=people)
     g.final("stop", reason=StopReason.MAX_LOOPS)
     g.edge("seed", states[0])
-    g.edge(states[-1], states[0], when=next_loop)
-    g.edge(states[-1], "stop", label=StopReason.MAX_LOOPS)
-    return g
+    return add_turns(g, states, more=next_loop, exhausted=("stop", StopReason.MAX_LOOPS))
 
 
 class RoundRobinSwarm(Pattern, kind="round_robin", config=RoundRobinConfig):
