@@ -73,16 +73,9 @@ class DebateState(PatternState):
         message: The next debater's prompt: the task, then the other debater's last reply.
 
     Examples:
-        >>> from fsmchat import OneOnOneDebate
-        >>> def optimist(turn):
-        ...     return "Open models will catch up."
-        >>> def skeptic(turn):
-        ...     return f"Doubtful that {turn.instruction.lower()}"
-        >>> seen = []
-        >>> _ = OneOnOneDebate(max_loops=2, agents=[optimist, skeptic]).execute(
-        ...     "Will open-weight models match frontier models?", on_start=[seen.append])
-        >>> seen[0].state.message
-        'Doubtful that open models will catch up.'
+        >>> from fsmchat.patterns import DebateState
+        >>> DebateState(message="Will open-weight models match frontier models?").snapshot()
+        {'message': 'Will open-weight models match frontier models?'}
     """
 
     message: str = ""

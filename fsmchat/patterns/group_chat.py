@@ -105,17 +105,9 @@ class GroupChatState(PatternState):
         dropped: Turns a person rejected (they count toward ``max_loops``).
 
     Examples:
-        >>> from fsmchat import Bid, GroupChat
-        >>> def optimist(turn):
-        ...     return Bid(0.9, "AI will cure diseases.")
-        >>> def critic(turn):
-        ...     return Bid(0.7, "Not without oversight.")
-        >>> seen = []
-        >>> _ = GroupChat(agents=[optimist, critic], max_loops=3).execute("AI: develop or regulate?",
-        ...                                                               on_start=[seen.append])
-        >>> state = seen[0].state
-        >>> state.recent, state.winner, [b.score for b in state.bids], state.dropped
-        (['critic'], 1, [0.9, 0.7], 0)
+        >>> from fsmchat.patterns import GroupChatState
+        >>> GroupChatState(recent=["critic"], winner=1).snapshot()  # what a checkpoint stores
+        {'recent': ['critic'], 'bids': [], 'winner': 1, 'dropped': 0}
     """
 
     recent: list[str] = field(default_factory=list)  # the latest speakers (the recency window)

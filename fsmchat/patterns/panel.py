@@ -78,22 +78,11 @@ class PanelState(PatternState):
         answers: (expert, reply) of the current round, in roster order.
 
     Examples:
-        >>> from fsmchat import ExpertPanelDiscussion
-        >>> def moderator(turn):
-        ...     if turn.instruction.startswith("Round"):  # open the round: its first line
-        ...         return turn.instruction.splitlines()[0]
-        ...     return "Which risk comes first?"  # the synthesis: the next round's topic
-        >>> def ai_expert(turn):
-        ...     return "Capability evaluations."
-        >>> def ethics_expert(turn):
-        ...     return "Consent and accountability."
-        >>> seen = []
-        >>> _ = ExpertPanelDiscussion(max_rounds=1, agents=[ai_expert, ethics_expert], moderator=moderator
-        ...                           ).execute("What are the ethical implications of AGI?", on_start=[seen.append])
-        >>> seen[0].state
-        PanelState(topic='Which risk comes first?', round=1,
-                   opener='Round 1: What are the ethical implications of AGI?',
-                   answers=[('ai_expert', 'Capability evaluations.'), ('ethics_expert', 'Consent and accountability.')])
+        >>> from fsmchat.patterns import PanelState
+        >>> state = PanelState(topic="What are the ethical implications of AGI?")
+        >>> state.restore({"round": 1, "answers": [["AI_Expert", "Capability evaluations."]]})
+        >>> state.round, state.answers
+        (1, [('AI_Expert', 'Capability evaluations.')])
     """
 
     topic: str = ""  # what the next round opens on (the task, then each synthesis)
