@@ -691,11 +691,11 @@ class Pattern(ABC):
         if checkpoint is not None:
             run_id = run_id or new_run_id()
             lease = Lease(checkpoint, run_id)
-        meta = {"pattern": type(self).__name__, "name": self.name, "task": task, "factory": self.factory,
-                "fingerprint": self.fingerprint()}
-        if checkpoint is not None:
-            meta.update(self._viewer_meta())
+        meta = None
         try:
+            if checkpoint is not None:  # what a resume checks and the viewer shows; a plain run needs none of it
+                meta = {"pattern": type(self).__name__, "name": self.name, "task": task, "factory": self.factory,
+                        "fingerprint": self.fingerprint(), **self._viewer_meta()}
             ctx = self._context(task)
         except BaseException:
             if lease is not None:
