@@ -253,7 +253,25 @@ class SqliteCheckpointer:
     Event and message tables are ``WITHOUT ROWID`` (one b-tree each, so a commit writes about half
     the pages a rowid table with its key index would). A store written by an older fsmchat (one
     whole snapshot per run in ``states``) is read as it is, and gains the two event columns when it
-    is opened for writing; ``states`` still gets each run's last state when it ends."""
+    is opened for writing; ``states`` still gets each run's last state when it ends.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm, SqliteCheckpointer
+        >>> def analyst(turn):
+        ...     return "Data first."
+        >>> def strategist(turn):
+        ...     return "Then the plan."
+        >>> swarm = RoundRobinSwarm(agents=[analyst, strategist])
+        >>> store = SqliteCheckpointer("runs.db")
+        >>> swarm.execute("Plan the launch.", checkpoint=store, run_id="launch").stop_reason
+        'max_loops'
+        >>> saved = store.load("launch")
+        >>> store.runs(), saved.finished, [m.role for m in saved.messages]
+        (['launch'], True, ['User', 'analyst', 'strategist'])
+        >>> swarm.resume("launch", store).output  # a finished run is rebuilt, no call made
+        'Then the plan.'
+        >>> store.close()
+    """
 
     SCHEMA = """
     CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, meta TEXT NOT NULL, stop_reason TEXT,
@@ -275,8 +293,16 @@ class SqliteCheckpointer:
     TABLES = set(COLUMNS)
 
     def __init__(self, path: str | Path, *, read_only: bool | None = None):
-        """Open (or create) the store at ``path``. ``read_only`` (default: when the file is not
-        writable) opens it without writing anything: finished runs can be loaded and rebuilt."""
+        """Open (or create) the store at ``path``.
+
+        Args:
+            path: The SQLite file (created with the store's tables when missing or empty).
+            read_only: Open it without writing anything: finished runs can be loaded and rebuilt,
+                nothing run or resumed. By default, when the file exists and is not writable.
+
+        Raises:
+            CheckpointStoreError: The file is not an fsmchat store, is corrupted or cannot be opened.
+        """
         self.path = str(path)
         self._lock = threading.Lock()
         self._seq: dict[str, tuple[int, int]] = {}  # run -> (events, messages) committed
@@ -362,6 +388,7 @@ class SqliteCheckpointer:
                                        f"finished runs, but cannot {what}; copy it somewhere writable to resume")
 
     def acquire(self, run_id: str, owner: str, ttl: float = LEASE_TTL) -> None:
+        """Take (or renew) the run's lease for ``ttl`` seconds; ``RunInProgress`` if another live owner holds it."""
         self._writable("run or resume")
         with self._lock:
             db = self._db
@@ -382,12 +409,14 @@ class SqliteCheckpointer:
                 self._diffs.pop(run_id, None)
 
     def release(self, run_id: str, owner: str) -> None:
+        """Give the lease back (only if ``owner`` still holds it)."""
         if self.read_only:
             return
         with self._lock:
             self._db.execute("DELETE FROM leases WHERE run_id=? AND owner=?", (run_id, owner))
 
     def start(self, run_id: str, meta: dict[str, Any]) -> None:
+        """Record a new run with its metadata; ``ValueError`` when ``run_id`` is already stored."""
         self._writable("start a run")
         now = time.time()
         with self._lock:
@@ -406,6 +435,8 @@ class SqliteCheckpointer:
 
     def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
                earlier: Sequence[TraceEvent] = ()) -> None:
+        """Store one step in one transaction: ``earlier`` events (held steps), ``event``, the messages
+        posted since the last commit and the working state's delta."""
         with self._lock:
             ne, nm = self._seq.get(run_id) or self._counts(run_id)
             delta = None
@@ -468,6 +499,7 @@ class SqliteCheckpointer:
         return None if state is None else encode_json(state)
 
     def load(self, run_id: str) -> Saved:
+        """The run as a ``Saved``: its events, messages, latest state and stop reason (``KeyError`` if unknown)."""
         return saved_of(self.log(run_id))
 
     def history(self, run_id: str) -> list[HistoryStep]:
@@ -549,6 +581,7 @@ class SqliteCheckpointer:
             raise self._store_error(exc) from None
 
     def runs(self) -> list[str]:
+        """Every stored run id (branch lanes included), oldest first."""
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT run_id FROM runs ORDER BY created")]
 
@@ -584,6 +617,7 @@ class SqliteCheckpointer:
         return out
 
     def close(self) -> None:
+        """Close the database connection."""
         self._db.close()
 
 
@@ -605,23 +639,46 @@ class _MemoryRows:
 
 @dataclass
 class MemoryCheckpointer:
-    """An in-process checkpointer (same protocol), for tests and for stores built on top."""
+    """An in-process checkpointer (same protocol), for tests and for stores built on top.
+
+    Attributes:
+        data: Each run as a ``Saved``, by run id (its ``state`` is set only by hand; ``load`` folds
+            the stored deltas).
+        leases: Each leased run's (owner, expiry time).
+        rows: What is kept per run beside its ``Saved``: each event's transcript length and state delta.
+
+    Examples:
+        >>> from fsmchat import Human, MemoryCheckpointer, RoundRobinSwarm
+        >>> def writer(turn):
+        ...     return "Draft: we launch in May."
+        >>> swarm = RoundRobinSwarm(agents=[writer, Human("editor")])
+        >>> store = MemoryCheckpointer()
+        >>> swarm.execute("Announce the launch.", checkpoint=store, run_id="launch").stop_reason
+        'interrupted'
+        >>> store.runs(), store.load("launch").finished
+        (['launch'], False)
+        >>> swarm.resume("launch", store, input="Approved: ship it.").transcript[-1].content
+        'Approved: ship it.'
+    """
 
     data: dict[str, Saved] = field(default_factory=dict)
     leases: dict[str, tuple[str, float]] = field(default_factory=dict)
     rows: dict[str, _MemoryRows] = field(default_factory=dict)
 
     def acquire(self, run_id: str, owner: str, ttl: float = LEASE_TTL) -> None:
+        """Take (or renew) the run's lease for ``ttl`` seconds; ``RunInProgress`` if another live owner holds it."""
         refusal = lease_refusal(run_id, self.leases.get(run_id), owner, time.time())
         if refusal is not None:
             raise refusal
         self.leases[run_id] = (owner, time.time() + ttl)
 
     def release(self, run_id: str, owner: str) -> None:
+        """Give the lease back (only if ``owner`` still holds it)."""
         if self.leases.get(run_id, ("",))[0] == owner:
             del self.leases[run_id]
 
     def start(self, run_id: str, meta: dict[str, Any]) -> None:
+        """Record a new run with its metadata; ``ValueError`` when ``run_id`` is already stored."""
         if run_id in self.data:
             raise ValueError(already_used(run_id))
         self.data[run_id] = Saved(run_id, json.loads(_dumps(meta)), [], [], None)
@@ -638,6 +695,7 @@ class MemoryCheckpointer:
 
     def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
                earlier: Sequence[TraceEvent] = ()) -> None:
+        """Store one step: ``earlier`` events (held steps), ``event``, the new messages and the state's delta."""
         s, rows = self.data[run_id], self._rows(run_id)
         delta = rows.diff.delta(state) if state is not None else None
         nm = len(s.messages)
@@ -648,10 +706,12 @@ class MemoryCheckpointer:
         rows.deltas += [HELD] * len(earlier) + [delta]  # ``load`` folds them (``s.state``: set by hand only)
 
     def finish(self, run_id: str, stop_reason: str) -> None:
+        """Record how the run ended."""
         self.data[run_id].stop_reason = stop_reason
         self._rows(run_id).updated = time.time()
 
     def load(self, run_id: str) -> Saved:
+        """The run as a ``Saved``: its events, messages, latest state and stop reason (``KeyError`` if unknown)."""
         if run_id not in self.data:
             raise KeyError(f"no checkpointed run {run_id!r}")
         s, rows = self.data[run_id], self._rows(run_id)
@@ -692,6 +752,7 @@ class MemoryCheckpointer:
             self.rows[lg.run_id] = rows
 
     def runs(self) -> list[str]:
+        """Every stored run id (branch lanes included), in the order they were started."""
         return list(self.data)
 
     def lanes(self, run_id: str) -> list[str]:
@@ -880,13 +941,43 @@ def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
 
 def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None, *, input: Any = None, allow: Any = (),
            trusted: bool = False) -> Any:
-    """Continue a checkpointed run; a run waiting for a person continues with ``input`` (their
-    answer: ``Approve()``, ``Edit(...)``, ``Reject(...)``, ``Say(text)`` or a plain str; see
-    ``Pattern.resume``). ``pattern`` rebuilds it; without one, the ``factory``
-    ("module:attr", set as ``pattern.factory`` before the first run) stored with the run is used,
-    under the same trust as ``from_config``: only fsmchat's modules and the ``allow`` prefixes are
-    imported (``trusted=True``: anything); a checkpoint naming other code raises
-    ``UntrustedReference`` before anything is imported or written."""
+    """Continue a checkpointed run, from its last committed step.
+
+    A run waiting for a person continues with ``input``, their answer (see ``Pattern.resume``); a
+    finished run's result is rebuilt without calling any model. Without ``pattern``, the
+    ``factory`` stored with the run rebuilds it, under the same trust as ``from_config``: only
+    fsmchat's modules and the ``allow`` prefixes are imported; a checkpoint naming other code
+    raises ``UntrustedReference`` before anything is imported or written.
+
+    Args:
+        run_id: The run to continue.
+        checkpoint: The store it was checkpointed in.
+        pattern: The pattern that started it; None: rebuilt from the run's stored ``factory``
+            ("module:attr", set as ``pattern.factory`` before the first run).
+        input: A waiting run's answer: ``Approve()``, ``Edit(...)``, ``Reject(...)``, ``Say(text)``
+            or a plain str.
+        allow: Module prefixes whose code the stored factory may import, besides fsmchat's own.
+        trusted: Import any factory, file paths included.
+
+    Returns:
+        The run's ``RunResult``.
+
+    Raises:
+        ValueError: No pattern given and the run was stored without a factory.
+        UntrustedReference: The stored factory is outside fsmchat and ``allow``.
+
+    Examples:
+        >>> from fsmchat import Human, MemoryCheckpointer, RoundRobinSwarm, resume
+        >>> def writer(turn):
+        ...     return "Draft: we launch in May."
+        >>> swarm = RoundRobinSwarm(agents=[writer, Human("editor")])
+        >>> store = MemoryCheckpointer()
+        >>> swarm.execute("Announce the launch.", checkpoint=store, run_id="launch").stop_reason
+        'interrupted'
+        >>> done = resume("launch", store, swarm, input="Approved: ship it.")
+        >>> done.stop_reason, [m.role for m in done.transcript]
+        ('max_loops', ['User', 'writer', 'editor'])
+    """
     if pattern is None:
         trust = Trust.of(allow, trusted, owner="resume")
         factory = checkpoint.load(run_id).meta.get("factory")

@@ -201,6 +201,24 @@ def _load_data(r: ConfigReader, data: Any) -> Any:
 
 
 Participants = Annotated[Any, Travels(list[Participant], _dump_participants, _load_built)]
+"""The type of a pattern's roster field: agents, callables and people, live in the pattern.
+
+In the pattern's config form (``to_config``) each participant is written as its spec (an
+``Agent`` with its model and non-secret options, a callable by import path, a ``Human``), and
+``from_config`` rebuilds them; a pattern of your own declares its roster with it.
+
+Examples:
+    >>> from pydantic import Field
+    >>> from fsmchat import Agent, GroupChat, Human
+    >>> from fsmchat.patterns import Participants, PatternConfig
+    >>> class DuetConfig(PatternConfig):
+    ...     agents: Participants = Field(None, title="agent")
+    >>> DuetConfig(agents=[Agent("Pro"), Agent("Con")]).agents[1].name
+    'Con'
+    >>> cfg = GroupChat(agents=[Agent("Pro"), Agent("Con"), Human("host")]).to_config()
+    >>> [(a.kind, a.name) for a in cfg.agents]
+    [('agent', 'Pro'), ('agent', 'Con'), ('human', 'host')]
+"""
 OneParticipant = Annotated[Any, Travels(Participant, lambda w, v, what: w.participant(v, what), _load_built)]
 AgentRoster = Annotated[Any, Travels(list[AgentSpec], _dump_agents, _load_built)]
 FlowSteps = Annotated[Any, Travels(list[AnyStep], _dump_steps, lambda r, d: r.steps(d))]
@@ -398,7 +416,33 @@ def human_spec(h: Human) -> HumanSpec:
 
 
 def to_config(pattern: Any) -> PatternSpec:
-    """The pattern as a JSON-able config (its kind's ``Spec``, e.g. ``GroupChat.Spec``); see the module doc."""
+    """The pattern as a JSON-able config: its kind's ``Spec`` (e.g. ``GroupChat.Spec``).
+
+    The roster, limits, output type and every flow step are written as data; callables travel as
+    ``"module:qualname"`` import paths, and secrets (``api_key``, tokens) are left out. A pattern
+    of no registered kind travels by its ``factory`` ("module:attr") when set. ``pattern.to_config()``
+    is the same.
+
+    Args:
+        pattern: A pattern or flow.
+
+    Returns:
+        The config model (``model_dump(mode="json")`` or ``model_dump_json()`` for its data).
+
+    Raises:
+        TypeError: A lambda or closure in it (no import path), or a pattern with no config form.
+
+    Examples:
+        >>> from fsmchat import Agent, GroupChat
+        >>> from fsmchat.config import to_config
+        >>> chat = GroupChat(agents=[Agent("Pro", system_prompt="Argue for the motion."),
+        ...                          Agent("Con", system_prompt="Argue against the motion.")], max_loops=6)
+        >>> cfg = to_config(chat)
+        >>> cfg.kind, cfg.max_loops, [a.name for a in cfg.agents]
+        ('group_chat', 6, ['Pro', 'Con'])
+        >>> cfg == chat.to_config()
+        True
+    """
     w = ConfigWriter()
     spec = pattern_config(pattern, w)
     spec.models = list(w.models.values())
@@ -460,10 +504,35 @@ def from_config(cfg: Any, *, allow: Any = (), trusted: bool = False) -> Any:
     """Rebuild a pattern or flow from ``to_config()``'s output (a model, a dict or JSON).
 
     Only code under fsmchat's own modules and the ``allow`` prefixes is imported (``fsmchat.trust``);
-    ``trusted=True`` loads any reference, file paths included. A refused reference raises
-    ``UntrustedReference`` before anything of it is imported. The kinds are looked up in the
-    registries (``fsmchat.kinds``): the built-in ones load with fsmchat's own modules, a kind of
-    your own must have been registered (its module imported) and be allowed like a reference."""
+    a refused reference raises ``UntrustedReference`` before anything of it is imported. The kinds
+    are looked up in the registries (``fsmchat.kinds``): the built-in ones load with fsmchat's own
+    modules, a kind of your own must have been registered (its module imported) and be allowed
+    like a reference.
+
+    Args:
+        cfg: The config: the model ``to_config()`` returned, its dict or its JSON text.
+        allow: Module prefixes whose code the config may import (callables, factories, kinds).
+        trusted: Load any reference, file paths included.
+
+    Returns:
+        The rebuilt pattern or flow.
+
+    Raises:
+        ConfigError: Not a config, or of no known kind.
+        UntrustedReference: A reference outside fsmchat and ``allow``.
+        ValueError: A config version this fsmchat does not read.
+
+    Examples:
+        >>> from fsmchat import Agent, GroupChat, from_config
+        >>> chat = GroupChat(agents=[Agent("Pro"), Agent("Con")], max_loops=6)
+        >>> again = from_config(chat.to_config().model_dump_json())
+        >>> type(again).__name__, again.max_loops, [a.name for a in again.agents]
+        ('GroupChat', 6, ['Pro', 'Con'])
+        >>> from_config({"kind": "round_robin", "agents": [{"kind": "callable", "ref": "os:system"}]})
+        Traceback (most recent call last):
+        ...
+        fsmchat.trust.UntrustedReference: participant: refused 'os:system': module 'os' is not allowed ...
+    """
     trust = Trust.of(allow, trusted)
     spec = parse_config(cfg)
     if spec.version != CONFIG_VERSION:

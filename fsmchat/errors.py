@@ -70,17 +70,45 @@ class NoTransitionError(FsmchatError, RuntimeError):
 
 
 class ConfigError(FsmchatError, ValueError):
-    """A bad configuration or input, refused before any model call. The message names the
-    owner, the field and its value, and what is allowed:
-    ``"Agent: temperature='hot' is invalid: a number (0..2 for most providers)"``."""
+    """A bad configuration or input, refused before any model call.
+
+    The message names the owner, the field and its value, and what is allowed.
+
+    Examples:
+        >>> from fsmchat import Agent
+        >>> Agent("critic", temperature="hot")
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: Agent: temperature='hot' is invalid: a finite number >= 0 (0..2 for most providers)
+    """
 
 
 class ConfigTypeError(FsmchatError, TypeError):
-    """A value of the wrong type, refused before any model call (same message style as ``ConfigError``)."""
+    """A value of the wrong type, refused before any model call (same message style as ``ConfigError``).
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> def analyst(turn):
+        ...     return "Data first."
+        >>> RoundRobinSwarm(agents=[analyst], max_loop=2)
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigTypeError: RoundRobinSwarm() got an unexpected keyword argument 'max_loop'; did you mean max_loops? ...
+    """
 
 
 class CheckpointStoreError(FsmchatError, RuntimeError):
-    """A checkpoint store could not be opened or read; the message names the store and what to do."""
+    """A checkpoint store could not be opened or read; the message names the store and what to do.
+
+    Examples:
+        >>> import sqlite3
+        >>> from fsmchat import SqliteCheckpointer
+        >>> sqlite3.connect("notes.db").execute("CREATE TABLE notes (body TEXT)").connection.close()
+        >>> SqliteCheckpointer("notes.db")
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.CheckpointStoreError: checkpoint store notes.db: not an fsmchat checkpoint database ...
+    """
 
 
 def bad_value(owner: str, field: str, value: Any, allowed: str, type_error: bool = False) -> FsmchatError:
@@ -209,8 +237,23 @@ class ModelCallError(FsmchatError, RuntimeError):
 
 
 class MissingCredentials(ModelCallError):
-    """Agents whose provider needs a key that is not set, found before the run's first request
-    (nothing was sent). ``missing`` lists ``(agent, model, [env vars])``."""
+    """Agents whose provider needs a key that is not set, found before the run's first request.
+
+    Nothing was sent; the run ends with ``stop_reason="error"`` and this error naming every agent,
+    model and environment variable to set.
+
+    Args:
+        missing: ``(agent, model, [env vars])`` per agent.
+
+    Examples:
+        >>> from fsmchat.errors import MissingCredentials
+        >>> exc = MissingCredentials([("critic", "gpt-4o-mini", ["OPENAI_API_KEY"])])
+        >>> print(exc)
+        missing credentials: agent 'critic' (model 'gpt-4o-mini') needs OPENAI_API_KEY. Set OPENAI_API_KEY in the
+        environment, or pass api_key= (or api_base= for a local server) to the agent. No request was sent.
+        >>> exc.kind, exc.fatal
+        ('missing_credentials', True)
+    """
 
     def __init__(self, missing: list[tuple[str, str, list[str]]]):
         self.missing = missing
@@ -227,17 +270,40 @@ class MissingCredentials(ModelCallError):
 
 
 class LimitReached(FsmchatError):
-    """A run limit cut an action short. ``take_edge`` names the drawn stop edge the engine takes
-    from the current state instead of ending the run with an error (see ``fsmchat.limits``)."""
+    """A run limit cut an action short: the engine takes a drawn stop edge instead of failing.
+
+    ``take_edge`` names the drawn stop edge the engine takes from the current state instead of
+    ending the run with an error (see ``fsmchat.limits``).
+
+    Examples:
+        >>> from fsmchat.errors import BudgetExceeded, DeadlineExceeded, LimitReached
+        >>> [(c.__name__, issubclass(c, LimitReached), c.take_edge) for c in (DeadlineExceeded, BudgetExceeded)]
+        [('DeadlineExceeded', True, 'past_deadline'), ('BudgetExceeded', True, 'over_budget')]
+    """
 
     take_edge = ""
 
 
 class Interrupted(FsmchatError):
-    """An action stops the run where it is, resumably: the run ends with ``stop_reason="interrupted"``
-    and ``request`` (a JSON-able dict saying what it waits for) as the payload of its last trace event.
-    Resuming the run enters the same state again. Raised for people in the loop
-    (``fsmchat.speakers.human``); the engine knows only that the run waits."""
+    """An action stops the run where it is, resumably: the run ends with ``stop_reason="interrupted"``.
+
+    ``request`` is the payload of its last trace event. Resuming the run enters the same state
+    again. Raised for people in the loop (``fsmchat.speakers.human``); the engine knows only that
+    the run waits.
+
+    Args:
+        request: A JSON-able dict saying what the run waits for (its ``"prompt"`` is the message).
+
+    Examples:
+        >>> from fsmchat import StateGraph, run
+        >>> from fsmchat.errors import Interrupted
+        >>> def approve(ctx):
+        ...     raise Interrupted({"prompt": "Approve the draft?"})
+        >>> review = StateGraph("review").state("approve", approve).final("done").edge("approve", "done")
+        >>> result = run(review, None)
+        >>> result.stop_reason, result.path, result.trace[-1].payload
+        ('interrupted', ['approve'], {'prompt': 'Approve the draft?'})
+    """
 
     def __init__(self, request: dict[str, Any]):
         self.request = request
@@ -245,13 +311,40 @@ class Interrupted(FsmchatError):
 
 
 class DeadlineExceeded(LimitReached, TimeoutError):
-    """The run's ``deadline_s`` passed while a model call, a callable speaker or a task ran."""
+    """The run's ``deadline_s`` passed while a model call, a callable speaker or a task ran.
+
+    The engine takes the drawn ``past_deadline`` edge: the run ends with
+    ``stop_reason="deadline"`` and the transcript so far.
+
+    Examples:
+        >>> import time
+        >>> from fsmchat import RoundRobinSwarm
+        >>> def slow(turn):
+        ...     time.sleep(0.3)
+        ...     return "Too late."
+        >>> result = RoundRobinSwarm(agents=[slow]).with_limits(deadline_s=0.05).execute("Hurry.")
+        >>> result.stop_reason, result.path
+        ('deadline', ['seed', 'slow', 'past_deadline'])
+    """
 
     take_edge = "past_deadline"
 
 
 class BudgetExceeded(LimitReached, RuntimeError):
-    """A request would cross ``max_model_calls`` (or another hard budget); it was not sent."""
+    """A request would cross ``max_model_calls`` (or another hard budget); it was not sent.
+
+    The engine takes the drawn ``over_budget`` edge: the run ends with ``stop_reason="budget"``
+    and the transcript so far.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import ScriptedModel
+        >>> model = ScriptedModel({"critic": ["Looks good."]})
+        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic")], max_loops=2).with_limits(max_model_calls=1)
+        >>> result = swarm.execute("Review the draft.")
+        >>> result.stop_reason, result.path, model.calls()
+        ('budget', ['seed', 'critic', 'critic', 'over_budget'], 1)
+    """
 
     take_edge = "over_budget"
 

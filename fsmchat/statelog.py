@@ -524,13 +524,33 @@ class RunLog:
 class HistoryStep:
     """One step of a checkpointed run (``checkpoint.history(run_id)``).
 
-    ``step`` is its number (``fork(run_id, at=step)``); ``state``, ``trigger``, ``dest``, ``t`` and
-    ``payload`` are its trace event (``dest`` None: the run ended, or was cut, here);
-    ``message_count`` is the transcript's length after it and ``messages`` that transcript;
-    ``calls`` and ``usage`` are the model calls and token usage so far (None when not recorded);
-    ``stored`` says whether the working state after it is stored on its own (False for a held step
-    committed with the next one, and for steps of runs stored by an older fsmchat) and ``snapshot``
-    is that state (a copy; None when not stored)."""
+    ``messages`` is the transcript after the step and ``snapshot`` the working state after it (a
+    copy; None when not stored).
+
+    Attributes:
+        step: Its number (what ``fork(run_id, at=step)`` takes).
+        state: The state the step ran.
+        trigger: The label of the transition it took (None on the final state's step).
+        dest: The state entered next; None: the run ended, or was cut, here.
+        t: Seconds since the run started.
+        payload: What the state's action returned.
+        message_count: The transcript's length after it (None when the store did not record it).
+        calls: The model calls so far (None when not recorded).
+        usage: The token usage so far (None when not recorded).
+        stored: Whether the working state after it is stored on its own (False for a held step
+            committed with the next one, and for steps of runs stored by an older fsmchat).
+
+    Examples:
+        >>> from fsmchat import MemoryCheckpointer, RoundRobinSwarm
+        >>> def analyst(turn):
+        ...     return "Data first."
+        >>> store = MemoryCheckpointer()
+        >>> _ = RoundRobinSwarm(agents=[analyst]).execute("Plan the launch.", checkpoint=store, run_id="r1")
+        >>> [(h.step, h.state, h.dest, h.message_count) for h in store.history("r1")]
+        [(0, 'seed', 'analyst', 1), (1, 'analyst', 'stop', 2), (2, 'stop', None, 2)]
+        >>> store.history("r1")[1].messages[-1].content
+        'Data first.'
+    """
 
     step: int
     state: str

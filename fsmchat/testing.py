@@ -36,14 +36,42 @@ SCRIPTED_PROVIDER = "fsmchat-scripted"
 
 
 class ScriptExhausted(FsmchatError, AssertionError):
-    """A scripted agent was called more often than its script allows."""
+    """A scripted agent was called more often than its script allows.
+
+    A broken test double, never a run's outcome: the run's result is attached and the error is
+    raised even by ``execute``, so a test that only checks the path cannot pass.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import ScriptedModel
+        >>> model = ScriptedModel({"critic": ["Looks good."]})
+        >>> RoundRobinSwarm(agents=[model.agent("critic")], max_loops=2).run("Review the draft.")
+        Traceback (most recent call last):
+        ...
+        fsmchat.testing.ScriptExhausted: ScriptedModel: agent 'critic' made call #2 but its script has only 1 item(s); ...
+    """
 
     fsmchat_fatal = True
 
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A raw tool call: ``arguments`` is sent as is (a dict is JSON-encoded; a str is not)."""
+    """A raw tool call: ``arguments`` is sent as is (a dict is JSON-encoded; a str is not).
+
+    Script a malformed bid with it (a ``Bid`` is the well-formed ``respond`` call).
+
+    Attributes:
+        name: The tool's name.
+        arguments: Its arguments: a dict (sent as JSON) or a raw string.
+
+    Examples:
+        >>> from fsmchat import Bid, GroupChat
+        >>> from fsmchat.testing import ScriptedModel, ToolCall
+        >>> model = ScriptedModel({"Pro": [ToolCall("respond", "{not json")], "Con": [Bid(0.8, "Regulate now.")]})
+        >>> result = GroupChat(agents=[model.agent("Pro"), model.agent("Con")], max_loops=2).execute("Regulate AI?")
+        >>> [m.role for m in result.transcript], [(e["event"], e["agent"]) for e in result.events]
+        (['User', 'Con'], [('invalid_bid', 'Pro')])
+    """
 
     name: str
     arguments: Any
@@ -51,7 +79,24 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Fail:
-    """A provider error with an HTTP status (429, 500, 503, 400, 401, 408 = timeout)."""
+    """A provider error with an HTTP status (429, 500, 503, 400, 401, 408 = timeout).
+
+    Transient ones (429, 5xx, 408) are retried per the agent's ``num_retries``; the others end
+    the run with ``stop_reason="error"``.
+
+    Attributes:
+        status: The HTTP status.
+        message: The provider's message.
+        retry_after: The ``Retry-After`` header's seconds, if any.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import Fail, ScriptedModel
+        >>> model = ScriptedModel({"critic": [Fail(503), "Looks good."]})
+        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic", num_retries=1)])
+        >>> swarm.run("Review the draft."), model.calls("critic")
+        ('Looks good.', 2)
+    """
 
     status: int = 500
     message: str = "scripted failure"
@@ -60,7 +105,19 @@ class Fail:
 
 @dataclass(frozen=True)
 class Delay:
-    """Wait ``seconds`` (on the event loop), then answer with ``then``."""
+    """Wait ``seconds`` (on the event loop), then answer with ``then``.
+
+    Attributes:
+        seconds: How long the answer takes.
+        then: The answer (any script item).
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import Delay, ScriptedModel
+        >>> model = ScriptedModel({"critic": [Delay(0.5, "Too late.")]})
+        >>> RoundRobinSwarm(agents=[model.agent("critic")]).with_limits(deadline_s=0.05).execute("Review.").stop_reason
+        'deadline'
+    """
 
     seconds: float
     then: Any = ""
@@ -68,12 +125,42 @@ class Delay:
 
 @dataclass(frozen=True)
 class Empty:
-    """A response with an empty ``choices`` list."""
+    """A response with an empty ``choices`` list.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import Empty, ScriptedModel
+        >>> model = ScriptedModel({"critic": [Empty()]})
+        >>> result = RoundRobinSwarm(agents=[model.agent("critic")]).execute("Review the draft.")
+        >>> result.stop_reason, str(result.error)
+        ('error', "model call for agent 'critic' failed after 1 attempt(s): ValueError: response has no choices")
+    """
 
 
 @dataclass
 class Request:
-    """One recorded model request."""
+    """One recorded model request (``ScriptedModel.requests``), what a function model answers from.
+
+    Attributes:
+        agent: The agent that asked.
+        n: This agent's call number, 1-based.
+        model: The model id.
+        messages: The chat messages sent (only the last ``keep_messages`` requests keep them).
+        tools: The tools offered, if any.
+        tool_choice: The tool choice, if any.
+        response_format: The response format, if any.
+        params: The other request parameters.
+        prompt: The text of the last message (the turn's instruction), kept when messages are dropped.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import ScriptedModel
+        >>> model = ScriptedModel({"Analyst": ["Data first."], "Strategist": ["Then the plan."]})
+        >>> _ = RoundRobinSwarm(agents=[model.agent("Analyst"), model.agent("Strategist")]).run("Plan the launch.")
+        >>> req = model.requests_of("Strategist")[0]
+        >>> req.agent, req.n, [m["role"] for m in req.messages], req.prompt[:40]
+        ('Strategist', 1, ['user', 'user', 'user'], 'You are Strategist, agent 2 of 2 in loop')
+    """
 
     agent: str
     n: int  # 1-based call number of this agent
@@ -183,9 +270,28 @@ KEEP_MESSAGES = 256  # requests that keep their whole message list (the rest kee
 class ScriptedModel:
     """A scripted model reached through litellm. Give each agent ``model=scripted.model``.
 
-    ``scripts`` maps an agent name to its answers in order: ``Bid(score, message)``, a ``str``
-    reply, ``ToolCall(name, raw_args)``, ``Fail(status)``, ``Delay(s, then)``, ``Empty()``, or a
-    callable ``(Request) -> item``. ``fn`` answers for agents without a script (a function model).
+    It is a litellm custom provider, so tests exercise the real litellm path; it records every
+    request and fails loudly (``ScriptExhausted``), naming the agent and call number, when a
+    script runs out.
+
+    Args:
+        scripts: Each agent's answers in order, by agent name: ``Bid(score, message)``, a ``str``
+            reply, ``ToolCall(name, raw_args)``, ``Fail(status)``, ``Delay(s, then)``,
+            ``Empty()``, or a callable ``(Request) -> item``.
+        fn: Answers for agents without a script (a function model): ``fn(Request) -> item``.
+        name: The prefix of its model id.
+        id: Its model id (by default ``name`` and a counter); a Ray worker rebuilds it under the same.
+        keep_messages: How many recent requests keep their whole message list (None: all).
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import ScriptedModel
+        >>> model = ScriptedModel({"Analyst": ["Data first."], "Strategist": ["Then the plan."]})
+        >>> swarm = RoundRobinSwarm(agents=[model.agent("Analyst"), model.agent("Strategist")])
+        >>> swarm.run("Plan the launch.")
+        'Then the plan.'
+        >>> model.calls(), model.calls("Analyst"), model.model
+        (2, 1, 'fsmchat-scripted/scripted-...')
     """
 
     def __init__(self, scripts: dict[str, Sequence[Any]] | None = None,
@@ -229,13 +335,16 @@ class ScriptedModel:
         self.close()
 
     def agent(self, name: str, system_prompt: str = "", **kw: Any) -> Any:
+        """An ``Agent`` on this model (``num_retries=0`` unless given); other keywords are ``Agent``'s."""
         kw.setdefault("num_retries", 0)
         return Agent(name, system_prompt=system_prompt, model=self.model, **kw)
 
     def calls(self, agent: str | None = None) -> int:
+        """The requests ``agent`` made (every agent's when None), retries included."""
         return sum(1 for r in self.requests if agent is None or r.agent == agent)
 
     def requests_of(self, agent: str) -> list[Request]:
+        """``agent``'s recorded requests, in order."""
         return [r for r in self.requests if r.agent == agent]
 
     async def _answer(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
@@ -285,10 +394,27 @@ def _path_of(run: Any) -> list[str]:
 
 
 def assert_trace_is_path(graph: StateGraph, run: RunResult) -> None:
-    """Every step of the run's trace follows a declared transition of ``graph`` (flattened); the
-    steps of each branch run (``fork|n.state``) follow a transition of that branch's graph. A fork
-    entered again (a ``parallel`` in a loop) reuses its branch ids: each visit's branch run starts
-    at the branch's initial state after the previous one reached its final state."""
+    """Every step of the run's trace follows a declared transition of ``graph`` (flattened).
+
+    The steps of each branch run (``fork|n.state``) follow a transition of that branch's graph. A
+    fork entered again (a ``parallel`` in a loop) reuses its branch ids: each visit's branch run
+    starts at the branch's initial state after the previous one reached its final state.
+
+    Args:
+        graph: The graph the run ran (``pattern.graph``).
+        run: The run's result.
+
+    Raises:
+        AssertionError: A step that is not a transition of the graph, saying which.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import assert_trace_is_path
+        >>> def writer(turn):
+        ...     return "Draft: we launch in May."
+        >>> swarm = RoundRobinSwarm(agents=[writer], max_loops=2)
+        >>> assert_trace_is_path(swarm.graph, swarm.execute("Announce the launch."))
+    """
     trace = run.trace
     assert trace, "the run has an empty trace"
     runs: dict[str, list[Any]] = {}
@@ -334,8 +460,32 @@ def _match(pattern: Sequence[str], path: Sequence[str]) -> bool:
 
 
 def assert_path(run: Any, expected: Sequence[str]) -> None:
-    """The run's path equals ``expected``; entries may be globs, ``"*"`` (any run of states)
-    or ``"state+"`` (one or more). Fails with both paths side by side."""
+    """The run's path equals ``expected``; entries may be globs, ``"*"`` or ``"state+"``.
+
+    ``"*"`` alone matches any run of states (also none), ``"state+"`` one or more of that state.
+
+    Args:
+        run: The run's result (or a path).
+        expected: The states, in order.
+
+    Raises:
+        AssertionError: The paths differ; both are shown side by side.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import assert_path
+        >>> def writer(turn):
+        ...     return "Draft: we launch in May."
+        >>> result = RoundRobinSwarm(agents=[writer], max_loops=3).execute("Announce the launch.")
+        >>> assert_path(result, ["seed", "writer+", "stop"])
+        >>> assert_path(result, ["seed", "stop"])
+        Traceback (most recent call last):
+        ...
+        AssertionError: path mismatch
+        expected: ['seed', 'stop']
+        actual:   ['seed', 'writer', 'writer', 'writer', 'stop']
+        ...
+    """
     actual = _path_of(run)
     if not _match(list(expected), actual):
         diff = "\n".join(difflib.unified_diff(list(expected), actual, "expected", "actual", lineterm=""))
@@ -343,11 +493,53 @@ def assert_path(run: Any, expected: Sequence[str]) -> None:
 
 
 def assert_stop(run: RunResult, reason: str) -> None:
+    """The run stopped for ``reason`` (its error shown when it did not).
+
+    Args:
+        run: The run's result.
+        reason: The expected stop reason (``"max_loops"``, ``"lull"``, ``"rounds"``...).
+
+    Raises:
+        AssertionError: Another stop reason.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import assert_stop
+        >>> def writer(turn):
+        ...     return "Draft: we launch in May."
+        >>> result = RoundRobinSwarm(agents=[writer]).execute("Announce the launch.")
+        >>> assert_stop(result, "max_loops")
+        >>> assert_stop(result, "lull")
+        Traceback (most recent call last):
+        ...
+        AssertionError: stop reason 'max_loops', expected 'lull'...
+    """
     assert run.stop_reason == reason, f"stop reason {run.stop_reason!r}, expected {reason!r}" + (
         f" (error: {run.error!r})" if run.error else "")
 
 
 def assert_calls(model: ScriptedModel, n: int, agent: str | None = None) -> None:
+    """The scripted model got ``n`` requests (from ``agent``, or from every agent when None).
+
+    Args:
+        model: The scripted model.
+        n: The expected number of requests, retries included.
+        agent: Count only this agent's.
+
+    Raises:
+        AssertionError: Another count.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import ScriptedModel, assert_calls
+        >>> model = ScriptedModel({"critic": ["Looks good.", "Ship it."]})
+        >>> _ = RoundRobinSwarm(agents=[model.agent("critic")], max_loops=2).run("Review the draft.")
+        >>> assert_calls(model, 2, "critic")
+        >>> assert_calls(model, 1)
+        Traceback (most recent call last):
+        ...
+        AssertionError: all agents made 2 model call(s), expected 1...
+    """
     got = model.calls(agent)
     who = f"agent {agent!r}" if agent else "all agents"
     assert got == n, f"{who} made {got} model call(s), expected {n}"
@@ -355,11 +547,38 @@ def assert_calls(model: ScriptedModel, n: int, agent: str | None = None) -> None
 
 # ---- people in the loop ----
 class AnswerScriptError(FsmchatError, AssertionError):
-    """``answer()``'s script does not fit the run: it waited with no answer left, or answers were left over."""
+    """The answers given to ``answer()`` do not fit the run: it waited with none left, or some were left over.
+
+    Examples:
+        >>> from fsmchat import Human, RoundRobinSwarm
+        >>> from fsmchat.testing import answer
+        >>> def writer(turn):
+        ...     return "Draft: we launch in May."
+        >>> swarm = RoundRobinSwarm(agents=[writer, Human("editor")])
+        >>> answer(swarm, "Announce the launch.", ["Approved: ship it.", "And again."])
+        Traceback (most recent call last):
+        ...
+        fsmchat.testing.AnswerScriptError: the run ended (max_loops) after 1 interrupt(s); 1 scripted answer(s) were not used: ['And again.']
+    """
 
 
 class Answered(NamedTuple):
-    """What ``answer()`` returns: the final result and every request the run stopped at, in order."""
+    """What ``answer()`` returns: the final result and every request the run stopped at, in order.
+
+    Attributes:
+        result: The run's final result.
+        asked: What the run waited for at each stop (``Pending``), in order.
+
+    Examples:
+        >>> from fsmchat import Human, RoundRobinSwarm
+        >>> from fsmchat.testing import answer
+        >>> def writer(turn):
+        ...     return "Draft: we launch in May."
+        >>> result, asked = answer(RoundRobinSwarm(agents=[writer, Human("editor")]), "Announce the launch.",
+        ...                        ["Approved: ship it."])
+        >>> result.stop_reason, [p.person for p in asked]
+        ('max_loops', ['editor'])
+    """
 
     result: RunResult
     asked: list[Any]
@@ -367,13 +586,35 @@ class Answered(NamedTuple):
 
 def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any], *,
            checkpoint: Checkpointer | None = None, run_id: str | None = None) -> Answered:
-    """Run ``pattern`` on ``task`` and answer each interrupt, resuming until the run ends: the run
-    stops for real at each one (checkpointed to ``checkpoint``, a ``MemoryCheckpointer`` by
-    default) and goes on through ``pattern.resume(run_id, checkpoint, input=...)``, exactly as a
-    person's later answer would. ``answers`` are the inputs in order (``Approve()``, ``Edit(...)``,
-    ``Reject(...)``, ``Say(...)`` or a str), or a function ``(pending) -> input``. Returns the final
-    result and the ``Pending`` requests seen; ``AnswerScriptError`` when the run waits with no
-    answer left, or a list of answers is not used up."""
+    """Run ``pattern`` on ``task`` and answer each interrupt, resuming until the run ends.
+
+    The run stops for real at each interrupt (checkpointed) and goes on through
+    ``pattern.resume(run_id, checkpoint, input=...)``, exactly as a person's later answer would.
+
+    Args:
+        pattern: The pattern or flow to run.
+        task: Its task.
+        answers: The inputs in order (``Approve()``, ``Edit(...)``, ``Reject(...)``, ``Say(...)``
+            or a str), or a function ``(pending) -> input``.
+        checkpoint: Where the run is checkpointed (a ``MemoryCheckpointer`` by default).
+        run_id: The run's id (a new one by default).
+
+    Returns:
+        The final result and the ``Pending`` requests seen (an ``Answered``).
+
+    Raises:
+        AnswerScriptError: The run waits with no answer left, or a list of answers is not used up.
+
+    Examples:
+        >>> from fsmchat import Human, RoundRobinSwarm
+        >>> from fsmchat.testing import answer
+        >>> def writer(turn):
+        ...     return "Draft: we launch in May."
+        >>> swarm = RoundRobinSwarm(agents=[writer, Human("editor")])
+        >>> out = answer(swarm, "Announce the launch.", ["Approved: ship it."])
+        >>> out.result.stop_reason, [m.role for m in out.result.transcript], len(out.asked)
+        ('max_loops', ['User', 'writer', 'editor'], 1)
+    """
     cp = checkpoint if checkpoint is not None else MemoryCheckpointer()
     reply = answers if callable(answers) else None
     script = [] if callable(answers) else list(answers)
@@ -396,7 +637,23 @@ def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any
 
 
 class FunctionModel(ScriptedModel):
-    """A scripted model whose every answer is computed from the request: ``fn(Request) -> item``."""
+    """A scripted model whose every answer is computed from the request: ``fn(Request) -> item``.
+
+    Args:
+        fn: ``fn(Request) -> item``: a ``str`` reply, a ``Bid``, a ``ToolCall``, a ``Fail``...
+        name: The prefix of its model id.
+        id: Its model id (by default ``name`` and a counter).
+        keep_messages: How many recent requests keep their whole message list (None: all).
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import FunctionModel
+        >>> def echo(request):
+        ...     return f"{request.agent} heard: {request.messages[-2]['content']}"
+        >>> model = FunctionModel(echo)
+        >>> RoundRobinSwarm(agents=[model.agent("echo")]).run("Hello there.")
+        'echo heard: Hello there.'
+    """
 
     def __init__(self, fn: Callable[[Request], Any], name: str = "function", *, id: str | None = None,
                  keep_messages: int | None = KEEP_MESSAGES):
@@ -542,8 +799,29 @@ ANY_ID = _Matcher("ANY_ID", lambda x: isinstance(x, str) and bool(x) and " " not
 
 
 def assert_trace(run: RunResult, expected: Sequence[dict[str, Any]]) -> None:
-    """Compare ``run.trace`` (as dicts) with ``expected``; use ANY, ANY_TIME, ANY_ID for volatile
-    fields, and leave out keys you do not care about."""
+    """Compare ``run.trace`` (as dicts) with ``expected``, step by step.
+
+    Use ``ANY``, ``ANY_TIME``, ``ANY_ID`` (from ``fsmchat.testing``) for volatile fields, and leave
+    out keys you do not care about.
+
+    Args:
+        run: The run's result.
+        expected: One dict per trace event (``step``, ``state``, ``trigger``, ``dest``, ``t``,
+            ``payload``), each with the keys to compare.
+
+    Raises:
+        AssertionError: The traces differ (or differ in length).
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import ANY_TIME, assert_trace
+        >>> def writer(turn):
+        ...     return "Draft: we launch in May."
+        >>> result = RoundRobinSwarm(agents=[writer]).execute("Announce the launch.")
+        >>> assert_trace(result, [{"state": "seed", "dest": "writer"},
+        ...                       {"state": "writer", "trigger": "max_loops", "payload": "writer", "t": ANY_TIME},
+        ...                       {"state": "stop", "dest": None}])
+    """
     actual = [e.to_dict() for e in run.trace]
     trimmed = [{k: a[k] for k in e} for a, e in zip(actual, expected)]
     if len(actual) != len(expected) or trimmed != list(expected):
@@ -559,8 +837,33 @@ def update_graphs_enabled() -> bool:
 
 
 def assert_graph_matches(graph: Any, path: Any) -> None:
-    """The graph's DOT equals the snapshot at ``path`` (created when missing; rewritten with
-    ``pytest --fsmchat-update-graphs`` or ``FSMCHAT_UPDATE_GRAPHS=1``). Pass a StateGraph or a pattern."""
+    """The graph's DOT equals the snapshot at ``path``; a missing snapshot is created.
+
+    Rewrite the snapshots with ``pytest --fsmchat-update-graphs`` or ``FSMCHAT_UPDATE_GRAPHS=1``
+    when a change is intended.
+
+    Args:
+        graph: A ``StateGraph`` or a pattern (its ``graph``).
+        path: The snapshot file (``.dot``).
+
+    Raises:
+        AssertionError: The graph no longer matches; the diff is shown.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import assert_graph_matches
+        >>> def writer(turn):
+        ...     return "Draft."
+        >>> def editor(turn):
+        ...     return "Approved."
+        >>> assert_graph_matches(RoundRobinSwarm(agents=[writer, editor]), "graphs/review.dot")  # written
+        >>> assert_graph_matches(RoundRobinSwarm(agents=[writer, editor]), "graphs/review.dot")  # compared
+        >>> assert_graph_matches(RoundRobinSwarm(agents=[writer]), "graphs/review.dot")
+        Traceback (most recent call last):
+        ...
+        AssertionError: graph 'round_robin' no longer matches graphs/review.dot; if the change is intended, rerun with --fsmchat-update-graphs
+        ...
+    """
     g = graph if isinstance(graph, StateGraph) else graph.graph
     p = Path(path)
     dot = g.to_dot()
@@ -578,7 +881,24 @@ def assert_graph_matches(graph: Any, path: Any) -> None:
 
 # ---- record and replay ----
 class CassetteMiss(FsmchatError, AssertionError):
-    """A replayed run sent a request the cassette does not hold."""
+    """A replayed run sent a request the cassette does not hold.
+
+    A broken test double, never a run's outcome (it is raised with the run's result attached).
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import ScriptedModel, cassette
+        >>> model = ScriptedModel({"critic": ["Looks good."]})
+        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic")])
+        >>> with cassette("review.json", mode="record"):
+        ...     swarm.run("Review the draft.")
+        'Looks good.'
+        >>> with cassette("review.json", mode="replay"):
+        ...     swarm.run("Review the other draft.")
+        Traceback (most recent call last):
+        ...
+        fsmchat.testing.CassetteMiss: cassette review.json: no recorded response for agent 'critic''s request ...
+    """
 
     fsmchat_fatal = True
 
@@ -592,9 +912,32 @@ def request_key(model: str, messages: Any, params: dict[str, Any]) -> str:
 class Cassette:
     """Records every model request/response of a run to JSON, or replays them offline.
 
-    ``mode``: "record" (call the real model, write the file), "replay" (never call out; a request
-    not in the file raises ``CassetteMiss``), "auto" (replay when the file exists, else record).
-    Only the model name, messages, tools, tool_choice and response_format are stored: never keys.
+    Use it as a context manager (``cassette(path)`` is the same). Only the model name, messages,
+    tools, tool_choice and response_format are stored: never keys.
+
+    Args:
+        path: The cassette file (JSON).
+        mode: ``"record"`` (call the real model, write the file), ``"replay"`` (never call out; a
+            request not in the file raises ``CassetteMiss``), ``"auto"`` (replay when the file
+            exists, else record).
+
+    Raises:
+        ValueError: Another mode.
+        FileNotFoundError: Replay of a cassette that does not exist.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import Cassette, ScriptedModel
+        >>> model = ScriptedModel({"critic": ["Looks good."]})
+        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic")])
+        >>> with Cassette("critic.json") as tape:  # no file yet: records
+        ...     swarm.run("Review the draft."), tape.mode
+        ('Looks good.', 'record')
+        >>> with Cassette("critic.json") as tape:  # replays: the model is not called again
+        ...     swarm.run("Review the draft."), tape.mode, tape.unused
+        ('Looks good.', 'replay', 0)
+        >>> model.calls()
+        1
     """
 
     def __init__(self, path: Any, mode: str = "auto"):
@@ -659,5 +1002,26 @@ class Cassette:
 
 
 def cassette(path: Any, mode: str = "auto") -> Cassette:
-    """``with cassette("tests/cassettes/x.json"): chat.run(task)`` records once, then replays."""
+    """Record a run's model calls once, then replay them: ``with cassette("tests/cassettes/x.json"): chat.run(task)``.
+
+    Args:
+        path: The cassette file (JSON).
+        mode: ``"auto"``, ``"record"`` or ``"replay"`` (see ``Cassette``).
+
+    Returns:
+        The ``Cassette``, a context manager.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import ScriptedModel, cassette
+        >>> model = ScriptedModel({"critic": ["Looks good."]})
+        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic")])
+        >>> for _ in range(2):  # the first run records, the second replays
+        ...     with cassette("tests/cassettes/review.json"):
+        ...         print(swarm.run("Review the draft."))
+        Looks good.
+        Looks good.
+        >>> model.calls()
+        1
+    """
     return Cassette(path, mode)

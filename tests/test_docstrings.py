@@ -1,13 +1,13 @@
 """The public API's docstrings: one style (Google), each name with an example, every example run.
 
-The public API is every name in ``fsmchat.__all__`` and its sub-packages' ``__all__``. Names defined
-in the modules being rewritten (patterns, config, network, flow/context, statelog, checkpoint) are
-left to that rewrite; the API reference (tests/test_site.py) shows them as they are."""
+The public API is every name in ``fsmchat.__all__`` and its sub-packages' ``__all__``, plus every
+name the API reference pages (docs/reference/*.md, tests/test_site.py) list by hand."""
 import doctest
 import importlib
 import inspect
 import logging
 import os
+import re
 from pathlib import Path
 
 import griffe
@@ -16,8 +16,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["fsmchat", "fsmchat.graph", "fsmchat.speakers", "fsmchat.flow", "fsmchat.ui", "fsmchat.patterns",
             "fsmchat.network"]
-LATER = ("fsmchat.patterns", "fsmchat.config", "fsmchat.network", "fsmchat.flow.context", "fsmchat.statelog",
-         "fsmchat.checkpoint")
 CONSTANTS = {"RESPOND_TOOL": "fsmchat.speakers.respond.RESPOND_TOOL"}  # values carry no __module__
 
 
@@ -35,8 +33,15 @@ def public_api() -> dict[str, list[str]]:
             else:  # a constant of the sub-package it is exported from
                 home = f"fsmchat.{mod._EXPORTS[name]}" if pkg == "fsmchat" else pkg
                 path = f"{home}.{name}"
-            if not path.startswith(LATER):
-                out.setdefault(path, []).append(f"{pkg}.{name}")
+            out.setdefault(path, []).append(f"{pkg}.{name}")
+    for page in sorted((ROOT / "docs" / "reference").glob("*.md")):  # ``::: module`` with ``members: [...]``
+        for module, listed in re.findall(r"^::: (\S+)\n(?:    .*\n)*?\s+members: \[([^]]*)\]", page.read_text(), re.M):
+            for name in re.split(r"[\s,]+", listed.strip()):
+                obj = getattr(importlib.import_module(module), name)
+                path = f"{obj.__module__}.{obj.__qualname__}" if inspect.isclass(obj) or inspect.isfunction(obj) \
+                    else f"{module}.{name}"
+                if path not in out:
+                    out[path] = [f"docs/reference/{page.name}"]
     return out
 
 
@@ -49,10 +54,13 @@ def package():
     return griffe.load("fsmchat", search_paths=[str(ROOT)], docstring_parser="google")
 
 
-def test_the_scope_is_the_exported_api():
-    assert len(API) >= 58, sorted(API)  # a new public name joins the checks below
+def test_the_scope_is_the_exported_api_and_the_reference_pages():
+    assert len(API) >= 177, sorted(API)  # a new public name joins the checks below
     assert API["fsmchat.flow.steps.if_"] == ["fsmchat.if_", "fsmchat.when", "fsmchat.flow.if_", "fsmchat.flow.when"]
-    assert "fsmchat.checkpoint.SqliteCheckpointer" not in API and "fsmchat.patterns.base.Pattern" not in API
+    assert API["fsmchat.patterns.base.Pattern"] == ["fsmchat.Pattern", "fsmchat.patterns.Pattern"]
+    assert API["fsmchat.network.EV_TEXT"] == ["fsmchat.EV_TEXT", "fsmchat.network.EV_TEXT"]  # a constant: its package
+    assert API["fsmchat.config.to_config"] == ["docs/reference/config.md"]  # listed by a page, not exported
+    assert API["fsmchat.testing.cassette"] == ["docs/reference/testing.md"]
 
 
 def sections(obj, caplog) -> dict[str, list]:
@@ -103,16 +111,37 @@ def test_each_public_name_has_a_google_docstring_with_an_example(path, package, 
             sections(member, caplog)
 
 
-def test_every_example_runs(tmp_path, monkeypatch):
-    """The >>> examples of every module of the public API, as doctests, offline."""
+def constant_examples(package) -> list[tuple[str, doctest.DocTest]]:
+    """(module, the examples of an exported constant's docstring): doctest cannot see those, since
+    an attribute's docstring is not kept at run time (griffe reads it from the source)."""
+    parser, out = doctest.DocTestParser(), []
+    for path in sorted(API):
+        obj = package[path.removeprefix("fsmchat.")]
+        obj = obj.final_target if obj.is_alias else obj
+        if obj.is_attribute and obj.docstring is not None:
+            test = parser.get_doctest(obj.docstring.value, {}, path, str(obj.filepath), obj.docstring.lineno)
+            out.append((path.rsplit(".", 1)[0], test))
+    return out
+
+
+def test_every_example_runs(tmp_path, monkeypatch, package):
+    """The >>> examples of every module of the public API, as doctests, offline (the exported
+    constants' own examples included)."""
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.endswith("_API_KEY") or k == "FSMCHAT_MODEL"]:
         monkeypatch.delenv(key)
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
     results = {}
     for name in MODULES:
         module = importlib.import_module(name)
-        failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
-                                        report=True, verbose=False)
+        failed, tried = doctest.testmod(module, optionflags=flags, report=True, verbose=False)
         results[name] = (failed, tried)
+    runner = doctest.DocTestRunner(optionflags=flags, verbose=False)
+    constants = constant_examples(package)
+    for name, test in constants:
+        outcome = runner.run(test)
+        failed, tried = results[name]
+        results[name] = (failed + outcome.failed, tried + outcome.attempted)
+    assert len(constants) >= 18 and "fsmchat.speakers.respond" in {name for name, _ in constants}
     assert {k: v for k, v in results.items() if v[0]} == {}
     assert all(tried for _, tried in results.values()), {k: v for k, v in results.items() if not v[1]}

@@ -314,3 +314,21 @@ def test_a_speaker_is_anything_with_a_name_reply_and_bid():
     assert as_speaker(parrot) is parrot
     run = RoundRobinSwarm(agents=[parrot]).execute("hello")
     assert [m.content for m in run.transcript] == ["hello", "squawk"] and run.stop_reason is StopReason.MAX_LOOPS
+
+
+class Unbounded(EchoChain):
+    """EchoChain without a worst-case call bound (a pattern author may leave it out)."""
+
+    _calls_by_speaker = Pattern._calls_by_speaker
+
+
+def test_a_pattern_without_a_call_bound_runs_and_only_a_checkpointed_run_needs_one():
+    m = FunctionModel(bid_fn)
+    chain = Unbounded(agents=[m.agent("a"), m.agent("b")], passes=1)
+    run = chain.execute("go")
+    assert (run.path, run.stop_reason, run.calls) == (["seed", "speak", "stop"], StopReason.ROUNDS, 2)
+    cp = MemoryCheckpointer()
+    for _ in range(2):  # refused before any call, and the run's lease is given back each time
+        with pytest.raises(TypeError, match="^Unbounded does not report a worst-case call bound$"):
+            chain.execute("go", checkpoint=cp, run_id="r1")
+    assert m.calls() == 2

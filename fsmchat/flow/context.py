@@ -29,7 +29,23 @@ def _pick(value: Any, spec: str) -> Any:
 
 @dataclass
 class StepResult:
-    """What a step may return instead of a plain string."""
+    """What a step may return instead of a plain string: its output, a stop, variables to set.
+
+    Attributes:
+        output: The step's output (the next step's ``ctx.previous_result``).
+        stop_workflow: End the flow after this step (status ``"stopped"``).
+        variables: Variables to set (merged into ``ctx.variables``).
+
+    Examples:
+        >>> from fsmchat import AgentFlow, StepResult
+        >>> def gate(ctx):
+        ...     return StepResult(output="blocked", stop_workflow=True, variables={"verdict": "no"})
+        >>> def publish(ctx):
+        ...     return "published"
+        >>> out = AgentFlow(steps=[gate, publish]).run("Ship it?")
+        >>> out["status"], out["output"], out["variables"]
+        ('stopped', 'blocked', {'verdict': 'no'})
+    """
 
     output: Any = None
     stop_workflow: bool = False
@@ -37,7 +53,29 @@ class StepResult:
 
 
 class FlowContext:
-    """The context every step, guard and predicate of a flow sees (``ctx``)."""
+    """The context every step, guard and predicate of a flow sees (``ctx``).
+
+    A step reads ``ctx.input``, ``ctx.variables``, ``ctx.previous_result`` (the last step's
+    output), ``ctx.steps`` (the records so far) and ``ctx.transcript``; ``ctx.render`` fills
+    ``{{name}}`` templates. The engine makes one per run (a branch of ``parallel`` gets a
+    ``child``).
+
+    Args:
+        input: The flow's input (the task).
+        variables: The run's variables (a copy of the flow's declared ones).
+        stats: The run's model-call counts and usage (a new one by default).
+
+    Examples:
+        >>> from fsmchat import AgentFlow
+        >>> def greet(ctx):
+        ...     return f"Hello {ctx.variables['name']}, re: {ctx.input}"
+        >>> AgentFlow(steps=[greet], variables={"name": "Ada"}).run("the launch")["output"]
+        'Hello Ada, re: the launch'
+        >>> from fsmchat.flow import FlowContext
+        >>> ctx = FlowContext("the launch", {"parts": ["why", "how"]})
+        >>> ctx.render("{{input}}: {{parts[-1]}}"), ctx.halted
+        ('the launch: how', False)
+    """
 
     def __init__(self, input: str, variables: dict[str, Any], stats: CallStats | None = None):
         self.input = input
@@ -64,13 +102,17 @@ class FlowContext:
 
     @property
     def previous_output(self) -> Any:
+        """The last step's output: ``previous_result`` under the name ``{{previous_output}}`` templates use."""
         return self.previous_result
 
     @property
     def halted(self) -> bool:
+        """Whether the flow failed or a step stopped it (no further step runs)."""
         return self.status in ("failed", "stopped")
 
     def lookup(self, name: str) -> Any:
+        """The value ``{{name}}`` stands for: ``input``, ``previous_output``, ``transcript`` or a
+        variable (``a.b`` reads into a dict); ``KeyError`` when there is none."""
         if name == "input":
             return self.input
         if name in ("previous_output", "previous_result"):
@@ -151,6 +193,7 @@ class FlowContext:
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Set the working state back to a checkpoint's ``snapshot`` (on resume)."""
         self.variables.clear()
         self.variables.update(decode(state["variables"]))
         self.previous_result = state["previous_result"]
@@ -183,8 +226,20 @@ class FlowContext:
 
 
 def flow_input(ctx: FlowContext) -> str:
-    """the flow's input (a step that starts a carried variable from the task:
-    ``Task(handler=flow_input, post=False, save_as="topic")``)"""
+    """The flow's input, as a step's output: a carried variable started from the task.
+
+    Args:
+        ctx: The flow's context.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, Task, flow_input
+        >>> def shout(ctx):
+        ...     return ctx.variables["topic"].upper()
+        >>> flow = AgentFlow(steps=[Task(handler=flow_input, post=False, save_as="topic"), shout])
+        >>> out = flow.run("rust for all")
+        >>> out["output"], out["variables"]
+        ('RUST FOR ALL', {'topic': 'rust for all'})
+    """
     return ctx.input
 
 

@@ -154,14 +154,14 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
     declares and validates them; setting one later is validated the same way).
 
     Attributes:
-        steps: The steps, in order (at least one).
-        variables: The declared initial variables (``{{name}}`` in prompts); a run works on a copy.
-        name: The flow's name (its graph's name).
-        agents: The flow's roster, when declared: every step agent must be in it.
-        verbose: Print each message as it is posted.
-        memory: Give every agent a private memory for the run: each of its calls is sent its own
+        steps (list): The steps, in order (at least one).
+        variables (dict): The declared initial variables (``{{name}}`` in prompts); a run works on a copy.
+        name (str): The flow's name (its graph's name).
+        agents (list | None): The flow's roster, when declared: every step agent must be in it.
+        verbose (bool): Print each message as it is posted.
+        memory (bool): Give every agent a private memory for the run: each of its calls is sent its own
             earlier prompts and replies first (as swarms' agents keep theirs).
-        output_type: Make ``"output"`` the flow's transcript formatted this way (any of the
+        output_type (str | None): Make ``"output"`` the flow's transcript formatted this way (any of the
             patterns' output types) instead of the last step's output.
 
     Args:

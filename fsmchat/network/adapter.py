@@ -18,7 +18,27 @@ KNOWN_KNOBS = ("max_texts", "ordering")
 
 @dataclass(slots=True)
 class DiscussionState:
-    """The reference's adapter state: who speaks in which order, who is next, how many texts so far."""
+    """The reference's adapter state: who speaks in which order, who is next, how many texts so far.
+
+    ``hub.adapter_state(channel_id)`` returns a snapshot.
+
+    Attributes:
+        participant_order: The speaking order, creator first.
+        expected_next_speaker: Who may send the next text.
+        turn_count: Texts accepted so far.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import Hub
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         alice, bob, carol = [await hub.register(n) for n in ("alice", "bob", "carol")]
+        ...         channel = await alice.open(target=["bob", "carol"])
+        ...         await channel.send("Topic: should every developer learn Rust?")
+        ...         return hub.adapter_state(channel.channel_id)
+        >>> asyncio.run(main())
+        DiscussionState(participant_order=['alice', 'bob', 'carol'], expected_next_speaker='bob', turn_count=1)
+    """
 
     participant_order: list[str]
     expected_next_speaker: str
@@ -29,7 +49,22 @@ def check_knobs(knobs: Mapping[str, Any] | None) -> dict[str, Any]:
     """Normalised knobs, or ``ProtocolError`` before anything is created or sent.
 
     ``ordering`` defaults to round robin (the only one shipped); ``max_texts`` (fsmchat's exact
-    cap) is a positive integer or absent.
+    cap) is a positive integer or absent. ``client.open`` checks its ``knobs`` with it.
+
+    Args:
+        knobs: A discussion's knobs (None: the defaults).
+
+    Raises:
+        ProtocolError: An unknown knob or ordering, or a bad ``max_texts``.
+
+    Examples:
+        >>> from fsmchat.network import check_knobs
+        >>> check_knobs({"max_texts": 6})
+        {'ordering': 'round_robin', 'max_texts': 6}
+        >>> check_knobs({"ordering": "random"})
+        Traceback (most recent call last):
+        ...
+        fsmchat.network.errors.ProtocolError: discussion knobs.ordering='random' not supported; choose from ['round_robin']
     """
     knobs = dict(knobs or {})
     ordering = knobs.get("ordering", ORDERING_ROUND_ROBIN)
@@ -46,11 +81,26 @@ def check_knobs(knobs: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def participant_order(creator: str, targets: Sequence[str], known: Iterable[str]) -> list[str]:
-    """The channel's participant order (SEMANTICS.md): the creator first, then the targets in the
-    order given; when the creator is listed among the targets, the targets' order as given (the
+    """The channel's participant order (SEMANTICS.md): the creator first, then the targets in order.
+
+    When the creator is listed among the targets, the targets' order is kept as given (the
     creator at its listed place). The creator speaks first either way.
 
-    A duplicate or unknown target, or fewer than 2 participants, is refused (``ProtocolError``).
+    Args:
+        creator: The agent opening the channel.
+        targets: The invitees' ids, in order.
+        known: Every registered agent id.
+
+    Raises:
+        ProtocolError: A duplicate target, or fewer than 2 participants.
+        NotFoundError: A target that is not registered.
+
+    Examples:
+        >>> from fsmchat.network import participant_order
+        >>> participant_order("alice", ["bob", "carol"], known=["alice", "bob", "carol"])
+        ['alice', 'bob', 'carol']
+        >>> participant_order("alice", ["bob", "alice", "carol"], known=["alice", "bob", "carol"])
+        ['bob', 'alice', 'carol']
     """
     known = set(known)
     seen: set[str] = set()
@@ -73,7 +123,28 @@ class DiscussionAdapter:
     """One channel's turn rule, held by a ``GraphRun`` (the engine's runner) on the channel's turn graph.
 
     The expected speaker is the participant of the turn graph's current ``awaiting_<p>`` state;
-    an accepted text is the graph's ``text`` event.
+    an accepted text is the graph's ``text`` event. ``validate_send`` rejects a text from anyone
+    other than the expected speaker, sends from non-participants and sends to a closed channel;
+    protocol and custom events bypass the turn check. Each channel's runtime holds one
+    (``hub.runtime(channel_id).adapter``).
+
+    Args:
+        ctx: The channel's context.
+        observers: Called with each ``TraceEvent`` of the turn graph.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import EV_TEXT, Hub
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         alice, bob = await hub.register("alice"), await hub.register("bob")
+        ...         channel = await alice.open(target=["bob"])
+        ...         adapter = hub.runtime(channel.channel_id).adapter
+        ...         before = adapter.expected, adapter.can_send("bob")
+        ...         await channel.send("Topic: should every developer learn Rust?")
+        ...         return before, adapter.expected, adapter.turns.state
+        >>> asyncio.run(main())
+        (('alice', False), 'bob', 'awaiting_bob')
     """
 
     type = DISCUSSION
@@ -93,9 +164,11 @@ class DiscussionAdapter:
         return who if who is not None else self.ctx.order[self.ctx.turn_order.speaker(self.ctx.turn_count)]
 
     def state(self) -> DiscussionState:
+        """A snapshot of the reference's adapter state."""
         return DiscussionState(list(self.ctx.order), self.expected, self.ctx.turn_count)
 
     def missing_acks(self) -> list[str]:
+        """The invitees that have not acknowledged yet."""
         return [p for p in self.ctx.invitees if p not in self.ctx.acked]
 
     def validate_send(self, sender: str, event_type: str) -> None:

@@ -29,7 +29,21 @@ from .stats import TurnStats
 from .store import KnowledgeStore
 
 MAX_CUSTOM_EVENTS = 1000  # custom (emit) events per channel
+"""The default cap on custom (``emit``) events per channel (``Hub(max_custom_events=...)``).
+
+Examples:
+    >>> from fsmchat.network import MAX_CUSTOM_EVENTS
+    >>> MAX_CUSTOM_EVENTS
+    1000
+"""
 MAX_EVENT_BYTES = 64 * 1024  # one custom event: its type and data as UTF-8 JSON
+"""The default cap on one custom event's size: its type and data as UTF-8 JSON (``Hub(max_event_bytes=...)``).
+
+Examples:
+    >>> from fsmchat.network import MAX_EVENT_BYTES
+    >>> MAX_EVENT_BYTES
+    65536
+"""
 
 
 def event_size(channel_id: str, event_type: str, data: Any) -> tuple[dict[str, Any], int]:
@@ -49,7 +63,25 @@ def event_size(channel_id: str, event_type: str, data: Any) -> tuple[dict[str, A
 
 @dataclass(frozen=True)
 class HubLink:
-    """What a channel needs of its hub (the hub builds one and hands it to every channel it opens)."""
+    """What a channel needs of its hub (the hub builds one and hands it to every channel it opens).
+
+    Attributes:
+        store: Where the channel's log and state are kept.
+        clock: The hub's clock.
+        notify: Tells the hub's listeners a ``NetworkEvent``.
+        route: Delivers an envelope to each audience member's client.
+        client_stats: A registered client's own counts by agent id, else None.
+        admit: Raises ``HubClosed`` / ``NetworkError`` for a closed hub or an unregistered client.
+        max_custom_events: The cap on custom events per channel.
+        max_event_bytes: The cap on one custom event's size.
+
+    Examples:
+        >>> from fsmchat.network import HubLink, MemoryKnowledgeStore
+        >>> link = HubLink(MemoryKnowledgeStore(), clock=lambda: 0.0, notify=print, route=lambda env: None,
+        ...                client_stats=lambda agent_id: None, admit=lambda client: None)
+        >>> link.max_custom_events, link.max_event_bytes
+        (1000, 65536)
+    """
 
     store: KnowledgeStore
     clock: Clock
@@ -67,9 +99,29 @@ def _retrieve(fut: "asyncio.Future[Any]") -> None:
 
 
 class ChannelRuntime:
-    """One channel's state and its transitions; participants act through it as their client
-    (``submit``, ``ack``, ``close_by``), the hub through ``expire_if_due`` and ``check_expectations``,
-    handlers through ``HubServices``."""
+    """One channel's state and its transitions (``hub.runtime(channel_id)``).
+
+    Participants act through it as their client (``submit``, ``ack``, ``close_by``), the hub
+    through ``expire_if_due`` and ``check_expectations``, handlers through ``HubServices``. Its
+    lifecycle and turn rule advance only through their ``GraphRun``s.
+
+    Args:
+        ctx: The channel's context.
+        link: What it needs of its hub.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import Hub
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         alice, bob = await hub.register("alice"), await hub.register("bob")
+        ...         channel = await alice.open(target=["bob"])
+        ...         await channel.send("Topic: should every developer learn Rust?")
+        ...         runtime = hub.runtime(channel.channel_id)
+        ...         return runtime.state, runtime.can_send("bob"), runtime.stats.texts, runtime.lifecycle.path
+        >>> asyncio.run(main())
+        ('active', True, 1, ['pending'])
+    """
 
     def __init__(self, ctx: ChannelContext, link: HubLink):
         self.ctx = ctx
@@ -90,6 +142,7 @@ class ChannelRuntime:
 
     @property
     def channel_id(self) -> str:
+        """The channel's id."""
         return self.ctx.channel_id
 
     # ---- reading ----
@@ -105,6 +158,7 @@ class ChannelRuntime:
 
     @property
     def turn_graph(self) -> StateGraph:
+        """The channel's turn graph (its round-robin rule)."""
         return self.adapter.graph
 
     @property
@@ -113,12 +167,15 @@ class ChannelRuntime:
         return self.lifecycle, self.adapter.turns
 
     def adapter_state(self) -> DiscussionState:
+        """``DiscussionState(participant_order, expected_next_speaker, turn_count)`` (a snapshot)."""
         return self.adapter.state()
 
     def can_send(self, agent_id: str) -> bool:
+        """Whether a text from ``agent_id`` would be accepted now; no side effects."""
         return self.adapter.can_send(agent_id)
 
     def log(self) -> list[Envelope]:
+        """The channel's accepted envelopes, in order."""
         return self._link.store.read(self.ctx.channel_id)
 
     def turn_tasks(self) -> list["asyncio.Future[Any]"]:

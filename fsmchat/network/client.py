@@ -42,7 +42,26 @@ class DeliveryCounter:
 class HubClient:
     """A registered agent's access to the hub. Everything it sends is sent as ``agent_id``.
 
-    ``services`` is what its handler may do to the hub as this agent (``HubServices``).
+    ``hub.register(...)`` makes and starts it; ``services`` is what its handler may do to the hub
+    as this agent (``HubServices``), ``stats`` its own counts.
+
+    Args:
+        hub: The hub it is registered with.
+        agent_id: Its id.
+        speaker: Its speaker (an ``Agent``, a callable, a ``Human``), or None for an app.
+        handler: Called with ``(client, envelope)`` for each envelope delivered to it, one at a time.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import Hub
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         alice, bob = await hub.register("alice"), await hub.register("bob")
+        ...         channel = await alice.open(target=["bob"], knobs={"max_texts": 2})
+        ...         await channel.send("Topic: should every developer learn Rust?")
+        ...         return alice, bob.can_send(channel.channel_id), bob.channel(channel.channel_id)
+        >>> asyncio.run(main())
+        (HubClient('alice'), True, Channel('discussion-1', as 'bob'))
     """
 
     def __init__(self, hub: "Hub", agent_id: str, speaker: Any, handler: Handler):
@@ -88,6 +107,7 @@ class HubClient:
         return Channel(self, channel_id)
 
     def can_send(self, channel_id: str) -> bool:
+        """Whether a text from this agent would be accepted on ``channel_id`` now; no side effects."""
         return self.hub.can_send(channel_id, self.agent_id)
 
     def deliver(self, envelope: Envelope) -> None:
@@ -118,7 +138,31 @@ class HubClient:
 
 
 class Channel:
-    """One participant's handle on a channel. It has no sender parameter: it sends as its client."""
+    """One participant's handle on a channel. It has no sender parameter: it sends as its client.
+
+    ``client.open(...)`` returns the creator's; ``client.channel(channel_id)`` any participant's.
+
+    Args:
+        client: The participant's client.
+        channel_id: The channel.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import Hub
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         alice = await hub.register("alice")
+        ...         bob = await hub.register("bob", handler=lambda client, envelope: None)  # acks by hand
+        ...         opening = asyncio.create_task(alice.open(target=["bob"]))
+        ...         await asyncio.sleep(0)  # the invite is out
+        ...         await bob.channel("discussion-1").ack()
+        ...         channel = await opening
+        ...         await channel.send("Topic: should every developer learn Rust?")
+        ...         reason = await bob.channel(channel.channel_id).close("done")
+        ...         return reason, channel.state, channel.close_reason, [e.event_type for e in channel.log()]
+        >>> asyncio.run(main())
+        ('done', 'closed', 'done', ['channel.invite', 'channel.invite_ack', 'channel.opened', 'text', 'channel.closed'])
+    """
 
     __slots__ = ("_client", "channel_id")
 
@@ -128,10 +172,12 @@ class Channel:
 
     @property
     def agent_id(self) -> str:
+        """The participant it sends as."""
         return self._client.agent_id
 
     @property
     def hub(self) -> "Hub":
+        """The hub the channel lives on."""
         return self._client.hub
 
     def _runtime(self) -> ChannelRuntime:
@@ -152,23 +198,29 @@ class Channel:
         return self._runtime().close_by(self._client, reason)
 
     async def ack(self) -> Envelope:
+        """Accept this participant's invite (the last ack opens the channel); ``ProtocolError`` if not invited."""
         return self._runtime().ack(self._client, True)
 
     async def reject(self) -> Envelope:
+        """Reject this participant's invite: the channel closes; ``ProtocolError`` if not invited."""
         return self._runtime().ack(self._client, False)
 
     def can_send(self) -> bool:
+        """Whether a text from this participant would be accepted now; no side effects."""
         return self._runtime().can_send(self.agent_id)
 
     @property
     def state(self) -> str:
+        """``pending``, ``active``, ``closed`` or ``expired`` (the lifecycle graph's state)."""
         return self._runtime().state
 
     @property
     def close_reason(self) -> str | None:
+        """The first close reason (``"ttl"`` once expired), None while the channel lives."""
         return self._runtime().close_reason
 
     def log(self) -> list[Envelope]:
+        """The channel's accepted envelopes, in order."""
         return self._runtime().log()
 
     def __repr__(self) -> str:

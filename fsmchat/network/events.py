@@ -6,15 +6,90 @@ from typing import Any
 
 # ---- envelope event types (the reference's names) ----
 EV_TEXT = "text"
+"""A participant's text: the only event the turn rule gates (``channel.send(text)``).
+
+Accepted from the expected speaker only; delivered to every other participant.
+
+Examples:
+    >>> from fsmchat.network import EV_TEXT
+    >>> EV_TEXT
+    'text'
+"""
 EV_CHANNEL_INVITE = "channel.invite"
+"""An invite to a new channel, one per invitee (sent as the creator).
+
+Its data holds the channel ``type``, the ``participants`` in order and the ``knobs``.
+
+Examples:
+    >>> from fsmchat.network import EV_CHANNEL_INVITE
+    >>> EV_CHANNEL_INVITE
+    'channel.invite'
+"""
 EV_CHANNEL_INVITE_ACK = "channel.invite_ack"
+"""An invitee accepted its invite; the last ack opens the channel.
+
+Examples:
+    >>> from fsmchat.network import EV_CHANNEL_INVITE_ACK
+    >>> EV_CHANNEL_INVITE_ACK
+    'channel.invite_ack'
+"""
 EV_CHANNEL_INVITE_REJECT = "channel.invite_reject"
+"""An invitee rejected its invite: the channel closes.
+
+Examples:
+    >>> from fsmchat.network import EV_CHANNEL_INVITE_REJECT
+    >>> EV_CHANNEL_INVITE_REJECT
+    'channel.invite_reject'
+"""
 EV_CHANNEL_OPENED = "channel.opened"
+"""Every invitee acked: the channel is active and the creator's turn starts.
+
+Examples:
+    >>> from fsmchat.network import EV_CHANNEL_OPENED
+    >>> EV_CHANNEL_OPENED
+    'channel.opened'
+"""
 EV_CHANNEL_CLOSED = "channel.closed"
+"""The channel closed (``close()``, ``max_texts`` or a rejected invite).
+
+Its data holds the first close ``reason``.
+
+Examples:
+    >>> from fsmchat.network import EV_CHANNEL_CLOSED
+    >>> EV_CHANNEL_CLOSED
+    'channel.closed'
+"""
 EV_CHANNEL_EXPIRED = "channel.expired"
+"""The channel's TTL ran out on the hub's clock.
+
+Examples:
+    >>> from fsmchat.network import EV_CHANNEL_EXPIRED
+    >>> EV_CHANNEL_EXPIRED
+    'channel.expired'
+"""
 # ---- fsmchat's own: a turn that produced no text, and a violated expectation ----
 EV_TURN_FAILED = "fsmchat.turn_failed"
+"""A participant's turn produced no text: its call failed or answered nothing (fsmchat's own).
+
+Its data holds the ``speaker``, the ``turn`` and the ``reason``; ``wait_for_text_count`` raises
+``TurnFailed``.
+
+Examples:
+    >>> from fsmchat.network import EV_TURN_FAILED
+    >>> EV_TURN_FAILED
+    'fsmchat.turn_failed'
+"""
 EV_EXPECTATION_VIOLATED = "fsmchat.expectation_violated"
+"""An expectation was violated, e.g. ``turn_within``: the expected speaker is late (fsmchat's own).
+
+Its data holds the ``expectation``, its ``seconds`` and ``action``, the ``speaker``, the
+``turn`` and how long it ``waited``.
+
+Examples:
+    >>> from fsmchat.network import EV_EXPECTATION_VIOLATED
+    >>> EV_EXPECTATION_VIOLATED
+    'fsmchat.expectation_violated'
+"""
 
 PROTOCOL_EVENTS = frozenset({EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT,
                              EV_CHANNEL_OPENED, EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED,
@@ -24,6 +99,15 @@ PROTOCOL_EVENTS = frozenset({EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, EV_CHANNE
 HUB_SENDER = "hub"
 
 ORDERING_ROUND_ROBIN = "round_robin"
+"""The discussion's ordering knob: creator first, then the participants in order, cycling.
+
+The only ordering shipped: ``knobs={"ordering": ORDERING_ROUND_ROBIN}`` (the default).
+
+Examples:
+    >>> from fsmchat.network import ORDERING_ROUND_ROBIN
+    >>> ORDERING_ROUND_ROBIN
+    'round_robin'
+"""
 ORDERINGS = (ORDERING_ROUND_ROBIN,)
 
 
@@ -31,8 +115,24 @@ ORDERINGS = (ORDERING_ROUND_ROBIN,)
 class Envelope:
     """One accepted event of a channel, in log order (``seq`` starts at 1 per channel).
 
-    ``audience`` is who it was delivered to (participant ids). Texts carry ``text``; protocol and
-    custom events carry ``data``.
+    Texts carry ``text``; protocol and custom events carry ``data``. ``channel.log()`` and
+    ``hub.read_log(channel_id)`` return them; a handler receives them.
+
+    Attributes:
+        seq: Its place in the channel's log, from 1.
+        channel_id: The channel.
+        event_type: ``EV_TEXT``, a protocol event (``EV_CHANNEL_*``) or a custom type.
+        sender: The participant who sent it, or ``"hub"``.
+        text: A text's content (None for other events).
+        data: A protocol or custom event's data (a JSON object).
+        t: When it was accepted, on the hub's clock.
+        audience: Who it was delivered to (participant ids).
+
+    Examples:
+        >>> from fsmchat.network import EV_TEXT, Envelope
+        >>> env = Envelope(4, "discussion-1", EV_TEXT, "bob", text="Only for systems work.", audience=("alice",))
+        >>> env.to_dict()["sender"], env.to_dict()["audience"]
+        ('bob', ['alice'])
     """
 
     seq: int
@@ -45,6 +145,7 @@ class Envelope:
     audience: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The envelope as plain data (JSON-able when its data is)."""
         return {"seq": self.seq, "channel_id": self.channel_id, "event_type": self.event_type,
                 "sender": self.sender, "text": self.text, "data": dict(self.data), "t": self.t,
                 "audience": list(self.audience)}
@@ -52,12 +153,34 @@ class Envelope:
 
 @dataclass(frozen=True, slots=True)
 class NetworkEvent:
-    """What a hub listener hears. ``kind`` is one of:
+    """What a hub listener hears (``hub.listen(listener)``): one happening on a channel.
 
-    ``accepted`` (an envelope was recorded), ``rejected`` (a send was refused; ``error`` says why),
-    ``transition`` (a channel graph moved; ``data["graph"]``, ``data["event"]``), ``skipped`` (a
-    default handler got a text but it was not its turn), ``model_call``, ``wasted_call`` (a reply
-    the channel no longer accepted), ``turn_failed``, ``expectation``.
+    Attributes:
+        kind: ``accepted`` (an envelope was recorded), ``rejected`` (a send was refused; ``error``
+            says why), ``transition`` (a channel graph moved; ``data["graph"]``, ``data["event"]``),
+            ``skipped`` (a default handler got a text but it was not its turn), ``model_call``,
+            ``wasted_call`` (a reply the channel no longer accepted), ``turn_failed``,
+            ``expectation``, ``person_turn``, ``handler_error`` or a handler's own kind.
+        channel_id: The channel (None for a happening of no channel).
+        agent_id: The participant it concerns, if any.
+        envelope: The envelope it concerns, if any.
+        error: Why a send was refused or a handler failed, if so.
+        data: Details of the kind.
+        t: When, on the hub's clock.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import Hub
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         heard = []
+        ...         hub.listen(heard.append)
+        ...         alice, bob = await hub.register("alice"), await hub.register("bob")
+        ...         channel = await alice.open(target=["bob"])
+        ...         await channel.send("Topic: Rust?")
+        ...         return [(e.kind, e.agent_id) for e in heard if e.kind in ("accepted", "rejected")][-1]
+        >>> asyncio.run(main())
+        ('accepted', 'alice')
     """
 
     kind: str

@@ -35,7 +35,39 @@ def _no_emit(*_a: Any, **_k: Any) -> None:
 
 @dataclass
 class ChannelContext:
-    """What a channel's guards and actions read and write (one per channel, shared by its two graphs)."""
+    """What a channel's guards and actions read and write (one per channel, shared by its two graphs).
+
+    The hub makes one as it opens a channel (``hub.runtime(channel_id).ctx``).
+
+    Attributes:
+        channel_id: The channel's id.
+        creator: The agent that opened it (it speaks first).
+        order: The participant order, creator first.
+        max_texts: Close at exactly this many texts (None: no cap).
+        expires_at: When the TTL runs out, on the hub's clock (None: never).
+        clock: The hub's clock.
+        emit: Records an envelope: ``(event_type, *, sender, audience, data) -> Envelope``.
+        expectations: The channel's expectations (``turn_within``...).
+        type: The channel type (``"discussion"``).
+        knobs: The normalised knobs.
+        acked: The invitees that acknowledged.
+        rejected_by: The invitee that rejected its invite, if any.
+        close_reason: The first close reason (``"ttl"`` once expired).
+        closed_by: Who closed it (a participant, or ``"hub"``).
+        turn_count: Texts accepted so far.
+        turn_started: When the current turn began, on the hub's clock.
+        hidden: Hidden from ``hub.list_channels()`` (a ``hide`` expectation fired this turn).
+        fired: (expectation index, turn) already reported.
+        people: The participants that are people (``Human`` clients).
+        lifecycle: The lifecycle graph's run.
+        turns: The turn graph's run.
+
+    Examples:
+        >>> from fsmchat.network import ChannelContext
+        >>> ctx = ChannelContext("discussion-1", "alice", ["alice", "bob", "carol"], max_texts=6)
+        >>> ctx.invitees, ctx.state
+        (['bob', 'carol'], 'pending')
+    """
 
     channel_id: str
     creator: str
@@ -61,10 +93,12 @@ class ChannelContext:
 
     @property
     def invitees(self) -> list[str]:
+        """Every participant but the creator, in order."""
         return [p for p in self.order if p != self.creator]
 
     @property
     def state(self) -> str:
+        """The lifecycle's state: ``pending``, ``active``, ``closed`` or ``expired``."""
         return self.lifecycle.state if self.lifecycle is not None else LIFECYCLE_PENDING
 
     @property
@@ -112,7 +146,23 @@ def announce_opened(ctx: ChannelContext) -> list[str]:
 
 
 def lifecycle_graph(name: str = "discussion_channel") -> StateGraph:
-    """A channel's lifecycle: invites and acks, then active until close() or TTL."""
+    """A channel's lifecycle: invites and acks, then active until close() or TTL.
+
+    ``pending -> active -> closed | expired``: ``pending`` waits for every ack (each ack is an
+    event; the last one opens the channel), a rejected invite or ``close`` closes it, the TTL
+    expires it.
+
+    Args:
+        name: The graph's name.
+
+    Examples:
+        >>> from fsmchat.network import lifecycle_graph
+        >>> g = lifecycle_graph()
+        >>> list(g.states)
+        ['pending', 'active', 'closed', 'expired']
+        >>> [(t.dest, t.label) for t in g.transitions if t.source == "active"]
+        [('expired', 'expire'), ('closed', 'close')]
+    """
     g = StateGraph(name, context=ChannelContext,
                    description="Discussion channel lifecycle: invite, ack, active until close() or TTL")
     g.state(LIFECYCLE_PENDING, None, "one invite per invitee sent; waiting for every ack")
@@ -130,7 +180,13 @@ def lifecycle_graph(name: str = "discussion_channel") -> StateGraph:
 
 
 LIFECYCLE = lifecycle_graph()
-"""The lifecycle graph every channel runs (compiled once; each channel is one model on its machine)."""
+"""The lifecycle graph every channel runs (compiled once; each channel is one model on its machine).
+
+Examples:
+    >>> from fsmchat.network import LIFECYCLE
+    >>> LIFECYCLE.name, LIFECYCLE.initial
+    ('discussion_channel', 'pending')
+"""
 
 
 # ---- turn rule ----
@@ -156,10 +212,31 @@ def turn_state_names(order: Sequence[str]) -> list[str]:
 
 def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "discussion_turns",
                first: str | None = None, people: Collection[str] = ()) -> StateGraph:
-    """The round-robin turn rule for ``order``: ``first`` (the creator; default ``order[0]``) speaks
-    first, and after ``order[i]`` speaks ``order[(i + 1) % N]`` is expected; with ``max_texts`` the
-    turns end at exactly that many texts. The turn states of ``people`` (``Human`` clients) are
-    drawn as waiting for a person: the channel waits there until they send."""
+    """The round-robin turn rule for ``order``: one ``awaiting_<p>`` state per participant.
+
+    ``first`` speaks first, and after ``order[i]`` speaks ``order[(i + 1) % N]`` is expected;
+    with ``max_texts`` the turns end at exactly that many texts; ``close`` and ``expire`` follow
+    the lifecycle.
+
+    Args:
+        order: The participant order (at least 2).
+        max_texts: End the turns at exactly this many texts (None: no cap).
+        name: The graph's name.
+        first: Who speaks first (the creator; default ``order[0]``).
+        people: The ``Human`` participants: their turn states are drawn as waiting for a person
+            (the channel waits there until they send).
+
+    Raises:
+        ValueError: Fewer than 2 participants.
+
+    Examples:
+        >>> from fsmchat.network import turn_graph
+        >>> g = turn_graph(["alice", "bob", "carol"], max_texts=6)
+        >>> list(g.states)
+        ['awaiting_alice', 'awaiting_bob', 'awaiting_carol', 'closed', 'expired']
+        >>> g.description
+        'Discussion turns (round robin): alice -> bob -> carol -> alice ...; closes at exactly 6 texts'
+    """
     order = list(order)
     if len(order) < 2:
         raise ValueError(f"a discussion turn graph needs at least 2 participants, got {order}")
@@ -181,10 +258,22 @@ def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "
 
 # ---- gallery factories (zero-argument) ----
 def example_lifecycle_graph() -> StateGraph:
-    """The discussion channel lifecycle, for the graphs/ gallery."""
+    """The discussion channel lifecycle, for the graphs/ gallery.
+
+    Examples:
+        >>> from fsmchat.network import example_lifecycle_graph
+        >>> example_lifecycle_graph().name
+        'discussion_channel'
+    """
     return lifecycle_graph()
 
 
 def example_turn_graph() -> StateGraph:
-    """The reference's alice/bob/carol turn rule, for the graphs/ gallery."""
+    """The reference's alice/bob/carol turn rule, for the graphs/ gallery.
+
+    Examples:
+        >>> from fsmchat.network import example_turn_graph
+        >>> example_turn_graph().description
+        'Discussion turns (round robin): alice -> bob -> carol -> alice ...'
+    """
     return turn_graph(["alice", "bob", "carol"])

@@ -37,6 +37,17 @@ CLOSE_TOOL: dict[str, Any] = {
         },
     },
 }
+"""The ``close_channel(reason)`` tool the default handler offers a model (``register(..., close_tool=True)``).
+
+The reference's agent-side close: a participant's model calls it when the discussion has
+reached its goal, and the channel closes for everyone with that reason. A callable participant
+closes with ``turn.variables["close_channel"](reason)`` instead.
+
+Examples:
+    >>> from fsmchat.network import CLOSE_TOOL
+    >>> CLOSE_TOOL["function"]["name"], CLOSE_TOOL["function"]["parameters"]["required"]
+    ('close_channel', ['reason'])
+"""
 
 
 @dataclass
@@ -136,8 +147,33 @@ async def call_speaker(speaker: Any, turn: Turn, close_tool: bool) -> ReplyOutco
 class DefaultHandler:
     """Acks (or rejects) invites; on a text, takes its turn if ``can_send`` says so, at most once per turn.
 
-    ``accept_invites``: True, False, or ``fn(envelope) -> bool``. ``close_tool``: offer the model a
-    ``close_channel(reason)`` tool (the reference's agent-side close).
+    Every participant receives every text; the handler probes ``hub.can_send(channel, me)`` and
+    calls its model only on its own turn, so a round-robin discussion of N agents makes exactly
+    one model call per text. ``hub.register`` gives each client one unless ``handler=`` is passed.
+
+    Args:
+        accept_invites: True, False, or ``fn(envelope) -> bool``.
+        close_tool: Offer the model a ``close_channel(reason)`` tool (the reference's agent-side
+            close); a callable gets ``turn.variables["close_channel"]``.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import EV_TEXT, Hub
+        >>> def alice(turn):
+        ...     return "Rust everywhere!"
+        >>> def bob(turn):
+        ...     turn.variables["close_channel"]("we agree")
+        ...     return "Agreed."
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         a = await hub.register(alice)
+        ...         await hub.register(bob, close_tool=True)  # its DefaultHandler(close_tool=True)
+        ...         channel = await a.open(target=["bob"])
+        ...         await channel.send("Topic: should every developer learn Rust?")
+        ...         await hub.drain()
+        ...         return channel.state, channel.close_reason, [e.sender for e in channel.log() if e.event_type == EV_TEXT]
+        >>> asyncio.run(main())
+        ('closed', 'we agree', ['alice', 'bob'])
     """
 
     def __init__(self, accept_invites: bool | Callable[[Envelope], bool] = True, close_tool: bool = False):
@@ -155,6 +191,8 @@ class DefaultHandler:
             await self.on_text(client, envelope)
 
     async def on_text(self, client: "HubClient", envelope: Envelope) -> None:
+        """Take ``client``'s turn if the channel expects it and it has not tried this turn yet: call
+        the model on the windowed view, send the reply (or report a failed turn), close if asked."""
         hub, svc, cid, me = client.hub, client.services, envelope.channel_id, client.agent_id
         if client.speaker is None:
             return

@@ -46,13 +46,49 @@ def _limit(owner: str, name: str, value: Any) -> int:
 class Hub:
     """Routes envelopes between registered agents; each channel's graphs are enforced by its runtime.
 
-    Open with ``hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=...)``;
-    ``ttl_sweep_interval > 0`` starts a background sweep (TTL expiry and expectations) every that
-    many real seconds; with 0, call ``expire_due()`` / ``check_expectations()`` / ``sweep()``.
-    ``clock`` (default ``time.monotonic``) is what TTLs and expectations are measured on.
-    Custom events (``channel.emit``) are capped per channel: ``max_custom_events`` (default 1,000)
-    and ``max_event_bytes`` per event (default 64 KiB of type + JSON data); over either is a
-    ``ChannelLimitError``. After ``aclose()`` every send, emit, open, ack and close is ``HubClosed``.
+    Open with ``hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=...)``
+    (``Hub(...)`` builds one without the background sweep; ``async with`` closes it). Register
+    agents (``hub.register``), then a client opens a discussion channel, whose participants speak
+    in round robin, creator first. After ``aclose()`` every send, emit, open, ack and close is
+    ``HubClosed``.
+
+    Args:
+        store: Where channel logs and states are kept (a new ``MemoryKnowledgeStore`` by default).
+        ttl_sweep_interval: Seconds between background sweeps (TTL expiry and expectations); with
+            0, call ``expire_due()`` / ``check_expectations()`` / ``sweep()`` yourself.
+        clock: What TTLs and expectations are measured on (default ``time.monotonic``;
+            ``ManualClock`` in tests).
+        max_custom_events: Custom events (``channel.emit``) allowed per channel (default 1,000);
+            over it is a ``ChannelLimitError``.
+        max_event_bytes: The size allowed per custom event, type + JSON data (default 64 KiB).
+
+    Raises:
+        ValueError: A negative or non-finite ``ttl_sweep_interval``, or a limit below 1.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import ORDERING_ROUND_ROBIN, Hub, MemoryKnowledgeStore, wait_for_text_count
+        >>> def alice(turn):
+        ...     return "Yes: memory safety pays off."
+        >>> def bob(turn):
+        ...     return f"Only for systems work (turn {turn.variables['turn']})."
+        >>> async def main():
+        ...     hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0)
+        ...     a, b = await hub.register(alice), await hub.register(bob)
+        ...     channel = await a.open(type="discussion", target=[b.agent_id],
+        ...                            knobs={"ordering": ORDERING_ROUND_ROBIN, "max_texts": 4})
+        ...     await channel.send("Topic: should every developer learn Rust?")
+        ...     await wait_for_text_count(hub, channel.channel_id, expected=4)
+        ...     texts = [(e.sender, e.text) for e in hub.read_log(channel.channel_id) if e.event_type == "text"]
+        ...     state, reason = hub.channel_state(channel.channel_id), hub.close_reason(channel.channel_id)
+        ...     await hub.aclose()
+        ...     return texts, state, reason
+        >>> texts, state, reason = asyncio.run(main())
+        >>> texts
+        [('alice', 'Topic: should every developer learn Rust?'), ('bob', 'Only for systems work (turn 1).'),
+         ('alice', 'Yes: memory safety pays off.'), ('bob', 'Only for systems work (turn 3).')]
+        >>> state, reason
+        ('closed', 'max_texts')
     """
 
     def __init__(self, store: KnowledgeStore | None = None, *, ttl_sweep_interval: float = 0.0,
@@ -81,6 +117,8 @@ class Hub:
     async def open(cls, store: KnowledgeStore | None = None, *, ttl_sweep_interval: float = 0.0,
                    clock: Clock | None = None, max_custom_events: int = MAX_CUSTOM_EVENTS,
                    max_event_bytes: int = MAX_EVENT_BYTES) -> "Hub":
+        """A new hub (the arguments are the class's), its background sweep started when
+        ``ttl_sweep_interval > 0``; call it from a running event loop."""
         hub = cls(store, ttl_sweep_interval=ttl_sweep_interval, clock=clock, max_custom_events=max_custom_events,
                   max_event_bytes=max_event_bytes)
         if hub.ttl_sweep_interval > 0:
@@ -123,6 +161,7 @@ class Hub:
         return client
 
     def client(self, agent_id: str) -> HubClient:
+        """The registered client of ``agent_id`` (``NotFoundError`` if none)."""
         try:
             return self._clients[agent_id]
         except KeyError:
@@ -130,6 +169,7 @@ class Hub:
 
     @property
     def agents(self) -> list[str]:
+        """The registered agent ids, in registration order."""
         return list(self._clients)
 
     def _admit(self, client: Any) -> None:
@@ -150,6 +190,8 @@ class Hub:
             raise NotFoundError(f"channel '{channel_id}' not found") from None
 
     def list_channels(self, *, include_hidden: bool = False) -> list[str]:
+        """The channel ids, in opening order; a channel a ``hide`` expectation hid is left out
+        unless ``include_hidden``."""
         return [cid for cid, rt in self._channels.items() if include_hidden or not rt.ctx.hidden]
 
     # the public readings of one channel (each is its runtime's)
@@ -186,9 +228,11 @@ class Hub:
         return self.runtime(channel_id).runs
 
     def turn_graph(self, channel_id: str) -> StateGraph:
+        """The channel's turn graph (its round-robin rule), to render or analyse."""
         return self.runtime(channel_id).turn_graph
 
     def is_hidden(self, channel_id: str) -> bool:
+        """Whether a ``hide`` expectation hid the channel (until its next text)."""
         return self.runtime(channel_id).ctx.hidden
 
     # ---- listeners and routing ----
@@ -293,6 +337,7 @@ class Hub:
 
     @property
     def closed(self) -> bool:
+        """Whether ``aclose()`` was called."""
         return self._closed
 
     def __repr__(self) -> str:
@@ -303,9 +348,36 @@ async def wait_for_text_count(hub: Hub, channel_id: str, expected: int, timeout:
     """Wait until the channel holds at least ``expected`` texts; returns the count.
 
     Event-driven (woken by each accepted envelope, before any handler sees it), so an app that
-    closes right after it returns closes at exactly ``expected``. Raises ``TurnFailed`` (with the
-    cause) as soon as a participant's turn fails, since no further text can come; ``NetworkError``
-    if the channel ends with fewer texts; ``TimeoutError`` after ``timeout`` real seconds.
+    closes right after it returns closes at exactly ``expected``.
+
+    Args:
+        hub: The hub.
+        channel_id: The channel.
+        expected: The number of texts to wait for.
+        timeout: Real seconds to wait at most (None: no limit).
+
+    Raises:
+        TurnFailed: A participant's turn failed (with the cause): no further text can come.
+        NetworkError: The channel ended with fewer texts.
+        TimeoutError: ``timeout`` passed.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import Hub, wait_for_text_count
+        >>> def alice(turn):
+        ...     return "Yes: memory safety pays off."
+        >>> def bob(turn):
+        ...     return "Only for systems work."
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         a, b = await hub.register(alice), await hub.register(bob)
+        ...         channel = await a.open(target=["bob"])
+        ...         await channel.send("Topic: should every developer learn Rust?")
+        ...         count = await wait_for_text_count(hub, channel.channel_id, expected=6)
+        ...         await channel.close()  # the app-side cap: close at exactly 6 texts
+        ...         return count, hub.stats(channel.channel_id).texts
+        >>> asyncio.run(main())
+        (6, 6)
     """
     if timeout is None:
         return await hub.runtime(channel_id).wait_for_texts(expected)

@@ -22,22 +22,58 @@ if TYPE_CHECKING:
     from .client import HubClient
 
 HANDLER_COUNTS = ("deliveries", "skipped_deliveries", "model_calls", "replies", "wasted_calls")
-"""The ``TurnStats`` counts a handler keeps (``texts`` and ``rejected_sends`` are the hub's,
-``turn_failures`` is ``fail_turn``'s)."""
+"""The ``TurnStats`` counts a handler keeps through ``HubServices.count``.
+
+``texts`` and ``rejected_sends`` are the hub's, ``turn_failures`` is ``fail_turn``'s.
+
+Examples:
+    >>> from fsmchat.network import HANDLER_COUNTS
+    >>> HANDLER_COUNTS
+    ('deliveries', 'skipped_deliveries', 'model_calls', 'replies', 'wasted_calls')
+"""
 HUB_KINDS = frozenset({"accepted", "rejected", "transition", "expectation", "turn_failed"})
 """Listener event kinds only the hub reports (``turn_failed`` through ``fail_turn``)."""
 
 
 class HubServices:
-    """One client's services on the channels it takes part in. Every method acts as that client:
-    counts go to the channel's stats and the client's own, events carry its agent id. A channel it
-    is not a participant of is a ``ProtocolError``; an unknown one ``NotFoundError``."""
+    """One client's services on the channels it takes part in (``client.services``).
+
+    Every method acts as that client: counts go to the channel's stats and the client's own,
+    events carry its agent id. A channel it is not a participant of is a ``ProtocolError``; an
+    unknown one ``NotFoundError``. A custom handler keeps the default handler's counts and events
+    through it.
+
+    Args:
+        client: The client it acts as (each client makes its own).
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import EV_TEXT, Hub, wait_for_text_count
+        >>> from fsmchat.network import EV_CHANNEL_INVITE
+        >>> async def polite(client, envelope):
+        ...     cid = envelope.channel_id
+        ...     if envelope.event_type == EV_CHANNEL_INVITE:
+        ...         await client.channel(cid).ack()
+        ...     elif envelope.event_type == EV_TEXT and client.can_send(cid):
+        ...         client.services.count(cid, "deliveries")
+        ...         await client.channel(cid).send(f"Noted, {envelope.sender}.")
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         alice, bob = await hub.register("alice"), await hub.register("bob", handler=polite)
+        ...         channel = await alice.open(target=["bob"])
+        ...         await channel.send("Topic: should every developer learn Rust?")
+        ...         await wait_for_text_count(hub, channel.channel_id, expected=2)
+        ...         return channel.log()[-1].text, hub.stats(channel.channel_id).deliveries, bob.stats.deliveries
+        >>> asyncio.run(main())
+        ('Noted, alice.', 1, 1)
+    """
 
     def __init__(self, client: "HubClient"):
         self._client = client
 
     @property
     def agent_id(self) -> str:
+        """The id of the client it acts as."""
         return self._client.agent_id
 
     def _runtime(self, channel_id: str) -> "ChannelRuntime":

@@ -7,38 +7,84 @@ from .events import Envelope
 
 
 class KnowledgeStore(Protocol):
-    """The hub's persistence seam: an append-only log per channel plus the channel's latest state."""
+    """The hub's persistence seam: an append-only log per channel plus the channel's latest state.
 
-    def append(self, channel_id: str, envelope: Envelope) -> None: ...
+    Any object with these four methods will do (``Hub.open(store)``); ``MemoryKnowledgeStore``
+    is the one shipped.
 
-    def read(self, channel_id: str) -> list[Envelope]: ...
+    Examples:
+        >>> from fsmchat.network import KnowledgeStore, MemoryKnowledgeStore
+        >>> class Notebook:  # a store of your own: write-through to any backend
+        ...     def __init__(self):
+        ...         self.inner = MemoryKnowledgeStore()
+        ...     def append(self, channel_id, envelope):
+        ...         self.inner.append(channel_id, envelope)
+        ...     def read(self, channel_id):
+        ...         return self.inner.read(channel_id)
+        ...     def put_state(self, channel_id, state):
+        ...         self.inner.put_state(channel_id, state)
+        ...     def get_state(self, channel_id):
+        ...         return self.inner.get_state(channel_id)
+        >>> store: KnowledgeStore = Notebook()
+        >>> store.read("discussion-1")
+        []
+    """
 
-    def put_state(self, channel_id: str, state: dict[str, Any]) -> None: ...
+    def append(self, channel_id: str, envelope: Envelope) -> None:
+        """Add ``envelope`` at the end of the channel's log."""
 
-    def get_state(self, channel_id: str) -> dict[str, Any] | None: ...
+    def read(self, channel_id: str) -> list[Envelope]:
+        """The channel's envelopes, in order (empty for an unknown channel)."""
+
+    def put_state(self, channel_id: str, state: dict[str, Any]) -> None:
+        """Replace the channel's state snapshot."""
+
+    def get_state(self, channel_id: str) -> dict[str, Any] | None:
+        """The channel's latest state snapshot, None when it has none."""
 
 
 class MemoryKnowledgeStore:
-    """In-memory store: per channel, the accepted envelopes in order and the latest state snapshot."""
+    """In-memory store: per channel, the accepted envelopes in order and the latest state snapshot.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import Hub, MemoryKnowledgeStore
+        >>> store = MemoryKnowledgeStore()
+        >>> async def main():
+        ...     async with await Hub.open(store) as hub:
+        ...         alice, bob = await hub.register("alice"), await hub.register("bob")
+        ...         channel = await alice.open(target=["bob"])
+        ...         await channel.send("Topic: should every developer learn Rust?")
+        >>> asyncio.run(main())
+        >>> store.channels(), [e.event_type for e in store.read("discussion-1")]
+        (['discussion-1'], ['channel.invite', 'channel.invite_ack', 'channel.opened', 'text'])
+        >>> store.get_state("discussion-1")["expected_next_speaker"]
+        'bob'
+    """
 
     def __init__(self) -> None:
         self._logs: dict[str, list[Envelope]] = {}
         self._states: dict[str, dict[str, Any]] = {}
 
     def append(self, channel_id: str, envelope: Envelope) -> None:
+        """Add ``envelope`` at the end of the channel's log."""
         self._logs.setdefault(channel_id, []).append(envelope)
 
     def read(self, channel_id: str) -> list[Envelope]:
+        """The channel's envelopes, in order (a copy; empty for an unknown channel)."""
         return list(self._logs.get(channel_id, ()))
 
     def put_state(self, channel_id: str, state: dict[str, Any]) -> None:
+        """Replace the channel's state snapshot (a copy is kept)."""
         self._states[channel_id] = dict(state)
 
     def get_state(self, channel_id: str) -> dict[str, Any] | None:
+        """The channel's latest state snapshot (a copy), None when it has none."""
         s = self._states.get(channel_id)
         return dict(s) if s is not None else None
 
     def channels(self) -> list[str]:
+        """Every channel with a log or a state, in the order first seen."""
         return list(dict.fromkeys([*self._logs, *self._states]))
 
     def __repr__(self) -> str:

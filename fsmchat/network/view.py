@@ -11,7 +11,16 @@ SUMMARY_PREFIX = "[summary]"
 
 
 def window_size(n_participants: int) -> int:
-    """The reference's ``WindowedSummary(recent_n=N*2)``, at least 4."""
+    """The reference's ``WindowedSummary(recent_n=N*2)``, at least 4.
+
+    Args:
+        n_participants: The channel's number of participants.
+
+    Examples:
+        >>> from fsmchat.network import window_size
+        >>> window_size(2), window_size(3)
+        (4, 6)
+    """
     return max(2 * n_participants, 4)
 
 
@@ -42,11 +51,27 @@ def summary_line(older: Sequence[tuple[str, str]]) -> str:
 
 @dataclass(frozen=True)
 class WindowedSummary:
-    """The last ``recent_n`` texts labelled ``[name]: text``; anything older folded into one line."""
+    """The last ``recent_n`` texts labelled ``[name]: text``; anything older folded into one line.
+
+    A text's own line breaks become newline + indent, so no line a sender writes can start like a
+    speaker label.
+
+    Attributes:
+        recent_n: How many recent texts are shown whole.
+
+    Examples:
+        >>> from fsmchat.network import WindowedSummary
+        >>> texts = [("alice", "Topic: Rust?"), ("bob", "For systems work."), ("carol", "Not for scripts.")]
+        >>> print(WindowedSummary(recent_n=2).render(texts))
+        [summary] 1 earlier text (alice 1); it opened with [alice]: Topic: Rust?
+        [bob]: For systems work.
+        [carol]: Not for scripts.
+    """
 
     recent_n: int
 
     def lines(self, texts: Sequence[tuple[str, str]]) -> list[str]:
+        """The view of ``texts`` ((sender, text) pairs, in order) as lines: a summary line, then the window."""
         texts = list(texts)
         older, recent = texts[: max(0, len(texts) - self.recent_n)], texts[-self.recent_n:] if self.recent_n else []
         out = [summary_line(older)] if older else []
@@ -54,6 +79,7 @@ class WindowedSummary:
         return out
 
     def render(self, texts: Sequence[tuple[str, str]]) -> str:
+        """``lines(texts)`` joined by newlines."""
         return "\n".join(self.lines(texts))
 
 
@@ -63,5 +89,25 @@ def texts_of(log: Iterable[Envelope]) -> list[tuple[str, str]]:
 
 
 def windowed_view(log: Iterable[Envelope], n_participants: int) -> list[str]:
-    """The default view of a discussion channel: ``max(2N, 4)`` labelled texts plus a summary line."""
+    r"""The default view of a discussion channel: ``max(2N, 4)`` labelled texts plus a summary line.
+
+    What the default handler sends a participant's model on its turn.
+
+    Args:
+        log: The channel's envelopes (``channel.log()``); only texts are shown.
+        n_participants: The channel's number of participants.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import Hub
+        >>> from fsmchat.network import windowed_view
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         alice, bob = await hub.register("alice"), await hub.register("bob")
+        ...         channel = await alice.open(target=["bob"])
+        ...         await channel.send("Topic: should every developer learn Rust?\nOne line each.")
+        ...         return windowed_view(channel.log(), 2)
+        >>> asyncio.run(main())
+        ['[alice]: Topic: should every developer learn Rust?\n  One line each.']
+    """
     return WindowedSummary(window_size(n_participants)).lines(texts_of(log))

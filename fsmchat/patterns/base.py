@@ -56,13 +56,32 @@ T = TypeVar("T")
 @dataclass
 class PatternState:
     """A pattern's typed working state between steps (``GroupChatState``: the bids, the winner...).
+
+    A pattern subclasses it as a dataclass and gives it to its context (``ChatContext.state``).
     Every field is checkpointed after each step, as the snapshot's ``"scratch"`` (a value that is
-    not JSON-able is left out); a resume restores the fields the snapshot has."""
+    not JSON-able is left out); a resume restores the fields the snapshot has.
+
+    Examples:
+        >>> from dataclasses import dataclass, field
+        >>> from fsmchat.patterns import PatternState
+        >>> @dataclass
+        ... class TallyState(PatternState):
+        ...     votes: list[str] = field(default_factory=list)
+        ...     winner: str | None = None
+        >>> TallyState(votes=["yes"]).snapshot()
+        {'votes': ['yes'], 'winner': None}
+        >>> state = TallyState()
+        >>> state.restore({"votes": ["yes", "no"]})
+        >>> state
+        TallyState(votes=['yes', 'no'], winner=None)
+    """
 
     def snapshot(self) -> dict[str, Any]:
+        """Every field as JSON-able data (what a checkpoint stores as ``"scratch"``)."""
         return encode_fields({f.name: getattr(self, f.name) for f in fields(self)})
 
     def restore(self, scratch: dict[str, Any]) -> None:
+        """Set the fields a ``snapshot`` holds (on resume); other keys are ignored."""
         names = {f.name for f in fields(self)}
         for name, value in decode(scratch).items():
             if name in names:
@@ -71,8 +90,37 @@ class PatternState:
 
 @dataclass
 class ChatContext:
-    """The typed context a pattern's actions and guards read and write. A pattern subclasses it
-    with its ``config`` (its validated model) and its ``state`` (a ``PatternState``)."""
+    """The typed context a pattern's actions and guards read and write, one per run.
+
+    A pattern subclasses it with its ``config`` (its validated model) and its ``state`` (a
+    ``PatternState``); actions ask speakers (``ask``, ``ask_private``) and post their replies
+    (``post``).
+
+    Attributes:
+        task: The run's task.
+        speakers: The participants, in roster order.
+        transcript: The shared conversation (append-only).
+        stats: Model calls, usage and the run's limits.
+        events: Notable facts of the run (invalid bids, repaired texts...), in order.
+        turn: The turn counter the pattern keeps.
+        state: The pattern's typed working state.
+        images: Images attached to every call of the run (``img``).
+        memory: Each speaker's private memory (``ask_private``), by name.
+        people: The answers of people in the loop.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import ChatContext
+        >>> from fsmchat.speakers import as_speaker
+        >>> def analyst(turn):
+        ...     return f"Noted: {turn.last.content}"
+        >>> ctx = ChatContext("Plan the launch.", [as_speaker(analyst)])
+        >>> ctx.seed().content
+        'Plan the launch.'
+        >>> reply = asyncio.run(ctx.ask(ctx.speakers[0], "Your view?"))
+        >>> ctx.post("analyst", reply).content, ctx.names, len(ctx.transcript)
+        ('Noted: Plan the launch.', ['analyst'], 2)
+    """
 
     task: str
     speakers: list[Speaker]
@@ -90,15 +138,19 @@ class ChatContext:
 
     @property
     def names(self) -> list[str]:
+        """The speakers' names, in roster order."""
         return [s.name for s in self.speakers]
 
     def post(self, role: str, content: str, **metadata: Any) -> Message:
+        """Append a message to the transcript (its listeners are told) and return it."""
         return self.transcript.post(role, content, **metadata)
 
     def seed(self) -> Message:
+        """Post the task as message 1 (role ``"User"``)."""
         return self.post(SEED_ROLE, self.task)
 
     def turn_for(self, speaker: Speaker, instruction: str, kind: Literal["reply", "bid"] = "reply", **kw: Any) -> Turn:
+        """The ``Turn`` ``speaker`` is asked with: the shared conversation, ``instruction``, the run's images."""
         if self.images:
             kw.setdefault("images", list(self.images))
         return Turn(speaker.name, self.transcript.view(), instruction, kind, self.stats, **kw)
@@ -130,6 +182,7 @@ class ChatContext:
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Set the working state back to a checkpoint's ``snapshot`` (on resume)."""
         self.turn = state["turn"]
         self.state.restore(state["scratch"])
         self.memory.update({k: AppendLog(v) for k, v in state["memory"].items()})
@@ -181,17 +234,37 @@ OutputType = Annotated[str, AfterValidator(check_output_type)]
 
 
 class PatternConfig(BaseModel):
-    """Base of every pattern's one model. Its fields, in order, are the pattern's constructor
-    parameters and its attributes; a bad value is a ``ConfigError`` naming the field
-    (``"GroupChat: max_loops=0 is invalid: input should be greater than or equal to 1"``),
-    whether passed to the pattern, set on it later (``chat.max_loops = 0``) or given to the
-    model itself. A field holding live objects says how it travels in a config
-    (``fsmchat.config.Participants``, ``FlowSteps``...)."""
+    """Base of every pattern's one model: its fields are the pattern's parameters and attributes.
+
+    The fields, in order, are the pattern's constructor parameters and its attributes; a bad
+    value is a ``ConfigError`` naming the field (``"GroupChat: max_loops=0 is invalid: input
+    should be greater than or equal to 1"``), whether passed to the pattern, set on it later
+    (``chat.max_loops = 0``) or given to the model itself. A field holding live objects says how
+    it travels in a config (``fsmchat.config.Participants``, ``FlowSteps``...). Unknown fields are
+    refused.
+
+    Examples:
+        >>> from pydantic import Field
+        >>> from fsmchat.patterns import PatternConfig
+        >>> class RelayConfig(PatternConfig):
+        ...     rounds: int = Field(2, ge=1)
+        >>> RelayConfig(rounds=3).rounds
+        3
+        >>> RelayConfig.make("Relay", rounds=0)
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: Relay: rounds=0 is invalid: input should be greater than or equal to 1
+    """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
 
     def __init__(self, owner: str | None = None, /, **values: Any) -> None:
-        """Validate ``values``; a bad one is refused in ``owner``'s name (the model's by default)."""
+        """Validate ``values``; a bad one is refused in ``owner``'s name.
+
+        Args:
+            owner: Whose name a refusal is given in (the model's by default).
+            **values: The fields.
+        """
         try:
             super().__init__(**values)
         except ValidationError as exc:
@@ -296,6 +369,55 @@ class Pattern(ABC):
     order, or by name) plus ``interrupt_before``/``interrupt_after``, the fields become attributes,
     and the kind's config form (``GroupChat.Spec``) is derived and registered for ``to_config`` /
     ``from_config``. A subclass without ``kind=`` is the same kind (it travels as ``pattern_class``).
+    A pattern supplies ``_compile`` (its ``StateGraph``), ``_context`` (a fresh context per run)
+    and ``_calls_by_speaker`` (the worst case per speaker: ``max_calls`` and a checkpoint's
+    fingerprint read it); ``run``, ``execute``, ``stream``, ``run_batch``, checkpoints, limits
+    and people in the loop come with this class.
+
+    Args:
+        *args: The config model's fields by position.
+        **kwargs: The config model's fields by name (an unknown name is a ``ConfigTypeError``).
+        interrupt_before: States where the run stops for a person before entering them.
+        interrupt_after: States where the run stops for a person after leaving them.
+
+    Examples:
+        >>> from dataclasses import dataclass, field
+        >>> from pydantic import Field
+        >>> from fsmchat import ChatContext, Pattern, StateGraph
+        >>> from fsmchat.patterns import PatternConfig
+        >>> from fsmchat.speakers import check_roster
+        >>> class RelayConfig(PatternConfig):
+        ...     agents: list = Field(None, title="agent")  # Participants, for a roster that travels in a config
+        ...     rounds: int = Field(2, ge=1)
+        >>> @dataclass
+        ... class RelayContext(ChatContext):
+        ...     config: RelayConfig = field(kw_only=True)
+        >>> async def relay(ctx):
+        ...     '''every agent adds a line, in order'''
+        ...     for s in ctx.speakers:
+        ...         ctx.post(s.name, await ctx.ask(s, "Add one line."))
+        ...     ctx.turn += 1
+        >>> def rounds_left(ctx):
+        ...     return ctx.turn < ctx.config.rounds
+        >>> class Relay(Pattern, config=RelayConfig):
+        ...     def _compile(self):
+        ...         g = StateGraph("relay", context=RelayContext)
+        ...         g.state("seed", RelayContext.seed).state("relay", relay).final("stop", reason="rounds")
+        ...         return g.edge("seed", "relay").edge("relay", "relay", when=rounds_left).edge("relay", "stop")
+        ...     def _context(self, task):
+        ...         return RelayContext(task, check_roster(self.config.agents, "Relay"), config=self.config)
+        ...     def _calls_by_speaker(self):
+        ...         return [(a, self.config.rounds) for a in self.config.agents]
+        >>> def poet(turn):
+        ...     return f"Line {len(turn.transcript)}."
+        >>> relay_chat = Relay([poet], rounds=3)
+        >>> result = relay_chat.execute("Write a poem.")
+        >>> result.stop_reason, result.path, relay_chat.run("Write a poem.")
+        ('rounds', ['seed', 'relay', 'relay', 'relay', 'stop'], 'Line 3.')
+        >>> relay_chat.rounds = 0
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: Relay: rounds=0 is invalid: input should be greater than or equal to 1
     """
 
     Config: ClassVar[type[PatternConfig] | None] = None  # the one model (None: a pattern with no options)
@@ -391,6 +513,8 @@ class Pattern(ABC):
 
     @property
     def graph(self) -> StateGraph:
+        """The pattern's validated ``StateGraph`` (compiled on first use, again after a change):
+        the graph that runs, renders and bounds the run."""
         if self._graph is None:
             g = self._compile()
             if self.interrupt_before or self.interrupt_after:
@@ -584,11 +708,11 @@ class Pattern(ABC):
         if checkpoint is not None:
             run_id = run_id or new_run_id()
             lease = Lease(checkpoint, run_id)
-        meta = {"pattern": type(self).__name__, "name": self.name, "task": task, "factory": self.factory,
-                "fingerprint": self.fingerprint()}
-        if checkpoint is not None:
-            meta.update(self._viewer_meta())
+        meta = None
         try:
+            if checkpoint is not None:  # what a resume checks and the viewer shows; a plain run needs none of it
+                meta = {"pattern": type(self).__name__, "name": self.name, "task": task, "factory": self.factory,
+                        "fingerprint": self.fingerprint(), **self._viewer_meta()}
             ctx = self._context(task)
         except BaseException:
             if lease is not None:
@@ -730,6 +854,7 @@ class Pattern(ABC):
             raise
 
     def execute(self, task: str, **kw: Any) -> RunResult:
+        """Run once (sync) and return the ``RunResult``; the keywords are ``aexecute``'s."""
         return self._sync(lambda: self.aexecute(task, **kw))
 
     async def arun(self, task: str, **kw: Any) -> Any:

@@ -37,8 +37,25 @@ def debaters(agents: Any) -> Any:
 
 
 class DebateConfig(PatternConfig):
-    """A debate, declared once: its parameters in the reference's order, validated before any
-    model call."""
+    """OneOnOneDebate's parameters, declared once: validated before any model call.
+
+    The fields are ``OneOnOneDebate``'s constructor parameters, in the reference's order, with
+    its defaults.
+
+    Attributes:
+        max_loops: Number of conversational turns. One agent speaks per loop, alternating.
+        agents: Exactly two agents (``run()`` raises ``ValueError`` otherwise); None: set later.
+        img: Optional image passed to each agent's call.
+        output_type: Format for the returned conversation history.
+        send_intros: Introduce each debater to its opponent first (not posted; one call each).
+        verbose: Print each posted message.
+
+    Examples:
+        >>> from fsmchat.patterns import DebateConfig
+        >>> cfg = DebateConfig(max_loops=3)
+        >>> cfg.agents, cfg.output_type, cfg.send_intros
+        (None, 'str-all-except-first', True)
+    """
 
     max_loops: int = Field(1, ge=1, description="turns in all, alternating from agents[0]")
     agents: Annotated[Participants, AfterValidator(debaters)] = Field(None, title="agent")
@@ -50,14 +67,40 @@ class DebateConfig(PatternConfig):
 
 @dataclass
 class DebateState(PatternState):
-    """A debate's working state: the message the next debater answers."""
+    """A debate's working state: the message the next debater answers.
+
+    Attributes:
+        message: The next debater's prompt: the task, then the other debater's last reply.
+
+    Examples:
+        >>> from fsmchat.patterns import DebateState
+        >>> DebateState(message="Will open-weight models match frontier models?").snapshot()
+        {'message': 'Will open-weight models match frontier models?'}
+    """
 
     message: str = ""
 
 
 @dataclass
 class DebateContext(ChatContext):
-    """A debate run's context: its config and its typed working state."""
+    """A debate run's context: its config and its typed working state.
+
+    Attributes:
+        config: The debate's validated parameters.
+        state: The working state (the message the next debater answers).
+
+    Examples:
+        >>> from fsmchat import OneOnOneDebate
+        >>> def optimist(turn):
+        ...     return "Open models will catch up."
+        >>> def skeptic(turn):
+        ...     return f"Doubtful that {turn.instruction.lower()}"
+        >>> seen = []
+        >>> _ = OneOnOneDebate(max_loops=2, agents=[optimist, skeptic]).execute(
+        ...     "Will open-weight models match frontier models?", on_start=[seen.append])
+        >>> type(seen[0]).__name__, seen[0].turn, len(seen[0].memory["optimist"])
+        ('DebateContext', 2, 4)
+    """
 
     config: DebateConfig = field(kw_only=True)
     state: DebateState = field(default_factory=DebateState)
@@ -97,8 +140,27 @@ async def debate_turn(ctx: DebateContext, i: int) -> str:
 
 def compile_debate(names: Sequence[str] | None = None, send_intros: bool = True, description: str = "",
                    name: str | None = None, people: Collection[str] = ()) -> StateGraph:
-    """The debate graph; ``names`` (the two debaters, optional) only label the states; a debater
-    among ``people`` (a ``Human``) makes its turn state wait for their message."""
+    """The debate graph: introductions (when sent), then turns alternating until ``max_loops``.
+
+    Args:
+        names: The two debaters' names; they only label the states (optional).
+        send_intros: Start with ``intro_a`` and ``intro_b`` (the function form does not).
+        description: What the diagram says the graph is.
+        name: The graph's name (by default ``one_on_one_debate``, or ``one_on_one_exchange``
+            without introductions).
+        people: The names of ``Human`` debaters: their turn states wait for their message.
+
+    Returns:
+        The graph (``OneOnOneDebate.graph`` is this graph, validated).
+
+    Examples:
+        >>> from fsmchat.patterns import compile_debate
+        >>> list(compile_debate(["Philosopher1", "Philosopher2"]).states)
+        ['intro_a', 'intro_b', 'turn_a', 'turn_b', 'stop']
+        >>> g = compile_debate(["Optimist", "Skeptic"], send_intros=False)
+        >>> g.name, [(t.source, t.dest, t.label) for t in g.transitions if t.source == "turn_a"]
+        ('one_on_one_exchange', [('turn_a', 'turn_b', 'turns_remain'), ('turn_a', 'stop', 'max_loops')])
+    """
     a, b = names if names else ("agents[0]", "agents[1]")
     g = StateGraph(name or ("one_on_one_debate" if send_intros else "one_on_one_exchange"),
                    context=DebateContext, description=description)
@@ -123,14 +185,53 @@ def compile_debate(names: Sequence[str] | None = None, send_intros: bool = True,
 class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
     """Two agents alternate for ``max_loops`` turns from ``agents[0]``, after an introduction each.
 
-    Takes ``DebateConfig``'s fields: ``max_loops``, ``agents``, ``img``, ``output_type``,
-    ``send_intros``, ``verbose``. Calls = 2 + max_loops (max_loops without introductions); posts =
-    max_loops. Exactly two agents are required (``ValueError("There must be exactly two agents in
-    the dialogue.")``), checked at construction when ``agents`` is given and again by ``run``.
+    Both agents are first given a short introduction naming their opponent, then they alternate:
+    each agent's response becomes the next agent's prompt. Calls = 2 + max_loops (max_loops
+    without introductions); posts = max_loops; a run stops with ``stop_reason="max_loops"``.
+    Exactly two agents are required (``ValueError("There must be exactly two agents in the
+    dialogue.")``), checked at construction when ``agents`` is given and again by ``run``.
     ``img`` rides on every call (introductions included) as an OpenAI-style ``image_url`` part.
     Debaters exchange replies, not growing transcripts: passing an agent's whole conversation on
     each turn is the pitfall the reference page warns about, and each debater already remembers
-    its own side of the exchange (private memory, per run).
+    its own side of the exchange (private memory, per run). The task is not posted, so the
+    default ``"str-all-except-first"`` leaves out the first debater's first reply.
+
+    The attributes below are also the constructor's parameters, in this order (``DebateConfig``
+    declares and validates them).
+
+    Attributes:
+        max_loops (int): Number of conversational turns. One agent speaks per loop, alternating.
+        agents (list | None): Exactly two agents.
+        img (str | None): Optional image passed to each agent's call.
+        output_type (str): Format for the returned conversation history.
+        send_intros (bool): Introduce each debater to its opponent first (fsmchat's switch; default on).
+        verbose (bool): Print each posted message.
+
+    Args:
+        *args: The attributes above by position (``max_loops``, ``agents``, ...).
+        **kwargs: The attributes above by name.
+        interrupt_before: States where the run stops for a person before entering them.
+        interrupt_after: States where the run stops for a person after leaving them.
+
+    Raises:
+        ConfigError: Not exactly two agents (a ``ValueError``), or a value out of range.
+
+    Examples:
+        >>> from fsmchat import OneOnOneDebate
+        >>> def optimist(turn):
+        ...     return "Open models will catch up."
+        >>> def skeptic(turn):
+        ...     return f"Doubtful that {turn.instruction.lower()}"
+        >>> debate = OneOnOneDebate(max_loops=3, agents=[optimist, skeptic], output_type="str")
+        >>> result = debate.execute("Will open-weight models match frontier models?")
+        >>> result.path, debate.max_calls()
+        (['intro_a', 'intro_b', 'turn_a', 'turn_b', 'turn_a', 'stop'], 5)
+        >>> print(result.output)
+        optimist: Open models will catch up.
+        <BLANKLINE>
+        skeptic: Doubtful that open models will catch up.
+        <BLANKLINE>
+        optimist: Open models will catch up.
     """
 
     name = "OneOnOneDebate"
@@ -174,9 +275,39 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
 def one_on_one_debate(max_loops: int = 1, task: str | None = None, agents: Sequence[Any] | None = None,
                       img: str | None = None, output_type: str = "str-all-except-first",
                       send_intros: bool = False) -> Any:
-    """The function form: no introductions (unless ``send_intros``), calls = max_loops, only each
-    reply is passed on. Returns the output per ``output_type``; an agent's exception is
-    re-raised with the transcript so far on ``exc.fsmchat_result``."""
+    """The function form of the two-agent debate, without the introductions.
+
+    On each turn it records the speaker's final answer and passes only that answer to the other
+    agent; calls = max_loops. An agent's exception is re-raised with the transcript so far on
+    ``exc.fsmchat_result``.
+
+    Args:
+        max_loops: Number of turns. One agent speaks per turn, alternating, starting with ``agents[0]``.
+        task: The opening message sent to the first agent (required).
+        agents: Exactly two agents. Any other number raises ``ValueError``.
+        img: Optional image passed to each agent's call.
+        output_type: Format for the returned conversation history.
+        send_intros: Introduce the debaters first, as ``OneOnOneDebate`` does (fsmchat's switch).
+
+    Returns:
+        The conversation, formatted per ``output_type``.
+
+    Raises:
+        ConfigError: Not exactly two agents (a ``ValueError``).
+        ValueError: No task.
+
+    Examples:
+        >>> from fsmchat import one_on_one_debate
+        >>> def optimist(turn):
+        ...     return "Open models will catch up."
+        >>> def skeptic(turn):
+        ...     return f"Doubtful that {turn.instruction.lower()}"
+        >>> print(one_on_one_debate(max_loops=2, task="Will open-weight models match frontier models?",
+        ...                         agents=[optimist, skeptic], output_type="str"))
+        optimist: Open models will catch up.
+        <BLANKLINE>
+        skeptic: Doubtful that open models will catch up.
+    """
     if agents is None or len(agents) != 2:
         raise ConfigError(TWO_AGENTS)
     if not isinstance(task, str) or not task.strip():

@@ -41,8 +41,41 @@ def group_chat_roster(agents: Any) -> list[Speaker]:
 
 
 class GroupChatConfig(PatternConfig):
-    """GroupChat, declared once: its parameters (in the reference's order) and their limits,
-    validated before any model call."""
+    """GroupChat's parameters, declared once: validated before any model call.
+
+    The fields are ``GroupChat``'s constructor parameters, in the reference's order, with its
+    defaults; ``GroupChat``'s attributes read and write them.
+
+    Attributes:
+        name: Name for the group chat.
+        description: Description of the group chat's purpose.
+        agents: Participating agents. At least two are required; each message is broadcast to the
+            other agents.
+        max_loops: Hard cap on total messages posted, including the initial user task.
+        threshold: Minimum recency-adjusted decision score (``0..1``) required for an agent to take
+            the floor for a turn (a bid must be strictly above it).
+        recency_penalty: Amount subtracted from an agent's bid if it spoke within the last
+            ``recency_window`` turns. Discourages one agent from monologuing; set to ``0.0`` to disable.
+        recency_window: How many of the most recent speakers are subject to ``recency_penalty``.
+        idle_timeout: Accepted for backward compatibility but currently unused: the chat stops on a
+            bidding lull (no agent clears ``threshold``), not a wall-clock timeout.
+        output_type: History format. Use ``"list"`` or ``"dict"`` to iterate individual messages.
+        auto_equip: Auto-inject the ``respond`` tool into agents that lack it.
+        verbose: Print each posted message as a styled panel.
+        context_window: fsmchat's extension, off by default: bidders see the task and only the last
+            N messages, which bounds prompt tokens per call in long chats.
+
+    Examples:
+        >>> from fsmchat import Agent
+        >>> from fsmchat.patterns import GroupChatConfig
+        >>> cfg = GroupChatConfig(agents=[Agent("Pro"), Agent("Con")])
+        >>> cfg.name, cfg.max_loops, cfg.threshold, cfg.recency_penalty
+        ('dynamic-groupchat', 20, 0.5, 0.3)
+        >>> GroupChatConfig(agents=[Agent("Pro"), Agent("Con")], threshold=1.0)
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: GroupChatConfig: threshold=1.0 is invalid: input should be less than 1
+    """
 
     name: str = "dynamic-groupchat"
     description: str = "Agents take turns; one speaker per turn."
@@ -63,7 +96,19 @@ class GroupChatConfig(PatternConfig):
 
 @dataclass
 class GroupChatState(PatternState):
-    """GroupChat's working state between steps."""
+    """GroupChat's working state between steps (checkpointed after each step).
+
+    Attributes:
+        recent: The latest speakers, oldest first (the recency window).
+        bids: This turn's bids, in roster order.
+        winner: The roster index of the turn's winner (None: a lull).
+        dropped: Turns a person rejected (they count toward ``max_loops``).
+
+    Examples:
+        >>> from fsmchat.patterns import GroupChatState
+        >>> GroupChatState(recent=["critic"], winner=1).snapshot()  # what a checkpoint stores
+        {'recent': ['critic'], 'bids': [], 'winner': 1, 'dropped': 0}
+    """
 
     recent: list[str] = field(default_factory=list)  # the latest speakers (the recency window)
     bids: list[BidOutcome] = field(default_factory=list)  # this turn's bids, in roster order
@@ -73,7 +118,25 @@ class GroupChatState(PatternState):
 
 @dataclass
 class GroupChatContext(ChatContext):
-    """A GroupChat run's context: its config and its typed working state."""
+    """A GroupChat run's context: its config and its typed working state.
+
+    Attributes:
+        config: The chat's validated parameters.
+        state: The working state (bids, winner, recency window).
+
+    Examples:
+        >>> from fsmchat import Bid, GroupChat
+        >>> def optimist(turn):
+        ...     return Bid(0.9, "AI will cure diseases.")
+        >>> def critic(turn):
+        ...     return Bid(0.7, "Not without oversight.")
+        >>> seen = []
+        >>> _ = GroupChat(agents=[optimist, critic], max_loops=3).execute("AI: develop or regulate?",
+        ...                                                               on_start=[seen.append])
+        >>> ctx = seen[0]
+        >>> type(ctx).__name__, ctx.config.max_loops, ctx.names, len(ctx.transcript)
+        ('GroupChatContext', 3, ['optimist', 'critic'], 3)
+    """
 
     config: GroupChatConfig = field(kw_only=True)
     state: GroupChatState = field(default_factory=GroupChatState)
@@ -261,7 +324,29 @@ def add_claims(g: StateGraph, people: Sequence[tuple[int, str]]) -> None:
 
 def compile_group_chat(name: str = "group_chat", description: str = "",
                        people: Sequence[tuple[int, str]] = ()) -> StateGraph:
-    """GroupChat's graph; ``people`` (roster index, name) adds a claim state per ``Human``."""
+    """GroupChat's graph: seed, bid, select, post, penalize, then bid again or stop.
+
+    It does not depend on the roster, except for the people in it: each ``Human`` gets a
+    ``claim_<name>`` wait state before the bids, where their message may take the floor.
+
+    Args:
+        name: The graph's name.
+        description: What the diagram says the graph is.
+        people: (roster index, name) of each ``Human`` participant.
+
+    Returns:
+        The graph (``GroupChat.graph`` is this graph, validated).
+
+    Examples:
+        >>> from fsmchat.patterns import compile_group_chat
+        >>> g = compile_group_chat()
+        >>> list(g.states)
+        ['seed', 'bid', 'select', 'post', 'penalize', 'stop']
+        >>> [(t.source, t.dest, t.label) for t in g.transitions if t.dest == "stop"]
+        [('seed', 'stop', 'max_loops'), ('select', 'stop', 'lull'), ('penalize', 'stop', 'max_loops')]
+        >>> list(compile_group_chat(people=[(2, "host")]).states)[-1]
+        'claim_host'
+    """
     g = StateGraph(name, context=GroupChatContext, description=description)
     g.state("seed", post_task)
     g.state("bid", collect_bids, hold=True)  # committed with select and post: one commit per turn
@@ -285,13 +370,61 @@ def compile_group_chat(name: str = "group_chat", description: str = "",
 class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig):
     """Turn-based, self-selecting multi-agent chat: one speaker per turn, chosen by bids.
 
-    Takes ``GroupChatConfig``'s fields, in the reference's order: ``name``, ``description``,
-    ``agents`` (at least two; a ``Human`` claims the floor instead of bidding), ``max_loops``,
-    ``threshold``, ``recency_penalty``, ``recency_window``, ``idle_timeout``, ``output_type``,
-    ``auto_equip``, ``verbose``, ``context_window`` (an fsmchat extension, default off: bidders see
-    the task plus only the last N messages, which bounds prompt tokens per call in long chats).
-    ``interrupt_before``/``interrupt_after`` name states where the run stops for a person
-    (``["post"]``: approve, edit or reject each winner's message; the run needs a checkpoint)."""
+    There is no fixed speaking order, but exactly one agent speaks per turn. Each turn, every
+    agent privately "bids" (a forced ``respond(score, message)`` tool call, concurrently) on how
+    much it wants the floor; the single highest recency-adjusted bidder above ``threshold`` speaks,
+    and only that reply is posted. The chat ends when ``max_loops`` total messages have been
+    posted (``stop_reason="max_loops"``), or a turn arrives where no agent's adjusted bid clears
+    ``threshold`` (a conversational lull, ``"lull"``). A callable participant bids by returning a
+    ``Bid``; a ``Human`` claims the floor instead of bidding.
+
+    The attributes below are also the constructor's parameters, in this order
+    (``GroupChatConfig`` declares and validates them; setting one later is validated the same way).
+
+    Attributes:
+        name (str): Name for the group chat.
+        description (str): Description of the group chat's purpose.
+        agents (list): Participating agents. At least two are required; each message is broadcast to the
+            other agents.
+        max_loops (int): Hard cap on total messages posted, including the initial user task.
+        threshold (float): Minimum recency-adjusted decision score (``0..1``) required for an agent to take
+            the floor for a turn (a bid must be strictly above it).
+        recency_penalty (float): Amount subtracted from an agent's bid if it spoke within the last
+            ``recency_window`` turns; ``0.0`` disables it.
+        recency_window (int): How many of the most recent speakers are subject to ``recency_penalty``.
+        idle_timeout (float): Accepted for backward compatibility but currently unused.
+        output_type (str): History format. Use ``"list"`` or ``"dict"`` to iterate individual messages.
+        auto_equip (bool): Auto-inject the ``respond`` tool into agents that lack it.
+        verbose (bool): Print each posted message as a styled panel.
+        context_window (int | None): Bidders see the task and only the last N messages (fsmchat's extension,
+            off by default).
+
+    Args:
+        *args: The attributes above by position (``name``, ``description``, ``agents``, ...).
+        **kwargs: The attributes above by name.
+        interrupt_before: States where the run stops for a person before entering them
+            (``["post"]``: approve, edit or reject each winner's message; the run needs a checkpoint).
+        interrupt_after: States where the run stops for a person after leaving them.
+
+    Raises:
+        ConfigError: Fewer than two agents, duplicate names, or a value out of range.
+
+    Examples:
+        >>> from fsmchat import Bid, GroupChat
+        >>> def optimist(turn):
+        ...     return Bid(0.9, "AI will cure diseases.")
+        >>> def critic(turn):
+        ...     return Bid(0.7, "Not without oversight.")
+        >>> chat = GroupChat(agents=[optimist, critic], max_loops=4, threshold=0.5, recency_penalty=0.3)
+        >>> result = chat.execute("Should we prioritize AI development or AI regulation?")
+        >>> result.stop_reason, [m.role for m in result.transcript]
+        ('max_loops', ['User', 'optimist', 'critic', 'optimist'])
+        >>> result.path[:5], chat.max_calls()
+        (['seed', 'bid', 'select', 'post', 'penalize'], 6)
+        >>> chat.threshold = 0.95  # no bid clears it: a lull after the task
+        >>> chat.execute("Should we prioritize AI development or AI regulation?").stop_reason
+        'lull'
+    """
 
     config: GroupChatConfig
 

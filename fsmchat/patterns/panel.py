@@ -40,8 +40,25 @@ def experts_list(agents: Any) -> Any:
 
 
 class PanelConfig(PatternConfig):
-    """The panel, declared once: its parameters in the reference's order, validated before any
-    model call."""
+    """ExpertPanelDiscussion's parameters, declared once: validated before any model call.
+
+    The fields are ``ExpertPanelDiscussion``'s constructor parameters, in the reference's order,
+    with its defaults.
+
+    Attributes:
+        max_rounds: Number of discussion rounds. Note this is ``max_rounds``, not ``max_loops``.
+        agents: Expert panel participants. At least two are required (checked when the panel is
+            built with them, and by ``run``); None: set later.
+        moderator: The moderator agent who introduces each round and synthesises responses.
+        output_type: Format for the returned conversation history.
+        verbose: Print each posted message.
+
+    Examples:
+        >>> from fsmchat.patterns import PanelConfig
+        >>> cfg = PanelConfig()
+        >>> cfg.max_rounds, cfg.agents, cfg.moderator, cfg.output_type
+        (3, None, None, 'str-all-except-first')
+    """
 
     max_rounds: int = Field(3, ge=1, description="rounds of opener, expert answers and synthesis")
     agents: Annotated[Participants, AfterValidator(experts_list)] = Field(None, title="expert")
@@ -52,7 +69,21 @@ class PanelConfig(PatternConfig):
 
 @dataclass
 class PanelState(PatternState):
-    """The panel's working state: the round, its topic, the moderator's opener, the answers."""
+    """The panel's working state: the round, its topic, the moderator's opener, the answers.
+
+    Attributes:
+        topic: What the next round opens on (the task, then each synthesis).
+        round: Rounds opened so far.
+        opener: The current round's opener.
+        answers: (expert, reply) of the current round, in roster order.
+
+    Examples:
+        >>> from fsmchat.patterns import PanelState
+        >>> state = PanelState(topic="What are the ethical implications of AGI?")
+        >>> state.restore({"round": 1, "answers": [["AI_Expert", "Capability evaluations."]]})
+        >>> state.round, state.answers
+        (1, [('AI_Expert', 'Capability evaluations.')])
+    """
 
     topic: str = ""  # what the next round opens on (the task, then each synthesis)
     round: int = 0  # rounds opened so far
@@ -60,13 +91,36 @@ class PanelState(PatternState):
     answers: list[tuple[str, str]] = field(default_factory=list)  # (expert, reply) of the current round
 
     def restore(self, scratch: dict[str, Any]) -> None:
+        """Set the fields a ``snapshot`` holds (the answers back to pairs)."""
         super().restore(scratch)
         self.answers = [(name, reply) for name, reply in self.answers]  # stored as lists
 
 
 @dataclass
 class PanelContext(ChatContext):
-    """A panel run's context: its config, its moderator (the experts are the speakers) and state."""
+    """A panel run's context: its config, its moderator (the experts are the speakers) and state.
+
+    Attributes:
+        config: The panel's validated parameters.
+        moderator: The moderator, as a speaker.
+        state: The working state (round, topic, opener, answers).
+
+    Examples:
+        >>> from fsmchat import ExpertPanelDiscussion
+        >>> def moderator(turn):
+        ...     if turn.instruction.startswith("Round"):  # open the round: its first line
+        ...         return turn.instruction.splitlines()[0]
+        ...     return "Which risk comes first?"  # the synthesis: the next round's topic
+        >>> def ai_expert(turn):
+        ...     return "Capability evaluations."
+        >>> def ethics_expert(turn):
+        ...     return "Consent and accountability."
+        >>> seen = []
+        >>> _ = ExpertPanelDiscussion(max_rounds=1, agents=[ai_expert, ethics_expert], moderator=moderator
+        ...                           ).execute("What are the ethical implications of AGI?", on_start=[seen.append])
+        >>> type(seen[0]).__name__, seen[0].names, seen[0].moderator.name
+        ('PanelContext', ['ai_expert', 'ethics_expert'], 'moderator')
+    """
 
     config: PanelConfig = field(kw_only=True)
     moderator: Speaker = field(kw_only=True)
@@ -146,8 +200,29 @@ async def synthesize(ctx: PanelContext) -> None:
 
 def compile_panel(experts: Sequence[str], moderator: str = "moderator", description: str = "",
                   name: str = "expert_panel", people: Collection[str] = ()) -> StateGraph:
-    """The panel over a known roster: one state per expert; the round counter is a guard. The states
-    of ``people`` (``Human`` experts or moderator) wait for their messages."""
+    """The panel over a known roster: one state per expert; the round counter is a guard.
+
+    Args:
+        experts: The experts' names, in roster order (at least two).
+        moderator: The moderator's name (it labels ``open_round`` and ``synthesize``).
+        description: What the diagram says the graph is.
+        name: The graph's name.
+        people: The names of ``Human`` experts or moderator: their states wait for their messages.
+
+    Returns:
+        The graph (``ExpertPanelDiscussion.graph`` is this graph, validated).
+
+    Raises:
+        ValueError: Fewer than two experts.
+
+    Examples:
+        >>> from fsmchat.patterns import compile_panel
+        >>> g = compile_panel(["AI_Expert", "Ethics_Expert"], "Moderator")
+        >>> list(g.states)
+        ['brief', 'open_round', 'AI_Expert', 'Ethics_Expert', 'synthesize', 'stop']
+        >>> [(t.dest, t.label) for t in g.transitions if t.source == "synthesize"]
+        [('open_round', 'rounds_remain'), ('stop', 'rounds')]
+    """
     if len(experts) < 2:
         raise ValueError(TOO_FEW_EXPERTS)
     g = StateGraph(name, context=PanelContext, description=description)
@@ -169,11 +244,53 @@ def compile_panel(experts: Sequence[str], moderator: str = "moderator", descript
 
 
 class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
-    """A moderator runs ``max_rounds`` rounds over at least two experts (see the module doc).
+    """A moderator runs ``max_rounds`` rounds over at least two experts.
 
-    Takes ``PanelConfig``'s fields: ``max_rounds``, ``agents`` (the experts), ``moderator``,
-    ``output_type``, ``verbose``. Both roster errors are raised at construction when a roster is
+    Before the first round, the moderator and each expert are briefed on the panel's participants
+    (not posted). Each round, the moderator introduces the topic (``Round r: topic``), every expert
+    responds in turn to the moderator's message, and the moderator then synthesises the responses
+    (one ``Expert_Name: reply`` block per expert) into a follow-up question that becomes the next
+    round's topic. Calls = 1 + N + max_rounds x (N + 2) for N experts; a run stops with
+    ``stop_reason="rounds"``. Both roster errors are raised at construction when a roster is
     given, and again by ``run`` (and by ``.graph``, which needs the roster), before any model call.
+
+    The attributes below are also the constructor's parameters, in this order (``PanelConfig``
+    declares and validates them).
+
+    Attributes:
+        max_rounds (int): Number of discussion rounds.
+        agents (list | None): Expert panel participants (at least two).
+        moderator (Agent | None): The moderator agent who introduces each round and synthesises responses.
+        output_type (str): Format for the returned conversation history.
+        verbose (bool): Print each posted message.
+
+    Args:
+        *args: The attributes above by position (``max_rounds``, ``agents``, ...).
+        **kwargs: The attributes above by name.
+        interrupt_before: States where the run stops for a person before entering them.
+        interrupt_after: States where the run stops for a person after leaving them.
+
+    Raises:
+        ConfigError: Fewer than two experts, or no moderator (a ``ValueError``).
+
+    Examples:
+        >>> from fsmchat import ExpertPanelDiscussion
+        >>> def moderator(turn):
+        ...     if turn.instruction.startswith("Round"):  # open the round: its first line
+        ...         return turn.instruction.splitlines()[0]
+        ...     return "Which risk comes first?"  # the synthesis: the next round's topic
+        >>> def ai_expert(turn):
+        ...     return "Capability evaluations."
+        >>> def ethics_expert(turn):
+        ...     return "Consent and accountability."
+        >>> panel = ExpertPanelDiscussion(max_rounds=2, agents=[ai_expert, ethics_expert], moderator=moderator,
+        ...                               output_type="list")
+        >>> result = panel.execute("What are the ethical implications of AGI development?")
+        >>> result.stop_reason, panel.max_calls()
+        ('rounds', 11)
+        >>> [m["content"] for m in result.output if m["role"] == "moderator"]
+        ['Round 1: What are the ethical implications of AGI development?', 'Which risk comes first?',
+         'Round 2: Which risk comes first?', 'Which risk comes first?']
     """
 
     name = "ExpertPanelDiscussion"

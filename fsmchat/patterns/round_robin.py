@@ -36,7 +36,29 @@ COLLABORATE = ("Review the transcript above and build on the prior speaker's con
 def build_turn_header(agent_name: str, position: int, total: int, loop: int, max_loops: int,
                       prev_name: str | None = None, next_name: str | None = None,
                       agent_names: Sequence[str] | None = None) -> str:
-    """The one-line role header of a turn (1-based ``position`` and ``loop``); exact reference text."""
+    """The one-line role header of a turn: the reference's exact text.
+
+    It tells the agent its position, the current loop, the previous/next speaker and the other
+    participants.
+
+    Args:
+        agent_name: The speaking agent.
+        position: Its place in the roster, 1-based.
+        total: The number of agents.
+        loop: The current loop, 1-based.
+        max_loops: The number of loops.
+        prev_name: The previous speaker (None: this agent opens the conversation).
+        next_name: The next speaker (None: this agent closes the conversation).
+        agent_names: Every agent's name, in roster order.
+
+    Examples:
+        >>> from fsmchat import build_turn_header
+        >>> print(build_turn_header("Analyst", 1, 3, 1, 2, next_name="Strategist",
+        ...                         agent_names=["Analyst", "Strategist", "Implementer"]))
+        You are Analyst, agent 1 of 3 in loop 1 of 2. Previous speaker:
+        (none — you open the conversation). Next speaker: Strategist.
+        Other participants: Strategist, Implementer.
+    """
     others = ", ".join(n for n in (agent_names or []) if n != agent_name) or "(none)"
     return (f"You are {agent_name}, agent {position} of {total} in loop {loop} of {max_loops}. "
             f"Previous speaker: {prev_name or OPENING}. Next speaker: {next_name or CLOSING}. "
@@ -44,8 +66,26 @@ def build_turn_header(agent_name: str, position: int, total: int, loop: int, max
 
 
 def build_collaborative_task(conversation_context: str, turn_header: str) -> str:
-    """The turn's prompt: the context (if any), the header and the standing instruction; exact
-    reference text. ``run`` passes ``""`` as context: the transcript travels as typed turns."""
+    """The turn's prompt: the context (if any), the header and the standing instruction.
+
+    The reference's exact text. ``run`` passes ``""`` as context: the transcript travels as typed
+    chat messages, not as literal text in the prompt.
+
+    Args:
+        conversation_context: Text put before the header (``""``: none).
+        turn_header: The turn's header (``build_turn_header``).
+
+    Examples:
+        >>> from fsmchat import build_collaborative_task
+        >>> print(build_collaborative_task("", "You are Analyst, agent 1 of 3 in loop 1 of 1."))
+        You are Analyst, agent 1 of 3 in loop 1 of 1.
+        <BLANKLINE>
+        Review the transcript above and build on the prior speaker's contribution.
+        Add your own perspective concisely; if you are the opening speaker, address
+        the original task directly.
+        <BLANKLINE>
+        Your response:
+    """
     head = f"{conversation_context}\n\n" if conversation_context else ""
     return f"{head}{turn_header}\n\n{COLLABORATE}"
 
@@ -58,8 +98,33 @@ def round_robin_roster(agents: Any) -> list[Speaker]:
 
 
 class RoundRobinConfig(PatternConfig):
-    """RoundRobinSwarm, declared once: its parameters in the reference's order, validated before
-    any model call."""
+    """RoundRobinSwarm's parameters, declared once: validated before any model call.
+
+    The fields are ``RoundRobinSwarm``'s constructor parameters, in the reference's order, with
+    its defaults.
+
+    Attributes:
+        name: Name of the swarm.
+        description: Description of the swarm's purpose.
+        agents: Agents that take turns in declared order. Required: constructing the swarm without
+            agents raises ``ValueError``.
+        verbose: Print each posted message.
+        max_loops: Number of full passes over the roster. Each agent speaks exactly once per loop,
+            so with N agents and ``max_loops`` loops the swarm runs N * max_loops turns total.
+        output_type: Output format applied to the conversation history: ``"final"`` (last message
+            only), ``"list"``, ``"dict"``, ``"str"``, ``"json"``...
+
+    Examples:
+        >>> from fsmchat import Agent
+        >>> from fsmchat.patterns import RoundRobinConfig
+        >>> cfg = RoundRobinConfig(agents=[Agent("Analyst"), Agent("Strategist")])
+        >>> cfg.name, cfg.max_loops, cfg.output_type
+        ('RoundRobinSwarm', 1, 'final')
+        >>> RoundRobinConfig()
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: RoundRobinSwarm cannot be initialized without agents
+    """
 
     name: str = "RoundRobinSwarm"
     description: str = "A swarm implementation that executes tasks in a round-robin fashion."
@@ -72,7 +137,20 @@ class RoundRobinConfig(PatternConfig):
 
 @dataclass
 class RoundRobinContext(ChatContext):
-    """A RoundRobinSwarm run's context: its config (the turn counter is all its state)."""
+    """A RoundRobinSwarm run's context: its config (the turn counter is all its state).
+
+    Attributes:
+        config: The swarm's validated parameters.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> def analyst(turn):
+        ...     return "Start with the data."
+        >>> seen = []
+        >>> _ = RoundRobinSwarm(agents=[analyst], max_loops=2).execute("Plan it.", on_start=[seen.append])
+        >>> type(seen[0]).__name__, seen[0].config.max_loops, seen[0].turn
+        ('RoundRobinContext', 2, 2)
+    """
 
     config: RoundRobinConfig = field(kw_only=True)
 
@@ -116,8 +194,30 @@ async def take_turn(ctx: RoundRobinContext, i: int) -> str:
 
 def compile_round_robin(names: Sequence[str], description: str = "",
                         name: str = "round_robin", people: Collection[str] = ()) -> StateGraph:
-    """The rotation over a known roster: one state per speaker (a ``Human``'s, among ``people``,
-    waits for their message), passed on by ``add_turns``; the loop counter is a guard."""
+    """The rotation over a known roster: one state per speaker; the loop counter is a guard.
+
+    The speakers' states are chained by ``add_turns``.
+
+    Args:
+        names: The speakers' names, in roster order (at least one).
+        description: What the diagram says the graph is.
+        name: The graph's name.
+        people: The names of ``Human`` speakers: their states wait for their message.
+
+    Returns:
+        The graph (``RoundRobinSwarm.graph`` is this graph, validated).
+
+    Raises:
+        ValueError: No names.
+
+    Examples:
+        >>> from fsmchat.patterns import compile_round_robin
+        >>> g = compile_round_robin(["Analyst", "Strategist", "Implementer"])
+        >>> list(g.states)
+        ['seed', 'Analyst', 'Strategist', 'Implementer', 'stop']
+        >>> [(t.source, t.dest, t.label) for t in g.transitions if t.source == "Implementer"]
+        [('Implementer', 'Analyst', 'next_loop'), ('Implementer', 'stop', 'max_loops')]
+    """
     if not names:
         raise ValueError("compile_round_robin needs at least one speaker name")
     g = StateGraph(name, context=RoundRobinContext, description=description)
@@ -132,12 +232,46 @@ def compile_round_robin(names: Sequence[str], description: str = "",
 class RoundRobinSwarm(Pattern, kind="round_robin", config=RoundRobinConfig):
     """Deterministic round robin: turn t goes to ``agents[t % N]`` for N x ``max_loops`` turns.
 
-    Takes ``RoundRobinConfig``'s fields: ``name``, ``description``, ``agents``, ``verbose``,
-    ``max_loops``, ``output_type``; ``interrupt_before``/``interrupt_after``: states where the run
-    stops for a person (a ``Human`` among ``agents`` waits at its own turn; the run then needs a
-    checkpoint). Each turn's request is ``[system prompt] + typed shared conversation + [user:
-    header prompt]`` (``build_turn_header`` / ``build_collaborative_task``); the reply is posted
-    under the agent's name. Calls = N x max_loops; the transcript holds 1 + N x max_loops rows.
+    RoundRobinSwarm visits agents in their declared insertion order, cycling through the full
+    roster once per loop. Each turn's request is ``[system prompt] + typed shared conversation +
+    [user: header prompt]`` (``build_turn_header`` / ``build_collaborative_task``); the reply is
+    posted under the agent's name. Calls = N x max_loops; the transcript holds 1 + N x max_loops
+    rows; a run stops with ``stop_reason="max_loops"``. A ``Human`` among ``agents`` waits at its
+    own turn (the run then needs a checkpoint).
+
+    The attributes below are also the constructor's parameters, in this order
+    (``RoundRobinConfig`` declares and validates them).
+
+    Attributes:
+        name (str): Name of the swarm.
+        description (str): Description of the swarm's purpose.
+        agents (list): Agents that take turns in declared order (required).
+        verbose (bool): Print each posted message.
+        max_loops (int): Number of full passes over the roster.
+        output_type (str): Output format applied to the conversation history (default ``"final"``, the
+            last message only).
+
+    Args:
+        *args: The attributes above by position (``name``, ``description``, ``agents``, ...).
+        **kwargs: The attributes above by name.
+        interrupt_before: States where the run stops for a person before entering them.
+        interrupt_after: States where the run stops for a person after leaving them.
+
+    Raises:
+        ConfigError: No agents (a ``ValueError``), duplicate names, or a value out of range.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> def analyst(turn):
+        ...     return "Start with the data."
+        >>> def strategist(turn):
+        ...     return f"Building on {turn.transcript[-1].role}: plan it."
+        >>> swarm = RoundRobinSwarm(agents=[analyst, strategist], max_loops=2)
+        >>> result = swarm.execute("How should we approach building a new AI product?")
+        >>> result.stop_reason, result.path
+        ('max_loops', ['seed', 'analyst', 'strategist', 'analyst', 'strategist', 'stop'])
+        >>> swarm.run("How should we approach building a new AI product?"), swarm.max_calls()
+        ('Building on analyst: plan it.', 4)
     """
 
     config: RoundRobinConfig
