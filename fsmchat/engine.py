@@ -79,7 +79,7 @@ class FsmchatMachine(Machine):
 
 
 def machine_class() -> Any:
-    """The ``transitions.Machine`` class every compiled graph uses. Tests replace it (a recording
+    """The ``transitions.Machine`` class every graph runs on. Tests replace it (a recording
     subclass) to check that every step goes through it.
 
     It is ``transitions.Machine`` with one documented extension point set, ``transition_cls``: a
@@ -92,7 +92,7 @@ def machine_class() -> Any:
     return FsmchatMachine
 
 
-class CompiledGraph:
+class RunnableGraph:
     """A validated, flattened graph and the ``transitions.Machine`` that moves each run's state."""
 
     def __init__(self, graph: StateGraph):
@@ -115,13 +115,16 @@ class CompiledGraph:
         self.events = self.machine.events  # trigger name -> transitions Event
 
 
-def compile_graph(graph: StateGraph) -> CompiledGraph:
-    """Validate and compile once per graph object (cached on it until the graph changes)."""
-    compiled: CompiledGraph | None = graph.compiled
-    if compiled is None:
-        compiled = CompiledGraph(graph)
-        graph.compiled = compiled
-    return compiled
+def runnable_graph(graph: StateGraph) -> RunnableGraph:
+    """Validate a graph and build its machine, once per graph object (cached on it until it changes).
+
+    ("Compile" means one thing in fsmchat: a pattern or flow compiles itself to a ``StateGraph``;
+    the engine only *prepares* that graph to run.)"""
+    runnable: RunnableGraph | None = graph.runnable
+    if runnable is None:
+        runnable = RunnableGraph(graph)
+        graph.runnable = runnable
+    return runnable
 
 
 class GraphRun:
@@ -132,7 +135,7 @@ class GraphRun:
     plain functions (hub channels). Every pattern, flow and channel runs on this class.
 
     Args:
-        graph: The graph to run (validated and compiled on first use, then cached on it).
+        graph: The graph to run (validated and its machine built on first use, then cached on it).
         context: The object every action and guard is called with.
         observers: Callables given each ``TraceEvent`` as it happens.
         recorder: The checkpoint observer (``fsmchat.checkpoint.Recorder``), or None.
@@ -172,7 +175,7 @@ class GraphRun:
         (True, 'walk', ['closed', 'opened', 'gone'])
     """
 
-    __slots__ = ("graph", "context", "compiled", "observers", "recorder", "prefix", "clock", "_t0", "state",
+    __slots__ = ("graph", "context", "runnable", "observers", "recorder", "prefix", "clock", "_t0", "state",
                  "path", "trace", "entered", "payload", "error", "stop_reason", "max_steps", "parent", "__dict__")
 
     def __init__(self, graph: StateGraph, context: Any = None, *, observers: Iterable[Observer] = (),
@@ -181,7 +184,7 @@ class GraphRun:
                  parent: "GraphRun | None" = None):
         self.graph = graph
         self.context = context
-        self.compiled = compile_graph(graph)
+        self.runnable = runnable_graph(graph)
         self.observers = list(observers)
         self.recorder = recorder
         self.prefix = prefix
@@ -191,16 +194,16 @@ class GraphRun:
         self.path: list[str] = [e.state for e in self.trace]
         if start is not None:
             start = start[len(prefix):] if prefix and start.startswith(prefix) else start
-            if start not in self.compiled.steps:
+            if start not in self.runnable.steps:
                 raise ValueError(f"graph {graph.name!r}: cannot resume at {start!r}: no such state")
-        self.state = start if start is not None else self.compiled.initial
+        self.state = start if start is not None else self.runnable.initial
         self.entered = False  # has the current state's action run in this visit?
         self.payload: Any = None  # what it returned
         self.error: BaseException | None = None
         self.stop_reason: StopReason | str | None = None
         self.max_steps = max_steps
         self.parent = parent
-        if self.compiled.steps[self.state].final:
+        if self.runnable.steps[self.state].final:
             self._end()
 
     # ---- reading ----
@@ -221,7 +224,7 @@ class GraphRun:
 
     def labels(self) -> list[str]:
         """The event labels the current state has transitions for (declared order, no repeats)."""
-        return list(dict.fromkeys(lbl for _, _, lbl, _ in self.compiled.steps[self.state].out))
+        return list(dict.fromkeys(lbl for _, _, lbl, _ in self.runnable.steps[self.state].out))
 
     def can_fire(self, event: str) -> bool:
         """Return whether ``fire(event)`` would take a transition now (evaluates guards, changes nothing).
@@ -260,7 +263,7 @@ class GraphRun:
             raise _MaxSteps()
         forced = None
         if not self.entered:
-            st = self.compiled.steps[self.state]
+            st = self.runnable.steps[self.state]
             self.entered = True
             try:
                 if st.is_async:  # the common case, awaited here (one coroutine less per step)
@@ -314,7 +317,7 @@ class GraphRun:
         """
         if self.entered or self.finished:
             return self.payload
-        st = self.compiled.steps[self.state]
+        st = self.runnable.steps[self.state]
         self.entered = True
         if st.action is None:
             self.payload = None
@@ -342,20 +345,20 @@ class GraphRun:
 
     def _choose(self, event: str | None, payload: Any) -> tuple[Any, str, str, str] | None:
         ctx = self.context
-        for t in self.compiled.steps[self.state].out:
+        for t in self.runnable.steps[self.state].out:
             if (event is None or t[2] == event) and (t[0] is None or t[0](ctx)):
                 return t
         return None
 
     def _limit_edge(self, hit: LimitReached, exc: BaseException | None = None) -> tuple[Any, str, str, str]:
-        for t in self.compiled.steps[self.state].out:
+        for t in self.runnable.steps[self.state].out:
             if t[2] == hit.take_edge:
                 self.payload = f"{type(hit).__name__}: {hit}"
                 return t
         raise exc or hit  # no such edge drawn here: the run ends with the error
 
     def _no_choice(self, event: str | None) -> str:
-        st = self.compiled.steps[self.state]
+        st = self.runnable.steps[self.state]
         where = f"graph {self.graph.name!r}"
         if event is None:
             return (f"no transition out of state {self.qualified!r} matched: every guard "
@@ -369,8 +372,8 @@ class GraphRun:
 
     def _advance(self, choice: tuple[Any, str, str, str], payload: Any) -> TraceEvent:
         _guard, trigger, label, _dest = choice
-        source, steps, prefix = self.state, self.compiled.steps, self.prefix
-        self.compiled.events[trigger].trigger(self)  # the Machine moves self.state
+        source, steps, prefix = self.state, self.runnable.steps, self.prefix
+        self.runnable.events[trigger].trigger(self)  # the Machine moves self.state
         self.entered, self.payload = False, None
         ev = TraceEvent(len(self.path), prefix + source, label, prefix + self.state,
                         self.clock() - self._t0, payload)
@@ -381,7 +384,7 @@ class GraphRun:
         return ev
 
     def _end(self) -> None:
-        st = self.compiled.steps[self.state]
+        st = self.runnable.steps[self.state]
         reason = st.reason(self.context) if callable(st.reason) else st.reason
         last = next((e.trigger for e in reversed(self.trace) if e.trigger is not None and e.dest is not None
                      and "|" not in e.state[len(self.prefix):]), None)  # its own edge, not a branch's
@@ -547,7 +550,7 @@ BATCH_GC_THRESHOLD = (50_000, 20, 100)
 @contextlib.contextmanager
 def batch_collector(runs: int) -> Iterator[None]:
     """Tune the garbage collector while a large batch runs, then restore it: the objects alive
-    before the batch (modules, graphs, compiled machines) are frozen out of the collector's scans
+    before the batch (modules, graphs, their machines) are frozen out of the collector's scans
     (``gc.freeze``) and generation 0 is collected every 50,000 allocations instead of 700, which
     the thousands of short-lived messages and trace events of a batch otherwise trigger over and
     over (bench/scale.py: GC time 0.45 -> 0.07 s for 1,000 chats). Nested or concurrent batches

@@ -151,7 +151,7 @@ def test_concurrent_runs_share_one_compiled_graph():
 
     results = asyncio.run(go())
     assert [len(r.path) for r in results] == [k + 1 for k in range(1, 30)]
-    assert g._compiled.machine.models == []
+    assert g.runnable.machine.models == []
 
 
 def test_import_does_not_import_litellm():

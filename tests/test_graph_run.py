@@ -6,7 +6,7 @@ import pytest
 
 from fsmchat import StateGraph
 from fsmchat import engine
-from fsmchat.engine import GraphRun, compile_graph, run_graph
+from fsmchat.engine import GraphRun, runnable_graph, run_graph
 from fsmchat.errors import NoTransitionError
 from fsmchat.testing import assert_path, assert_trace_is_path
 
@@ -116,13 +116,13 @@ def test_final_state_ends_the_instance_like_a_run():
 def test_runs_share_the_engines_compiled_graph_and_are_independent():
     g = door_graph()
     a, b = GraphRun(g, ctx()), GraphRun(g, ctx())
-    assert a.compiled is b.compiled is compile_graph(g)  # the very CompiledGraph run_graph uses
+    assert a.runnable is b.runnable is runnable_graph(g)  # the very RunnableGraph run_graph uses
     a.fire("open")
     assert (a.state, b.state) == ("opened", "closed")
     b.fire("lock")
     b.fire("kick")
     assert b.finished and not a.finished and a.state == "opened"
-    assert compile_graph(g).machine.models == []  # no run is registered on the shared machine
+    assert runnable_graph(g).machine.models == []  # no run is registered on the shared machine
 
 
 def test_async_actions_are_refused_when_fired():
@@ -239,7 +239,7 @@ def test_the_quiet_transition_keeps_the_machines_checks():
 
     cls = engine.machine_class()
     assert issubclass(cls, Machine) and cls.transition_cls is not Machine.transition_cls
-    compiled = compile_graph(door_graph())
+    compiled = runnable_graph(door_graph())
     r = GraphRun(door_graph(), ctx())
     close_trigger = next(trig for _g, trig, label, _d in compiled.steps["opened"].out if label == "close")
     assert r.state == "closed"

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from fsmchat.engine import compile_graph
+from fsmchat.engine import runnable_graph
 from fsmchat.network import EV_CHANNEL_INVITE, EV_TEXT, EV_TURN_FAILED, HANDLER_COUNTS, LIFECYCLE, ChannelRuntime, \
     HubClient, HubClosed, HubServices, NetworkError, NotFoundError, ProtocolError, TurnFailed, TurnStats, \
     wait_for_text_count
@@ -195,7 +195,7 @@ def test_the_channel_runtime_is_one_object_per_channel_on_the_engines_runner():
         rt = hub.runtime(cid)
         assert isinstance(rt, ChannelRuntime) and rt is hub.runtime(cid) and rt.channel_id == cid
         assert rt.runs == hub.runs(cid) and rt.turn_graph is hub.turn_graph(cid)
-        assert rt.lifecycle.compiled is compile_graph(LIFECYCLE)  # the engine's machine, not a second executor
+        assert rt.lifecycle.runnable is runnable_graph(LIFECYCLE)  # the engine's machine, not a second executor
         env = rt.submit(alice, EV_TEXT, text="straight through the runtime")
         assert (env.seq, env.sender, env.audience) == (4, "alice", ("bob",))  # after invite, ack, opened
         assert rt.adapter_state().expected_next_speaker == "bob" and rt.stats.texts == 1 == alice.stats.texts

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from fsmchat.engine import compile_graph
+from fsmchat.engine import runnable_graph
 from fsmchat.network import CLOSE_TOOL, EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, \
     EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, \
     EV_TURN_FAILED, LIFECYCLE, ORDERING_ROUND_ROBIN, Channel, DiscussionState, Hub, HubClient, ManualClock, \
@@ -102,7 +102,7 @@ def test_handshake_one_invite_each_acked_then_opened_to_everyone():
         lifecycle, turns = hub.runs(cid)
         assert lifecycle.path == ["pending", "pending"] and lifecycle.state == "active"
         assert [e.trigger for e in lifecycle.trace] == ["ack", "ack"]
-        assert lifecycle.compiled is compile_graph(LIFECYCLE)  # the engine's machine, not a second one
+        assert lifecycle.runnable is runnable_graph(LIFECYCLE)  # the engine's machine, not a second one
         assert turns.state == "awaiting_alice"
         await hub.aclose()
 

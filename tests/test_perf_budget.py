@@ -80,7 +80,7 @@ def engine_calls(g: StateGraph, T: int) -> int:
 
 def test_engine_calls_per_step_within_budget() -> None:
     g = round_robin()
-    engine_calls(g, 3)  # compile once (cached on the graph)
+    engine_calls(g, 3)  # prepare the machine once (cached on the graph)
     T = 300
     a, b = engine_calls(g, T), engine_calls(g, 2 * T)
     per_step = (b - a) / T

@@ -239,17 +239,17 @@ class StateGraph:
         self._initial = initial
         self.states: dict[str, State] = {}
         self.transitions: list[Transition] = []
-        self._compiled: Any = None
+        self._runnable: Any = None
         self._flat: FlatGraph | None = None
 
     @property
-    def compiled(self) -> Any:
-        """The engine's compiled form (set by ``fsmchat.engine.compile_graph``; reset on any change)."""
-        return self._compiled
+    def runnable(self) -> Any:
+        """The engine's prepared form: flat states and their machine (set by ``fsmchat.engine.runnable_graph``; reset on any change)."""
+        return self._runnable
 
-    @compiled.setter
-    def compiled(self, value: Any) -> None:
-        self._compiled = value
+    @runnable.setter
+    def runnable(self, value: Any) -> None:
+        self._runnable = value
 
     # ---- building ----
     def _add(self, state: State) -> "StateGraph":
@@ -259,7 +259,7 @@ class StateGraph:
         if state.name in self.states:
             raise GraphError(f"graph {self.name!r}: state {state.name!r} is declared twice")
         self.states[state.name] = state
-        self._compiled = self._flat = None
+        self._runnable = self._flat = None
         return self
 
     def state(self, name: str, action: Action | None = None, description: str | None = None, *,
@@ -363,7 +363,7 @@ class StateGraph:
         """
         lbl = label or (callable_name(when) if when is not None else "next")
         self.transitions.append(Transition(source, dest, when, lbl, len(self.transitions)))
-        self._compiled = self._flat = None
+        self._runnable = self._flat = None
         return self
 
     @property
@@ -381,10 +381,10 @@ class StateGraph:
         self.changed()
 
     def changed(self) -> "StateGraph":
-        """Drop the cached flat and compiled forms (rebuilt on next use) and return the graph. The
+        """Drop the cached flat and runnable forms (rebuilt on next use) and return the graph. The
         building methods call it; a transform that replaces ``transitions``, or edits a nested
         graph in place (which the graphs around it cannot see), calls it on each graph it changed."""
-        self._compiled = self._flat = None
+        self._runnable = self._flat = None
         return self
 
     def outgoing(self, name: str) -> list[Transition]:

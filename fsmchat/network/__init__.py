@@ -2,7 +2,7 @@
 
 A channel's lifecycle (``pending -> active -> closed | expired``) and the discussion adapter's
 turn rule (``awaiting_<p> -> awaiting_<next>``) are ``StateGraph``s, stepped by the engine's ``GraphRun.fire`` on
-the engine's compiled machines and rendered like every other pattern.
+the engine's machines and rendered like every other pattern.
 
 ```python
 hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0)
