@@ -60,6 +60,22 @@ def encode_json(obj: Any) -> str:
         return _ENCODER.encode(obj)
 
 
+# what the encoder writes for a str and for an int (exactly an int), without its set-up
+_ENCODE_STR = json.encoder.encode_basestring_ascii
+_ENCODE_INT = repr
+
+
+def _encode_value(v: Any) -> str:
+    """``encode_json(v)``, a str or an int (not a bool) written directly: most values a commit
+    writes are one of those, and the encoder's set-up costs more than they do."""
+    t = type(v)
+    if t is str:
+        return _ENCODE_STR(v)
+    if t is int:
+        return _ENCODE_INT(v)
+    return encode_json(v)
+
+
 class AppendLog(list[Any]):
     """A list that grows at its end only (a run's step records, events, a discussion's lines, an
     agent's private memory): a checkpoint writes the items added since its last commit (an ``a``
@@ -126,13 +142,15 @@ _FROZEN = frozenset({str, int, float, bool, type(None), Frozen})  # the same obj
 
 class _Obj(dict[str, Any]):
     """A large dict as last written: key -> what was written for its value (diffed key by key);
-    ``src``: key -> the value object last written (an immutable one is not encoded again)."""
+    ``src``: key -> the value object last written (an immutable one is not encoded again);
+    ``paths``: key -> the JSON path to it (without its closing bracket), made on its first change."""
 
-    __slots__ = ("src",)
+    __slots__ = ("src", "paths")
 
     def __init__(self, value: dict[str, Any]) -> None:
         super().__init__((k, _track(v)) for k, v in value.items())
         self.src = dict(value)
+        self.paths: dict[str, str] = {}
 
 
 class _Arr(list[Any]):
@@ -226,32 +244,62 @@ class StateDiff:
         return got
 
     def _dict(self, path: str, value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
-        """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket)."""
-        src = old.src
+        """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket).
+        Runs at every commit over every key of the state, so the common cases are inline: the
+        very immutable object written last (skipped), an ``AppendLog`` only appended to (its new
+        items), a value written as one text (encoded and compared)."""
+        src, paths = old.src, old.paths
         for k, v in value.items():
             t = type(v)
-            if t in _FROZEN and src.get(k, _Obj) is v:  # (_Obj: never a value)
-                continue  # the very (immutable) object last written here
-            was = old.get(k)
-            if t is AppendLog:
-                if type(was) is _Log and was.items is v and was.rewrites == v.rewrites and was.n == len(v):
-                    continue  # the same log, nothing added
-                old[k] = self._log(self._path(path, k), v, was, ops)
-            elif type(was) is str:  # the common case, inline: a value written as one text
+            if t in _FROZEN:
+                if src.get(k, _Obj) is v:  # (_Obj: never a value)
+                    continue  # the very (immutable) object last written here
+                was = old.get(k)
+                if type(was) is str:
+                    text = _ENCODE_STR(v) if t is str else _ENCODE_INT(v) if t is int else encode_json(v)
+                    if text != was:
+                        ops.append(_change(paths.get(k) or self._key_path(paths, path, k), was, text))
+                        old[k] = text if t is not Frozen else _tracked(v, text)
+                    src[k] = v
+                    continue
+            elif t is AppendLog:
+                was = old.get(k)
+                if type(was) is _Log and was.items is v and was.rewrites == v.rewrites:
+                    n, m = was.n, len(v)
+                    if m == n:
+                        continue  # the same log, nothing added
+                    if m > n:  # items appended: written from where the last commit stopped
+                        texts = [_encode_value(x) for x in v[n:]]
+                        ops.append(f'["a",{paths.get(k) or self._key_path(paths, path, k)}],[{",".join(texts)}]]')
+                        was.texts += texts
+                        was.n = m
+                        continue
+                old[k] = self._log(paths.get(k) or self._key_path(paths, path, k), v, was, ops)
+                src[k] = v
+                continue
+            else:
+                was = old.get(k)
+            if type(was) is str:  # a value written as one text
                 text = "{}" if t is dict and not v else encode_json(v)
                 if text != was:
-                    ops.append(_change(self._path(path, k), was, text))
+                    ops.append(_change(paths.get(k) or self._key_path(paths, path, k), was, text))
                     old[k] = _tracked(v, text)
             elif type(was) is _Obj and t is dict and v.keys() == was.keys():
-                self._dict(self._path(path, k), v, was, ops)  # a large dict with the same keys: part by part
+                self._dict(paths.get(k) or self._key_path(paths, path, k), v, was, ops)  # part by part
             else:
-                old[k] = self._diff(self._path(path, k), v, was, ops)
-            src[k] = v
+                old[k] = self._diff(paths.get(k) or self._key_path(paths, path, k), v, was, ops)
+            src[k] = v  # (an immutable one is skipped next time if it is still this object)
         if len(old) > len(value):  # every key of value is in old now: the others were removed
             for k in [k for k in old if k not in value]:
-                ops.append(f'["d",{self._path(path, k)}]]')
+                ops.append(f'["d",{paths.get(k) or self._key_path(paths, path, k)}]]')
                 del old[k]
+                paths.pop(k, None)
                 src.pop(k, None)
+
+    def _key_path(self, paths: dict[str, str], path: str, key: str) -> str:
+        """The JSON path of ``key`` in the dict at ``path``, remembered in that dict's ``paths``."""
+        got = paths[key] = self._path(path, key)
+        return got
 
     def _diff(self, path: str, value: Any, old: Any, ops: list[str]) -> Any:
         t, was = type(value), type(old)
@@ -282,7 +330,7 @@ class StateDiff:
         if type(old) is _Log and old.items is value and old.rewrites == value.rewrites and len(value) >= old.n:
             n = old.n
             if len(value) > n:
-                texts = [encode_json(v) for v in value[n:]]
+                texts = [_encode_value(v) for v in value[n:]]
                 ops.append(f'["a",{path}],[{",".join(texts)}]]')
                 old.texts += texts
                 old.n += len(texts)

@@ -266,7 +266,7 @@ def discussion(turns):
 
 class Work:
     """What checkpointing a run did: JSON characters and values encoded (every JSON text of a
-    commit -- state deltas, payloads, metadata -- goes through statelog's one encoder) and the
+    commit -- state deltas, payloads, metadata -- goes through statelog's encoders) and the
     characters of the messages handed to the store."""
 
     def __init__(self):
@@ -286,21 +286,26 @@ def checkpoint_work(make, turns, kind, tmp_path):
             work.commits += 1
             return super().commit(run_id, event, messages, state, earlier=earlier)
 
-    real = statelog._C_ENCODE
-
-    def counting(obj, level):
-        chunks = real(obj, level)
-        work.chars += sum(map(len, chunks))
+    def counted(text):
+        work.chars += len(text)
         work.values += 1
-        return chunks
+        return text
+
+    # statelog's three encoders: the C encoder, and a str's and an int's JSON written directly
+    real = {"_C_ENCODE": statelog._C_ENCODE, "_ENCODE_STR": statelog._ENCODE_STR, "_ENCODE_INT": statelog._ENCODE_INT}
+    counting = {"_C_ENCODE": lambda obj, level: [counted("".join(real["_C_ENCODE"](obj, level)))],
+                "_ENCODE_STR": lambda v: counted(real["_ENCODE_STR"](v)),
+                "_ENCODE_INT": lambda v: counted(real["_ENCODE_INT"](v))}
 
     store = Counting() if kind == "memory" else Counting(tmp_path / f"{make.__name__}-{turns}.db")
     pattern = make(turns)
-    statelog._C_ENCODE = counting
+    for name, fn in counting.items():
+        setattr(statelog, name, fn)
     try:
         res = pattern.execute("go", checkpoint=store)
     finally:
-        statelog._C_ENCODE = real
+        for name, fn in real.items():
+            setattr(statelog, name, fn)
     assert res.ok, res.error
     posted = sum(m.role != "User" for m in res.transcript)  # the task is not a turn
     return {k: v / posted for k, v in vars(work).items()}, posted
