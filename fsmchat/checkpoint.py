@@ -27,7 +27,8 @@ from .checks import check_run_id
 from .errors import CheckpointStoreError, FsmchatError, bad_value
 from .models import Message, StopReason, TraceEvent
 from .speakers.respond import BidOutcome
-from .statelog import HELD, AppendLog, HistoryStep, RunLog, StateDiff, copy_state, encode_json, history_of
+from .statelog import (HELD, AppendLog, HistoryStep, RunLog, StateDiff, copy_state, encode_json, encode_value,
+                       history_of)
 from .trust import Trust
 
 LEASE_TTL = 30.0
@@ -233,6 +234,7 @@ def _message(seq: int, role: Any, content: Any, metadata: Any, log: RunLog) -> M
 
 
 _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_MESSAGE = "INSERT INTO messages VALUES (?, ?, ?, ?, ?)"
 _EVENT_ROWS = [""] + [_INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1) for n in range(1, 9)]
 
 
@@ -324,6 +326,7 @@ class SqliteCheckpointer:
                 self._db.executescript(self.SCHEMA)
                 self._migrate()
             self._deltas = self._columns("events") >= {"nmsg", "delta"}
+            self._cur = self._db.cursor()  # the commits' own (under the lock): no new cursor per statement
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
 
@@ -446,30 +449,37 @@ class SqliteCheckpointer:
                     diff = self._diffs[run_id] = StateDiff()
                 delta = diff.delta(state)
             after = nm + len(messages)
-            rows: list[tuple[Any, ...]] = [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t,
-                                            encode_json(e.payload), nm, HELD) for i, e in enumerate(earlier)]
-            rows.append((run_id, ne + len(rows), event.step, event.state, event.trigger, event.dest, event.t,
-                         encode_json(event.payload), after, delta))
-            db = self._db
-            sql, params = _insert_events(rows)
+            row = (run_id, ne + len(earlier), event.step, event.state, event.trigger, event.dest, event.t,
+                   encode_value(event.payload), after, delta)
+            if earlier:
+                sql, params = _insert_events([(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t,
+                                               encode_value(e.payload), nm, HELD) for i, e in enumerate(earlier)]
+                                             + [row])
+            else:
+                sql, params = _INSERT_EVENT, row
+            cur = self._cur
             try:
                 if messages:
-                    db.execute("BEGIN")
+                    cur.execute("BEGIN")
                     try:
-                        db.execute(sql, params)
-                        db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
-                                       [(run_id, nm + i, m.role, m.content, encode_json(m.metadata))
-                                        for i, m in enumerate(messages)])
-                        db.execute("COMMIT")
+                        cur.execute(sql, params)
+                        if len(messages) == 1:
+                            m = messages[0]
+                            cur.execute(_INSERT_MESSAGE, (run_id, nm, m.role, m.content, encode_value(m.metadata)))
+                        else:
+                            cur.executemany(_INSERT_MESSAGE, [(run_id, nm + i, m.role, m.content,
+                                                               encode_value(m.metadata))
+                                                              for i, m in enumerate(messages)])
+                        cur.execute("COMMIT")
                     except BaseException:
-                        db.execute("ROLLBACK")
+                        cur.execute("ROLLBACK")
                         raise
                 else:  # one statement is a transaction of its own
-                    db.execute(sql, params)
+                    cur.execute(sql, params)
             except BaseException:
                 self._diffs.pop(run_id, None)  # not written: the next commit writes the whole state
                 raise
-            self._seq[run_id] = (ne + len(rows), after)
+            self._seq[run_id] = (ne + len(earlier) + 1, after)
 
     def finish(self, run_id: str, stop_reason: str) -> None:
         """Record how the run ended, and its last state in ``states`` (what an older fsmchat reads)."""
@@ -696,14 +706,18 @@ class MemoryCheckpointer:
     def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
                earlier: Sequence[TraceEvent] = ()) -> None:
         """Store one step: ``earlier`` events (held steps), ``event``, the new messages and the state's delta."""
-        s, rows = self.data[run_id], self._rows(run_id)
+        s, rows = self.data[run_id], self.rows.get(run_id) or self._rows(run_id)
         delta = rows.diff.delta(state) if state is not None else None
         nm = len(s.messages)
-        s.events.extend(TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, e.payload if type(e.payload) in _PLAIN
-                                   else json.loads(_dumps(e.payload))) for e in [*earlier, event])
-        s.messages.extend(messages)
-        rows.counts += [nm] * len(earlier) + [nm + len(messages)]
-        rows.deltas += [HELD] * len(earlier) + [delta]  # ``load`` folds them (``s.state``: set by hand only)
+        for e in earlier:  # (held steps: none on most commits)
+            s.events.append(_stored_event(e))
+            rows.counts.append(nm)
+            rows.deltas.append(HELD)
+        s.events.append(_stored_event(event))
+        if messages:
+            s.messages += messages
+        rows.counts.append(nm + len(messages))
+        rows.deltas.append(delta)  # ``load`` folds them (``s.state``: set by hand only)
 
     def finish(self, run_id: str, stop_reason: str) -> None:
         """Record how the run ended."""
@@ -768,6 +782,13 @@ class MemoryCheckpointer:
                 out.append(run_info(k, s.meta, s.stop_reason, len(s.messages), len(s.events), rows.created,
                                     rows.updated, self.leases.get(k)))
         return sorted(out, key=lambda r: -r.created)
+
+
+def _stored_event(e: TraceEvent) -> TraceEvent:
+    """A copy of ``e`` for a store to keep, its payload as JSON data."""
+    payload = e.payload
+    return TraceEvent(e.step, e.state, e.trigger, e.dest, e.t,
+                      payload if type(payload) in _PLAIN else json.loads(_dumps(payload)))
 
 
 def already_used(run_id: str) -> str:

@@ -65,14 +65,19 @@ _ENCODE_STR = json.encoder.encode_basestring_ascii
 _ENCODE_INT = repr
 
 
-def _encode_value(v: Any) -> str:
-    """``encode_json(v)``, a str or an int (not a bool) written directly: most values a commit
-    writes are one of those, and the encoder's set-up costs more than they do."""
+def encode_value(v: Any) -> str:
+    """``encode_json(v)``, with a str, an int (not a bool), None and an empty dict written
+    directly: most values a commit writes (payloads, metadata, appended items) are one of those,
+    and the encoder's set-up costs more than they do."""
     t = type(v)
     if t is str:
         return _ENCODE_STR(v)
     if t is int:
         return _ENCODE_INT(v)
+    if v is None:
+        return "null"
+    if t is dict and not v:
+        return "{}"
     return encode_json(v)
 
 
@@ -269,7 +274,7 @@ class StateDiff:
                     if m == n:
                         continue  # the same log, nothing added
                     if m > n:  # items appended: written from where the last commit stopped
-                        texts = [_encode_value(x) for x in v[n:]]
+                        texts = [encode_value(x) for x in v[n:]]
                         ops.append(f'["a",{paths.get(k) or self._key_path(paths, path, k)}],[{",".join(texts)}]]')
                         was.texts += texts
                         was.n = m
@@ -330,7 +335,7 @@ class StateDiff:
         if type(old) is _Log and old.items is value and old.rewrites == value.rewrites and len(value) >= old.n:
             n = old.n
             if len(value) > n:
-                texts = [_encode_value(v) for v in value[n:]]
+                texts = [encode_value(v) for v in value[n:]]
                 ops.append(f'["a",{path}],[{",".join(texts)}]]')
                 old.texts += texts
                 old.n += len(texts)
