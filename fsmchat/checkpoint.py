@@ -899,6 +899,7 @@ class NotSerializable(FsmchatError, TypeError):
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
+_KEPT = _PLAIN | {AppendLog}  # what ``encode`` keeps as it is (an AppendLog holds JSON data: a commit writes its new items)
 _OPAQUE: set[type] = set()  # types ``encode`` refused (a config, a model client): skipped at once next time
 
 
@@ -908,16 +909,16 @@ def encode(obj: Any) -> Any:
     the pattern rebuilds it from its config on resume). Runs on every commit: exact built-in types
     are dispatched first."""
     t = type(obj)
-    if t in _PLAIN or t is AppendLog:  # an AppendLog holds JSON data: kept as is, so a commit writes its new items
+    if t in _KEPT:
         return obj
     if t is list or t is tuple:
-        return [x if type(x) in _PLAIN else encode(x) for x in obj]
+        return [x if type(x) in _KEPT else encode(x) for x in obj]
     if t is dict:  # the common case: str keys (one pass; else the general rules below)
         out = {}
         for k, v in obj.items():
             if type(k) is not str:
                 break
-            out[k] = v if type(v) in _PLAIN else encode(v)
+            out[k] = v if type(v) in _KEPT else encode(v)
         else:
             return out
     if obj is None or isinstance(obj, (bool, int, float, str)):
