@@ -785,10 +785,12 @@ class MemoryCheckpointer:
 
 
 def _stored_event(e: TraceEvent) -> TraceEvent:
-    """A copy of ``e`` for a store to keep, its payload as JSON data."""
+    """``e`` as a store keeps it, its payload as JSON data: ``e`` itself when the payload is a plain
+    value (nothing changes an event once made), else a copy with the payload read back from JSON."""
     payload = e.payload
-    return TraceEvent(e.step, e.state, e.trigger, e.dest, e.t,
-                      payload if type(payload) in _PLAIN else json.loads(_dumps(payload)))
+    if type(payload) in _PLAIN:
+        return e
+    return TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, json.loads(_dumps(payload)))
 
 
 def already_used(run_id: str) -> str:
