@@ -923,6 +923,8 @@ def encode(obj: Any) -> Any:
             out[k] = v if type(v) in _KEPT else encode(v)
         else:
             return out
+    if isinstance(obj, BidOutcome):  # (GroupChat's bids, at every commit: before the general rules)
+        return {"__bid__": [obj.score, obj.message, obj.valid, obj.reason]}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if isinstance(obj, (list, tuple)):
@@ -932,8 +934,6 @@ def encode(obj: Any) -> Any:
             raise NotSerializable(type(obj).__name__)
         return {"__dict__": [[k, encode(v)] for k, v in obj.items()]} if any(isinstance(k, int) for k in obj) \
             else {k: encode(v) for k, v in obj.items()}
-    if isinstance(obj, BidOutcome):
-        return {"__bid__": [obj.score, obj.message, obj.valid, obj.reason]}
     _OPAQUE.add(t)
     raise NotSerializable(type(obj).__name__)
 
