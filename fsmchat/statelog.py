@@ -209,6 +209,10 @@ def _change(path: str, old: Any, text: str) -> str:
     return f'["s",{path}],{text}]'
 
 
+class _NotStrKey(Exception):
+    """A snapshot gained a key that is not a str (``StateDiff.delta`` then writes the whole state)."""
+
+
 class StateDiff:
     """One run's writer side: remembers what it last wrote (as JSON text, split into parts for
     large dicts and lists) and gives the delta of the next snapshot. JSON is compared as text, so
@@ -235,10 +239,13 @@ class StateDiff:
     def delta(self, state: dict[str, Any]) -> str | None:
         """The delta from the last snapshot to ``state`` (None: unchanged); the whole state first."""
         prev = self.prev
-        if prev is None or state.keys() != prev.keys() and not all(type(k) is str for k in state):
+        if prev is None:
             return self.full(state)
         ops: list[str] = []
-        self._dict("", state, prev, ops)
+        try:
+            self._dict("", state, prev, ops)
+        except _NotStrKey:  # JSON would rename such a key: every commit writes the whole state
+            return self.full(state)
         return "[" + ",".join(ops) + "]" if ops else None
 
     def _path(self, path: str, key: str) -> str:
@@ -263,7 +270,8 @@ class StateDiff:
                 if type(was) is str:
                     text = _ENCODE_STR(v) if t is str else _ENCODE_INT(v) if t is int else encode_json(v)
                     if text != was:
-                        ops.append(_change(paths.get(k) or self._key_path(paths, path, k), was, text))
+                        p = paths.get(k) or self._key_path(paths, path, k)
+                        ops.append(_change(p, was, text) if len(text) > len(was) else f'["s",{p}],{text}]')
                         old[k] = text if t is not Frozen else _tracked(v, text)
                     src[k] = v
                     continue
@@ -302,7 +310,11 @@ class StateDiff:
                 src.pop(k, None)
 
     def _key_path(self, paths: dict[str, str], path: str, key: str) -> str:
-        """The JSON path of ``key`` in the dict at ``path``, remembered in that dict's ``paths``."""
+        """The JSON path of ``key`` in the dict at ``path``, remembered in that dict's ``paths``.
+        Every key written gets here first; only one the snapshot gained can be other than a str
+        (a dict diffed part by part had str keys only)."""
+        if type(key) is not str:
+            raise _NotStrKey
         got = paths[key] = self._path(path, key)
         return got
 
