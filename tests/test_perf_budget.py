@@ -9,7 +9,8 @@ result) does not blur it; the fixed part has its own, looser budget.
 If a change legitimately needs more calls, raise the budget in the same commit and say why; if
 it saves calls, lower it (keep ~15% headroom over the measured number, printed on failure).
 Measured when committed: engine 55 calls/step, 32 per run; GroupChat 352 calls/bidding turn (3
-callable agents).
+callable agents); what a checkpoint adds per turn (issue 21): an AgentFlow's Discussion 87 calls
+(MemoryCheckpointer) / 94 (SqliteCheckpointer), a RoundRobinSwarm 40 / 49.
 """
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ import pstats
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from fsmchat import Bid, GroupChat
+import pytest
+
+from fsmchat import AgentFlow, Bid, Discussion, GroupChat, RoundRobinSwarm
+from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.engine import run_graph
 from fsmchat.graph import StateGraph
 
@@ -28,6 +32,10 @@ from fsmchat.graph import StateGraph
 # change (39 with the earlier private lean Transition/Event classes, which bypassed it)
 ENGINE_CALLS_PER_STEP = 64
 ENGINE_CALLS_PER_RUN = 50  # measured 12 (fixed part: start, stop, result)
+# the Python calls a checkpoint adds per turn (the snapshot, its delta, the recorder and the store), measured
+# (was, before the commit path was trimmed: 117 / 126 and 53 / 62)
+CHECKPOINT_CALLS_PER_TURN = {("flow", "memory"): 100, ("flow", "sqlite"): 108,  # measured 87 and 94
+                             ("round_robin", "memory"): 46, ("round_robin", "sqlite"): 56}  # measured 40 and 49
 GROUP_CHAT_CALLS_PER_TURN = 400  # measured 352 (623 with asyncio.gather's three tasks per bid round and the
 # full Transition.execute); 3 agents: bids run inline (gather_eager), bid, select, post, penalize steps
 
@@ -128,3 +136,56 @@ def test_group_chat_calls_per_turn_within_budget() -> None:
         f"a GroupChat bidding turn (3 callable agents) makes {per_turn:.1f} Python calls, over the budget of "
         f"{GROUP_CHAT_CALLS_PER_TURN} (cProfile; 10 and 20 turns: {a} and {b} calls). Profile "
         "bench/scale.py to find them, or raise the budget here with a reason.")
+
+
+# ---- what a checkpoint adds to a turn ----
+def speaker(name: str) -> Callable[[Any], str]:
+    def agent(turn: Any) -> str:
+        return f"{name} says {len(turn.transcript)}"
+    agent.__name__ = name
+    return agent
+
+
+def checkpointed(kind: str, turns: int) -> Any:
+    if kind == "flow":
+        return AgentFlow(steps=[Discussion([speaker(n) for n in NAMES], rounds=turns // 3)])
+    return RoundRobinSwarm(agents=[speaker(n) for n in NAMES], max_loops=turns // 3)
+
+
+def run_calls(kind: str, store: str | None, turns: int, tmp_path: Any) -> tuple[int, int]:
+    """(Python calls, messages posted) of one run of ``turns`` turns, checkpointed to ``store``."""
+    pattern = checkpointed(kind, turns)
+    pattern.graph  # compile outside the count
+    cp: Any = None if store is None else MemoryCheckpointer() if store == "memory" else \
+        SqliteCheckpointer(tmp_path / f"{kind}-{turns}.db")
+    prof = cProfile.Profile()
+    prof.enable()
+    res = pattern.execute("go", checkpoint=cp)
+    prof.disable()
+    posted = sum(m.role != "User" for m in res.transcript)  # (a round robin's transcript starts with the task)
+    assert res.ok and posted == turns, (res.stop_reason, res.error, posted)
+    return pstats.Stats(prof).total_calls, posted  # type: ignore[attr-defined]
+
+
+def calls_per_turn(kind: str, store: str | None, start: int, tmp_path: Any) -> float:
+    """The marginal Python calls per turn from ``start`` to ``start + 300`` turns."""
+    (a, na), (b, nb) = run_calls(kind, store, start, tmp_path), run_calls(kind, store, start + 300, tmp_path)
+    return (b - a) / (nb - na)
+
+
+@pytest.mark.parametrize("kind, store", sorted(CHECKPOINT_CALLS_PER_TURN))
+def test_a_checkpointed_turn_adds_calls_within_budget_and_as_many_at_1000_turns_as_at_100(kind, store, tmp_path):
+    """Deterministic (cProfile counts, instant callables): a commit's Python work is the snapshot,
+    its delta and one store write, the same at T=100 as at T=1,000; the budget keeps it from
+    creeping back (issue 21: a checkpointed turn within 2x an uncheckpointed one)."""
+    run_calls(kind, store, 30, tmp_path)  # first-call paths (imports, the store's schema) outside the count
+    plain = calls_per_turn(kind, None, 99, tmp_path)
+    small = calls_per_turn(kind, store, 99, tmp_path) - plain
+    large = calls_per_turn(kind, store, 999, tmp_path) - calls_per_turn(kind, None, 999, tmp_path)
+    budget = CHECKPOINT_CALLS_PER_TURN[kind, store]
+    assert large <= small + 0.1, (  # (a few list and dict resizes over 300 turns)
+        f"a {kind} turn's checkpoint costs {small:.2f} calls at T=100 but {large:.2f} at T=1,000")
+    assert small <= budget, (
+        f"checkpointing a {kind} turn to {store} adds {small:.1f} Python calls (a turn without it makes "
+        f"{plain:.1f}), over the budget of {budget}; find them with cProfile over bench/user_path.py's "
+        "run_fsmchat, or raise the budget here with a reason")

@@ -9,7 +9,7 @@ import fsmchat
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, OneOnOneDebate, RoundRobinSwarm, parallel
 from fsmchat.checkpoint import CheckpointMismatch, CheckpointStoreError, MemoryCheckpointer, SqliteCheckpointer
 from fsmchat import statelog
-from fsmchat.statelog import HELD, AppendLog, StateDiff, apply_ops, parse_delta
+from fsmchat.statelog import HELD, AppendLog, Frozen, StateDiff, apply_ops, parse_delta
 from fsmchat.testing import ScriptedModel, assert_path, assert_stop, assert_trace_is_path
 from fsmchat.timetravel import ForkEdit, ForkError, fork
 
@@ -161,6 +161,39 @@ def test_deltas_fold_back_when_every_value_is_diffed_part_by_part(states, items,
         statelog.SPLIT_CHARS, statelog.SPLIT_ITEMS, statelog.EXTEND_CHARS = saved
 
 
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.lists(st.tuples(st.sampled_from(["a", "b", "c", 3]), st.integers(0, 11)), max_size=4),
+                      min_size=1, max_size=10), split=st.booleans())
+@example(steps=[[("a", 0)], [("a", 8)], [("a", 0)]], split=False)  # a str, a log in its place, the str again
+@example(steps=[[("a", 6), (3, 2)], [("a", 10)], [("a", 6)], [(3, 0)]], split=True)
+def test_deltas_fold_back_when_snapshots_hand_back_the_same_objects(steps, split):
+    """Snapshots hand the same objects back commit after commit (a status str, a Frozen dict, a
+    log that grew since, a live dict holding one): a commit skips an immutable object it wrote
+    last at that key, and what a reader folds back still equals every state (also with a key
+    that is not a str, and with every dict diffed part by part)."""
+    log, other = AppendLog(["x"]), AppendLog()
+    pool = ["s", "t" * 70, 1, 1.0, True, None, Frozen(k=1), Frozen(k=[1, "y"]), log, other, {"d": log}, {"d": 2}]
+    saved = statelog.SPLIT_CHARS
+    statelog.SPLIT_CHARS = 4 if split else saved
+    try:
+        diff, folded, state = StateDiff(), None, {}
+        for n, step in enumerate(steps):
+            for key, i in step:
+                state[key] = pool[i]
+            log.append(n)  # grows between commits, wherever it stands
+            delta = diff.delta(dict(state))  # a new dict each commit, as ctx.snapshot() makes
+            if delta is not None:
+                kind, body = parse_delta(delta)
+                if kind == "all":
+                    folded = body
+                else:
+                    apply_ops(folded, body)
+            expected = json.loads(json.dumps(state))
+            assert json.dumps(folded, sort_keys=True) == json.dumps(expected, sort_keys=True), (n, delta)
+    finally:
+        statelog.SPLIT_CHARS = saved
+
+
 def test_growing_lists_strings_and_large_dicts_are_written_as_appends():
     diff = StateDiff()
     memory = {"a": [{"role": "user", "content": "x" * 600}], "b": []}
@@ -217,6 +250,33 @@ def test_an_append_log_is_written_from_where_the_last_commit_stopped(monkeypatch
     assert diff.delta({"log": other, "n": 2}) == '[["a",["log"],["z"]],["s",["n"],2]]'
     assert diff.delta({"log": ["x", "y", "z"], "n": 2}) is None  # a plain list with the same JSON: no change
     assert diff.text() == '{"log":["x","y","z"],"n":2}'
+
+
+def test_the_same_immutable_object_is_written_again_after_something_else_stood_in_its_place(monkeypatch):
+    """A commit skips an immutable value (or a Frozen dict) that is the very object it wrote last
+    at that key; after a log or another dict was written there, the old object is a change again."""
+    diff, kept, log, frozen = StateDiff(), "kept", AppendLog(["l"]), Frozen(k=1)
+    assert diff.delta({"x": kept, "n": 1}) == '{"all":{"x":"kept","n":1}}'
+    assert diff.delta({"x": log, "n": 1}) == '[["s",["x"],["l"]]]'
+    assert diff.delta({"x": kept, "n": 1}) == '[["s",["x"],"kept"]]'
+    assert diff.delta({"x": frozen, "n": 1}) == '[["s",["x"],{"k":1}]]'
+    assert diff.delta({"x": {"k": 2}, "n": 1}) == '[["s",["x"],{"k":2}]]'
+    assert diff.delta({"x": frozen, "n": 1}) == '[["s",["x"],{"k":1}]]'
+    seen = encoded_values(monkeypatch)
+    assert diff.delta({"x": frozen, "n": 1}) is None and seen == []  # the same objects: nothing encoded
+
+
+def test_a_state_that_gains_a_key_other_than_a_str_is_written_whole_while_it_has_it():
+    """JSON would write such a key as a str, so no change could name it: the whole state is
+    written at each commit until the key is gone; then changes again."""
+    diff = StateDiff()
+    assert diff.delta({"a": 1}) == '{"all":{"a":1}}'
+    assert diff.delta({"a": 1, 2: "two"}) == '{"all":{"a":1,"2":"two"}}'
+    assert diff.delta({"a": 1, 2: "two"}) == '{"all":{"a":1,"2":"two"}}'
+    assert diff.delta({"a": 3}) == '{"all":{"a":3}}'
+    assert diff.delta({"a": 4}) == '[["s",["a"],4]]'
+    log = AppendLog(["x"])
+    assert diff.delta({"a": 4, 5: log}) == '{"all":{"a":4,"5":["x"]}}'  # a log there too
 
 
 def test_append_logs_inside_large_dicts_are_appended_to_where_they_are(monkeypatch):
