@@ -302,3 +302,16 @@ def test_a_failed_run_shows_its_error(tmp_path):
     assert [(r["status"], r["stop_reason"]) for r in Store(db).summaries()] == [("failed", "error")]
     [error] = run_view(Store(db).run("e"), 0)["errors"]
     assert error["state"] == "bid" and "AuthenticationError" in error["text"] and "bad key" in error["text"]
+
+
+def test_a_run_whose_process_died_is_unfinished_in_the_viewer_as_in_fsmchat_runs(tmp_path, capsys):
+    db = store_of(tmp_path / "d.db", [group_chat_run])
+    with sqlite3.connect(db) as con:  # what a SIGKILL leaves: no stop reason, no live lease
+        con.execute("UPDATE runs SET stop_reason = NULL")
+        con.execute("DELETE FROM leases")
+    assert [(r["run_id"], r["status"], r["stop_reason"]) for r in Store(db).summaries()] == [
+        ("chat-1", "unfinished", None)]
+    assert Store(db).run("chat-1").status == "unfinished"
+    cp = SqliteCheckpointer(db)
+    assert [(r.run_id, r.status) for r in cp.list_runs()] == [("chat-1", "unfinished")]
+    cp.close()

@@ -20,11 +20,12 @@ from ..checkpoint import SqliteCheckpointer, lease_refusal
 from ..errors import CheckpointStoreError, FsmchatError
 from ..models import StopReason
 
-STATUSES = ("running", "waiting", "finished", "failed", "cancelled", "stopped")
-"""A run's status in the viewer: ``running`` (no stop reason, its lease is live), ``waiting`` (stop
-reason ``interrupted``: it waits for a person), ``finished`` (any other stop reason but ``error`` and
-``cancelled``), ``failed`` (``error``), ``cancelled``, ``stopped`` (no stop reason and no live lease:
-its process ended mid-run; resumable)."""
+STATUSES = ("running", "waiting", "finished", "failed", "cancelled", "unfinished")
+"""A run's status in the viewer (the words ``fsmchat runs`` and ``list_runs`` use, from
+``StopReason.run_status``): ``running`` (no stop reason, its lease is live), ``waiting`` (stop
+reason ``interrupted``: it waits for a person), ``finished`` (any other stop reason but ``error``
+and ``cancelled``), ``failed`` (``error``), ``cancelled``, ``unfinished`` (no stop reason and no
+live lease: its process ended mid-run; resumable)."""
 
 
 class StoreUnreadable(FsmchatError, RuntimeError):
@@ -62,10 +63,8 @@ class RunNotFound(FsmchatError, KeyError):
 
 
 def status_of(stop_reason: str | None, lease: tuple[str, float] | None, now: float) -> str:
-    if stop_reason is None:
-        live = lease is not None and lease_refusal("", lease, "fsmchat-ui", now) is not None
-        return "running" if live else "stopped"
-    return StopReason.run_status(stop_reason)
+    live = stop_reason is None and lease is not None and lease_refusal("", lease, "fsmchat-ui", now) is not None
+    return StopReason.run_status(stop_reason, live)
 
 
 def _json(text: str | None, default: Any = None) -> Any:
