@@ -19,13 +19,14 @@ from collections.abc import Coroutine, Generator, Iterable
 from typing import Any, Callable
 
 from .errors import DeadlineExceeded
+from .graph.state_graph import is_awaitable
 
 
 async def call_within(fn: Callable[..., Any], *args: Any, deadline: float | None, what: str) -> Any:
     """``fn(*args)`` (awaited if it returns an awaitable), bounded by ``deadline`` (monotonic)."""
     if deadline is None:
         out = fn(*args)
-        return await out if inspect.isawaitable(out) else out
+        return await out if is_awaitable(out) else out
     left = deadline - time.monotonic()
     if left <= 0:
         raise DeadlineExceeded(f"{what} was not started: the run's deadline_s has passed")

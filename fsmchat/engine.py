@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, Type
 from transitions import Event, Machine, Transition
 
 from .errors import FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
-from .graph.state_graph import StateGraph, callable_name
+from .graph.state_graph import StateGraph, callable_name, is_awaitable
 from .models import RunResult, StopReason, TraceEvent
 
 T = TypeVar("T")
@@ -363,7 +363,7 @@ class GraphRun:
             self.payload = None
         else:
             out = st.action(self.context)
-            self.payload = (await out) if inspect.isawaitable(out) else out
+            self.payload = (await out) if is_awaitable(out) else out
 
     def _choose(self, event: str | None, payload: Any) -> tuple[Any, str, str, str] | None:
         ctx = self.context

@@ -1,6 +1,7 @@
 """GraphRun, the one runner: driven by events (``fire``, as hub channels are), by guards
 (``step()``, as patterns and flows are), and always through the transitions Machine."""
 import asyncio
+import inspect
 
 import pytest
 
@@ -285,3 +286,34 @@ def test_the_quiet_event_runs_the_machines_callbacks_once_any_is_set():
     from transitions.core import MachineError
     with pytest.raises(MachineError, match="Can't trigger event open from state opened"):
         quiet.events["open"].trigger(door2)  # the source check stays
+
+
+def test_is_awaitable_answers_as_inspect_does_for_every_kind_of_value():
+    import types
+
+    from fsmchat.graph.state_graph import is_awaitable
+
+    class Later:
+        def __await__(self):
+            yield
+            return 1
+
+    @types.coroutine
+    def old_style():
+        yield
+
+    def plain_generator():
+        yield
+
+    async def coro():
+        return 1
+
+    c, g_old, g_plain = coro(), old_style(), plain_generator()
+    loop = asyncio.new_event_loop()
+    fut = loop.create_future()
+    values = [None, "text", 3, {"a": 1}, Later(), c, fut, g_old, g_plain, plain_generator(), old_style()]
+    assert [is_awaitable(v) for v in values] == [False, False, False, False, True, True, True, True, False,
+                                                 False, True]
+    assert [is_awaitable(v) for v in values] == [inspect.isawaitable(v) for v in values]  # asked twice: cached
+    c.close()
+    loop.close()
