@@ -440,9 +440,14 @@ class GraphRun:
         event's payload); a resume enters that state again.
         """
         step = self.step
+        # a cancel() asked for during a step that never waited (instant participants) is taken at
+        # the next step boundary, as it would be at a model call (Task.cancelling: Python 3.11+)
+        cancelling = getattr(asyncio.current_task(), "cancelling", None)
         try:
             while self.stop_reason is None:
                 await step()
+                if cancelling is not None and cancelling():
+                    await asyncio.sleep(0)  # the task delivers the pending CancelledError here
         except Interrupted as exc:  # an action waits for an answer: stop here, resumably
             self._stop_with(StopReason.INTERRUPTED, exc.request)
         except _MaxSteps:

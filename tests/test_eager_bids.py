@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fsmchat import Bid, GroupChat
+from fsmchat import Bid, GroupChat, RoundRobinSwarm
 from fsmchat.deadline import gather_eager
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="caller")
@@ -138,3 +138,36 @@ def test_a_group_chat_of_sync_callables_bids_without_tasks_and_waiting_bidders_s
     assert res.stop_reason == "max_loops" and [m.role for m in res.transcript] == ["User", "b", "b", "b"]
     assert tasks == 6  # 3 turns x the 2 bids that waited (c starts last, finds all three started)
     assert started == list("abc") * 3
+
+
+def named(name: str, answer: Any) -> Any:
+    def fn(turn: Any) -> Any:
+        return answer
+    fn.__name__ = name
+    return fn
+
+
+@pytest.mark.parametrize("make, posts", [
+    (lambda: GroupChat(agents=[named("a", Bid(0.9, "a")), named("b", Bid(0.5, "b"))], max_loops=20), ["post"]),
+    (lambda: RoundRobinSwarm(agents=[named("x", "x says"), named("y", "y says")], max_loops=10), ["x", "y"]),
+])
+def test_a_cancel_asked_for_during_instant_turns_is_taken_at_the_next_step(make, posts):
+    """Instant participants never wait, so nothing suspends; a cancel() asked for during a step
+    still ends the run at the next step boundary (stop reason "cancelled", the transcript so far)."""
+    async def go() -> Any:
+        me, seen = asyncio.current_task(), []
+
+        def obs(ev: Any) -> None:
+            if ev.dest is not None and ev.state in posts:
+                seen.append(ev.state)
+                if len(seen) == 2:
+                    me.cancel()
+        try:
+            await make().aexecute("go", observers=[obs])
+        except asyncio.CancelledError as exc:
+            return exc.fsmchat_result
+        raise AssertionError("the run was not cancelled")
+
+    res = asyncio.run(go())
+    assert res.stop_reason == "cancelled"
+    assert len(res.transcript) == 3  # the task and the two posts before the cancel
