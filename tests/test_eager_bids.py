@@ -1,6 +1,7 @@
-"""A bid round runs each bid inline until it first waits (``fsmchat.deadline.gather_eager``):
-an instant bid (a sync callable participant, a scripted model) costs no task and no trip through
-the event loop (issue 21, item 2); a bid that waits goes on as a task, concurrently with the rest;
+"""A bid round runs the bids inline until one waits (``fsmchat.deadline.gather_eager``): an
+instant bid (a sync callable participant, a scripted model) costs no task and no trip through the
+event loop (issue 21, item 2); the bid that waits goes on as a task, the ones after it start as
+tasks, all concurrently;
 results, exceptions, contexts and cancellation behave as with ``asyncio.gather``."""
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_instant_coroutines_make_no_task_and_waiting_ones_make_one_each():
     got, tasks = asyncio.run(go())
     assert got[:2] == ["a", "b"] and got[3:] == ["c", "d"]
     assert isinstance(got[2], ValueError) and str(got[2]) == "bad bid"
-    assert tasks == 2  # b and c waited; a, boom and d never did
+    assert tasks == 4  # a ran inline; b waited (a task from there), so boom, c and d started as tasks
     # every first step in order, before any waiting one resumes (as gather's tasks would start)
     assert log == ["a start", "b start", "boom start", "c start", "d start", "b end", "c end"]
 
@@ -136,7 +137,7 @@ def test_a_group_chat_of_sync_callables_bids_without_tasks_and_waiting_bidders_s
 
     res, tasks = asyncio.run(bounded())
     assert res.stop_reason == "max_loops" and [m.role for m in res.transcript] == ["User", "b", "b", "b"]
-    assert tasks == 6  # 3 turns x the 2 bids that waited (c starts last, finds all three started)
+    assert tasks == 9  # 3 turns x 3: a waited, so b and c started as tasks
     assert started == list("abc") * 3
 
 
