@@ -315,3 +315,21 @@ def test_a_run_whose_process_died_is_unfinished_in_the_viewer_as_in_fsmchat_runs
     cp = SqliteCheckpointer(db)
     assert [(r.run_id, r.status) for r in cp.list_runs()] == [("chat-1", "unfinished")]
     cp.close()
+
+
+def test_a_live_poll_of_an_unchanged_run_does_not_read_the_run(store, monkeypatch):
+    """A live page polls every second: while the run has the same steps and status, the answer
+    comes from a count, not from reading (and folding the states of) the whole run."""
+    s = Store(store)
+    n, status = s.progress("chat-1")
+    assert (n, status) == (len(s.run("chat-1").steps), "finished") == (12, "finished")
+    assert s.progress("flow-1") == (len(s.run("flow-1").steps), "finished")
+    read = []
+    monkeypatch.setattr(Store, "run", lambda self, run_id: read.append(run_id) or (_ for _ in ()).throw(
+        AssertionError("the run was read")))
+    assert run_data(s, "chat-1", known=("12", "finished")) == {"unchanged": True}
+    assert read == []
+    with pytest.raises(AssertionError, match="the run was read"):
+        run_data(s, "chat-1", known=("11", "finished"))  # a new step: the run is read
+    with pytest.raises(RunNotFound):
+        s.progress("nope")

@@ -236,6 +236,27 @@ class Store:
         return RunRecord(run_id, meta if isinstance(meta, dict) else {}, row[1], status, row[2], row[3],
                          in_fork_order(by_lane), messages, lane_messages, self._state(run_id))
 
+    def progress(self, run_id: str) -> tuple[int, str]:
+        """Return the run's step count (its branch lanes' included, as ``len(run(run_id).steps)``)
+        and its status, without reading the run: what a live page asks on every poll.
+
+        Args:
+            run_id: The run's id.
+
+        Raises:
+            RunNotFound: The store has no such run.
+            StoreUnreadable: The file is missing, corrupted or not a checkpoint store.
+        """
+        with self._open() as o:
+            db = o.db
+            row = None if db is None else db.execute("SELECT stop_reason FROM runs WHERE run_id=?",
+                                                     (run_id,)).fetchone()
+            if db is None or row is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.path}")
+            n = db.execute("SELECT COUNT(*) FROM events WHERE run_id=? OR substr(run_id, 1, ?)=?",
+                           (run_id, len(run_id) + 1, run_id + "/")).fetchone()[0]
+            return n, status_of(row[0], o.leases_of().get(run_id), time.time())
+
     def _state(self, run_id: str) -> dict[str, Any]:
         """The run's latest working state (usage, events, flow variables), read by the checkpoint
         module itself (its format is that module's); {} when none is stored yet."""
