@@ -26,7 +26,8 @@ async def group_chat_floor(task: str, agents: Sequence[AgentFn], max_loops: int,
                            recency_penalty: float = 0.3, recency_window: int = 1) -> list[Message]:
     """GroupChat's semantics (seed, concurrent bids read in list order, best recency-adjusted bid
     strictly above threshold posted, stop on lull or ``max_loops`` messages) as a plain loop.
-    Each agent gets what fsmchat's callables get: its name, a copy of the rows and an instruction."""
+    Each agent gets what fsmchat's callables get: its name, the rows (fsmchat passes a read-only
+    view, not a copy: no O(T) work per turn on either side) and an instruction."""
     names = [a.__name__ for a in agents]
     rows = [Message(role="User", content=task)]
     recent: list[str] = []
@@ -35,7 +36,7 @@ async def group_chat_floor(task: str, agents: Sequence[AgentFn], max_loops: int,
 
         def turn(i: int) -> tuple[str, list[Message], str]:
             others = ", ".join(n for n in names if n != names[i])
-            return names[i], list(rows), (f"You are {names[i]} in a group chat with {others}. The latest "
+            return names[i], rows, (f"You are {names[i]} in a group chat with {others}. The latest "
                                          f"message is from {last.role}:\n\n{last.content}\n\nDecide.")
         bids = await asyncio.gather(*(a(turn(i)) for i, a in enumerate(agents)))
         window = set(recent[-max(1, recency_window):])

@@ -184,9 +184,7 @@ class RunInfo:
     def status(self) -> str:
         """``finished``, ``waiting`` (interrupted for a person), ``failed`` (error), ``cancelled``,
         ``running`` (not ended, its lease is live) or ``unfinished`` (cut by a crash: resumable)."""
-        if self.stop_reason is None:
-            return "running" if self.leased else "unfinished"
-        return StopReason.run_status(self.stop_reason)
+        return StopReason.run_status(self.stop_reason, self.leased)
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "pattern": self.pattern, "name": self.name, "task": self.task,

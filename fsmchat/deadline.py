@@ -19,13 +19,14 @@ from collections.abc import Coroutine, Generator, Iterable
 from typing import Any, Callable
 
 from .errors import DeadlineExceeded
+from .graph.state_graph import is_awaitable
 
 
 async def call_within(fn: Callable[..., Any], *args: Any, deadline: float | None, what: str) -> Any:
     """``fn(*args)`` (awaited if it returns an awaitable), bounded by ``deadline`` (monotonic)."""
     if deadline is None:
         out = fn(*args)
-        return await out if inspect.isawaitable(out) else out
+        return await out if is_awaitable(out) else out
     left = deadline - time.monotonic()
     if left <= 0:
         raise DeadlineExceeded(f"{what} was not started: the run's deadline_s has passed")
@@ -72,15 +73,21 @@ async def _in_daemon_thread(fn: Callable[..., Any], args: tuple[Any, ...], timeo
 
 
 async def gather_eager(coros: Iterable[Coroutine[Any, Any, Any]]) -> list[Any]:
-    """``asyncio.gather(*coros, return_exceptions=True)``, except that each coroutine first runs
-    inline, in a copy of the caller's context as a task would, until it first waits: one that
+    """``asyncio.gather(*coros, return_exceptions=True)``, except that the coroutines first run
+    inline, each in a copy of the caller's context as a task would, until one waits: one that
     finishes without waiting (a sync callable participant, a scripted model) costs no task and no
-    trip through the event loop; one that waits (a model request) goes on as a task from there.
-    The first steps run in order, as gather's tasks would start; results and exceptions come back
-    in order (``KeyboardInterrupt`` and ``SystemExit`` propagate, as from a task)."""
+    trip through the event loop; the one that waits (a model request) goes on as a task from there,
+    and the coroutines after it start as plain tasks (they are likely to wait too, and running one
+    inline first only to wrap it costs more than a task). The first steps run in order, as
+    gather's tasks would start; results and exceptions come back in order (``KeyboardInterrupt``
+    and ``SystemExit`` propagate, as from a task)."""
     results: list[Any] = []
     waiting: list[tuple[int, asyncio.Future[Any]]] = []
     for i, coro in enumerate(coros):
+        if waiting:
+            results.append(None)
+            waiting.append((i, asyncio.ensure_future(coro)))
+            continue
         ctx = contextvars.copy_context()
         try:
             first = ctx.run(coro.send, None)

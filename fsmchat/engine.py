@@ -28,10 +28,10 @@ import threading
 from time import perf_counter
 from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, TypeVar
 
-from transitions import Machine, Transition
+from transitions import Event, Machine, Transition
 
 from .errors import FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
-from .graph.state_graph import StateGraph, callable_name
+from .graph.state_graph import StateGraph, callable_name, is_awaitable
 from .models import RunResult, StopReason, TraceEvent
 
 T = TypeVar("T")
@@ -74,21 +74,43 @@ class QuietTransition(Transition):
         return True
 
 
+class QuietEvent(Event):
+    """``transitions.Event`` whose ``_trigger`` skips the debug logging and the walks over the
+    machine's (empty) prepare and finalize callback lists when it has none and no exception
+    callbacks; the source check (``MachineError`` for a trigger the state lacks) and every
+    transition's ``execute`` stay. With any of those callbacks set, the full ``Event._trigger`` runs."""
+
+    def _trigger(self, event_data: Any) -> bool:
+        m = self.machine
+        if m.prepare_event or m.finalize_event or m.on_exception:
+            return bool(super()._trigger(event_data))
+        state = event_data.state = m.get_model_state(event_data.model)
+        if self._is_valid_source(state):
+            for trans in self.transitions[state.name]:
+                event_data.transition = trans
+                if trans.execute(event_data):
+                    event_data.result = True
+                    break
+        return bool(event_data.result)
+
+
 class FsmchatMachine(Machine):
     transition_cls = QuietTransition
+    event_cls = QuietEvent
 
 
 def machine_class() -> Any:
     """The ``transitions.Machine`` class every graph runs on. Tests replace it (a recording
     subclass) to check that every step goes through it.
 
-    It is ``transitions.Machine`` with one documented extension point set, ``transition_cls``: a
-    ``Transition`` whose ``execute`` skips the debug logging and the walk over callback lists when
-    the transition, the machine and both states have no callbacks at all (fsmchat registers none:
-    the engine runs actions itself). The Machine's checks stay: ``Event.trigger`` still refuses a
-    trigger the current state has no transition for, ``set_state`` and the model update still run,
-    and as soon as any callback is configured (a subclass, a test) the full ``Transition.execute``
-    runs. It makes 36 fewer Python calls per step (-18% for a 1,000-chat batch)."""
+    It is ``transitions.Machine`` with two documented extension points set, ``transition_cls`` and
+    ``event_cls``: a ``Transition`` whose ``execute`` and an ``Event`` whose ``_trigger`` skip the
+    debug logging and the walks over callback lists when the transition, the machine and both
+    states have no callbacks at all (fsmchat registers none: the engine runs actions itself). The
+    Machine's checks stay: ``Event.trigger`` still refuses a trigger the current state has no
+    transition for, ``set_state`` and the model update still run, and as soon as any callback is
+    configured (a subclass, a test) the full ``Transition.execute`` / ``Event._trigger`` runs.
+    Together they make 42 fewer Python calls per step (91 -> 49)."""
     return FsmchatMachine
 
 
@@ -341,7 +363,7 @@ class GraphRun:
             self.payload = None
         else:
             out = st.action(self.context)
-            self.payload = (await out) if inspect.isawaitable(out) else out
+            self.payload = (await out) if is_awaitable(out) else out
 
     def _choose(self, event: str | None, payload: Any) -> tuple[Any, str, str, str] | None:
         ctx = self.context
@@ -418,9 +440,14 @@ class GraphRun:
         event's payload); a resume enters that state again.
         """
         step = self.step
+        # a cancel() asked for during a step that never waited (instant participants) is taken at
+        # the next step boundary, as it would be at a model call (Task.cancelling: Python 3.11+)
+        cancelling = getattr(asyncio.current_task(), "cancelling", None)
         try:
             while self.stop_reason is None:
                 await step()
+                if cancelling is not None and cancelling():
+                    await asyncio.sleep(0)  # the task delivers the pending CancelledError here
         except Interrupted as exc:  # an action waits for an answer: stop here, resumably
             self._stop_with(StopReason.INTERRUPTED, exc.request)
         except _MaxSteps:

@@ -332,10 +332,14 @@ class StopReason(str, Enum):
         return found if isinstance(found, cls) else reason
 
     @classmethod
-    def run_status(cls, reason: str) -> str:
-        """What a run that stopped for ``reason`` is, as stores and the viewer list it: ``failed``
-        (error), ``cancelled``, ``waiting`` (for a person) or ``finished``; only a finished run is
-        not continued by a resume."""
+    def run_status(cls, reason: str | None, live: bool = False) -> str:
+        """What a run that stopped for ``reason`` is, as ``fsmchat runs``, ``list_runs`` and the
+        viewer list it: ``failed`` (error), ``cancelled``, ``waiting`` (for a person) or
+        ``finished``; with no reason (not ended), ``running`` if a live process holds it, else
+        ``unfinished`` (its process died mid-run: resumable). Only a finished run is not continued
+        by a resume."""
+        if reason is None:
+            return "running" if live else "unfinished"
         return _RUN_STATUS.get(reason, "finished")
 
 

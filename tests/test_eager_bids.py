@@ -1,6 +1,7 @@
-"""A bid round runs each bid inline until it first waits (``fsmchat.deadline.gather_eager``):
-an instant bid (a sync callable participant, a scripted model) costs no task and no trip through
-the event loop (issue 21, item 2); a bid that waits goes on as a task, concurrently with the rest;
+"""A bid round runs the bids inline until one waits (``fsmchat.deadline.gather_eager``): an
+instant bid (a sync callable participant, a scripted model) costs no task and no trip through the
+event loop (issue 21, item 2); the bid that waits goes on as a task, the ones after it start as
+tasks, all concurrently;
 results, exceptions, contexts and cancellation behave as with ``asyncio.gather``."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fsmchat import Bid, GroupChat
+from fsmchat import Bid, GroupChat, RoundRobinSwarm
 from fsmchat.deadline import gather_eager
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="caller")
@@ -51,7 +52,7 @@ def test_instant_coroutines_make_no_task_and_waiting_ones_make_one_each():
     got, tasks = asyncio.run(go())
     assert got[:2] == ["a", "b"] and got[3:] == ["c", "d"]
     assert isinstance(got[2], ValueError) and str(got[2]) == "bad bid"
-    assert tasks == 2  # b and c waited; a, boom and d never did
+    assert tasks == 4  # a ran inline; b waited (a task from there), so boom, c and d started as tasks
     # every first step in order, before any waiting one resumes (as gather's tasks would start)
     assert log == ["a start", "b start", "boom start", "c start", "d start", "b end", "c end"]
 
@@ -136,5 +137,38 @@ def test_a_group_chat_of_sync_callables_bids_without_tasks_and_waiting_bidders_s
 
     res, tasks = asyncio.run(bounded())
     assert res.stop_reason == "max_loops" and [m.role for m in res.transcript] == ["User", "b", "b", "b"]
-    assert tasks == 6  # 3 turns x the 2 bids that waited (c starts last, finds all three started)
+    assert tasks == 9  # 3 turns x 3: a waited, so b and c started as tasks
     assert started == list("abc") * 3
+
+
+def named(name: str, answer: Any) -> Any:
+    def fn(turn: Any) -> Any:
+        return answer
+    fn.__name__ = name
+    return fn
+
+
+@pytest.mark.parametrize("make, posts", [
+    (lambda: GroupChat(agents=[named("a", Bid(0.9, "a")), named("b", Bid(0.5, "b"))], max_loops=20), ["post"]),
+    (lambda: RoundRobinSwarm(agents=[named("x", "x says"), named("y", "y says")], max_loops=10), ["x", "y"]),
+])
+def test_a_cancel_asked_for_during_instant_turns_is_taken_at_the_next_step(make, posts):
+    """Instant participants never wait, so nothing suspends; a cancel() asked for during a step
+    still ends the run at the next step boundary (stop reason "cancelled", the transcript so far)."""
+    async def go() -> Any:
+        me, seen = asyncio.current_task(), []
+
+        def obs(ev: Any) -> None:
+            if ev.dest is not None and ev.state in posts:
+                seen.append(ev.state)
+                if len(seen) == 2:
+                    me.cancel()
+        try:
+            await make().aexecute("go", observers=[obs])
+        except asyncio.CancelledError as exc:
+            return exc.fsmchat_result
+        raise AssertionError("the run was not cancelled")
+
+    res = asyncio.run(go())
+    assert res.stop_reason == "cancelled"
+    assert len(res.transcript) == 3  # the task and the two posts before the cancel

@@ -1,6 +1,7 @@
 """GraphRun, the one runner: driven by events (``fire``, as hub channels are), by guards
 (``step()``, as patterns and flows are), and always through the transitions Machine."""
 import asyncio
+import inspect
 
 import pytest
 
@@ -257,3 +258,62 @@ def test_the_quiet_transition_keeps_the_machines_checks():
     door = Door()
     m.events["open"].trigger(door)
     assert door.state == "opened" and heard == ["after"]
+
+
+def test_the_quiet_event_runs_the_machines_callbacks_once_any_is_set():
+    """The engine's Event skips the empty prepare/finalize walks only: with a prepare_event or
+    finalize_event callback configured, transitions' full ``Event._trigger`` calls them, in order."""
+    from transitions import Machine
+
+    cls = engine.machine_class()
+    assert issubclass(cls, Machine) and cls.event_cls is not Machine.event_cls
+
+    class Door:
+        state = "closed"
+
+    heard: list[str] = []
+    m = cls(model=None, states=["closed", "opened"], auto_transitions=False, initial="closed",
+            transitions=[{"trigger": "open", "source": "closed", "dest": "opened"}],
+            prepare_event=[lambda *a, **k: heard.append("prepare")],
+            finalize_event=[lambda *a, **k: heard.append("finalize")])
+    door = Door()
+    assert m.events["open"].trigger(door) is True
+    assert door.state == "opened" and heard == ["prepare", "finalize"]
+    quiet = cls(model=None, states=["closed", "opened"], auto_transitions=False, initial="closed",
+                transitions=[{"trigger": "open", "source": "closed", "dest": "opened"}])
+    door2 = Door()
+    assert quiet.events["open"].trigger(door2) is True and door2.state == "opened"
+    from transitions.core import MachineError
+    with pytest.raises(MachineError, match="Can't trigger event open from state opened"):
+        quiet.events["open"].trigger(door2)  # the source check stays
+
+
+def test_is_awaitable_answers_as_inspect_does_for_every_kind_of_value():
+    import types
+
+    from fsmchat.graph.state_graph import is_awaitable
+
+    class Later:
+        def __await__(self):
+            yield
+            return 1
+
+    @types.coroutine
+    def old_style():
+        yield
+
+    def plain_generator():
+        yield
+
+    async def coro():
+        return 1
+
+    c, g_old, g_plain = coro(), old_style(), plain_generator()
+    loop = asyncio.new_event_loop()
+    fut = loop.create_future()
+    values = [None, "text", 3, {"a": 1}, Later(), c, fut, g_old, g_plain, plain_generator(), old_style()]
+    assert [is_awaitable(v) for v in values] == [False, False, False, False, True, True, True, True, False,
+                                                 False, True]
+    assert [is_awaitable(v) for v in values] == [inspect.isawaitable(v) for v in values]  # asked twice: cached
+    c.close()
+    loop.close()

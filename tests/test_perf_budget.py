@@ -8,7 +8,7 @@ result) does not blur it; the fixed part has its own, looser budget.
 
 If a change legitimately needs more calls, raise the budget in the same commit and say why; if
 it saves calls, lower it (keep ~15% headroom over the measured number, printed on failure).
-Measured when committed: engine 55 calls/step, 32 per run; GroupChat 352 calls/bidding turn (3
+Measured when committed: engine 48 calls/step, 32 per run; GroupChat 303 calls/bidding turn (3
 callable agents); what a checkpoint adds per turn (issue 21): an AgentFlow's Discussion 87 calls
 (MemoryCheckpointer) / 94 (SqliteCheckpointer), a RoundRobinSwarm 40 / 49.
 """
@@ -27,16 +27,16 @@ from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.engine import run_graph
 from fsmchat.graph import StateGraph
 
-# measured 55 (91 before the QuietTransition of transitions' `transition_cls`, which skips debug logging
-# and empty callback walks): every step goes through the Machine's public API since the one-runner
+# measured 48 (91 before the QuietTransition and QuietEvent of transitions' `transition_cls` and
+# `event_cls`, which skip debug logging and empty callback walks): every step goes through the Machine's public API since the one-runner
 # change (39 with the earlier private lean Transition/Event classes, which bypassed it)
-ENGINE_CALLS_PER_STEP = 64
+ENGINE_CALLS_PER_STEP = 55
 ENGINE_CALLS_PER_RUN = 50  # measured 12 (fixed part: start, stop, result)
 # the Python calls a checkpoint adds per turn (the snapshot, its delta, the recorder and the store), measured
 # (was, before the commit path was trimmed: 117 / 126 and 53 / 62)
 CHECKPOINT_CALLS_PER_TURN = {("flow", "memory"): 100, ("flow", "sqlite"): 108,  # measured 87 and 94
                              ("round_robin", "memory"): 46, ("round_robin", "sqlite"): 56}  # measured 40 and 49
-GROUP_CHAT_CALLS_PER_TURN = 400  # measured 352 (623 with asyncio.gather's three tasks per bid round and the
+GROUP_CHAT_CALLS_PER_TURN = 350  # measured 303 (623 with asyncio.gather's three tasks per bid round and the
 # full Transition.execute); 3 agents: bids run inline (gather_eager), bid, select, post, penalize steps
 
 NAMES = ("A", "B", "C")

@@ -217,9 +217,10 @@ def test_two_processes_resume_one_run_the_store_ends_with_the_uninterrupted_run(
     assert lines[1] in ("REFUSED R", lines[0])
     saved = SqliteCheckpointer(db).load("R")
     assert [(m.role, m.content) for m in saved.messages] == [(m.role, m.content) for m in full.transcript]
-    # the full path once, plus the one record of the interruption (the cancelled step, dest None)
+    # the full path once, plus the one record of the interruption (the cancelled step, dest None):
+    # the observer's cancel() after the first post is taken at the next step boundary, before penalize
     assert [e.state for e in saved.events if e.dest is not None] + ["stop"] == full.path
-    assert [(e.state, e.dest) for e in saved.events if e.dest is None] == [("bid", None), ("stop", None)]
+    assert [(e.state, e.dest) for e in saved.events if e.dest is None] == [("penalize", None), ("stop", None)]
     assert saved.stop_reason == full.stop_reason and counts(db, "R") == (len(full.trace) + 1, len(full.transcript))
     rebuilt = chat().resume("R", SqliteCheckpointer(db))
     assert rebuilt.path == full.path and rebuilt.calls == full.calls

@@ -302,3 +302,34 @@ def test_a_failed_run_shows_its_error(tmp_path):
     assert [(r["status"], r["stop_reason"]) for r in Store(db).summaries()] == [("failed", "error")]
     [error] = run_view(Store(db).run("e"), 0)["errors"]
     assert error["state"] == "bid" and "AuthenticationError" in error["text"] and "bad key" in error["text"]
+
+
+def test_a_run_whose_process_died_is_unfinished_in_the_viewer_as_in_fsmchat_runs(tmp_path, capsys):
+    db = store_of(tmp_path / "d.db", [group_chat_run])
+    with sqlite3.connect(db) as con:  # what a SIGKILL leaves: no stop reason, no live lease
+        con.execute("UPDATE runs SET stop_reason = NULL")
+        con.execute("DELETE FROM leases")
+    assert [(r["run_id"], r["status"], r["stop_reason"]) for r in Store(db).summaries()] == [
+        ("chat-1", "unfinished", None)]
+    assert Store(db).run("chat-1").status == "unfinished"
+    cp = SqliteCheckpointer(db)
+    assert [(r.run_id, r.status) for r in cp.list_runs()] == [("chat-1", "unfinished")]
+    cp.close()
+
+
+def test_a_live_poll_of_an_unchanged_run_does_not_read_the_run(store, monkeypatch):
+    """A live page polls every second: while the run has the same steps and status, the answer
+    comes from a count, not from reading (and folding the states of) the whole run."""
+    s = Store(store)
+    n, status = s.progress("chat-1")
+    assert (n, status) == (len(s.run("chat-1").steps), "finished") == (12, "finished")
+    assert s.progress("flow-1") == (len(s.run("flow-1").steps), "finished")
+    read = []
+    monkeypatch.setattr(Store, "run", lambda self, run_id: read.append(run_id) or (_ for _ in ()).throw(
+        AssertionError("the run was read")))
+    assert run_data(s, "chat-1", known=("12", "finished")) == {"unchanged": True}
+    assert read == []
+    with pytest.raises(AssertionError, match="the run was read"):
+        run_data(s, "chat-1", known=("11", "finished"))  # a new step: the run is read
+    with pytest.raises(RunNotFound):
+        s.progress("nope")

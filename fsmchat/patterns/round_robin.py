@@ -13,6 +13,7 @@ conversation (own replies as ``assistant``, others as ``user`` ``"Name: text"``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Annotated, Any, Collection, Sequence
 
 from pydantic import AfterValidator, Field
@@ -154,9 +155,9 @@ class RoundRobinContext(ChatContext):
 
     config: RoundRobinConfig = field(kw_only=True)
 
-    @property
+    @cached_property
     def turn_order(self) -> TurnOrder:
-        """Turn t goes to ``speakers[t % N]``, for N x max_loops turns."""
+        """Turn t goes to ``speakers[t % N]``, for N x max_loops turns (made once per run)."""
         return TurnOrder(len(self.speakers), self.config.max_loops)
 
 

@@ -19,12 +19,14 @@ def runs_data(store: Store) -> dict[str, Any]:
 
 
 def run_data(store: Store, run_id: str, known: tuple[Any, Any] = (None, None)) -> dict[str, Any]:
-    """The run page's data; ``{"unchanged": True}`` when ``known`` (steps, status) already matches."""
-    rec = store.run(run_id)
+    """The run page's data; ``{"unchanged": True}`` when ``known`` (steps, status) already matches,
+    found without reading the run (a live page polls a long run cheaply while nothing changes)."""
     steps, status = known
-    if steps is not None and str(len(rec.steps)) == str(steps) and status == rec.status:
-        return {"unchanged": True}
-    return {"kind": "run", "store": str(store.path), **run_view(rec, time.time())}
+    if steps is not None:
+        n, now = store.progress(run_id)
+        if str(n) == str(steps) and status == now:
+            return {"unchanged": True}
+    return {"kind": "run", "store": str(store.path), **run_view(store.run(run_id), time.time())}
 
 
 def report_html(store: Store, run_id: str) -> str:

@@ -20,11 +20,12 @@ from ..checkpoint import SqliteCheckpointer, lease_refusal
 from ..errors import CheckpointStoreError, FsmchatError
 from ..models import StopReason
 
-STATUSES = ("running", "waiting", "finished", "failed", "cancelled", "stopped")
-"""A run's status in the viewer: ``running`` (no stop reason, its lease is live), ``waiting`` (stop
-reason ``interrupted``: it waits for a person), ``finished`` (any other stop reason but ``error`` and
-``cancelled``), ``failed`` (``error``), ``cancelled``, ``stopped`` (no stop reason and no live lease:
-its process ended mid-run; resumable)."""
+STATUSES = ("running", "waiting", "finished", "failed", "cancelled", "unfinished")
+"""A run's status in the viewer (the words ``fsmchat runs`` and ``list_runs`` use, from
+``StopReason.run_status``): ``running`` (no stop reason, its lease is live), ``waiting`` (stop
+reason ``interrupted``: it waits for a person), ``finished`` (any other stop reason but ``error``
+and ``cancelled``), ``failed`` (``error``), ``cancelled``, ``unfinished`` (no stop reason and no
+live lease: its process ended mid-run; resumable)."""
 
 
 class StoreUnreadable(FsmchatError, RuntimeError):
@@ -61,11 +62,12 @@ class RunNotFound(FsmchatError, KeyError):
         return str(self.args[0])
 
 
+_LANES = "WHERE run_id=? OR substr(run_id, 1, ?)=?"  # a run and its branch lanes (``<run id>/<lane>``)
+
+
 def status_of(stop_reason: str | None, lease: tuple[str, float] | None, now: float) -> str:
-    if stop_reason is None:
-        live = lease is not None and lease_refusal("", lease, "fsmchat-ui", now) is not None
-        return "running" if live else "stopped"
-    return StopReason.run_status(stop_reason)
+    live = stop_reason is None and lease is not None and lease_refusal("", lease, "fsmchat-ui", now) is not None
+    return StopReason.run_status(stop_reason, live)
 
 
 def _json(text: str | None, default: Any = None) -> Any:
@@ -214,13 +216,9 @@ class Store:
             StoreUnreadable: The file is missing, corrupted or not a checkpoint store.
         """
         with self._open() as o:
-            db = o.db
-            row = None if db is None else db.execute(
-                "SELECT meta, stop_reason, created, updated FROM runs WHERE run_id=?", (run_id,)).fetchone()
-            if db is None or row is None:
-                raise RunNotFound(f"no run {run_id!r} in {self.path}")
-            meta = _json(row[0], {})
-            where, lanes = "WHERE run_id=? OR substr(run_id, 1, ?)=?", (run_id, len(run_id) + 1, run_id + "/")
+            db, row = self._row(o, run_id, "stop_reason, meta, created, updated")
+            meta = _json(row[1], {})
+            where, lanes = _LANES, (run_id, len(run_id) + 1, run_id + "/")
             by_lane: dict[str, list[Step]] = {}
             for rid, step, state, trig, dest, t, payload, n in db.execute(
                     f"SELECT run_id, step, state, trigger, dest, t, payload, {'nmsg' if o.nmsg else 'NULL'} "
@@ -233,9 +231,32 @@ class Store:
                     f"SELECT run_id, role, content, metadata FROM messages {where} ORDER BY run_id, seq", lanes):
                 m = {"role": role, "content": content, "metadata": _json(metadata, {})}
                 (messages if rid == run_id else lane_messages.setdefault(rid[len(run_id) + 1:], [])).append(m)
-            status = status_of(row[1], o.leases_of().get(run_id), time.time())
-        return RunRecord(run_id, meta if isinstance(meta, dict) else {}, row[1], status, row[2], row[3],
+            status = status_of(row[0], o.leases_of().get(run_id), time.time())
+        return RunRecord(run_id, meta if isinstance(meta, dict) else {}, row[0], status, row[2], row[3],
                          in_fork_order(by_lane), messages, lane_messages, self._state(run_id))
+
+    def progress(self, run_id: str) -> tuple[int, str]:
+        """Return the run's step count (its branch lanes' included, as ``len(run(run_id).steps)``)
+        and its status, without reading the run: what a live page asks on every poll.
+
+        Args:
+            run_id: The run's id.
+
+        Raises:
+            RunNotFound: The store has no such run.
+            StoreUnreadable: The file is missing, corrupted or not a checkpoint store.
+        """
+        with self._open() as o:
+            db, row = self._row(o, run_id, "stop_reason")
+            n = db.execute(f"SELECT COUNT(*) FROM events {_LANES}", (run_id, len(run_id) + 1, run_id + "/")).fetchone()[0]
+            return n, status_of(row[0], o.leases_of().get(run_id), time.time())
+
+    def _row(self, o: _Open, run_id: str, columns: str) -> tuple[sqlite3.Connection, tuple[Any, ...]]:
+        """The open database and the run's ``columns`` of its ``runs`` row (``RunNotFound`` if none)."""
+        row = None if o.db is None else o.db.execute(f"SELECT {columns} FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if o.db is None or row is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.path}")
+        return o.db, row
 
     def _state(self, run_id: str) -> dict[str, Any]:
         """The run's latest working state (usage, events, flow variables), read by the checkpoint
