@@ -30,7 +30,7 @@ import json.encoder
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
-from .errors import CheckpointStoreError
+from .errors import CheckpointStoreError, FsmchatError
 from .models import Message, TraceEvent
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ def _change(path: str, old: Any, text: str) -> str:
     return f'["s",{path}],{text}]'
 
 
-class _NotStrKey(Exception):
+class _NotStrKey(FsmchatError):
     """A snapshot gained a key that is not a str (``StateDiff.delta`` then writes the whole state)."""
 
 
