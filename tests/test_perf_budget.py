@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import gc
 import pstats
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -158,10 +159,15 @@ def run_calls(kind: str, store: str | None, turns: int, tmp_path: Any) -> tuple[
     pattern.graph  # compile outside the count
     cp: Any = None if store is None else MemoryCheckpointer() if store == "memory" else \
         SqliteCheckpointer(tmp_path / f"{kind}-{turns}.db")
+    gc.collect()
+    gc.disable()  # (a collection may run Python finalizers of what other tests left behind: not ours to count)
     prof = cProfile.Profile()
-    prof.enable()
-    res = pattern.execute("go", checkpoint=cp)
-    prof.disable()
+    try:
+        prof.enable()
+        res = pattern.execute("go", checkpoint=cp)
+        prof.disable()
+    finally:
+        gc.enable()
     posted = sum(m.role != "User" for m in res.transcript)  # (a round robin's transcript starts with the task)
     assert res.ok and posted == turns, (res.stop_reason, res.error, posted)
     return pstats.Stats(prof).total_calls, posted  # type: ignore[attr-defined]
