@@ -124,16 +124,21 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_
                     st.dictionaries(st.text(max_size=2), inner, max_size=4), max_leaves=12)
 
 
+def fold(folded, delta):
+    """What a reader holds after applying ``delta`` (None: nothing changed) to ``folded``."""
+    if delta is None:
+        return folded
+    kind, body = parse_delta(delta)
+    if kind == "all":
+        return body
+    apply_ops(folded, body)
+    return folded
+
+
 def fold_each(states):
     diff, folded = StateDiff(), None
     for state in states:
-        delta = diff.delta(state)
-        if delta is not None:
-            kind, body = parse_delta(delta)
-            if kind == "all":
-                folded = body
-            else:
-                apply_ops(folded, body)
+        folded = fold(folded, diff.delta(state))
         expected = json.loads(json.dumps(state))
         assert json.dumps(folded, sort_keys=True) == json.dumps(expected, sort_keys=True)  # 1, 1.0, true stay apart
 
@@ -182,12 +187,7 @@ def test_deltas_fold_back_when_snapshots_hand_back_the_same_objects(steps, split
                 state[key] = pool[i]
             log.append(n)  # grows between commits, wherever it stands
             delta = diff.delta(dict(state))  # a new dict each commit, as ctx.snapshot() makes
-            if delta is not None:
-                kind, body = parse_delta(delta)
-                if kind == "all":
-                    folded = body
-                else:
-                    apply_ops(folded, body)
+            folded = fold(folded, delta)
             expected = json.loads(json.dumps(state))
             assert json.dumps(folded, sort_keys=True) == json.dumps(expected, sort_keys=True), (n, delta)
     finally:
@@ -328,13 +328,7 @@ def test_append_logs_fold_back_to_every_state_exactly(ops, split):
             if op != "commit":
                 continue
             state = {"memory": {"a": log, "pad": "p" * 20}, "log": log}
-            delta = diff.delta(state)
-            if delta is not None:
-                kind, body = parse_delta(delta)
-                if kind == "all":
-                    folded = body
-                else:
-                    apply_ops(folded, body)
+            folded = fold(folded, diff.delta(state))
             assert json.dumps(folded, sort_keys=True) == json.dumps(state, sort_keys=True)  # 1, 1.0, true stay apart
     finally:
         statelog.SPLIT_CHARS = saved
