@@ -5,8 +5,8 @@ an async callable is cancelled when the deadline passes and a sync one runs in a
 that is abandoned at the deadline (Python cannot stop a thread); either way ``DeadlineExceeded``
 is raised, and the engine then leaves the state through its drawn ``past_deadline`` edge.
 
-Several calls at once (a GroupChat's bid round) go through ``gather_eager``: each runs inline until
-it first waits, and only the calls that wait become tasks.
+Several calls at once (a GroupChat's bid round) go through ``gather_eager``: they run inline until
+one waits; that one and the calls after it become tasks.
 """
 from __future__ import annotations
 

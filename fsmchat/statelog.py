@@ -223,12 +223,11 @@ class StateDiff:
     an immutable value (str, number, bool, None) that is the very object last written is skipped
     without encoding it."""
 
-    __slots__ = ("prev", "names", "paths")
+    __slots__ = ("prev", "names")
 
     def __init__(self) -> None:
         self.prev: _Obj | None = None  # the state last written
         self.names: dict[str, str] = {}  # key -> its JSON (the same few keys every commit)
-        self.paths: dict[tuple[str, str], str] = {}  # (path, key) -> the path to the key, as JSON
 
     def _name(self, key: str) -> str:
         name = self.names.get(key)
@@ -247,13 +246,6 @@ class StateDiff:
         except _NotStrKey:  # JSON would rename such a key: every commit writes the whole state
             return self.full(state)
         return "[" + ",".join(ops) + "]" if ops else None
-
-    def _path(self, path: str, key: str) -> str:
-        """The JSON path (without its closing bracket) of ``key`` in the dict at ``path``."""
-        got = self.paths.get((path, key))
-        if got is None:
-            got = self.paths[path, key] = f"{path},{self._name(key)}" if path else f"[{self._name(key)}"
-        return got
 
     def _dict(self, path: str, value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
         """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket).
@@ -277,16 +269,8 @@ class StateDiff:
                     continue
             elif t is AppendLog:
                 was = old.get(k)
-                if type(was) is _Log and was.items is v and was.rewrites == v.rewrites:
-                    n, m = was.n, len(v)
-                    if m == n:
-                        continue  # the same log, nothing added
-                    if m > n:  # items appended: written from where the last commit stopped
-                        texts = [encode_value(x) for x in v[n:]]
-                        ops.append(f'["a",{paths.get(k) or self._key_path(paths, path, k)}],[{",".join(texts)}]]')
-                        was.texts += texts
-                        was.n = m
-                        continue
+                if type(was) is _Log and was.items is v and was.rewrites == v.rewrites and was.n == len(v):
+                    continue  # the same log, nothing added
                 old[k] = self._log(paths.get(k) or self._key_path(paths, path, k), v, was, ops)
                 src[k] = v
                 continue
@@ -310,12 +294,13 @@ class StateDiff:
                 src.pop(k, None)
 
     def _key_path(self, paths: dict[str, str], path: str, key: str) -> str:
-        """The JSON path of ``key`` in the dict at ``path``, remembered in that dict's ``paths``.
+        """The JSON path (without its closing bracket) of ``key`` in the dict at ``path``,
+        remembered in that dict's ``paths``.
         Every key written gets here first; only one the snapshot gained can be other than a str
         (a dict diffed part by part had str keys only)."""
         if type(key) is not str:
             raise _NotStrKey
-        got = paths[key] = self._path(path, key)
+        got = paths[key] = f"{path},{self._name(key)}" if path else f"[{self._name(key)}"
         return got
 
     def _diff(self, path: str, value: Any, old: Any, ops: list[str]) -> Any:

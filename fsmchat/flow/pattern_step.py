@@ -26,13 +26,12 @@ so is an ``AgentFlow`` (put its steps in the flow) and a pattern whose graph for
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 from typing import Any, Callable
 
 from ..config import ConfigWriter, PatternSpec, pattern_config
 from ..errors import ConfigError
-from ..graph.state_graph import Guard, StateGraph, state_names
+from ..graph.state_graph import Guard, StateGraph, is_awaitable, state_names
 from ..models import Message, StopReason
 from ..patterns.base import ChatContext, Pattern
 from ..speakers.agent import SEED_ROLE, Agent
@@ -185,7 +184,7 @@ class PatternStep(Block):
                 pctx = live(ctx)
                 ctx.frames[key]["via"] = fallback
                 out = None if fn is None else fn(pctx)
-                out = (await out) if inspect.isawaitable(out) else out
+                out = (await out) if is_awaitable(out) else out
                 ctx.frames[key]["saved"] = saved(pctx)
                 return out
             return functools.update_wrapper(action, fn) if fn is not None else action

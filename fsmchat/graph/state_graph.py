@@ -12,7 +12,7 @@ import inspect
 import re
 from dataclasses import dataclass, field
 from types import GeneratorType
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence, TypeGuard
 
 from ..errors import GraphError
 from .render import (Drawing, Edge, Node, distinct_names, mime_bundle, overlay, render, to_dot, to_html, to_mermaid,
@@ -48,7 +48,7 @@ def callable_name(fn: Any) -> str:
 _AWAITABLE_TYPES: dict[type, bool] = {type(None): False, str: False}
 
 
-def is_awaitable(value: Any) -> bool:
+def is_awaitable(value: Any) -> TypeGuard[Awaitable[Any]]:
     """``inspect.isawaitable(value)``, remembered per type: what an action or a participant
     returned is looked at on every step, and the ABC check behind ``isawaitable`` is the slow part.
     (A generator is asked each time: only one made by a ``types.coroutine`` function is awaitable.)"""

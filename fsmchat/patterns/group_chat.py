@@ -13,7 +13,6 @@ before each bid round, where their message takes the floor.
 """
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Sequence
 
