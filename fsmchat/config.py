@@ -568,7 +568,7 @@ class ConfigReader:
         if isinstance(spec, FactorySpec):
             if not spec.factory:
                 raise ValueError("a factory config needs factory='module:attr'")
-            self.trust.check(spec.factory, "factory")
+            self.trust.factory(spec.factory, "factory")
         self.check(spec)
         for m in spec.models:
             m.build(self)

@@ -5,7 +5,10 @@ A config names code by reference (``"module:qualname"``): callable participants,
 ``select``/conditions, ``Task`` handlers, a ``FunctionModel``'s function, an ``agent_class``, a
 ``pattern_class``, a pattern ``factory``; a checkpoint stores its pattern's ``factory``. Loading
 such a reference imports a module, which runs its code, so by default only fsmchat's own modules
-are imported. ``allow=["myproject.agents"]`` adds module prefixes (a dotted prefix: the module
+are imported, and of fsmchat's own code a config may name only what ``ALLOWED_REFERENCES`` lists
+(its documented callables; the participant kinds, ``agent``/``callable``/``human``, are data, not
+references): the CLI, file loaders, report writers and stores are fsmchat's code too, and none of
+them is a participant. ``allow=["myproject.agents"]`` adds module prefixes (a dotted prefix: the module
 itself and its submodules, never ``myproject.agentsevil``); ``trusted=True`` loads anything,
 ``path/to/file.py:attr`` included. A refusal is an ``UntrustedReference`` naming the reference,
 raised before anything is imported. Even when trusted, an ``agent_class`` must be an ``Agent``
@@ -24,6 +27,13 @@ from .errors import FsmchatError, bad_value
 from .targets import load_target
 
 BUILTIN_PREFIXES = ("fsmchat",)
+# Of fsmchat's own code, what a config may name without allow=[...] or trusted=True: its documented
+# callables, by the reference to_config() writes and by their public name. The README's "Security"
+# section shows this table (a test compares the two).
+ALLOWED_REFERENCES: dict[str, str] = {
+    "fsmchat.flow.context:flow_input": "the flow's input as a step's output (a Task handler or a flow step)",
+    "fsmchat:flow_input": "the same function by its public name",
+}
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _ATTR = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -127,7 +137,20 @@ class Trust:
             raise UntrustedReference(ref, what, f"module {where!r} is not allowed (allowed: {list(self.prefixes)}); "
                                      f"pass allow=[{where!r}] (a module prefix) if you trust its code, "
                                      "or trusted=True")
+        if not self.named(where, attr):
+            raise self.internal(ref, what, where)
         return where, attr
+
+    def named(self, module: str, attr: str) -> bool:
+        """Whether ``module:attr`` may be loaded: anything under the caller's own ``allow`` prefixes
+        (or ``trusted``); of fsmchat's own code, only what ``ALLOWED_REFERENCES`` lists."""
+        return self.trusted or any(within(module, p) for p in self.allow) or f"{module}:{attr}" in ALLOWED_REFERENCES
+
+    def internal(self, ref: str, what: str, module: str) -> UntrustedReference:
+        return UntrustedReference(ref, what, "it is fsmchat's own code, not one of the callables a config may name; "
+                                  "a config may use fsmchat's kinds (participants 'agent', 'callable', 'human'; "
+                                  f"patterns; flow steps) and of its code only {sorted(ALLOWED_REFERENCES)}; "
+                                  f"pass allow=[{module!r}] if you mean to run it, or trusted=True")
 
     def resolve(self, ref: str, what: str) -> Any:
         """The object ``ref`` names, once allowed; it must also be defined in an allowed module
@@ -143,6 +166,8 @@ class Trust:
             shown = obj.__name__ if inspect.ismodule(obj) else home
             raise UntrustedReference(ref, what, f"it is {'module' if inspect.ismodule(obj) else 'defined in'} "
                                      f"{shown!r}, which is not allowed (allowed: {list(self.prefixes)})")
+        if not self.named(home, str(getattr(obj, "__qualname__", ""))):  # fsmchat's code re-exported elsewhere
+            raise self.internal(ref, what, home)
         return obj
 
     def callable(self, ref: str, what: str) -> Any:
@@ -160,14 +185,21 @@ class Trust:
             raise UntrustedReference(ref, what, f"it is not a subclass of {base.__module__}.{base.__qualname__}")
         return obj
 
+    def factory(self, ref: Any, what: str) -> str:
+        """The module of an allowed ``factory`` reference, without importing anything: one of the
+        caller's ``allow`` prefixes (or ``trusted``), as a factory is called while loading."""
+        where, sep, attr = ref.rpartition(":") if isinstance(ref, str) else ("", "", "")
+        if not self.trusted and sep and _MODULE.match(where) and self.allows(where) \
+                and not any(within(where, p) for p in self.allow):
+            raise UntrustedReference(ref, what, "a factory is called while loading, so it must come from a module "
+                                     f"you allow (allow=[...]; fsmchat's own modules hold no pattern factories)")
+        return self.check(ref, what)[0]
+
     def pattern(self, ref: str, what: str) -> PatternLike:
         """A pattern ``factory``: a pattern object, or a function called (once) to build one. It must
         come from the caller's ``allow`` prefixes (or ``trusted``): fsmchat's own functions are not
         pattern factories, and calling one at load (``fsmchat.distributed:shutdown``) would act, not build."""
-        module = self.check(ref, what)[0]
-        if not self.trusted and not any(within(module, p) for p in self.allow):
-            raise UntrustedReference(ref, what, "a factory is called while loading, so it must come from a module "
-                                     f"you allow (allow=[...]; fsmchat's own modules hold no pattern factories)")
+        self.factory(ref, what)
         obj = self.resolve(ref, what)
         if isinstance(obj, PatternLike):
             return obj

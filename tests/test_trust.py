@@ -65,20 +65,24 @@ REFUSED = [  # (what the config names, config, the refusal's text)
      "agent_class: refused 'subprocess:Popen': module 'subprocess' is not allowed"),
     ("a non-Agent fsmchat class as agent_class",
      chat_config(kind="agent", name="b", agent_class="fsmchat.network.hub:Hub"),
-     "agent 'b' agent_class: refused 'fsmchat.network.hub:Hub': it is not a subclass of fsmchat.speakers.agent.Agent"),
+     "agent 'b' agent_class: refused 'fsmchat.network.hub:Hub': it is not a subclass of fsmchat.speakers.agent.Agent",
+     ["fsmchat"]),
     ("a class as a participant", chat_config(kind="callable", ref="fsmchat.speakers.agent:Agent"),
-     "participant: refused 'fsmchat.speakers.agent:Agent': it is a class, not a function"),
+     "participant: refused 'fsmchat.speakers.agent:Agent': it is a class, not a function", ["fsmchat"]),
     ("a dunder attribute", chat_config(kind="callable", ref="fsmchat.config:callable_ref.__globals__"),
      "attribute 'callable_ref.__globals__' is not a plain public name"),
     ("an os function re-exported by an fsmchat module", chat_config(kind="callable", ref="fsmchat.cli:os.system"),
-     "refused 'fsmchat.cli:os.system': it is defined in 'posix', which is not allowed"),
+     "refused 'fsmchat.cli:os.system': it is defined in 'posix', which is not allowed", ["fsmchat.cli"]),
     ("a module as a participant", chat_config(kind="callable", ref="fsmchat.cli:os"),
-     "refused 'fsmchat.cli:os': it is module 'os', which is not allowed"),
+     "refused 'fsmchat.cli:os': it is module 'os', which is not allowed", ["fsmchat.cli"]),
+    ("an os function re-exported by an fsmchat module, by default",
+     chat_config(kind="callable", ref="fsmchat.cli:os.system"),
+     "refused 'fsmchat.cli:os.system': it is fsmchat's own code, not one of the callables a config may name"),
     ("a pattern_class that is not a GroupChat",
      {**GroupChat(agents=[Agent("a"), Agent("b")]).to_config().model_dump(),
       "pattern_class": "fsmchat.flow.flow:AgentFlow"},
      "pattern_class: refused 'fsmchat.flow.flow:AgentFlow': it is not a subclass of "
-     "fsmchat.patterns.group_chat.GroupChat"),
+     "fsmchat.patterns.group_chat.GroupChat", ["fsmchat"]),
     ("a module outside the allowed prefix", chat_config(kind="callable", ref="evil_mod:x"),
      "module 'evil_mod' is not allowed"),
     ("a scripted model's function", {**GroupChat(agents=[Agent("a"), Agent("b")]).to_config().model_dump(),
@@ -92,10 +96,11 @@ REFUSED = [  # (what the config names, config, the refusal's text)
 ]
 
 
-@pytest.mark.parametrize("cfg,message", [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
-def test_untrusted_references_are_refused_before_anything_runs(cfg, message, evil):
+@pytest.mark.parametrize("cfg,message,allow", [(*c[1:3], c[3] if len(c) > 3 else ()) for c in REFUSED],
+                         ids=[c[0] for c in REFUSED])
+def test_untrusted_references_are_refused_before_anything_runs(cfg, message, allow, evil):
     with pytest.raises(UntrustedReference) as err:
-        from_config(cfg)
+        from_config(cfg, allow=allow)
     assert message in str(err.value)
     assert err.value.ref in str(err.value)
     assert not evil.exists() and "evil_mod" not in sys.modules  # nothing was imported or executed
@@ -196,3 +201,77 @@ def test_a_tampered_checkpoint_factory_is_refused_and_nothing_is_written(tmp_pat
         fsmchat.resume("r1", cp)
     assert fsmchat.resume("r1", cp, allow=["test_trust"]).transcript == full.transcript
     cp.close()
+
+
+# fsmchat's own code is trusted to import, not to run: a default from_config may name only the callables
+# of the allow-list (the README's Security table), never the CLI, a file loader, a report writer, a store...
+INTERNALS = ["fsmchat.cli:main", "fsmchat.targets:load_file", "fsmchat.ui.report:write_report",
+             "fsmchat.checkpoint:SqliteCheckpointer", "fsmchat.gallery:write", "fsmchat.distributed:run_id_for",
+             "fsmchat.timetravel:fork"]
+ALLOWED_NOW = "and of its code only ['fsmchat.flow.context:flow_input', 'fsmchat:flow_input']"
+
+
+@pytest.mark.parametrize("ref", INTERNALS)
+def test_fsmchat_internals_are_refused_as_participants_naming_what_is_allowed(ref):
+    cfg = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": ref}]}
+    with pytest.raises(UntrustedReference) as err:
+        from_config(cfg)
+    module = ref.partition(":")[0]
+    assert str(err.value) == (
+        f"participant: refused {ref!r}: it is fsmchat's own code, not one of the callables a config may name; a "
+        "config may use fsmchat's kinds (participants 'agent', 'callable', 'human'; patterns; flow steps) "
+        f"{ALLOWED_NOW}; pass allow=[{module!r}] if you mean to run it, or trusted=True")
+    assert err.value.ref == ref
+
+
+@pytest.mark.parametrize("ref", INTERNALS)
+def test_fsmchat_internals_are_refused_where_any_function_is_named(ref):
+    """The same rule for a flow's Task handler, a Discussion's until, a flow step and a scripted model."""
+    configs = [
+        {"kind": "flow", "steps": [{"kind": "task", "name": "t", "handler": ref}]},
+        {"kind": "flow", "steps": [{"kind": "discussion", "agents": [{"kind": "callable", "ref": "fsmchat:flow_input"}],
+                                    "until": ref}]},
+        {"kind": "flow", "steps": [{"kind": "callable", "ref": ref}]},
+        {**GroupChat(agents=[Agent("a"), Agent("b")]).to_config().model_dump(),
+         "models": [{"kind": "function", "id": "m9", "fn": ref}]},
+    ]
+    for cfg in configs:
+        with pytest.raises(UntrustedReference, match=f"refused '{ref}': it is fsmchat's own code"):
+            from_config(cfg)
+
+
+def test_the_allowed_callables_load_by_default_and_allow_opens_an_internal_module():
+    from fsmchat import AgentFlow, Task, flow_input
+
+    flow = AgentFlow(steps=[Task(handler=flow_input, post=False, save_as="topic")])
+    assert from_config(flow.to_config()).steps[0].handler is flow_input
+    public = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": "fsmchat:flow_input"}]}
+    assert from_config(public).agents[0].fn is flow_input
+    from fsmchat.cli import main
+    cfg = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": "fsmchat.cli:main"}]}
+    assert from_config(cfg, allow=["fsmchat.cli"]).agents[0].fn is main  # the caller said so
+    assert from_config(cfg, trusted=True).agents[0].fn is main
+
+
+def test_fsmchat_code_re_exported_by_an_allowed_module_is_still_refused(tmp_path, monkeypatch):
+    (tmp_path / "mine.py").write_text("from fsmchat.targets import load_file\nfrom fsmchat import flow_input\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mine", raising=False)
+    cfg = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": "mine:load_file"}]}
+    with pytest.raises(UntrustedReference, match="refused 'mine:load_file': it is fsmchat's own code"):
+        from_config(cfg, allow=["mine"])
+    ok = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": "mine:flow_input"}]}
+    assert from_config(ok, allow=["mine"]).agents[0].fn.__name__ == "flow_input"
+
+
+def test_the_readme_security_table_is_the_allow_list():
+    from pathlib import Path
+
+    from fsmchat.trust import ALLOWED_REFERENCES
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### What a config may name in fsmchat", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|")[1].strip().strip("`") for line in section.splitlines()
+            if line.startswith("| `")]
+    assert rows == ["fsmchat.flow.context:flow_input", "fsmchat:flow_input"]
+    assert rows == list(ALLOWED_REFERENCES)
