@@ -1002,6 +1002,7 @@ def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None, *, input:
     """
     if pattern is None:
         trust = Trust.of(allow, trusted, owner="resume")
+        check_resume(run_id, checkpoint, "resume")
         factory = checkpoint.load(run_id).meta.get("factory")
         if not factory:
             raise ValueError(f"run {run_id!r} was checkpointed without a factory; pass the pattern: "

@@ -4,21 +4,39 @@ each refuses a bad argument before any model call with a ``ConfigError``/``Confi
 one message style (``"{owner}: {field}={value!r} is invalid: {what is allowed}"``)."""
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
-from .errors import bad_value
+from .errors import ConfigTypeError, bad_value
+
+
+# A branch run's checkpoint lane is "<run id>/<step>:<branch>" (a branch such as "parallel|1"), so a
+# run id holding one of these could name another run's lane: they are reserved.
+LANE_CHARS = "/:|"
+RUN_ID_CHARS = "one line of printable characters other than '/', ':' and '|' (letters, digits, '-', '_', '.', ...)"
+
+
+def run_id_problem(run_id: Any) -> str | None:
+    """Why ``run_id`` is not a usable run id, or None: a non-empty, one-line string without the
+    characters of a branch lane's name (``LANE_CHARS``)."""
+    if not isinstance(run_id, str) or not run_id.strip() or any(ord(c) < 32 or ord(c) == 127 for c in run_id):
+        return f"a non-empty string: {RUN_ID_CHARS}"
+    reserved = [c for c in LANE_CHARS if c in run_id]
+    if reserved:
+        return (f"{RUN_ID_CHARS}; it holds {' and '.join(map(repr, reserved))}, reserved for the names of a run's "
+                "branch lanes ('<run id>/<step>:<branch>', e.g. 'R/3:parallel|1')")
+    return None
 
 
 def check_run_id(run_id: Any, owner: str, required: bool = False) -> None:
-    """``run_id`` is None (a new id is made) or a non-empty, one-line string."""
+    """``run_id`` is None (a new id is made) or a non-empty, one-line string without ``/``, ``:``
+    or ``|`` (the characters of a branch lane's name)."""
     if run_id is None and not required:
         return
-    if not isinstance(run_id, str):
-        raise bad_value(owner, "run_id", run_id, "a non-empty string" + ("" if required else " (or None for a new id)"),
-                        type_error=True)
-    if not run_id.strip() or any(ord(c) < 32 for c in run_id):
-        raise bad_value(owner, "run_id", run_id, "a non-empty, one-line string" +
-                        ("" if required else " (or None for a new id)"))
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise bad_value(owner, "run_id", run_id, problem + ("" if required else " (or None for a new id)"),
+                        type_error=not isinstance(run_id, str))
 
 
 def check_tasks(tasks: Any, owner: str) -> list[Any]:
@@ -51,3 +69,31 @@ def check_agents(agents: Any, owner: str, field: str = "agents") -> Any:
         return agents
     raise bad_value(owner, field, agents, "a list of agents, in speaking order (a generator would be used up by "
                     "the first run; a set or dict has no order)", type_error=True)
+
+
+# the keywords every run method takes (a pattern's ``aexecute``): ``run``/``execute``/``arun`` check theirs
+RUN_KEYWORDS = ("checkpoint", "run_id", "observers", "on_message", "on_start")
+
+
+def check_hooks(hooks: Any, owner: str, field: str) -> list[Any]:
+    """``observers``/``on_message``/``on_start``: a list (or tuple) of callables, each called with
+    what the run gives it."""
+    if isinstance(hooks, (str, bytes, dict)) or not isinstance(hooks, (list, tuple)):
+        raise bad_value(owner, field, hooks, "a list of callables (each called with what the run gives it), or [] "
+                        "for none", type_error=True)
+    for h in hooks:
+        if not callable(h):
+            raise bad_value(owner, field, hooks, f"a list of callables; item {h!r:.40} ({type(h).__name__}) "
+                            "cannot be called", type_error=True)
+    return list(hooks)
+
+
+def check_keywords(given: dict[str, Any], allowed: tuple[str, ...], owner: str) -> None:
+    """A run method's keywords: each one of ``allowed``, else the message a constructor gives an
+    unknown keyword (``"did you mean checkpoint?"``)."""
+    for name in given:
+        if name not in allowed:
+            close = difflib.get_close_matches(name, allowed, n=1)
+            raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
+                                  + (f"; did you mean {close[0]}?" if close else "")
+                                  + f" (its keywords: {', '.join(allowed)})")

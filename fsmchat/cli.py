@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from . import __version__, gallery
 from .checkpoint import Checkpointer, SqliteCheckpointer
+from .checks import check_run_id
 from .engine import run_sync
 from .errors import FsmchatError, watch_failures
 from .live import LiveRun, summary
@@ -272,6 +273,7 @@ def _resume(args: argparse.Namespace) -> int:
              if value is not None]
     if len(given) > 1:
         raise ValueError(f"give one answer, not {len(given)} ({', '.join(f for f, _ in given)})")
+    check_run_id(args.run_id, "fsmchat resume", required=True)
     store = args.db
     checkpoint = _store(store)
     try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Protocol, Sequence
 
 from .checkpoint import Checkpointer, NotSerializable, encode
+from .checks import run_id_problem
 from .errors import ConfigError, FsmchatError
 from .limits import Limits
 from .models import Message, TraceEvent
@@ -158,10 +159,9 @@ def fork(run_id: str, at: int, checkpoint: ForkableCheckpointer, edit: ForkEdit 
         if not callable(getattr(checkpoint, method, None)):
             raise ForkError(f"{what}: checkpoint={type(checkpoint).__name__} cannot fork runs (it has no {method}()); "
                             "use a SqliteCheckpointer or MemoryCheckpointer")
-    if fork_id is not None and (not isinstance(fork_id, str) or not fork_id.strip()
-                                or any(ord(c) < 32 for c in fork_id) or "/" in fork_id):
-        raise ForkError(f"{what}: fork_id={_short(fork_id)} is invalid: a non-empty, one-line string without '/' "
-                        "(or None for a new id)")
+    problem = None if fork_id is None else run_id_problem(fork_id)
+    if problem is not None:
+        raise ForkError(f"{what}: fork_id={_short(fork_id)} is invalid: {problem} (or None for a new id)")
     log = _log_of(checkpoint, run_id, what)
     steps = log.path_indexes()
     last = next((n for n in range(len(steps) - 1, -1, -1) if log.events[steps[n]].dest is not None), None)

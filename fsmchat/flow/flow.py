@@ -7,7 +7,8 @@ from typing import Annotated, Any, Sequence
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, model_validator
 
 from ..graph.state_graph import StateGraph
-from ..checks import check_agents
+from ..checks import RUN_KEYWORDS, check_agents, check_keywords
+from ..checkpoint import NotSerializable, encode
 from ..config import AgentRoster, FlowSteps, JsonData
 from ..errors import ConfigError, attach_result, bad_value, fatal_error, run_finished
 from ..models import RunResult, StopReason, check_output_type, format_output
@@ -208,6 +209,16 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
             if isinstance(block, Block):
                 block.check_run(self.config.variables)
 
+    def _check_checkpointed(self) -> None:
+        """A checkpoint stores the variables after every step: they must be JSON-able, checked now
+        rather than at the first commit (after the first step's model call)."""
+        try:
+            encode(self.config.variables)
+        except NotSerializable as exc:
+            raise bad_value(f"AgentFlow {self.config.name!r}", "variables", self.config.variables,
+                            "JSON-able values (str, int, float, bool, None, and lists and dicts of them) to be "
+                            f"checkpointed after each step; found a {exc}", type_error=True) from None
+
     def _context(self, task: str) -> FlowContext:
         ctx = FlowContext(task, copy.deepcopy(self.config.variables))
         ctx.stats.roster = _agents_in(self.config.steps)
@@ -227,6 +238,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
             task: The flow's input (``{{input}}``, and the first step's prompt).
             **kw: ``aexecute``'s keywords (``checkpoint``, ``run_id``, ``observers``, ...).
         """
+        check_keywords(kw, RUN_KEYWORDS, "AgentFlow.arun")
         result = await self.aexecute(task, **kw)
         if result.error is not None and not isinstance(result.error, StepError):
             raise attach_result(result.error, result)

@@ -35,7 +35,7 @@ from ..config import PatternSpec, pattern_spec, to_config
 from ..statelog import AppendLog
 from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
-from ..checks import check_batch, check_run_id
+from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id
 from ..errors import ConfigTypeError, attach_result, invalid_config, result_of, run_finished
 from ..graph.render import drawing_data
 from ..graph.state_graph import StateGraph, state_names
@@ -555,6 +555,9 @@ class Pattern(ABC):
         """The states where a run may stop for a person (interrupts, Human participants)."""
         return [s.name for s in self.graph.flatten().states.values() if s.waits]
 
+    def _check_checkpointed(self) -> None:
+        """Checks of a checkpointed run, before any model call (a flow's variables must be JSON-able)."""
+
     def _check_waits(self, checkpoint: Checkpointer | None) -> None:
         """A run that may wait for a person must be checkpointed: refused now, before any call."""
         if checkpoint is None:
@@ -704,10 +707,16 @@ class Pattern(ABC):
         holds the id's lease meanwhile, so a concurrent run of the same id gets ``RunInProgress``.
         ``observers`` get each ``TraceEvent``, ``on_message`` each posted ``Message``, ``on_start``
         the run's context before its first step (a live display reads ``ctx.stats`` from it)."""
-        check_checkpoint(checkpoint, type(self).__name__)
-        check_run_id(run_id, type(self).__name__)
+        owner = type(self).__name__
+        check_checkpoint(checkpoint, owner)
+        check_run_id(run_id, owner)
+        observers, on_message, on_start = (check_hooks(observers, owner, "observers"),
+                                           check_hooks(on_message, owner, "on_message"),
+                                           check_hooks(on_start, owner, "on_start"))
         self._check_run(task)
         self._check_waits(checkpoint)
+        if checkpoint is not None:
+            self._check_checkpointed()
         self._check_limits()
         task, repaired = self._admit_task(task)
         lease = None
@@ -739,7 +748,11 @@ class Pattern(ABC):
         ``input`` its waiting result is returned and nothing runs. Refused, before anything is
         written, when the run was checkpointed by another pattern (``CheckpointMismatch``), is
         running elsewhere (``RunInProgress``), or got ``input`` without waiting (``NotWaiting``)."""
-        check_resume(run_id, checkpoint, f"{type(self).__name__}.resume")
+        owner = f"{type(self).__name__}.resume"
+        check_resume(run_id, checkpoint, owner)
+        observers, on_message, on_start = (check_hooks(observers, owner, "observers"),
+                                           check_hooks(on_message, owner, "on_message"),
+                                           check_hooks(on_start, owner, "on_start"))
         saved = checkpoint.load(run_id)
         self._check_fingerprint(run_id, saved.meta)
         forked = self._with_run_limits(saved.meta)
@@ -861,21 +874,25 @@ class Pattern(ABC):
 
     def execute(self, task: str, **kw: Any) -> RunResult:
         """Run once (sync) and return the ``RunResult``; the keywords are ``aexecute``'s."""
+        check_keywords(kw, RUN_KEYWORDS, f"{type(self).__name__}.execute")
         return self._sync(lambda: self.aexecute(task, **kw))
 
     async def arun(self, task: str, **kw: Any) -> Any:
         """Run once; return the output per ``output_type``. A failure is re-raised with the run's
         result (transcript so far) as ``exc.fsmchat_result``."""
+        check_keywords(kw, RUN_KEYWORDS, f"{type(self).__name__}.arun")
         result = await self.aexecute(task, **kw)
         if result.error is not None:
             raise attach_result(result.error, result)
         return result.output
 
     def run(self, task: str, *args: Any, **kwargs: Any) -> Any:
-        """Run once (sync); ``checkpoint=``/``run_id=`` as for ``aexecute``. Other arguments the
-        reference forwards to each agent's ``run()`` have no meaning here and are ignored."""
-        kw = {k: kwargs[k] for k in ("checkpoint", "run_id") if k in kwargs}
-        return self._sync(lambda: self.arun(task, **kw))
+        """Run once (sync); the keywords are ``aexecute``'s (``checkpoint=``, ``run_id=``, ...), checked
+        like the constructor's (an unknown one is a ``ConfigTypeError``: ``chekpoint=`` gets "did you
+        mean checkpoint?"). Positional arguments the reference forwards to each agent's ``run()`` have
+        no meaning here and are ignored."""
+        check_keywords(kwargs, RUN_KEYWORDS, f"{type(self).__name__}.run")
+        return self._sync(lambda: self.arun(task, **kwargs))
 
     def preflight(self, tasks: Sequence[Any], *, credentials: bool = True) -> None:
         """Refuse a batch before any model call: each task (the checks ``run`` makes), the limits
