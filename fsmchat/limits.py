@@ -52,13 +52,14 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     max_tokens: int | None = Field(None, ge=1, strict=True)
-    max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False)
+    # strict: a bool or a numeric string is refused, never taken as 1 or 5 (an int is a number)
+    max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True)
     max_model_calls: int | None = Field(None, ge=1, strict=True)
-    deadline_s: float | None = Field(None, gt=0, allow_inf_nan=False)
-    price_per_1k_tokens: tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)],
-                              Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = None
+    deadline_s: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True)
+    price_per_1k_tokens: tuple[Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)],
+                              Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]] | None = None
     max_message_chars: int = Field(MAX_MESSAGE_CHARS, ge=1, strict=True)  # longer messages are cut (event)
-    refuse_over_bound: bool = False  # refuse a run whose worst-case calls exceed max_model_calls
+    refuse_over_bound: bool = Field(False, strict=True)  # refuse a run whose worst-case calls exceed max_model_calls
 
     def __init__(self, **data: Any):
         try:

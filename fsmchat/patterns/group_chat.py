@@ -82,11 +82,11 @@ class GroupChatConfig(PatternConfig):
     agents: Annotated[Participants, AfterValidator(group_chat_roster)] = Field(None, validate_default=True,
                                                                                title="agent")
     max_loops: int = Field(20, ge=1, strict=True, description="cap on total messages, the task included")
-    threshold: float = Field(0.5, ge=0.0, lt=1.0, allow_inf_nan=False,
+    threshold: float = Field(0.5, ge=0.0, lt=1.0, allow_inf_nan=False, strict=True,
                              description="a bid must be strictly above it, so 1 or more would silence every bid")
-    recency_penalty: float = Field(0.3, ge=0.0, allow_inf_nan=False)
+    recency_penalty: float = Field(0.3, ge=0.0, allow_inf_nan=False, strict=True)
     recency_window: int = Field(1, ge=1, strict=True, description="the reference treats 0 as 1")
-    idle_timeout: float = Field(8.0, ge=0.0, allow_inf_nan=False)
+    idle_timeout: float = Field(8.0, ge=0.0, allow_inf_nan=False, strict=True)
     output_type: OutputType = "str-all-except-first"
     auto_equip: bool = Field(True, strict=True)
     verbose: bool = False

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import difflib
 import math
+import unicodedata
+from urllib.parse import urlsplit
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
@@ -101,9 +103,9 @@ class Agent(BaseModel):
     def _name(cls, v: str) -> str:
         if not isinstance(v, str) or not v.strip():
             raise ValueError("an agent needs a non-empty name")
-        if any(ord(c) < 32 or c == "\x7f" for c in v):
-            raise ValueError(f"name={v!r} is invalid: a name is one line of text (no newlines or control "
-                             "characters); it is the role of the agent's messages")
+        problem = name_problem(v)
+        if problem:
+            raise ValueError(f"name={v!r} is invalid: {problem}")
         return v
 
     @field_validator("model")
@@ -259,6 +261,38 @@ def check_litellm_options(extra: dict[str, Any]) -> None:
         v = extra.get(key)
         if v is not None and not isinstance(v, dict):
             raise ValueError(f"{key}={v!r} is invalid: a dict")
+    for key in ("api_base", "base_url"):
+        v = extra.get(key)
+        if v is not None and not is_http_url(v):
+            raise ValueError(f"{key}={v!r} is invalid: an http(s) URL such as 'http://127.0.0.1:8000/v1' or "
+                             "'https://api.example.com/v1' (or None for the provider's own)")
+
+
+def is_http_url(value: Any) -> bool:
+    """Whether ``value`` is an ``http://`` or ``https://`` URL with a host, and no spaces."""
+    if not isinstance(value, str) or any(c.isspace() for c in value):
+        return False
+    try:
+        parts = urlsplit(value)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # a malformed port or IPv6 address
+        return False
+
+
+# control (Cc), format (Cf: zero-width spaces and joiners, bidi overrides and isolates, the BOM),
+# line/paragraph separators, surrogates and private-use characters: invisible or reordering in a label
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp", "Cs", "Co")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a speaker's name, or None: a name is one line of visible text, as it
+    is the role of the speaker's messages and its label in diagrams and reports."""
+    for c in name:
+        if unicodedata.category(c) in _HIDDEN:
+            return (f"a name is one line of visible text; it holds {c!r} (U+{ord(c):04X}, "
+                    f"{unicodedata.name(c, 'a control character').lower()}), which is invisible or reorders text "
+                    "(no newlines, control, zero-width or bidi characters); it is the role of the agent's messages")
+    return None
 
 
 AGENT_KEYWORDS = ("name", "agent_name", "system_prompt", "instructions", "prompt", "model", "model_name", "tools",
@@ -525,11 +559,18 @@ def check_roster(agents: Sequence[Any], what: str) -> list[Speaker]:
         fsmchat.errors.ConfigError: GroupChat: agent names must be unique; 'dev' appears more than once
     """
     speakers = [as_speaker(a) for a in agents]
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # the NFKC form of each name -> the name
     for s in speakers:
-        if s.name in seen:
+        problem = name_problem(s.name) if isinstance(s.name, str) else "a name is a string"
+        if problem:
+            raise ConfigError(f"{what}: agent name {s.name!r} is invalid: {problem}")
+        if s.name in seen.values():
             raise ConfigError(f"{what}: agent names must be unique; {s.name!r} appears more than once")
+        same = seen.get(unicodedata.normalize("NFKC", s.name))
+        if same is not None:
+            raise ConfigError(f"{what}: agent names must be unique; {s.name!r} and {same!r} are the same name once "
+                              "Unicode-normalised (NFKC), so a transcript could not tell them apart")
         if s.name == SEED_ROLE:
             raise ConfigError(f"{what}: the name {SEED_ROLE!r} is reserved for the task message")
-        seen.add(s.name)
+        seen[unicodedata.normalize("NFKC", s.name)] = s.name
     return speakers
