@@ -302,7 +302,11 @@ class SqliteCheckpointer:
 
         Raises:
             CheckpointStoreError: The file is not an fsmchat store, is corrupted or cannot be opened.
+            ConfigTypeError: ``path`` is not a path (a number would create a file named after it).
         """
+        if not isinstance(path, (str, os.PathLike)) or isinstance(path, str) and not path.strip():
+            raise bad_value("SqliteCheckpointer", "path", path, "the SQLite file's path, a non-empty str or a "
+                            "pathlib.Path (':memory:' for a store in memory)", type_error=True)
         self.path = str(path)
         self._lock = threading.Lock()
         self._seq: dict[str, tuple[int, int]] = {}  # run -> (events, messages) committed

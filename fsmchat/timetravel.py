@@ -20,6 +20,7 @@ from .checks import run_id_problem
 from .errors import ConfigError, FsmchatError
 from .limits import Limits
 from .models import Message, TraceEvent
+from .speakers.agent import SEED_ROLE
 from .statelog import HELD, RunLog, StateDiff, copy_state, encode_json, is_full
 
 
@@ -181,7 +182,7 @@ def fork(run_id: str, at: int, checkpoint: ForkableCheckpointer, edit: ForkEdit 
                         f"{' or '.join(map(str, stored)) or '(none)'}")
     count = log.counts[pos] if pos >= 0 else 0
     count = len(log.messages) if count is None else count
-    messages, dropped = _edit_messages(log.messages[:count], ed, what)
+    messages, dropped = _edit_messages(log.messages[:count], ed, what, log.meta.get("task"))
     state = _edit_state(copy_state(log.state_after(pos)), ed, log, what)
     meta = _fork_meta(log, at, ed, what)
     new_id = fork_id or uuid.uuid4().hex
@@ -222,7 +223,9 @@ def _index(i: Any, n: int, what: str, field_name: str) -> int:
     return i % n
 
 
-def _edit_messages(rows: list[Message], ed: ForkEdit, what: str) -> tuple[list[Message], list[int]]:
+def _edit_messages(rows: list[Message], ed: ForkEdit, what: str, task: Any = None) -> tuple[list[Message], list[int]]:
+    """The messages with ``ed`` applied. A pattern's first message is its task (the seed every
+    speaker answers, and what a resume rebuilds the run from): it may be replaced, never dropped."""
     n = len(rows)
     if not isinstance(ed.replace, Mapping) or isinstance(ed.drop, (str, bytes)) or \
             not isinstance(ed.drop, Sequence):
@@ -238,6 +241,10 @@ def _edit_messages(rows: list[Message], ed: ForkEdit, what: str) -> tuple[list[M
         else:
             raise ForkError(f"{what}: replace[{i}]={_short(new)} is invalid: the new text (a str) or a Message")
     drop = sorted({_index(i, n, what, "drop") for i in ed.drop})
+    if drop and drop[0] == 0 and rows[0].role == SEED_ROLE and rows[0].content == task:
+        allowed = f"the indexes that may be dropped are 1 to {n - 1}" if n > 1 else "no message may be dropped"
+        raise ForkError(f"{what}: drop index 0 is invalid: message 0 is the run's task, which the run starts from "
+                        f"(replace it to change the task: edit={{'replace': {{0: 'new task'}}}}); {allowed}")
     both = sorted(set(drop) & set(replace))
     if both:
         raise ForkError(f"{what}: message {both[0]} is both replaced and dropped; do one of the two")

@@ -17,6 +17,7 @@ a ``factory`` is called while loading.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import re
@@ -157,10 +158,25 @@ class Trust:
         (``mymod:os.system`` is ``os.system``, refused unless ``os`` is allowed)."""
         where, attr = self.check(ref, what)
         if self.trusted:
-            return load_target(ref)
-        obj: Any = importlib.import_module(where)
+            try:
+                return load_target(ref)
+            except (AttributeError, FileNotFoundError) as exc:  # (the message names what exists)
+                raise bad_value(what, "reference", ref, str(exc)) from None
+        try:
+            obj: Any = importlib.import_module(where)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not within(where, exc.name):
+                raise  # the module exists; one of its own imports failed
+            raise bad_value(what, "reference", ref, f"no module named {where!r} (a 'module:attr' reference names an "
+                            "importable module)") from None
         for part in attr.split("."):
-            obj = getattr(obj, part)
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                names = sorted(n for n in dir(obj) if not n.startswith("_"))
+                close = difflib.get_close_matches(part, names, n=1)
+                raise bad_value(what, "reference", ref, f"{where!r} has no attribute {attr!r}"
+                                + (f"; did you mean {where}:{close[0]}?" if close else "")) from None
         home = getattr(obj, "__module__", None)
         if inspect.ismodule(obj) or not isinstance(home, str) or not self.allows(home):
             shown = obj.__name__ if inspect.ismodule(obj) else home

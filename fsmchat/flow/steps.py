@@ -101,7 +101,10 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
         if not check_agents(agents, f"Discussion {name!r}"):
             raise ValueError("Discussion needs at least one speaker; an empty discussion would run zero turns "
                              "and report success.")
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        if isinstance(rounds, bool) or not isinstance(rounds, int):
+            raise bad_value(f"Discussion {name!r}", "rounds", rounds, "an int >= 1, the full passes over the speakers "
+                            "(a bool or a string is not a count)", type_error=True)
+        if rounds < 1:
             raise ValueError("Discussion rounds must be >= 1.")
         if until is not None and not callable(until):
             raise TypeError(f"Discussion until must be a callable (ctx) -> bool, got {type(until).__name__}")
