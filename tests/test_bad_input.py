@@ -1,8 +1,11 @@
 """Bad configurations and inputs, tried: each gets a clear error of the right type before any
 model call (the scripted model must record zero requests), or is handled as documented."""
+import datetime
+import os
+
 import pytest
 
-from fsmchat import Agent, AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, \
+from fsmchat import Agent, Human, MemoryCheckpointer, SqliteCheckpointer, fork, resume, AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, \
     RoundRobinSwarm, StateGraph, GraphError, Task, if_, loop, one_on_one_debate, repeat, route
 from fsmchat import from_config
 from fsmchat.testing import ScriptedModel
@@ -25,6 +28,39 @@ def rr(*agents):
 
 def flow(*steps, **kw):
     return AgentFlow(steps=[A, *steps], **kw).run("go")
+
+
+def first(turn):
+    return "first"
+
+
+def waiting_run():
+    """A checkpointed run waiting for a person before the model-backed agent A speaks: a fork of it
+    resumed with an answer asks A (its request would fail the "no request" check)."""
+    store, chat = MemoryCheckpointer(), RoundRobinSwarm(agents=[first, Human("h"), A], max_loops=1)
+    assert chat.execute("go", checkpoint=store, run_id="orig").stop_reason == "interrupted"
+    return store, chat
+
+
+def fork_and_answer(**edit):
+    store, chat = waiting_run()
+    new = fork("orig", 1, store, edit=edit)
+    chat.resume(new, store)
+    return chat.resume(new, store, input="ok")
+
+
+def resume_lane_id(how):
+    """Resume a run id naming another run's branch lane (``<run id>/<step>:<branch>``)."""
+    store, chat = waiting_run()
+    lane = "orig/1:parallel|1"
+    return chat.resume(lane, store, input="ok") if how == "pattern" else resume(lane, store)
+
+
+def config_with_missing_ref():
+    """A config whose callable names an attribute its (allowed) module lacks, with A in the roster."""
+    cfg = {"kind": "round_robin", "agents": [{"kind": "agent", "name": "a", "model": A.model},
+                                             {"kind": "callable", "ref": "test_bad_input:frist"}]}
+    return from_config(cfg, allow=["test_bad_input"]).run("t")
 
 
 CASES = [
@@ -68,7 +104,8 @@ CASES = [
      "max_rounds"),
     ("discussion empty", lambda: Discussion([]), ValueError, "Discussion needs at least one speaker"),
     ("discussion rounds 0", lambda: Discussion([A], rounds=0), ValueError, "Discussion rounds must be >= 1."),
-    ("discussion rounds str", lambda: Discussion([A], rounds="3"), ValueError, "Discussion rounds must be >= 1."),
+    ("discussion rounds str", lambda: Discussion([A], rounds="3"), TypeError,
+     "Discussion 'discussion': rounds='3' is invalid: an int >= 1"),
     ("discussion until not callable", lambda: Discussion([A], until="AGREED"), TypeError, "until must be a callable"),
     ("discussion select not callable", lambda: Discussion([A], select=3), TypeError, "select must be a callable"),
     ("discussion select stranger", lambda: AgentFlow(steps=[Discussion([lambda c: "x"], rounds=1,
@@ -149,6 +186,107 @@ CASES = [
      "Task: retry_delay=-1 is invalid"),
     ("task should_run not callable", lambda: flow(Task(agent=B, should_run=True)), TypeError,
      "Task: should_run=True is invalid"),
+    # run arguments, hooks and keywords: checked like a constructor's
+    ("observers not a list", lambda: RoundRobinSwarm(agents=[A]).execute("t", observers=42), TypeError,
+     "RoundRobinSwarm: observers=42 is invalid: a list of callables"),
+    ("observers item not callable", lambda: RoundRobinSwarm(agents=[A]).execute("t", observers=[42]), TypeError,
+     "RoundRobinSwarm: observers=[42] is invalid: a list of callables; item 42 (int) cannot be called"),
+    ("on_message item not callable", lambda: RoundRobinSwarm(agents=[A]).execute("t", on_message=[42]), TypeError,
+     "RoundRobinSwarm: on_message=[42] is invalid: a list of callables; item 42 (int) cannot be called"),
+    ("on_message via run", lambda: RoundRobinSwarm(agents=[A]).run("t", on_message=["print"]), TypeError,
+     "on_message=['print'] is invalid"),
+    ("on_start a function", lambda: RoundRobinSwarm(agents=[A]).execute("t", on_start=print), TypeError,
+     "RoundRobinSwarm: on_start=<built-in function print> is invalid: a list of callables"),
+    ("run keyword typo", lambda: RoundRobinSwarm(agents=[A]).run("t", chekpoint=MemoryCheckpointer()), TypeError,
+     "RoundRobinSwarm.run() got an unexpected keyword argument 'chekpoint'; did you mean checkpoint? (its keywords: "
+     "checkpoint, run_id, observers, on_message, on_start)"),
+    ("execute keyword typo", lambda: GroupChat(agents=[A, B]).execute("t", run_di="x"), TypeError,
+     "GroupChat.execute() got an unexpected keyword argument 'run_di'; did you mean run_id?"),
+    ("flow run keyword typo", lambda: AgentFlow(steps=[A]).run("go", observer=[print]), TypeError,
+     "AgentFlow.run() got an unexpected keyword argument 'observer'; did you mean observers?"),
+    ("flow variables not JSON, checkpointed",
+     lambda: AgentFlow(steps=[A], variables={"when": datetime.date(2026, 1, 2)}).execute(
+         "go", checkpoint=MemoryCheckpointer()), TypeError,
+     "AgentFlow 'flow': variables={'when': datetime.date(2026, 1, 2)} is invalid: JSON-able values (str, int, float, "
+     "bool, None, and lists and dicts of them) to be checkpointed after each step; found a date"),
+    ("flow variables a set, checkpointed",
+     lambda: AgentFlow(steps=[A], variables={"tags": {"x"}}).run("go", checkpoint=MemoryCheckpointer()), TypeError,
+     "variables={'tags': {'x'}} is invalid: JSON-able values"),
+    # numbers are strict: a bool or a numeric string is refused, never taken as 1 or 5
+    ("deadline True", lambda: RoundRobinSwarm(agents=[A]).with_limits(deadline_s=True).run("t"), ValueError,
+     "Limits: deadline_s=True is invalid: input should be a valid number"),
+    ("deadline a string", lambda: RoundRobinSwarm(agents=[A]).with_limits(deadline_s="5").run("t"), ValueError,
+     "Limits: deadline_s='5' is invalid: input should be a valid number"),
+    ("cost True", lambda: RoundRobinSwarm(agents=[A]).with_limits(max_cost_usd=True).run("t"), ValueError,
+     "Limits: max_cost_usd=True is invalid: input should be a valid number"),
+    ("price a string", lambda: RoundRobinSwarm(agents=[A]).with_limits(price_per_1k_tokens=("0.1", 0.2)).run("t"),
+     ValueError, "Limits: price_per_1k_tokens.0='0.1' is invalid: input should be a valid number"),
+    ("refuse_over_bound 1", lambda: RoundRobinSwarm(agents=[A]).with_limits(refuse_over_bound=1).run("t"), ValueError,
+     "Limits: refuse_over_bound=1 is invalid: input should be a valid boolean"),
+    ("gc penalty True", lambda: GroupChat(agents=[A, B], recency_penalty=True).run("t"), ValueError,
+     "GroupChat: recency_penalty=True is invalid: input should be a valid number"),
+    ("gc threshold a numeric string", lambda: GroupChat(agents=[A, B], threshold="0.2").run("t"), ValueError,
+     "GroupChat: threshold='0.2' is invalid: input should be a valid number"),
+    ("gc idle_timeout True", lambda: GroupChat(agents=[A, B], idle_timeout=True).run("t"), ValueError,
+     "GroupChat: idle_timeout=True is invalid: input should be a valid number"),
+    # names: one line of visible text, distinct after Unicode normalisation
+    ("agent name zero-width", lambda: rr(M.agent("a\u200b")), ValueError,
+     "Agent: name='a\\u200b' is invalid: a name is one line of visible text; it holds '\\u200b' (U+200B, zero width "
+     "space), which is invisible or reorders text (no newlines, control, zero-width or bidi characters)"),
+    ("agent name bidi override", lambda: rr(M.agent("evil\u202egnp.exe")), ValueError,
+     "it holds '\\u202e' (U+202E, right-to-left override)"),
+    ("agent name bidi isolate", lambda: rr(M.agent("x\u2066y")), ValueError, "U+2066"),
+    ("agent name line separator", lambda: rr(M.agent("x\u2028y")), ValueError, "U+2028"),
+    ("agent name tab", lambda: rr(M.agent("x\ty")), ValueError, "U+0009"),
+    ("agent names equal after NFKC", lambda: rr(M.agent("\uff41")), ValueError,
+     "RoundRobinSwarm: agent names must be unique; '\uff41' and 'a' are the same name once Unicode-normalised "
+     "(NFKC), so a transcript could not tell them apart"),
+    ("agent names equal after NFKC, ligature", lambda: GroupChat(agents=[M.agent("\ufb01le"), M.agent("file")]).run("t"),
+     ValueError, "'file' and '\ufb01le' are the same name once Unicode-normalised"),
+    ("callable speaker named with a zero-width joiner",
+     lambda: rr(__import__("fsmchat").speakers.CallableSpeaker(first, "x\u200dy")), ValueError,
+     "RoundRobinSwarm: agent name 'x\\u200dy' is invalid: a name is one line of visible text; it holds '\\u200d'"),
+    # references, URLs, stores, counts, forks
+    ("config ref to a missing attribute", config_with_missing_ref, ValueError,
+     "participant: reference='test_bad_input:frist' is invalid: 'test_bad_input' has no attribute 'frist'; did you "
+     "mean test_bad_input:first?"),
+    ("api_base not a url", lambda: rr(M.agent("x", api_base="not a url")), ValueError,
+     "Agent: api_base='not a url' is invalid: an http(s) URL such as 'http://127.0.0.1:8000/v1'"),
+    ("api_base ftp", lambda: rr(M.agent("x", api_base="ftp://127.0.0.1/v1")), ValueError,
+     "Agent: api_base='ftp://127.0.0.1/v1' is invalid: an http(s) URL"),
+    ("base_url without a host", lambda: rr(M.agent("x", base_url="http:///v1")), ValueError,
+     "Agent: base_url='http:///v1' is invalid: an http(s) URL"),
+    ("sqlite store an int", lambda: GroupChat(agents=[A, B]).run("t", checkpoint=SqliteCheckpointer(123)),
+     TypeError, "SqliteCheckpointer: path=123 is invalid: the SQLite file's path, a non-empty str or a pathlib.Path"),
+    ("sqlite store empty", lambda: GroupChat(agents=[A, B]).run("t", checkpoint=SqliteCheckpointer("")), TypeError,
+     "SqliteCheckpointer: path='' is invalid"),
+    ("discussion rounds True", lambda: flow(Discussion([B], rounds=True)), TypeError,
+     "Discussion 'discussion': rounds=True is invalid: an int >= 1, the full passes over the speakers (a bool or a "
+     "string is not a count)"),
+    ("fork drops the task", lambda: fork_and_answer(drop=[0]), ValueError,
+     "fork('orig', at=1): drop index 0 is invalid: message 0 is the run's task, which the run starts from (replace it "
+     "to change the task: edit={'replace': {0: 'new task'}}); the indexes that may be dropped are 1 to 1"),
+    ("fork drops the task from the end", lambda: fork_and_answer(drop=[-2]), ValueError, "drop index 0 is invalid"),
+    # run ids: the characters of a branch lane's name ("<run id>/<step>:<branch>") are refused everywhere
+    ("run_id a lane name", lambda: GroupChat(agents=[A, B]).run("t", checkpoint=MemoryCheckpointer(),
+                                                                 run_id="R/1:parallel|1"), ValueError,
+     "GroupChat: run_id='R/1:parallel|1' is invalid: one line of printable characters other than '/', ':' and '|' "
+     "(letters, digits, '-', '_', '.', ...); it holds '/' and ':' and '|', reserved for the names of a run's branch "
+     "lanes ('<run id>/<step>:<branch>', e.g. 'R/3:parallel|1') (or None for a new id)"),
+    ("run_id with a bar", lambda: RoundRobinSwarm(agents=[A]).execute("t", checkpoint=MemoryCheckpointer(),
+                                                                      run_id="R|2"), ValueError, "it holds '|'"),
+    ("run_id with a colon, flow", lambda: AgentFlow(steps=[A]).run("go", checkpoint=MemoryCheckpointer(),
+                                                                   run_id="a:b"), ValueError,
+     "AgentFlow: run_id='a:b' is invalid"),
+    ("run_id a newline", lambda: GroupChat(agents=[A, B]).run("t", checkpoint=MemoryCheckpointer(), run_id="a\nb"),
+     ValueError, "run_id='a\\nb' is invalid: a non-empty string: one line of printable characters"),
+    ("resume a lane id", lambda: resume_lane_id("pattern"), ValueError,
+     "RoundRobinSwarm.resume: run_id='orig/1:parallel|1' is invalid: one line of printable characters other than"),
+    ("fsmchat.resume a lane id", lambda: resume_lane_id("function"), ValueError,
+     "resume: run_id='orig/1:parallel|1' is invalid"),
+    ("fork_id a lane name", lambda: fork("orig", 1, waiting_run()[0], fork_id="orig/1:x|1"), ValueError,
+     "fork('orig', at=1): fork_id='orig/1:x|1' is invalid: one line of printable characters other than '/', ':' "
+     "and '|'"),
     ("from_config garbage", lambda: from_config({"kind": "chat"}), ValueError,
      "'expert_panel', 'factory', 'flow', 'group_chat', 'one_on_one_debate', 'round_robin'] (kind='chat' is none "
      "of them)"),  # after any kind a test module registered (test_kinds: 'echo_chain')
@@ -193,3 +331,33 @@ def test_a_task_over_the_default_message_cap_is_refused_with_the_way_out():
                                          r"shorten it or raise the cap with with_limits\(max_message_chars=...\)"):
         RoundRobinSwarm(agents=[m.agent("a")], max_loops=1).execute("x" * 1_000_000)
     assert m.requests == []
+
+
+def test_a_store_named_by_a_number_creates_no_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match=r"SqliteCheckpointer: path=123 is invalid"):
+        SqliteCheckpointer(123)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_refuses_a_lane_id_before_opening_the_run(tmp_path, capsys):
+    from fsmchat.cli import main
+
+    db = tmp_path / "runs.db"
+    store = SqliteCheckpointer(str(db))
+    chat = RoundRobinSwarm(agents=[first, Human("h"), A], max_loops=1)
+    assert chat.execute("go", checkpoint=store, run_id="orig").stop_reason == "interrupted"
+    store.close()
+    before = M.calls()
+    assert main(["resume", "orig/1:parallel|1", "--db", str(db), "--input", "ok"]) == 2
+    err = capsys.readouterr().err
+    assert "fsmchat resume: ConfigError: fsmchat resume: run_id='orig/1:parallel|1' is invalid: one line of " \
+           "printable characters other than '/', ':' and '|'" in err
+    assert M.calls() == before
+
+
+def test_a_run_id_without_lane_characters_still_runs_and_resumes():
+    store, chat = waiting_run()
+    for rid in ("team-alpha_2.v1", "Ünïcødé run 7", "R@host#3"):
+        assert chat.execute("go", checkpoint=store, run_id=rid).stop_reason == "interrupted"
+        assert chat.resume(rid, store).stop_reason == "interrupted"
