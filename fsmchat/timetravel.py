@@ -241,7 +241,8 @@ def _edit_messages(rows: list[Message], ed: ForkEdit, what: str, task: Any = Non
         else:
             raise ForkError(f"{what}: replace[{i}]={_short(new)} is invalid: the new text (a str) or a Message")
     drop = sorted({_index(i, n, what, "drop") for i in ed.drop})
-    if drop and drop[0] == 0 and rows[0].role == SEED_ROLE and rows[0].content == task:
+    seed = rows[0].role == SEED_ROLE and (rows[0].content == task or rows[0].metadata.get("edited")) if rows else False
+    if drop and drop[0] == 0 and seed:
         allowed = f"the indexes that may be dropped are 1 to {n - 1}" if n > 1 else "no message may be dropped"
         raise ForkError(f"{what}: drop index 0 is invalid: message 0 is the run's task, which the run starts from "
                         f"(replace it to change the task: edit={{'replace': {{0: 'new task'}}}}); {allowed}")

@@ -361,3 +361,15 @@ def test_a_run_id_without_lane_characters_still_runs_and_resumes():
     for rid in ("team-alpha_2.v1", "Ünïcødé run 7", "R@host#3"):
         assert chat.execute("go", checkpoint=store, run_id=rid).stop_reason == "interrupted"
         assert chat.resume(rid, store).stop_reason == "interrupted"
+
+
+def test_a_fork_whose_task_was_replaced_still_keeps_its_task():
+    store, chat = waiting_run()
+    edited = fork("orig", 1, store, edit={"replace": {0: "go, edited"}}, fork_id="edited")
+    assert [m.content for m in store.load(edited).messages] == ["go, edited", "first"]
+    before = M.calls()
+    with pytest.raises(ValueError, match=r"fork\('edited', at=1\): drop index 0 is invalid: message 0 is the run's task"):
+        fork("edited", 1, store, edit={"drop": [0]})
+    assert M.calls() == before
+    kept = fork("orig", 1, store, edit={"drop": [1]}, fork_id="dropped")  # any other message may go
+    assert [m.content for m in store.load(kept).messages] == ["go"]
