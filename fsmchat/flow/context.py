@@ -221,8 +221,9 @@ class FlowContext:
             self.join_lines(name, key)
 
     def child(self) -> "FlowContext":
-        """A branch context: a deep copy of the variables, the same input, stats and previous result."""
-        c = FlowContext(self.input, copy.deepcopy(self.variables), self.stats)
+        """A branch context: a deep copy of the variables, the same input and previous result, and
+        a lane of the stats (the branch's checkpoint stores the calls it made, the run counts them)."""
+        c = FlowContext(self.input, copy.deepcopy(self.variables), self.stats.lane())
         c.previous_result = self.previous_result
         c.memory = copy.deepcopy(self.memory)  # AppendLogs stay AppendLogs
         c.transcript.max_chars = self.transcript.max_chars

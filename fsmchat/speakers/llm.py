@@ -247,7 +247,13 @@ def response_cost(response: Any) -> float | None:
 
 @dataclass
 class CallStats:
-    """Counts for one run: logical model calls, HTTP-level attempts, tokens."""
+    """Counts for one run: logical model calls, HTTP-level attempts, tokens.
+
+    A branch run of a fork (``parallel``) counts on a lane of the run's stats (``lane()``): each
+    call is counted on the lane and on every enclosing one up to the run's, so the run's counts
+    stay whole while a lane's checkpoint stores only what that branch (and its own branches)
+    spent; a resume adds each lane's stored counts back to the run once. Limits, the deadline and
+    a refused request are always the run's."""
 
     calls: int = 0
     attempts: int = 0
@@ -261,25 +267,54 @@ class CallStats:
     roster: list[Any] | None = None  # agents whose credentials the run's first request checks
     refused: BaseException | None = None  # the run's MissingCredentials, once found
     over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
+    parent: "CallStats | None" = field(default=None, repr=False, compare=False)  # the enclosing stats of a lane
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
+
+    @property
+    def run(self) -> "CallStats":
+        """The run's stats (``self`` unless this is a branch lane): its limits and whole counts."""
+        stats = self
+        while stats.parent is not None:
+            stats = stats.parent
+        return stats
+
+    def lane(self) -> "CallStats":
+        """Stats for a branch run: counts its own calls and passes each on to ``self``."""
+        return CallStats(deadline=self.deadline, price=self.price, max_requests=self.max_requests, parent=self)
+
+    def _chain(self) -> "list[CallStats]":
+        chain, stats = [], self
+        while stats is not None:
+            chain.append(stats)
+            stats = stats.parent
+        return chain
+
+    def count(self, new_call: bool) -> None:
+        """One request sent (``new_call``: the first attempt of a logical call), on every level."""
+        for stats in self._chain():
+            stats.attempts += 1
+            stats.calls += new_call
 
     def preflight(self) -> None:
         """Before the run's first request: every agent's credentials, checked once (raises
         ``MissingCredentials`` on this and every later request of the run; nothing is sent)."""
-        if self.roster is not None:
-            roster, self.roster = self.roster, None
-            self.refused = missing_credentials(roster)
-        if self.refused is not None:
-            raise self.refused
+        run = self.run
+        if run.roster is not None:
+            roster, run.roster = run.roster, None
+            run.refused = missing_credentials(roster)
+        if run.refused is not None:
+            raise run.refused
 
     def fits(self, n: int) -> bool:
         """Whether ``n`` more requests stay within ``max_model_calls``."""
-        return self.max_requests is None or self.attempts + n <= self.max_requests
+        run = self.run
+        return run.max_requests is None or run.attempts + n <= run.max_requests
 
     def refuse_over_cap(self, what: str) -> BudgetExceeded:
         """``BudgetExceeded`` for ``what`` (not sent), remembered so the ``over_budget`` guard holds."""
-        self.over_cap, self.limit_hit = True, "max_model_calls"
-        return BudgetExceeded(f"max_model_calls={self.max_requests} reached after {self.attempts} request(s): "
+        run = self.run
+        run.over_cap, run.limit_hit = True, "max_model_calls"
+        return BudgetExceeded(f"max_model_calls={run.max_requests} reached after {run.attempts} request(s): "
                               f"{what} was not sent")
 
     def add_usage(self, response: Any) -> None:
@@ -288,7 +323,6 @@ class CallStats:
         for k in self.usage:
             v = getattr(u, k, None) if u is not None else None
             if isinstance(v, int):
-                self.usage[k] += v
                 got[k] = v
         cost = None
         provider = str(getattr(response, "model", "") or "")
@@ -296,14 +330,18 @@ class CallStats:
             cost = response_cost(response)  # litellm's price for known models (fsmchat's own providers cost nothing)
         if not cost and self.price is not None:
             cost = (got.get("prompt_tokens", 0) * self.price[0] + got.get("completion_tokens", 0) * self.price[1]) / 1000
-        self.cost_usd += cost or 0.0
+        for stats in self._chain():
+            for k, v in got.items():
+                stats.usage[k] += v
+            stats.cost_usd += cost or 0.0
 
     def remaining(self) -> float | None:
-        return None if self.deadline is None else self.deadline - time.monotonic()
+        deadline = self.run.deadline
+        return None if deadline is None else deadline - time.monotonic()
 
     def to_state(self) -> dict[str, Any]:
         """What a checkpoint stores: the same read-only dict (a ``Frozen``) until a count changes,
-        so a commit after a step that called no model skips it."""
+        so a commit after a step that called no model skips it. A lane stores its own counts."""
         key = (self.calls, self.attempts, self.cost_usd, self.over_cap, *self.usage.values())
         last, state = self._state
         if key != last or state is None:
@@ -313,10 +351,20 @@ class CallStats:
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.calls, self.attempts = state["calls"], state["attempts"]
-        self.usage.update(state["usage"])
-        self.cost_usd = state["cost_usd"]
+        """Set the counts to a checkpoint's; on a lane, the difference is passed on to every
+        enclosing level too (restoring a lane's own state again changes nothing)."""
+        calls, attempts = state["calls"] - self.calls, state["attempts"] - self.attempts
+        usage = {k: v - self.usage.get(k, 0) for k, v in state["usage"].items()}
+        cost = state["cost_usd"] - self.cost_usd
+        for stats in self._chain():
+            stats.calls += calls
+            stats.attempts += attempts
+            for k, v in usage.items():
+                stats.usage[k] = stats.usage.get(k, 0) + v
+            stats.cost_usd += cost
         self.over_cap = state.get("over_cap", False)
+        if self.over_cap:
+            self.run.over_cap = True
 
 
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
@@ -356,9 +404,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         if stats is not None:
             if not stats.fits(1):
                 raise stats.refuse_over_cap(f"agent {agent!r}'s request (attempt {attempt})")
-            stats.attempts += 1
-            if attempt == 1:
-                stats.calls += 1
+            stats.count(attempt == 1)
         try:
             send = INTERCEPTOR.get()
             coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
@@ -373,7 +419,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             fatal = fatal_error(exc)
             if fatal is not None:  # a broken test double or harness: fail loudly, never retry
                 if stats is not None:
-                    stats.refused = fatal  # and every later request of the run fails the same way
+                    stats.run.refused = fatal  # and every later request of the run fails the same way
                 raise fatal from exc
             if isinstance(exc, asyncio.TimeoutError) and stats is not None and (rest := stats.remaining()) is not None \
                     and rest <= 0:  # cut by the run's deadline, not by the agent's timeout
@@ -381,7 +427,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             if attempt > num_retries or not retryable(exc):
                 err = failed(exc, attempt)
                 if err.fatal and stats is not None and not ("tools" in params and refused_tools(exc)):
-                    stats.refused = err  # no retry can fix it: the run sends nothing more
+                    stats.run.refused = err  # no retry can fix it: the run sends nothing more
                 raise err from exc
             wait = retry_after(exc)
             if wait is None:
