@@ -48,6 +48,8 @@ class Agent(BaseModel):
             schema response format); None picks per model.
         timeout: Seconds per request (None: no limit).
         num_retries: Retries of a transient failure, with backoff.
+        max_retry_wait_s: The longest wait before a retry (default 60 s): a provider asking for a
+            longer one (``Retry-After``) is not retried, the call fails at once saying so.
         max_loops: Accepted for swarms compatibility; no effect.
         persistent_memory: Accepted for swarms compatibility; no effect.
         output_type: Accepted for swarms compatibility; no effect.
@@ -84,6 +86,7 @@ class Agent(BaseModel):
     tool_mode: Literal["native", "json"] | None = None
     timeout: float | None = llm.DEFAULT_TIMEOUT
     num_retries: int = Field(llm.DEFAULT_RETRIES, ge=0)
+    max_retry_wait_s: float = Field(llm.DEFAULT_MAX_RETRY_WAIT, ge=0, allow_inf_nan=False, strict=True)
     max_loops: int | None = None
     persistent_memory: bool | None = None
     output_type: str | None = None
@@ -163,7 +166,8 @@ class Agent(BaseModel):
 
     async def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Any:
         return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
-                                   timeout=self.timeout, num_retries=self.num_retries, stats=stats, **request)
+                                   timeout=self.timeout, num_retries=self.num_retries, stats=stats,
+                                   max_retry_wait=self.max_retry_wait_s, **request)
 
     async def reply_message(self, turn: "Turn", **request: Any) -> Any:
         """Ask the model for this turn's reply and return its message (content and tool calls).
@@ -262,8 +266,8 @@ def check_litellm_options(extra: dict[str, Any]) -> None:
 
 
 AGENT_KEYWORDS = ("name", "agent_name", "system_prompt", "instructions", "prompt", "model", "model_name", "tools",
-                  "tools_list_dictionary", "tool_mode", "timeout", "num_retries", "max_loops", "persistent_memory",
-                  "output_type")
+                  "tools_list_dictionary", "tool_mode", "timeout", "num_retries", "max_retry_wait_s", "max_loops",
+                  "persistent_memory", "output_type")
 # litellm.completion's own parameters and the common provider options it forwards (checked
 # without importing litellm, which costs seconds); provider families go by prefix.
 LITELLM_OPTIONS = frozenset("""

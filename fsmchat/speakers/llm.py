@@ -27,6 +27,7 @@ from . import log_secrets
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 2
+DEFAULT_MAX_RETRY_WAIT = 60.0  # seconds: a provider asking for a longer wait (Retry-After) is not retried
 
 # Set before anything imports litellm: its import otherwise fetches a price list over the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -367,14 +368,47 @@ class CallStats:
             self.run.over_cap = True
 
 
+class RetryRefused(ModelCallError):
+    """A transient failure that was not retried because the wait before the next attempt does not
+    fit: the provider's ``Retry-After`` is longer than the agent's ``max_retry_wait_s``, or the
+    wait would outlast the run's deadline. ``reason`` says which; ``cause`` is the provider's error.
+
+    Examples:
+        >>> from fsmchat.speakers.llm import RetryRefused
+        >>> err = RetryRefused("critic", RuntimeError("rate limited"), 1, "gpt-4o-mini",
+        ...                    reason="the provider asked to wait 3600 s (Retry-After), over max_retry_wait_s=60")
+        >>> print(err)
+        model call for agent 'critic' (model 'gpt-4o-mini') failed after 1 attempt(s): RuntimeError: rate limited (not retried: the provider asked to wait 3600 s (Retry-After), over max_retry_wait_s=60)
+    """
+
+    def __init__(self, agent: str, cause: BaseException, attempts: int, model: str | None = None,
+                 secrets: tuple[Any, ...] = (), *, reason: str):
+        super().__init__(agent, cause, attempts, model, secrets)
+        self.reason = reason
+        self.args = (f"{self.args[0]} (not retried: {reason})",)
+
+
+async def retry_sleep(seconds: float) -> None:
+    """The wait between two attempts (``asyncio.sleep``; tests replace it to count the waits)."""
+    await asyncio.sleep(seconds)
+
+
+def _seconds(x: float) -> str:
+    return f"{x:g} s" if x >= 1 else f"{x:.3g} s"
+
+
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
                     kwargs: dict[str, Any], timeout: float | None, num_retries: int,
-                    stats: CallStats | None = None, backoff: float = 0.5, **request: Any) -> Any:
+                    stats: CallStats | None = None, backoff: float = 0.5,
+                    max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT, **request: Any) -> Any:
     """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``.
 
     Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
     an attempt that would pass ``max_model_calls`` is never sent (``BudgetExceeded``); a request
-    error no retry can fix is raised at once as a fatal ``ModelCallError``."""
+    error no retry can fix is raised at once as a fatal ``ModelCallError``. Between attempts it
+    waits the provider's ``Retry-After`` (else an exponential backoff, at most ``max_retry_wait``);
+    a ``Retry-After`` over ``max_retry_wait``, or a wait past the run's deadline, ends the retries
+    at once (``RetryRefused``, with the reason)."""
     if stats is not None:
         stats.preflight()
     lm = get_litellm()
@@ -429,10 +463,17 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                 if err.fatal and stats is not None and not ("tools" in params and refused_tools(exc)):
                     stats.run.refused = err  # no retry can fix it: the run sends nothing more
                 raise err from exc
-            wait = retry_after(exc)
-            if wait is None:
-                wait = backoff * (2 ** (attempt - 1)) * (1 + random.random() * 0.25)
+            asked = retry_after(exc)
+            if asked is not None and asked > max_retry_wait:
+                raise RetryRefused(agent, exc, attempt, model or resolved, secrets, reason=(
+                    f"the provider asked to wait {_seconds(asked)} (Retry-After), over the agent's "
+                    f"max_retry_wait_s={max_retry_wait:g}")) from exc
+            wait = asked if asked is not None else \
+                min(backoff * (2 ** (attempt - 1)) * (1 + random.random() * 0.25), max_retry_wait)
             left = stats.remaining() if stats is not None else None
             if left is not None and wait >= left:
-                raise failed(exc, attempt) from exc  # no retry can finish in time
-            await asyncio.sleep(min(wait, 60.0))
+                raise RetryRefused(agent, exc, attempt, model or resolved, secrets, reason=(
+                    f"the next attempt would start in {_seconds(wait)}"
+                    f"{' (Retry-After)' if asked is not None else ''}, after the run's deadline "
+                    f"({_seconds(max(left, 0.0))} left)")) from exc
+            await retry_sleep(wait)
