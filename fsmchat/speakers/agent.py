@@ -192,9 +192,28 @@ class Agent(BaseModel):
             turn: The conversation as this agent sees it and the instruction.
 
         Raises:
-            ModelCallError: The call failed after the retries.
+            ModelCallError: The call failed after the retries (a reply with no text counts as a
+                failed attempt: ``require_reply_text``).
         """
-        return ((await self.reply_message(turn)).content or "").strip()
+        return ((await self.reply_message(turn, check=self.require_reply_text)).content or "").strip()
+
+    def require_reply_text(self, response: Any) -> None:
+        """Refuse a reply with no text (``llm.NoReplyText``, retried, then a ``ModelCallError``):
+        ``content`` null or blank, with no tool calls, or with tool calls while the agent has no
+        tools. A reply without choices is left to ``reply_message`` (its own error)."""
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            return
+        message = choices[0].message
+        if (getattr(message, "content", None) or "").strip():
+            return
+        calls = getattr(message, "tool_calls", None) or []
+        if calls and self.tools:
+            return  # the agent's own tools were called: the speaking path handles them
+        names = [getattr(getattr(c, "function", None), "name", None) for c in calls]
+        raise llm.NoReplyText("the reply has no text: " + (
+            f"only tool call(s) {names}, and the agent has no tools" if calls else
+            f"content is {getattr(message, 'content', None)!r} and there is no tool call"))
 
     async def bid(self, turn: "Turn") -> BidOutcome:
         """Ask the model for a bid with a forced ``respond`` call and return it parsed.

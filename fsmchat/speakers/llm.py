@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, fatal_error,
                       request_error_kind)
@@ -170,11 +170,16 @@ def refused_tools(exc: BaseException) -> bool:
                                    "tool use", "tool_use"))
 
 
+class NoReplyText(ValueError):
+    """A reply (HTTP 200) that a turn cannot post: its message has no text. Retried like a
+    transient fault; after the retries the call fails with a ``ModelCallError`` carrying it."""
+
+
 def retryable(exc: BaseException) -> bool:
-    """Transient faults (timeouts, 429, 5xx, dropped connections) are retried; request errors never
-    (authentication, permission, not found, bad request, context window, unsupported parameters,
-    and a missing key, which litellm reports as a 500 for OpenAI)."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+    """Transient faults (timeouts, 429, 5xx, dropped connections, a reply with no text) are
+    retried; request errors never (authentication, permission, not found, bad request, context
+    window, unsupported parameters, and a missing key, which litellm reports as a 500 for OpenAI)."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError, NoReplyText)):
         return True
     if request_error_kind(exc) is not None:
         return False
@@ -400,7 +405,8 @@ def _seconds(x: float) -> str:
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
                     kwargs: dict[str, Any], timeout: float | None, num_retries: int,
                     stats: CallStats | None = None, backoff: float = 0.5,
-                    max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT, **request: Any) -> Any:
+                    max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
+                    check: Callable[[Any], None] | None = None, **request: Any) -> Any:
     """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``.
 
     Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
@@ -408,7 +414,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     error no retry can fix is raised at once as a fatal ``ModelCallError``. Between attempts it
     waits the provider's ``Retry-After`` (else an exponential backoff, at most ``max_retry_wait``);
     a ``Retry-After`` over ``max_retry_wait``, or a wait past the run's deadline, ends the retries
-    at once (``RetryRefused``, with the reason)."""
+    at once (``RetryRefused``, with the reason). ``check(response)`` may refuse a response by
+    raising ``NoReplyText``: it is retried like a transient fault."""
     if stats is not None:
         stats.preflight()
     lm = get_litellm()
@@ -446,6 +453,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             response = await (asyncio.wait_for(coro, limit) if limit is not None else coro)
             if stats is not None:
                 stats.add_usage(response)
+            if check is not None:
+                check(response)
             return response
         except asyncio.CancelledError:
             raise
