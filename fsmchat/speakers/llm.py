@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, fatal_error,
+from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, MissingCredentials, ModelCallError, fatal_error,
                       request_error_kind)
 from ..statelog import Frozen
 from . import log_secrets
@@ -113,25 +113,50 @@ def lean(lm: Any) -> None:
         logging_utils.MAX_BASE64_LENGTH_FOR_LOGGING = 0
 
 
+def loading() -> bool:
+    """Whether litellm's first import is under way (a live status line says so meanwhile)."""
+    return _loading.is_set()
+
+
+async def load_litellm(agents: Any) -> None:
+    """Import litellm now, in a worker thread (the event loop keeps running), if it is not yet
+    imported and any of ``agents`` reaches its model through it (every ``Agent``: the offline
+    model is a litellm provider too). A run calls this before its clock starts, so the import's
+    seconds (3 to 50 on a loaded machine) count neither against ``deadline_s`` nor in step times."""
+    if _litellm is None and any(getattr(a, "litellm_kwargs", None) is not None for a in agents or ()):
+        await asyncio.to_thread(get_litellm)
+
+
+_loading = threading.Event()
+
+
 def get_litellm() -> Any:
     """Import litellm on first use (never at ``import fsmchat``), offline cost map by default."""
     global _litellm
     if _litellm is None:
         with _lock:
             if _litellm is None:
-                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-                import litellm as lm
-
-                lm.suppress_debug_info = True
-                lean(lm)
-                log_secrets.install()  # mask secrets in litellm's, the OpenAI SDK's, httpx's and fsmchat's log records
-                from .offline import OfflineModel
-
-                _providers.setdefault(OFFLINE_PROVIDER, OfflineModel())
-                for name, handler in _providers.items():
-                    _install(lm, name, handler)
-                _litellm = lm
+                _loading.set()
+                try:
+                    _litellm = _import_litellm()
+                finally:
+                    _loading.clear()
     return _litellm
+
+
+def _import_litellm() -> Any:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm as lm
+
+    lm.suppress_debug_info = True
+    lean(lm)
+    log_secrets.install()  # mask secrets in litellm's, the OpenAI SDK's, httpx's and fsmchat's log records
+    from .offline import OfflineModel
+
+    _providers.setdefault(OFFLINE_PROVIDER, OfflineModel())
+    for name, handler in _providers.items():
+        _install(lm, name, handler)
+    return lm
 
 
 _tool_modes: dict[str, str] = {}  # resolved model -> "native" | "json" (litellm's knowledge, or a refusal)
@@ -170,7 +195,7 @@ def refused_tools(exc: BaseException) -> bool:
                                    "tool use", "tool_use"))
 
 
-class NoReplyText(ValueError):
+class NoReplyText(FsmchatError, ValueError):
     """A reply (HTTP 200) that a turn cannot post: its message has no text. Retried like a
     transient fault; after the retries the call fails with a ``ModelCallError`` carrying it."""
 
