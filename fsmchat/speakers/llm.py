@@ -314,7 +314,8 @@ class CallStats:
         return CallStats(deadline=self.deadline, price=self.price, max_requests=self.max_requests, parent=self)
 
     def _chain(self) -> "list[CallStats]":
-        chain, stats = [], self
+        chain: list[CallStats] = []
+        stats: CallStats | None = self
         while stats is not None:
             chain.append(stats)
             stats = stats.parent
