@@ -7,7 +7,10 @@ from openai_server import OpenAIServer, Reply, completion, per_agent, respond, t
 
 from fsmchat import Agent, AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, ModelCallError, \
     OneOnOneDebate, RoundRobinSwarm
+from fsmchat.network import TurnFailed, wait_for_text_count
 from fsmchat.speakers import llm
+from fsmchat.testing import ScriptedModel
+from test_network import TOPIC, arun, model_hub  # noqa: E402
 
 NULL = Reply(body=completion({"role": "assistant", "content": None}))
 BLANK = text("  \n")
@@ -77,3 +80,19 @@ def test_a_group_chat_bid_with_no_text_is_an_invalid_bid(server):
     assert [m.content for m in r.transcript] == ["topic", "I speak"]
     invalid = [e for e in r.events if e["event"] == "invalid_bid"]
     assert [(e["agent"], e["reason"]) for e in invalid] == [("mute", "the reply has no text and no respond call")]
+
+
+def test_a_hub_reply_with_no_text_fails_the_turn():
+    """A hub participant's reply goes through ``Agent.reply``: an empty one fails the turn (after the
+    agent's retries) instead of sending an empty text."""
+    async def body():
+        m = ScriptedModel({"alice": [], "bob": ["", "   ", "never asked"]})
+        hub, (alice, bob) = await model_hub(["alice", "bob"], m)
+        ch = await alice.open(target=["bob"])
+        await ch.send(TOPIC)
+        with pytest.raises(TurnFailed, match=r"bob's turn 1 failed: ModelCallError.*the reply has no text"):
+            await wait_for_text_count(hub, ch.channel_id, expected=2, timeout=30)
+        assert m.calls("bob") == 1  # a scripted agent has num_retries=0: one attempt, then the failure
+        await hub.aclose()
+
+    arun(body())
