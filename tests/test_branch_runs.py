@@ -114,7 +114,7 @@ KILLED_FLOW = textwrap.dedent('''
         r = flow.execute("go", checkpoint=cp, run_id="R")
     else:
         r = flow.resume("R", cp)
-    print(r.stop_reason, len(r.transcript), r.ok, r.error)
+    print(r.stop_reason, len(r.transcript), r.ok, r.error, r.calls)
 ''')
 
 
@@ -132,10 +132,12 @@ def test_resume_after_a_kill_mid_fork_repeats_no_model_call(tmp_path):
     second = subprocess.run([sys.executable, str(script), str(db), str(log), "resume"], env=env,
                             capture_output=True, text=True, timeout=120)
     assert second.returncode == 0, second.stderr
-    assert second.stdout.split() == ["done", "9", "True", "None"]  # 8 discussion turns + "joined"
+    stop, posted, ok, error, reported = second.stdout.split()
+    assert (stop, posted, ok, error) == ("done", "9", "True", "None")  # 8 discussion turns + "joined"
     calls = log.read_text().split()
     # every agent spoke exactly twice across both processes: nothing finished was re-run
     assert sorted(calls) == sorted(["a1", "a2", "b1", "b2"] * 2), calls
+    assert int(reported) == len(calls) == 8  # result.calls: the calls the model answered, each once
     lanes = SqliteCheckpointer(db).runs()
     assert lanes == ["R", "R/0:parallel|1", "R/0:parallel|2"]
 

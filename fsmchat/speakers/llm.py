@@ -34,6 +34,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 BASE64_LOG_ENV = "MAX_BASE64_LENGTH_FOR_LOGGING"  # a user's own setting of it wins over ``lean``
 _lock = threading.Lock()
 _litellm: Any = None
+_loading = threading.Event()  # set while litellm's first import runs
 _providers: dict[str, Any] = {}
 
 
@@ -125,9 +126,6 @@ async def load_litellm(agents: Any) -> None:
     seconds (3 to 50 on a loaded machine) count neither against ``deadline_s`` nor in step times."""
     if _litellm is None and any(getattr(a, "litellm_kwargs", None) is not None for a in agents or ()):
         await asyncio.to_thread(get_litellm)
-
-
-_loading = threading.Event()
 
 
 def get_litellm() -> Any:
