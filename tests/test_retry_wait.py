@@ -5,7 +5,7 @@ go through ``llm.retry_sleep``, replaced here by a recorder: nothing waits, the 
 import pytest
 from openai_server import OpenAIServer, error, per_agent, text
 
-from fsmchat import Agent, RoundRobinSwarm
+from fsmchat import Agent, RoundRobinSwarm, from_config
 from fsmchat.errors import ConfigError
 from fsmchat.speakers import llm
 from fsmchat.speakers.llm import RetryRefused
@@ -79,3 +79,8 @@ def test_backoff_without_retry_after_is_capped_too(server, waits):
 def test_max_retry_wait_s_is_checked(bad):
     with pytest.raises(ConfigError, match="max_retry_wait_s"):
         Agent("a", max_retry_wait_s=bad)
+
+
+def test_max_retry_wait_s_survives_the_config_form():
+    chat = RoundRobinSwarm(agents=[Agent("a", max_retry_wait_s=5), Agent("b")])
+    assert [a.max_retry_wait_s for a in from_config(chat.to_config()).agents] == [5.0, 60.0]
