@@ -91,14 +91,16 @@ def add_limit_edges(graph: StateGraph, limits: Limits) -> StateGraph:
     """Insert the budget/deadline exits into ``graph`` and its subgraphs (in place); returns it."""
     def over_budget(ctx: Any) -> bool:
         """a budget is spent"""
-        which = over(limits, ctx.stats)
+        stats = ctx.stats.run  # a branch's stats are a lane of the run's: the budget is the run's
+        which = over(limits, stats)
         if which is not None:
-            ctx.stats.limit_hit = which
+            stats.limit_hit = which
         return which is not None
 
     def past_deadline(ctx: Any) -> bool:
         """deadline_s has passed"""
-        return ctx.stats.deadline is not None and time.monotonic() >= ctx.stats.deadline
+        deadline = ctx.stats.run.deadline
+        return deadline is not None and time.monotonic() >= deadline
 
     done: set[int] = set()
 

@@ -16,6 +16,7 @@ import time
 from typing import Any, TextIO
 
 from .models import Message, RunResult, TraceEvent
+from .speakers import llm
 
 
 class LiveRun:
@@ -64,7 +65,7 @@ class LiveRun:
     def line(self) -> str:
         """``bid · turn 3 · 4 msgs · 7 calls · 1,234 tok · $0.0012 · 12.3s`` (state first)."""
         ctx = self.ctx
-        parts = [self.state or "starting"]
+        parts = [self.state or ("loading litellm" if llm.loading() else "starting")]
         turn = getattr(ctx, "turn", None)
         if isinstance(turn, int):
             parts.append(f"turn {turn}")

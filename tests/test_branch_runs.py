@@ -2,12 +2,15 @@
 streamed, checkpointed per branch, lit in the render overlay, and resumed without repeating a
 finished branch's model calls."""
 import asyncio
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from fsmchat import Agent
 from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
@@ -111,7 +114,7 @@ KILLED_FLOW = textwrap.dedent('''
         r = flow.execute("go", checkpoint=cp, run_id="R")
     else:
         r = flow.resume("R", cp)
-    print(r.stop_reason, len(r.transcript), r.ok, r.error)
+    print(r.stop_reason, len(r.transcript), r.ok, r.error, r.calls)
 ''')
 
 
@@ -129,9 +132,68 @@ def test_resume_after_a_kill_mid_fork_repeats_no_model_call(tmp_path):
     second = subprocess.run([sys.executable, str(script), str(db), str(log), "resume"], env=env,
                             capture_output=True, text=True, timeout=120)
     assert second.returncode == 0, second.stderr
-    assert second.stdout.split() == ["done", "9", "True", "None"]  # 8 discussion turns + "joined"
+    stop, posted, ok, error, reported = second.stdout.split()
+    assert (stop, posted, ok, error) == ("done", "9", "True", "None")  # 8 discussion turns + "joined"
     calls = log.read_text().split()
     # every agent spoke exactly twice across both processes: nothing finished was re-run
     assert sorted(calls) == sorted(["a1", "a2", "b1", "b2"] * 2), calls
+    assert int(reported) == len(calls) == 8  # result.calls: the calls the model answered, each once
     lanes = SqliteCheckpointer(db).runs()
     assert lanes == ["R", "R/0:parallel|1", "R/0:parallel|2"]
+
+
+KILLED_AT_CALL = textwrap.dedent('''
+    import json, os, signal, sys
+    from fsmchat import Agent
+    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.flow import AgentFlow, Discussion, loop, parallel
+    from fsmchat.testing import FunctionModel
+
+    db, log, mode, kill_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    asked = [0]
+
+    def reply(request):
+        asked[0] += 1
+        if mode == "run" and asked[0] == kill_at:  # the process dies with this request unanswered
+            os.kill(os.getpid(), signal.SIGKILL)
+        text = f"{request.agent} answers {mode} call {asked[0]}"
+        with open(log, "a") as f:
+            f.write(json.dumps([mode, text]) + "\\n")
+        return text
+
+    m = FunctionModel(reply).model
+
+    def pair(x, rounds, name):
+        return Discussion([Agent(x + "1", model=m), Agent(x + "2", model=m)], rounds=rounds, name=name)
+
+    flow = AgentFlow(steps=[Agent("intro", model=m),
+                            parallel([pair("a", 3, "left"),  # 6 calls
+                                      loop(steps=[pair("b", 2, "item")], over="items", parallel=True)]),  # 3 x 4
+                            Agent("sum", model=m), Agent("fin", model=m)],
+                     variables={"items": ["x", "y", "z"]}, name="fan")
+    cp = SqliteCheckpointer(db)
+    r = flow.execute("go", checkpoint=cp, run_id="R") if mode == "run" else flow.resume("R", cp)
+    print(json.dumps({"ok": r.ok, "calls": r.calls, "transcript": [m.content for m in r.transcript]}))
+''')
+
+
+@pytest.mark.parametrize("kill_at", [3, 8, 12, 17])
+def test_a_resumed_flow_with_parallel_counts_each_call_it_made_once(tmp_path, kill_at):
+    """Killed at its k-th model request and resumed, a flow with nested parallel branches reports
+    the calls the model answered for it: those the run kept from the killed process (their
+    replies are in the transcript) plus every call of the resumed one; 21 in all, as uninterrupted."""
+    script = tmp_path / "flow.py"
+    script.write_text(KILLED_AT_CALL)
+    db, log = tmp_path / "runs.db", tmp_path / "calls.log"
+    first = subprocess.run([sys.executable, str(script), str(db), str(log), "run", str(kill_at)],
+                           capture_output=True, text=True, timeout=120)
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    second = subprocess.run([sys.executable, str(script), str(db), str(log), "resume", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    out = json.loads(second.stdout.splitlines()[-1])
+    answered = [json.loads(line) for line in log.read_text().splitlines()]
+    kept = [text for mode, text in answered if mode == "run" and text in out["transcript"]]
+    resumed = [text for mode, text in answered if mode == "resume"]
+    assert len(answered) - len(resumed) == kill_at - 1  # the killed process's answered calls
+    assert out["ok"] and out["calls"] == len(kept) + len(resumed) == 21, (out["calls"], len(kept), len(resumed))

@@ -4,6 +4,11 @@ the slow participant is a model call, a sync callable (abandoned in its thread) 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -100,3 +105,46 @@ def test_a_slow_participant_ends_the_run_at_the_deadline(make, kind):
     assert r.stop_reason == "deadline", (r.stop_reason, r.error)
     assert r.error is None and r.path[-1] == "past_deadline"
     assert [m.content for m in r.transcript] == posted  # everything posted before the deadline is kept
+
+
+COLD_PROCESS = textwrap.dedent('''
+    import json, sys
+    import fsmchat
+    from fsmchat import Agent, RoundRobinSwarm
+    from fsmchat.live import LiveRun
+    from fsmchat.speakers import llm
+
+    assert "litellm" not in sys.modules, "import fsmchat imported litellm"
+    seen = {}
+
+    class Watch:  # sees litellm's first import begin, in the thread that imports it
+        def find_spec(self, name, path=None, target=None):
+            if name == "litellm" and "status" not in seen:
+                seen["status"] = LiveRun(status=False).line().split(" · ")[0]
+            return None
+
+    sys.meta_path.insert(0, Watch())
+
+    def started(ctx):  # the run's clock has just started
+        seen["litellm_at_start"] = "litellm" in sys.modules and not llm.loading()
+
+    chat = RoundRobinSwarm(agents=[Agent("A", system_prompt="You plan."), Agent("B", system_prompt="You build.")],
+                           max_loops=1000).with_limits(deadline_s=float(sys.argv[1]))
+    r = chat.execute("Ship it?", on_start=[started])
+    print(json.dumps({**seen, "stop": r.stop_reason, "posts": len(r.transcript) - 1}))
+''')
+
+
+def test_a_cold_process_imports_litellm_before_the_deadline_clock_starts(tmp_path):
+    """In a fresh process litellm's first import (seconds, more under load) happens before the run's
+    clock starts, with the live status saying so: the deadline then cuts the model's turns, not
+    the import (the run posts replies and stops at "deadline")."""
+    script = tmp_path / "cold.py"
+    script.write_text(COLD_PROCESS)
+    env = {**os.environ, "FSMCHAT_OFFLINE_DELAY": "0.2"}
+    proc = subprocess.run([sys.executable, str(script), "3"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["status"] == "loading litellm"
+    assert out["litellm_at_start"] is True
+    assert out["stop"] == "deadline" and out["posts"] >= 1, out

@@ -102,14 +102,23 @@ def test_select_returning_a_stranger_fails_clearly():
 
 
 # ---- until ----
-def test_until_stops_mid_round():
-    author = speaker("author", ["draft", "AGREED now"])
-    critic = speaker("critic", ["too long", "fine"])
-    flow = AgentFlow(steps=[Discussion([critic, author], rounds=3,
-                                       until=lambda ctx: "AGREED" in (ctx.previous_result or ""))])
+@pytest.mark.parametrize("agreed_at", [1, 2, 4, 5])
+def test_until_stops_mid_round(agreed_at):
+    """until is checked after every turn: the turn that meets it is the last, wherever it falls in
+    a round of three speakers (turn 1, 2, 4, 5: none ends a round)."""
+    said = iter(range(1, 100))
+
+    def talk(name):
+        def fn(ctx):
+            return "AGREED" if next(said) == agreed_at else f"{name} goes on"
+        fn.__name__ = name
+        return fn
+
+    flow = AgentFlow(steps=[Discussion([talk("critic"), talk("author"), talk("editor")], rounds=3,
+                                       until=lambda ctx: ctx.previous_result == "AGREED")])
     r = run(flow)
-    assert turns(r) == ["critic", "author", "critic", "author"]
-    assert r.output["output"] == "AGREED now"
+    assert turns(r) == ["critic", "author", "editor", "critic", "author"][:agreed_at]
+    assert r.output["output"] == "AGREED"
     assert r.trace[-3].trigger == "until"
 
 

@@ -37,11 +37,21 @@ def test_save_as_and_append_to_bind_variables():
         Task(agent=a, action="one", save_as="first", append_to="xs"),
         Task(agent=a, action="two", append_to="xs"),
         Task(agent=a, action="three", append_to="xs"),
-        Task(agent=b, action="first={{first}} window={{xs[-2:]}} head={{xs[0]}} gone={{xs[7]}}")])
+        Task(agent=b, action="first={{first}} window={{xs[-2:]}} head={{xs[0]}}")])
     r = run(flow)
     assert r.output["variables"]["xs"] == ["x1", "x2", "x3"]
     assert r.output["variables"]["first"] == "x1"
-    assert prompts(m, "b") == ["first=x1 window=['x2', 'x3'] head=x1 gone={{xs[7]}}"]
+    assert prompts(m, "b") == ["first=x1 window=['x2', 'x3'] head=x1"]
+
+
+def test_an_index_past_an_accumulators_end_fails_the_step_instead_of_being_sent_as_written():
+    m = ScriptedModel({"a": ["x1"], "b": ["never asked"]})
+    flow = AgentFlow(steps=[Task(agent=m.agent("a"), action="one", append_to="xs"),
+                            Task(agent=m.agent("b"), action="gone={{xs[7]}}")])
+    r = flow.execute("go")
+    assert r.output["status"] == "failed" and prompts(m, "b") == []
+    assert [e["reason"] for e in r.events if e["event"] == "template_error"] == [
+        "index [7] is out of range for 'xs' (length 1)"]
 
 
 def test_append_to_a_non_list_fails_loudly():

@@ -54,6 +54,17 @@ def test_max_tokens_and_cost():
     assert {"event": "budget", "limit": "max_cost_usd"} in r.events
 
 
+@pytest.mark.parametrize("max_tokens, calls, stop", [(29, 2, "budget"), (30, 2, "budget"), (31, 3, "budget"),
+                                                    (45, 3, "budget"), (60, 4, "budget"), (61, 4, "max_loops")])
+def test_max_tokens_stops_once_the_run_has_spent_exactly_that_many(max_tokens, calls, stop):
+    """15 tokens per call: a run reaching the limit exactly (30 = 30) stops, as does one over it
+    (30 > 29); one a token short of it (30 < 31) makes another call."""
+    m = ScriptedModel({"a": [f"a{i}" for i in range(4)], "b": [f"b{i}" for i in range(4)]})
+    chat = RoundRobinSwarm(agents=[m.agent("a"), m.agent("b")], max_loops=2).with_limits(max_tokens=max_tokens)
+    r = chat.execute("t")
+    assert (r.stop_reason, r.calls, m.calls(), r.usage["total_tokens"]) == (stop, calls, calls, 15 * calls)
+
+
 def test_refuse_over_bound_before_any_call():
     m, chat = two(max_loops=20)
     assert chat.max_calls() == 2 * 19

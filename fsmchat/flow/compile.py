@@ -14,14 +14,15 @@ import re
 from typing import Any, Callable, Sequence
 
 from ..deadline import call_within
-from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted, fatal_error, limit_reached
+from ..errors import (BudgetExceeded, ConfigError, DeadlineExceeded, FsmchatError, Interrupted, fatal_error,
+                      limit_reached)
 from ..graph.state_graph import Guard, StateGraph, state_names
 from ..graph.turns import Exit
-from ..models import StopReason
+from ..models import StopReason, shorten
 from ..patterns.interrupts import TARGET, WaitPoint
 from ..speakers.agent import Turn
 from ..speakers.human import USER, Edit, Reject, Say, request
-from .context import FlowContext, StepResult
+from .context import BUILT_IN_NAMES, FlowContext, StepResult, pick, template_slots
 from .task import Block, Task, as_task, step_names
 
 
@@ -68,7 +69,7 @@ def _hear(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
                                       person=person.name), person)
         assert isinstance(said, Say)  # the only answer allowed (check_input refuses any other)
         return said.text
-    question = ctx.render(task.action) if task.action is not None else \
+    question = ctx.fill(task.action, f"step {task.name!r}") if task.action is not None else \
         (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
     allowed = {"say": "your answer is the step's output" + (f" (saved as {{{{{task.save_as}}}}})" if task.save_as
                                                               else ""),
@@ -86,12 +87,12 @@ async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
         return _hear(task, ctx, prompt)
     if task.agent is not None:
         agent = task.agent
-        system = ctx.render(agent.system_prompt)
+        system = ctx.fill(agent.system_prompt, f"the system_prompt of agent {agent.name!r}")
         if system != agent.system_prompt:
             agent = agent.model_copy(update={"system_prompt": system})
         if prompt is None:
             template = task.action if task.action is not None else None
-            prompt = ctx.render(template) if template is not None else \
+            prompt = ctx.fill(template, f"step {task.name!r}") if template is not None else \
                 (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
         memory = ctx.remember(agent.name) if ctx.memory is not None else []
         reply = await agent.reply(Turn(agent.name, [], prompt, stats=ctx.stats, variables=ctx.variables,
@@ -369,6 +370,53 @@ def may_write(steps: Sequence[Any], var: str) -> bool:
             if t.handler is not None or var in (t.save_as, t.append_to):
                 return True
     return False
+
+
+_OUTPUT_NAMES = ("discussion_transcript", "loop_index", "loop_outputs", "parallel_outputs")
+
+
+def check_templates(steps: Sequence[Any], variables: dict[str, Any], owner: str) -> None:
+    """Refuse, when the flow is built, a ``{{name}}`` in a prompt, system prompt or question that
+    can never be filled: a name that is neither built in, declared in ``variables`` nor set by a
+    step, or an index out of range of a declared value no step may change. A name some step may
+    set (a callable step may set any) is checked when it is filled (``FlowContext.fill``)."""
+    tasks: list[Task] = []
+    for s in walk_steps(steps):
+        tasks += s.own_tasks() if isinstance(s, Block) else [as_task(s)]
+    for task in tasks:
+        where = [(f"step {task.name!r}", task.action)] if task.handler is None else []
+        if task.agent is not None:
+            where.append((f"the system_prompt of agent {task.agent.name!r}", task.agent.system_prompt))
+        for what, template in where:
+            for written, name, index in template_slots(template or ""):
+                head = name.split(".")[0]
+                if head in BUILT_IN_NAMES or may_write(steps, head):
+                    continue
+                value = known_value(variables, name)
+                if value is UNKNOWN:
+                    raise ConfigError(f"{owner}: {what}: template {written} names no variable; the known ones "
+                                      f"are {', '.join(_known_names(steps, variables))} (declare it in variables= "
+                                      "or set it in an earlier step)")
+                if index:
+                    try:
+                        pick(value, index)
+                    except (IndexError, TypeError, ValueError):
+                        length = f" (length {len(value)})" if hasattr(value, "__len__") else ""
+                        raise ConfigError(f"{owner}: {what}: template {written} indexes out of range: "
+                                          f"{name!r} is {shorten(repr(value), 60)}{length}, and no step changes "
+                                          "it") from None
+
+
+def _known_names(steps: Sequence[Any], variables: dict[str, Any]) -> list[str]:
+    named = {*BUILT_IN_NAMES, *variables}
+    for s in walk_steps(steps):
+        if isinstance(s, Block):
+            named.update(n for n in (*_OUTPUT_NAMES, getattr(s, "var_name", None)) if n and s.writes(n))
+            tasks = s.own_tasks()
+        else:
+            tasks = [as_task(s)]
+        named.update(n for t in tasks for n in (t.save_as, t.append_to) if n)
+    return sorted(named)
 
 
 def walk_steps(steps: Sequence[Any]) -> list[Any]:

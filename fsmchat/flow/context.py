@@ -18,7 +18,21 @@ from ..speakers.llm import CallStats
 _VAR = re.compile(r"\{\{\s*([\w.]+)\s*(\[\s*-?\d*\s*(?::\s*-?\d*\s*)?\])?\s*\}\}")
 
 
-def _pick(value: Any, spec: str) -> Any:
+BUILT_IN_NAMES = ("input", "previous_output", "previous_result", "transcript")  # what every template may name
+
+
+class TemplateError(ConfigError):
+    """A ``{{name}}`` template that cannot be filled: no variable of that name, or an index out of
+    range. Refused when the flow is built where the names and values are static; otherwise the
+    step fails when it is filled (with a ``template_error`` event), before its model call."""
+
+
+def template_slots(template: str) -> list[tuple[str, str, str]]:
+    """Each ``{{...}}`` of ``template``: (as written, the name, the ``[...]`` index or "")."""
+    return [(m.group(0), m.group(1), m.group(2) or "") for m in _VAR.finditer(template)]
+
+
+def pick(value: Any, spec: str) -> Any:
     """``value[i]`` or ``value[a:b]`` for a ``[...]`` suffix (Python's own indexing rules)."""
     inner = spec[1:-1].replace(" ", "")
     if ":" in inner:
@@ -131,16 +145,45 @@ class FlowContext:
         """Replace ``{{name}}`` with input, previous_output, ``transcript`` (the contents posted so
         far, a list) or a variable; ``{{name[i]}}`` / ``{{name[a:b]}}`` index or slice it first (a
         list renders as Python's ``str(list)``, e.g. ``['a', 'b']``). Unknown names and indexes out
-        of range stay as written."""
+        of range stay as written (conditions compare them as text); prompts use ``fill``."""
         def sub(m: re.Match[str]) -> str:
             try:
                 v = self.lookup(m.group(1))
                 if m.group(2):
-                    v = _pick(v, m.group(2))
+                    v = pick(v, m.group(2))
             except (KeyError, IndexError, TypeError):
                 return m.group(0)
             return "" if v is None else str(v)
         return _VAR.sub(sub, template) if "{{" in template else template
+
+    def fill(self, template: str, what: str) -> str:
+        """``template`` with every ``{{name}}`` (``{{name[i]}}``, ``{{name[a:b]}}``) filled, for a
+        prompt, system prompt or question that goes to a model or a person: a name with no value,
+        or an index out of range, adds a ``template_error`` event and raises ``TemplateError``
+        (``what`` says whose template it is). ``render`` is the lenient form conditions use."""
+        if "{{" not in template:
+            return template
+
+        def sub(m: re.Match[str]) -> str:
+            name, index = m.group(1), m.group(2)
+            try:
+                v = self.lookup(name)
+            except KeyError:
+                known = sorted({*BUILT_IN_NAMES, *self.variables})
+                reason = f"{name!r} is not set; known now: {', '.join(known)}"
+            else:
+                if not index:
+                    return "" if v is None else str(v)
+                try:
+                    v = pick(v, index)
+                    return "" if v is None else str(v)
+                except IndexError:
+                    reason = f"index {index.replace(' ', '')} is out of range for {name!r} (length {len(v)})"
+                except (TypeError, ValueError):
+                    reason = f"{name!r} is a {type(v).__name__}, which {index.replace(' ', '')} cannot index"
+            self.events.append({"event": "template_error", "where": what, "template": m.group(0), "reason": reason})
+            raise TemplateError(f"{what}: template {m.group(0)} cannot be filled: {reason}")
+        return _VAR.sub(sub, template)
 
     def remember(self, agent: str) -> list[dict[str, str]]:
         """``agent``'s private memory (``memory=True``), started empty on its first call."""
@@ -221,8 +264,9 @@ class FlowContext:
             self.join_lines(name, key)
 
     def child(self) -> "FlowContext":
-        """A branch context: a deep copy of the variables, the same input, stats and previous result."""
-        c = FlowContext(self.input, copy.deepcopy(self.variables), self.stats)
+        """A branch context: a deep copy of the variables, the same input and previous result, and
+        a lane of the stats (the branch's checkpoint stores the calls it made, the run counts them)."""
+        c = FlowContext(self.input, copy.deepcopy(self.variables), self.stats.lane())
         c.previous_result = self.previous_result
         c.memory = copy.deepcopy(self.memory)  # AppendLogs stay AppendLogs
         c.transcript.max_chars = self.transcript.max_chars

@@ -15,7 +15,7 @@ from ..models import RunResult, StopReason, check_output_type, format_output
 from ..patterns.base import Pattern, PatternConfig, set_pending
 from ..speakers.agent import Agent
 from ..patterns.interrupts import WaitPoint
-from .compile import Compiler, StepError, bound, flow_point, walk_steps
+from .compile import Compiler, StepError, bound, check_templates, flow_point, walk_steps
 from .context import FlowContext
 from .pattern_step import as_step
 from .task import Block, as_task
@@ -138,6 +138,7 @@ class FlowConfig(PatternConfig):
                 if asked:
                     raise ConfigError(f"{owner}: {block.name!r} runs {asked[0]!r} (a person) in a parallel branch, "
                                       "which cannot stop for them; ask before or after the parallel step instead")
+        check_templates(self.steps, self.variables, owner)
         return self
 
 

@@ -193,7 +193,8 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
             task = d.task_for(d.select(t, ctx)) if d.select is not None else d.tasks[order.speaker(t)]
             prompt = None
             if task.agent is not None or task.person is not None:
-                topic = ctx.render(task.action) if task.action is not None else f["topic"]
+                topic = ctx.fill(task.action, f"Discussion {d.name!r} speaker {task.name!r}") \
+                    if task.action is not None else f["topic"]
                 prompt = discussion_prompt(task.name or "", topic, f["lines"], ctx.previous_result)
             status, out = await run_task(task, ctx, prompt, record_as=task.name)
             f["t"] = t + 1

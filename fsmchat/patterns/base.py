@@ -46,7 +46,7 @@ from ..speakers.agent import SEED_ROLE, Speaker, Turn
 from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, check_input, pending_of, request,
                               waiting_for)
 from ..speakers.images import image_part
-from ..speakers.llm import CallStats
+from ..speakers.llm import CallStats, load_litellm
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
 
@@ -668,6 +668,7 @@ class Pattern(ABC):
         under ``lease`` (the caller's hold on the run; released when the run ends)."""
         graph = self.graph
         try:  # the lease is given back however this ends, a refused start (an id already used) included
+            await load_litellm(ctx.stats.roster)  # before the clock: the import is not the run's time
             start_clock(self.limits, ctx.stats)
             ctx.transcript.max_chars = self._max_message_chars
             for hook in on_start:

@@ -50,6 +50,8 @@ class Agent(BaseModel):
             schema response format); None picks per model.
         timeout: Seconds per request (None: no limit).
         num_retries: Retries of a transient failure, with backoff.
+        max_retry_wait_s: The longest wait before a retry (default 60 s): a provider asking for a
+            longer one (``Retry-After``) is not retried, the call fails at once saying so.
         max_loops: Accepted for swarms compatibility; no effect.
         persistent_memory: Accepted for swarms compatibility; no effect.
         output_type: Accepted for swarms compatibility; no effect.
@@ -86,6 +88,7 @@ class Agent(BaseModel):
     tool_mode: Literal["native", "json"] | None = None
     timeout: float | None = llm.DEFAULT_TIMEOUT
     num_retries: int = Field(llm.DEFAULT_RETRIES, ge=0)
+    max_retry_wait_s: float = Field(llm.DEFAULT_MAX_RETRY_WAIT, ge=0, allow_inf_nan=False, strict=True)
     max_loops: int | None = None
     persistent_memory: bool | None = None
     output_type: str | None = None
@@ -165,7 +168,8 @@ class Agent(BaseModel):
 
     async def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Any:
         return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
-                                   timeout=self.timeout, num_retries=self.num_retries, stats=stats, **request)
+                                   timeout=self.timeout, num_retries=self.num_retries, stats=stats,
+                                   max_retry_wait=self.max_retry_wait_s, **request)
 
     async def reply_message(self, turn: "Turn", **request: Any) -> Any:
         """Ask the model for this turn's reply and return its message (content and tool calls).
@@ -190,9 +194,28 @@ class Agent(BaseModel):
             turn: The conversation as this agent sees it and the instruction.
 
         Raises:
-            ModelCallError: The call failed after the retries.
+            ModelCallError: The call failed after the retries (a reply with no text counts as a
+                failed attempt: ``require_reply_text``).
         """
-        return ((await self.reply_message(turn)).content or "").strip()
+        return ((await self.reply_message(turn, check=self.require_reply_text)).content or "").strip()
+
+    def require_reply_text(self, response: Any) -> None:
+        """Refuse a reply with no text (``llm.NoReplyText``, retried, then a ``ModelCallError``):
+        ``content`` null or blank, with no tool calls, or with tool calls while the agent has no
+        tools. A reply without choices is left to ``reply_message`` (its own error)."""
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            return
+        message = choices[0].message
+        if (getattr(message, "content", None) or "").strip():
+            return
+        calls = getattr(message, "tool_calls", None) or []
+        if calls and self.tools:
+            return  # the agent's own tools were called: the speaking path handles them
+        names = [getattr(getattr(c, "function", None), "name", None) for c in calls]
+        raise llm.NoReplyText("the reply has no text: " + (
+            f"only tool call(s) {names}, and the agent has no tools" if calls else
+            f"content is {getattr(message, 'content', None)!r} and there is no tool call"))
 
     async def bid(self, turn: "Turn") -> BidOutcome:
         """Ask the model for a bid with a forced ``respond`` call and return it parsed.
@@ -296,8 +319,8 @@ def name_problem(name: str) -> str | None:
 
 
 AGENT_KEYWORDS = ("name", "agent_name", "system_prompt", "instructions", "prompt", "model", "model_name", "tools",
-                  "tools_list_dictionary", "tool_mode", "timeout", "num_retries", "max_loops", "persistent_memory",
-                  "output_type")
+                  "tools_list_dictionary", "tool_mode", "timeout", "num_retries", "max_retry_wait_s", "max_loops",
+                  "persistent_memory", "output_type")
 # litellm.completion's own parameters and the common provider options it forwards (checked
 # without importing litellm, which costs seconds); provider families go by prefix.
 LITELLM_OPTIONS = frozenset("""

@@ -17,9 +17,9 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, fatal_error,
+from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, MissingCredentials, ModelCallError, fatal_error,
                       request_error_kind)
 from ..statelog import Frozen
 from . import log_secrets
@@ -27,12 +27,14 @@ from . import log_secrets
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 2
+DEFAULT_MAX_RETRY_WAIT = 60.0  # seconds: a provider asking for a longer wait (Retry-After) is not retried
 
 # Set before anything imports litellm: its import otherwise fetches a price list over the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 BASE64_LOG_ENV = "MAX_BASE64_LENGTH_FOR_LOGGING"  # a user's own setting of it wins over ``lean``
 _lock = threading.Lock()
 _litellm: Any = None
+_loading = threading.Event()  # set while litellm's first import runs
 _providers: dict[str, Any] = {}
 
 
@@ -112,25 +114,47 @@ def lean(lm: Any) -> None:
         logging_utils.MAX_BASE64_LENGTH_FOR_LOGGING = 0
 
 
+def loading() -> bool:
+    """Whether litellm's first import is under way (a live status line says so meanwhile)."""
+    return _loading.is_set()
+
+
+async def load_litellm(agents: Any) -> None:
+    """Import litellm now, in a worker thread (the event loop keeps running), if it is not yet
+    imported and any of ``agents`` reaches its model through it (every ``Agent``: the offline
+    model is a litellm provider too). A run calls this before its clock starts, so the import's
+    seconds (3 to 50 on a loaded machine) count neither against ``deadline_s`` nor in step times."""
+    if _litellm is None and any(getattr(a, "litellm_kwargs", None) is not None for a in agents or ()):
+        await asyncio.to_thread(get_litellm)
+
+
 def get_litellm() -> Any:
     """Import litellm on first use (never at ``import fsmchat``), offline cost map by default."""
     global _litellm
     if _litellm is None:
         with _lock:
             if _litellm is None:
-                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-                import litellm as lm
-
-                lm.suppress_debug_info = True
-                lean(lm)
-                log_secrets.install()  # mask secrets in litellm's, the OpenAI SDK's, httpx's and fsmchat's log records
-                from .offline import OfflineModel
-
-                _providers.setdefault(OFFLINE_PROVIDER, OfflineModel())
-                for name, handler in _providers.items():
-                    _install(lm, name, handler)
-                _litellm = lm
+                _loading.set()
+                try:
+                    _litellm = _import_litellm()
+                finally:
+                    _loading.clear()
     return _litellm
+
+
+def _import_litellm() -> Any:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm as lm
+
+    lm.suppress_debug_info = True
+    lean(lm)
+    log_secrets.install()  # mask secrets in litellm's, the OpenAI SDK's, httpx's and fsmchat's log records
+    from .offline import OfflineModel
+
+    _providers.setdefault(OFFLINE_PROVIDER, OfflineModel())
+    for name, handler in _providers.items():
+        _install(lm, name, handler)
+    return lm
 
 
 _tool_modes: dict[str, str] = {}  # resolved model -> "native" | "json" (litellm's knowledge, or a refusal)
@@ -169,11 +193,16 @@ def refused_tools(exc: BaseException) -> bool:
                                    "tool use", "tool_use"))
 
 
+class NoReplyText(FsmchatError, ValueError):
+    """A reply (HTTP 200) that a turn cannot post: its message has no text. Retried like a
+    transient fault; after the retries the call fails with a ``ModelCallError`` carrying it."""
+
+
 def retryable(exc: BaseException) -> bool:
-    """Transient faults (timeouts, 429, 5xx, dropped connections) are retried; request errors never
-    (authentication, permission, not found, bad request, context window, unsupported parameters,
-    and a missing key, which litellm reports as a 500 for OpenAI)."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+    """Transient faults (timeouts, 429, 5xx, dropped connections, a reply with no text) are
+    retried; request errors never (authentication, permission, not found, bad request, context
+    window, unsupported parameters, and a missing key, which litellm reports as a 500 for OpenAI)."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError, NoReplyText)):
         return True
     if request_error_kind(exc) is not None:
         return False
@@ -247,7 +276,13 @@ def response_cost(response: Any) -> float | None:
 
 @dataclass
 class CallStats:
-    """Counts for one run: logical model calls, HTTP-level attempts, tokens."""
+    """Counts for one run: logical model calls, HTTP-level attempts, tokens.
+
+    A branch run of a fork (``parallel``) counts on a lane of the run's stats (``lane()``): each
+    call is counted on the lane and on every enclosing one up to the run's, so the run's counts
+    stay whole while a lane's checkpoint stores only what that branch (and its own branches)
+    spent; a resume adds each lane's stored counts back to the run once. Limits, the deadline and
+    a refused request are always the run's."""
 
     calls: int = 0
     attempts: int = 0
@@ -261,25 +296,55 @@ class CallStats:
     roster: list[Any] | None = None  # agents whose credentials the run's first request checks
     refused: BaseException | None = None  # the run's MissingCredentials, once found
     over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
+    parent: "CallStats | None" = field(default=None, repr=False, compare=False)  # the enclosing stats of a lane
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
+
+    @property
+    def run(self) -> "CallStats":
+        """The run's stats (``self`` unless this is a branch lane): its limits and whole counts."""
+        stats = self
+        while stats.parent is not None:
+            stats = stats.parent
+        return stats
+
+    def lane(self) -> "CallStats":
+        """Stats for a branch run: counts its own calls and passes each on to ``self``."""
+        return CallStats(deadline=self.deadline, price=self.price, max_requests=self.max_requests, parent=self)
+
+    def _chain(self) -> "list[CallStats]":
+        chain: list[CallStats] = []
+        stats: CallStats | None = self
+        while stats is not None:
+            chain.append(stats)
+            stats = stats.parent
+        return chain
+
+    def count(self, new_call: bool) -> None:
+        """One request sent (``new_call``: the first attempt of a logical call), on every level."""
+        for stats in self._chain():
+            stats.attempts += 1
+            stats.calls += new_call
 
     def preflight(self) -> None:
         """Before the run's first request: every agent's credentials, checked once (raises
         ``MissingCredentials`` on this and every later request of the run; nothing is sent)."""
-        if self.roster is not None:
-            roster, self.roster = self.roster, None
-            self.refused = missing_credentials(roster)
-        if self.refused is not None:
-            raise self.refused
+        run = self.run
+        if run.roster is not None:
+            roster, run.roster = run.roster, None
+            run.refused = missing_credentials(roster)
+        if run.refused is not None:
+            raise run.refused
 
     def fits(self, n: int) -> bool:
         """Whether ``n`` more requests stay within ``max_model_calls``."""
-        return self.max_requests is None or self.attempts + n <= self.max_requests
+        run = self.run
+        return run.max_requests is None or run.attempts + n <= run.max_requests
 
     def refuse_over_cap(self, what: str) -> BudgetExceeded:
         """``BudgetExceeded`` for ``what`` (not sent), remembered so the ``over_budget`` guard holds."""
-        self.over_cap, self.limit_hit = True, "max_model_calls"
-        return BudgetExceeded(f"max_model_calls={self.max_requests} reached after {self.attempts} request(s): "
+        run = self.run
+        run.over_cap, run.limit_hit = True, "max_model_calls"
+        return BudgetExceeded(f"max_model_calls={run.max_requests} reached after {run.attempts} request(s): "
                               f"{what} was not sent")
 
     def add_usage(self, response: Any) -> None:
@@ -288,7 +353,6 @@ class CallStats:
         for k in self.usage:
             v = getattr(u, k, None) if u is not None else None
             if isinstance(v, int):
-                self.usage[k] += v
                 got[k] = v
         cost = None
         provider = str(getattr(response, "model", "") or "")
@@ -296,14 +360,18 @@ class CallStats:
             cost = response_cost(response)  # litellm's price for known models (fsmchat's own providers cost nothing)
         if not cost and self.price is not None:
             cost = (got.get("prompt_tokens", 0) * self.price[0] + got.get("completion_tokens", 0) * self.price[1]) / 1000
-        self.cost_usd += cost or 0.0
+        for stats in self._chain():
+            for k, v in got.items():
+                stats.usage[k] += v
+            stats.cost_usd += cost or 0.0
 
     def remaining(self) -> float | None:
-        return None if self.deadline is None else self.deadline - time.monotonic()
+        deadline = self.run.deadline
+        return None if deadline is None else deadline - time.monotonic()
 
     def to_state(self) -> dict[str, Any]:
         """What a checkpoint stores: the same read-only dict (a ``Frozen``) until a count changes,
-        so a commit after a step that called no model skips it."""
+        so a commit after a step that called no model skips it. A lane stores its own counts."""
         key = (self.calls, self.attempts, self.cost_usd, self.over_cap, *self.usage.values())
         last, state = self._state
         if key != last or state is None:
@@ -313,20 +381,65 @@ class CallStats:
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.calls, self.attempts = state["calls"], state["attempts"]
-        self.usage.update(state["usage"])
-        self.cost_usd = state["cost_usd"]
+        """Set the counts to a checkpoint's; on a lane, the difference is passed on to every
+        enclosing level too (restoring a lane's own state again changes nothing)."""
+        calls, attempts = state["calls"] - self.calls, state["attempts"] - self.attempts
+        usage = {k: v - self.usage.get(k, 0) for k, v in state["usage"].items()}
+        cost = state["cost_usd"] - self.cost_usd
+        for stats in self._chain():
+            stats.calls += calls
+            stats.attempts += attempts
+            for k, v in usage.items():
+                stats.usage[k] = stats.usage.get(k, 0) + v
+            stats.cost_usd += cost
         self.over_cap = state.get("over_cap", False)
+        if self.over_cap:
+            self.run.over_cap = True
+
+
+class RetryRefused(ModelCallError):
+    """A transient failure that was not retried because the wait before the next attempt does not
+    fit: the provider's ``Retry-After`` is longer than the agent's ``max_retry_wait_s``, or the
+    wait would outlast the run's deadline. ``reason`` says which; ``cause`` is the provider's error.
+
+    Examples:
+        >>> from fsmchat.speakers.llm import RetryRefused
+        >>> err = RetryRefused("critic", RuntimeError("rate limited"), 1, "gpt-4o-mini",
+        ...                    reason="the provider asked to wait 3600 s (Retry-After), over max_retry_wait_s=60")
+        >>> print(err)
+        model call for agent 'critic' (model 'gpt-4o-mini') failed after 1 attempt(s): RuntimeError: rate limited (not retried: the provider asked to wait 3600 s (Retry-After), over max_retry_wait_s=60)
+    """
+
+    def __init__(self, agent: str, cause: BaseException, attempts: int, model: str | None = None,
+                 secrets: tuple[Any, ...] = (), *, reason: str):
+        super().__init__(agent, cause, attempts, model, secrets)
+        self.reason = reason
+        self.args = (f"{self.args[0]} (not retried: {reason})",)
+
+
+async def retry_sleep(seconds: float) -> None:
+    """The wait between two attempts (``asyncio.sleep``; tests replace it to count the waits)."""
+    await asyncio.sleep(seconds)
+
+
+def _seconds(x: float) -> str:
+    return f"{x:g} s" if x >= 1 else f"{x:.3g} s"
 
 
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
                     kwargs: dict[str, Any], timeout: float | None, num_retries: int,
-                    stats: CallStats | None = None, backoff: float = 0.5, **request: Any) -> Any:
+                    stats: CallStats | None = None, backoff: float = 0.5,
+                    max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
+                    check: Callable[[Any], None] | None = None, **request: Any) -> Any:
     """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``.
 
     Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
     an attempt that would pass ``max_model_calls`` is never sent (``BudgetExceeded``); a request
-    error no retry can fix is raised at once as a fatal ``ModelCallError``."""
+    error no retry can fix is raised at once as a fatal ``ModelCallError``. Between attempts it
+    waits the provider's ``Retry-After`` (else an exponential backoff, at most ``max_retry_wait``);
+    a ``Retry-After`` over ``max_retry_wait``, or a wait past the run's deadline, ends the retries
+    at once (``RetryRefused``, with the reason). ``check(response)`` may refuse a response by
+    raising ``NoReplyText``: it is retried like a transient fault."""
     if stats is not None:
         stats.preflight()
     lm = get_litellm()
@@ -356,9 +469,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         if stats is not None:
             if not stats.fits(1):
                 raise stats.refuse_over_cap(f"agent {agent!r}'s request (attempt {attempt})")
-            stats.attempts += 1
-            if attempt == 1:
-                stats.calls += 1
+            stats.count(attempt == 1)
         try:
             send = INTERCEPTOR.get()
             coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
@@ -366,6 +477,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             response = await (asyncio.wait_for(coro, limit) if limit is not None else coro)
             if stats is not None:
                 stats.add_usage(response)
+            if check is not None:
+                check(response)
             return response
         except asyncio.CancelledError:
             raise
@@ -373,7 +486,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             fatal = fatal_error(exc)
             if fatal is not None:  # a broken test double or harness: fail loudly, never retry
                 if stats is not None:
-                    stats.refused = fatal  # and every later request of the run fails the same way
+                    stats.run.refused = fatal  # and every later request of the run fails the same way
                 raise fatal from exc
             if isinstance(exc, asyncio.TimeoutError) and stats is not None and (rest := stats.remaining()) is not None \
                     and rest <= 0:  # cut by the run's deadline, not by the agent's timeout
@@ -381,12 +494,19 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             if attempt > num_retries or not retryable(exc):
                 err = failed(exc, attempt)
                 if err.fatal and stats is not None and not ("tools" in params and refused_tools(exc)):
-                    stats.refused = err  # no retry can fix it: the run sends nothing more
+                    stats.run.refused = err  # no retry can fix it: the run sends nothing more
                 raise err from exc
-            wait = retry_after(exc)
-            if wait is None:
-                wait = backoff * (2 ** (attempt - 1)) * (1 + random.random() * 0.25)
+            asked = retry_after(exc)
+            if asked is not None and asked > max_retry_wait:
+                raise RetryRefused(agent, exc, attempt, model or resolved, secrets, reason=(
+                    f"the provider asked to wait {_seconds(asked)} (Retry-After), over the agent's "
+                    f"max_retry_wait_s={max_retry_wait:g}")) from exc
+            wait = asked if asked is not None else \
+                min(backoff * (2 ** (attempt - 1)) * (1 + random.random() * 0.25), max_retry_wait)
             left = stats.remaining() if stats is not None else None
             if left is not None and wait >= left:
-                raise failed(exc, attempt) from exc  # no retry can finish in time
-            await asyncio.sleep(min(wait, 60.0))
+                raise RetryRefused(agent, exc, attempt, model or resolved, secrets, reason=(
+                    f"the next attempt would start in {_seconds(wait)}"
+                    f"{' (Retry-After)' if asked is not None else ''}, after the run's deadline "
+                    f"({_seconds(max(left, 0.0))} left)")) from exc
+            await retry_sleep(wait)

@@ -149,6 +149,8 @@ def parse_bid(response: Any, mode: str = "native") -> BidOutcome:
             return bid_from_arguments(content)
         calls = getattr(message, "tool_calls", None) or []
         if not calls:
+            if not (getattr(message, "content", None) or "").strip():
+                return silent("the reply has no text and no respond call")
             return silent("no tool call (plain text instead of respond)")
         for call in calls:
             fn = getattr(call, "function", None)
