@@ -676,9 +676,10 @@ class Pattern(ABC):
             recorder = None
             if checkpoint is not None:
                 assert run_id is not None and lease is not None
-                if saved is None:
-                    checkpoint.start(run_id, meta or {})
                 recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript), lease)
+                if saved is None:
+                    recorder.start(meta or {})
+                ctx.stats.before_request = lease.check  # no request is sent once another owner took the run
             history = [e for e in saved.events if e.dest is not None] if saved is not None else None
             start = history[-1].dest if history else None
             result = await run_graph(graph, ctx, observers=observers, recorder=recorder, start=start,

@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, fatal_error,
                       request_error_kind)
@@ -261,16 +261,21 @@ class CallStats:
     roster: list[Any] | None = None  # agents whose credentials the run's first request checks
     refused: BaseException | None = None  # the run's MissingCredentials, once found
     over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
+    # called before each request; raising sends nothing (a checkpointed run's lease check)
+    before_request: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
 
     def preflight(self) -> None:
-        """Before the run's first request: every agent's credentials, checked once (raises
-        ``MissingCredentials`` on this and every later request of the run; nothing is sent)."""
+        """Before each request: every agent's credentials, checked once before the first (raises
+        ``MissingCredentials`` on this and every later request of the run; nothing is sent), then
+        ``before_request`` (a checkpointed run's lease)."""
         if self.roster is not None:
             roster, self.roster = self.roster, None
             self.refused = missing_credentials(roster)
         if self.refused is not None:
             raise self.refused
+        if self.before_request is not None:
+            self.before_request()
 
     def fits(self, n: int) -> bool:
         """Whether ``n`` more requests stay within ``max_model_calls``."""
