@@ -306,8 +306,6 @@ _ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 def _fenced_sql(n: int) -> str:
     """One INSERT of ``n`` event rows that inserts nothing unless the fence holds (one statement:
     the check and the write are atomic; ``rowcount`` says which happened)."""
-    if n == 1:
-        return "INSERT INTO events SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE " + _HOLDS
     return "INSERT INTO events SELECT * FROM (VALUES " + ", ".join([_ROW] * n) + ") WHERE " + _HOLDS
 
 
