@@ -57,13 +57,12 @@ class LeaseLost(FsmchatError, RuntimeError):
 
     def __init__(self, run_id: str, token: int, holder: str | None, holder_token: int | None):
         self.run_id, self.token, self.holder, self.holder_token = run_id, token, holder, holder_token
-        now = (f"held by {holder} (fencing token {holder_token})" if holder else
-               f"free (fencing token {holder_token}: another owner took it over and gave it back)"
-               if holder_token is not None and holder_token != token else "given back")
-        super().__init__(f"run {run_id!r}: this execute/resume lost the run's lease (its fencing token {token}; the "
-                         f"lease is now {now}): it expired while this process was not renewing it, and nothing more "
-                         "is written or asked of a model by this process; resume the run to see or continue it as "
-                         "its current owner left it")
+        now = (f"the lease expired and was taken over by {holder} (fencing token {holder_token})" if holder else
+               f"the lease expired, was taken over and given back since (fencing token {holder_token})"
+               if holder_token is not None and holder_token != token else "this owner gave the lease back")
+        super().__init__(f"run {run_id!r}: this execute/resume no longer owns the run (its fencing token {token}; "
+                         f"{now}), so it writes nothing more and sends no model request; resume the run to see or "
+                         "continue it as its current owner left it")
 
 
 @dataclass(frozen=True)
