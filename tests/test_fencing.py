@@ -189,8 +189,7 @@ def test_a_paused_owner_wakes_to_lease_lost_in_memory(ttl, pause):
     paused.wait()
     if ttl == "default":
         expire(cp, "memory")
-    second, _ = swarm(pausing_reply)
-    done = take_over(second, cp)
+    done = take_over(chat, cp)  # (one model object: its requests are every request, both owners')
     assert [(m.role, m.content) for m in done.transcript] == FINAL and done.stop_reason == "max_loops"
     left, requests = stored(cp), model.calls()
     wake.set()
