@@ -769,6 +769,8 @@ class Pattern(ABC):
         """(what the run waits for, the checked answer), None without ``input``; ``NotWaiting`` for
         an answer to a run that waits for nobody."""
         pending = waiting_for(saved)
+        if pending is None and saved.stop_reason is None and saved.events:  # cut between its interrupt's commit
+            pending = pending_of(saved.events[-1])  # and its end: it waits all the same
         if input is None:
             return None
         if pending is None:
