@@ -83,6 +83,23 @@ def test_tokens_only_grow_and_a_replaced_owner_writes_nothing(tmp_path, store):
     assert "R/1:par|1" not in cp.runs()
 
 
+@pytest.mark.parametrize("store", STORES)
+def test_a_lease_given_back_is_never_taken_again_by_its_holder(tmp_path, store):
+    from fsmchat.checkpoint import Lease
+
+    cp = STORES[store](tmp_path)
+    lease = Lease(cp, "R")
+    lease.check()  # held: the check renews it
+    lease.release()
+    for again in (lease.check, lambda: cp.renew(lease.fence)):
+        with pytest.raises(LeaseLost, match="this owner gave the lease back"):
+            again()
+    other = Lease(cp, "R")  # the run is free for a new owner, with a larger token
+    assert (lease.fence.token, other.fence.token) == (1, 2)
+    with pytest.raises(LeaseLost, match=r"taken over by .* \(fencing token 2\)"):
+        cp.renew(lease.fence)
+
+
 def test_a_refused_sqlite_commit_writes_no_row_of_it(tmp_path):
     cp = SqliteCheckpointer(tmp_path / "runs.db")
     old = Fence("R", lease_owner(), cp.acquire("R", lease_owner()))  # an owner the store never gave this token
