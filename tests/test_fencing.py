@@ -292,3 +292,50 @@ def test_a_sigstopped_owner_wakes_to_lease_lost_and_the_run_stays_as_the_second_
     assert dump(db) == left  # nothing written: the run is exactly as the second owner left it
     saved = SqliteCheckpointer(db).load("R")
     assert [(m.role, m.content) for m in saved.messages] == FINAL and saved.stop_reason == "max_loops"
+
+
+def bidding(request):
+    """Bids for a GroupChat: the agent whose turn it is (by the conversation's length) bids high."""
+    names = ["a", "b", "c"]
+    turn = len(request.messages)
+    if request.tool_choice is not None or request.response_format is not None:
+        from fsmchat import Bid
+        return Bid(0.9 if names[turn % 3] == request.agent else 0.2, f"{request.agent} bids at {turn}")
+    return f"{request.agent} at {turn}"
+
+
+def test_a_paused_group_chat_owner_sends_no_bid_after_waking():
+    """The paused owner's next step is a bid round: each of its three requests is refused before it is sent."""
+    from fsmchat import GroupChat
+
+    model = FunctionModel(bidding, id="fenced-chat")
+    chat = GroupChat(agents=[model.agent(n) for n in ("a", "b", "c")], max_loops=4)
+    cp = MemoryCheckpointer()
+    paused, wake = threading.Event(), threading.Event()
+
+    def pause_after_the_first_post(ev):
+        if ev.state == "post" and ev.dest is not None and not paused.is_set():
+            paused.set()
+            wake.wait()
+
+    outcome = {}
+
+    def first_owner():
+        try:
+            outcome["result"] = chat.execute("pets?", checkpoint=cp, run_id="R", observers=[pause_after_the_first_post])
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    a = threading.Thread(target=first_owner)
+    a.start()
+    paused.wait()
+    expire(cp, "memory")
+    done = take_over(chat, cp)
+    assert [(m.role, m.content) for m in done.transcript] == [("User", "pets?"), ("c", "c bids at 2"),
+                                                              ("a", "a bids at 3"), ("b", "b bids at 4")]
+    assert done.stop_reason == "max_loops" and done.calls == 9  # three bid rounds, the first one by the first owner
+    left, requests = stored(cp), model.calls()
+    wake.set()
+    a.join()
+    assert isinstance(outcome.get("error"), LeaseLost), outcome
+    assert model.calls() == requests and stored(cp) == left  # no bid sent, nothing written
