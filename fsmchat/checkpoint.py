@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import socket
 import sqlite3
@@ -32,8 +33,10 @@ from .statelog import (HELD, AppendLog, HistoryStep, RunLog, StateDiff, copy_sta
 from .trust import Trust
 
 LEASE_TTL = 30.0
-"""Seconds a run's lease lasts without renewal (each commit renews it). A lease whose owner
-process on this host has died is taken over at once; one from another host after it expires."""
+"""Seconds a run's lease lasts without renewal (commits and model requests renew it), unless the
+store says otherwise (``SqliteCheckpointer(path, lease_ttl=...)``, ``MemoryCheckpointer(lease_ttl=...)``).
+A lease whose owner process on this host has died is taken over at once; one from another host,
+or from a live process that stopped renewing it (paused, hung), after it expires."""
 
 
 class RunInProgress(FsmchatError, RuntimeError):
@@ -44,6 +47,41 @@ class RunInProgress(FsmchatError, RuntimeError):
         super().__init__(f"run {run_id!r} is in progress elsewhere (lease held by {owner}, {expires_in:.0f} s left "
                          "unless renewed); wait for it to finish, or resume it once that process has ended")
 
+
+class LeaseLost(FsmchatError, RuntimeError):
+    """This execute/resume no longer owns its run: its lease expired and another owner took the run
+    over (or it was given back). The write or model request that found out was refused and nothing
+    was written; the run stands as its current owner left it."""
+
+    fsmchat_fatal = True  # never a step's failure to retry or skip: the run must stop at once
+
+    def __init__(self, run_id: str, token: int, holder: str | None, holder_token: int | None):
+        self.run_id, self.token, self.holder, self.holder_token = run_id, token, holder, holder_token
+        now = (f"the lease expired and was taken over by {holder} (fencing token {holder_token})" if holder else
+               f"the lease expired, was taken over and given back since (fencing token {holder_token})"
+               if holder_token is not None and holder_token != token else "this owner gave the lease back")
+        super().__init__(f"run {run_id!r}: this execute/resume no longer owns the run (its fencing token {token}; "
+                         f"{now}), so it writes nothing more and sends no model request; resume the run to see or "
+                         "continue it as its current owner left it")
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The lease a write is made under: the run whose lease it is (a branch lane writes under its
+    run's), its owner and the fencing token ``acquire`` gave that owner. Tokens only grow: each new
+    owner of a run gets a larger one, so a store refuses the write of an owner it has since replaced."""
+
+    run_id: str
+    owner: str
+    token: int
+
+
+def check_lease_ttl(value: Any, owner: str) -> float:
+    """``lease_ttl`` as seconds: a positive, finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise bad_value(owner, "lease_ttl", value, f"seconds a run's lease lasts without renewal, a positive "
+                        f"number (default {LEASE_TTL:g})", type_error=isinstance(value, bool) or not isinstance(value, (int, float)))
+    return float(value)
 
 class CheckpointMismatch(FsmchatError, ValueError):
     """A run was resumed with a pattern other than the one that checkpointed it; nothing was written."""
@@ -77,7 +115,7 @@ def lease_refusal(run_id: str, held: tuple[str, float] | None, owner: str, now: 
     if held is None:
         return None
     holder, expires = held
-    if holder == owner or expires <= now or not _owner_alive(holder):
+    if not holder or holder == owner or expires <= now or not _owner_alive(holder):
         return None
     return RunInProgress(run_id, holder, expires - now)
 
@@ -125,8 +163,9 @@ class Checkpointer(Protocol):
 
     def load(self, run_id: str) -> Saved: ...
 
-    def acquire(self, run_id: str, owner: str, ttl: float = LEASE_TTL) -> None:
-        """Take (or renew) the run's lease; raise ``RunInProgress`` if another live owner holds it."""
+    def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int | None:
+        """Take the run's lease for ``owner``; raise ``RunInProgress`` if another live owner holds
+        it. A fencing store returns the owner's fencing token."""
 
     def release(self, run_id: str, owner: str) -> None:
         """Give the lease back (only if ``owner`` still holds it)."""
@@ -140,6 +179,31 @@ class BatchingCheckpointer(Checkpointer, Protocol):
 
     def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
                earlier: Sequence[TraceEvent] = ()) -> None: ...
+
+
+class FencedCheckpointer(BatchingCheckpointer, Protocol):
+    """A store that fences its writes (``fences = True``), as ``SqliteCheckpointer`` and
+    ``MemoryCheckpointer`` do: ``acquire`` returns a fencing token that only grows; ``start``,
+    ``commit`` and ``finish`` take ``fence=`` (the writer's ``Fence``) and refuse, inside the same
+    transaction and with nothing written, a write whose owner no longer holds the run's lease
+    (``LeaseLost``); ``renew`` extends the lease of a fence that still holds it, never re-taking a
+    lost or released one. A commit also marks its run as not ended (its stop reason cleared, in
+    the same transaction): a run continued after an answer, a cancel or a failure is never left
+    looking ended by a crash before it ends again."""
+
+    fences: bool
+    lease_ttl: float
+
+    def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int: ...
+
+    def start(self, run_id: str, meta: dict[str, Any], fence: Fence | None = None) -> None: ...
+
+    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
+               earlier: Sequence[TraceEvent] = (), fence: Fence | None = None) -> None: ...
+
+    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None) -> None: ...
+
+    def renew(self, fence: Fence, ttl: float | None = None) -> None: ...
 
 
 _PROTOCOL = ("start", "commit", "finish", "load")
@@ -234,15 +298,34 @@ def _message(seq: int, role: Any, content: Any, metadata: Any, log: RunLog) -> M
 _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_MESSAGE = "INSERT INTO messages VALUES (?, ?, ?, ?, ?)"
 _EVENT_ROWS = [""] + [_INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1) for n in range(1, 9)]
+_HOLDS = "EXISTS (SELECT 1 FROM leases WHERE run_id=? AND owner=? AND token=?)"  # the writer still holds the lease
+_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
-def _insert_events(rows: list[tuple[Any, ...]]) -> tuple[str, Sequence[Any]]:
-    """One INSERT statement for a commit's event rows (atomic on its own, without BEGIN/COMMIT)."""
+def _fenced_sql(n: int) -> str:
+    """One INSERT of ``n`` event rows that inserts nothing unless the fence holds (one statement:
+    the check and the write are atomic; ``rowcount`` says which happened)."""
+    return "INSERT INTO events SELECT * FROM (VALUES " + ", ".join([_ROW] * n) + ") WHERE " + _HOLDS
+
+
+_FENCED_ROWS = [""] + [_fenced_sql(n) for n in range(1, 9)]
+
+
+def _insert_events(rows: list[tuple[Any, ...]], fence: Fence | None = None) -> tuple[str, Sequence[Any]]:
+    """One INSERT statement for a commit's event rows (atomic on its own, without BEGIN/COMMIT);
+    with ``fence``, one that inserts nothing when the fence no longer holds the run's lease."""
     n = len(rows)
+    if fence is not None:
+        sql = _FENCED_ROWS[n] if n < len(_FENCED_ROWS) else _fenced_sql(n)
+        return sql, [v for r in rows for v in r] + [fence.run_id, fence.owner, fence.token]
     if n == 1:
         return _INSERT_EVENT, rows[0]
     sql = _EVENT_ROWS[n] if n < len(_EVENT_ROWS) else _INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1)
     return sql, [v for r in rows for v in r]
+
+
+class _Refused(Exception):
+    """Inside a store transaction: the writer's fence no longer holds the run's lease (rolled back)."""
 
 
 class SqliteCheckpointer:
@@ -282,33 +365,39 @@ class SqliteCheckpointer:
     CREATE TABLE IF NOT EXISTS messages (run_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT, content TEXT,
                                          metadata TEXT, PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS states (run_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state TEXT NOT NULL);
-    CREATE TABLE IF NOT EXISTS leases (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL);
+    CREATE TABLE IF NOT EXISTS leases (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL,
+                                       token INTEGER NOT NULL DEFAULT 0);
     """
     COLUMNS = {"runs": {"run_id", "meta", "stop_reason", "created", "updated"},
                "events": {"run_id", "seq", "step", "state", "trigger", "dest", "t", "payload"},
                "messages": {"run_id", "seq", "role", "content", "metadata"},
                "states": {"run_id", "seq", "state"}}
     """The columns a store must have (the first schema's); ``ADDED`` ones are added when missing."""
-    ADDED = {"events": (("nmsg", "INTEGER"), ("delta", "TEXT"))}
+    ADDED = {"events": (("nmsg", "INTEGER"), ("delta", "TEXT")), "leases": (("token", "INTEGER NOT NULL DEFAULT 0"),)}
     TABLES = set(COLUMNS)
 
-    def __init__(self, path: str | Path, *, read_only: bool | None = None):
+    def __init__(self, path: str | Path, *, read_only: bool | None = None, lease_ttl: float = LEASE_TTL):
         """Open (or create) the store at ``path``.
 
         Args:
             path: The SQLite file (created with the store's tables when missing or empty).
             read_only: Open it without writing anything: finished runs can be loaded and rebuilt,
                 nothing run or resumed. By default, when the file exists and is not writable.
+            lease_ttl: Seconds a run's lease lasts without renewal (its commits and model requests
+                renew it): how long a paused or hung owner keeps others out of its run.
 
         Raises:
             CheckpointStoreError: The file is not an fsmchat store, is corrupted or cannot be opened.
             ConfigTypeError: ``path`` is not a path (a number would create a file named after it).
+            ConfigError: ``lease_ttl`` is not a positive number.
         """
         if not isinstance(path, (str, os.PathLike)) or isinstance(path, str) and not path.strip():
             raise bad_value("SqliteCheckpointer", "path", path, "the SQLite file's path, a non-empty str or a "
                             "pathlib.Path (':memory:' for a store in memory)", type_error=True)
+        self.lease_ttl = check_lease_ttl(lease_ttl, "SqliteCheckpointer")
         self.path = str(path)
         self._lock = threading.Lock()
+        self._open: set[str] = set()  # runs whose stop reason this store knows to be NULL (no commit need clear it)
         self._seq: dict[str, tuple[int, int]] = {}  # run -> (events, messages) committed
         self._diffs: dict[str, StateDiff] = {}  # run -> the state last written (for the next delta)
         p = Path(self.path)
@@ -392,44 +481,95 @@ class SqliteCheckpointer:
             raise CheckpointStoreError(f"checkpoint store {self.path} is read-only: it can load and rebuild "
                                        f"finished runs, but cannot {what}; copy it somewhere writable to resume")
 
-    def acquire(self, run_id: str, owner: str, ttl: float = LEASE_TTL) -> None:
-        """Take (or renew) the run's lease for ``ttl`` seconds; ``RunInProgress`` if another live owner holds it."""
+    fences = True  # writes take fence=: refused when the writer no longer holds the run's lease
+
+    def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int:
+        """Take the run's lease for ``owner`` for ``ttl`` seconds (the store's ``lease_ttl`` by
+        default) and return its fencing token (each new owner gets a larger one);
+        ``RunInProgress`` if another live owner holds it."""
         self._writable("run or resume")
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")  # one writer at a time, across processes
             try:
                 now = time.time()
-                row = db.execute("SELECT owner, expires FROM leases WHERE run_id=?", (run_id,)).fetchone()
-                refusal = lease_refusal(run_id, tuple(row) if row else None, owner, now)
+                row = db.execute("SELECT owner, expires, token FROM leases WHERE run_id=?", (run_id,)).fetchone()
+                refusal = lease_refusal(run_id, (row[0], row[1]) if row else None, owner, now)
                 if refusal is not None:
                     raise refusal
-                db.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?)", (run_id, owner, now + ttl))
+                token = row[2] if row is not None and row[0] == owner else (row[2] if row else 0) + 1
+                db.execute("INSERT OR REPLACE INTO leases (run_id, owner, expires, token) VALUES (?, ?, ?, ?)",
+                           (run_id, owner, now + (self.lease_ttl if ttl is None else ttl), token))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             if row is None or row[0] != owner:  # a new owner: what another process wrote may be newer
-                self._seq.pop(run_id, None)
-                self._diffs.pop(run_id, None)
+                self._forget(run_id)
+        return int(token)
+
+    def _forget(self, run_id: str) -> None:
+        """Drop what this store remembers of ``run_id`` and its lanes (another owner may have written since)."""
+        lanes = run_id + "/"
+        for kept in (self._seq, self._diffs):
+            for k in [k for k in kept if k == run_id or k.startswith(lanes)]:
+                del kept[k]
+        self._open = {k for k in self._open if k != run_id and not k.startswith(lanes)}
+
+    def renew(self, fence: Fence, ttl: float | None = None) -> None:
+        """Extend the lease ``fence`` holds by ``ttl`` seconds (the store's ``lease_ttl`` by default);
+        ``LeaseLost`` when the lease is no longer that owner's (taken over, or given back): a lost
+        lease is never taken again this way."""
+        self._writable("run or resume")
+        with self._lock:
+            cur = self._db.execute("UPDATE leases SET expires=? WHERE run_id=? AND owner=? AND token=?",
+                                   (time.time() + (self.lease_ttl if ttl is None else ttl), fence.run_id,
+                                    fence.owner, fence.token))
+            if cur.rowcount == 0:
+                raise self._lost(fence)
+
+    def _lost(self, fence: Fence) -> LeaseLost:
+        """The ``LeaseLost`` of ``fence``, naming who holds the lease now (under the store lock)."""
+        row = self._db.execute("SELECT owner, token FROM leases WHERE run_id=?", (fence.run_id,)).fetchone()
+        return LeaseLost(fence.run_id, fence.token, row[0] or None if row else None, row[1] if row else None)
+
+    def _holds(self, fence: Fence | None) -> bool:
+        return fence is None or self._db.execute("SELECT " + _HOLDS, (fence.run_id, fence.owner,
+                                                                     fence.token)).fetchone()[0] == 1
 
     def release(self, run_id: str, owner: str) -> None:
-        """Give the lease back (only if ``owner`` still holds it)."""
+        """Give the lease back (only if ``owner`` still holds it); its fencing token is kept, so the
+        next owner's is larger."""
         if self.read_only:
             return
         with self._lock:
-            self._db.execute("DELETE FROM leases WHERE run_id=? AND owner=?", (run_id, owner))
+            self._db.execute("UPDATE leases SET owner='', expires=0 WHERE run_id=? AND owner=?", (run_id, owner))
 
-    def start(self, run_id: str, meta: dict[str, Any]) -> None:
-        """Record a new run with its metadata; ``ValueError`` when ``run_id`` is already stored."""
+    def start(self, run_id: str, meta: dict[str, Any], fence: Fence | None = None) -> None:
+        """Record a new run with its metadata; ``ValueError`` when ``run_id`` is already stored,
+        ``LeaseLost`` (nothing written) when ``fence`` no longer holds the run's lease."""
         self._writable("start a run")
         now = time.time()
         with self._lock:
-            if self._db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
-                raise ValueError(already_used(run_id))
-            self._db.execute("INSERT INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
+                    raise ValueError(already_used(run_id))
+                if not self._holds(fence):
+                    raise _Refused
+                db.execute("INSERT INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
+                db.execute("COMMIT")
+            except _Refused:
+                db.execute("ROLLBACK")
+                assert fence is not None
+                raise self._lost(fence) from None
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
             self._seq[run_id] = self._counts(run_id)
             self._diffs.pop(run_id, None)
+            self._open.add(run_id)
 
     def _counts(self, run_id: str) -> tuple[int, int]:
         e = self._db.execute("SELECT COUNT(*) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
@@ -439,9 +579,11 @@ class SqliteCheckpointer:
     batches = True  # commit(..., earlier=[...]) stores several events in one transaction
 
     def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
-               earlier: Sequence[TraceEvent] = ()) -> None:
+               earlier: Sequence[TraceEvent] = (), fence: Fence | None = None) -> None:
         """Store one step in one transaction: ``earlier`` events (held steps), ``event``, the messages
-        posted since the last commit and the working state's delta."""
+        posted since the last commit and the working state's delta; the run is marked not ended
+        (its stop reason cleared) in the same transaction. With ``fence``, nothing is written and
+        ``LeaseLost`` is raised when the fence no longer holds the run's lease."""
         with self._lock:
             ne, nm = self._seq.get(run_id) or self._counts(run_id)
             delta = None
@@ -456,19 +598,27 @@ class SqliteCheckpointer:
             if earlier:
                 sql, params = _insert_events([(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t,
                                                encode_value(e.payload), nm, HELD) for i, e in enumerate(earlier)]
-                                             + [row])
+                                             + [row], fence)
+            elif fence is not None:
+                sql, params = _FENCED_ROWS[1], row + (fence.run_id, fence.owner, fence.token)
             else:
                 sql, params = _INSERT_EVENT, row
+            reopen = run_id not in self._open  # its stop reason may be set: cleared in this transaction
             cur = self._cur
             try:
-                if messages:
+                if messages or reopen:
                     cur.execute("BEGIN")
                     try:
                         cur.execute(sql, params)
+                        if fence is not None and cur.rowcount == 0:
+                            raise _Refused
+                        if reopen:
+                            cur.execute("UPDATE runs SET stop_reason=NULL WHERE run_id=? AND stop_reason IS NOT NULL",
+                                        (run_id,))
                         if len(messages) == 1:
                             m = messages[0]
                             cur.execute(_INSERT_MESSAGE, (run_id, nm, m.role, m.content, encode_value(m.metadata)))
-                        else:
+                        elif messages:
                             cur.executemany(_INSERT_MESSAGE, [(run_id, nm + i, m.role, m.content,
                                                                encode_value(m.metadata))
                                                               for i, m in enumerate(messages)])
@@ -478,28 +628,45 @@ class SqliteCheckpointer:
                         raise
                 else:  # one statement is a transaction of its own
                     cur.execute(sql, params)
+                    if fence is not None and cur.rowcount == 0:
+                        raise _Refused
+            except _Refused:
+                self._diffs.pop(run_id, None)
+                assert fence is not None
+                raise self._lost(fence) from None
             except BaseException:
                 self._diffs.pop(run_id, None)  # not written: the next commit writes the whole state
                 raise
+            if reopen:
+                self._open.add(run_id)
             self._seq[run_id] = (ne + len(earlier) + 1, after)
 
-    def finish(self, run_id: str, stop_reason: str) -> None:
-        """Record how the run ended, and its last state in ``states`` (what an older fsmchat reads)."""
+    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None) -> None:
+        """Record how the run ended, and its last state in ``states`` (what an older fsmchat reads);
+        with ``fence``, nothing is written and ``LeaseLost`` is raised when the fence no longer
+        holds the run's lease."""
         with self._lock:
             diff = self._diffs.pop(run_id, None)
         whole = diff.text() if diff is not None else self._whole_state(run_id)
         with self._lock:
             db = self._db
-            db.execute("BEGIN")
+            db.execute("BEGIN" if fence is None else "BEGIN IMMEDIATE")
             try:
+                if not self._holds(fence):
+                    raise _Refused
                 db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
                 if whole is not None:
                     seq = (self._seq.get(run_id) or self._counts(run_id))[0] - 1
                     db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, seq, whole))
                 db.execute("COMMIT")
+            except _Refused:
+                db.execute("ROLLBACK")
+                assert fence is not None
+                raise self._lost(fence) from None
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+            self._open.discard(run_id)
 
     def _whole_state(self, run_id: str) -> str | None:
         """The run's latest state as JSON, folded from its rows (a run that ends in a process that
@@ -658,6 +825,8 @@ class MemoryCheckpointer:
             the stored deltas).
         leases: Each leased run's (owner, expiry time).
         rows: What is kept per run beside its ``Saved``: each event's transcript length and state delta.
+        tokens: Each run's latest fencing token (kept when its lease is given back: tokens only grow).
+        lease_ttl: Seconds a run's lease lasts without renewal.
 
     Examples:
         >>> from fsmchat import Human, MemoryCheckpointer, RoundRobinSwarm
@@ -676,23 +845,51 @@ class MemoryCheckpointer:
     data: dict[str, Saved] = field(default_factory=dict)
     leases: dict[str, tuple[str, float]] = field(default_factory=dict)
     rows: dict[str, _MemoryRows] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)
+    lease_ttl: float = LEASE_TTL
 
-    def acquire(self, run_id: str, owner: str, ttl: float = LEASE_TTL) -> None:
-        """Take (or renew) the run's lease for ``ttl`` seconds; ``RunInProgress`` if another live owner holds it."""
-        refusal = lease_refusal(run_id, self.leases.get(run_id), owner, time.time())
+    def __post_init__(self) -> None:
+        self.lease_ttl = check_lease_ttl(self.lease_ttl, "MemoryCheckpointer")
+
+    fences = True
+
+    def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int:
+        """Take the run's lease for ``owner`` for ``ttl`` seconds (``lease_ttl`` by default) and
+        return its fencing token; ``RunInProgress`` if another live owner holds it."""
+        held = self.leases.get(run_id)
+        refusal = lease_refusal(run_id, held, owner, time.time())
         if refusal is not None:
             raise refusal
-        self.leases[run_id] = (owner, time.time() + ttl)
+        if held is None or held[0] != owner:
+            self.tokens[run_id] = self.tokens.get(run_id, 0) + 1
+        self.leases[run_id] = (owner, time.time() + (self.lease_ttl if ttl is None else ttl))
+        return self.tokens[run_id]
+
+    def _check(self, fence: Fence | None) -> None:
+        """``LeaseLost`` unless ``fence`` (when given) still holds its run's lease."""
+        if fence is None:
+            return
+        held = self.leases.get(fence.run_id)
+        token = self.tokens.get(fence.run_id)
+        if held is None or held[0] != fence.owner or token != fence.token:
+            raise LeaseLost(fence.run_id, fence.token, held[0] if held else None, token)
+
+    def renew(self, fence: Fence, ttl: float | None = None) -> None:
+        """Extend the lease ``fence`` holds; ``LeaseLost`` when it is no longer that owner's."""
+        self._check(fence)
+        self.leases[fence.run_id] = (fence.owner, time.time() + (self.lease_ttl if ttl is None else ttl))
 
     def release(self, run_id: str, owner: str) -> None:
-        """Give the lease back (only if ``owner`` still holds it)."""
+        """Give the lease back (only if ``owner`` still holds it); its fencing token is kept."""
         if self.leases.get(run_id, ("",))[0] == owner:
             del self.leases[run_id]
 
-    def start(self, run_id: str, meta: dict[str, Any]) -> None:
-        """Record a new run with its metadata; ``ValueError`` when ``run_id`` is already stored."""
+    def start(self, run_id: str, meta: dict[str, Any], fence: Fence | None = None) -> None:
+        """Record a new run with its metadata; ``ValueError`` when ``run_id`` is already stored,
+        ``LeaseLost`` when ``fence`` no longer holds the run's lease."""
         if run_id in self.data:
             raise ValueError(already_used(run_id))
+        self._check(fence)
         self.data[run_id] = Saved(run_id, json.loads(_dumps(meta)), [], [], None)
         self.rows[run_id] = _MemoryRows([], [], time.time())
 
@@ -706,8 +903,12 @@ class MemoryCheckpointer:
         return rows
 
     def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
-               earlier: Sequence[TraceEvent] = ()) -> None:
-        """Store one step: ``earlier`` events (held steps), ``event``, the new messages and the state's delta."""
+               earlier: Sequence[TraceEvent] = (), fence: Fence | None = None) -> None:
+        """Store one step: ``earlier`` events (held steps), ``event``, the new messages and the
+        state's delta; the run is marked not ended. ``LeaseLost`` (nothing stored) when ``fence``
+        no longer holds the run's lease."""
+        if fence is not None:
+            self._check(fence)
         s, rows = self.data[run_id], self.rows.get(run_id) or self._rows(run_id)
         delta = rows.diff.delta(state) if state is not None else None
         nm = len(s.messages)
@@ -720,9 +921,11 @@ class MemoryCheckpointer:
             s.messages += messages
         rows.counts.append(nm + len(messages))
         rows.deltas.append(delta)  # ``load`` folds them (``s.state``: set by hand only)
+        s.stop_reason = None
 
-    def finish(self, run_id: str, stop_reason: str) -> None:
-        """Record how the run ended."""
+    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None) -> None:
+        """Record how the run ended (``LeaseLost``, nothing stored, when ``fence`` no longer holds the lease)."""
+        self._check(fence)
         self.data[run_id].stop_reason = stop_reason
         self._rows(run_id).updated = time.time()
 
@@ -814,6 +1017,17 @@ def _takes_earlier(cp: Any) -> TypeGuard[BatchingCheckpointer]:
         return False
 
 
+def _fences(cp: Any) -> TypeGuard[FencedCheckpointer]:
+    """Whether ``cp`` fences its writes: it says so, batches, has ``renew``, and its ``start``,
+    ``commit`` and ``finish`` (maybe a subclass's) take ``fence``."""
+    if not getattr(cp, "fences", False) or not _takes_earlier(cp) or not callable(getattr(cp, "renew", None)):
+        return False
+    try:
+        return all("fence" in inspect.signature(getattr(cp, m)).parameters for m in ("start", "commit", "finish"))
+    except (TypeError, ValueError):
+        return False
+
+
 class Recorder:
     """The engine's checkpoint observer for one run (or one branch run): commits each trace event
     with the messages posted since the last one and the context's snapshot, and the stop reason
@@ -826,7 +1040,16 @@ class Recorder:
         self.lease = lease
         self.batching = cp if _takes_earlier(cp) else None  # the store, when it batches
         self.batches = self.batching is not None
+        self.fence = lease.fence if lease is not None else None  # every write carries it (a fencing store)
+        self.fenced = cp if self.fence is not None and _fences(cp) else None
         self.pending: list[TraceEvent] = []  # held steps (pure or hold states), committed with the next step
+
+    def start(self, meta: dict[str, Any]) -> None:
+        """Record the new run (under the lease's fence)."""
+        if self.fenced is not None:
+            self.fenced.start(self.run_id, meta, fence=self.fence)
+        else:
+            self.cp.start(self.run_id, meta)
 
     def __call__(self, ev: TraceEvent, held: bool = False) -> None:
         """Commit ``ev`` with the rows posted since the last commit and the snapshot. The step of a
@@ -846,7 +1069,10 @@ class Recorder:
             # An interrupted step did nothing (it stopped to wait for a person): they are kept.
             self.pending = []
         state = self.snapshot() if ev.dest is not None or self.pending else None
-        if self.pending and self.batching is not None:  # pending only fills when the store batches
+        if self.fenced is not None:  # a fencing store batches too
+            earlier, self.pending = self.pending, []
+            self.fenced.commit(self.run_id, ev, rows, state, earlier, self.fence)
+        elif self.pending and self.batching is not None:  # pending only fills when the store batches
             earlier, self.pending = self.pending, []
             self.batching.commit(self.run_id, ev, rows, state, earlier=earlier)
         else:
@@ -854,7 +1080,10 @@ class Recorder:
         self.saved += len(rows)
 
     def finish(self, stop_reason: str) -> None:
-        self.cp.finish(self.run_id, stop_reason)
+        if self.fenced is not None:
+            self.fenced.finish(self.run_id, stop_reason, fence=self.fence)
+        else:
+            self.cp.finish(self.run_id, stop_reason)
 
     def branch(self, key: str, ctx: Any) -> "tuple[Recorder, Saved | None]":
         """The recorder of a branch run on ``ctx`` (which has ``transcript``, ``snapshot`` and
@@ -866,8 +1095,9 @@ class Recorder:
         except KeyError:
             saved = None
         if saved is None:
-            self.cp.start(lane, {"parent": self.run_id, "branch": key})
-            return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, lease=self.lease), None
+            child = Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, lease=self.lease)
+            child.start({"parent": self.run_id, "branch": key})
+            return child, None
         ctx.transcript.restore(saved.messages)
         if saved.state is not None:
             ctx.restore(saved.state)
@@ -876,21 +1106,40 @@ class Recorder:
 
 class Lease:
     """One execute/resume's hold on a run: taken before anything is written, renewed by the
-    recorder's commits (at most every third of the TTL), given back when the run ends."""
+    recorder's commits (at most every third of the TTL) and checked (and renewed) before each model
+    request, given back when the run ends. On a fencing store (``fences``) it carries the owner's
+    ``fence``: every write of the run is refused once another owner has taken the run over, and a
+    lost or given-back lease is never taken again by this owner (``LeaseLost``)."""
 
-    def __init__(self, cp: Any, run_id: str, ttl: float = LEASE_TTL):
-        self.cp, self.run_id, self.ttl = cp, run_id, ttl
+    def __init__(self, cp: Any, run_id: str, ttl: float | None = None):
+        self.cp, self.run_id = cp, run_id
+        self.ttl = float(ttl if ttl is not None else getattr(cp, "lease_ttl", LEASE_TTL))
         self.owner = lease_owner()
         self.held = callable(getattr(cp, "acquire", None))  # a store without leases cannot refuse
+        self.fence: Fence | None = None
         self._renewed = 0.0
         if self.held:
-            cp.acquire(run_id, self.owner, ttl)
+            token = cp.acquire(run_id, self.owner, self.ttl)
             self._renewed = time.monotonic()
+            if _fences(cp) and isinstance(token, int):
+                self.fence = Fence(run_id, self.owner, token)
 
     def renew(self) -> None:
+        """At a commit: extend the lease when a third of its TTL has passed since the last renewal."""
         if self.held and time.monotonic() - self._renewed > self.ttl / 3:
+            self.check()
+
+    def check(self) -> None:
+        """Before a model request: ``LeaseLost`` unless this owner still holds the lease (a fencing
+        store: extended by this check); a lease given back is never taken again."""
+        fence = self.fence
+        if fence is not None:
+            if not self.held:
+                raise LeaseLost(self.run_id, fence.token, None, None)
+            self.cp.renew(fence, self.ttl)
+        elif self.held:  # a store that does not fence: its acquire renews
             self.cp.acquire(self.run_id, self.owner, self.ttl)
-            self._renewed = time.monotonic()
+        self._renewed = time.monotonic()
 
     def release(self) -> None:
         if self.held:

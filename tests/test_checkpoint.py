@@ -270,3 +270,53 @@ def test_a_run_id_is_used_once(tmp_path):
             with pytest.raises(ValueError, match="run id 'job' is already checkpointed; resume it"):
                 chat().execute("task two", checkpoint=cp, run_id="job")
         assert cp.load("job").meta["task"] == "task one"
+
+
+# ---- store conformance: one commit that carries several messages ----
+STORES = {"memory": lambda tmp_path: MemoryCheckpointer(), "sqlite": lambda tmp_path: SqliteCheckpointer(tmp_path / "c.db")}
+
+
+def reopened(cp, tmp_path):
+    """The same store as a later process sees it (SQLite: a new connection to the file)."""
+    return SqliteCheckpointer(tmp_path / "c.db") if isinstance(cp, SqliteCheckpointer) else cp
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_commit_carrying_several_messages_stores_each_of_them_in_order(tmp_path, store):
+    from fsmchat.models import Message, TraceEvent
+
+    cp = STORES[store](tmp_path)
+    cp.start("R", {"task": "go"})
+    cp.commit("R", TraceEvent(0, "seed", "next", "fork", 0.0), [Message(role="User", content="go")], {"n": 1})
+    joined = [Message(role="left", content="L1"), Message(role="right", content="R1", metadata={"score": 0.5}), Message(role="left", content="L2"),
+              Message(role="right", content="R2")]
+    cp.commit("R", TraceEvent(2, "fork", "next", "sum", 0.2), joined, {"n": 2},
+              earlier=[TraceEvent(1, "wait", "next", "fork", 0.1)])
+    cp.commit("R", TraceEvent(3, "sum", "next", "end", 0.3), [Message(role="sum", content="S")], {"n": 3})
+    cp.finish("R", "done")
+    saved = reopened(cp, tmp_path).load("R")
+    assert [(m.role, m.content, m.metadata) for m in saved.messages] == [
+        ("User", "go", {}), ("left", "L1", {}), ("right", "R1", {"score": 0.5}), ("left", "L2", {}),
+        ("right", "R2", {}), ("sum", "S", {})]
+    assert [s.message_count for s in reopened(cp, tmp_path).history("R")] == [1, 1, 5, 6]
+    assert [e.state for e in saved.events] == ["seed", "wait", "fork", "sum"] and saved.state == {"n": 3}
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_parallel_join_commit_keeps_every_branch_message(tmp_path, store):
+    """A flow's parallel join posts both branches' messages in one commit; the store keeps all four."""
+    from fsmchat.flow import parallel
+    from fsmchat.testing import ScriptedModel
+
+    sm = ScriptedModel({"a1": ["x"], "a2": ["y"], "b1": ["z"], "b2": ["w"]})
+    a1, a2, b1, b2 = (Agent(n, model=sm.model) for n in ("a1", "a2", "b1", "b2"))
+    fan = AgentFlow(steps=[parallel([Discussion([a1, a2], rounds=1, name="left"),
+                                     Discussion([b1, b2], rounds=1, name="right")]), lambda ctx: "joined"])
+    cp = STORES[store](tmp_path)
+    res = fan.execute("go", checkpoint=cp, run_id="R")
+    log = reopened(cp, tmp_path).log("R")
+    assert [(e.state, n) for e, n in zip(log.events, log.counts)] == [("parallel", 4), ("lambda", 5), ("end", 5)]
+    assert [(m.role, m.content) for m in log.messages] == [("a1", "x"), ("a2", "y"), ("b1", "z"), ("b2", "w"),
+                                                          ("<lambda>", "joined")]
+    again = fan.resume("R", reopened(cp, tmp_path))  # rebuilt from the store: the same transcript
+    assert [m.content for m in again.transcript] == [m.content for m in res.transcript] == ["x", "y", "z", "w", "joined"]

@@ -680,9 +680,10 @@ class Pattern(ABC):
             recorder = None
             if checkpoint is not None:
                 assert run_id is not None and lease is not None
-                if saved is None:
-                    checkpoint.start(run_id, meta or {})
                 recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript), lease)
+                if saved is None:
+                    recorder.start(meta or {})
+                ctx.stats.before_request = lease.check  # no request is sent once another owner took the run
             history = [e for e in saved.events if e.dest is not None] if saved is not None else None
             start = history[-1].dest if history else None
             result = await run_graph(graph, ctx, observers=observers, recorder=recorder, start=start,
@@ -782,6 +783,8 @@ class Pattern(ABC):
         """(what the run waits for, the checked answer), None without ``input``; ``NotWaiting`` for
         an answer to a run that waits for nobody."""
         pending = waiting_for(saved)
+        if pending is None and saved.stop_reason is None and saved.events:  # cut between its interrupt's commit
+            pending = pending_of(saved.events[-1])  # and its end: it waits all the same
         if input is None:
             return None
         if pending is None:

@@ -98,7 +98,7 @@ def insert_before(g: StateGraph, target: str, wait: str, point: WaitPoint) -> st
     """A wait state ``wait`` that every edge into ``target`` (in level ``g``) now enters first."""
     wait = state_names([wait], g.states)[0]
     first = g.initial == target
-    g.state(wait, point.action, point.description, waits=True)
+    g.state(wait, point.action, point.description, waits=True, hold=True)  # an answer: one commit with the next step
     if first:
         g.initial = wait
     g.transitions = [Transition(t.source, wait if t.dest == target else t.dest, t.guard, t.label, t.order)
@@ -113,7 +113,7 @@ def insert_after(g: StateGraph, target: str, wait: str, point: WaitPoint) -> str
     whose guard the target already has, a flow step's ``[halted]``, is not repeated), then the
     target's own, so they route on the context as the person left it."""
     wait = state_names([wait], g.states)[0]
-    g.state(wait, point.action, point.description, waits=True)
+    g.state(wait, point.action, point.description, waits=True, hold=True)
     moved = [t for t in g.transitions if t.source == target]
     g.transitions = [t for t in g.transitions if t.source != target]
     g.edge(target, wait)

@@ -297,6 +297,8 @@ class CallStats:
     refused: BaseException | None = None  # the run's MissingCredentials, once found
     over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
     parent: "CallStats | None" = field(default=None, repr=False, compare=False)  # the enclosing stats of a lane
+    # called before each request; raising sends nothing (a checkpointed run's lease check)
+    before_request: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
 
     @property
@@ -326,14 +328,17 @@ class CallStats:
             stats.calls += new_call
 
     def preflight(self) -> None:
-        """Before the run's first request: every agent's credentials, checked once (raises
-        ``MissingCredentials`` on this and every later request of the run; nothing is sent)."""
+        """Before each request: every agent's credentials, checked once before the first (raises
+        ``MissingCredentials`` on this and every later request of the run; nothing is sent), then
+        the run's ``before_request`` (a checkpointed run's lease)."""
         run = self.run
         if run.roster is not None:
             roster, run.roster = run.roster, None
             run.refused = missing_credentials(roster)
         if run.refused is not None:
             raise run.refused
+        if run.before_request is not None:
+            run.before_request()
 
     def fits(self, n: int) -> bool:
         """Whether ``n`` more requests stay within ``max_model_calls``."""
