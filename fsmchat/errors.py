@@ -452,6 +452,9 @@ _HINTS = {"authentication": "the provider refused the credentials; check the API
           "missing_credentials": "no API key was found for this provider"}
 
 
+REASON_CHARS = 500  # of a provider's message in a ModelCallError's one line
+
+
 class ModelCallError(FsmchatError, RuntimeError):
     """A model call failed after fsmchat's retries; it says which agent, which model and why.
 
@@ -499,7 +502,10 @@ class ModelCallError(FsmchatError, RuntimeError):
         self.provider_message = redact(str(cause), *secrets)
         if reason is None:
             reason = f"{type(cause).__name__}: {plain_message(self.provider_message) or '(no message)'}"
-        self.reason = redact(reason, *secrets)
+        reason = redact(reason, *secrets)
+        if len(reason) > REASON_CHARS:  # a provider that echoes the whole request: the rest is in provider_message
+            reason = reason[:REASON_CHARS] + f"... ({len(reason) - REASON_CHARS} more characters in .provider_message)"
+        self.reason = reason
         super().__init__(f"model call for {self.who()} failed after {attempts} attempt(s): {self.reason}"
                          f"{self.hint()}")
 

@@ -207,10 +207,11 @@ def failure_reason(exc: BaseException, *, timeout: float | None = None, limit: f
 
     Examples:
         >>> from fsmchat.speakers.llm import failure_reason
-        >>> failure_reason(TimeoutError(), timeout=30.0, limit=30.0)
-        'TimeoutError: no answer within 30 s, the agent\'s timeout (Agent(timeout=30)); raise it for a slow model or server'
-        >>> failure_reason(ConnectionRefusedError(111, "Connection refused"), endpoint="http://127.0.0.1:9/v1")
-        'connection error: cannot reach http://127.0.0.1:9/v1 (connection refused: nothing listens there); check that the server is running and that the agent\'s api_base is right'
+        >>> print(failure_reason(TimeoutError(), timeout=30.0, limit=30.0))
+        TimeoutError: no answer within 30 s, the agent's timeout (Agent(timeout=30)); raise it for a slow model or server
+        >>> print(failure_reason(ConnectionRefusedError(111, "Connection refused"), endpoint="http://127.0.0.1:9/v1"))
+        connection error: cannot reach http://127.0.0.1:9/v1 (connection refused: nothing listens there); check that the
+        server is running and that the agent's api_base is right
     """
     chain = exception_chain(exc)
     names = [{c.__name__ for c in type(e).__mro__} for e in chain]
@@ -225,7 +226,14 @@ def failure_reason(exc: BaseException, *, timeout: float | None = None, limit: f
         whose = "the default timeout of every Agent" if timeout == DEFAULT_TIMEOUT else "the agent's timeout"
         return (f"TimeoutError: no answer within {limit:g} s, {whose} (Agent(timeout={limit:g})); raise it for a "
                 "slow model or server")
-    if not any(n & _CONNECTION or "ConnectionError" in n or "gaierror" in n for n in names):
+    # litellm's own APIConnectionError is its name for any fault it cannot map (a custom provider's
+    # RuntimeError, say): only the exceptions of the HTTP stack beneath it tell a connection error
+    connection = any((n & _CONNECTION or "ConnectionError" in n or "gaierror" in n)
+                     and not type(e).__module__.startswith("litellm") for e, n in zip(chain, names))
+    if not connection:
+        inner = next((e for e in reversed(chain) if not type(e).__module__.startswith(("litellm", "asyncio"))), None)
+        if inner is not None and type(exc).__name__ == "APIConnectionError":
+            return f"{type(inner).__name__}: {plain_message(redact(str(inner))) or '(no message)'}"
         return None
     url = next((str(u) for e in reversed(chain) if not type(e).__module__.startswith("litellm")  # litellm's are mocks
                 and (u := getattr(getattr(e, "request", None), "url", None))), None) or endpoint
