@@ -212,7 +212,7 @@ class NoBidHeard(ModelCallError):
         self.failures = failures
         lines = grouped_failures(failures)  # one line per cause, the agents that share it named together
         self.args = (f"GroupChat turn {turn + 1}: every agent's bid call failed, so no bid was heard (this is not "
-                     "a lull): " + (lines[0] if len(lines) == 1 else "".join(f"\n  {line}" for line in lines)),)
+                     "a lull):" + (f" {lines[0]}" if len(lines) == 1 else "".join(f"\n  {line}" for line in lines)),)
 
     def __str__(self) -> str:
         return str(self.args[0])
