@@ -586,7 +586,8 @@ class MissingCredentials(ModelCallError):
         self.args = (str(cause),)
 
     def hint(self) -> str:
-        return ""  # the message says what to set
+        """Empty: the message already says what to set."""
+        return ""
 
     def __str__(self) -> str:
         return str(self.args[0])
