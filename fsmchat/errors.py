@@ -317,8 +317,10 @@ _HEADER_WORDS = {"authorization", "cookie", "set-cookie"}
 
 
 def _header(m: re.Match[str]) -> str:
-    name = m.group("name")  # a header's name: capitalised, hyphenated or a known one (never prose's "credentials:")
-    header_like = name[0].isupper() or "-" in name or name.lower() in _HEADER_WORDS
+    # a header's name: hyphenated, one capitalised word or a known one; never prose ("credentials:")
+    # nor an exception's type ("MissingCredentials: ...")
+    name = m.group("name")
+    header_like = "-" in name or name.lower() in _HEADER_WORDS or (name[0].isupper() and name[1:].islower())
     if not header_like or not is_secret(name) or m.group("value") == MASK:
         return m.group(0)
     return f"{m.group('name')}{m.group('sep')}{MASK}"

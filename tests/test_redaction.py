@@ -259,3 +259,14 @@ def test_the_chain_is_masked_in_place():
     assert secret not in text
     assert "OSError: [Errno 5] device said ***" in text and "ValueError: {'detail': '***'}" in text
     assert text.endswith("note: ***\n")
+
+
+@pytest.mark.parametrize("plain", [
+    "MissingCredentials: missing credentials: agents 'a', 'b' (model 'gpt-4o-mini') need OPENAI_API_KEY.",
+    "AuthenticationError: Incorrect API key provided [authentication, not retried: check the API key]",
+    "ModelCallError: ... [missing_credentials, not retried: no API key was found for this provider]",
+    "use max_tokens=5, budget_tokens: 64; tokens: 120",
+    "TokenError: the tokenizer failed",
+])
+def test_fsmchat_texts_are_not_mistaken_for_secrets(plain):
+    assert redact(plain) == plain
