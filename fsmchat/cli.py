@@ -437,7 +437,7 @@ def _when(t: float | None) -> str:
 def _runs(args: argparse.Namespace) -> int:
     runs = _open_store(args.db).list_runs()
     if args.json:
-        print(json.dumps([r.to_dict() for r in runs], indent=2, ensure_ascii=False))
+        print(json.dumps(redact_data([r.to_dict() for r in runs]), indent=2, ensure_ascii=False))
         return 0
     if not runs:
         print(f"{args.db}: no runs")

@@ -543,7 +543,7 @@ def grouped_failures(failures: Iterable[tuple[str, BaseException]]) -> list[str]
         names = ", ".join(repr(n) for n, _ in members)
         models = sorted({str(e.model) for _, e in members if isinstance(e, ModelCallError) and e.model})
         attempts = sorted({e.attempts for _, e in members if isinstance(e, ModelCallError)})
-        on = f" (model {', '.join(repr(m) for m in models)})" if models else ""
+        on = f" (model{'s' if len(models) > 1 else ''} {', '.join(repr(m) for m in models)})" if models else ""
         tries = f", {attempts[0]} attempt(s){' each' if len(members) > 1 else ''}" if len(attempts) == 1 else ""
         lines.append(f"agent{'s' if len(members) > 1 else ''} {names}{on}{tries}: {why}")
     return lines
@@ -575,9 +575,10 @@ class MissingCredentials(ModelCallError):
             groups.setdefault(tuple(v), []).append((a, m))
         parts = []
         for needs, members in groups.items():
-            models = ", ".join(repr(m) for m in dict.fromkeys(m for _, m in members))
+            models = list(dict.fromkeys(m for _, m in members))
             parts.append(f"agent{'s' if len(members) > 1 else ''} {', '.join(repr(a) for a, _ in members)} "
-                         f"(model {models}) need{'' if len(members) > 1 else 's'} {' or '.join(needs)}")
+                         f"(model{'s' if len(models) > 1 else ''} {', '.join(repr(m) for m in models)}) "
+                         f"need{'' if len(members) > 1 else 's'} {' or '.join(needs)}")
         lines = "; ".join(parts)
         env = sorted({v for _, _, vs in missing for v in vs})
         cause = RuntimeError(f"missing credentials: {lines}. Set {', '.join(env)} in the environment, or pass "

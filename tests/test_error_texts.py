@@ -146,3 +146,12 @@ def test_grouping_keeps_distinct_causes_apart():
     assert grouped_failures([("a", a), ("c", c), ("b", b)]) == [
         "agents 'a', 'b' (model 'm'), 2 attempt(s) each: ConnectionError: refused",
         "agent 'c' (model 'n'), 1 attempt(s): ValueError: bad reply"]
+
+
+def test_missing_credentials_group_by_the_variables_needed():
+    exc = MissingCredentials([("a", "gpt-4o", ["OPENAI_API_KEY"]), ("b", "claude-3", ["ANTHROPIC_API_KEY"]),
+                              ("c", "gpt-4o-mini", ["OPENAI_API_KEY"])])
+    assert str(exc) == (
+        "missing credentials: agents 'a', 'c' (models 'gpt-4o', 'gpt-4o-mini') need OPENAI_API_KEY; agent 'b' "
+        "(model 'claude-3') needs ANTHROPIC_API_KEY. Set ANTHROPIC_API_KEY, OPENAI_API_KEY in the environment, or "
+        "pass api_key= (or api_base= for a local server) to the agent. No request was sent.")
