@@ -204,7 +204,7 @@ _KEYWORD = re.compile(r"""(?<![\w'"-])(?P<name>[A-Za-z_][\w-]{0,79})(?P<sep>=)(?
 # Name: value  (header lines, curl's -H 'Name: value')
 _HEADER = re.compile(r"""(?<![\w-])(?P<name>[A-Za-z][\w-]{0,79})(?P<sep>:[ \t]*)(?P<value>[^'"\s,}][^'"\n,}]*)""")
 _registry_lock = threading.Lock()
-_registered: dict[str, None] = {}  # insertion-ordered set of the values agents registered
+_registered: tuple[str, ...] = ()  # the values agents registered (replaced whole, so readers need no lock)
 _env_secret: dict[str, bool] = {}  # environment variable name -> is_secret(name), cached
 
 
@@ -277,18 +277,18 @@ def register_secrets(values: Iterable[Any]) -> None:
     """Remember ``values`` as secrets of this process: ``redact`` masks them wherever they appear.
     Agents register their credential and header values when they are made; texts shorter than
     ``MIN_SECRET_CHARS`` are ignored (a name or shape still masks them)."""
+    global _registered
     fresh = [v for v in values if isinstance(v, str) and len(v.strip()) >= MIN_SECRET_CHARS and v != MASK
              and v not in _registered]
     if fresh:
         with _registry_lock:
-            for v in fresh:
-                _registered[v] = None
+            _registered = tuple(dict.fromkeys([*_registered, *fresh]))
 
 
 def known_secrets() -> list[str]:
     """Every secret value ``redact`` masks now, longest first: the registered ones and the values
     of the credential-named environment variables (read afresh: the environment may change)."""
-    found = dict.fromkeys(list(_registered))
+    found = dict.fromkeys(_registered)
     for name, value in list(os.environ.items()):
         secret = _env_secret.get(name)
         if secret is None:
@@ -351,11 +351,6 @@ def _redact(text: str, values: list[str]) -> str:
     text = _KEYWORD.sub(_keyword, text)
     text = _HEADER.sub(_header, text)
     return _SHAPES.sub(lambda m: (m.group(1) + MASK) if m.group(1) else MASK, text)
-
-
-def mask_text(text: str, *secrets: Any) -> str:
-    """``redact`` (kept under its older name)."""
-    return redact(text, *secrets)
 
 
 def redact_data(value: _T, keep: Iterable[str] = ()) -> _T:

@@ -62,6 +62,14 @@ def test_timeout_texts_for_the_default_and_for_a_near_deadline():
         "lower the work per run")
 
 
+def test_a_run_limit_keeps_its_own_words():
+    from fsmchat.errors import DeadlineExceeded
+
+    assert failure_reason(DeadlineExceeded("the run's deadline_s has passed"), timeout=30.0) is None
+    exc = ModelCallError("alice", DeadlineExceeded("the run's deadline_s has passed"), 1, MODEL)
+    assert str(exc) == HEAD + "DeadlineExceeded: the run's deadline_s has passed"
+
+
 def test_a_provider_refusal_has_no_library_prefixes():
     with OpenAIServer([], default=error(401, "Incorrect API key provided")) as srv:
         result = RoundRobinSwarm(agents=[agent("alice", srv.url + "/v1")], max_loops=1).execute("Hi")

@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, exception_chain,
-                      fatal_error, plain_message, redact, request_error_kind, secret_values)
+from ..errors import (BudgetExceeded, DeadlineExceeded, LimitReached, MissingCredentials, ModelCallError,
+                      exception_chain, fatal_error, plain_message, redact, request_error_kind, secret_values)
 from ..statelog import Frozen
 from . import log_secrets
 
@@ -214,6 +214,8 @@ def failure_reason(exc: BaseException, *, timeout: float | None = None, limit: f
         server is running and that the agent's api_base is right
     """
     chain = exception_chain(exc)
+    if any(isinstance(e, LimitReached) for e in chain):
+        return None  # a run limit's own message says which limit passed
     names = [{c.__name__ for c in type(e).__mro__} for e in chain]
     if any("TimeoutError" in n or n & _TIMEOUTS for n in names) and not any("ConnectTimeout" in n for n in names):
         if limit is None:
@@ -407,11 +409,12 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     if timeout is not None:
         params.setdefault("timeout", timeout)
     resolved = resolve_model(model)
-    secrets = tuple(secret_values(kwargs))
-    endpoint = kwargs.get("api_base") or kwargs.get("base_url")
 
     def failed(exc: BaseException, attempts: int, limit: float | None = None) -> ModelCallError:
-        return ModelCallError(agent, exc, attempts, model or resolved, secrets,
+        """The error a person reads; every credential and header value the agent sent is masked in it
+        and in ``exc``'s chain (an agent copied without validation registers them here)."""
+        endpoint = kwargs.get("api_base") or kwargs.get("base_url")
+        return ModelCallError(agent, exc, attempts, model or resolved, tuple(secret_values(kwargs)),
                               failure_reason(exc, timeout=timeout, limit=limit, endpoint=endpoint))
 
     attempt = 0
