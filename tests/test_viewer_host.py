@@ -80,3 +80,11 @@ def test_the_cli_takes_allow_host_repeatedly():
     args = cli.parser().parse_args(["ui", "--db", "x.db", "--allow-host", "a.example", "--allow-host", "b.example:80"])
     assert args.allow_host == ["a.example", "b.example:80"]
     assert cli.parser().parse_args(["ui", "--db", "x.db"]).allow_host is None
+
+
+@pytest.mark.parametrize("name", ["http://viewer.example", "viewer.example/runs", "two words", "", "viewer.example:x"])
+def test_a_malformed_allow_host_is_refused_before_serving(store, name):
+    from fsmchat.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--allow-host"):
+        start(store, allow_hosts=[name])

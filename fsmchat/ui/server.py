@@ -11,6 +11,7 @@ Every response forbids framing (``X-Frame-Options: DENY``, ``frame-ancestors 'no
 """
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, MutableMapping
 
-from ..errors import FsmchatError, redact
+from ..errors import FsmchatError, bad_value, redact
 from .page import error_page, page
 from .report import runs_data, run_data
 from .store import RunNotFound, Store, StoreUnreadable
@@ -43,18 +44,27 @@ def _split_host(value: str) -> tuple[str, int | None]:
     return name, int(port) if port.isdigit() else None
 
 
+_HOST_NAME = re.compile(r"^(\[[0-9a-f:.]+\]|[a-z0-9]([a-z0-9.-]*[a-z0-9])?)(:\d{1,5})?$", re.I)
+
+
 class HostCheck:
-    """ASGI middleware: a request is served only when its ``Host`` is one of the viewer's names
-    (``allowed``: the address it serves and the localhost names, each with its port; names given
-    with ``--allow-host``, with any port unless one is given); else 421 and a short text. Every
-    response, a refused one included, carries ``X-Frame-Options: DENY`` and
-    ``Content-Security-Policy: frame-ancestors 'none'``."""
+    """ASGI middleware: a request is served only when its ``Host`` is one of the viewer's names,
+    else 421 and a short text. Every response, a refused one included, carries
+    ``X-Frame-Options: DENY`` and ``Content-Security-Policy: frame-ancestors 'none'``.
+
+    ``served``: the names answered on ``port`` (the address served and the localhost names);
+    ``allow``: more names (``--allow-host``), ``NAME`` on any port or ``NAME:PORT`` on that one."""
 
     def __init__(self, inner: ASGI, served: Iterable[str], port: int | None, allow: Iterable[str] = ()):
+        allow = list(allow)
+        for name in allow:
+            if not isinstance(name, str) or not _HOST_NAME.match(name):
+                raise bad_value("the viewer", "--allow-host", name, "a host name or NAME:PORT as a browser sends it "
+                                "in Host (no scheme, path or spaces), e.g. viewer.example or viewer.example:8443")
         self.inner, self.port = inner, port
         self.names = {_split_host(n)[0] for n in served}
         self.extra = [_split_host(n) for n in allow]
-        self.shown = sorted(f"{n}:{port}" if port else n for n in self.names) + [str(n) for n in allow]
+        self.shown = sorted(f"{n}:{port}" if port else n for n in self.names) + allow
 
     def allows(self, host: str) -> bool:
         name, port = _split_host(host)
@@ -181,8 +191,12 @@ def _server(db: str | Path, sock: socket.socket, allow: Iterable[str]) -> Any:
     except ImportError as exc:
         raise ImportError(MISSING_EXTRA) from exc
     host, port = sock.getsockname()[:2]
-    return uvicorn.Server(uvicorn.Config(guarded(app(db), host, port, allow), log_level="warning", access_log=False,
-                                         lifespan="off"))
+    try:
+        guarded_app = guarded(app(db), host, port, allow)
+    except Exception:
+        sock.close()
+        raise
+    return uvicorn.Server(uvicorn.Config(guarded_app, log_level="warning", access_log=False, lifespan="off"))
 
 
 def _url(sock: socket.socket) -> str:
