@@ -236,7 +236,7 @@ def waiting_note(pending: Any, run_id: str | None, store: str, how: list[str]) -
 
 
 def said(exc: BaseException | None) -> str:
-    """An error as the CLI prints it: its type and message on one line per cause, secrets masked."""
+    """An error as the CLI prints it: its type and message, secrets masked (in its chain too)."""
     if exc is None:
         return "no error recorded"
     redact_chain(exc)

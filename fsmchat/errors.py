@@ -313,15 +313,17 @@ def _keyword(m: re.Match[str]) -> str:
     return f"{m.group('name')}={vq}{MASK}{vq}"
 
 
-_HEADER_WORDS = {"authorization", "cookie", "set-cookie"}
+_HEADER_WORDS = {"authorization", "proxy-authorization", "cookie", "set-cookie"}  # values with spaces
 
 
 def _header(m: re.Match[str]) -> str:
-    # a header's name: hyphenated, one capitalised word or a known one; never prose ("credentials:")
-    # nor an exception's type ("MissingCredentials: ...")
-    name = m.group("name")
-    header_like = "-" in name or name.lower() in _HEADER_WORDS or (name[0].isupper() and name[1:].islower())
-    if not header_like or not is_secret(name) or m.group("value") == MASK:
+    # a header's name: hyphenated, one capitalised word or a known one, never prose ("credentials:")
+    # nor an exception's type ("MissingCredentials: ..."); its value one token, except for the
+    # headers whose values have spaces ("Basic abc", "a=b; c=d"): "Key: the main point" is prose
+    name, value = m.group("name"), m.group("value").strip()
+    known = name.lower() in _HEADER_WORDS
+    header_like = known or "-" in name or (name[0].isupper() and name[1:].islower())
+    if not header_like or not is_secret(name) or value == MASK or (" " in value and not known):
         return m.group(0)
     return f"{m.group('name')}{m.group('sep')}{MASK}"
 

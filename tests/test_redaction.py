@@ -267,6 +267,7 @@ def test_the_chain_is_masked_in_place():
     "ModelCallError: ... [missing_credentials, not retried: no API key was found for this provider]",
     "use max_tokens=5, budget_tokens: 64; tokens: 120",
     "TokenError: the tokenizer failed",
+    "Key: the main point is that the release slipped. Token: the smallest unit a model reads.",
 ])
 def test_fsmchat_texts_are_not_mistaken_for_secrets(plain):
     assert redact(plain) == plain
