@@ -1,6 +1,7 @@
 """Exceptions fsmchat raises, and the way a failed run's result travels on an exception."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -195,6 +196,9 @@ _TOKEN_COUNT = re.compile(r"^(max|min|budget|num|total|prompt|completion|reasoni
 _SCHEME = re.compile(r"^(?:bearer|basic|token|apikey|key)\s+(\S+)$", re.I)
 _SHAPES = re.compile(r"(?i)(bearer\s+)(?!\*\*\*)[^\s'\",]+|\b((?:sk|pk|rk|gsk|xai|hf)[-_][A-Za-z0-9_\-]{6,})"
                      r"|\b(AIza[0-9A-Za-z_\-]{10,})")
+# every name is_secret accepts, and every shape of _SHAPES, contains one of these
+_NAME_WORDS = ("key", "token", "secret", "passw", "auth", "credential", "cookie", "bearer")
+_SHAPE_WORDS = ("bearer", "sk-", "sk_", "pk-", "pk_", "rk-", "rk_", "xai-", "xai_", "hf-", "hf_", "aiza")  # gsk_ has sk_
 # 'name': 'value'  "name": "value"  'name'='value'  (b'name', b'value')
 _QUOTED = re.compile(r"""(?P<q>['"])(?P<name>[^'"\n]{1,80})(?P=q)(?P<sep>\s*[:=,]\s*)(?P<b>b?)(?P<vq>['"])"""
                      r"""(?P<value>(?:\\.|(?!(?P=vq))[^\\\n])*)(?P=vq)""")
@@ -205,9 +209,9 @@ _KEYWORD = re.compile(r"""(?<![\w'"-])(?P<name>[A-Za-z_][\w-]{0,79})(?P<sep>=)(?
 _HEADER = re.compile(r"""(?<![\w-])(?P<name>[A-Za-z][\w-]{0,79})(?P<sep>:[ \t]*)(?P<value>[^'"\s,}][^'"\n,}]*)""")
 _registry_lock = threading.Lock()
 _registered: tuple[str, ...] = ()  # the values agents registered (replaced whole, so readers need no lock)
-_env_secret: dict[str, bool] = {}  # environment variable name -> is_secret(name), cached
 
 
+@functools.lru_cache(maxsize=4096)  # the same few names (dict keys, headers, variables) are asked again and again
 def is_secret(name: str) -> bool:
     """Whether a keyword names a secret: ``api_key``, ``x-api-key``, ``access_token``,
     ``Authorization``, ``OPENAI_API_KEY``... but not counts such as ``max_tokens``.
@@ -290,10 +294,7 @@ def known_secrets() -> list[str]:
     of the credential-named environment variables (read afresh: the environment may change)."""
     found = dict.fromkeys(_registered)
     for name, value in list(os.environ.items()):
-        secret = _env_secret.get(name)
-        if secret is None:
-            secret = _env_secret[name] = is_secret(name)
-        if secret and len(value.strip()) >= MIN_SECRET_CHARS:
+        if is_secret(name) and len(value.strip()) >= MIN_SECRET_CHARS:
             found[value] = None
     return sorted(found, key=len, reverse=True)
 
@@ -349,10 +350,19 @@ def _redact(text: str, values: list[str]) -> str:
     for s in values:
         if s in text:
             text = text.replace(s, MASK)
-    text = _QUOTED.sub(_quoted, text)
-    text = _KEYWORD.sub(_keyword, text)
-    text = _HEADER.sub(_header, text)
-    return _SHAPES.sub(lambda m: (m.group(1) + MASK) if m.group(1) else MASK, text)
+    low = text.lower()
+    shaped = any(w in low for w in _SHAPE_WORDS)
+    if not shaped and not any(w in low for w in _NAME_WORDS):  # no secret name, no key shape: nothing below matches
+        return text
+    if "'" in text or '"' in text:
+        text = _QUOTED.sub(_quoted, text)
+    if "=" in text:
+        text = _KEYWORD.sub(_keyword, text)
+    if ":" in text:
+        text = _HEADER.sub(_header, text)
+    if shaped:
+        text = _SHAPES.sub(lambda m: (m.group(1) + MASK) if m.group(1) else MASK, text)
+    return text
 
 
 def redact_data(value: _T, keep: Iterable[str] = ()) -> _T:
