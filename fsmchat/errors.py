@@ -198,7 +198,7 @@ _SHAPES = re.compile(r"(?i)(bearer\s+)(?!\*\*\*)[^\s'\",]+|\b((?:sk|pk|rk|gsk|xa
                      r"|\b(AIza[0-9A-Za-z_\-]{10,})")
 # every name is_secret accepts, and every shape of _SHAPES, contains one of these
 _NAME_WORDS = ("key", "token", "secret", "passw", "auth", "credential", "cookie", "bearer")
-_SHAPE_WORDS = ("bearer", "sk-", "sk_", "pk-", "pk_", "rk-", "rk_", "xai-", "xai_", "hf-", "hf_", "aiza")  # gsk_ has sk_
+_SHAPE_WORDS = ("bearer", "sk-", "sk_", "pk-", "pk_", "rk-", "rk_", "xai-", "xai_", "hf-", "hf_", "aiza")  # gsk_: sk_
 # 'name': 'value'  "name": "value"  'name'='value'  (b'name', b'value')
 _QUOTED = re.compile(r"""(?P<q>['"])(?P<name>[^'"\n]{1,80})(?P=q)(?P<sep>\s*[:=,]\s*)(?P<b>b?)(?P<vq>['"])"""
                      r"""(?P<value>(?:\\.|(?!(?P=vq))[^\\\n])*)(?P=vq)""")

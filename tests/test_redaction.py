@@ -32,18 +32,19 @@ ROOT = Path(__file__).resolve().parent.parent
 # no sk-/Bearer shape: each is masked because it is known (registered by its agent, or in the environment)
 API_KEY = "plantAPIKEY-1q2w3e4r"
 X_TOKEN = "plantXTOKEN-5t6y7u8i"
+TENANT = "plantTENANT-3e4r5t6y"  # a header whose name says nothing: its value counts all the same
 AUTH = "plantAUTH-9o0p1a2s"
 AWS = "plantAWS-3d4f5g6h"
 AZURE = "plantAZURE-7j8k9l0z"
 VERTEX = "plantVERTEX-1x2c3v4b"
 ENV = {"OPENAI_API_KEY": "plantOPENAIENV-5n6m7q8w", "ANTHROPIC_API_KEY": "plantANTHROPICENV-9e0r1t2y"}
-SENT_OVER_HTTP = [API_KEY, X_TOKEN, AUTH, *ENV.values()]  # what an OpenAI-compatible server receives (or echoes)
-ALL = [API_KEY, X_TOKEN, AUTH, AWS, AZURE, VERTEX, *ENV.values()]
+SENT_OVER_HTTP = [API_KEY, X_TOKEN, TENANT, AUTH, *ENV.values()]  # what an OpenAI-compatible server receives
+ALL = [API_KEY, X_TOKEN, TENANT, AUTH, AWS, AZURE, VERTEX, *ENV.values()]
 
 
 def agents(api_base, model="openai/test-model"):
     own = {"model": model, "num_retries": 0, **({"api_base": api_base} if api_base else {})}
-    return [Agent("alice", api_key=API_KEY, extra_headers={"X-Token": X_TOKEN}, **own),
+    return [Agent("alice", api_key=API_KEY, extra_headers={"X-Token": X_TOKEN, "X-Tenant": TENANT}, **own),
             Agent("bob", extra_headers={"Authorization": f"Bearer {AUTH}"}, **own),
             Agent("carol", aws_secret_access_key=AWS, azure_ad_token=AZURE,
                   vertex_credentials=json.dumps({"type": "service_account", "private_key": VERTEX}), **own)]
@@ -186,7 +187,7 @@ SCRIPT = textwrap.dedent('''
         base = os.environ["SERVER"]
         return GroupChat(agents=[
             Agent("alice", model="openai/test-model", api_base=base, api_key=P["api_key"],
-                  extra_headers={"X-Token": P["x_token"]}, num_retries=0),
+                  extra_headers={"X-Token": P["x_token"], "X-Tenant": P["tenant"]}, num_retries=0),
             Agent("bob", model="openai/test-model", api_base=base, num_retries=0,
                   extra_headers={"Authorization": "Bearer " + P["auth"]}),
             Agent("carol", model="openai/test-model", api_base=base, num_retries=0,
@@ -207,7 +208,8 @@ def test_no_secret_on_the_cli(planted_env, tmp_path):
         echoes.append(f"upstream refused: headers={json.dumps(srv.records[-1].headers)} environment: {env_dump()}")
         return error(500, echoes[-1])
 
-    planted = {"api_key": API_KEY, "x_token": X_TOKEN, "auth": AUTH, "aws": AWS, "azure": AZURE, "vertex": VERTEX}
+    planted = {"api_key": API_KEY, "x_token": X_TOKEN, "tenant": TENANT, "auth": AUTH, "aws": AWS, "azure": AZURE,
+               "vertex": VERTEX}
     with OpenAIServer(echo) as srv:
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "SERVER": srv.url + "/v1",
                "PLANTED": json.dumps(planted), "COLUMNS": "200"}

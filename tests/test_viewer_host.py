@@ -36,7 +36,8 @@ def test_a_foreign_host_gets_421_and_no_runs(store):
             r = ask(running, path, "evil.example")
             assert r.status_code == 421, (path, r.status_code)
             assert "Welcome." not in r.text and "r1" not in r.text
-            assert r.text.startswith("fsmchat ui: this viewer answers only to ") and "--allow-host evil.example" in r.text
+            assert r.text.startswith("fsmchat ui: this viewer answers only to ")
+            assert "--allow-host evil.example" in r.text
             assert framing(r) == FRAMES
         port = running.url.rsplit(":", 1)[1]
         assert ask(running, "/api/runs", f"evil.example:{port}").status_code == 421  # the right port does not help

@@ -208,7 +208,8 @@ def failure_reason(exc: BaseException, *, timeout: float | None = None, limit: f
     Examples:
         >>> from fsmchat.speakers.llm import failure_reason
         >>> print(failure_reason(TimeoutError(), timeout=30.0, limit=30.0))
-        TimeoutError: no answer within 30 s, the agent's timeout (Agent(timeout=30)); raise it for a slow model or server
+        TimeoutError: no answer within 30 s, the agent's timeout (Agent(timeout=30)); raise it for a slow model
+        or server
         >>> print(failure_reason(ConnectionRefusedError(111, "Connection refused"), endpoint="http://127.0.0.1:9/v1"))
         connection error: cannot reach http://127.0.0.1:9/v1 (connection refused: nothing listens there); check that the
         server is running and that the agent's api_base is right
