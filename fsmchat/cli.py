@@ -23,7 +23,7 @@ from . import __version__, gallery
 from .checkpoint import Checkpointer, SqliteCheckpointer
 from .checks import check_run_id
 from .engine import run_sync
-from .errors import FsmchatError, watch_failures
+from .errors import FsmchatError, redact, redact_chain, redact_data, watch_failures
 from .live import LiveRun, summary
 from .models import shorten
 from .patterns.base import Pattern
@@ -134,7 +134,7 @@ def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: st
             result.run_id, answer)
     elapsed = time.monotonic() - started
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        print(json.dumps(redact_data(result.to_dict()), indent=2, ensure_ascii=False))
     elif args.quiet:
         if result.ok and not result.waiting:
             out = result.output
@@ -155,7 +155,7 @@ def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: st
         return EXIT_WAITING
     if not result.ok:
         print(f"fsmchat {args.cmd}: {getattr(args, 'target', None) or result.run_id} failed (stop reason "
-              f"{result.stop_reason!r}): {type(result.error).__name__}: {result.error}", file=sys.stderr)
+              f"{result.stop_reason!r}): {said(result.error)}", file=sys.stderr)
         return 1
     return 0
 
@@ -236,6 +236,14 @@ def waiting_note(pending: Any, run_id: str | None, store: str, how: list[str]) -
     return "\n".join(lines)
 
 
+def said(exc: BaseException | None) -> str:
+    """An error as the CLI prints it: its type and message, secrets masked (in its chain too)."""
+    if exc is None:
+        return "no error recorded"
+    redact_chain(exc)
+    return redact(f"{type(exc).__name__}: {exc}")
+
+
 def _run_script(path: Path, args: argparse.Namespace) -> int:
     needs = [flag for flag, on in (("--json", args.json), ("--quiet", args.quiet), ("--checkpoint", args.checkpoint),
                                    ("--report", args.report),
@@ -255,11 +263,11 @@ def _run_script(path: Path, args: argparse.Namespace) -> int:
         if isinstance(exc, KeyboardInterrupt):
             raise
         seen = [r for r in failed if r.error is exc]
-        print(f"fsmchat run: {path.name} failed: {type(exc).__name__}: {exc}" +
+        print(f"fsmchat run: {path.name} failed: {said(exc)}" +
               (f" (stop reason {seen[0].stop_reason!r})" if seen else ""), file=sys.stderr)
         return 1
     for r in failed:  # runs that failed although the script went on (it ignored result.error)
-        print(f"fsmchat run: a run failed (stop reason {r.stop_reason!r}): {type(r.error).__name__}: {r.error}",
+        print(f"fsmchat run: a run failed (stop reason {r.stop_reason!r}): {said(r.error)}",
               file=sys.stderr)
     return 1 if failed else 0
 
@@ -321,7 +329,7 @@ def _ui(args: argparse.Namespace) -> int:
     if db is None:
         return 2
 
-    serve(db, args.host, args.port)
+    serve(db, args.host, args.port, args.allow_host or ())
     return 0
 
 
@@ -431,7 +439,7 @@ def _when(t: float | None) -> str:
 def _runs(args: argparse.Namespace) -> int:
     runs = _open_store(args.db).list_runs()
     if args.json:
-        print(json.dumps([r.to_dict() for r in runs], indent=2, ensure_ascii=False))
+        print(json.dumps(redact_data([r.to_dict() for r in runs]), indent=2, ensure_ascii=False))
         return 0
     if not runs:
         print(f"{args.db}: no runs")
@@ -622,6 +630,9 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store (e.g. runs.db)")
     u.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     u.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    u.add_argument("--allow-host", action="append", metavar="NAME", help="answer requests for this Host name too "
+                   "(NAME or NAME:PORT; repeatable), e.g. behind a proxy; by default only the address served and "
+                   "localhost, 127.0.0.1, [::1] with its port are answered, any other Host gets 421")
     u.set_defaults(fn=_ui)
 
     rp = sub.add_parser("report", help="write one run as a self-contained HTML file (offline, for a review)",
@@ -646,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         command: Callable[[argparse.Namespace], int] = args.fn
         return command(args)
     except (FsmchatError, ValueError, TypeError, FileNotFoundError, ImportError, AttributeError) as exc:
-        print(f"fsmchat {args.cmd}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"fsmchat {args.cmd}: {said(exc)}", file=sys.stderr)
         return 2
 
 

@@ -33,7 +33,7 @@ from .checkpoint import SqliteCheckpointer
 from .checks import check_tasks
 from .config import config_digest, from_config, to_config
 from .engine import run_sync
-from .errors import CheckpointStoreError, FsmchatError, attach_result, result_of
+from .errors import CheckpointStoreError, FsmchatError, attach_result, redact, redact_chain, result_of
 from .progress import ProgressBar
 from .speakers.llm import INTERCEPTOR, get_litellm
 
@@ -48,6 +48,7 @@ class TaskFailure(FsmchatError):
     def __init__(self, index: int, task: str, error_type: str, message: str, traceback: str = "",
                  transcript: list[dict[str, Any]] | None = None, stop_reason: str | None = None,
                  run_id: str | None = None, worker: str | None = None):
+        message, traceback = redact(message), redact(traceback)  # what crosses processes carries no secret
         super().__init__(index, task, error_type, message)
         self.index, self.task, self.error_type, self.message = index, task, error_type, message
         self.traceback, self.transcript = traceback, list(transcript or [])
@@ -64,6 +65,7 @@ class TaskFailure(FsmchatError):
     def from_exception(cls, index: int, task: str, exc: BaseException, run_id: str | None = None,
                        worker: str | None = None) -> "TaskFailure":
         result = result_of(exc)
+        redact_chain(exc)
         rows = [m.row() for m in getattr(result, "transcript", None) or []]
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         return cls(index, task, type(exc).__name__, str(exc), tb, rows, getattr(result, "stop_reason", None),

@@ -30,7 +30,8 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, Type
 
 from transitions import Event, Machine, Transition
 
-from .errors import FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
+from .errors import (FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached, redact,
+                     redact_chain)
 from .graph.state_graph import StateGraph, callable_name, is_awaitable
 from .models import RunResult, StopReason, TraceEvent
 
@@ -460,7 +461,8 @@ class GraphRun:
             self._close()
             raise attach_result(exc, self.result())
         except Exception as exc:  # an action, guard or the machine failed: keep everything so far
-            self._stop_with(StopReason.ERROR, f"{type(exc).__name__}: {exc}")
+            redact_chain(exc)  # secrets masked in the error, its chain, and the stop event stored from it
+            self._stop_with(StopReason.ERROR, redact(f"{type(exc).__name__}: {exc}"))
             self.error = exc
         self._close()
         return self.result()

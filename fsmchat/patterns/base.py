@@ -36,13 +36,13 @@ from ..statelog import AppendLog
 from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
 from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id
-from ..errors import ConfigTypeError, attach_result, invalid_config, result_of, run_finished
+from ..errors import ConfigTypeError, attach_result, invalid_config, redact, result_of, run_finished
 from ..graph.render import drawing_data
 from ..graph.state_graph import StateGraph, state_names
 from ..progress import ProgressBar, progress_wanted
 from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, StopReason, TraceEvent, Transcript, check_output_type,
                       format_output, safe_text, shorten)
-from ..speakers.agent import SEED_ROLE, Speaker, Turn
+from ..speakers.agent import SEED_ROLE, Speaker, Turn, mask_secrets
 from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, check_input, pending_of, request,
                               waiting_for)
 from ..speakers.images import image_part
@@ -797,9 +797,9 @@ class Pattern(ABC):
         the graph as drawing data, and the config (``to_config``: secrets left out) or why there is none."""
         out: dict[str, Any] = {"graph": drawing_data(self.graph.drawing())}
         try:
-            out["config"] = self.to_config().model_dump(mode="json")
+            out["config"] = mask_secrets(self.to_config().model_dump(mode="json"))  # header values too
         except Exception as exc:  # a lambda, a closure, a speaker with no config: the run goes on without it
-            out["config_missing"] = f"{type(exc).__name__}: {exc}"
+            out["config_missing"] = redact(f"{type(exc).__name__}: {exc}")
         return out
 
     def _restored(self, saved: Any) -> Any:

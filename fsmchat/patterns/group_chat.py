@@ -21,7 +21,7 @@ from pydantic import AfterValidator, Field
 from ..checks import check_agents
 from ..config import Participants
 from ..deadline import gather_eager
-from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
+from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error, grouped_failures
 from ..graph.state_graph import StateGraph, state_names
 from ..models import Message, StopReason
 from ..speakers.agent import Agent, Speaker, Turn, check_roster
@@ -210,8 +210,9 @@ class NoBidHeard(ModelCallError):
         cause = getattr(first, "cause", first)
         super().__init__(first_agent, cause, getattr(first, "attempts", 1), getattr(first, "model", None))
         self.failures = failures
+        lines = grouped_failures(failures)  # one line per cause, the agents that share it named together
         self.args = (f"GroupChat turn {turn + 1}: every agent's bid call failed, so no bid was heard (this is not "
-                     "a lull): " + "; ".join(f"{name}: {err}" for name, err in failures),)
+                     "a lull):" + (f" {lines[0]}" if len(lines) == 1 else "".join(f"\n  {line}" for line in lines)),)
 
     def __str__(self) -> str:
         return str(self.args[0])

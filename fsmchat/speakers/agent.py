@@ -13,7 +13,8 @@ from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..deadline import call_within
-from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
+from ..errors import HEADER_OPTIONS, ConfigError, ModelCallError, fatal_error, invalid_config, register_secrets, \
+    secret_values
 from ..models import Bid, Message, shorten
 from . import llm
 from .images import image_part
@@ -129,6 +130,7 @@ class Agent(BaseModel):
     @model_validator(mode="after")
     def _litellm_options(self) -> "Agent":
         check_litellm_options(self.model_extra or {})
+        register_secrets(secret_values(self.model_extra or {}))  # masked in every error, log and store from now on
         return self
 
     def __repr_args__(self) -> Any:
@@ -344,9 +346,12 @@ LITELLM_PREFIXES = ("aws_", "vertex_", "azure_", "watsonx_", "bedrock_", "litell
 
 
 def mask_secrets(value: Any) -> Any:
-    """``value`` with every secret-named entry of nested dicts replaced by ``***``."""
+    """``value`` with every secret-named entry of nested dicts, and every header value
+    (``extra_headers``, ``headers``, ``default_headers``), replaced by ``***``."""
     if isinstance(value, dict):
-        return {k: "***" if isinstance(k, str) and is_secret(k) and v else mask_secrets(v) for k, v in value.items()}
+        return {k: "***" if isinstance(k, str) and is_secret(k) and v else
+                {h: "***" if hv else hv for h, hv in v.items()} if k in HEADER_OPTIONS and isinstance(v, dict) else
+                mask_secrets(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(mask_secrets(v) for v in value)
     return value

@@ -14,13 +14,16 @@ import asyncio
 import contextvars
 import os
 import random
+import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, MissingCredentials, ModelCallError, fatal_error,
-                      request_error_kind)
+from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, MissingCredentials,
+                      ModelCallError, exception_chain, fatal_error, plain_message, redact, request_error_kind,
+                      secret_values)
 from ..statelog import Frozen
 from . import log_secrets
 
@@ -213,6 +216,75 @@ def retryable(exc: BaseException) -> bool:
     return "APIConnectionError" in names or "Timeout" in names or "ServiceUnavailableError" in names
 
 
+_TIMEOUTS = {"Timeout", "APITimeoutError", "TimeoutException", "ReadTimeout", "WriteTimeout", "PoolTimeout",
+             "ServerTimeoutError"}
+_CONNECTION = {"APIConnectionError", "ConnectError", "ClientConnectorError", "ClientOSError", "ServerDisconnectedError",
+               "RemoteProtocolError", "ConnectTimeout"}
+_SSL_NOISE = re.compile(r"\s*ssl:(?:<[^>]*>|\S+)\s*")
+
+
+def failure_reason(exc: BaseException, *, timeout: float | None = None, limit: float | None = None,
+                   endpoint: Any = None) -> str | None:
+    """What a failed request means to a person, when the provider's text does not say it: for a
+    connection error the URL that could not be reached and why; for a timeout the limit that passed
+    and who set it. None for anything else (the error's type and plain message then say it).
+
+    Args:
+        exc: The last attempt's exception.
+        timeout: The agent's ``timeout``.
+        limit: The limit the attempt ran under (the timeout, or less when the run's deadline was nearer).
+        endpoint: The agent's ``api_base``, if any.
+
+    Examples:
+        >>> from fsmchat.speakers.llm import failure_reason
+        >>> print(failure_reason(TimeoutError(), timeout=30.0, limit=30.0))
+        TimeoutError: no answer within 30 s, the agent's timeout (Agent(timeout=30)); raise it for a slow model
+        or server
+        >>> print(failure_reason(ConnectionRefusedError(111, "Connection refused"), endpoint="http://127.0.0.1:9/v1"))
+        connection error: cannot reach http://127.0.0.1:9/v1 (connection refused: nothing listens there); check that the
+        server is running and that the agent's api_base is right
+    """
+    chain = exception_chain(exc)
+    if any(isinstance(e, LimitReached) for e in chain):
+        return None  # a run limit's own message says which limit passed
+    names = [{c.__name__ for c in type(e).__mro__} for e in chain]
+    if any("TimeoutError" in n or n & _TIMEOUTS for n in names) and not any("ConnectTimeout" in n for n in names):
+        if limit is None:
+            limit = timeout
+        if limit is None:
+            return "TimeoutError: the provider's client timed out (the agent has no timeout of its own)"
+        if timeout is not None and limit < timeout:
+            return (f"TimeoutError: no answer within {limit:.3g} s, the time the run's deadline_s left; raise "
+                    "deadline_s (with_limits) or lower the work per run")
+        whose = "the default timeout of every Agent" if timeout == DEFAULT_TIMEOUT else "the agent's timeout"
+        return (f"TimeoutError: no answer within {limit:g} s, {whose} (Agent(timeout={limit:g})); raise it for a "
+                "slow model or server")
+    # litellm's own APIConnectionError is its name for any fault it cannot map (a custom provider's
+    # RuntimeError, say): only the exceptions of the HTTP stack beneath it tell a connection error
+    connection = any((n & _CONNECTION or "ConnectionError" in n or "gaierror" in n)
+                     and not type(e).__module__.startswith("litellm") for e, n in zip(chain, names))
+    if not connection:
+        inner = next((e for e in reversed(chain) if not type(e).__module__.startswith(("litellm", "asyncio"))), None)
+        if inner is not None and type(exc).__name__ == "APIConnectionError":
+            return f"{type(inner).__name__}: {plain_message(redact(str(inner))) or '(no message)'}"
+        return None
+    url = next((str(u) for e in reversed(chain) if not type(e).__module__.startswith("litellm")  # litellm's are mocks
+                and (u := getattr(getattr(e, "request", None), "url", None))), None) or endpoint
+    deepest = chain[-1]
+    if isinstance(deepest, ConnectionRefusedError):
+        why = "connection refused: nothing listens there"
+    elif isinstance(deepest, socket.gaierror):
+        why = f"the host name does not resolve: {deepest.strerror}"
+    elif isinstance(deepest, OSError) and deepest.strerror:
+        why = deepest.strerror
+    else:
+        why = _SSL_NOISE.sub(" ", plain_message(str(deepest))).strip() or type(deepest).__name__
+    where = f"cannot reach {url}" if url else "cannot reach the provider"
+    advice = ("check that the server is running and that the agent's api_base is right" if endpoint else
+              "check the network connection (and api_base, if the model is served elsewhere)")
+    return redact(f"connection error: {where} ({why}); {advice}")
+
+
 _CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 _OWN_ENDPOINT = ("api_key", "api_base", "base_url", "azure_ad_token", "aws_profile_name", "aws_access_key_id",
                  "aws_role_name", "aws_web_identity_token", "vertex_credentials", "vertex_project")
@@ -336,7 +408,7 @@ class CallStats:
             roster, run.roster = run.roster, None
             run.refused = missing_credentials(roster)
         if run.refused is not None:
-            raise run.refused
+            raise run.refused.with_traceback(None)  # the same error each time, with this raise's frames only
         if run.before_request is not None:
             run.before_request()
 
@@ -418,7 +490,8 @@ class RetryRefused(ModelCallError):
     def __init__(self, agent: str, cause: BaseException, attempts: int, model: str | None = None,
                  secrets: tuple[Any, ...] = (), *, reason: str):
         super().__init__(agent, cause, attempts, model, secrets)
-        self.reason = reason
+        self.refusal = reason  # why no retry was made (``reason`` also says what failed)
+        self.reason = f"{self.reason} (not retried: {reason})"
         self.args = (f"{self.args[0]} (not retried: {reason})",)
 
 
@@ -457,10 +530,13 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     if timeout is not None:
         params.setdefault("timeout", timeout)
     resolved = resolve_model(model)
-    secrets = (kwargs.get("api_key"),)
 
-    def failed(exc: BaseException, attempts: int) -> ModelCallError:
-        return ModelCallError(agent, exc, attempts, model or resolved, secrets)
+    def failed(exc: BaseException, attempts: int, limit: float | None = None) -> ModelCallError:
+        """The error a person reads; every credential and header value the agent sent is masked in it
+        and in ``exc``'s chain (an agent copied without validation registers them here)."""
+        endpoint = kwargs.get("api_base") or kwargs.get("base_url")
+        return ModelCallError(agent, exc, attempts, model or resolved, tuple(secret_values(kwargs)),
+                              failure_reason(exc, timeout=timeout, limit=limit, endpoint=endpoint))
 
     attempt = 0
     while True:
@@ -495,23 +571,23 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                 raise fatal from exc
             if isinstance(exc, asyncio.TimeoutError) and stats is not None and (rest := stats.remaining()) is not None \
                     and rest <= 0:  # cut by the run's deadline, not by the agent's timeout
-                raise failed(DeadlineExceeded("the run's deadline_s passed during the request"), attempt) from exc
+                raise failed(DeadlineExceeded("the run's deadline_s passed during the request"), attempt) from None
             if attempt > num_retries or not retryable(exc):
-                err = failed(exc, attempt)
+                err = failed(exc, attempt, limit)
                 if err.fatal and stats is not None and not ("tools" in params and refused_tools(exc)):
                     stats.run.refused = err  # no retry can fix it: the run sends nothing more
-                raise err from exc
+                raise err from None  # one traceback: the provider's exception is err.cause, masked
             asked = retry_after(exc)
             if asked is not None and asked > max_retry_wait:
-                raise RetryRefused(agent, exc, attempt, model or resolved, secrets, reason=(
+                raise RetryRefused(agent, exc, attempt, model or resolved, tuple(secret_values(kwargs)), reason=(
                     f"the provider asked to wait {_seconds(asked)} (Retry-After), over the agent's "
-                    f"max_retry_wait_s={max_retry_wait:g}")) from exc
+                    f"max_retry_wait_s={max_retry_wait:g}")) from None
             wait = asked if asked is not None else \
                 min(backoff * (2 ** (attempt - 1)) * (1 + random.random() * 0.25), max_retry_wait)
             left = stats.remaining() if stats is not None else None
             if left is not None and wait >= left:
-                raise RetryRefused(agent, exc, attempt, model or resolved, secrets, reason=(
+                raise RetryRefused(agent, exc, attempt, model or resolved, tuple(secret_values(kwargs)), reason=(
                     f"the next attempt would start in {_seconds(wait)}"
                     f"{' (Retry-After)' if asked is not None else ''}, after the run's deadline "
-                    f"({_seconds(max(left, 0.0))} left)")) from exc
+                    f"({_seconds(max(left, 0.0))} left)")) from None
             await retry_sleep(wait)

@@ -1,6 +1,6 @@
 """Secrets never reach a log: the records of the loggers fsmchat drives (litellm's, the OpenAI
-SDK's, httpx's, httpcore's and fsmchat's own) have every secret-named value masked, by the same
-``is_secret`` rule that masks ``Agent`` reprs and configs.
+SDK's, httpx's, httpcore's and fsmchat's own) are masked by the same rule (``fsmchat.errors.redact``,
+names by ``is_secret``) that masks errors, ``Agent`` reprs and configs.
 
 litellm's DEBUG request log (``litellm._turn_on_debug()``, ``litellm.set_verbose = True`` or
 ``logging.basicConfig(level=logging.DEBUG)``) prints the request body, ``extra_headers``
@@ -15,69 +15,23 @@ handler (litellm's own, the root logger's, a test's ``caplog``) sees the masked 
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from typing import Any, Callable
 
-from ..errors import mask_text
+from ..errors import MASK, is_secret, redact
 
-_SECRET_PARTS = {"key", "apikey", "token", "secret", "password", "passwd", "authorization", "auth", "credential",
-                 "credentials", "cookie", "bearer"}
-_TOKEN_COUNT = re.compile(r"^(max|min|budget|num|total|prompt|completion|reasoning)(_[a-z]+)*_tokens$")
-
-
-def is_secret(name: str) -> bool:
-    """Whether a keyword names a secret: ``api_key``, ``x-api-key``, ``access_token``,
-    ``Authorization``... but not counts such as ``max_tokens``."""
-    lowered = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()  # accessToken -> access_token
-    parts = re.split(r"[_\-\s.]+", lowered)
-    if any(p in _SECRET_PARTS for p in parts) or lowered.endswith(("apikey", "api_key", "secret")):
-        return True
-    return "tokens" in parts and not _TOKEN_COUNT.match(lowered)  # api_tokens yes; max_tokens no
-
+__all__ = ["LOGGERS", "MASK", "SecretLogFilter", "covered", "install", "is_secret", "mask_log_text", "mask_record"]
 
 LOGGERS = ("LiteLLM", "LiteLLM Proxy", "LiteLLM Router", "httpx", "httpcore", "openai", "fsmchat")
-MASK = "***"
 _DONE = "_fsmchat_masked"
-
-# 'name': 'value'  "name": "value"  'name'='value'  (b'name', b'value')
-_QUOTED = re.compile(r"""(?P<q>['"])(?P<name>[^'"\n]{1,80})(?P=q)(?P<sep>\s*[:=,]\s*)(?P<b>b?)(?P<vq>['"])"""
-                     r"""(?P<value>(?:\\.|(?!(?P=vq))[^\\\n])*)(?P=vq)""")
-# name='value'  name=value  (keyword arguments, query strings, environment variables)
-_KEYWORD = re.compile(r"""(?<![\w'"-])(?P<name>[A-Za-z_][\w-]{0,79})(?P<sep>=)(?:(?P<vq>['"])"""
-                      r"""(?P<qvalue>(?:\\.|(?!(?P=vq))[^\\\n])*)(?P=vq)|(?P<value>[^\s'",)}&]+))""")
-# Name: value  (header lines, curl's -H 'Name: value')
-_HEADER = re.compile(r"""(?<![\w-])(?P<name>[A-Za-z][\w-]{0,79})(?P<sep>:[ \t]*)(?P<value>[^'"\s,}][^'"\n,}]*)""")
-
-
-def _quoted(m: re.Match[str]) -> str:
-    if not is_secret(m.group("name")) or not m.group("value"):
-        return m.group(0)
-    q, vq = m.group("q"), m.group("vq")
-    return f"{q}{m.group('name')}{q}{m.group('sep')}{m.group('b')}{vq}{MASK}{vq}"
-
-
-def _keyword(m: re.Match[str]) -> str:
-    if not is_secret(m.group("name")) or not (m.group("qvalue") or m.group("value")):
-        return m.group(0)
-    vq = m.group("vq") or ""
-    return f"{m.group('name')}={vq}{MASK}{vq}"
-
-
-def _header(m: re.Match[str]) -> str:
-    if not is_secret(m.group("name")) or m.group("value") == MASK:
-        return m.group(0)
-    return f"{m.group('name')}{m.group('sep')}{MASK}"
 
 
 def mask_log_text(text: str) -> str:
-    """``text`` with the value of every secret-named entry (``is_secret``) replaced by ``***``, in
-    the shapes logs carry: dict reprs and JSON, header tuples, ``name=value``, ``Name: value``
-    header lines; then API keys and bearer tokens anywhere (``mask_text``)."""
-    text = _QUOTED.sub(_quoted, text)
-    text = _KEYWORD.sub(_keyword, text)
-    text = _HEADER.sub(_header, text)
-    return mask_text(text)
+    """``text`` masked by fsmchat's one redaction rule (``fsmchat.errors.redact``): known secret
+    values (agents' credentials and headers, credential-named environment variables), the value
+    of every secret-named entry in the shapes logs carry (dict reprs and JSON, header tuples,
+    ``name=value``, ``Name: value`` header lines), then API keys and bearer tokens anywhere."""
+    return redact(text)
 
 
 class SecretLogFilter(logging.Filter):

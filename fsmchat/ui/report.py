@@ -9,24 +9,29 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import redact_data
 from .page import page
 from .store import STATUSES, Store
 from .view import run_view
 
 
 def runs_data(store: Store) -> dict[str, Any]:
-    return {"kind": "runs", "store": str(store.path), "statuses": list(STATUSES), "runs": store.summaries()}
+    """The runs page's data, secrets masked (``fsmchat.errors.redact_data``)."""
+    return redact_data({"kind": "runs", "store": str(store.path), "statuses": list(STATUSES),
+                        "runs": store.summaries()})
 
 
 def run_data(store: Store, run_id: str, known: tuple[Any, Any] = (None, None)) -> dict[str, Any]:
-    """The run page's data; ``{"unchanged": True}`` when ``known`` (steps, status) already matches,
-    found without reading the run (a live page polls a long run cheaply while nothing changes)."""
+    """The run page's data, secrets masked; ``{"unchanged": True}`` when ``known`` (steps, status)
+    already matches, found without reading the run (a live page polls a long run cheaply while
+    nothing changes)."""
     steps, status = known
     if steps is not None:
         n, now = store.progress(run_id)
         if str(n) == str(steps) and status == now:
             return {"unchanged": True}
-    return {"kind": "run", "store": str(store.path), **run_view(store.run(run_id), time.time())}
+    data = {"kind": "run", "store": str(store.path), **run_view(store.run(run_id), time.time())}
+    return redact_data(data, keep=("svg",))  # one rule for every text the page and a report show
 
 
 def report_html(store: Store, run_id: str) -> str:

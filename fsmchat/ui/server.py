@@ -3,17 +3,23 @@
 Pages: ``/`` (every run), ``/runs/{run_id}`` (one run, replayed step by step); their data at
 ``/api/runs`` and ``/api/runs/{run_id}``, which the pages poll while a run executes. Every request
 reads the store afresh, read-only; a store that cannot be read gets a page saying why.
+
+It answers only requests whose ``Host`` is the address it serves or a localhost name with its port
+(``localhost``, ``127.0.0.1``, ``[::1]``), or a name given with ``--allow-host``; any other gets
+421 with a short text, so a web page whose DNS name is rebound to 127.0.0.1 cannot read the runs.
+Every response forbids framing (``X-Frame-Options: DENY``, ``frame-ancestors 'none'``).
 """
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable, Iterable, MutableMapping
 
-from ..errors import FsmchatError
+from ..errors import FsmchatError, bad_value, redact
 from .page import error_page, page
 from .report import runs_data, run_data
 from .store import RunNotFound, Store, StoreUnreadable
@@ -21,10 +27,80 @@ from .store import RunNotFound, Store, StoreUnreadable
 DEFAULT_HOST = "127.0.0.1"  # this machine only, unless told otherwise
 DEFAULT_PORT = 8765
 MISSING_EXTRA = "the viewer's web server needs the ui extra: pip install 'fsmchat[ui]' (Starlette and uvicorn)"
+LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]")
+NO_FRAMES = [(b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'")]
+Scope = MutableMapping[str, Any]
+ASGI = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+
+
+def _split_host(value: str) -> tuple[str, int | None]:
+    """``"Example.com:8765"`` -> ``("example.com", 8765)``; ``"[::1]"`` -> ``("[::1]", None)``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, _, rest = value.partition("]")
+        name, port = name + "]", rest[1:] if rest.startswith(":") else ""
+    else:
+        name, _, port = value.partition(":")
+    return name, int(port) if port.isdigit() else None
+
+
+_HOST_NAME = re.compile(r"^(\[[0-9a-f:.]+\]|[a-z0-9]([a-z0-9.-]*[a-z0-9])?)(:\d{1,5})?$", re.I)
+
+
+class HostCheck:
+    """ASGI middleware: a request is served only when its ``Host`` is one of the viewer's names,
+    else 421 and a short text. Every response, a refused one included, carries
+    ``X-Frame-Options: DENY`` and ``Content-Security-Policy: frame-ancestors 'none'``.
+
+    ``served``: the names answered on ``port`` (the address served and the localhost names);
+    ``allow``: more names (``--allow-host``), ``NAME`` on any port or ``NAME:PORT`` on that one."""
+
+    def __init__(self, inner: ASGI, served: Iterable[str], port: int | None, allow: Iterable[str] = ()):
+        allow = list(allow)
+        for name in allow:
+            if not isinstance(name, str) or not _HOST_NAME.match(name):
+                raise bad_value("the viewer", "--allow-host", name, "a host name or NAME:PORT as a browser sends it "
+                                "in Host (no scheme, path or spaces), e.g. viewer.example or viewer.example:8443")
+        self.inner, self.port = inner, port
+        self.names = {_split_host(n)[0] for n in served}
+        self.extra = [_split_host(n) for n in allow]
+        self.shown = sorted(f"{n}:{port}" if port else n for n in self.names) + allow
+
+    def allows(self, host: str) -> bool:
+        name, port = _split_host(host)
+        if name in self.names and (port or 80) == (self.port or 80):
+            return True
+        return any(name == n and (p is None or p == (port or 80)) for n, p in self.extra)
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            return await self.inner(scope, receive, send)
+
+        async def framed(message: Any) -> None:
+            if message.get("type") == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *NO_FRAMES]}
+            await send(message)
+
+        host = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), "")
+        if self.allows(host):
+            return await self.inner(scope, receive, framed)
+        body = (f"fsmchat ui: this viewer answers only to {', '.join(self.shown)}, not to Host {host!r}; "
+                f"to allow that name, start it with --allow-host {_split_host(host)[0] or 'NAME'}\n").encode()
+        await framed({"type": "http.response.start", "status": 421,
+                      "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                  (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def guarded(inner: Any, host: str, port: int, allow: Iterable[str] = ()) -> HostCheck:
+    """``inner`` behind ``HostCheck`` for a server listening on ``host:port``."""
+    served = [f"[{host}]" if ":" in host else host, *LOCAL_NAMES]
+    return HostCheck(inner, served, port, allow)
 
 
 def app(db: str | Path) -> Any:
-    """The ASGI app serving the store at ``db``."""
+    """The ASGI app serving the store at ``db`` (``guarded`` puts the Host check in front of it)."""
     try:
         from starlette.applications import Starlette
         from starlette.requests import Request
@@ -62,7 +138,7 @@ def app(db: str | Path) -> Any:
         try:
             return JSONResponse(runs_data(store), 200, headers)
         except StoreUnreadable as exc:
-            return JSONResponse({"error": str(exc)}, 500, headers)
+            return JSONResponse({"error": redact(str(exc))}, 500, headers)
 
     def run_api(request: Request) -> Response:
         """The run's data, or ``{"unchanged": true}`` when the caller already has its ``steps`` and ``status``."""
@@ -70,9 +146,9 @@ def app(db: str | Path) -> Any:
             data = run_data(store, request.path_params["run_id"], known=(request.query_params.get("steps"),
                                                                          request.query_params.get("status")))
         except RunNotFound as exc:
-            return JSONResponse({"error": str(exc)}, 404, headers)
+            return JSONResponse({"error": redact(str(exc))}, 404, headers)
         except StoreUnreadable as exc:
-            return JSONResponse({"error": str(exc)}, 500, headers)
+            return JSONResponse({"error": redact(str(exc))}, 500, headers)
         return JSONResponse(data, 200, headers)
 
     return Starlette(routes=[Route("/", runs_page), Route("/runs/{run_id:path}", run_page),
@@ -109,12 +185,18 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _server(db: str | Path) -> Any:
+def _server(db: str | Path, sock: socket.socket, allow: Iterable[str]) -> Any:
     try:
         import uvicorn
     except ImportError as exc:
         raise ImportError(MISSING_EXTRA) from exc
-    return uvicorn.Server(uvicorn.Config(app(db), log_level="warning", access_log=False, lifespan="off"))
+    host, port = sock.getsockname()[:2]
+    try:
+        guarded_app = guarded(app(db), host, port, allow)
+    except Exception:
+        sock.close()
+        raise
+    return uvicorn.Server(uvicorn.Config(guarded_app, log_level="warning", access_log=False, lifespan="off"))
 
 
 def _url(sock: socket.socket) -> str:
@@ -122,9 +204,11 @@ def _url(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
-def start(db: str | Path, host: str = DEFAULT_HOST, port: int = 0) -> Running:
-    """Serve ``db`` from a background thread (``port=0``: a free port); returns once it accepts requests."""
-    server, sock = _server(db), _listen(host, port)
+def start(db: str | Path, host: str = DEFAULT_HOST, port: int = 0, allow_hosts: Iterable[str] = ()) -> Running:
+    """Serve ``db`` from a background thread (``port=0``: a free port); returns once it accepts requests.
+    ``allow_hosts``: more ``Host`` names it answers to (``NAME`` or ``NAME:PORT``)."""
+    sock = _listen(host, port)
+    server = _server(db, sock, allow_hosts)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="fsmchat-ui", daemon=True)
     thread.start()
     while not server.started:
@@ -134,9 +218,10 @@ def start(db: str | Path, host: str = DEFAULT_HOST, port: int = 0) -> Running:
     return Running(_url(sock), server, thread)
 
 
-def serve(db: str | Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
-    """Serve ``db`` in the foreground until interrupted (``fsmchat ui``)."""
-    server, sock = _server(db), _listen(host, port)
+def serve(db: str | Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, allow_hosts: Iterable[str] = ()) -> None:
+    """Serve ``db`` in the foreground until interrupted (``fsmchat ui``); ``allow_hosts`` as in ``start``."""
+    sock = _listen(host, port)
+    server = _server(db, sock, allow_hosts)
     print(f"fsmchat ui: serving {db} read-only at {_url(sock)}/ (Ctrl-C stops it)", flush=True)
     try:
         server.run(sockets=[sock])
