@@ -60,7 +60,8 @@ def test_a_reply_with_no_text_fails_the_call_after_its_retries(server, pattern, 
     while not isinstance(err, ModelCallError):  # a flow step's failure names the step and chains the call's
         err = err.__cause__
     assert err.agent == "mute" and err.attempts == 2 and isinstance(err.cause, llm.NoReplyText)
-    assert f"the reply has no text: {reason}" in str(err)
+    assert f"the reply has no text: {reason}" in str(err.cause)
+    assert "NoReplyText: the reply has no text" in str(err)  # the message is one line (whitespace folded)
     assert len(server.requests_for("mute")) == 2  # the first attempt and its one retry
     assert "" not in [m.content for m in r.transcript] and "mute" not in [m.role for m in r.transcript]
 
