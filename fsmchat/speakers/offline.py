@@ -91,7 +91,7 @@ _NOUN_END = re.compile(r"(?:tion|sion|ment|ness|ity|ance|ence|ship|ism|ists?|ogy
 # a keyword should be a noun: verbs, adjectives and adverbs by their endings read badly in the templates
 _NOT_NOUN = re.compile(r"(?:ize|ise|ized|ised|izing|ising|ed|ing|ly|able|ible|ful|ous|ive|less|ic|al|wards?)$")
 # "say AGREED when satisfied", "reply DONE once finished", "end with 'OK' if you agree": the signal word
-_SIGNAL = re.compile(r"\b(?:say|reply|respond with|answer|write|output|end with|finish with)\s+"
+_SIGNAL = re.compile(r"\b(?i:say|reply|respond with|answer|write|output|end with|finish with)\s+"
                      r"[\"']?([A-Z][A-Z_]{2,})[\"']?\s+(?:when|once|if|as soon as)\b")
 AGREE_AFTER = 1  # an agent told to give a signal gives it on its reply after this many of its own replies
 
@@ -198,7 +198,7 @@ def _role_phrase(system_prompt: str) -> str:
     first = re.split(r",?\s+(?:and|then)\s+(?:say|reply|respond|answer|write|output|end)\b|,\s*(?:say|reply)\b",
                      first, maxsplit=1, flags=re.I)[0].strip()
     first = re.sub(r"^(you are|you're|you)\s+", "", first, flags=re.I)
-    if not first or "{{" in first:
+    if not first or "{{" in first or re.match(r"(?:say|reply|respond|answer|write|output|end|finish)\b", first, re.I):
         return "bring my own perspective"
     lead = first.split()[0].lower()
     if lead in ("am", "a", "an", "the") or re.match(r"^(a|an|the)\s", first, flags=re.I):
@@ -229,7 +229,7 @@ def _latest_turn(text: str, is_task: bool) -> tuple[str, str]:
 # how the patterns' prompts say who else is in the room
 _ROOM_NAMES = re.compile(r"one-on-one debate against ([\w\-.]+)|in a group chat with ([^.\n]+)\.|"
                          r"Other participants: ([^.\n]+)\.|panel discussion with the experts ([^.\n]+)\.|"
-                         r"on a panel moderated by ([\w\-.]+)")
+                         r"on a panel moderated by ([\w\-.]+)|Other experts: ([^.\n]+)\.")
 _ROOM_SIZE = re.compile(r"\b(?:agent|expert) \d+ of (\d+)\b")  # round robin, panel: N participants
 
 
@@ -249,7 +249,7 @@ def _others(agent: str, texts: list[str], spoken: list[str]) -> list[str]:
     for t in spoken:
         for w in _SPEAKER_LINE.findall(t):
             names[w] = None
-    known = [n for n in names if n and n.lower() not in (agent.lower(), "user", "no one else", "(none)")]
+    known = [n for n in names if n and n.lower() not in (agent.lower(), "user", "no one else", "(none)", "none")]
     return known + [""] * max(0, size - 1 - len(known))
 
 
