@@ -21,6 +21,7 @@ TASKS = [
     "Explain how to reduce the cost of our cloud infrastructure.",
     "Review the proposal to hire two engineers before the audit.",
     "Should schools teach programming to every student?",
+    "Draft the three rules our team should follow when shipping AI features.",
 ]
 ROLES = [
     ("Optimist", "You argue for the benefits of change and new technology."),
@@ -31,7 +32,7 @@ ROLES = [
     ("Engineer", "You build reliable systems and dislike risky launches."),
 ]
 # every verb the tasks use as a verb: never a topic ("the analyze", "the develop")
-TASK_VERBS = ("prioritize analyze develop ship learn decide ban explain reduce review hire teach "
+TASK_VERBS = ("prioritize analyze develop ship learn decide ban explain reduce review hire teach follow "
               "should").split()
 
 
@@ -65,7 +66,7 @@ BAD = [
     (r"\bthe \w+ing\b", "the <verb>ing"),
     (r"\b(\w+) \1\b", "a doubled word"),
     # an adjective left where the noun belongs: "the better as the test of it", "about the remote."
-    (r"\bthe (?:better|worse|remote|renewable|unchecked|hasty|careful|old|every|one-on-one|only)"
+    (r"\bthe (?:better|worse|remote|renewable|unchecked|hasty|careful|old|every|one-on-one|only|two|three|four)"
      r"(?:[,.;:]| (?:as|and|against|first|wrong|weighed|should|have|before|is|are)\b)", "the <adjective>"),
     (rf"\bthe (?:{NAMES.lower()}|debate|argument|replies|draft:)\b", "a speaker or the pattern's brief as a topic"),
     (r"\bthe [A-Z]", "an article before a name"),

@@ -80,7 +80,8 @@ lower larger stronger weaker longer shorter newer older good great high low larg
 new old right wrong real true false full whole main major minor key only other same different important possible
 likely certain clear open free public private remote local global social human final early late next last first
 second third renewable unchecked balanced careful concrete practical ethical critical total overall common current
-several many much more most less least certain various entire""".split())
+several many much more most less least certain various entire two three four five six seven eight nine ten
+twelve twenty hundred thousand million""".split())  # numbers too: "the three rules" is about the rules
 _DETERMINERS = set("the a an this that these those our their its your my his her some any each every no".split())
 _PREPOSITIONS = set("of for about on with in against from over between into toward towards around behind".split())
 _AUX = set("is are was were has have had should would will can could must may might does do".split())
