@@ -7,7 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fsmchat-installed
 # the demo needs only the base package (an offline chat): its own stamp, so `make demo` on a fresh
 # clone skips ray, mypy, mkdocs, selenium and jupyter; `make test` still installs every extra, with
-# or without this stamp (its pip run upgrades the same editable install in place)
+# or without this stamp (its pip run upgrades the same editable install in place). --no-compile: the
+# demo imports a small part of litellm, so compiling all of it at install time costs more than it saves
 DEMO_STAMP := $(VENV)/.fsmchat-demo-installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -23,7 +24,7 @@ install: $(STAMP)
 
 $(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	[ -f $(STAMP) ] || $(BIN)/python -m pip install -q -e .
+	[ -f $(STAMP) ] || $(BIN)/python -m pip install -q --no-compile -e .
 	touch $(DEMO_STAMP)
 
 demo-install: $(DEMO_STAMP)
