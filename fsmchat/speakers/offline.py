@@ -257,9 +257,9 @@ def _others(agent: str, texts: list[str], spoken: list[str]) -> list[str]:
 def _own_turns(agent: str, convo: list[dict[str, Any]], last: str) -> int:
     """How many replies the agent has given that it can see: its own messages in the conversation
     (private memory) or its lines in a turn's "... so far:" block."""
-    mine = sum(m.get("role") == "assistant" for m in convo)
-    lines = sum(w == agent for w in _SPEAKER_LINE.findall(last.partition("so far:\n")[2]))
-    return max(mine, lines)
+    mine = sum(1 for m in convo if m.get("role") == "assistant")
+    speakers: list[str] = _SPEAKER_LINE.findall(last.partition("so far:\n")[2])
+    return max(mine, speakers.count(agent))
 
 
 def _join(names: list[str]) -> str:
