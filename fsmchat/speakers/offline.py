@@ -5,6 +5,13 @@ templates, the agent's system prompt (its role) and the latest messages; bids sc
 the latest message is to the agent's role, lower when the agent just spoke and as the
 conversation grows, so a demo shows the floor moving and ends on a lull or on ``max_loops``.
 Everything is deterministic for a given seed and conversation.
+
+A reply's topics are noun phrases the conversation uses as nouns (``_nouns``: "AI regulation",
+"the draft", never the verb of "develop a plan"); it is worded for the room (``_others``: "you"
+to one other, the speaker's name and "the others" with several, neither when it cannot tell);
+and ``_reply`` honours a system prompt's "say WORD when satisfied" from the agent's second reply
+on (``AGREE_AFTER``), and a summarizer's role with a summary. ``OfflineModel._compose`` reads
+the messages, writes the text, then answers as a reply, a bid tool call or a JSON bid.
 """
 from __future__ import annotations
 
