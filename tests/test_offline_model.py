@@ -35,6 +35,9 @@ def readme_flow():
     ("You are a careful judge. You never rush.", "am a careful judge"),
     ("You're the skeptic", "am the skeptic"),
     ("Cats.", "care most about cats"),
+    ("You guard the city budget.", "guard the city budget"),  # a verb by what follows it
+    ("You preside impartially and rule on the law.", "preside impartially and rule on the law"),
+    ("Reply DONE once finished", "bring my own perspective"),  # a directive is no role
     ("", "bring my own perspective"),
 ])
 def test_the_role_is_the_first_clause_without_directives(prompt, phrase):

@@ -87,7 +87,8 @@ lower larger stronger weaker longer shorter newer older good great high low larg
 new old right wrong real true false full whole main major minor key only other same different important possible
 likely certain clear open free public private remote local global social human final early late next last first
 second third renewable unchecked balanced careful concrete practical ethical critical total overall common current
-several many much more most less least certain various entire two three four five six seven eight nine ten
+several many much more most less least certain various entire relevant significant recent urgent efficient
+sufficient independent consistent present absent two three four five six seven eight nine ten
 twelve twenty hundred thousand million""".split())  # numbers too: "the three rules" is about the rules
 _DETERMINERS = set("the a an this that these those our their its your my his her some any each every no".split())
 _PREPOSITIONS = set("of for about on with in against from over between into toward towards around behind".split())
@@ -109,7 +110,7 @@ _FALLBACKS = ["this question", "the trade-offs"]  # when the conversation offers
 _TEMPLATE_WORDS: set[str] = set()
 # the words of the patterns' own briefs ("a one-on-one debate", "your latest argument"): never a topic
 _FRAME = set("debate debates argument arguments discussion panel experts expert moderator chat conversation "
-             "participant participants floor score replies".split())
+             "participant participants floor score replies member members".split())
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z\-']*|[.,;:!?()\"\n]")
 
 
@@ -211,7 +212,9 @@ def _role_phrase(system_prompt: str) -> str:
     lead = first.split()[0].lower()
     if lead in ("am", "a", "an", "the") or re.match(r"^(a|an|the)\s", first, flags=re.I):
         return ("am " if lead != "am" else "") + first[0].lower() + first[1:]
-    if lead in _VERBS or re.search(r"(?:ize|ise|ate)$", lead):
+    then = (first.split()[1:2] or [""])[0].lower()
+    if (lead in _BASE_VERBS or re.search(r"(?:ize|ise|ate)$", lead)
+            or then in _DETERMINERS or then.endswith("ly")):  # "guard the budget", "preside impartially"
         return first[0].lower() + first[1:]
     return "care most about " + first[0].lower() + first[1:]
 
