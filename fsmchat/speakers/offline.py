@@ -106,7 +106,7 @@ AGREE_AFTER = 1  # an agent told to give a signal gives it on its reply after th
 
 
 RECENT = 8  # the latest messages a reply or bid reads (besides the system prompt and the task)
-_FALLBACKS = ["this question", "the trade-offs"]  # when the conversation offers fewer than two nouns
+_FALLBACKS = ["the issue at hand", "the trade-offs"]  # when the conversation offers fewer than two nouns
 _TEMPLATE_WORDS: set[str] = set()
 # the words of the patterns' own briefs ("a one-on-one debate", "your latest argument"): never a topic
 _FRAME = set("debate debates argument arguments discussion panel experts expert moderator chat conversation "
@@ -361,6 +361,8 @@ class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any (
         keys += [k for k in _keywords(system, 4) if k not in noise - set(_words(role))]  # then its own subject
         phrases = [found[k][1] for k in dict.fromkeys(keys)] + _FALLBACKS
         k1, k2 = phrases[0], next(p for p in phrases[1:] if p != phrases[0])
+        if k1.lower() in role.lower():  # its own subject second: "since I argue for remote work, ... to remote work"
+            k1, k2 = k2, k1
         speakers = list(dict.fromkeys(w for t in spoken for w in _SPEAKER_LINE.findall(t) if w != "User"))
         text = _reply(rng, role=role, k1=k1, k2=k2, prev=prev if prev != agent else "", others=others,
                       system=system, own_turns=_own_turns(agent, convo, last), speakers=speakers)
