@@ -1,13 +1,18 @@
 # Two entry points, each doing all of its own set-up on a fresh clone (Python 3.11 + root):
-#   make demo   venv + install + Graphviz, regenerate graphs/, run the offline group chat live
+#   make demo   venv + the base package + Graphviz, regenerate graphs/, run the offline group chat live
 #   make test   venv + install + Graphviz + Chromium, then the whole test suite (python -m pytest)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fsmchat-installed
+# the demo needs only the base package (an offline chat): its own stamp, so `make demo` on a fresh
+# clone skips ray, mypy, mkdocs, selenium and jupyter; `make test` still installs every extra, with
+# or without this stamp (its pip run upgrades the same editable install in place). --no-compile: the
+# demo imports a small part of litellm, so compiling all of it at install time costs more than it saves
+DEMO_STAMP := $(VENV)/.fsmchat-demo-installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test install graphviz chromium graphs docs layers bench clean
+.PHONY: demo test install demo-install graphviz chromium graphs docs layers bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +21,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	[ -f $(STAMP) ] || $(BIN)/python -m pip install -q --no-compile -e .
+	touch $(DEMO_STAMP)
+
+demo-install: $(DEMO_STAMP)
 
 graphviz:
 	@command -v dot >/dev/null 2>&1 || { \
@@ -34,7 +46,7 @@ chromium:
 graphs: install graphviz
 	$(BIN)/fsmchat graphs --prune
 
-demo: install graphviz
+demo: demo-install graphviz
 	$(BIN)/fsmchat graphs
 	$(BIN)/fsmchat run examples/group_chat.py
 

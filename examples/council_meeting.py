@@ -22,6 +22,8 @@ from fsmchat import Agent, AgentFlow, Task, flow_input, loop, parallel  # noqa: 
 
 P, LIST = "{{proposal}}", "{{parallel_outputs}}"  # the carried proposal; the last fan-out's replies
 
+TASK = "Proposal: fund a new light-rail line with a 0.5% sales tax."  # `fsmchat run` runs it (--task replaces it)
+
 
 def council_meeting(council_members=None, chairperson=None, voting_rounds=1, require_consensus=False,
                     output_type="str-all-except-first") -> AgentFlow:
@@ -60,4 +62,4 @@ def build() -> AgentFlow:
 
 
 if __name__ == "__main__":
-    report(build(), "Proposal: fund a new light-rail line with a 0.5% sales tax.")
+    report(build(), TASK)

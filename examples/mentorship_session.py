@@ -24,6 +24,8 @@ from fsmchat import Agent, AgentFlow, Task, flow_input, loop  # noqa: E402
 
 G, PREV = "{{goal}}", "{{previous_output}}"  # the carried goal; the step before's reply
 
+TASK = "Become confident at reviewing pull requests."  # `fsmchat run` runs it (--task replaces it)
+
 
 def mentorship_session(mentor=None, mentee=None, session_count=3, include_feedback=True,
                        output_type="str-all-except-first") -> AgentFlow:
@@ -55,4 +57,4 @@ def build() -> AgentFlow:
 
 
 if __name__ == "__main__":
-    report(build(), "Become confident at reviewing pull requests.")
+    report(build(), TASK)

@@ -23,6 +23,8 @@ from fsmchat import Agent, AgentFlow, Task, flow_input, loop, parallel  # noqa: 
 
 T, LIST = "{{terms}}", "{{parallel_outputs}}"  # the carried terms; the last fan-out's replies
 
+TASK = "A new two-year wage agreement for the warehouse staff."  # `fsmchat run` runs it (--task replaces it)
+
 
 def negotiation_session(parties=None, mediator=None, negotiation_rounds=5, include_concessions=True,
                         output_type="str-all-except-first") -> AgentFlow:
@@ -64,4 +66,4 @@ def build() -> AgentFlow:
 
 
 if __name__ == "__main__":
-    report(build(), "A new two-year wage agreement for the warehouse staff.")
+    report(build(), TASK)

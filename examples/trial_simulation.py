@@ -25,6 +25,8 @@ from fsmchat import Agent, AgentFlow, Task, loop, route  # noqa: E402
 PHASES = ["opening", "testimony", "cross", "closing"]
 CASE, PREV = "{{input}}", "{{previous_output}}"  # the case never changes; the step before's reply
 
+TASK = "The State v. Doe: theft of a bicycle from the town square on 3 March."  # `fsmchat run` runs it (--task replaces it)
+
 
 def trial_simulation(prosecution=None, defense=None, judge=None, witnesses=None, phases=None,
                      output_type="str-all-except-first") -> AgentFlow:
@@ -69,4 +71,4 @@ def build() -> AgentFlow:
 
 
 if __name__ == "__main__":
-    report(build(), "The State v. Doe: theft of a bicycle from the town square on 3 March.")
+    report(build(), TASK)

@@ -414,9 +414,12 @@ def _graphs(args: argparse.Namespace) -> int:
         return 2
     if args.check:
         return g.report_check("fsmchat graphs", where)
-    written, orphans = g.write(prune=args.prune)
-    for p in written:
-        print(p)
+    written, orphans = g.write(prune=args.prune, force=args.force)
+    rewritten = f"; {len(written)} rewritten" if written else ""
+    print(f"{g.dir}/: {g.drawings} drawing{'s' if g.drawings != 1 else ''} up to date ({g.files} files{rewritten})")
+    if args.verbose:
+        for p in written:
+            print(f"  wrote {p}")
     for p in g.skipped:
         print(f"skipped {p}: no top-level def {BUILD}() (not imported)", file=sys.stderr)
     for p in orphans:
@@ -621,6 +624,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--dir", metavar="DIR", help="the gallery folder (default: the config's dir, else graphs)")
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 naming missing, stale and orphan files")
     g.add_argument("--prune", action="store_true", help="delete orphan .dot/.svg/.mmd files (drawn by nothing)")
+    g.add_argument("--force", action="store_true", help="rewrite every file, also those already up to date")
+    g.add_argument("-v", "--verbose", action="store_true", help="list each file written")
     g.set_defaults(fn=_graphs)
 
     u = sub.add_parser("ui", help="watch and replay the runs of a checkpoint store in the browser (read-only)",

@@ -73,6 +73,8 @@ class Gallery:
     builtins: bool = False
     dir: Path = Path("graphs")
     skipped: list[Path] = field(default_factory=list)  # example files without build(): never imported
+    drawings: int = 0  # graphs drawn by the last write (one .dot, .mmd and .svg each)
+    files: int = 0     # files the gallery held after the last write
 
     @property
     def empty(self) -> bool:
@@ -117,15 +119,22 @@ class Gallery:
             out[f"{name}.svg"] = ("svg", dot)
         return out
 
-    def write(self, prune: bool = False) -> tuple[list[Path], list[Path]]:
-        """Regenerate every file; returns (written, orphans), the orphans deleted when ``prune``."""
+    def write(self, prune: bool = False, force: bool = False) -> tuple[list[Path], list[Path]]:
+        """Bring every file up to date; returns (written, orphans), the orphans deleted when ``prune``.
+        A file already current (as ``check`` judges it) is left alone, so an unchanged gallery
+        renders nothing; ``force`` rewrites every file. ``drawings`` and ``files`` are set to what the
+        gallery holds afterwards."""
         expected = self.expected_files()
         self.dir.mkdir(parents=True, exist_ok=True)
         written = []
         for fname, (kind, content) in expected.items():
             p = self.dir / fname
+            if not force and _current(p, kind, content):
+                continue
             p.write_text(render_svg(content) if kind == "svg" else content)
             written.append(p)
+        self.files = len(expected)
+        self.drawings = sum(1 for kind, _ in expected.values() if kind == "svg")
         orphans = self._orphans(expected)
         if prune:
             for p in orphans:
@@ -140,10 +149,7 @@ class Gallery:
             p = self.dir / fname
             if not p.is_file():
                 stale.append(f"{fname} (missing)")
-            elif kind == "svg":
-                if svg_dot_hash(p.read_text()) != dot_hash(content):
-                    stale.append(fname)
-            elif p.read_text() != content:
+            elif not _current(p, kind, content):
                 stale.append(fname)
         stale += [f"{p.name} (orphan: nothing draws it; delete it or run `fsmchat graphs --prune`)"
                   for p in self._orphans(expected)]
@@ -165,6 +171,16 @@ class Gallery:
         if not self.dir.is_dir():
             return []
         return sorted(p for p in self.dir.iterdir() if p.is_file() and p.suffix in KINDS and p.name not in expected)
+
+
+def _current(path: Path, kind: str, content: str) -> bool:
+    """Whether ``path`` already holds ``content``: text compared as text, an SVG by the DOT hash
+    stamped into it."""
+    if not path.is_file():
+        return False
+    if kind == "svg":
+        return svg_dot_hash(path.read_text()) == dot_hash(content)
+    return path.read_text() == content
 
 
 def target_name(spec: str) -> tuple[str, str]:

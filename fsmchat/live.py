@@ -6,6 +6,11 @@ while a model thinks. The status line is rich's ``Live`` display on stderr, draw
 is a terminal; messages go to stdout (as panels on a terminal, as plain ``role: text`` lines
 otherwise, flushed one by one so a pipe sees each as it happens).
 
+A GroupChat turn (its own or nested in a flow) also shows its bids, as the run viewer does: after
+the turn's ``select`` step, before the winner's message, one line per agent with its score, its
+recency-adjusted score, whether it cleared the threshold, and the winner (``bids=False`` hides
+them). The ``bid`` step's payload holds the raw scores, the ``select`` step's the decision.
+
 A ``LiveRun`` plugs into any pattern run: ``aexecute(task, observers=[view.on_event],
 on_message=[view.on_message], on_start=[view.on_start])``.
 """
@@ -24,8 +29,11 @@ class LiveRun:
     None = when stderr is a terminal)."""
 
     def __init__(self, *, messages: bool = True, status: bool | None = None, label: str = "",
-                 out: TextIO | None = None, err: TextIO | None = None):
+                 out: TextIO | None = None, err: TextIO | None = None, bids: bool = True):
         self.messages = messages
+        self.bids = bids
+        self._raw: dict[str, dict[str, float]] = {}  # a GroupChat's latest raw scores, by its state prefix
+        self._turns: dict[str, int] = {}  # GroupChat turns shown, by state prefix
         self.out, self.err = out, err
         err_stream = err or sys.stderr
         self.status = err_stream.isatty() if status is None else status
@@ -44,6 +52,25 @@ class LiveRun:
 
     def on_event(self, ev: TraceEvent) -> None:
         self.state = ev.dest or ev.state
+        if not (self.messages and self.bids) or not isinstance(ev.payload, dict):
+            return
+        prefix, _, short = ev.state.rpartition(".")
+        if short == "bid" and ev.payload and all(isinstance(v, (int, float)) for v in ev.payload.values()):
+            self._raw[prefix] = dict(ev.payload)
+        elif short == "select" and "adjusted" in ev.payload and prefix in self._raw:
+            turn = self._turns[prefix] = self._turns.get(prefix, 0) + 1
+            self._print_lines(bid_lines(turn, self._raw.pop(prefix), ev.payload), style="dim")
+
+    def _print_lines(self, lines: list[str], style: str) -> None:
+        if self._console is not None:
+            from rich.text import Text
+
+            for ln in lines:
+                self._console.print(Text(ln, style=style))
+        else:
+            out = self.out or sys.stdout
+            out.write("".join(ln + "\n" for ln in lines))
+            out.flush()
 
     def on_message(self, msg: Message) -> None:
         if not self.messages:
@@ -110,6 +137,39 @@ class LiveRun:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+def bid_lines(turn: int, raw: dict[str, float], select: dict[str, Any]) -> list[str]:
+    """One GroupChat turn's bids, as ``fsmchat run`` prints them::
+
+        bids, turn 2 (threshold 0.50):
+          TechCritic    0.80 -> 0.80  cleared   <- wins
+          TechOptimist  0.90 -> 0.60  cleared   (recency -0.30)
+          Realist       0.40 -> 0.40  below
+          Moderator     0.10          silent
+
+    ``raw`` is the bid step's payload (agent -> score), ``select`` the select step's (``winner``,
+    ``adjusted``: agent -> recency-adjusted score of each bid with a message, ``threshold``,
+    ``invalid``: agent -> why its bid was malformed)."""
+    adjusted, winner = select.get("adjusted") or {}, select.get("winner")
+    threshold, invalid = select.get("threshold"), select.get("invalid") or {}
+    head = f"bids, turn {turn}" + (f" (threshold {threshold:.2f})" if isinstance(threshold, (int, float)) else "")
+    width = max((len(n) for n in raw), default=0)
+    lines = [head + ":"]
+    for name, score in raw.items():
+        adj = adjusted.get(name)
+        if adj is None:
+            cols, verdict = f"{score:.2f}        ", "silent" + (f" (invalid bid: {invalid[name]})" if name in invalid else "")
+        else:
+            cleared = isinstance(threshold, (int, float)) and adj > threshold
+            cols, verdict = f"{score:.2f} -> {adj:.2f}", "cleared" if cleared else "below"
+            notes = (["<- wins"] if name == winner else []) + (
+                [f"(recency -{score - adj:.2f})"] if adj < score - 1e-9 else [])
+            verdict = f"{verdict:<8}  " + "  ".join(notes) if notes else verdict
+        lines.append(f"  {name:<{width}}  {cols}  {verdict}".rstrip())
+    if winner is None:
+        lines.append("  no bid cleared the threshold: nothing is posted (lull)")
+    return lines
 
 
 def summary(result: RunResult, elapsed: float | None = None, worst: int | None = None) -> str:

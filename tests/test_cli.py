@@ -278,6 +278,23 @@ def test_graphs_target_check_orphans_and_prune(project, capsys):
     assert sorted(p.name for p in (project / "out").iterdir()) == ["chat.dot", "chat.mmd", "chat.svg", "notes.txt"]
 
 
+def test_graphs_prints_one_summary_line_and_rewrites_only_what_changed(project, capsys):
+    assert main(["graphs", "--target", "mychat:chat", "--dir", "out"]) == 0
+    assert capsys.readouterr().out == "out/: 1 drawing up to date (3 files; 3 rewritten)\n"
+    svg = project / "out" / "chat.svg"
+    svg.write_text(svg.read_text() + "<!-- kept: the file is current, so it is not rendered again -->")
+    assert main(["graphs", "--target", "mychat:chat", "--dir", "out"]) == 0
+    assert capsys.readouterr().out == "out/: 1 drawing up to date (3 files)\n"
+    assert svg.read_text().endswith("<!-- kept: the file is current, so it is not rendered again -->")
+    (project / "out" / "chat.mmd").write_text("stale")
+    assert main(["graphs", "--target", "mychat:chat", "--dir", "out", "-v"]) == 0
+    assert capsys.readouterr().out == (f"out/: 1 drawing up to date (3 files; 1 rewritten)\n"
+                                       f"  wrote {Path('out') / 'chat.mmd'}\n")
+    assert main(["graphs", "--target", "mychat:chat", "--dir", "out", "--force"]) == 0
+    assert capsys.readouterr().out == "out/: 1 drawing up to date (3 files; 3 rewritten)\n"
+    assert "kept:" not in svg.read_text()
+
+
 def test_graphs_examples_imports_only_build_files(project, capsys):
     ex = project / "ex"
     ex.mkdir()

@@ -110,7 +110,9 @@ def test_a_parallel_join_is_drawn_from_each_branch_final_state():
     assert by_ends[("parallel|1.done", "parallel|join")] == "label=join style=dotted"
     assert by_ends[("parallel|2.done", "parallel|join")] == "label=join style=dotted"
     # the fork state's own transitions leave from its join bar
-    assert by_ends[("parallel|join", "end")] == 'label="halt [halted]" color=firebrick fontcolor=firebrick'
+    assert by_ends[("parallel|join", "end")] == ('label="halt [halted] (any step)" arrowsize=0.5 color=gray60 '
+                                                 'constraint=false fontcolor=gray45 fontsize=8 penwidth=0.6 '
+                                                 'samehead=halt_end')
     assert by_ends[("parallel|join", "b")] == 'label="" style=dashed'
     assert '\t"parallel|join" [label="" color=black fillcolor=black fixedsize=true height=0.06 shape=box ' \
            'style=filled width=1.2]\n' in dot

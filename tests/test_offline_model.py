@@ -35,6 +35,9 @@ def readme_flow():
     ("You are a careful judge. You never rush.", "am a careful judge"),
     ("You're the skeptic", "am the skeptic"),
     ("Cats.", "care most about cats"),
+    ("You guard the city budget.", "guard the city budget"),  # a verb by what follows it
+    ("You preside impartially and rule on the law.", "preside impartially and rule on the law"),
+    ("Reply DONE once finished", "bring my own perspective"),  # a directive is no role
     ("", "bring my own perspective"),
 ])
 def test_the_role_is_the_first_clause_without_directives(prompt, phrase):
@@ -60,11 +63,12 @@ def test_every_agent_of_the_readme_group_chat_takes_the_floor_within_8_messages(
     assert [m.content for m in again.transcript] == [m.content for m in res.transcript]  # deterministic
 
 
-def test_the_readme_discussion_runs_its_three_rounds():
+def test_the_readme_discussion_stops_when_the_author_agrees_on_its_second_reply():
     res = readme_flow().execute("Draft: Renewable energy is the only path forward.")
-    assert res.ok and res.path.count("discussion.turn") == 6
+    assert res.ok and res.path.count("discussion.turn") == 4  # of 6: until saw "AGREED" after turn 4
     assert [s["name"] for s in res.output["steps"]][-1] == "summarizer"
-    assert not any("AGREED" in m.content for m in res.transcript)  # its own instruction is never echoed
+    assert [m.role for m in res.transcript if "AGREED" in m.content] == ["author"]
+    assert not any("say AGREED" in m.content for m in res.transcript)  # its own instruction is never echoed
 
 
 BAD = [
@@ -74,7 +78,7 @@ BAD = [
     (r"\bthe (?:prioritize|unchecked|renewable|explain|forward)\b", "a verb, adjective or adverb as a topic"),
     (r"\{|\}", "an unfilled template slot"),
     (r"  ", "a double space"),
-    (r"AGREED|say AGREED", "its own instruction"),
+    (r"say AGREED|when satisfied", "its own instruction"),
     (r"\bthe the\b", "a doubled article"),
 ]
 
@@ -86,7 +90,7 @@ def test_offline_replies_read_as_sentences():
     for t in texts:
         assert t[0].isupper() and t.rstrip()[-1] in ".!?", t
         for pattern, what in BAD:
-            assert re.search(pattern, t, flags=0 if "AGREED" in pattern else re.I) is None, f"{what}: {t!r}"
+            assert re.search(pattern, t, flags=re.I) is None, f"{what}: {t!r}"
 
 
 def test_an_offline_call_costs_the_same_at_10_and_at_2000_messages():

@@ -40,6 +40,8 @@ LEGEND = {
     "fallback": "dashed (plain label or none): fallback, taken when no guard passed",
     "stop": "red: stop edge, enters a final state (double border) and ends the run",
     "fork": "dotted: fork into branch runs, each branch's final states join at the bar",
+    "halt": "grey, thin: halt, taken from any step of a group when one failed or stopped the flow (drawn "
+            "once per group, from its first step)",
     "waits": "amber, bold border: waits for a person (the run stops there, checkpointed, until resumed "
              "with an answer)",
 }
@@ -98,7 +100,13 @@ class Drawing:
     def kinds(self) -> set[str]:
         found = {e.kind for e in self.edges} | ({"stop"} if any(e.stop for e in self.edges) else set())
         found |= {"waits"} if any(n.waits for n in self.nodes) else set()
+        found |= {"halt"} if any(is_halt(e) for e in self.edges) else set()
         return found | ({"fork"} if "join" in found else set())
+
+
+def is_halt(e: Edge) -> bool:
+    """A flow's ``[halted]`` edge: every step has one, to the done state of its group."""
+    return e.kind == "guarded" and e.label == "halt"
 
 
 class Drawable(Protocol):
@@ -233,8 +241,11 @@ def dot_source(d: Drawing, ids: bool = False) -> str:
     index in ``d``) so a page can find the element of a state or a step."""
     import graphviz
 
+    # top to bottom in declaration order: the out-edges of a state keep their declared order left to right
+    # (a fan-out's branches 1, 2, 3), clusters are ranked with the rest (newrank)
     dot = graphviz.Digraph(name=d.name, graph_attr={"rankdir": "TB", "label": _dot_legend(d),
-                                                        "labelloc": "t", "fontname": "Helvetica"},
+                                                        "labelloc": "t", "fontname": "Helvetica",
+                                                        "ordering": "out", "newrank": "true"},
                            node_attr={"shape": "box", "style": "rounded", "fontname": "Helvetica",
                                       "fontsize": "11"},
                            edge_attr={"fontname": "Helvetica", "fontsize": "10"})
@@ -266,18 +277,38 @@ def dot_source(d: Drawing, ids: bool = False) -> str:
             body.subgraph(cluster)
 
     nodes_of(dot, ())
+    where = {n.id: n.group for n in d.nodes}
+    halts_drawn: set[tuple[tuple[str, ...], str]] = set()  # (group, dest) whose halt edge is drawn
+    labelled: set[tuple[str, str]] = set()  # (source, dest) of the visible edges drawn with a label
     for i, e in enumerate(d.edges):
         attrs: dict[str, str] = {"id": f"e{i}"} if ids else {}
+        text = e.text
+        if is_halt(e) and not (d.overlay and e.hits):
+            # quiet and out of the layout's way: the steps stay in a column, the halts go around it
+            attrs.update(color="gray60", fontcolor="gray45", fontsize="8", penwidth="0.6", arrowsize="0.5",
+                         constraint="false", samehead=f"halt_{e.dest}")
+            key = (where.get(e.source, ()), e.dest)
+            if key in halts_drawn:  # drawn once per group: the others are kept (ids, overlay) but unseen
+                attrs.update(style="invis")
+            else:
+                text += " (any step)"
+            halts_drawn.add(key)
+            dot.edge(e.source, e.dest, text, **attrs)
+            continue
         if e.kind == "fallback":
             attrs.update(style="dashed")
         elif e.kind in ("fork", "join"):
             attrs.update(style="dotted")
         if e.stop:
             attrs.update(color="firebrick", fontcolor="firebrick")
-        text = e.text
         if d.overlay and e.hits:
             text = f"{text} ×{e.hits}".strip()
             attrs.update(penwidth="2", color="blue")
+        if text and (e.source, e.dest) in labelled:  # a second labelled edge between the same two states:
+            attrs.update(xlabel=text)  # placed where it overlaps no other label ("until [until_met]", "rounds")
+            text = ""
+        if text:
+            labelled.add((e.source, e.dest))
         dot.edge(e.source, e.dest, text, **attrs)
     dot.edge("__start__", d.initial)
     source: str = dot.source

@@ -76,7 +76,7 @@ class Agent(BaseModel):
         >>> offline = Agent("Critic", system_prompt="You care about reliable releases.")
         >>> turn = Turn("Critic", [Message(role="User", content="Should we ship on Friday?")], "One sentence.")
         >>> asyncio.run(offline.reply(turn))
-        'Since I care about reliable releases, I read the evidence on the ship as pointing to a careful, staged approach to Friday. That is where I would start.'
+        'Because I care about reliable releases, I read the evidence on Friday as a case for a careful, staged approach to the issue at hand. That is where I would start.'
     """
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, arbitrary_types_allowed=True)

@@ -5,6 +5,13 @@ templates, the agent's system prompt (its role) and the latest messages; bids sc
 the latest message is to the agent's role, lower when the agent just spoke and as the
 conversation grows, so a demo shows the floor moving and ends on a lull or on ``max_loops``.
 Everything is deterministic for a given seed and conversation.
+
+A reply's topics are noun phrases the conversation uses as nouns (``_nouns``: "AI regulation",
+"the draft", never the verb of "develop a plan"); it is worded for the room (``_others``: "you"
+to one other, the speaker's name and "the others" with several, neither when it cannot tell);
+and ``_reply`` honours a system prompt's "say WORD when satisfied" from the agent's second reply
+on (``AGREE_AFTER``), and a summarizer's role with a summary. ``OfflineModel._compose`` reads
+the messages, writes the text, then answers as a reply, a bid tool call or a JSON bid.
 """
 from __future__ import annotations
 
@@ -32,26 +39,33 @@ explain describe discuss consider decide refine please learn make take give tell
 become leave mean begin believe happen provide include continue understand allow remember appear expect
 remain suggest require prioritize topic""".split())
 
+# A reply is up to three sentences: an opener answering the latest speaker, a body saying where the
+# agent stands (its role as "I <role>"), and a closer. {k1}/{k2} are noun phrases ("the regulation",
+# "AI development", "Rust") and only ever objects, so no verb has to agree with them; {you}/{your} is
+# the latest speaker as addressed: "you"/"your" with one other in the room, else their name.
 _OPENERS = [
-    "Building on {prev}'s point about {k1}, ",
-    "I hear {prev}, but on {k1} I see it differently: ",
-    "Let me add an angle on {k1}: ",
-    "Picking up the thread on {k1}, ",
-    "To answer {prev} directly, ",
-    "One thing we have not weighed yet is {k2}: ",
+    "I take {your} point about {k1}.",
+    "I hear {you} on {k1}, but I see it differently.",
+    "To answer {you} directly: {k1} should count, but not on its own.",
+    "On {k1}, I part ways with {you}.",
 ]
-# every body reads with {k1}/{k2} as a singular or plural noun and {role} as "I <role>"
 _BODIES = [
-    "as I {role}, I think the question of {k1} comes first when we look at {k2}.",
-    "my view, since I {role}, is that {k1} and {k2} have to be judged together.",
-    "since I {role}, I read the evidence on {k1} as pointing to a careful, staged approach to {k2}.",
-    "given that I {role}, I would put {k1} first and treat {k2} as the test of it.",
-    "because I {role}, I'd ask what getting {k1} wrong would cost us in {k2}.",
+    "As I {role}, I would start from {k1} and treat {k2} as the test of it.",
+    "Since I {role}, my question is what getting {k1} wrong would cost us in {k2}.",
+    "Because I {role}, I read the evidence on {k1} as a case for a careful, staged approach to {k2}.",
+    "Given that I {role}, I think {k1} and {k2} have to be judged together.",
+    "Since I {role}, I want {k1} weighed against {k2} before we commit.",
 ]
-_CLOSERS = [
-    "", " That is where I would start.", " I would like the others to challenge that.",
-    " The open question is who bears the risk.", " Let's keep it concrete.",
-]
+_CLOSERS = {  # by how many others are in the room: none known, one, several
+    "none": ["", " That is where I would start.", " The open question is who bears the risk.",
+             " Let's keep it concrete."],
+    "one": ["", " Tell me where you disagree.", " I would like you to challenge that.",
+            " What would change your mind?", " The open question is who bears the risk."],
+    "many": ["", " I would like the others to challenge that.", " Who sees it differently?",
+             " The open question is who bears the risk.", " Let's keep it concrete."],
+}
+_AGREE = "My concerns about {k1} have been answered, and I can accept {k2} as it stands."
+_SUMMARY = "To sum up, {speakers} weighed {k1} against {k2}; the open question is who bears the risk."
 # words that start a role a sentence can continue with "I ...": "You argue for cats" -> "I argue for cats"
 _VERBS = set("""argue weigh critique revise summarize summarise love like plan build review ask answer represent
 mediate negotiate judge prosecute defend mentor teach learn write analyze analyse evaluate moderate champion
@@ -59,13 +73,45 @@ advocate oppose support question interview facilitate lead chair propose present
 design research study compare explore protect push challenge favor favour prefer believe care focus bring
 help guide coach assess examine investigate draft edit improve simplify translate report track sell buy
 represent play act work serve manage run own hate fear trust doubt want need value""".split())
+# verbs a task or a message uses as verbs ("Analyze the market", "we should develop"): a topic only when
+# the text itself uses it as a noun ("the plan", "a review")
+_BASE_VERBS = _VERBS | set("""develop prioritize prioritise decide create reduce increase choose ship launch adopt
+invest hire move switch use ban allow regulate fund raise replace expand grow cut keep stop start finish go
+solve fix implement deploy migrate rewrite adopt approve reject accept agree disagree discuss consider describe
+outline propose suggest recommend determine identify define measure estimate predict ensure avoid win lose
+become make take give tell show think know seem leave mean begin happen provide include continue understand
+allow remember appear expect remain require find focus seek weigh open respond move settle close join""".split())
+# adjectives and comparatives that a determiner may precede but that are never the topic themselves
+_ADJECTIVES = set("""better worse best worst faster slower bigger smaller cheaper safer easier harder greater higher
+lower larger stronger weaker longer shorter newer older good great high low large small strong weak long short
+new old right wrong real true false full whole main major minor key only other same different important possible
+likely certain clear open free public private remote local global social human final early late next last first
+second third renewable unchecked balanced careful concrete practical ethical critical total overall common current
+several many much more most less least certain various entire relevant significant recent urgent efficient
+sufficient independent consistent present absent two three four five six seven eight nine ten
+twelve twenty hundred thousand million""".split())  # numbers too: "the three rules" is about the rules
+_DETERMINERS = set("the a an this that these those our their its your my his her some any each every no".split())
+_PREPOSITIONS = set("of for about on with in against from over between into toward towards around behind".split())
+_AUX = set("is are was were has have had should would will can could must may might does do".split())
+_NOT_SUBJECT_OF = set("to will would should can could must may might we you they i let please not don't "
+                      "never also".split())  # a word after these is a verb ("to develop", "we ship")
+# endings that make a word a noun whatever precedes it
+_NOUN_END = re.compile(r"(?:tion|sion|ment|ness|ity|ance|ence|ship|ism|ists?|ogy|ergy|ure|ery|ics|dom|hood)s?$")
 # a keyword should be a noun: verbs, adjectives and adverbs by their endings read badly in the templates
 _NOT_NOUN = re.compile(r"(?:ize|ise|ized|ised|izing|ising|ed|ing|ly|able|ible|ful|ous|ive|less|ic|al|wards?)$")
+# "say AGREED when satisfied", "reply DONE once finished", "end with 'OK' if you agree": the signal word
+_SIGNAL = re.compile(r"\b(?i:say|reply|respond with|answer|write|output|end with|finish with)\s+"
+                     r"[\"']?([A-Z][A-Z_]{2,})[\"']?\s+(?:when|once|if|as soon as)\b")
+AGREE_AFTER = 1  # an agent told to give a signal gives it on its reply after this many of its own replies
 
 
 RECENT = 8  # the latest messages a reply or bid reads (besides the system prompt and the task)
-_FALLBACKS = ["the question", "the trade-offs"]  # when the conversation offers fewer than two nouns
+_FALLBACKS = ["the issue at hand", "the trade-offs"]  # when the conversation offers fewer than two nouns
 _TEMPLATE_WORDS: set[str] = set()
+# the words of the patterns' own briefs ("a one-on-one debate", "your latest argument"): never a topic
+_FRAME = set("debate debates argument arguments discussion panel experts expert moderator chat conversation "
+             "participant participants floor score replies member members".split())
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z\-']*|[.,;:!?()\"\n]")
 
 
 def _words(text: str) -> list[str]:
@@ -79,19 +125,79 @@ def _words(text: str) -> list[str]:
 
 def _template_words() -> set[str]:
     if not _TEMPLATE_WORDS:
-        for t in _OPENERS + _BODIES + _CLOSERS + _FALLBACKS:
+        for t in [*_OPENERS, *_BODIES, *(c for cs in _CLOSERS.values() for c in cs), _AGREE, _SUMMARY, *_FALLBACKS]:
             _TEMPLATE_WORDS.update(re.findall(r"[a-z][a-z\-']{3,}", t.lower()))
     return _TEMPLATE_WORDS
 
 
+def _nouns(text: str) -> dict[str, tuple[int, str]]:
+    """The nouns of ``text``: lower-case head -> (times used as a noun, the phrase to say it with).
+
+    A word counts as a noun only where the text itself uses it as one: after a determiner ("the
+    plan", "our only path"), a preposition ("benefits of AI") or a possessive, before a verb
+    ("energy is"), or by a noun's ending ("regulation", "development"); never after "to", a modal
+    or a pronoun ("to develop", "we ship"), at the start of a sentence (an imperative: "Analyze the
+    market"), or when it is an adjective or an adverb. The phrase is "the <noun>", the noun with an
+    acronym before it ("AI regulation"), or a name as written ("Rust")."""
+    toks = _TOKEN.findall(text)
+    votes: dict[str, int] = {}
+    phrase: dict[str, str] = {}
+    carried: dict[str, tuple[str, str]] = {}  # a noun -> (the modifier said before it, the word before that)
+    for i, tok in enumerate(toks):
+        w = re.sub(r"'s?$", "", tok.lower()).strip("-'")
+        if (len(w) <= 3 or not w.isalpha() or w in _STOP or w in _ADJECTIVES or w in _DETERMINERS
+                or w in _AUX or (_NOT_NOUN.search(w) and not _NOUN_END.search(w))):
+            continue
+        before = toks[i - 1] if i else "."
+        before_l = before.lower()
+        after = toks[i + 1].lower() if i + 1 < len(toks) else "."
+        two_back = toks[i - 2].lower() if i > 1 else "."
+        opening = before in ".!?:;\n\"(" or i == 0
+        proper = tok[0].isupper() and not opening and not tok.isupper()
+        vote = 1 if w in carried else 0
+        if before_l in _NOT_SUBJECT_OF or (opening and not _NOUN_END.search(w)):
+            vote = -1
+        elif (before_l in _DETERMINERS or before_l in _PREPOSITIONS or before.endswith("'s") or proper
+              or _NOUN_END.search(w) or (before_l in _ADJECTIVES and two_back in _DETERMINERS)
+              or (before_l in _ADJECTIVES | _STOP and after in _AUX)
+              or (after in _AUX and w not in _BASE_VERBS)):
+            vote = 1
+        if before_l in _ADJECTIVES:
+            vote = max(vote, 1)  # "remote work", "the careful review": an adjective makes a noun of it
+        elif w in _BASE_VERBS and not (before_l in _DETERMINERS or before.endswith("'s")):
+            vote = -1  # a verb unless the text puts a determiner before it
+        nxt = toks[i + 1] if i + 1 < len(toks) else "."
+        then = toks[i + 2].lower() if i + 2 < len(toks) else "."
+        if (vote > 0 and _is_content(nxt) and not _NOUN_END.search(w) and w not in phrase
+                and then not in _DETERMINERS | _PREPOSITIONS | {"to"}):  # "replies goes to": a verb
+            carried[nxt.lower()] = (w, before_l)  # "backend services": a modifier, the next word is the noun
+            continue
+        votes[w] = votes.get(w, 0) + vote
+        if vote > 0 and w not in phrase:
+            mod, det = carried.get(w) or ((before_l, two_back) if before_l in _ADJECTIVES else ("", ""))
+            if proper:
+                phrase[w] = tok
+            elif before.isupper() and before.isalpha() and 2 <= len(before) <= 5 and not opening:
+                phrase[w] = f"{before} {w}"  # "AI regulation"
+            elif mod:
+                phrase[w] = f"the {mod} {w}" if det in _DETERMINERS else f"{mod} {w}"
+            else:
+                phrase[w] = f"the {w}"
+    return {w: (n, phrase[w]) for w, n in votes.items() if n > 0 and w in phrase}
+
+
+def _is_content(tok: str) -> bool:
+    w = tok.lower()
+    return (tok.isalpha() and len(w) > 3 and w not in _STOP and w not in _AUX and w not in _DETERMINERS
+            and w not in _PREPOSITIONS and w not in _ADJECTIVES and w not in _BASE_VERBS
+            and not (_NOT_NOUN.search(w) and not _NOUN_END.search(w)))
+
+
 def _keywords(text: str, n: int = 3) -> list[str]:
-    """The ``n`` most frequent nouns of ``text`` (first seen first on ties)."""
-    seen: dict[str, int] = {}
-    for w in _words(text):
-        if not _NOT_NOUN.search(w):
-            seen[w] = seen.get(w, 0) + 1
-    order = list(seen)
-    return [w for w, _ in sorted(seen.items(), key=lambda kv: (-kv[1], order.index(kv[0])))][:n]
+    """The ``n`` nouns ``text`` uses most as nouns (first seen first on ties)."""
+    found = _nouns(text)
+    order = list(found)
+    return sorted(found, key=lambda w: (-found[w][0], order.index(w)))[:n]
 
 
 def _role_phrase(system_prompt: str) -> str:
@@ -101,12 +207,14 @@ def _role_phrase(system_prompt: str) -> str:
     first = re.split(r",?\s+(?:and|then)\s+(?:say|reply|respond|answer|write|output|end)\b|,\s*(?:say|reply)\b",
                      first, maxsplit=1, flags=re.I)[0].strip()
     first = re.sub(r"^(you are|you're|you)\s+", "", first, flags=re.I)
-    if not first or "{{" in first:
+    if not first or "{{" in first or re.match(r"(?:say|reply|respond|answer|write|output|end|finish)\b", first, re.I):
         return "bring my own perspective"
     lead = first.split()[0].lower()
     if lead in ("am", "a", "an", "the") or re.match(r"^(a|an|the)\s", first, flags=re.I):
         return ("am " if lead != "am" else "") + first[0].lower() + first[1:]
-    if lead in _VERBS or re.search(r"(?:ize|ise|ate)$", lead):
+    then = (first.split()[1:2] or [""])[0].lower()
+    if (lead in _BASE_VERBS or re.search(r"(?:ize|ise|ate)$", lead)
+            or then in _DETERMINERS or then.endswith("ly")):  # "guard the budget", "preside impartially"
         return first[0].lower() + first[1:]
     return "care most about " + first[0].lower() + first[1:]
 
@@ -129,9 +237,64 @@ def _latest_turn(text: str, is_task: bool) -> tuple[str, str]:
     return (m.group(1), text[m.end():]) if m else ("", text)
 
 
-def _proper_nouns(text: str) -> dict[str, str]:
-    """Words written capitalized inside a sentence ("learn Rust"), by their lower-case form."""
-    return {w.lower(): w for w in re.findall(r"(?<=[a-z,;] )([A-Z][a-z][a-zA-Z\-]{2,})", text)}
+# how the patterns' prompts say who else is in the room
+_ROOM_NAMES = re.compile(r"one-on-one debate against ([\w\-.]+)|in a group chat with ([^.\n]+)\.|"
+                         r"Other participants: ([^.\n]+)\.|panel discussion with the experts ([^.\n]+)\.|"
+                         r"on a panel moderated by ([\w\-.]+)|Other experts: ([^.\n]+)\.")
+_ROOM_SIZE = re.compile(r"\b(?:agent|expert) \d+ of (\d+)\b")  # round robin, panel: N participants
+
+
+def _others(agent: str, texts: list[str], spoken: list[str]) -> list[str]:
+    """Who else is in the room, as far as the prompts tell: the names the patterns' briefs give in
+    ``texts`` and every speaker of a ``name: ...`` line in ``spoken`` (the texts without the task's
+    first line), without the agent itself and the user. A brief that gives only a count ("agent 2
+    of 4") adds unnamed places."""
+    names: dict[str, None] = {}
+    size = 0
+    for t in texts:
+        for m in _ROOM_NAMES.finditer(t):
+            for part in re.split(r",\s*|\s+and\s+", next(g for g in m.groups() if g is not None)):
+                names[part.strip()] = None
+        for m in _ROOM_SIZE.finditer(t):
+            size = max(size, int(m.group(1)))
+    for t in spoken:
+        for w in _SPEAKER_LINE.findall(t):
+            names[w] = None
+    known = [n for n in names if n and n.lower() not in (agent.lower(), "user", "no one else", "(none)", "none")]
+    return known + [""] * max(0, size - 1 - len(known))
+
+
+def _own_turns(agent: str, convo: list[dict[str, Any]], last: str) -> int:
+    """How many replies the agent has given that it can see: its own messages in the conversation
+    (private memory) or its lines in a turn's "... so far:" block."""
+    mine = sum(1 for m in convo if m.get("role") == "assistant")
+    speakers: list[str] = _SPEAKER_LINE.findall(last.partition("so far:\n")[2])
+    return max(mine, speakers.count(agent))
+
+
+def _join(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _reply(rng: random.Random, *, role: str, k1: str, k2: str, prev: str, others: list[str], system: str,
+           own_turns: int, speakers: list[str]) -> str:
+    """The reply's text: an opener to the latest speaker, the agent's stand, a closer for the room;
+    or the agreement its instructions ask for ("say AGREED when satisfied", after ``AGREE_AFTER``
+    replies of its own), or a summary when its role is to summarize."""
+    slots = {"k1": k1, "k2": k2, "role": role}
+    signal = _SIGNAL.search(system)
+    if signal and own_turns >= AGREE_AFTER:
+        return _AGREE.format(**slots) + " " + signal.group(1) + "."
+    if re.match(r"summari[sz]e|sum up", role):
+        return _SUMMARY.format(speakers=_join(speakers) if speakers else "the discussion", **slots)
+    one = len(others) == 1
+    you, your = ("you", "your") if one else (prev, prev + "'s")
+    opener = rng.choice(_OPENERS).format(you=you, your=your, **slots) + " " if prev else ""
+    body = rng.choice(_BODIES).format(**slots)
+    closer = rng.choice(_CLOSERS["one" if one else "many" if others else "none"])
+    if re.search(r"\b(?:one|a single) sentence\b|\bconcise(?:ly)?\b|\bbrief(?:ly)?\b", system, re.I):
+        return body  # "answer in one sentence", "be concise": the stand alone
+    return opener + body + closer
 
 
 def _text(content: Any) -> str:
@@ -179,20 +342,30 @@ class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any (
         prev, last_text = _latest_turn(last, is_task=not convo or (not own_last and n_convo == 1))
         task = next((_text(m["content"]) for m in convo if m.get("role") == "user"), last_text)
         texts = [_text(m.get("content")) for m in convo] + [last]
-        names = {part for t in texts for w in _SPEAKER_LINE.findall(t)
+        first = _text(messages[start].get("content")) if len(messages) > start else ""
+        topic = first.split("\n", 1)[0]  # "Draft: ...": the task's first line names no speaker
+        spoken = [t[len(topic):] if topic and t.startswith(topic) else t
+                  for t in [system, *texts, _text(messages[-1].get("content"))]]
+        names = {part for t in spoken for w in _SPEAKER_LINE.findall(t)
                  for part in re.split(r"[_\-.]", w.lower()) + [w.lower()]}
         role = _role_phrase(system)
+        others = _others(agent, [system, *texts, _text(messages[-1].get("content"))], spoken)
+        if not prev and len(others) == 1 and others[0] and any(m.get("role") == "assistant" for m in convo):
+            prev = others[0]  # private memory (a debate): the message after its own reply is the other's
         # its own role's words are not news to it (the rest of a system prompt may hold the material)
-        noise = (_template_words() | names | set(_words(role))
-                 | {part for n in (prev, agent) for part in re.split(r"[_\-.]", n.lower()) + [n.lower()]})
+        noise = (_template_words() | _FRAME | names | set(_words(role))
+                 | {part for n in (prev, agent, *others) for part in re.split(r"[_\-.]", n.lower()) + [n.lower()]})
         said = _ROLE_CLAUSE.sub(" ", last_text)  # what the speaker said, not who it said it was
+        found = {**_nouns(system), **_nouns(_ROLE_CLAUSE.sub(" ", task)), **_nouns(said)}
         keys = [k for k in _keywords(said, 6) + _keywords(_ROLE_CLAUSE.sub(" ", task), 4) if k not in noise]
-        keys = list(dict.fromkeys(keys)) + [k for k in _FALLBACKS if k not in keys]
-        proper = _proper_nouns(said + "\n" + task)
-        k1, k2 = (proper.get(k) or (k if k.startswith("the ") else "the " + k) for k in keys[:2])
-        opener = rng.choice(_OPENERS) if prev else ""
-        text = (opener + rng.choice(_BODIES)).format(prev=prev or "the group", k1=k1, k2=k2, role=role)
-        text = text[0].upper() + text[1:] + rng.choice(_CLOSERS)
+        keys += [k for k in _keywords(system, 4) if k not in noise - set(_words(role))]  # then its own subject
+        phrases = [found[k][1] for k in dict.fromkeys(keys)] + _FALLBACKS
+        k1, k2 = phrases[0], next(p for p in phrases[1:] if p != phrases[0])
+        if k1.lower() in role.lower():  # its own subject second: "since I argue for remote work, ... to remote work"
+            k1, k2 = k2, k1
+        speakers = list(dict.fromkeys(w for t in spoken for w in _SPEAKER_LINE.findall(t) if w != "User"))
+        text = _reply(rng, role=role, k1=k1, k2=k2, prev=prev if prev != agent else "", others=others,
+                      system=system, own_turns=_own_turns(agent, convo, last), speakers=speakers)
 
         tools = optional_params.get("tools") or []
         wants_bid = (any((t.get("function") or {}).get("name") == "respond" for t in tools)
