@@ -218,7 +218,8 @@ class ChatContext:
         if type(memory) is not AppendLog:  # a checkpoint writes what each turn added to it
             memory = self.memory[speaker.name] = AppendLog(memory or ())
         reply = await self.ask(speaker, prompt, history=list(memory), **kw)
-        memory += [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
+        if self.tool_loop.once(speaker.name, "memory"):  # once, when a tool round entered the state again
+            memory += [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
         return reply
 
 

@@ -448,6 +448,7 @@ class Exchange:
     calls: list[CallRecord] = field(default_factory=list)  # every call of the turn, in order
     answer: Any = None
     answered: bool = False
+    marks: list[str] = field(default_factory=list)  # what the state's action already did with the answer
 
     def pending(self) -> list[CallRecord]:
         return [c for c in self.calls if not c.resolved]
@@ -457,7 +458,8 @@ class Exchange:
         if isinstance(answer, BidOutcome):
             answer = {"score": answer.score, "message": answer.message, "bid": True}
         return {"speaker": self.speaker, "rounds": self.rounds, "messages": list(self.messages),
-                "calls": [c.to_dict() for c in self.calls], "answer": answer, "answered": self.answered}
+                "calls": [c.to_dict() for c in self.calls], "answer": answer, "answered": self.answered,
+                "marks": list(self.marks)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Exchange":
@@ -465,7 +467,8 @@ class Exchange:
         if isinstance(answer, dict) and answer.get("bid"):
             answer = bid_from_arguments({"score": answer["score"], "message": answer["message"]})
         return cls(d["speaker"], int(d.get("rounds", 0)), list(d.get("messages") or []),
-                   [CallRecord.from_dict(c) for c in d.get("calls") or []], answer, bool(d.get("answered")))
+                   [CallRecord.from_dict(c) for c in d.get("calls") or []], answer, bool(d.get("answered")),
+                   list(d.get("marks") or []))
 
     def tool_messages(self) -> list[dict[str, Any]]:
         """The wire messages of the rounds so far, results filled in (one ``tool`` message per call)."""
@@ -517,6 +520,18 @@ class ToolLoop:
         self.offered: dict[str, list[str]] = {}  # each tool source's tool names this run
         self._sources: dict[int, tuple[Any, list[Tool]]] = {}
         self.used = False
+        self.last: dict[str, list[dict[str, Any]]] = {}  # the tool calls of the last state's answered turns
+
+    def once(self, speaker: str, mark: str) -> bool:
+        """Whether the state's action does ``mark`` with ``speaker``'s answer for the first time
+        (an action entered again after a tool round must not, e.g., remember a reply twice)."""
+        ex = self.exchanges.get(speaker)
+        if ex is None or not self.active:
+            return True
+        if mark in ex.marks:
+            return False
+        ex.marks.append(mark)
+        return True
 
     # ---- tools of a speaker ----
     async def tools_of(self, speaker: Any) -> list[Tool]:
@@ -750,7 +765,9 @@ class ToolLoop:
 
     # ---- ends of a state ----
     def finish(self) -> None:
-        """The state's action completed: its turns in progress are over."""
+        """The state's action completed: its turns in progress are over (their tool calls stay
+        readable in ``last`` until the next state with a tool loop completes)."""
+        self.last = {k: [c.entry() for c in ex.calls] for k, ex in self.exchanges.items() if ex.calls}
         self.exchanges.clear()
 
     def entries(self, speaker: str) -> list[dict[str, Any]]:
@@ -762,7 +779,7 @@ class ToolLoop:
     def snapshot(self) -> dict[str, Any]:
         """The loop's state as plain data (a checkpoint stores it with the context)."""
         return {"exchanges": {k: ex.to_dict() for k, ex in self.exchanges.items()}, "calls_made": self.calls_made,
-                "offered": {k: list(v) for k, v in self.offered.items()}}
+                "offered": {k: list(v) for k, v in self.offered.items()}, "last": dict(self.last)}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
@@ -770,6 +787,7 @@ class ToolLoop:
         self.exchanges = {k: Exchange.from_dict(v) for k, v in (state.get("exchanges") or {}).items()}
         self.calls_made = int(state.get("calls_made", 0))
         self.offered = {k: list(v) for k, v in (state.get("offered") or {}).items()}
+        self.last = dict(state.get("last") or {})
         for ex in self.exchanges.values():
             for c in ex.calls:
                 if c.status in ("asked", "approved"):
