@@ -55,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic import Field as PydanticField
 
 from ..deadline import call_within
-from ..errors import DeadlineExceeded, FsmchatError, Interrupted
+from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from .human import Approve, Edit, Reject, Say, request
 from .respond import BidOutcome, bid_from_arguments, silent
@@ -449,6 +449,7 @@ class Exchange:
     answer: Any = None
     answered: bool = False
     marks: list[str] = field(default_factory=list)  # what the state's action already did with the answer
+    share: bool = False  # the speaker shares its tool calls with the others (Agent.share_tool_results)
 
     def pending(self) -> list[CallRecord]:
         return [c for c in self.calls if not c.resolved]
@@ -459,7 +460,7 @@ class Exchange:
             answer = {"score": answer.score, "message": answer.message, "bid": True}
         return {"speaker": self.speaker, "rounds": self.rounds, "messages": list(self.messages),
                 "calls": [c.to_dict() for c in self.calls], "answer": answer, "answered": self.answered,
-                "marks": list(self.marks)}
+                "marks": list(self.marks), "share": self.share}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Exchange":
@@ -468,7 +469,7 @@ class Exchange:
             answer = bid_from_arguments({"score": answer["score"], "message": answer["message"]})
         return cls(d["speaker"], int(d.get("rounds", 0)), list(d.get("messages") or []),
                    [CallRecord.from_dict(c) for c in d.get("calls") or []], answer, bool(d.get("answered")),
-                   list(d.get("marks") or []))
+                   list(d.get("marks") or []), bool(d.get("share")))
 
     def tool_messages(self) -> list[dict[str, Any]]:
         """The wire messages of the rounds so far, results filled in (one ``tool`` message per call)."""
@@ -515,8 +516,6 @@ class ToolLoop:
         self.exchanges: dict[str, Exchange] = {}
         self.active = False  # a state with a tool loop is running its action
         self.approve_all = False  # interrupt_before=["tools"]: every call waits for a person
-        self.calls_made = 0
-        self.max_calls: int | None = None  # Limits.max_tool_calls
         self.offered: dict[str, list[str]] = {}  # each tool source's tool names this run
         self._sources: dict[int, tuple[Any, list[Tool]]] = {}
         self.used = False
@@ -582,6 +581,7 @@ class ToolLoop:
         if not self.active:
             return await self._inline(speaker, turn)
         ex = self.exchanges.setdefault(speaker.name, Exchange(speaker.name))
+        ex.share = bool(getattr(speaker, "share_tool_results", False))
         if ex.answered:
             return str(ex.answer)
         if ex.pending():
@@ -716,13 +716,12 @@ class ToolLoop:
         runnable = [c for c in runnable if c.status != "awaiting"]
         if not runnable:
             return
-        if self.max_calls is not None and self.calls_made + len(runnable) > self.max_calls:
-            if stats is not None:
-                stats.limit_hit = "max_tool_calls"
-            from_ = runnable[0]
-            raise ToolError(f"max_tool_calls={self.max_calls} reached after {self.calls_made} tool call(s): "
-                            f"{speaker.name}'s {len(runnable)} call(s) ({', '.join(c.name for c in runnable)}) "
-                            "were not run", agent=speaker.name, tool=from_.name, arguments=from_.arguments)
+        cap = getattr(stats, "max_tool_calls", None)
+        if cap is not None and stats.tool_calls + len(runnable) > cap:
+            stats.tool_over_cap, stats.limit_hit = True, "max_tool_calls"
+            raise BudgetExceeded(f"max_tool_calls={cap} reached after {stats.tool_calls} tool call(s): "
+                                 f"{speaker.name}'s {len(runnable)} call(s) ({', '.join(c.name for c in runnable)}) "
+                                 "were not run")
         gate = asyncio.Semaphore(max(1, int(getattr(speaker, "max_parallel_tools", DEFAULT_MAX_PARALLEL_TOOLS))))
         deadline = getattr(stats, "deadline", None)
         on_error = getattr(speaker, "on_tool_error", "return")
@@ -737,13 +736,16 @@ class ToolLoop:
                         raise ToolArgumentsError(f"unknown tool {rec.name!r}; the tools are: {known}")
                     args = tool.check_arguments(rec.arguments)
                     rec.arguments = args
-                    self.calls_made += 1
+                    if stats is not None:
+                        stats.tool_calls += 1
                     rec.result = await tool.run(args, deadline)
                     rec.status = "done"
                 except DeadlineExceeded as exc:
                     if deadline is not None and time.monotonic() >= deadline:
                         raise  # the run's deadline: the run takes its past_deadline edge
                     rec.status, rec.error = "error", f"timed out: {exc}"
+                except ToolArgumentsError as exc:
+                    rec.status, rec.error = "error", str(exc)
                 except ToolError:
                     raise
                 except (asyncio.CancelledError, Interrupted):
@@ -775,17 +777,21 @@ class ToolLoop:
         ex = self.exchanges.get(speaker)
         return [c.entry() for c in ex.calls] if ex is not None else []
 
+    def shares(self, speaker: str) -> bool:
+        """Whether ``speaker``'s turn in progress shares its tool calls with the others."""
+        ex = self.exchanges.get(speaker)
+        return ex is not None and ex.share
+
     # ---- checkpoint ----
     def snapshot(self) -> dict[str, Any]:
         """The loop's state as plain data (a checkpoint stores it with the context)."""
-        return {"exchanges": {k: ex.to_dict() for k, ex in self.exchanges.items()}, "calls_made": self.calls_made,
+        return {"exchanges": {k: ex.to_dict() for k, ex in self.exchanges.items()},
                 "offered": {k: list(v) for k, v in self.offered.items()}, "last": dict(self.last)}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
         approved) but has no result may have run when the run stopped: it becomes ``uncertain``."""
         self.exchanges = {k: Exchange.from_dict(v) for k, v in (state.get("exchanges") or {}).items()}
-        self.calls_made = int(state.get("calls_made", 0))
         self.offered = {k: list(v) for k, v in (state.get("offered") or {}).items()}
         self.last = dict(state.get("last") or {})
         for ex in self.exchanges.values():
