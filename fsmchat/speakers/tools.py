@@ -266,7 +266,8 @@ class Tool:
     def from_schema(cls, schema: dict[str, Any]) -> "Tool":
         """A tool with no function from an OpenAI-format dict (``{"type": "function", "function": {...}}``
         or the bare ``{"name", "description", "parameters"}``)."""
-        fn = schema.get("function") if isinstance(schema.get("function"), dict) else schema
+        inner = schema.get("function")
+        fn: dict[str, Any] = inner if isinstance(inner, dict) else schema
         return cls(None, name=str(fn.get("name") or ""), description=str(fn.get("description") or ""),
                    parameters=dict(fn.get("parameters") or {"type": "object", "properties": {}}))
 
@@ -422,8 +423,8 @@ class CallRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CallRecord":
-        return cls(**{k: d.get(k) for k in ("id", "name", "arguments", "status", "result", "error", "duration_s")},
-                   reason=d.get("reason") or "")
+        return cls(str(d["id"]), str(d["name"]), d.get("arguments"), str(d.get("status") or "asked"), d.get("result"),
+                   d.get("error"), d.get("duration_s"), d.get("reason") or "")
 
     def entry(self) -> dict[str, Any]:
         """What the posted message carries (``Message.metadata["tool_calls"]``)."""
@@ -575,7 +576,7 @@ class ToolLoop:
         outside one (a direct call) the calls are run inline until the model answers."""
         if not has_tools(speaker):
             if self.active:
-                return await self._cached(speaker, lambda: speaker.reply(turn))
+                return str(await self._cached(speaker, lambda: speaker.reply(turn)))
             return str(await speaker.reply(turn))
         self.used = True
         if not self.active:
@@ -608,7 +609,8 @@ class ToolLoop:
         if not has_tools(speaker) or not hasattr(speaker, "tool_message") or \
                 getattr(speaker, "resolved_tool_mode", "native") != "native":
             if self.active:
-                return await self._cached(speaker, lambda: speaker.bid(turn))
+                cached: BidOutcome = await self._cached(speaker, lambda: speaker.bid(turn))
+                return cached
             out: BidOutcome = await speaker.bid(turn)
             return out
         self.used = True
