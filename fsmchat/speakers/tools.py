@@ -49,7 +49,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Literal, Protocol, Sequence, get_type_hints, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic import Field as PydanticField
@@ -178,10 +178,8 @@ def _schema_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> ty
 
 
 def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    import typing
-
     target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)
-    return typing.get_type_hints(target)
+    return get_type_hints(target)
 
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
