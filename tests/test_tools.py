@@ -371,3 +371,19 @@ def test_the_live_view_prints_a_line_per_call():
     lines = out.getvalue().splitlines()
     assert lines[1] == "a: Sunny."
     assert lines[2].startswith("  tool weather(city='Oslo', unit='C') -> sunny, 21C in Oslo (")
+
+
+def test_the_viewers_bid_table_shows_a_bidders_tool_calls(tmp_path):
+    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.ui import Store
+    from fsmchat.ui.view import run_view
+
+    m = ScriptedModel({"a": [ToolCall("weather", {"city": "Oslo"}), Bid(0.9, "Sunny."), Bid(0.1, "")],
+                       "b": [Bid(0.2, "Hm."), Bid(0.1, "")]})
+    db = tmp_path / "runs.db"
+    GroupChat(agents=[m.agent("a", tools=[weather]), m.agent("b")], max_loops=3).execute(
+        "Weather?", checkpoint=SqliteCheckpointer(db), run_id="g")
+    first = run_view(Store(db).run("g"), 0)["turns"][0]
+    a, b = first["agents"]
+    assert [c["name"] for c in a["tools"]] == ["weather"] and "tools" not in b
+    assert first["winner"] == "a"
