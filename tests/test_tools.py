@@ -387,3 +387,26 @@ def test_the_viewers_bid_table_shows_a_bidders_tool_calls(tmp_path):
     a, b = first["agents"]
     assert [c["name"] for c in a["tools"]] == ["weather"] and "tools" not in b
     assert first["winner"] == "a"
+
+
+def test_a_hub_agent_takes_its_tool_rounds_in_its_reply_and_may_close_with_its_tools():
+    from fsmchat import EV_TEXT, Hub, ManualClock, MemoryKnowledgeStore, wait_for_text_count
+
+    async def body():
+        m = ScriptedModel({"alice": [], "bob": [ToolCall("weather", {"city": "Oslo"}),
+                                                ToolCall("close_channel", {"reason": "answered"}), "Sunny in Oslo."]})
+        hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=ManualClock())
+        alice = await hub.register(m.agent("alice"))
+        await hub.register(m.agent("bob", "You are bob.", tools=[weather]), close_tool=True)
+        ch = await alice.open(target=["bob"])
+        await ch.send("Weather in Oslo?")
+        await wait_for_text_count(hub, ch.channel_id, expected=2, timeout=5)
+        await hub.drain(timeout=5)
+        said = [(e.sender, e.text) for e in hub.read_log(ch.channel_id) if e.event_type == EV_TEXT]
+        assert said == [("alice", "Weather in Oslo?"), ("bob", "Sunny in Oslo.")]
+        assert RUNS == ["Oslo"] and hub.close_reason(ch.channel_id) == "answered"
+        first = m.requests_of("bob")[0]
+        assert [t["function"]["name"] for t in first.tools] == ["weather", "close_channel"]
+        await hub.aclose()
+
+    asyncio.run(body())
