@@ -35,6 +35,10 @@ tool calls attached (``Message.metadata["tool_calls"]``, read typed as ``Message
 graph with no agent with tools is unchanged. Each turn makes at most ``1 + max_tool_rounds`` model
 calls (``calls_per_turn``); once the rounds are used the model is asked to answer without tools.
 
+A hub channel's agent (``fsmchat.network``) takes its tool rounds inside its reply (``Agent.reply``
+runs them in place, and a direct ``agent.reply(turn)`` does the same): a channel's turn graph
+advances on texts, so those rounds are not states of it.
+
 A resumed run never calls a tool whose result was committed. A call that was asked for but whose
 result was not committed when the run stopped is run again on resume only when its tool is
 ``idempotent=True``; otherwise the run waits at ``approve_<state>`` with the call's name and
