@@ -436,3 +436,17 @@ def test_a_direct_reply_runs_its_tool_rounds_in_place_and_refuses_an_approval():
     with pytest.raises(ToolError, match="needs a person's approval, which a direct call cannot ask for"):
         asyncio.run(m.agent("p", tools=[Tool(weather, approval=True)]).reply(Turn("p", turn.transcript, "Answer.")))
     assert RUNS == ["Rome"]
+
+
+def test_a_tool_round_in_a_briefing_asks_no_one_twice_and_remembers_each_reply_once():
+    m = ScriptedModel({"mod": ["brief ok", "Round 1: go", "Synth."], "e1": [ToolCall("add", {"a": 1, "b": 1}),
+                                                                           "brief ok", "One."], "e2": ["ok", "Two."]})
+    panel = ExpertPanelDiscussion(agents=[m.agent("e1", tools=[add]), m.agent("e2")], moderator=m.agent("mod"),
+                                  max_rounds=1)
+    r = panel.execute("Go?")
+    assert r.ok, r.error
+    assert r.path[:4] == ["brief", "tools_brief", "brief", "open_round"]
+    assert (m.calls("mod"), m.calls("e1"), m.calls("e2")) == (3, 3, 2)  # the moderator was briefed once
+    memory = r.context.memory
+    assert [x["content"] for x in memory["mod"]][1::2] == ["brief ok", "Round 1: go", "Synth."]
+    assert [x["content"] for x in memory["e1"]][1::2] == ["brief ok", "One."]
