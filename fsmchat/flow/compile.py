@@ -21,7 +21,8 @@ from ..models import StopReason
 from ..patterns.interrupts import TARGET, WaitPoint
 from ..speakers.agent import Turn
 from ..speakers.human import USER, Edit, Reject, Say, request
-from ..speakers.tools import ToolRound, add_tool_loop, calls_per_turn
+from ..speakers.tool_loop import ToolRound, add_tool_loop
+from ..speakers.tools import calls_per_turn
 from .context import FlowContext, StepResult
 from .task import Block, Task, as_task, step_names
 

@@ -14,7 +14,7 @@ from ..models import Transcript
 from ..statelog import AppendLog, Frozen
 from ..speakers.human import People
 from ..speakers.llm import CallStats
-from ..speakers.tools import ToolLoop
+from ..speakers.tool_loop import ToolLoop
 
 _VAR = re.compile(r"\{\{\s*([\w.]+)\s*(\[\s*-?\d*\s*(?::\s*-?\d*\s*)?\])?\s*\}\}")
 

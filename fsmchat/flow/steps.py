@@ -19,7 +19,7 @@ from ..graph.turns import TurnOrder, add_turns
 from ..models import StopReason
 from ..speakers.agent import Agent
 from ..speakers.human import Human
-from ..speakers.tools import add_tool_loop
+from ..speakers.tool_loop import add_tool_loop
 from ..statelog import AppendLog
 from .compile import (UNKNOWN, Compiler, bound, bounded_exits, branch_reason, forked, halted, join_to, known_value,
                       may_write, named, run_task, split_into, task_calls)

@@ -47,7 +47,8 @@ from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, c
                               waiting_for)
 from ..speakers.images import image_part
 from ..speakers.llm import CallStats
-from ..speakers.tools import APPROVE_ALL, ToolLoop, add_tool_loop, calls_per_turn, loop_of
+from ..speakers.tool_loop import APPROVE_ALL, ToolLoop, add_tool_loop, loop_of
+from ..speakers.tools import calls_per_turn
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
 

@@ -18,8 +18,9 @@ from .images import image_part
 from .log_secrets import is_secret
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
     respond_response_format, silent
-from .tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS, Tool, ToolError, ToolLoop, as_tool_entry, \
-    has_tools, is_schema_dict
+from .tool_loop import ToolLoop
+from .tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS, Tool, ToolError, as_tool_entry, has_tools, \
+    is_schema_dict
 
 SEED_ROLE = "User"
 
