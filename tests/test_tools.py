@@ -450,3 +450,19 @@ def test_a_tool_round_in_a_briefing_asks_no_one_twice_and_remembers_each_reply_o
     memory = r.context.memory
     assert [x["content"] for x in memory["mod"]][1::2] == ["brief ok", "Round 1: go", "Synth."]
     assert [x["content"] for x in memory["e1"]][1::2] == ["brief ok", "One."]
+
+
+def test_a_tool_given_a_json_schema_has_its_arguments_checked_before_it_runs():
+    ran = []
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "unit": {"enum": ["C", "F"]}},
+              "required": ["n"], "additionalProperties": False}
+    t = Tool(lambda **kw: ran.append(kw) or "ok", name="remote", description="A remote tool.", parameters=schema)
+    from fsmchat.speakers.tools import ToolArgumentsError
+    with pytest.raises(ToolArgumentsError, match=r"invalid arguments for remote: n: expected integer, got str; "
+                                                 r"unit: 'K' is not one of \['C', 'F'\]; x: not a parameter"):
+        t.check_arguments({"n": "2", "unit": "K", "x": 1})
+    with pytest.raises(ToolArgumentsError, match="n: required"):
+        t.check_arguments({})
+    with pytest.raises(ToolArgumentsError, match="n: expected integer, got bool"):
+        t.check_arguments({"n": True})
+    assert t.check_arguments('{"n": 3, "unit": "C"}') == {"n": 3, "unit": "C"} and ran == []

@@ -305,14 +305,17 @@ class Tool:
                 raise ToolArgumentsError(f"arguments are not JSON: {exc}") from None
         if not isinstance(args, dict):
             raise ToolArgumentsError(f"arguments must be a JSON object, got {type(args).__name__}")
-        if self._model is None:
+        if self._model is None:  # a schema given as JSON (a tool source's): its common rules are checked
+            problems = schema_problems(self.parameters, args)
+            if problems:
+                raise ToolArgumentsError(f"invalid arguments for {self.name}: {'; '.join(problems)}")
             return dict(args)
         try:
             return dict(self._model.model_validate(args))
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}"
-                                 for e in exc.errors())
-            raise ToolArgumentsError(f"invalid arguments for {self.name}: {problems}") from None
+            found = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}"
+                              for e in exc.errors())
+            raise ToolArgumentsError(f"invalid arguments for {self.name}: {found}") from None
 
     async def run(self, arguments: dict[str, Any], deadline: float | None) -> str:
         """Call the function with ``arguments`` (validated) under ``deadline`` and the tool's
@@ -347,6 +350,51 @@ class Tool:
         opts = "".join(f", {k}=True" for k in ("approval", "idempotent") if getattr(self, k))
         timeout = f", timeout_s={self.timeout_s}" if self.timeout_s is not None else ""
         return f"Tool({self.name!r}{'' if self.runnable else ', no function'}{opts}{timeout})"
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),
+                                            "boolean": (bool,), "array": (list,), "object": (dict,),
+                                            "null": (type(None),)}
+
+
+def schema_problems(schema: dict[str, Any], value: Any, where: str = "") -> list[str]:
+    """What ``value`` breaks of the JSON-schema rules a tool's parameters commonly use: ``type``,
+    ``enum``, ``required``, ``properties``, ``additionalProperties: false`` and ``items`` (nested).
+
+    Examples:
+        >>> schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+        ...           "additionalProperties": False}
+        >>> schema_problems(schema, {"n": "2", "m": 1})
+        ['n: expected integer, got str', 'm: not a parameter (allowed: n)']
+        >>> schema_problems(schema, {"n": 2})
+        []
+    """
+    out: list[str] = []
+    label = where or "(arguments)"
+    kinds = schema.get("type")
+    if kinds is not None:
+        names = kinds if isinstance(kinds, list) else [kinds]
+        allowed = tuple(t for n in names for t in _JSON_TYPES.get(str(n), (object,)))
+        is_bool = isinstance(value, bool)
+        if not isinstance(value, allowed) or (is_bool and "boolean" not in names):
+            return [f"{label}: expected {' or '.join(map(str, names))}, got {type(value).__name__}"]
+    if "enum" in schema and value not in schema["enum"]:
+        out.append(f"{label}: {value!r} is not one of {schema['enum']!r}")
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for key in schema.get("required") or []:
+            if key not in value:
+                out.append(f"{where + '.' if where else ''}{key}: required")
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if key in props:
+                out += schema_problems(props[key], item, path)
+            elif schema.get("additionalProperties") is False:
+                out.append(f"{path}: not a parameter (allowed: {', '.join(props) or 'none'})")
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            out += schema_problems(schema["items"], item, f"{label}[{i}]")
+    return out
 
 
 def result_text(out: Any) -> str:
