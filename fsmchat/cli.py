@@ -181,7 +181,7 @@ def ask_terminal(pending: Any) -> Any:
     """Ask on the terminal until a valid answer comes (None on end of input: the run stays waiting)."""
     err = sys.stderr
     print("\n".join(describe(pending)), file=err)
-    edit = "/edit NAME=VALUE ..." if pending.edit == "vars" else COMMANDS["edit"]
+    edit = "/edit NAME=VALUE ..." if pending.edit in ("vars", "arguments") else COMMANDS["edit"]
     for kind, effect in pending.allowed.items():
         print(f"   {edit if kind == 'edit' else COMMANDS[kind]:<18} {effect}", file=err)
     while True:
@@ -200,7 +200,8 @@ def ask_terminal(pending: Any) -> Any:
             elif head in ("/reject", "/r"):
                 given = Reject(rest.strip())
             elif head in ("/edit", "/e"):
-                given = Edit(vars=parse_vars(rest.split())) if pending.edit == "vars" else Edit(rest.strip())
+                given = Edit(vars=parse_vars(rest.split())) if pending.edit == "vars" else \
+                    Edit(arguments=parse_vars(rest.split(), "/edit")) if pending.edit == "arguments" else Edit(rest.strip())
             elif line.startswith("/"):
                 print(f"   unknown command {head!r}; one of: " + ", ".join(COMMANDS[k] for k in pending.allowed),
                       file=err)
@@ -231,7 +232,7 @@ def waiting_note(pending: Any, run_id: str | None, store: str, how: list[str]) -
     base = ["fsmchat", "resume", str(run_id), "--db", store, *how]
     lines = describe(pending) + [f"fsmchat: the run waits (exit code {EXIT_WAITING}); answer it with one of:"]
     for kind, effect in pending.allowed.items():
-        flag = "--set NAME=VALUE" if kind == "edit" and pending.edit == "vars" else FLAGS[kind]
+        flag = "--set NAME=VALUE" if kind == "edit" and pending.edit in ("vars", "arguments") else FLAGS[kind]
         lines.append("  " + " ".join(shlex.quote(x) for x in base) + f" {flag}    # {effect}")
     return "\n".join(lines)
 
@@ -308,6 +309,8 @@ def _resume(args: argparse.Namespace) -> int:
         pattern.with_limits(**stored)  # the limits the run was started with (fsmchat run --max-calls ...)
     answer = given[0][1] if given else None
     pending = waiting_for(saved)
+    if isinstance(answer, Edit) and answer.vars and pending is not None and pending.edit == "arguments":
+        answer = Edit(arguments=answer.vars)  # --set NAME=VALUE at a tool call: its arguments
     if answer is None and pending is not None and not args.no_input and sys.stdin.isatty():
         answer = ask_terminal(pending)
     return _follow(pattern, lambda hooks: pattern.aresume(args.run_id, checkpoint, input=answer, **hooks),
@@ -599,7 +602,8 @@ def parser() -> argparse.ArgumentParser:
     rs.add_argument("--edit", metavar="TEXT", help="go on with the proposed message replaced by TEXT")
     rs.add_argument("--reject", metavar="REASON", nargs="?", const="", help="reject the proposal (its effect is "
                     "listed when the run stops)")
-    rs.add_argument("--set", nargs="+", metavar="NAME=VALUE", help="edit flow variables (VALUE as JSON, else text)")
+    rs.add_argument("--set", nargs="+", metavar="NAME=VALUE", help="edit flow variables, or a waiting tool call's "
+                    "arguments (VALUE as JSON, else text)")
     rs.add_argument("--no-input", action="store_true", help="never ask on the terminal")
     rs.add_argument("-q", "--quiet", action="store_true", help="print only the output")
     rs.add_argument("--json", action="store_true", help="print the RunResult as JSON (with 'pending' when waiting)")

@@ -371,6 +371,9 @@ class CallStats:
     parent: "CallStats | None" = field(default=None, repr=False, compare=False)  # the enclosing stats of a lane
     # called before each request; raising sends nothing (a checkpointed run's lease check)
     before_request: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    tool_calls: int = 0  # tool calls run (fsmchat.speakers.tools)
+    max_tool_calls: int | None = None  # Limits.max_tool_calls: no tool call runs past it
+    tool_over_cap: bool = False  # a reply's tool calls were refused: they would have crossed max_tool_calls
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
 
     @property
@@ -392,6 +395,16 @@ class CallStats:
             chain.append(stats)
             stats = stats.parent
         return chain
+
+    def count_tools(self, n: int = 1) -> None:
+        """``n`` tool calls run, on every level (``max_tool_calls`` is read on the run's stats)."""
+        for stats in self._chain():
+            stats.tool_calls += n
+
+    def refuse_tools_over_cap(self) -> None:
+        """A reply's tool calls would cross ``max_tool_calls``: this level and the run stop on it."""
+        for stats in (self, self.run):
+            stats.tool_over_cap, stats.limit_hit = True, "max_tool_calls"
 
     def count(self, new_call: bool) -> None:
         """One request sent (``new_call``: the first attempt of a logical call), on every level."""
@@ -449,11 +462,14 @@ class CallStats:
     def to_state(self) -> dict[str, Any]:
         """What a checkpoint stores: the same read-only dict (a ``Frozen``) until a count changes,
         so a commit after a step that called no model skips it. A lane stores its own counts."""
-        key = (self.calls, self.attempts, self.cost_usd, self.over_cap, *self.usage.values())
+        key = (self.calls, self.attempts, self.cost_usd, self.over_cap, self.tool_calls, self.tool_over_cap,
+               *self.usage.values())
         last, state = self._state
         if key != last or state is None:
+            tools = {"tool_calls": self.tool_calls, "tool_over_cap": self.tool_over_cap} if self.tool_calls or \
+                self.tool_over_cap else {}
             state = Frozen(calls=self.calls, attempts=self.attempts, usage=dict(self.usage), cost_usd=self.cost_usd,
-                           over_cap=self.over_cap)
+                           over_cap=self.over_cap, **tools)
             self._state = (key, state)
         return state
 
@@ -472,6 +488,10 @@ class CallStats:
         self.over_cap = state.get("over_cap", False)
         if self.over_cap:
             self.run.over_cap = True
+        self.count_tools(state.get("tool_calls", 0) - self.tool_calls)
+        self.tool_over_cap = state.get("tool_over_cap", False)
+        if self.tool_over_cap:
+            self.run.tool_over_cap = True
 
 
 class RetryRefused(ModelCallError):

@@ -142,7 +142,15 @@
   function message(m, i) {
     return el("li", {"data-i": i}, el("span", {class: "role"}, m.role),
       typeof m.score === "number" ? el("span", {class: "score"}, "bid " + num(m.score)) : null,
-      el("div", {class: "content"}, m.content));
+      el("div", {class: "content"}, m.content),
+      m.tool_calls && m.tool_calls.length ? el("ul", {class: "calls"}, m.tool_calls.map(toolCall)) : null);
+  }
+
+  function toolCall(c) {  // a call the speaker made before its reply: name, arguments, result or error, duration
+    const args = typeof c.arguments === "string" ? c.arguments : JSON.stringify(c.arguments);
+    const outcome = c.status === "done" ? c.result : `${c.status}: ${c.error || c.result || ""}`;
+    return el("li", {class: "call " + c.status}, el("code", {}, `${c.name}(${args})`), " → ", outcome,
+      typeof c.duration_s === "number" ? el("span", {class: "muted"}, "  " + secs(c.duration_s)) : null);
   }
 
   function mark(id, on) {
@@ -200,7 +208,8 @@
     const body = document.querySelector("#bids tbody");
     body.replaceChildren(...turn.agents.map((a) => el("tr", {class: a.name === turn.winner ? "winner" : null, "data-agent": a.name},
       el("td", {}, a.name), el("td", {class: "num"}, num(a.raw)), el("td", {class: "num"}, num(a.adjusted)),
-      el("td", {class: "message"}, a.message === null ? "(not recorded by this store)" : a.message || "(silent)"),
+      el("td", {class: "message"}, a.message === null ? "(not recorded by this store)" : a.message || "(silent)",
+        a.tools && a.tools.length ? el("ul", {class: "calls"}, a.tools.map(toolCall)) : null),
       el("td", {}, a.invalid || ""), el("td", {}, a.note))));
   }
 

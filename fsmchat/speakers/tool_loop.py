@@ -1,0 +1,620 @@
+"""Layer 5: the one speaking block every pattern uses, and tool rounds as graph states.
+
+Every place an agent produces a message (round robin, debate and panel turns, ``Discussion``
+turns, flow agent steps, GroupChat bids, hub replies) asks through the run's ``ToolLoop``
+(``ctx.tool_loop.speak`` / ``.bid``). Without tools that is the speaker's own ``reply``/``bid``.
+
+**Tool rounds are graph states.** ``add_tool_loop(g, state, speakers)`` draws, for a state where
+an agent with tools speaks, ``state -[tool_calls]-> tools_<state> -> state`` and a wait point
+``tools_<state> -[needs_person]-> approve_<state> -> tools_<state>`` (where a person approves a
+call, or decides on a call whose result was not committed). The state's action is wrapped
+(``tool_action``): when the model answers with tool calls, the speaking block records them and
+ends the action early (``ToolRound``); the step is committed; ``tools_<state>`` runs the calls
+(concurrently, up to the agent's ``max_parallel_tools``, results in call order) and its step
+commits their results; the state runs again and its model call carries the calls and their
+results (OpenAI's assistant ``tool_calls`` and ``tool`` messages with matching ids). The agent's
+final reply is posted with its tool calls attached (``Message.metadata["tool_calls"]``, read typed
+as ``Message.tool_calls``). A graph with no agent with tools is unchanged. Each turn makes at most
+``1 + max_tool_rounds`` model calls (``fsmchat.speakers.tools.calls_per_turn``); once the rounds
+are used the model is asked to answer without tools.
+
+A hub channel's agent (``fsmchat.network``) takes its tool rounds inside its reply (``Agent.reply``
+runs them in place, and a direct ``agent.reply(turn)`` does the same): a channel's turn graph
+advances on texts, so those rounds are not states of it.
+
+A resumed run never calls a tool whose result was committed. A call that was asked for but whose
+result was not committed when the run stopped is run again on resume only when its tool is
+``idempotent=True``; otherwise the run waits at ``approve_<state>`` with the call's name and
+arguments, where a person approves a re-run (``Approve``), supplies the result (``Say``) or
+rejects it (``Reject``).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
+from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
+from .human import Approve, Edit, Reject, Say, request
+from .respond import BidOutcome, bid_from_arguments, silent
+from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, has_tools, \
+    is_schema_dict, needs_approval
+
+
+class ToolRound(FsmchatError):
+    """The speaking block's signal: the model asked for tool calls, which the state's tool loop
+    runs before the state is entered again (``tool_action`` catches it; it never ends a run)."""
+
+
+# ---- records ----
+@dataclass
+class CallRecord:
+    """One tool call of a turn, as the checkpoint stores it.
+
+    ``status``: ``asked`` (the model asked; not run), ``approved`` (a person approved it, or it
+    needs no approval once asked), ``awaiting`` (waits for a person), ``uncertain`` (it may have
+    run when the run stopped; its result was not committed), ``done``, ``error``, ``rejected``.
+    """
+
+    id: str
+    name: str
+    arguments: Any  # the validated dict, or the model's raw text when it was not valid
+    status: str = "asked"
+    result: str | None = None
+    error: str | None = None
+    duration_s: float | None = None
+    reason: str = ""  # why it waits for a person: "approval" | "rerun"
+
+    @property
+    def resolved(self) -> bool:
+        return self.status in ("done", "error", "rejected")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments, "status": self.status,
+                "result": self.result, "error": self.error, "duration_s": self.duration_s, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CallRecord":
+        return cls(str(d["id"]), str(d["name"]), d.get("arguments"), str(d.get("status") or "asked"), d.get("result"),
+                   d.get("error"), d.get("duration_s"), d.get("reason") or "")
+
+    def entry(self) -> dict[str, Any]:
+        """What the posted message carries (``Message.metadata["tool_calls"]``)."""
+        out: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments, "status": self.status}
+        if self.result is not None:
+            out["result"] = self.result
+        if self.error is not None:
+            out["error"] = self.error
+        if self.duration_s is not None:
+            out["duration_s"] = round(self.duration_s, 6)
+        return out
+
+
+@dataclass
+class Exchange:
+    """One speaker's turn in progress: the tool rounds so far (wire messages and call records)
+    and, once it has one, the answer (kept until the state's action completes)."""
+
+    speaker: str
+    rounds: int = 0
+    messages: list[dict[str, Any]] = field(default_factory=list)  # assistant tool_calls + tool results, in order
+    calls: list[CallRecord] = field(default_factory=list)  # every call of the turn, in order
+    answer: Any = None
+    answered: bool = False
+    marks: list[str] = field(default_factory=list)  # what the state's action already did with the answer
+    share: bool = False  # the speaker shares its tool calls with the others (Agent.share_tool_results)
+
+    def pending(self) -> list[CallRecord]:
+        return [c for c in self.calls if not c.resolved]
+
+    def to_dict(self) -> dict[str, Any]:
+        answer = self.answer
+        if isinstance(answer, BidOutcome):
+            answer = {"score": answer.score, "message": answer.message, "bid": True}
+        return {"speaker": self.speaker, "rounds": self.rounds, "messages": list(self.messages),
+                "calls": [c.to_dict() for c in self.calls], "answer": answer, "answered": self.answered,
+                "marks": list(self.marks), "share": self.share}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Exchange":
+        answer = d.get("answer")
+        if isinstance(answer, dict) and answer.get("bid"):
+            answer = bid_from_arguments({"score": answer["score"], "message": answer["message"]})
+        return cls(d["speaker"], int(d.get("rounds", 0)), list(d.get("messages") or []),
+                   [CallRecord.from_dict(c) for c in d.get("calls") or []], answer, bool(d.get("answered")),
+                   list(d.get("marks") or []), bool(d.get("share")))
+
+    def tool_messages(self) -> list[dict[str, Any]]:
+        """The wire messages of the rounds so far, results filled in (one ``tool`` message per call)."""
+        out: list[dict[str, Any]] = []
+        by_id = {c.id: c for c in self.calls}
+        for m in self.messages:
+            out.append(m)
+            if m.get("role") == "assistant":
+                for call in m.get("tool_calls") or []:
+                    rec = by_id.get(call["id"])
+                    if rec is not None:
+                        out.append({"role": "tool", "tool_call_id": rec.id, "content": call_result(rec)})
+        return out
+
+
+def call_result(rec: CallRecord) -> str:
+    """What the model reads as a call's result."""
+    if rec.status == "done":
+        return rec.result or ""
+    if rec.status == "rejected":
+        return f"rejected: {rec.result or rec.error or 'a person rejected this call'}"
+    return f"error: {rec.error or 'the call failed'}"
+
+
+def _calls_of(message: Any) -> list[tuple[str, str, Any]]:
+    """(id, name, raw arguments) of each tool call of a model's message."""
+    out = []
+    for i, call in enumerate(getattr(message, "tool_calls", None) or []):
+        fn = getattr(call, "function", None)
+        if fn is None and isinstance(call, dict):
+            fn_d = call.get("function") or {}
+            name, raw, cid = fn_d.get("name"), fn_d.get("arguments"), call.get("id")
+        else:
+            name, raw, cid = getattr(fn, "name", None), getattr(fn, "arguments", None), getattr(call, "id", None)
+        out.append((str(cid or f"call_{i + 1}"), str(name or ""), raw if raw is not None else "{}"))
+    return out
+
+
+class ToolLoop:
+    """A run's tool state (``ctx.tool_loop``): each speaker's turn in progress, the tool sources
+    started this run, the tool calls made. The speaking block (``speak``, ``bid``) is here."""
+
+    def __init__(self) -> None:
+        self.exchanges: dict[str, Exchange] = {}
+        self.active = False  # a state with a tool loop is running its action
+        self.approve_all = False  # interrupt_before=["tools"]: every call waits for a person
+        self.offered: dict[str, list[str]] = {}  # each tool source's tool names this run
+        self._sources: dict[int, tuple[Any, list[Tool]]] = {}
+        self.used = False
+        self.last: dict[str, list[dict[str, Any]]] = {}  # the tool calls of the last state's answered turns
+
+    def once(self, speaker: str, mark: str) -> bool:
+        """Whether the state's action does ``mark`` with ``speaker``'s answer for the first time
+        (an action entered again after a tool round must not, e.g., remember a reply twice)."""
+        ex = self.exchanges.get(speaker)
+        if ex is None or not self.active:
+            return True
+        if mark in ex.marks:
+            return False
+        ex.marks.append(mark)
+        return True
+
+    # ---- tools of a speaker ----
+    async def tools_of(self, speaker: Any) -> list[Tool]:
+        """The speaker's tools this run: its functions and schema dicts, and each source's tools
+        (the source started on first use)."""
+        out: list[Tool] = []
+        for t in getattr(speaker, "tools", None) or ():
+            if isinstance(t, Tool):
+                out.append(t)
+            elif isinstance(t, dict):
+                if not is_schema_dict(t, "respond"):
+                    out.append(Tool.from_schema(t))
+            elif isinstance(t, ToolSource):
+                got = self._sources.get(id(t))
+                if got is None:
+                    await t.start()
+                    self._sources[id(t)] = (t, [])
+                    listed = list(await t.tools())
+                    self._sources[id(t)] = (t, listed)
+                    self.offered[str(getattr(t, "name", type(t).__name__))] = [x.name for x in listed]
+                    got = self._sources[id(t)]
+                out.extend(got[1])
+        return out
+
+    async def close(self) -> None:
+        """Stop every tool source this run started (in the order they started)."""
+        sources, self._sources = list(self._sources.values()), {}
+        errors: list[BaseException] = []
+        for source, _ in sources:
+            try:
+                await source.stop()
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    # ---- the speaking block ----
+    async def speak(self, speaker: Any, turn: Any) -> str:
+        """``speaker``'s reply to ``turn``: the one path of every reply. Without tools it is
+        ``speaker.reply(turn)``. With tools, inside a state drawn with its tool loop, a reply with
+        tool calls records them and raises ``ToolRound`` (the loop runs them, the state runs again);
+        outside one (a direct call) the calls are run inline until the model answers."""
+        if not has_tools(speaker):
+            if self.active:
+                return str(await self._cached(speaker, lambda: speaker.reply(turn)))
+            return str(await speaker.reply(turn))
+        self.used = True
+        if not self.active:
+            return await self._inline(speaker, turn)
+        ex = self.exchanges.setdefault(speaker.name, Exchange(speaker.name))
+        ex.share = bool(getattr(speaker, "share_tool_results", False))
+        if ex.answered:
+            return str(ex.answer)
+        if ex.pending():
+            raise ToolRound(f"{speaker.name}: tool calls pending")
+        tools = await self.tools_of(speaker)
+        final = ex.rounds >= speaker.max_tool_rounds
+        message = await speaker.tool_message(turn, ex.tool_messages(), [t.spec() for t in tools], final=final)
+        calls = _calls_of(message)
+        text = (getattr(message, "content", None) or "").strip()
+        if calls and not final:
+            self._record(ex, speaker, tools, message, calls)
+            raise ToolRound(f"{speaker.name}: {len(calls)} tool call(s)")
+        if calls and not text:
+            raise ToolError(f"agent {speaker.name!r} still asked for tools ({', '.join(n for _, n, _ in calls)}) "
+                            f"after max_tool_rounds={speaker.max_tool_rounds}; raise max_tool_rounds or tell it to "
+                            "answer", agent=speaker.name, tool=calls[0][1], arguments=calls[0][2])
+        ex.answer, ex.answered = text, True
+        return text
+
+    async def bid(self, speaker: Any, turn: Any) -> BidOutcome:
+        """``speaker``'s bid: ``speaker.bid(turn)`` without tools; with tools, the model is offered
+        its tools and ``respond`` (it must call one: ``tool_choice="required"``); tool calls are a
+        tool round, a ``respond`` call is the bid; once ``max_tool_rounds`` are used ``respond`` is forced."""
+        if not has_tools(speaker) or not hasattr(speaker, "tool_message") or \
+                getattr(speaker, "resolved_tool_mode", "native") != "native":
+            if self.active:
+                cached: BidOutcome = await self._cached(speaker, lambda: speaker.bid(turn))
+                return cached
+            out: BidOutcome = await speaker.bid(turn)
+            return out
+        self.used = True
+        ex = self.exchanges.setdefault(speaker.name, Exchange(speaker.name))
+        if ex.answered:
+            assert isinstance(ex.answer, BidOutcome)
+            return ex.answer
+        if ex.pending():
+            raise ToolRound(f"{speaker.name}: tool calls pending")
+        tools = await self.tools_of(speaker)
+        final = ex.rounds >= speaker.max_tool_rounds
+        message = await speaker.tool_message(turn, ex.tool_messages(), [t.spec() for t in tools], final=final,
+                                             bid=True)
+        calls = _calls_of(message)
+        respond = [c for c in calls if c[1] == "respond"]
+        if respond:
+            outcome = bid_from_arguments(respond[0][2])
+        elif calls and not final:
+            self._record(ex, speaker, tools, message, calls)
+            if not self.active:  # a direct call (no tool loop drawn): the rounds run in place
+                self._refuse_waiting(ex, speaker)
+                await self.run_exchange(ex, speaker, turn.stats, None)
+                return await self.bid(speaker, turn)
+            raise ToolRound(f"{speaker.name}: {len(calls)} tool call(s)")
+        else:
+            outcome = silent("no respond call" + (f" (tool calls {[n for _, n, _ in calls]} after max_tool_rounds)"
+                                                  if calls else " (plain text instead of respond)"))
+        ex.answer, ex.answered = outcome, True
+        return outcome
+
+    async def _cached(self, speaker: Any, ask: Callable[[], Any]) -> Any:
+        """A speaker without tools in a state with a tool loop: its answer is kept until the
+        state's action completes, so entering the state again after a tool round asks it once."""
+        ex = self.exchanges.get(speaker.name)
+        if ex is not None and ex.answered:
+            return ex.answer
+        answer = await ask()
+        ex = self.exchanges[speaker.name] = Exchange(speaker.name, answer=answer, answered=True)
+        return answer
+
+    async def _inline(self, speaker: Any, turn: Any) -> str:
+        """A direct call (no tool loop drawn): run the tool rounds in place, then return the reply."""
+        ex = Exchange(speaker.name)
+        tools = await self.tools_of(speaker)
+        while True:
+            final = ex.rounds >= speaker.max_tool_rounds
+            message = await speaker.tool_message(turn, ex.tool_messages(), [t.spec() for t in tools], final=final)
+            calls = _calls_of(message)
+            text = (getattr(message, "content", None) or "").strip()
+            if not calls or final:
+                if calls and not text:
+                    raise ToolError(f"agent {speaker.name!r} still asked for tools after max_tool_rounds="
+                                    f"{speaker.max_tool_rounds}", agent=speaker.name, tool=calls[0][1])
+                return text
+            self._record(ex, speaker, tools, message, calls)
+            self._refuse_waiting(ex, speaker)
+            await self.run_exchange(ex, speaker, turn.stats, None)
+
+    @staticmethod
+    def _refuse_waiting(ex: Exchange, speaker: Any) -> None:
+        """A direct call cannot stop for a person: a call that needs approval is a ``ToolError``."""
+        for rec in ex.pending():
+            if rec.status == "awaiting":
+                raise ToolError(f"tool {rec.name!r} of {speaker.name!r} needs a person's approval, which a direct "
+                                "call cannot ask for: run the agent in a pattern with a checkpoint",
+                                agent=speaker.name, tool=rec.name, arguments=rec.arguments)
+
+    def _record(self, ex: Exchange, speaker: Any, tools: list[Tool], message: Any,
+                calls: list[tuple[str, str, Any]]) -> None:
+        """Remember a reply's tool calls (the assistant message as the wire will carry it back)."""
+        ex.rounds += 1
+        seen = {c.id for c in ex.calls}
+        wire = []
+        by_name = {t.name: t for t in tools}
+        for cid, name, raw in calls:
+            if cid in seen:  # a model reusing an id across rounds: made unique, the wire keeps them matched
+                cid = f"{cid}_{ex.rounds}"
+            seen.add(cid)
+            tool = by_name.get(name)
+            rec = CallRecord(cid, name, raw)
+            if tool is not None and tool.runnable:
+                try:
+                    rec.arguments = tool.check_arguments(raw)
+                except ToolArgumentsError:
+                    pass  # run_exchange reports it as the call's error
+                if tool.approval or self.approve_all:
+                    rec.status, rec.reason = "awaiting", "approval"
+            ex.calls.append(rec)
+            wire.append({"id": cid, "type": "function",
+                         "function": {"name": name, "arguments": raw if isinstance(raw, str) else json.dumps(raw)}})
+        ex.messages.append({"role": "assistant", "content": getattr(message, "content", None) or None,
+                            "tool_calls": wire})
+
+    # ---- running calls ----
+    def unresolved(self) -> bool:
+        """Some turn has tool calls without results."""
+        return any(ex.pending() for ex in self.exchanges.values())
+
+    def awaiting(self) -> list[tuple[str, CallRecord]]:
+        """(speaker, call) for each call that waits for a person."""
+        return [(ex.speaker, c) for ex in self.exchanges.values() for c in ex.calls if c.status == "awaiting"]
+
+    async def run_exchange(self, ex: Exchange, speaker: Any, stats: Any, ctx: Any) -> None:
+        """Run ``ex``'s calls that may run (not waiting for a person), at most
+        ``speaker.max_parallel_tools`` at once; results are recorded in call order."""
+        tools = {t.name: t for t in await self.tools_of(speaker)}
+        runnable = [c for c in ex.pending() if c.status != "awaiting"]
+        for c in runnable:
+            if c.status == "uncertain" and not (tools.get(c.name) is not None and tools[c.name].idempotent):
+                c.status, c.reason = "awaiting", "rerun"
+        runnable = [c for c in runnable if c.status != "awaiting"]
+        if not runnable:
+            return
+        run = stats.run if stats is not None else None
+        cap = run.max_tool_calls if run is not None else None
+        if cap is not None and run.tool_calls + len(runnable) > cap:
+            stats.refuse_tools_over_cap()
+            raise BudgetExceeded(f"max_tool_calls={cap} reached after {run.tool_calls} tool call(s): "
+                                 f"{speaker.name}'s {len(runnable)} call(s) ({', '.join(c.name for c in runnable)}) "
+                                 "were not run")
+        gate = asyncio.Semaphore(max(1, int(getattr(speaker, "max_parallel_tools", DEFAULT_MAX_PARALLEL_TOOLS))))
+        deadline = getattr(stats, "deadline", None)
+        on_error = getattr(speaker, "on_tool_error", "return")
+
+        async def one(rec: CallRecord) -> None:
+            tool = tools.get(rec.name)
+            started = time.monotonic()
+            async with gate:
+                try:
+                    if tool is None:
+                        known = ", ".join(sorted(tools)) or "none"
+                        raise ToolArgumentsError(f"unknown tool {rec.name!r}; the tools are: {known}")
+                    args = tool.check_arguments(rec.arguments)
+                    rec.arguments = args
+                    if stats is not None:
+                        stats.count_tools()
+                    rec.result = await tool.run(args, deadline)
+                    rec.status = "done"
+                except DeadlineExceeded as exc:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise  # the run's deadline: the run takes its past_deadline edge
+                    rec.status, rec.error = "error", f"timed out: {exc}"
+                except ToolArgumentsError as exc:
+                    rec.status, rec.error = "error", str(exc)
+                except ToolError:
+                    raise
+                except (asyncio.CancelledError, Interrupted):
+                    raise
+                except Exception as exc:
+                    rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"
+                finally:
+                    rec.duration_s = time.monotonic() - started
+
+        await asyncio.gather(*(one(c) for c in runnable))
+        for rec in runnable:
+            if rec.status == "error":
+                if ctx is not None:
+                    ctx.events.append({"event": "tool_error", "agent": speaker.name, "tool": rec.name,
+                                       "call_id": rec.id, "error": rec.error})
+                if on_error == "stop":
+                    raise ToolError(f"tool {rec.name!r} of agent {speaker.name!r} failed: {rec.error}",
+                                    agent=speaker.name, tool=rec.name, arguments=rec.arguments)
+
+    # ---- ends of a state ----
+    def finish(self) -> None:
+        """The state's action completed: its turns in progress are over (their tool calls stay
+        readable in ``last`` until the next state with a tool loop completes)."""
+        self.last = {k: [c.entry() for c in ex.calls] for k, ex in self.exchanges.items() if ex.calls}
+        self.exchanges.clear()
+
+    def entries(self, speaker: str) -> list[dict[str, Any]]:
+        """The tool calls of ``speaker``'s answered turn, for its posted message."""
+        ex = self.exchanges.get(speaker)
+        return [c.entry() for c in ex.calls] if ex is not None else []
+
+    def shares(self, speaker: str) -> bool:
+        """Whether ``speaker``'s turn in progress shares its tool calls with the others."""
+        ex = self.exchanges.get(speaker)
+        return ex is not None and ex.share
+
+    # ---- checkpoint ----
+    def snapshot(self) -> dict[str, Any]:
+        """The loop's state as plain data (a checkpoint stores it with the context)."""
+        return {"exchanges": {k: ex.to_dict() for k, ex in self.exchanges.items()},
+                "offered": {k: list(v) for k, v in self.offered.items()}, "last": dict(self.last)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
+        approved) but has no result may have run when the run stopped: it becomes ``uncertain``."""
+        self.exchanges = {k: Exchange.from_dict(v) for k, v in (state.get("exchanges") or {}).items()}
+        self.offered = {k: list(v) for k, v in (state.get("offered") or {}).items()}
+        self.last = dict(state.get("last") or {})
+        for ex in self.exchanges.values():
+            for c in ex.calls:
+                if c.status in ("asked", "approved"):
+                    c.status = "uncertain"
+        self.used = bool(self.exchanges) or self.used
+
+
+# ---- the graph block ----
+def loop_of(ctx: Any) -> ToolLoop:
+    """The run's ``ToolLoop`` on ``ctx`` (made on first use)."""
+    loop = getattr(ctx, "tool_loop", None)
+    if loop is None:
+        loop = ToolLoop()
+        ctx.tool_loop = loop
+    return loop
+
+
+def tool_action(action: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``action`` as the speaking state of a tool loop: its speaking block records tool calls and
+    ends it early (the step's payload is then ``"tool_calls"``); once it completes, the turns in
+    progress are over."""
+
+    async def speaking(ctx: Any) -> Any:
+        loop = loop_of(ctx)
+        loop.active = True
+        try:
+            out = action(ctx)
+            if is_awaitable(out):
+                out = await out
+        except ToolRound:
+            return "tool_calls"
+        finally:
+            loop.active = False
+        loop.finish()
+        return out
+
+    speaking.__name__ = getattr(action, "__name__", "speak")
+    speaking.__doc__ = getattr(action, "__doc__", None)
+    return speaking
+
+
+def tool_calls(ctx: Any) -> bool:
+    """the model asked for tool calls"""
+    loop = getattr(ctx, "tool_loop", None)
+    return loop is not None and loop.unresolved()
+
+
+def needs_person(ctx: Any) -> bool:
+    """a tool call waits for a person"""
+    loop = getattr(ctx, "tool_loop", None)
+    return loop is not None and bool(loop.awaiting())
+
+
+APPROVAL_ALLOWED = {"approve": "run the call as proposed",
+                    "edit": "run it with these arguments instead (checked against the tool's schema)",
+                    "reject": "do not run it; the reason goes to the model as the call's result"}
+RERUN_ALLOWED = {"approve": "run the call again (it may have run once already)",
+                 "say": "do not run it; your text is the call's result",
+                 "reject": "do not run it; the reason goes to the model as the call's result"}
+
+
+def make_decide(speakers: Sequence[Any]) -> Callable[[Any], Any]:
+    by_name = {s.name: s for s in speakers}
+
+    async def decide_tool_calls(ctx: Any) -> dict[str, Any]:
+        """a person approves, edits or rejects a waiting tool call"""
+        loop = loop_of(ctx)
+        speaker, rec = loop.awaiting()[0]
+        rerun = rec.reason == "rerun"
+        prompt = (f"{speaker}'s call {rec.name}({_args_text(rec.arguments)}) may have run before the run stopped "
+                  "(its result was not saved): run it again?" if rerun else
+                  f"{speaker} asks to call {rec.name}({_args_text(rec.arguments)}): run it?")
+        proposed = {"speaker": speaker, "tool": rec.name, "arguments": rec.arguments, "call_id": rec.id}
+        req = request("tool_call", prompt, RERUN_ALLOWED if rerun else APPROVAL_ALLOWED, person=None,
+                      proposed=proposed, edit=None if rerun else "arguments")
+        answer = ctx.people.ask(req)
+        if isinstance(answer, Approve):
+            rec.status = "approved"
+        elif isinstance(answer, Edit):
+            tools = {t.name: t for t in await loop.tools_of(by_name[speaker])}
+            tool = tools.get(rec.name)
+            try:
+                rec.arguments = tool.check_arguments(answer.arguments) if tool is not None else answer.arguments
+            except ToolArgumentsError as exc:  # the run keeps waiting, saying why
+                raise Interrupted({**req, "prompt": f"{prompt} (the edited arguments were refused: {exc})"}) from None
+            rec.status = "approved"
+        elif isinstance(answer, Say):
+            rec.status, rec.result, rec.duration_s = "done", answer.text, 0.0
+        else:
+            assert isinstance(answer, Reject)
+            rec.status, rec.result = "rejected", answer.reason or "a person rejected this call"
+        ctx.events.append({"event": "tool_decision", "agent": speaker, "tool": rec.name, "call_id": rec.id,
+                           "decision": answer.kind})
+        return {"call_id": rec.id, "decision": answer.kind}
+
+    return decide_tool_calls
+
+
+def _args_text(arguments: Any) -> str:
+    if isinstance(arguments, dict):
+        return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    return str(arguments)
+
+
+def make_run_tools(speakers: Sequence[Any]) -> Callable[[Any], Any]:
+    by_name = {s.name: s for s in speakers}
+
+    async def run_tools(ctx: Any) -> list[dict[str, Any]]:
+        """run the requested tool calls, concurrently; results in call order"""
+        loop = loop_of(ctx)
+        done: list[dict[str, Any]] = []  # the step's payload: each call it resolved (the trace, stream())
+        for ex in list(loop.exchanges.values()):
+            pending = ex.pending()
+            if pending:
+                await loop.run_exchange(ex, by_name[ex.speaker], getattr(ctx, "stats", None), ctx)
+                done += [{"agent": ex.speaker, **c.entry()} for c in pending if c.resolved]
+        return done
+
+    return run_tools
+
+
+APPROVE_ALL: contextvars.ContextVar[bool] = contextvars.ContextVar("fsmchat_approve_all_tools", default=False)
+"""While a pattern with ``interrupt_before=["tools"]`` compiles, every tool loop's wait point waits
+(a flow's steps draw their loops while it compiles, without the pattern at hand)."""
+
+
+def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve_all: bool = False) -> StateGraph:
+    """Draw the tool loop of ``state``, where ``speakers`` speak: ``state -[tool_calls]-> tools_<state>
+    -> state`` (the new edge tried first) and its wait point ``tools_<state> -[needs_person]->
+    approve_<state> -> tools_<state>`` (a person approves a call, or decides on one whose result
+    was not committed). Nothing changes when no speaker has tools it can run. Returns the graph.
+
+    Args:
+        g: The graph holding ``state``.
+        state: The speaking state (its action is wrapped by ``tool_action``; its step is committed
+            before the tools run, so it is never held back).
+        speakers: Who may speak in it.
+        approve_all: Every call waits for a person (``interrupt_before=["tools"]``).
+    """
+    tooled = [s for s in speakers if has_tools(s)]
+    if not tooled:
+        return g
+    approve_all = approve_all or APPROVE_ALL.get()
+    s = g.states[state]
+    assert s.action is not None, f"state {state!r} speaks but has no action"
+    s.action = tool_action(s.action)
+    s.hold = s.pure = False  # the calls it asked for are committed before they run
+    tools_state, wait_state = state_names([f"tools_{state}", f"approve_{state}"], reserved=g.states)
+    g.state(tools_state, make_run_tools(tooled), f"{', '.join(x.name for x in tooled)}: run the tool calls")
+    g.state(wait_state, make_decide(tooled), "a person decides on a tool call",
+            waits=approve_all or any(needs_approval(x) for x in tooled))
+    first = next((i for i, t in enumerate(g.transitions) if t.source == state), len(g.transitions))
+    g.transitions.insert(first, Transition(state, tools_state, tool_calls, "tool_calls", first))
+    g.edge(tools_state, wait_state, when=needs_person, label="needs_person")
+    g.edge(tools_state, state)
+    g.edge(wait_state, tools_state)
+    for i, t in enumerate(g.transitions):
+        t.order = i
+    return g.changed()
