@@ -382,7 +382,7 @@ class ToolLoop:
             return
         run = stats.run if stats is not None else None
         cap = run.max_tool_calls if run is not None else None
-        if cap is not None and run.tool_calls + len(runnable) > cap:
+        if run is not None and cap is not None and run.tool_calls + len(runnable) > cap:
             stats.refuse_tools_over_cap()
             raise BudgetExceeded(f"max_tool_calls={cap} reached after {run.tool_calls} tool call(s): "
                                  f"{speaker.name}'s {len(runnable)} call(s) ({', '.join(c.name for c in runnable)}) "
