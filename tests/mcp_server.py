@@ -51,7 +51,11 @@ if VARIANT == "v1":
 
 @server.tool()
 async def hang() -> str:
-    """Never returns (until the server is stopped)."""
+    """Never returns (until the server is stopped). Writes a line to the FIFO ``MCP_TEST_FIFO``
+    names (when set) once it has started, so a test knows the call is in flight."""
+    if os.environ.get("MCP_TEST_FIFO"):
+        with open(os.environ["MCP_TEST_FIFO"], "w") as fifo:
+            fifo.write("hanging\n")
     await asyncio.Event().wait()
     return "unreachable"
 
