@@ -28,7 +28,8 @@ _EXPORTS: dict[str, str] = {
     # layer 5: speakers
     "Agent": "speakers", "Turn": "speakers", "RESPOND_TOOL": "speakers",
     "Human": "speakers", "Approve": "speakers", "Edit": "speakers", "Reject": "speakers", "Say": "speakers",
-    "Pending": "speakers",
+    "Pending": "speakers", "Tool": "speakers", "ToolError": "speakers", "ToolSource": "speakers",
+    "ToolCallEntry": "models",
     # layer 6: patterns
     "Pattern": "patterns", "ChatContext": "patterns", "GroupChat": "patterns", "RoundRobinSwarm": "patterns",
     "build_turn_header": "patterns", "build_collaborative_task": "patterns", "OneOnOneDebate": "patterns",
@@ -74,11 +75,12 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .graph import StateGraph
     from .limits import Limits
     from .trust import UntrustedReference
-    from .models import Bid, Message, RunResult, StopReason, TraceEvent, Transcript, format_output
+    from .models import Bid, Message, RunResult, StopReason, ToolCallEntry, TraceEvent, Transcript, format_output
     from .patterns import ChatContext, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, Pattern, \
         RoundRobinSwarm, build_collaborative_task, build_turn_header, one_on_one_debate
     from .network import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \
         EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, \
         ORDERING_ROUND_ROBIN, Channel, DiscussionState, Envelope, Hub, HubClient, ManualClock, \
         MemoryKnowledgeStore, NetworkError, NotFoundError, ProtocolError, TurnFailed, turn_within, wait_for_text_count
-    from .speakers import RESPOND_TOOL, Agent, Approve, Edit, Human, Pending, Reject, Say, Turn
+    from .speakers import RESPOND_TOOL, Agent, Approve, Edit, Human, Pending, Reject, Say, Tool, ToolError, \
+        ToolSource, Turn

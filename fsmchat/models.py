@@ -35,6 +35,20 @@ class Message(BaseModel):
     content: str
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def tool_calls(self) -> list["ToolCallEntry"]:
+        """The tool calls the speaker made before this reply (typed), in call order; ``[]`` for none.
+
+        Examples:
+            >>> from fsmchat import Message
+            >>> m = Message(role="a", content="Sunny.", metadata={"tool_calls": [
+            ...     {"id": "c1", "name": "weather", "arguments": {"city": "Oslo"}, "status": "done",
+            ...      "result": "sunny", "duration_s": 0.01}]})
+            >>> m.tool_calls[0].name, m.tool_calls[0].result, m.tool_calls[0].ok
+            ('weather', 'sunny', True)
+        """
+        return [ToolCallEntry.model_validate(e) for e in self.metadata.get("tool_calls") or ()]
+
     def row(self) -> dict[str, Any]:
         """The message as plain data (what checkpoints, reports and ``output_type="dict"`` hold)."""
         return {"role": self.role, "content": self.content, "metadata": dict(self.metadata)}
@@ -42,6 +56,35 @@ class Message(BaseModel):
     def __repr__(self) -> str:
         meta = f", metadata={shorten(repr(self.metadata), 60)}" if self.metadata else ""
         return f"Message(role={shorten(self.role, 40)!r}, content={shorten(self.content, 80)!r}{meta})"
+
+
+class ToolCallEntry(BaseModel):
+    """One tool call attached to the reply it led to (``Message.tool_calls``).
+
+    Attributes:
+        id: The call's id (the assistant ``tool_calls`` id its ``tool`` result answers).
+        name: The tool's name.
+        arguments: The arguments it ran with (the model's raw text when they were not valid).
+        status: ``done``, ``error`` (the error went back to the model as the result) or ``rejected``
+            (a person refused it; the reason went back as the result).
+        result: What the tool returned, as the model read it.
+        error: What went wrong.
+        duration_s: How long the call took, in seconds.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    id: str
+    name: str
+    arguments: Any = None
+    status: str = "done"
+    result: str | None = None
+    error: str | None = None
+    duration_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The tool ran and returned a result."""
+        return self.status == "done"
 
 
 def shorten(text: str, n: int) -> str:

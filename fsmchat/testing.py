@@ -75,6 +75,7 @@ class ToolCall:
 
     name: str
     arguments: Any
+    id: str = "call_1"
 
 
 @dataclass(frozen=True)
@@ -221,11 +222,16 @@ def _response(item: Any) -> Any:
     if isinstance(item, Empty):
         return ModelResponse(choices=[], usage=usage)
     if isinstance(item, (Bid, ToolCall)):
-        name, args = ("respond", {"score": item.score, "message": item.message}) if isinstance(item, Bid) \
-            else (item.name, item.arguments)
-        raw = args if isinstance(args, str) else json.dumps(args)
-        msg = {"role": "assistant", "content": None,
-               "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": raw}}]}
+        item = [item]
+    if isinstance(item, list) and item and all(isinstance(x, (Bid, ToolCall)) for x in item):  # one reply, its calls
+        calls = []
+        for x in item:
+            name, args = ("respond", {"score": x.score, "message": x.message}) if isinstance(x, Bid) \
+                else (x.name, x.arguments)
+            raw = args if isinstance(args, str) else json.dumps(args)
+            calls.append({"id": x.id if isinstance(x, ToolCall) else "call_1", "type": "function",
+                          "function": {"name": name, "arguments": raw}})
+        msg = {"role": "assistant", "content": None, "tool_calls": calls}
         return ModelResponse(choices=[{"message": msg, "finish_reason": "tool_calls"}], usage=usage)
     return ModelResponse(choices=[{"message": {"role": "assistant", "content": str(item)}, "finish_reason": "stop"}],
                          usage=usage)

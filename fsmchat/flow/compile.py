@@ -21,6 +21,7 @@ from ..models import StopReason
 from ..patterns.interrupts import TARGET, WaitPoint
 from ..speakers.agent import Turn
 from ..speakers.human import USER, Edit, Reject, Say, request
+from ..speakers.tools import ToolRound, add_tool_loop, calls_per_turn
 from .context import FlowContext, StepResult
 from .task import Block, Task, as_task, step_names
 
@@ -94,9 +95,9 @@ async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
             prompt = ctx.render(template) if template is not None else \
                 (str(ctx.previous_result) if ctx.previous_result is not None else ctx.input)
         memory = ctx.remember(agent.name) if ctx.memory is not None else []
-        reply = await agent.reply(Turn(agent.name, [], prompt, stats=ctx.stats, variables=ctx.variables,
-                                       history=list(memory)))
-        if ctx.memory is not None:  # the agent remembers its own prompt and reply for the rest of the run
+        reply = await ctx.tool_loop.speak(agent, Turn(agent.name, [], prompt, stats=ctx.stats,
+                                                      variables=ctx.variables, history=list(memory)))
+        if ctx.memory is not None and ctx.tool_loop.once(agent.name, "memory"):  # the agent remembers its own prompt and reply for the rest of the run
             memory += [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
         return reply
     assert task.handler is not None  # a Task has exactly one of handler, agent and person
@@ -121,7 +122,7 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
         try:
             out = await _invoke(task, ctx, prompt)
             break
-        except (asyncio.CancelledError, Interrupted):  # a cancellation, or the run waits for a person
+        except (asyncio.CancelledError, Interrupted, ToolRound):  # a cancellation, the run waits for a person, a tool round
             raise
         except Exception as exc:
             if fatal_error(exc) is not None:  # a run limit, a request error no retry can fix, a broken script
@@ -211,6 +212,8 @@ class Compiler:
                 f"asks {task.person.name} (a person: waits for the answer)" if task.person is not None
                 else f"call {task.name}") + task_notes(task)
         g.state(state, named(run_step, f"run_{task.name}", desc), desc, waits=task.person is not None)
+        if task.agent is not None:
+            add_tool_loop(g, state, [task.agent])
 
 
 # ---- people in the loop: interrupt_before / interrupt_after in a flow ----
@@ -386,5 +389,5 @@ def task_calls(task: Task, requests: bool = False) -> int:
     attempts each call may make (the agent's ``num_retries``)."""
     if task.agent is None:
         return 0
-    calls = (1 + task.max_retries) if task.on_error == "retry" else 1
+    calls = ((1 + task.max_retries) if task.on_error == "retry" else 1) * calls_per_turn(task.agent)
     return calls * (1 + task.agent.num_retries) if requests else calls

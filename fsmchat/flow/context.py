@@ -14,6 +14,7 @@ from ..models import Transcript
 from ..statelog import AppendLog, Frozen
 from ..speakers.human import People
 from ..speakers.llm import CallStats
+from ..speakers.tools import ToolLoop
 
 _VAR = re.compile(r"\{\{\s*([\w.]+)\s*(\[\s*-?\d*\s*(?::\s*-?\d*\s*)?\])?\s*\}\}")
 
@@ -93,6 +94,7 @@ class FlowContext:
         # each agent's own prompts and replies this run (AgentFlow(memory=True)); None: agents remember nothing
         self.memory: dict[str, list[dict[str, str]]] | None = None
         self.people = People()  # answers from people in the loop (ask_human, Human speakers, interrupts)
+        self.tool_loop = ToolLoop()  # agents' tool calls in progress (fsmchat.speakers.tools)
         # a branch run's variables and agents' memory lengths at its fork (what the join merges against)
         self.at_fork: dict[str, Any] = {}
         self.memory_at_fork: dict[str, int] = {}
@@ -195,6 +197,8 @@ class FlowContext:
                  "frames": frames, "events": self.events, "stats": self.stats.to_state(), "memory": self.memory}
         if self.people.used:
             state["people"] = self.people.to_state()
+        if self.tool_loop.used:
+            state["tools"] = self.tool_loop.snapshot()
         if joined:
             state["joined"] = joined
         return state
@@ -216,6 +220,8 @@ class FlowContext:
         self.memory = None if memory is None else {k: AppendLog(v) for k, v in memory.items()}
         if "people" in state:
             self.people.restore(state["people"])
+        if "tools" in state:
+            self.tool_loop.restore(state["tools"])
         self.joined.clear()
         for name, key in state.get("joined", {}).items():
             self.join_lines(name, key)
@@ -226,6 +232,7 @@ class FlowContext:
         c.previous_result = self.previous_result
         c.memory = copy.deepcopy(self.memory)  # AppendLogs stay AppendLogs
         c.transcript.max_chars = self.transcript.max_chars
+        c.tool_loop.max_calls, c.tool_loop.approve_all = self.tool_loop.max_calls, self.tool_loop.approve_all
         return c
 
     def __repr__(self) -> str:

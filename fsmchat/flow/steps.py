@@ -19,6 +19,7 @@ from ..graph.turns import TurnOrder, add_turns
 from ..models import StopReason
 from ..speakers.agent import Agent
 from ..speakers.human import Human
+from ..speakers.tools import add_tool_loop
 from ..statelog import AppendLog
 from .compile import (UNKNOWN, Compiler, bound, bounded_exits, branch_reason, forked, halted, join_to, known_value,
                       may_write, named, run_task, split_into, task_calls)
@@ -231,6 +232,7 @@ class Discussion(Block, kind="discussion", spec=DiscussionSpec):
         if d.until is not None:
             g.state("check_until", check_until, pure=True)  # committed with the next turn: one commit per turn
         g.final("done")
+        add_tool_loop(g, "turn", [t.agent for t in d.tasks if t.agent is not None])
         return add_turns(g, [("turn", "check_until") if d.until is not None else "turn"],
                          exits=bounded_exits(key, until=d.until is not None), more=turns_left,
                          exhausted=("done", StopReason.ROUNDS))

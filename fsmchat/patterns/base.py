@@ -47,6 +47,7 @@ from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, c
                               waiting_for)
 from ..speakers.images import image_part
 from ..speakers.llm import CallStats
+from ..speakers.tools import ToolLoop, add_tool_loop, calls_per_turn, loop_of
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
 
@@ -138,6 +139,7 @@ class ChatContext:
     images: list[str] = field(default_factory=list)  # attached to every call of the run (``img``)
     memory: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # private memories, by name
     people: People = field(default_factory=People)  # answers from people in the loop
+    tool_loop: ToolLoop = field(default_factory=ToolLoop)  # agents' tool calls in progress (fsmchat.speakers.tools)
 
     def __post_init__(self) -> None:
         self.transcript.events = self.events  # repaired or cut texts are noted with the run's events
@@ -148,7 +150,12 @@ class ChatContext:
         return [s.name for s in self.speakers]
 
     def post(self, role: str, content: str, **metadata: Any) -> Message:
-        """Append a message to the transcript (its listeners are told) and return it."""
+        """Append a message to the transcript (its listeners are told) and return it. A reply that
+        took tool rounds carries its calls (``metadata["tool_calls"]``, ``Message.tool_calls``)."""
+        if self.tool_loop.exchanges and "tool_calls" not in metadata:
+            entries = self.tool_loop.entries(role)
+            if entries:
+                metadata["tool_calls"] = entries
         return self.transcript.post(role, content, **metadata)
 
     def seed(self) -> Message:
@@ -167,7 +174,8 @@ class ChatContext:
         ``Human``'s reply is their answer: the run stops here until it comes (``hear``)."""
         if isinstance(speaker, Human):
             return self.transcript.admit(speaker.name, self.hear(speaker, instruction))
-        return self.transcript.admit(speaker.name, await speaker.reply(self.turn_for(speaker, instruction, **kw)))
+        return self.transcript.admit(speaker.name, await self.tool_loop.speak(speaker, self.turn_for(speaker, instruction,
+                                                                                                   **kw)))
 
     def hear(self, person: Human, prompt: str) -> str:
         """``person``'s message for their turn: the answer a resume brought or a scripted one;
@@ -185,6 +193,8 @@ class ChatContext:
                  "events": self.events, "stats": self.stats.to_state()}
         if self.people.used:
             state["people"] = self.people.to_state()
+        if self.tool_loop.used:
+            state["tools"] = self.tool_loop.snapshot()
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -196,6 +206,8 @@ class ChatContext:
         self.stats.restore(state["stats"])
         if "people" in state:
             self.people.restore(state["people"])
+        if "tools" in state:
+            self.tool_loop.restore(state["tools"])
 
     async def ask_private(self, speaker: Speaker, prompt: str, **kw: Any) -> str:
         """One reply from ``speaker`` on its private memory (instead of the shared conversation)
@@ -206,7 +218,8 @@ class ChatContext:
         if type(memory) is not AppendLog:  # a checkpoint writes what each turn added to it
             memory = self.memory[speaker.name] = AppendLog(memory or ())
         reply = await self.ask(speaker, prompt, history=list(memory), **kw)
-        memory += [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
+        if self.tool_loop.once(speaker.name, "memory"):  # once, when a tool round entered the state again
+            memory += [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
         return reply
 
 
@@ -515,6 +528,7 @@ class Pattern(ABC):
     factory: str | None = None  # "module:attr" that rebuilds this pattern (stored with checkpoints)
     interrupt_before: tuple[str, ...] = ()  # states a person approves entering (wait states drawn before them)
     interrupt_after: tuple[str, ...] = ()  # states a person reviews once left
+    approve_tools: bool = False  # interrupt_before=["tools"]: every tool call waits for a person
     _started_as: dict[str, Any] | None = None  # a run-limits copy's fingerprint: the pattern that started the run
 
     @property
@@ -523,6 +537,8 @@ class Pattern(ABC):
         the graph that runs, renders and bounds the run."""
         if self._graph is None:
             g = self._compile()
+            for state, speakers in self._speaking_states(g):
+                add_tool_loop(g, state, speakers, approve_all=self.approve_tools)
             if self.interrupt_before or self.interrupt_after:
                 add_interrupts(g, self.interrupt_before, self.interrupt_after, self._wait_point, type(self).__name__)
             if self.limits is not None:
@@ -530,12 +546,20 @@ class Pattern(ABC):
             self._graph = g.validate()
         return self._graph
 
+    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
+        """(state, who may speak in it) for each state of ``g`` where an agent produces a message:
+        each gets its tool loop drawn when a speaker has tools (``add_tool_loop``)."""
+        return []
+
     # ---- people in the loop ----
     def set_interrupts(self, before: Any, after: Any) -> None:
         """Store ``interrupt_before``/``interrupt_after`` (state names), refusing unknown names now
-        when the graph can be built (a pattern still missing its roster is checked when it runs)."""
+        when the graph can be built (a pattern still missing its roster is checked when it runs).
+        ``"tools"`` in ``interrupt_before`` makes every tool call wait for a person's approval."""
         owner = type(self).__name__
-        self.interrupt_before = check_names(before, "interrupt_before", owner)
+        before = check_names(before, "interrupt_before", owner)
+        self.approve_tools = "tools" in before
+        self.interrupt_before = tuple(n for n in before if n != "tools")
         self.interrupt_after = check_names(after, "interrupt_after", owner)
         self._graph = None
         if self.interrupt_before or self.interrupt_after:
@@ -606,8 +630,9 @@ class Pattern(ABC):
     def max_calls(self, *, requests: bool = False) -> int:
         """The most model calls one run can make (worst case, from the pattern's limits); with
         ``requests=True`` the most HTTP requests, each model-backed agent's own ``num_retries``
-        included (``max_model_calls`` caps requests)."""
-        return sum(n * (1 + (getattr(s, "num_retries", 0) if requests and hasattr(s, "model") else 0))
+        included (``max_model_calls`` caps requests). A turn of an agent with tools counts
+        ``1 + max_tool_rounds`` calls (``fsmchat.speakers.tools.calls_per_turn``)."""
+        return sum(n * calls_per_turn(s) * (1 + (getattr(s, "num_retries", 0) if requests and hasattr(s, "model") else 0))
                    for s, n in self._calls_by_speaker() if not isinstance(s, Human))
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
@@ -666,6 +691,9 @@ class Pattern(ABC):
         graph = self.graph
         try:  # the lease is given back however this ends, a refused start (an id already used) included
             start_clock(self.limits, ctx.stats)
+            loop = loop_of(ctx)
+            loop.max_calls = self.limits.max_tool_calls if self.limits is not None else None
+            loop.approve_all = self.approve_tools
             ctx.transcript.max_chars = self._max_message_chars
             for hook in on_start:
                 hook(ctx)
@@ -691,8 +719,11 @@ class Pattern(ABC):
                 self._last_partial = partial
             raise
         finally:
-            if lease is not None:
-                lease.release()
+            try:
+                await loop_of(ctx).close()  # the run's tool sources stop however it ends
+            finally:
+                if lease is not None:
+                    lease.release()
         result.run_id = run_id
         return self._finish(result)
 

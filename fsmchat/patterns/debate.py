@@ -265,6 +265,14 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
         names = [s.name for s in speakers] if speakers else None
         return compile_debate(names, self.config.send_intros, people=people_in(speakers or []))
 
+    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
+        agents = self.config.agents
+        if not agents or len(agents) != 2:
+            return []  # no roster yet: drawn as the bare exchange (_compile)
+        a, b = self._speakers()
+        states = [("intro_a", [a]), ("intro_b", [b])] if self.config.send_intros else []
+        return states + [("turn_a", [a]), ("turn_b", [b])]
+
     def _context(self, task: str) -> DebateContext:
         ctx = DebateContext(task, self._speakers(), images=check_image(self.config.img, type(self).__name__),
                             config=self.config, state=DebateState(message=task))

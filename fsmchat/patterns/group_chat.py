@@ -183,7 +183,8 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     callers = sum(isinstance(s, Agent) for s in ctx.speakers)
     if not ctx.stats.fits(callers):  # a round that could cross max_model_calls is not started
         raise ctx.stats.refuse_over_cap(f"a bid round of {callers} request(s)")
-    got = await gather_eager(s.bid(turn(s)) for s in ctx.speakers)  # a bid that never waits costs no task
+    loop = ctx.tool_loop  # the speaking block: a bidder with tools may call them before it bids
+    got = await gather_eager(loop.bid(s, turn(s)) for s in ctx.speakers)  # a bid that never waits costs no task
     for out in got:  # a run limit first (the engine takes its stop edge), then errors in roster order
         if isinstance(out, BaseException) and isinstance(fatal_error(out), LimitReached):
             raise out
@@ -192,6 +193,10 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
             raise out
     bids = [b for b in got if not isinstance(b, BaseException)]  # all of them: no exception is left
     ctx.state.bids = bids
+    for s in ctx.speakers:  # each bidder's tool calls this turn, in the result's events
+        calls = loop.entries(s.name) if loop.exchanges else []
+        if calls:
+            ctx.events.append({"event": "bid_tools", "turn": ctx.turn, "agent": s.name, "tool_calls": calls})
     for s, b in zip(ctx.speakers, bids):
         if b.note is not None:
             ctx.events.append({**b.note, "turn": ctx.turn})
@@ -244,7 +249,11 @@ def post_winner(ctx: GroupChatContext) -> str:
     i = ctx.state.winner
     assert i is not None, "post entered without a winner"
     speaker, bid = ctx.speakers[i], ctx.state.bids[i]
-    ctx.post(speaker.name, bid.message, score=bid.score)
+    calls = ctx.tool_loop.last.get(speaker.name)
+    if calls:  # the winner called tools before it bid: its message carries them
+        ctx.post(speaker.name, bid.message, score=bid.score, tool_calls=calls)
+    else:
+        ctx.post(speaker.name, bid.message, score=bid.score)
     ctx.turn += 1
     return speaker.name
 
@@ -436,6 +445,10 @@ class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig):
     def _compile(self) -> StateGraph:
         people = [(i, a.name) for i, a in enumerate(self.config.agents) if isinstance(a, Human)]
         return compile_group_chat(description=self.config.description, people=people)
+
+    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
+        """Every bidder bids in ``bid``; a bidder with tools may call them there before it bids."""
+        return [("bid", [a for a in self.config.agents if isinstance(a, Agent)])]
 
     def _wait_point(self, where: str, qualified: str, level: StateGraph) -> WaitPoint:
         """Before ``post`` a person reviews the winner's message: ``Approve``/``Edit`` post it,

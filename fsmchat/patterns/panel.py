@@ -22,7 +22,7 @@ from pydantic import AfterValidator, Field
 from ..checks import check_agents
 from ..config import OneParticipant, Participants
 from ..errors import ConfigError
-from ..graph.state_graph import StateGraph
+from ..graph.state_graph import StateGraph, state_names
 from ..models import StopReason
 from ..speakers.agent import Speaker, check_roster
 from ..speakers.human import Human
@@ -322,6 +322,13 @@ class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
     def _compile(self) -> StateGraph:
         experts, moderator = self._roster()
         return compile_panel([e.name for e in experts], moderator.name, people=people_in([*experts, moderator]))
+
+    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
+        experts, moderator = self._roster()
+        states = state_names([e.name for e in experts], reserved=["brief", "open_round", "synthesize", "stop"],
+                             fallback="speaker")
+        return [("brief", [moderator, *experts]), ("open_round", [moderator]),
+                *((state, [e]) for state, e in zip(states, experts)), ("synthesize", [moderator])]
 
     def _context(self, task: str) -> PanelContext:
         experts, moderator = self._roster()

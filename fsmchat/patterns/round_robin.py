@@ -21,7 +21,7 @@ from pydantic import AfterValidator, Field
 from ..checks import check_agents
 from ..config import Participants
 from ..errors import ConfigError
-from ..graph.state_graph import StateGraph
+from ..graph.state_graph import StateGraph, state_names
 from ..graph.turns import TurnOrder, add_turns
 from ..models import StopReason
 from ..speakers.agent import Speaker, check_roster
@@ -284,6 +284,11 @@ class RoundRobinSwarm(Pattern, kind="round_robin", config=RoundRobinConfig):
     def _compile(self) -> StateGraph:
         agents = self.config.agents
         return compile_round_robin([a.name for a in agents], self.config.description, people=people_in(agents))
+
+    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
+        agents = self.config.agents
+        return [(state, [a]) for state, a in zip(state_names([a.name for a in agents], reserved=["seed", "stop"],
+                                                             fallback="speaker"), agents)]
 
     def _context(self, task: str) -> RoundRobinContext:
         ctx = RoundRobinContext(task, list(self.config.agents), config=self.config)

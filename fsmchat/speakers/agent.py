@@ -18,6 +18,8 @@ from .images import image_part
 from .log_secrets import is_secret
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
     respond_response_format, silent
+from .tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS, Tool, ToolError, ToolLoop, as_tool_entry, \
+    has_tools, is_schema_dict
 
 SEED_ROLE = "User"
 
@@ -43,7 +45,17 @@ class Agent(BaseModel):
         system_prompt: The system message of every request (aliases ``instructions``, ``prompt``).
         model: A litellm model name such as ``"gpt-4o-mini"``; None for ``FSMCHAT_MODEL`` or the
             offline model (alias ``model_name``).
-        tools: Tool definitions sent with bids (alias ``tools_list_dictionary``).
+        tools: What the agent may call while it speaks (alias ``tools_list_dictionary``): plain
+            functions (sync or async), ``Tool(fn, ...)``, tool sources (an MCP server) and
+            JSON-schema dicts (offered to the model; calling one ends the run: it has no function).
+        max_tool_rounds: Model calls with tool calls one turn may take (default 5) before the model
+            must answer without tools; a turn makes at most ``1 + max_tool_rounds`` calls.
+        max_parallel_tools: How many tool calls of one reply run at once (results in call order).
+        on_tool_error: ``"return"``: a failing call (bad arguments, unknown tool, a raising tool)
+            goes back to the model as the call's result, with an event; ``"stop"``: it ends the run
+            with a ``ToolError``.
+        share_tool_results: Other agents see this agent's tool calls and results under its reply
+            (by default they see the final reply only).
         tool_mode: How bids go on the wire: ``"native"`` (a forced tool call) or ``"json"`` (a JSON
             schema response format); None picks per model.
         timeout: Seconds per request (None: no limit).
@@ -79,8 +91,11 @@ class Agent(BaseModel):
     name: str = Field(validation_alias=AliasChoices("name", "agent_name"))
     system_prompt: str = Field("", validation_alias=AliasChoices("system_prompt", "instructions", "prompt"))
     model: str | None = Field(None, validation_alias=AliasChoices("model", "model_name"))
-    tools: list[dict[str, Any]] = Field(default_factory=list,
-                                        validation_alias=AliasChoices("tools", "tools_list_dictionary"))
+    tools: list[Any] = Field(default_factory=list, validation_alias=AliasChoices("tools", "tools_list_dictionary"))
+    max_tool_rounds: int = Field(DEFAULT_MAX_TOOL_ROUNDS, ge=0)
+    max_parallel_tools: int = Field(DEFAULT_MAX_PARALLEL_TOOLS, ge=1)
+    on_tool_error: Literal["return", "stop"] = "return"
+    share_tool_results: bool = False
     tool_mode: Literal["native", "json"] | None = None
     timeout: float | None = llm.DEFAULT_TIMEOUT
     num_retries: int = Field(llm.DEFAULT_RETRIES, ge=0)
@@ -105,6 +120,23 @@ class Agent(BaseModel):
             raise ValueError(f"name={v!r} is invalid: a name is one line of text (no newlines or control "
                              "characters); it is the role of the agent's messages")
         return v
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools(cls, v: Any) -> list[Any]:
+        if v is None:
+            return []
+        if not isinstance(v, (list, tuple)):
+            v = [v]
+        out = [as_tool_entry(t) for t in v]
+        names = [t.name if isinstance(t, Tool) else (t.get("function") or t).get("name") if isinstance(t, dict)
+                 else None for t in out]
+        seen = [n for n in names if n is not None]
+        dup = next((n for n in seen if seen.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"tools: two tools are named {dup!r}; a model calls a tool by its name, so names must "
+                             "be unique (Tool(fn, name=...) renames one)")
+        return out
 
     @field_validator("model")
     @classmethod
@@ -153,13 +185,39 @@ class Agent(BaseModel):
 
     def equipped(self) -> "Agent":
         """A copy carrying ``RESPOND_TOOL`` (no-op if it already does)."""
-        if any((t.get("function") or {}).get("name") == "respond" for t in self.tools):
+        if self.carries_respond():
             return self
         return self.model_copy(update={"tools": [*self.tools, RESPOND_TOOL]})
 
     def carries_respond(self) -> bool:
         """Whether the agent's tools include ``RESPOND_TOOL``."""
-        return any((t.get("function") or {}).get("name") == "respond" for t in self.tools)
+        return any(is_schema_dict(t, "respond") for t in self.tools)
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools a bid sends as the wire has them: each ``Tool``'s spec and each schema dict
+        (tool sources are listed per run, by the run's ``ToolLoop``)."""
+        return [t.spec() if isinstance(t, Tool) else t for t in self.tools if isinstance(t, (Tool, dict))]
+
+    async def tool_message(self, turn: "Turn", exchange: list[dict[str, Any]], specs: list[dict[str, Any]], *,
+                           final: bool, bid: bool = False) -> Any:
+        """One model call of a turn with tools: the turn's messages, then ``exchange`` (the tool
+        rounds so far: assistant ``tool_calls`` and ``tool`` results), offering ``specs``.
+
+        A reply may call tools (``tool_choice="auto"``; ``"none"`` once ``final``); a bid must call
+        a tool or ``respond`` (``"required"``; ``respond`` forced once ``final``).
+        """
+        messages = turn.request_messages(self.system_prompt) + exchange
+        request: dict[str, Any] = {}
+        if bid:
+            request = {"tools": [*specs, RESPOND_TOOL],
+                       "tool_choice": RESPOND_TOOL_CHOICE if final or not specs else "required"}
+        elif specs:
+            request = {"tools": specs, "tool_choice": "none" if final else "auto"}
+        response = await self._call(messages, turn.stats, **request)
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise llm_empty(self.name)
+        return choices[0].message
 
     async def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Any:
         return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
@@ -187,10 +245,31 @@ class Agent(BaseModel):
         Args:
             turn: The conversation as this agent sees it and the instruction.
 
+        An agent with tools it can run takes its tool rounds here, in place (a pattern draws them
+        as states instead: see ``fsmchat.speakers.tools``); tools given as JSON schemas only are
+        offered, and a call of one raises ``ToolError`` (it has no function).
+
         Raises:
             ModelCallError: The call failed after the retries.
+            ToolError: The model called a tool that has no function.
         """
-        return ((await self.reply_message(turn)).content or "").strip()
+        if has_tools(self):
+            loop = ToolLoop()
+            try:
+                return await loop.speak(self, turn)
+            finally:
+                await loop.close()
+        specs = [t for t in self.tool_specs() if not is_schema_dict(t, "respond")]
+        if not specs:
+            return ((await self.reply_message(turn)).content or "").strip()
+        message = await self.reply_message(turn, tools=specs)
+        for call in getattr(message, "tool_calls", None) or []:
+            fn = getattr(call, "function", None)
+            name = str(getattr(fn, "name", "") or "")
+            raise ToolError(f"agent {self.name!r} called tool {name!r}, which has no function: it was given as a "
+                            "JSON schema only, so fsmchat cannot run it; pass the function (Agent(tools=[fn]))",
+                            agent=self.name, tool=name, arguments=getattr(fn, "arguments", None))
+        return (message.content or "").strip()
 
     async def bid(self, turn: "Turn") -> BidOutcome:
         """Ask the model for a bid with a forced ``respond`` call and return it parsed.
@@ -207,14 +286,14 @@ class Agent(BaseModel):
         note = None
         try:
             if not self.carries_respond():
-                extra = {"tools": self.tools} if self.tools else {}
+                extra = {"tools": self.tool_specs()} if self.tool_specs() else {}
                 response = await self._call(messages, turn.stats, **extra)
                 outcome = parse_bid(response, "native")
                 return silent("agent does not carry the respond tool (auto_equip=False): " + outcome.reason) \
                     if outcome.valid else outcome
             if self.resolved_tool_mode == "native":
                 try:
-                    response = await self._call(messages, turn.stats, tools=self.tools,
+                    response = await self._call(messages, turn.stats, tools=self.tool_specs(),
                                                 tool_choice=RESPOND_TOOL_CHOICE)
                     return parse_bid(response, "native")
                 except ModelCallError as exc:
@@ -263,7 +342,7 @@ def check_litellm_options(extra: dict[str, Any]) -> None:
 
 AGENT_KEYWORDS = ("name", "agent_name", "system_prompt", "instructions", "prompt", "model", "model_name", "tools",
                   "tools_list_dictionary", "tool_mode", "timeout", "num_retries", "max_loops", "persistent_memory",
-                  "output_type")
+                  "output_type", "max_tool_rounds", "max_parallel_tools", "on_tool_error", "share_tool_results")
 # litellm.completion's own parameters and the common provider options it forwards (checked
 # without importing litellm, which costs seconds); provider families go by prefix.
 LITELLM_OPTIONS = frozenset("""

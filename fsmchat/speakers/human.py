@@ -6,7 +6,8 @@ person's answer, in this process or another one days later. The answer is one of
 vocabulary, checked against what the interrupt point allows before anything runs:
 
 - ``Approve()``: go on as proposed;
-- ``Edit(text=...)`` / ``Edit(vars={...})``: go on with the proposed message (or flow variables) changed;
+- ``Edit(text=...)`` / ``Edit(vars={...})`` / ``Edit(arguments={...})``: go on with the proposed
+  message (flow variables, a tool call's arguments) changed;
 - ``Reject(reason)``: refuse (each point documents its effect, in ``Pending.allowed``);
 - ``Say(text)``, or a plain ``str``: the person's own message.
 
@@ -58,11 +59,13 @@ class Edit(_Input):
     """A person's answer to a waiting run: go on with the proposal changed.
 
     Each interrupt point says which it takes (``Pending.edit``): ``text`` replaces the proposed
-    message, ``vars`` updates a flow's variables.
+    message, ``vars`` updates a flow's variables, ``arguments`` replaces a waiting tool call's
+    arguments (validated against the tool's schema).
 
     Args:
         text: The message to post instead of the proposed one.
         vars: Flow variables to set.
+        arguments: A tool call's arguments to run it with instead.
         **kw: ``kind`` (as JSON answers carry it).
 
     Attributes:
@@ -82,11 +85,13 @@ class Edit(_Input):
     kind: Literal["edit"] = "edit"
     text: str | None = None
     vars: dict[str, Any] | None = None
+    arguments: dict[str, Any] | None = None
 
     def __init__(self, text: str | None = None, vars: dict[str, Any] | None = None, **kw: Any):
         super().__init__(text=text, vars=vars, **kw)  # type: ignore[call-arg]  # the plugin types super() as _Input
-        if (self.text is None or not self.text.strip()) and not self.vars:
-            raise ConfigError("Edit: give the new text (Edit('...')) or variables (Edit(vars={'name': value}))")
+        if (self.text is None or not self.text.strip()) and not self.vars and self.arguments is None:
+            raise ConfigError("Edit: give the new text (Edit('...')), variables (Edit(vars={'name': value})) or a "
+                              "tool call's arguments (Edit(arguments={...}))")
 
 
 class Reject(_Input):
@@ -207,14 +212,15 @@ class Pending(BaseModel):
     person: str | None = None
     proposed: dict[str, Any] | None = None
     allowed: dict[str, str]
-    edit: Literal["text", "vars"] | None = None
+    edit: Literal["text", "vars", "arguments"] | None = None
 
     def allowed_text(self) -> str:
         """Return each answer this point takes and its effect, as one line of text.
 
         For example ``Approve(): post the winner's message as is; Edit(text=...): ...``.
         """
-        shown = {**SHOWN, "edit": "Edit(vars={...})" if self.edit == "vars" else "Edit(text=...)"}
+        shown = {**SHOWN, "edit": {"vars": "Edit(vars={...})", "arguments": "Edit(arguments={...})"}.get(
+            self.edit or "", "Edit(text=...)")}
         return "; ".join(f"{shown[k]}: {effect}" for k, effect in self.allowed.items())
 
     def __str__(self) -> str:
@@ -253,6 +259,12 @@ def check_input(pending: Pending, x: Any) -> Input:
         if need == "vars" and (not answer.vars or answer.text is not None):
             raise InputNotAllowed(f"resume: input={answer!r} is not allowed: {where}; an Edit here sets "
                                   "variables: Edit(vars={'name': value})")
+        if need == "arguments" and (answer.arguments is None or answer.text is not None or answer.vars):
+            raise InputNotAllowed(f"resume: input={answer!r} is not allowed: {where}; an Edit here replaces the "
+                                  "tool call's arguments: Edit(arguments={...})")
+        if need != "arguments" and answer.arguments is not None:
+            raise InputNotAllowed(f"resume: input={answer!r} is not allowed: {where}; only a waiting tool call takes "
+                                  "Edit(arguments=...)")
         if need == "text" and answer.vars:
             raise InputNotAllowed(f"resume: input={answer!r} is not allowed: {where}; an Edit here replaces the "
                                   "proposed message only (no vars)")
