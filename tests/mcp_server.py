@@ -8,7 +8,7 @@ a test that reads that line can connect at once (connections wait in the listen 
 uvicorn accepts them): no fixed sleep, no race for the port.
 
 Tools: ``add`` (two integers), ``lookup`` (a capital city by country), ``fail`` (always an MCP
-error result), ``hang`` (never returns), and ``pid`` (the server's process id, so a test can
+error result), ``hang`` (never returns), ``crash`` (exits the server at once), and ``pid`` (the server's process id, so a test can
 kill it or check it is gone). ``MCP_TEST_VARIANT=v2`` changes ``lookup``'s description and drops
 ``fail``: the same server with changed tools. The server writes ``MCP_TEST_STDERR`` (when set)
 to its stderr at start, so a test can see its stderr tail in an error.
@@ -51,13 +51,20 @@ if VARIANT == "v1":
 
 @server.tool()
 async def hang() -> str:
-    """Never returns (until the server is stopped). Writes a line to the FIFO ``MCP_TEST_FIFO``
-    names (when set) once it has started, so a test knows the call is in flight."""
+    """Never returns (until the server is stopped)."""
+    # a line to the FIFO MCP_TEST_FIFO names (when set) once it has started: a test knows the call is in flight
     if os.environ.get("MCP_TEST_FIFO"):
         with open(os.environ["MCP_TEST_FIFO"], "w") as fifo:
             fifo.write("hanging\n")
     await asyncio.Event().wait()
     return "unreachable"
+
+
+@server.tool()
+def crash() -> str:
+    """Exits the server at once (a server that dies mid-run)."""
+    print("crash: exiting with status 3", file=sys.stderr, flush=True)
+    os._exit(3)
 
 
 @server.tool()

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from fsmchat.errors import ConfigError, ConfigTypeError, FsmchatError, MCPServerError
-from fsmchat.speakers.mcp import MCPServer, MCPTool, MCPToolError, changed_tools
+from fsmchat.speakers.mcp import MCPServer, MCPTool, MCPToolError
+from fsmchat.speakers.tools import Tool, changed_tools, tool_digest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 
@@ -75,7 +76,7 @@ def test_lists_the_tools_with_their_descriptions_and_schemas():
             return await server.list_tools()
 
     tools = asyncio.run(main())
-    assert [t.name for t in tools] == ["add", "lookup", "fail", "hang", "pid"]
+    assert [t.name for t in tools] == ["add", "lookup", "fail", "hang", "crash", "pid"]
     assert tools[0] == MCPTool("add", "Add two integers.", ADD_SCHEMA)
     assert tools[1] == MCPTool("lookup", "The capital city of a country.", LOOKUP_SCHEMA)
     assert tools[0].to_openai() == {"type": "function", "function": {
@@ -246,7 +247,7 @@ def test_over_http_lists_calls_and_reports_error_results(http_server):
             return names, answer, failed.value
 
     names, answer, failed = asyncio.run(main())
-    assert names == ["add", "lookup", "fail", "hang", "pid"]
+    assert names == ["add", "lookup", "fail", "hang", "crash", "pid"]
     assert answer == "Nairobi"
     assert str(failed) == ("MCP tool 'fail' of server 'capitals' failed: "
                            "Error executing tool fail: fail was asked to fail: quota")
@@ -294,15 +295,35 @@ def test_over_http_an_unreachable_url_is_a_startup_error(http_server):
     assert str(exc.value).startswith(f"MCP server 'capitals' ({url}) cannot be reached: ConnectError: ")
 
 
-# ---- the tool list's digests: what a resume compares ----
+# ---- as a tool source: Tool objects whose function calls the server; digests a resume compares ----
+def test_as_a_tool_source_it_offers_tools_that_call_the_server():
+    async def main():
+        server = stdio(idempotent=["lookup"], approval=["add"], timeout_s=5)
+        await server.start()
+        try:
+            tools = await server.tools()
+            return tools, await tools[1].run({"country": "France"}, None)
+        finally:
+            await server.stop()
+
+    tools, answer = asyncio.run(main())
+    assert all(isinstance(t, Tool) and t.runnable for t in tools)
+    assert [(t.name, t.approval, t.idempotent, t.timeout_s) for t in tools] == [
+        ("add", True, False, 5.0), ("lookup", False, True, 5.0), ("fail", False, False, 5.0),
+        ("hang", False, False, 5.0), ("crash", False, False, 5.0), ("pid", False, False, 5.0)]
+    assert tools[0].spec() == {"type": "function", "function": {
+        "name": "add", "description": "Add two integers.", "parameters": ADD_SCHEMA}}
+    assert answer == "Paris"
+
+
 def test_changed_tools_name_what_was_added_removed_or_changed():
     async def digests(server):
         async with server:
-            return await server.tool_digests()
+            return {t.name: tool_digest(t) for t in await server.tools()}
 
     v1 = asyncio.run(digests(stdio()))
     v2 = asyncio.run(digests(stdio(env={"MCP_TEST_VARIANT": "v2"})))  # lookup's description changed, fail dropped
-    assert sorted(v1) == ["add", "fail", "hang", "lookup", "pid"]
+    assert sorted(v1) == ["add", "crash", "fail", "hang", "lookup", "pid"]
     assert v1 == asyncio.run(digests(stdio()))  # the same server lists the same digests
     assert changed_tools(v1, v2) == ["'fail' removed", "'lookup' changed"]
     assert changed_tools(v2, v1) == ["'fail' added", "'lookup' changed"]

@@ -694,6 +694,8 @@ class Pattern(ABC):
             loop = loop_of(ctx)
             loop.max_calls = self.limits.max_tool_calls if self.limits is not None else None
             loop.approve_all = self.approve_tools
+            if saved is not None:  # a resume: tool sources whose tools changed are refused before any model call
+                await loop.check_sources([s for s, _ in self._calls_by_speaker()])
             ctx.transcript.max_chars = self._max_message_chars
             for hook in on_start:
                 hook(ctx)

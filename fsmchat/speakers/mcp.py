@@ -10,12 +10,17 @@ the context waits for the server process to be gone, even while the caller is be
 A tool's error result (``isError``) is an ``MCPToolError`` (the tool failed; the server is fine).
 A server that cannot start, exits, or drops the connection is an ``MCPServerError`` naming the
 server, with the tail of its stderr.
+
+In an agent's ``tools`` an ``MCPServer`` is a tool source (``fsmchat.speakers.tools.ToolSource``):
+a run starts it on the first turn of an agent that carries it, offers the model its tools (each
+a ``Tool`` whose function calls the server) and stops it when the run ends, however it ends. The
+run's checkpoint keeps the digest of each tool it offered, and a resumed run whose server now
+lists different tools stops with a ``ToolError`` naming them before its model sees them.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -25,6 +30,8 @@ from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
 from ..errors import FsmchatError, MCPServerError, bad_value
+from .log_secrets import is_secret
+from .tools import Tool
 
 STDERR_TAIL = 2000  # characters of a server's stderr an error quotes
 CONNECTION_CLOSED = -32000  # the JSON-RPC code the SDK raises when the server's end of the connection closed
@@ -62,25 +69,6 @@ class MCPTool:
         return {"type": "function",
                 "function": {"name": self.name, "description": self.description, "parameters": self.input_schema}}
 
-    def digest(self) -> str:
-        """A short hash of the description and schema: equal digests, the same tool."""
-        text = json.dumps([self.description, self.input_schema], sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def changed_tools(before: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
-    """What differs between two ``{tool name: digest}`` maps, one phrase per tool, sorted by name:
-    ``"'lookup' changed"``, ``"'fail' removed"``, ``"'search' added"``."""
-    out = []
-    for name in sorted(set(before) | set(now)):
-        if name not in now:
-            out.append(f"{name!r} removed")
-        elif name not in before:
-            out.append(f"{name!r} added")
-        elif before[name] != now[name]:
-            out.append(f"{name!r} changed")
-    return out
-
 
 def _check_command(command: Any) -> list[str]:
     if isinstance(command, (str, bytes)) or not isinstance(command, Sequence) or not command or \
@@ -88,6 +76,19 @@ def _check_command(command: Any) -> list[str]:
         raise bad_value("MCPServer", "command", command, "a non-empty list of strings, the program first, "
                         "such as ['python', 'server.py'] (not one string)", type_error=True)
     return list(command)
+
+
+def _check_names(value: Any, field: str) -> bool | tuple[str, ...]:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or \
+            not all(isinstance(v, str) and v for v in value):
+        raise bad_value("MCPServer", field, value, "True, False or a list of tool names", type_error=True)
+    return tuple(value)
+
+
+def _named(option: bool | tuple[str, ...], tool: str) -> bool:
+    return option if isinstance(option, bool) else tool in option
 
 
 def _check_env(env: Any) -> dict[str, str] | None:
@@ -113,6 +114,11 @@ class MCPServer:
         name: The name errors and events use (default: the command's program, or the URL).
         headers: HTTP headers sent with every request to ``url`` (an ``Authorization`` token).
         startup_timeout_s: How long the server may take to start and answer the handshake.
+        approval: A person approves each call before it runs: True for every tool, or a list of
+            tool names (as ``Tool(approval=True)``).
+        idempotent: Calls that may safely run twice (True, or a list of tool names): a call whose
+            result was not committed when the run stopped is run again on resume without asking.
+        timeout_s: Seconds one tool call may take (None: only the run's deadline bounds it).
 
     Examples:
         >>> from fsmchat.speakers.mcp import MCPServer
@@ -126,7 +132,9 @@ class MCPServer:
 
     def __init__(self, command: Sequence[str] | None = None, *, url: str | None = None,
                  env: Mapping[str, str] | None = None, cwd: str | Path | None = None, name: str | None = None,
-                 headers: Mapping[str, str] | None = None, startup_timeout_s: float = 30.0):
+                 headers: Mapping[str, str] | None = None, startup_timeout_s: float = 30.0,
+                 approval: bool | Sequence[str] = False, idempotent: bool | Sequence[str] = False,
+                 timeout_s: float | None = None):
         if (command is None) == (url is None):
             raise bad_value("MCPServer", "command", command, "exactly one of command=[...] (a subprocess over "
                             "stdio) or url='http://...' (streamable HTTP)")
@@ -155,6 +163,13 @@ class MCPServer:
                 not startup_timeout_s > 0:
             raise bad_value("MCPServer", "startup_timeout_s", startup_timeout_s, "a number of seconds > 0")
         self.startup_timeout_s = float(startup_timeout_s)
+        self.approval = _check_names(approval, "approval")
+        self.idempotent = _check_names(idempotent, "idempotent")
+        if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or
+                                      not timeout_s > 0):
+            raise bad_value("MCPServer", "timeout_s", timeout_s, "a number of seconds > 0, or None")
+        self.timeout_s = None if timeout_s is None else float(timeout_s)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._entries = 0
         self._lock = asyncio.Lock()
         self._client: Any = None
@@ -174,6 +189,12 @@ class MCPServer:
 
     # ---- lifecycle ----
     async def __aenter__(self) -> MCPServer:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._entries:
+                raise MCPServerError(self.name, "is running in another event loop (a run in another thread); give "
+                                     "each thread its own MCPServer", command=self.command, url=self.url)
+            self._loop, self._lock = loop, asyncio.Lock()
         async with self._lock:
             if self._entries == 0:
                 await self._start()
@@ -333,6 +354,73 @@ class MCPServer:
                 raise self._error(f"failed during {doing}: {_describe(exc)}") from exc
             raise
 
+    # ---- the tool source protocol (fsmchat.speakers.tools.ToolSource) ----
+    async def start(self) -> None:
+        """Start the server for a run (a no-op but counted when it runs already: see ``stop``)."""
+        await self.__aenter__()
+
+    async def stop(self) -> None:
+        """The run is over: stop the server unless another holder (a batch, another run) still uses it."""
+        await self.__aexit__(None, None, None)
+
+    async def tools(self) -> list[Tool]:
+        """The server's tools as ``Tool`` objects whose function calls it (the server checks the
+        arguments against its schema; its error result goes back to the model as the call's result)."""
+        out = []
+        for t in await self.list_tools():
+            try:
+                out.append(Tool(self._caller(t.name), name=t.name, description=t.description,
+                                parameters=t.input_schema, approval=_named(self.approval, t.name),
+                                idempotent=_named(self.idempotent, t.name), timeout_s=self.timeout_s))
+            except ValueError as exc:
+                raise self._error(f"lists a tool a model cannot call: {exc}") from None
+        return out
+
+    def _caller(self, name: str) -> Any:
+        async def call(**arguments: Any) -> str:
+            return await self.call_tool(name, arguments)
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    def to_config(self) -> dict[str, Any]:
+        """The server as a config's tool entry (``{"type": "mcp_server", ...}``); ``env`` and
+        ``headers`` entries whose names look secret (``*_TOKEN``, ``Authorization``) are left out.
+        ``from_config`` builds it again only with ``trusted=True``: it starts a process."""
+        out: dict[str, Any] = {"type": "mcp_server", "name": self.name}
+        if self.command is not None:
+            out["command"] = list(self.command)
+        if self.url is not None:
+            out["url"] = self.url
+        for key in ("env", "headers"):
+            value = getattr(self, key)
+            if value:
+                out[key] = {k: v for k, v in value.items() if not is_secret(k)}
+        if self.cwd is not None:
+            out["cwd"] = self.cwd
+        if self.startup_timeout_s != 30.0:
+            out["startup_timeout_s"] = self.startup_timeout_s
+        for key in ("approval", "idempotent"):
+            value = getattr(self, key)
+            if value:
+                out[key] = value if isinstance(value, bool) else list(value)
+        if self.timeout_s is not None:
+            out["timeout_s"] = self.timeout_s
+        return out
+
+    @classmethod
+    def from_config(cls, entry: Mapping[str, Any]) -> MCPServer:
+        """An ``MCPServer`` from ``to_config()``'s entry (its keys are this class's arguments)."""
+        if not isinstance(entry, Mapping) or entry.get("type") != "mcp_server":
+            raise bad_value("MCPServer.from_config", "entry", entry, "a dict with type='mcp_server'", type_error=True)
+        options = {k: v for k, v in entry.items() if k != "type"}
+        known = {"command", "url", "env", "cwd", "name", "headers", "startup_timeout_s", "approval", "idempotent",
+                 "timeout_s"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise bad_value("MCPServer.from_config", "entry", entry, f"unknown option(s) {unknown}; the options are "
+                            f"{sorted(known)}")
+        return cls(**options)
+
     # ---- tools ----
     async def list_tools(self) -> list[MCPTool]:
         """The server's tools (fetched once per start; every page of the listing)."""
@@ -350,10 +438,6 @@ class MCPServer:
                 break
         self._tools = tools
         return list(tools)
-
-    async def tool_digests(self) -> dict[str, str]:
-        """``{tool name: digest}``: what a run stores to see, on resume, whether the tools changed."""
-        return {t.name: t.digest() for t in await self.list_tools()}
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
         """Call one tool and return its result as text (text parts joined by newlines; structured

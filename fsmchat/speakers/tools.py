@@ -44,6 +44,7 @@ rejects it (``Reject``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
 import re
@@ -350,6 +351,26 @@ def result_text(out: Any) -> str:
         return str(out)
 
 
+def tool_digest(tool: Tool) -> str:
+    """A short hash of what a model is offered of ``tool`` (name, description, schema)."""
+    text = json.dumps(tool.spec(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def changed_tools(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    """What differs between two ``{tool name: tool_digest}`` maps, one phrase per tool, by name:
+    ``"'lookup' changed"``, ``"'fail' removed"``, ``"'search' added"``."""
+    out = []
+    for name in sorted(set(before) | set(now)):
+        if name not in now:
+            out.append(f"{name!r} removed")
+        elif name not in before:
+            out.append(f"{name!r} added")
+        elif before[name] != now[name]:
+            out.append(f"{name!r} changed")
+    return out
+
+
 def as_tool_entry(x: Any) -> Any:
     """An ``Agent(tools=[...])`` entry as stored: a ``Tool``, a JSON-schema dict, or a ``ToolSource``;
     a plain function becomes ``Tool(fn)``.
@@ -518,6 +539,7 @@ class ToolLoop:
         self.calls_made = 0
         self.max_calls: int | None = None  # Limits.max_tool_calls
         self.offered: dict[str, list[str]] = {}  # each tool source's tool names this run
+        self.digests: dict[str, dict[str, str]] = {}  # each tool source's {tool: tool_digest}, checked on resume
         self._sources: dict[int, tuple[Any, list[Tool]]] = {}
         self.used = False
         self.last: dict[str, list[dict[str, Any]]] = {}  # the tool calls of the last state's answered turns
@@ -550,11 +572,26 @@ class ToolLoop:
                     await t.start()
                     self._sources[id(t)] = (t, [])
                     listed = list(await t.tools())
+                    key = str(getattr(t, "name", type(t).__name__))
+                    now, before = {x.name: tool_digest(x) for x in listed}, self.digests.get(key)
+                    if before is not None and now != before:
+                        raise ToolError(f"tool source {key!r} offers other tools than when this run was checkpointed "
+                                        f"({', '.join(changed_tools(before, now))}); the run does not resume against "
+                                        "them: restore the source's tools, or start a new run",
+                                        agent=str(getattr(speaker, "name", "")))
                     self._sources[id(t)] = (t, listed)
-                    self.offered[str(getattr(t, "name", type(t).__name__))] = [x.name for x in listed]
+                    self.offered[key], self.digests[key] = [x.name for x in listed], now
                     got = self._sources[id(t)]
                 out.extend(got[1])
         return out
+
+    async def check_sources(self, speakers: Sequence[Any]) -> None:
+        """A resumed run: start each tool source its checkpoint offered tools of, and refuse
+        (``ToolError``) a source whose tools changed, before any model call (``tools_of`` checks)."""
+        for speaker in speakers:
+            if any(isinstance(t, ToolSource) and not isinstance(t, (Tool, dict)) and
+                   str(getattr(t, "name", type(t).__name__)) in self.digests for t in getattr(speaker, "tools", ())):
+                await self.tools_of(speaker)
 
     async def close(self) -> None:
         """Stop every tool source this run started (in the order they started)."""
@@ -779,7 +816,8 @@ class ToolLoop:
     def snapshot(self) -> dict[str, Any]:
         """The loop's state as plain data (a checkpoint stores it with the context)."""
         return {"exchanges": {k: ex.to_dict() for k, ex in self.exchanges.items()}, "calls_made": self.calls_made,
-                "offered": {k: list(v) for k, v in self.offered.items()}, "last": dict(self.last)}
+                "offered": {k: list(v) for k, v in self.offered.items()}, "last": dict(self.last),
+                "digests": {k: dict(v) for k, v in self.digests.items()}}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
@@ -787,6 +825,7 @@ class ToolLoop:
         self.exchanges = {k: Exchange.from_dict(v) for k, v in (state.get("exchanges") or {}).items()}
         self.calls_made = int(state.get("calls_made", 0))
         self.offered = {k: list(v) for k, v in (state.get("offered") or {}).items()}
+        self.digests = {k: dict(v) for k, v in (state.get("digests") or {}).items()}
         self.last = dict(state.get("last") or {})
         for ex in self.exchanges.values():
             for c in ex.calls:
