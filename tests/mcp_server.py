@@ -52,10 +52,11 @@ if VARIANT == "v1":
 @server.tool()
 async def hang() -> str:
     """Never returns (until the server is stopped)."""
-    # a line to the FIFO MCP_TEST_FIFO names (when set) once it has started: a test knows the call is in flight
+    # "hanging <pid>" to the FIFO MCP_TEST_FIFO names (when set) once it has started: a test knows the
+    # call is in flight, and which process to kill or to check is gone
     if os.environ.get("MCP_TEST_FIFO"):
         with open(os.environ["MCP_TEST_FIFO"], "w") as fifo:
-            fifo.write("hanging\n")
+            fifo.write(f"hanging {os.getpid()}\n")
     await asyncio.Event().wait()
     return "unreachable"
 

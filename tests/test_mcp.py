@@ -63,10 +63,11 @@ def fifo(tmp_path):
     return path
 
 
-async def wait_for_hang(fifo: Path) -> None:
-    """Block (in a thread) until the server's ``hang`` tool says it has started."""
-    line = await asyncio.to_thread(lambda: fifo.read_text())
-    assert line == "hanging\n"
+async def wait_for_hang(fifo: Path) -> int:
+    """Block (in a thread) until the server's ``hang`` tool says it has started; its process id."""
+    word, pid = (await asyncio.to_thread(fifo.read_text)).split()
+    assert word == "hanging"
+    return int(pid)
 
 
 # ---- over stdio ----
