@@ -571,8 +571,8 @@ class ConfigReader:
         for ref, what in references(spec):
             self.trust.check(ref, what)
         for node in specs_in(spec):  # an MCP server starts a process: only trusted configs hold one
-            for t in node.tools if isinstance(node, AgentSpec) else ():
-                if is_mcp_server(t):
+            if isinstance(node, AgentSpec):
+                for t in filter(is_mcp_server, node.tools):
                     where = f"command {t.get('command')!r}" if t.get("command") else f"url {t.get('url')!r}"
                     self.trust.process(f"MCP server {t.get('name')!r} ({where})", f"agent {node.name!r} tools")
 
