@@ -1,5 +1,5 @@
 """Budgets and deadlines as stop transitions: ``max_tokens``, ``max_cost_usd``,
-``max_model_calls`` and ``deadline_s``. ``add_limit_edges`` gives every non-final state a first,
+``max_model_calls``, ``max_tool_calls`` and ``deadline_s``. ``add_limit_edges`` gives every non-final state a first,
 guarded way out (``[over_budget] -> over_budget``, ``[past_deadline] -> past_deadline``) in every
 nested level, so the run stops at the next state boundary and the diagram shows it."""
 from __future__ import annotations
@@ -30,6 +30,8 @@ class Limits(BaseModel):
         max_cost_usd: The most the run's model calls may cost, in US dollars.
         max_model_calls: The most requests (retries included); a request that would cross it is
             not sent.
+        max_tool_calls: The most tool calls the run's agents may make; a reply whose calls would
+            cross it runs none of them and the run stops with ``"budget"``.
         deadline_s: Seconds the run may take; a call still running then is cut.
         price_per_1k_tokens: ``(prompt, completion)`` prices for models litellm cannot price.
         max_message_chars: The most characters one message keeps (longer ones are cut, with an event).
@@ -54,6 +56,7 @@ class Limits(BaseModel):
     max_tokens: int | None = Field(None, ge=1, strict=True)
     max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False)
     max_model_calls: int | None = Field(None, ge=1, strict=True)
+    max_tool_calls: int | None = Field(None, ge=0, strict=True)
     deadline_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     price_per_1k_tokens: tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)],
                               Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = None
@@ -68,8 +71,9 @@ class Limits(BaseModel):
 
     @property
     def has_budget(self) -> bool:
-        """Whether a token, cost or call budget is set."""
-        return any(v is not None for v in (self.max_tokens, self.max_cost_usd, self.max_model_calls))
+        """Whether a token, cost, call or tool-call budget is set."""
+        return any(v is not None for v in (self.max_tokens, self.max_cost_usd, self.max_model_calls,
+                                           self.max_tool_calls))
 
 
 def over(limits: Limits, stats: Any) -> str | None:
@@ -79,6 +83,8 @@ def over(limits: Limits, stats: Any) -> str | None:
     and cost stop at the first state boundary after they are crossed."""
     if limits.max_model_calls is not None and (stats.attempts > limits.max_model_calls or stats.over_cap):
         return "max_model_calls"
+    if limits.max_tool_calls is not None and getattr(stats, "tool_over_cap", False):
+        return "max_tool_calls"
     if limits.max_tokens is not None and stats.usage.get("total_tokens", 0) >= limits.max_tokens:
         return "max_tokens"
     if limits.max_cost_usd is not None and stats.cost_usd >= limits.max_cost_usd:
@@ -131,5 +137,6 @@ def start_clock(limits: Limits | None, stats: Any) -> None:
     if limits is not None:
         stats.price = limits.price_per_1k_tokens
         stats.max_requests = limits.max_model_calls  # a hard cap: acomplete never sends past it
+        stats.max_tool_calls = limits.max_tool_calls  # a hard cap: no tool call runs past it
         if limits.deadline_s is not None:
             stats.deadline = time.monotonic() + limits.deadline_s

@@ -232,7 +232,7 @@ class FlowContext:
         c.previous_result = self.previous_result
         c.memory = copy.deepcopy(self.memory)  # AppendLogs stay AppendLogs
         c.transcript.max_chars = self.transcript.max_chars
-        c.tool_loop.max_calls, c.tool_loop.approve_all = self.tool_loop.max_calls, self.tool_loop.approve_all
+        c.tool_loop.approve_all = self.tool_loop.approve_all
         return c
 
     def __repr__(self) -> str:

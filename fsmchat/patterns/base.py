@@ -156,6 +156,8 @@ class ChatContext:
             entries = self.tool_loop.entries(role)
             if entries:
                 metadata["tool_calls"] = entries
+                if self.tool_loop.shares(role):
+                    metadata["share_tool_calls"] = True
         return self.transcript.post(role, content, **metadata)
 
     def seed(self) -> Message:
@@ -692,7 +694,6 @@ class Pattern(ABC):
         try:  # the lease is given back however this ends, a refused start (an id already used) included
             start_clock(self.limits, ctx.stats)
             loop = loop_of(ctx)
-            loop.max_calls = self.limits.max_tool_calls if self.limits is not None else None
             loop.approve_all = self.approve_tools
             if saved is not None:  # a resume: tool sources whose tools changed are refused before any model call
                 await loop.check_sources([s for s, _ in self._calls_by_speaker()])

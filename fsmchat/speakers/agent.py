@@ -128,7 +128,10 @@ class Agent(BaseModel):
             return []
         if not isinstance(v, (list, tuple)):
             v = [v]
-        out = [as_tool_entry(t) for t in v]
+        try:
+            out = [as_tool_entry(t) for t in v]
+        except TypeError as exc:  # pydantic reports ValueErrors: the message says what is allowed
+            raise ValueError(str(exc)) from None
         names = [t.name if isinstance(t, Tool) else (t.get("function") or t).get("name") if isinstance(t, dict)
                  else None for t in out]
         seen = [n for n in names if n is not None]
@@ -445,7 +448,8 @@ def conversation_view(agent: str, transcript: Sequence[Message]) -> list[dict[st
     """Return the shared conversation as ``agent`` sees it, as chat messages.
 
     Its own rows are ``assistant`` messages, the task is a plain ``user`` message, everyone else's
-    rows are ``user`` messages ``"Name: text"``; system rows are dropped.
+    rows are ``user`` messages ``"Name: text"`` (followed by the speaker's tool calls and results
+    when it shares them: ``Agent(share_tool_results=True)``); system rows are dropped.
 
     Args:
         agent: The name of the participant who reads it.
@@ -467,9 +471,22 @@ def conversation_view(agent: str, transcript: Sequence[Message]) -> list[dict[st
             out.append({"role": "assistant", "content": m.content})
         elif m.role == SEED_ROLE:
             out.append({"role": "user", "content": m.content})
+        elif m.metadata and "share_tool_calls" in m.metadata:  # the speaker shares its tool calls
+            out.append({"role": "user", "content": f"{m.role}: {m.content}\n" + shared_calls(m.role, m.metadata)})
         else:
             out.append({"role": "user", "content": f"{m.role}: {m.content}"})
     return out
+
+
+def shared_calls(role: str, metadata: dict[str, Any]) -> str:
+    """The tool calls of a reply whose speaker shares them, as others read them under it."""
+    lines = []
+    for c in metadata.get("tool_calls") or ():
+        args = c.get("arguments")
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else str(args)
+        outcome = c.get("result") if c.get("status") == "done" else f"{c.get('status')}: {c.get('error') or c.get('result')}"
+        lines.append(f"[{role} called {c.get('name')}({shown}) -> {outcome}]")
+    return "\n".join(lines)
 
 
 class CallableSpeaker:

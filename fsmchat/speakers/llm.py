@@ -261,6 +261,9 @@ class CallStats:
     roster: list[Any] | None = None  # agents whose credentials the run's first request checks
     refused: BaseException | None = None  # the run's MissingCredentials, once found
     over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
+    tool_calls: int = 0  # tool calls run (fsmchat.speakers.tools)
+    max_tool_calls: int | None = None  # Limits.max_tool_calls: no tool call runs past it
+    tool_over_cap: bool = False  # a reply's tool calls were refused: they would have crossed max_tool_calls
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
 
     def preflight(self) -> None:
@@ -304,11 +307,14 @@ class CallStats:
     def to_state(self) -> dict[str, Any]:
         """What a checkpoint stores: the same read-only dict (a ``Frozen``) until a count changes,
         so a commit after a step that called no model skips it."""
-        key = (self.calls, self.attempts, self.cost_usd, self.over_cap, *self.usage.values())
+        key = (self.calls, self.attempts, self.cost_usd, self.over_cap, self.tool_calls, self.tool_over_cap,
+               *self.usage.values())
         last, state = self._state
         if key != last or state is None:
+            tools = {"tool_calls": self.tool_calls, "tool_over_cap": self.tool_over_cap} if self.tool_calls or \
+                self.tool_over_cap else {}
             state = Frozen(calls=self.calls, attempts=self.attempts, usage=dict(self.usage), cost_usd=self.cost_usd,
-                           over_cap=self.over_cap)
+                           over_cap=self.over_cap, **tools)
             self._state = (key, state)
         return state
 
@@ -317,6 +323,8 @@ class CallStats:
         self.usage.update(state["usage"])
         self.cost_usd = state["cost_usd"]
         self.over_cap = state.get("over_cap", False)
+        self.tool_calls = state.get("tool_calls", 0)
+        self.tool_over_cap = state.get("tool_over_cap", False)
 
 
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,

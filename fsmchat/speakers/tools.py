@@ -50,13 +50,13 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Literal, Protocol, Sequence, get_type_hints, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic import Field as PydanticField
 
 from ..deadline import call_within
-from ..errors import DeadlineExceeded, FsmchatError, Interrupted
+from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from .human import Approve, Edit, Reject, Say, request
 from .respond import BidOutcome, bid_from_arguments, silent
@@ -179,10 +179,8 @@ def _schema_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> ty
 
 
 def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    import typing
-
     target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)
-    return typing.get_type_hints(target)
+    return get_type_hints(target)
 
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -267,7 +265,8 @@ class Tool:
     def from_schema(cls, schema: dict[str, Any]) -> "Tool":
         """A tool with no function from an OpenAI-format dict (``{"type": "function", "function": {...}}``
         or the bare ``{"name", "description", "parameters"}``)."""
-        fn = schema.get("function") if isinstance(schema.get("function"), dict) else schema
+        inner = schema.get("function")
+        fn: dict[str, Any] = inner if isinstance(inner, dict) else schema
         return cls(None, name=str(fn.get("name") or ""), description=str(fn.get("description") or ""),
                    parameters=dict(fn.get("parameters") or {"type": "object", "properties": {}}))
 
@@ -443,8 +442,8 @@ class CallRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CallRecord":
-        return cls(**{k: d.get(k) for k in ("id", "name", "arguments", "status", "result", "error", "duration_s")},
-                   reason=d.get("reason") or "")
+        return cls(str(d["id"]), str(d["name"]), d.get("arguments"), str(d.get("status") or "asked"), d.get("result"),
+                   d.get("error"), d.get("duration_s"), d.get("reason") or "")
 
     def entry(self) -> dict[str, Any]:
         """What the posted message carries (``Message.metadata["tool_calls"]``)."""
@@ -470,6 +469,7 @@ class Exchange:
     answer: Any = None
     answered: bool = False
     marks: list[str] = field(default_factory=list)  # what the state's action already did with the answer
+    share: bool = False  # the speaker shares its tool calls with the others (Agent.share_tool_results)
 
     def pending(self) -> list[CallRecord]:
         return [c for c in self.calls if not c.resolved]
@@ -480,7 +480,7 @@ class Exchange:
             answer = {"score": answer.score, "message": answer.message, "bid": True}
         return {"speaker": self.speaker, "rounds": self.rounds, "messages": list(self.messages),
                 "calls": [c.to_dict() for c in self.calls], "answer": answer, "answered": self.answered,
-                "marks": list(self.marks)}
+                "marks": list(self.marks), "share": self.share}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Exchange":
@@ -489,7 +489,7 @@ class Exchange:
             answer = bid_from_arguments({"score": answer["score"], "message": answer["message"]})
         return cls(d["speaker"], int(d.get("rounds", 0)), list(d.get("messages") or []),
                    [CallRecord.from_dict(c) for c in d.get("calls") or []], answer, bool(d.get("answered")),
-                   list(d.get("marks") or []))
+                   list(d.get("marks") or []), bool(d.get("share")))
 
     def tool_messages(self) -> list[dict[str, Any]]:
         """The wire messages of the rounds so far, results filled in (one ``tool`` message per call)."""
@@ -536,8 +536,6 @@ class ToolLoop:
         self.exchanges: dict[str, Exchange] = {}
         self.active = False  # a state with a tool loop is running its action
         self.approve_all = False  # interrupt_before=["tools"]: every call waits for a person
-        self.calls_made = 0
-        self.max_calls: int | None = None  # Limits.max_tool_calls
         self.offered: dict[str, list[str]] = {}  # each tool source's tool names this run
         self.digests: dict[str, dict[str, str]] = {}  # each tool source's {tool: tool_digest}, checked on resume
         self._sources: dict[int, tuple[Any, list[Tool]]] = {}
@@ -613,12 +611,13 @@ class ToolLoop:
         outside one (a direct call) the calls are run inline until the model answers."""
         if not has_tools(speaker):
             if self.active:
-                return await self._cached(speaker, lambda: speaker.reply(turn))
+                return str(await self._cached(speaker, lambda: speaker.reply(turn)))
             return str(await speaker.reply(turn))
         self.used = True
         if not self.active:
             return await self._inline(speaker, turn)
         ex = self.exchanges.setdefault(speaker.name, Exchange(speaker.name))
+        ex.share = bool(getattr(speaker, "share_tool_results", False))
         if ex.answered:
             return str(ex.answer)
         if ex.pending():
@@ -645,7 +644,8 @@ class ToolLoop:
         if not has_tools(speaker) or not hasattr(speaker, "tool_message") or \
                 getattr(speaker, "resolved_tool_mode", "native") != "native":
             if self.active:
-                return await self._cached(speaker, lambda: speaker.bid(turn))
+                cached: BidOutcome = await self._cached(speaker, lambda: speaker.bid(turn))
+                return cached
             out: BidOutcome = await speaker.bid(turn)
             return out
         self.used = True
@@ -753,13 +753,12 @@ class ToolLoop:
         runnable = [c for c in runnable if c.status != "awaiting"]
         if not runnable:
             return
-        if self.max_calls is not None and self.calls_made + len(runnable) > self.max_calls:
-            if stats is not None:
-                stats.limit_hit = "max_tool_calls"
-            from_ = runnable[0]
-            raise ToolError(f"max_tool_calls={self.max_calls} reached after {self.calls_made} tool call(s): "
-                            f"{speaker.name}'s {len(runnable)} call(s) ({', '.join(c.name for c in runnable)}) "
-                            "were not run", agent=speaker.name, tool=from_.name, arguments=from_.arguments)
+        cap = getattr(stats, "max_tool_calls", None)
+        if cap is not None and stats.tool_calls + len(runnable) > cap:
+            stats.tool_over_cap, stats.limit_hit = True, "max_tool_calls"
+            raise BudgetExceeded(f"max_tool_calls={cap} reached after {stats.tool_calls} tool call(s): "
+                                 f"{speaker.name}'s {len(runnable)} call(s) ({', '.join(c.name for c in runnable)}) "
+                                 "were not run")
         gate = asyncio.Semaphore(max(1, int(getattr(speaker, "max_parallel_tools", DEFAULT_MAX_PARALLEL_TOOLS))))
         deadline = getattr(stats, "deadline", None)
         on_error = getattr(speaker, "on_tool_error", "return")
@@ -774,13 +773,16 @@ class ToolLoop:
                         raise ToolArgumentsError(f"unknown tool {rec.name!r}; the tools are: {known}")
                     args = tool.check_arguments(rec.arguments)
                     rec.arguments = args
-                    self.calls_made += 1
+                    if stats is not None:
+                        stats.tool_calls += 1
                     rec.result = await tool.run(args, deadline)
                     rec.status = "done"
                 except DeadlineExceeded as exc:
                     if deadline is not None and time.monotonic() >= deadline:
                         raise  # the run's deadline: the run takes its past_deadline edge
                     rec.status, rec.error = "error", f"timed out: {exc}"
+                except ToolArgumentsError as exc:
+                    rec.status, rec.error = "error", str(exc)
                 except ToolError:
                     raise
                 except (asyncio.CancelledError, Interrupted):
@@ -812,10 +814,15 @@ class ToolLoop:
         ex = self.exchanges.get(speaker)
         return [c.entry() for c in ex.calls] if ex is not None else []
 
+    def shares(self, speaker: str) -> bool:
+        """Whether ``speaker``'s turn in progress shares its tool calls with the others."""
+        ex = self.exchanges.get(speaker)
+        return ex is not None and ex.share
+
     # ---- checkpoint ----
     def snapshot(self) -> dict[str, Any]:
         """The loop's state as plain data (a checkpoint stores it with the context)."""
-        return {"exchanges": {k: ex.to_dict() for k, ex in self.exchanges.items()}, "calls_made": self.calls_made,
+        return {"exchanges": {k: ex.to_dict() for k, ex in self.exchanges.items()},
                 "offered": {k: list(v) for k, v in self.offered.items()}, "last": dict(self.last),
                 "digests": {k: dict(v) for k, v in self.digests.items()}}
 
@@ -823,7 +830,6 @@ class ToolLoop:
         """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
         approved) but has no result may have run when the run stopped: it becomes ``uncertain``."""
         self.exchanges = {k: Exchange.from_dict(v) for k, v in (state.get("exchanges") or {}).items()}
-        self.calls_made = int(state.get("calls_made", 0))
         self.offered = {k: list(v) for k, v in (state.get("offered") or {}).items()}
         self.digests = {k: dict(v) for k, v in (state.get("digests") or {}).items()}
         self.last = dict(state.get("last") or {})

@@ -1,0 +1,327 @@
+"""Agents that call tools while they speak: one speaking block in every pattern, tool rounds as drawn
+graph states, schemas from plain Python, errors back to the model, budgets, and the wire format."""
+import asyncio
+
+import pytest
+
+from fsmchat import (AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, Message, OneOnOneDebate,
+                     RoundRobinSwarm, Tool, ToolError)
+from fsmchat.speakers.tools import ToolSource, parse_docstring
+from fsmchat.testing import Bid, ScriptedModel, ToolCall, assert_trace_is_path
+
+RUNS: list[str] = []
+
+
+def weather(city: str, unit: str = "C") -> str:
+    """The weather in a city.
+
+    Args:
+        city: The city's name.
+        unit: C or F.
+    """
+    RUNS.append(city)
+    return f"sunny, 21{unit} in {city}"
+
+
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def broken(x: int) -> str:
+    """Always fails."""
+    raise RuntimeError("the service is down")
+
+
+@pytest.fixture(autouse=True)
+def _clear():
+    RUNS.clear()
+
+
+def swarm(script, tools=(weather,), **agent_kw):
+    m = ScriptedModel(script)
+    return m, RoundRobinSwarm(agents=[m.agent("a", tools=list(tools), **agent_kw), m.agent("b")])
+
+
+def test_a_tool_call_runs_its_result_goes_back_with_matching_ids_and_the_reply_carries_the_call():
+    m, rr = swarm({"a": [ToolCall("weather", {"city": "Oslo"}, id="c7"), "Sunny in Oslo."], "b": ["Noted."]})
+    r = rr.execute("Weather?")
+    assert r.ok and r.path == ["seed", "a", "tools_a", "a", "b", "stop"]
+    assert RUNS == ["Oslo"] and r.calls == 3 == m.calls()
+    assert_trace_is_path(rr.graph, r)
+    first, second = m.requests_of("a")
+    assert [t["function"]["name"] for t in first.tools] == ["weather"] and first.tool_choice == "auto"
+    assert [m_["role"] for m_ in second.messages][-2:] == ["assistant", "tool"]
+    call = second.messages[-2]["tool_calls"][0]
+    assert (call["id"], call["function"]["name"], call["function"]["arguments"]) == ("c7", "weather", '{"city": "Oslo"}')
+    assert second.messages[-1] == {"role": "tool", "tool_call_id": "c7", "content": "sunny, 21C in Oslo"}
+    reply = r.transcript[1]
+    assert reply.content == "Sunny in Oslo."
+    (entry,) = reply.tool_calls
+    assert (entry.id, entry.name, entry.arguments, entry.status, entry.result) == \
+        ("c7", "weather", {"city": "Oslo", "unit": "C"}, "done", "sunny, 21C in Oslo")
+    assert entry.duration_s is not None and entry.duration_s >= 0
+    assert r.to_dict()["transcript"][1]["metadata"]["tool_calls"][0]["name"] == "weather"
+    # the other agent sees the final reply only (no tool rows, no call)
+    (b_req,) = m.requests_of("b")
+    assert {"role": "user", "content": "a: Sunny in Oslo."} in b_req.messages
+    assert not any(x.get("role") == "tool" for x in b_req.messages)
+
+
+def test_share_tool_results_shows_the_calls_to_the_other_agents():
+    m, rr = swarm({"a": [ToolCall("weather", {"city": "Oslo"}), "Sunny."], "b": ["Noted."]},
+                  share_tool_results=True)
+    assert rr.execute("Weather?").ok
+    (b_req,) = m.requests_of("b")
+    seen = [x["content"] for x in b_req.messages if x["content"].startswith("a:")]
+    assert seen == ["a: Sunny.\n[a called weather(city='Oslo', unit='C') -> sunny, 21C in Oslo]"]
+
+
+def test_the_tool_loop_is_drawn_and_graphs_without_tools_are_unchanged():
+    plain = RoundRobinSwarm(agents=[ScriptedModel({}).agent("a"), ScriptedModel({}).agent("b")])
+    _, tooled = swarm({})
+    assert list(plain.graph.states) == ["seed", "a", "b", "stop"]
+    assert list(tooled.graph.states) == ["seed", "a", "b", "stop", "tools_a", "approve_a"]
+    edges = [(t.source, t.dest, t.label) for t in tooled.graph.transitions]
+    assert edges == [("seed", "a", "next"), ("a", "tools_a", "tool_calls"), ("a", "b", "next"),
+                     ("b", "a", "next_loop"), ("b", "stop", "max_loops"), ("tools_a", "approve_a", "needs_person"),
+                     ("tools_a", "a", "next"), ("approve_a", "tools_a", "next")]
+    assert "tools_a" in tooled.graph.to_mermaid() and "tools_a" not in plain.graph.to_mermaid()
+
+
+def test_max_calls_counts_the_tool_rounds_of_each_turn():
+    m = ScriptedModel({})
+    rr = RoundRobinSwarm(agents=[m.agent("a", tools=[weather]), m.agent("b")], max_loops=2)
+    assert rr.max_calls() == 2 * (1 + 5) + 2  # max_tool_rounds defaults to 5
+    rr2 = RoundRobinSwarm(agents=[m.agent("a", tools=[weather], max_tool_rounds=2), m.agent("b")], max_loops=2)
+    assert rr2.max_calls() == 2 * 3 + 2
+
+
+def test_after_max_tool_rounds_the_model_must_answer_without_tools():
+    script = {"a": [ToolCall("weather", {"city": "A"}), ToolCall("weather", {"city": "B"}), "Done."], "b": ["ok"]}
+    m, rr = swarm(script, max_tool_rounds=2)
+    r = rr.execute("go")
+    assert r.ok and RUNS == ["A", "B"] and r.calls == 4 == rr.max_calls() - 0
+    assert [q.tool_choice for q in m.requests_of("a")] == ["auto", "auto", "none"]
+    m2, rr2 = swarm({"a": [ToolCall("weather", {"city": "A"}), ToolCall("weather", {"city": "B"})], "b": ["ok"]},
+                    max_tool_rounds=1)
+    r2 = rr2.execute("go")
+    assert not r2.ok and r2.stop_reason == "error" and isinstance(r2.error, ToolError)
+    assert "still asked for tools (weather) after max_tool_rounds=1" in str(r2.error)
+    assert [x.content for x in r2.transcript] == ["go"]
+
+
+def test_schema_from_signature_hints_and_docstring():
+    spec = Tool(weather).spec()
+    assert spec == {"type": "function", "function": {
+        "name": "weather", "description": "The weather in a city.",
+        "parameters": {"type": "object", "additionalProperties": False,
+                       "properties": {"city": {"type": "string", "description": "The city's name."},
+                                      "unit": {"type": "string", "description": "C or F.", "default": "C"}},
+                       "required": ["city"]}}}
+    t = Tool(add, name="plus", description="Sum.", approval=True, idempotent=True, timeout_s=2)
+    assert (t.name, t.description, t.approval, t.idempotent, t.timeout_s) == ("plus", "Sum.", True, True, 2)
+    assert parse_docstring("Do it.\n\nArgs:\n    x (int): the x.\n") == ("Do it.", {"x": "the x."})
+    with pytest.raises(TypeError, match=r"parameter 'kw' is \*args/\*\*kwargs"):
+        Tool(lambda **kw: 1, name="bad")
+    with pytest.raises(ValueError, match="name='no spaces' is invalid"):
+        Tool(add, name="no spaces")
+
+
+def test_sync_and_async_tools_run_concurrently_with_results_in_call_order():
+    started, release = [], asyncio.Event()
+
+    async def slow(tag: str) -> str:
+        """Waits until both calls started."""
+        started.append(tag)
+        if len(started) == 2:
+            release.set()
+        await release.wait()  # a run that called them one by one would never get here for the first
+        return f"r-{tag}"
+
+    calls = [ToolCall("slow", {"tag": "x"}, id="1"), ToolCall("slow", {"tag": "y"}, id="2"),
+             ToolCall("add", {"a": 2, "b": "3"}, id="3")]
+    m, rr = swarm({"a": [calls, "All done."], "b": ["ok"]}, tools=[slow, add])
+    r = rr.execute("go")
+    assert r.ok, r.error
+    assert [(e.id, e.result) for e in r.transcript[1].tool_calls] == [("1", "r-x"), ("2", "r-y"), ("3", "5")]
+    tool_rows = [x for x in m.requests_of("a")[1].messages if x["role"] == "tool"]
+    assert [(x["tool_call_id"], x["content"]) for x in tool_rows] == [("1", "r-x"), ("2", "r-y"), ("3", "5")]
+
+
+def test_the_concurrency_cap_holds():
+    running, peak = [0], [0]
+
+    async def probe(i: int) -> int:
+        """Counts the calls running at once."""
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        await asyncio.sleep(0)
+        running[0] -= 1
+        return i
+
+    calls = [ToolCall("probe", {"i": i}, id=str(i)) for i in range(5)]
+    m, rr = swarm({"a": [calls, "ok"], "b": ["ok"]}, tools=[probe], max_parallel_tools=2)
+    assert rr.execute("go").ok
+    assert peak[0] == 2
+
+
+def test_invalid_arguments_an_unknown_tool_and_a_raising_tool_go_back_to_the_model_with_events():
+    calls = [ToolCall("weather", {"town": "Oslo"}, id="1"), ToolCall("nope", {}, id="2"),
+             ToolCall("broken", {"x": 1}, id="3")]
+    m, rr = swarm({"a": [calls, "Sorry."], "b": ["ok"]}, tools=[weather, broken])
+    r = rr.execute("go")
+    assert r.ok and RUNS == []  # the invalid call never ran
+    results = {x["tool_call_id"]: x["content"] for x in m.requests_of("a")[1].messages if x["role"] == "tool"}
+    assert results["1"].startswith("error: invalid arguments for weather: city: Field required; town: Extra inputs")
+    assert results["2"] == "error: unknown tool 'nope'; the tools are: broken, weather"
+    assert results["3"] == "error: RuntimeError: the service is down"
+    assert [(e["event"], e["tool"]) for e in r.events] == [("tool_error", "weather"), ("tool_error", "nope"),
+                                                            ("tool_error", "broken")]
+    assert [e.status for e in r.transcript[1].tool_calls] == ["error", "error", "error"]
+
+
+def test_on_tool_error_stop_ends_the_run_with_a_tool_error_and_the_transcript():
+    m = ScriptedModel({"a": ["first"], "b": [ToolCall("broken", {"x": 1})]})
+    rr = RoundRobinSwarm(agents=[m.agent("a"), m.agent("b", tools=[broken], on_tool_error="stop")])
+    r = rr.execute("go")
+    assert not r.ok and r.stop_reason == "error" and isinstance(r.error, ToolError)
+    assert "tool 'broken' of agent 'b' failed: RuntimeError: the service is down" in str(r.error)
+    assert [x.content for x in r.transcript] == ["go", "first"]
+
+
+def test_a_schema_dict_without_a_function_is_offered_and_calling_it_ends_the_run():
+    schema = {"type": "function", "function": {"name": "lookup", "description": "Look up.",
+                                               "parameters": {"type": "object", "properties": {}}}}
+    m = ScriptedModel({"a": [ToolCall("lookup", {})]})
+    rr = RoundRobinSwarm(agents=[m.agent("a", tools_list_dictionary=[schema])])
+    assert list(rr.graph.states) == ["seed", "a", "stop"]  # nothing to run: no loop drawn
+    r = rr.execute("go")
+    assert m.requests_of("a")[0].tools == [schema]
+    assert not r.ok and isinstance(r.error, ToolError)
+    assert "called tool 'lookup', which has no function" in str(r.error)
+
+
+def test_max_tool_calls_is_a_budget():
+    calls = [ToolCall("weather", {"city": c}, id=c) for c in "AB"]
+    m, rr = swarm({"a": [ToolCall("weather", {"city": "Z"}), calls, "x"], "b": ["ok"]})
+    r = rr.with_limits(max_tool_calls=2).execute("go")
+    assert r.stop_reason == "budget" and RUNS == ["Z"]  # the two calls would cross it: neither ran
+    assert r.path[-1] == "over_budget"
+
+
+def test_tools_run_under_the_runs_deadline_and_their_own_timeout():
+    gate = asyncio.Event()
+
+    async def hang() -> str:
+        """Never returns."""
+        await gate.wait()
+        return "never"
+
+    m, rr = swarm({"a": [ToolCall("hang", {}), "gave up"], "b": ["ok"]}, tools=[Tool(hang, timeout_s=0.01)])
+    r = rr.execute("go")
+    assert r.ok and r.transcript[1].tool_calls[0].error.startswith("timed out: tool 'hang' was cancelled")
+
+
+def test_group_chat_bidder_calls_tools_before_it_bids():
+    m = ScriptedModel({"a": [ToolCall("weather", {"city": "Oslo"}), Bid(0.9, "Sunny in Oslo."), Bid(0.1, "")],
+                       "b": [Bid(0.2, "Hm."), Bid(0.1, "")]})
+    chat = GroupChat(agents=[m.agent("a", tools=[weather]), m.agent("b")], max_loops=3)
+    r = chat.execute("Weather?")
+    assert r.ok, r.error
+    assert r.path[:6] == ["seed", "bid", "tools_bid", "bid", "select", "post"]
+    assert RUNS == ["Oslo"] and m.calls("b") == 2  # b's bid was asked once that turn, not again after a's tools
+    first, second, _ = m.requests_of("a")
+    assert [t["function"]["name"] for t in first.tools] == ["weather", "respond"]
+    assert first.tool_choice == "required"
+    assert second.messages[-1]["role"] == "tool"
+    assert r.transcript[1].content == "Sunny in Oslo." and r.transcript[1].tool_calls[0].name == "weather"
+    assert [(e["event"], e["agent"]) for e in r.events if e["event"] == "bid_tools"] == [("bid_tools", "a")]
+
+
+def test_group_chat_forces_respond_once_the_rounds_are_used():
+    m = ScriptedModel({"a": [ToolCall("weather", {"city": "X"}), Bid(0.9, "X it is.")], "b": [Bid(0.1, "")]})
+    chat = GroupChat(agents=[m.agent("a", tools=[weather], max_tool_rounds=1), m.agent("b")], max_loops=2)
+    assert chat.execute("go").ok
+    assert [q.tool_choice for q in m.requests_of("a")] == ["required", {"type": "function",
+                                                                        "function": {"name": "respond"}}]
+
+
+def test_group_chat_without_tools_sends_what_it_sent_before():
+    m = ScriptedModel({"a": [Bid(0.9, "Hi.")], "b": [Bid(0.1, "")]})
+    r = GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=2).execute("go")
+    assert r.path == ["seed", "bid", "select", "post", "penalize", "stop"]
+    assert m.requests_of("a")[0].tool_choice == {"type": "function", "function": {"name": "respond"}}
+
+
+def test_flow_agent_steps_and_discussion_turns_take_tool_rounds():
+    m = ScriptedModel({"w": [ToolCall("weather", {"city": "Rome"}), "Rome is sunny."],
+                       "x": [ToolCall("add", {"a": 1, "b": 2}), "3 it is."], "y": ["Agreed."]})
+    flow = AgentFlow(steps=[m.agent("w", tools=[weather]),
+                            Discussion([m.agent("x", tools=[add]), m.agent("y")], rounds=1, name="talk")])
+    r = flow.execute("go")
+    assert r.ok, r.error
+    assert r.path == ["w", "tools_w", "w", "talk.begin", "talk.turn", "talk.tools_turn", "talk.turn", "talk.turn",
+                      "talk.done", "end"]
+    assert_trace_is_path(flow.graph, r)
+    assert flow.max_calls() == 6 + 6 + 1
+    assert RUNS == ["Rome"]
+
+
+def test_debate_and_panel_turns_take_tool_rounds():
+    m = ScriptedModel({"p": ["intro ok", ToolCall("add", {"a": 1, "b": 1}), "Two."], "q": ["intro ok", "No."]})
+    d = OneOnOneDebate(agents=[m.agent("p", tools=[add]), m.agent("q")], max_loops=2)
+    r = d.execute("1+1?")
+    assert r.ok and [x.content for x in r.transcript] == ["Two.", "No."]
+    assert "tools_turn_a" in r.path and r.transcript[0].tool_calls[0].result == "2"
+    m2 = ScriptedModel({"mod": ["ok", "Round 1: weather", "Synth."], "e1": ["ok", ToolCall("weather", {"city": "Oslo"}),
+                                                                       "Sunny."], "e2": ["ok", "Rain."]})
+    panel = ExpertPanelDiscussion(agents=[m2.agent("e1", tools=[weather]), m2.agent("e2")], moderator=m2.agent("mod"),
+                                  max_rounds=1)
+    r2 = panel.execute("Weather?")
+    assert r2.ok, r2.error
+    assert [x.content for x in r2.transcript] == ["Round 1: weather", "Sunny.", "Rain.", "Synth."]
+    assert RUNS == ["Oslo"]
+
+
+class ListedTools:
+    """A tool source: started once per run, listed once, stopped when the run ends."""
+
+    name = "listed"
+
+    def __init__(self):
+        self.log = []
+
+    async def start(self):
+        self.log.append("start")
+
+    async def tools(self):
+        self.log.append("tools")
+        return [Tool(add)]
+
+    async def stop(self):
+        self.log.append("stop")
+
+
+def test_a_tool_source_is_started_listed_and_stopped_once_per_run():
+    src = ListedTools()
+    assert isinstance(src, ToolSource)
+    m = ScriptedModel({"a": [ToolCall("add", {"a": 1, "b": 1}), "2", ToolCall("add", {"a": 2, "b": 2}), "4"],
+                       "b": ["ok", "ok"]})
+    rr = RoundRobinSwarm(agents=[m.agent("a", tools=[src]), m.agent("b")], max_loops=2)
+    assert "tools_a" in rr.graph.states
+    r = rr.execute("go")
+    assert r.ok and src.log == ["start", "tools", "stop"]
+    assert [x.content for x in r.transcript] == ["go", "2", "ok", "4", "ok"]
+
+
+def test_bad_tools_are_refused_before_any_call():
+    from fsmchat.errors import ConfigError
+    with pytest.raises(ConfigError, match="two tools are named 'weather'"):
+        ScriptedModel({}).agent("a", tools=[weather, Tool(weather)])
+    with pytest.raises(ConfigError, match="a tool is a function, a Tool"):
+        ScriptedModel({}).agent("a", tools=[3])
+
+
+def test_message_tool_calls_is_empty_without_tools():
+    assert Message(role="a", content="x").tool_calls == []
