@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fsmchat import Approve, MemoryCheckpointer, RoundRobinSwarm, UntrustedReference, from_config
+from fsmchat import Approve, MCPServerError, MemoryCheckpointer, RoundRobinSwarm, UntrustedReference, from_config
 from fsmchat.speakers.mcp import MCPServer
 from fsmchat.speakers.tools import ToolError
 from fsmchat.testing import ScriptedModel, ToolCall, assert_trace_is_path
@@ -167,3 +167,29 @@ def test_a_config_holds_an_mcp_server_only_when_trusted():
         assert str(refused.value) == rule
     [built] = from_config(cfg, trusted=True).agents[0].tools
     assert isinstance(built, MCPServer) and built.to_config() == entry and built is not server
+
+
+def test_a_batch_that_holds_the_server_shares_one_process_between_its_runs():
+    model = ScriptedModel({"a": [ToolCall("pid", {}), "Checked."] * 3, "b": ["OK."] * 3})
+    server = capitals()
+    chat = swarm(model, server)
+
+    async def main():
+        async with server:  # held open: each run's start and stop only count
+            outputs = await chat.arun_batch([TASK] * 3, max_concurrency=1)
+            still = server.running
+        return outputs, still
+
+    outputs, still = asyncio.run(main())
+    assert len(outputs) == 3 and still is True
+    pids = {r.messages[-1]["content"] for r in model.requests_of("a")[1::2]}  # each run's pid call result
+    assert len(pids) == 1 and gone(int(pids.pop())) and not server.running
+
+
+def test_a_server_that_cannot_start_ends_the_run_naming_the_command_before_any_model_call():
+    model = ScriptedModel({"a": ["unused"], "b": ["unused"]})
+    result = swarm(model, MCPServer(command=["no-such-mcp-server"], name="atlas")).execute(TASK)
+    assert result.stop_reason == "error" and isinstance(result.error, MCPServerError)
+    assert str(result.error) == ("MCP server 'atlas' (command ['no-such-mcp-server']) cannot start: no program "
+                                 "'no-such-mcp-server' on PATH")
+    assert model.calls() == 0 and [m.role for m in result.transcript] == ["User"]
