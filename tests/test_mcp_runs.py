@@ -94,6 +94,7 @@ def test_a_server_that_dies_mid_run_is_named_with_its_stderr(on_tool_error):
     if on_tool_error == "stop":
         assert result.stop_reason == "error" and isinstance(result.error, ToolError)
         assert str(result.error) == f"tool 'crash' of agent 'a' failed: {died}"
+        assert isinstance(result.error.__cause__, MCPServerError) and result.error.__cause__.server == "capitals"
         return
     assert result.ok and result.transcript[-2].content == "The atlas server is down."
     crash, add = calls_of(result, "a")

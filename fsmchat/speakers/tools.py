@@ -762,6 +762,7 @@ class ToolLoop:
         gate = asyncio.Semaphore(max(1, int(getattr(speaker, "max_parallel_tools", DEFAULT_MAX_PARALLEL_TOOLS))))
         deadline = getattr(stats, "deadline", None)
         on_error = getattr(speaker, "on_tool_error", "return")
+        raised: dict[str, Exception] = {}  # a failed call's exception: the cause of the run's ToolError
 
         async def one(rec: CallRecord) -> None:
             tool = tools.get(rec.name)
@@ -789,6 +790,7 @@ class ToolLoop:
                     raise
                 except Exception as exc:
                     rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"
+                    raised[rec.id] = exc
                 finally:
                     rec.duration_s = time.monotonic() - started
 
@@ -800,7 +802,8 @@ class ToolLoop:
                                        "call_id": rec.id, "error": rec.error})
                 if on_error == "stop":
                     raise ToolError(f"tool {rec.name!r} of agent {speaker.name!r} failed: {rec.error}",
-                                    agent=speaker.name, tool=rec.name, arguments=rec.arguments)
+                                    agent=speaker.name, tool=rec.name, arguments=rec.arguments) \
+                        from raised.get(rec.id)
 
     # ---- ends of a state ----
     def finish(self) -> None:
