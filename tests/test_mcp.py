@@ -306,6 +306,8 @@ def test_as_a_tool_source_it_offers_tools_that_call_the_server():
             return tools, await tools[1].run({"country": "France"}, None)
         finally:
             await server.stop()
+            await server.stop()  # a second stop is a no-op, not a count below zero
+            assert not server.running
 
     tools, answer = asyncio.run(main())
     assert all(isinstance(t, Tool) and t.runnable for t in tools)
@@ -356,3 +358,19 @@ def test_importing_fsmchat_and_the_mcp_module_does_not_import_the_sdk():
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout == "[]\n"
+
+
+def test_a_server_whose_event_loop_ended_without_leaving_the_context_starts_again_in_a_new_one():
+    server = stdio()
+
+    async def enter_and_abandon():
+        await server.start()  # never stopped: asyncio.run cancels the connection's task when the loop ends
+        return int(await server.call_tool("pid"))
+
+    async def use_again():
+        async with server:
+            return int(await server.call_tool("pid"))
+
+    first = asyncio.run(enter_and_abandon())
+    second = asyncio.run(use_again())
+    assert first != second and gone(first) and gone(second)

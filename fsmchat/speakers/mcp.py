@@ -191,6 +191,8 @@ class MCPServer:
     async def __aenter__(self) -> MCPServer:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
+            if self._entries and self._loop is not None and self._loop.is_closed():
+                self._forget()  # its loop ended without leaving the context (its connection went with it)
             if self._entries:
                 raise MCPServerError(self.name, "is running in another event loop (a run in another thread); give "
                                      "each thread its own MCPServer", command=self.command, url=self.url)
@@ -203,9 +205,17 @@ class MCPServer:
 
     async def __aexit__(self, *exc: object) -> None:
         async with self._lock:
+            if self._entries == 0:  # stopped already (a second stop() is a no-op)
+                return
             self._entries -= 1
             if self._entries == 0:
                 await self._shutdown()
+
+    def _forget(self) -> None:
+        self._entries, self._owner, self._client, self._tools = 0, None, None, None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
     async def _start(self) -> None:
         self._stop = asyncio.Event()
