@@ -14,8 +14,8 @@ server, with the tail of its stderr.
 In an agent's ``tools`` an ``MCPServer`` is a tool source (``fsmchat.speakers.tools.ToolSource``):
 a run starts it on the first turn of an agent that carries it, offers the model its tools (each
 a ``Tool`` whose function calls the server) and stops it when the run ends, however it ends. The
-run's checkpoint keeps the digest of each tool it offered, and a resumed run whose server now
-lists different tools stops with a ``ToolError`` naming them before its model sees them.
+run's checkpoint keeps the digest of each tool it offered, and resuming a run against a server
+that now lists different tools raises a ``ToolError`` naming them, before any model call.
 """
 from __future__ import annotations
 
@@ -63,11 +63,6 @@ class MCPTool:
     name: str
     description: str
     input_schema: dict[str, Any]
-
-    def to_openai(self) -> dict[str, Any]:
-        """The tool in OpenAI's function-calling format (what a model is sent)."""
-        return {"type": "function",
-                "function": {"name": self.name, "description": self.description, "parameters": self.input_schema}}
 
 
 def _check_command(command: Any) -> list[str]:
@@ -465,13 +460,13 @@ class MCPServer:
             result = await self._request(doing, client.call_tool(name, dict(arguments or {})))
         except MCPError as exc:  # a JSON-RPC error answer (unknown tool, bad arguments): the tool failed
             raise MCPToolError(self.name, name, exc.message) from exc
-        text = result_text(result)
+        text = call_result_text(result)
         if result.is_error:
             raise MCPToolError(self.name, name, text or "(the error result has no text)")
         return text
 
 
-def result_text(result: Any) -> str:
+def call_result_text(result: Any) -> str:
     """A ``CallToolResult`` as text: its text parts joined by newlines; other parts named by type
     (``[image image/png]``); the structured content as JSON when there is no text."""
     parts = []
