@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from fsmchat import Approve, MCPServerError, MemoryCheckpointer, RoundRobinSwarm, UntrustedReference, from_config
+from fsmchat import Approve, Bid, GroupChat, MCPServerError, MemoryCheckpointer, RoundRobinSwarm, UntrustedReference, \
+    from_config
 from fsmchat.speakers.mcp import MCPServer
 from fsmchat.speakers.tools import ToolError
 from fsmchat.testing import ScriptedModel, ToolCall, assert_trace_is_path
@@ -194,3 +195,15 @@ def test_a_server_that_cannot_start_ends_the_run_naming_the_command_before_any_m
     assert str(result.error) == ("MCP server 'atlas' (command ['no-such-mcp-server']) cannot start: no program "
                                  "'no-such-mcp-server' on PATH")
     assert model.calls() == 0 and [m.role for m in result.transcript] == ["User"]
+
+
+def test_a_group_chat_bidder_calls_an_mcp_tool_before_it_bids():
+    model = ScriptedModel({"a": [ToolCall("lookup", {"country": "France"}), Bid(0.9, "Paris, per the atlas.")],
+                           "b": [Bid(0.2, "Not sure.")]})
+    server = capitals()
+    chat = GroupChat(agents=[model.agent("a", tools=[server]), model.agent("b")], max_loops=2)
+    result = chat.execute(TASK)
+    assert result.ok and result.path == ["seed", "bid", "tools_bid", "bid", "select", "post", "penalize", "stop"]
+    assert [(m.role, m.content) for m in result.transcript] == [("User", TASK), ("a", "Paris, per the atlas.")]
+    assert [(c["name"], c["result"]) for c in calls_of(result, "a")] == [("lookup", "Paris")]
+    assert not server.running
