@@ -180,7 +180,7 @@ def ask_terminal(pending: Any) -> Any:
     """Ask on the terminal until a valid answer comes (None on end of input: the run stays waiting)."""
     err = sys.stderr
     print("\n".join(describe(pending)), file=err)
-    edit = "/edit NAME=VALUE ..." if pending.edit == "vars" else COMMANDS["edit"]
+    edit = "/edit NAME=VALUE ..." if pending.edit in ("vars", "arguments") else COMMANDS["edit"]
     for kind, effect in pending.allowed.items():
         print(f"   {edit if kind == 'edit' else COMMANDS[kind]:<18} {effect}", file=err)
     while True:
@@ -199,7 +199,8 @@ def ask_terminal(pending: Any) -> Any:
             elif head in ("/reject", "/r"):
                 given = Reject(rest.strip())
             elif head in ("/edit", "/e"):
-                given = Edit(vars=parse_vars(rest.split())) if pending.edit == "vars" else Edit(rest.strip())
+                given = Edit(vars=parse_vars(rest.split())) if pending.edit == "vars" else \
+                    Edit(arguments=parse_vars(rest.split(), "/edit")) if pending.edit == "arguments" else Edit(rest.strip())
             elif line.startswith("/"):
                 print(f"   unknown command {head!r}; one of: " + ", ".join(COMMANDS[k] for k in pending.allowed),
                       file=err)

@@ -56,8 +56,12 @@ class LiveRun:
             title = Text(msg.role, style="bold") + (
                 Text(f"  bid {score:.2f}", style="dim") if isinstance(score, (int, float)) else Text(""))
             self._console.print(Panel(Text(msg.content), title=title, title_align="left"))
+            for line in call_lines(msg):
+                self._console.print(Text(line, style="dim"))
         else:
             out.write(f"{msg.role}: {msg.content}\n")
+            for line in call_lines(msg):
+                out.write(line + "\n")
             out.flush()
 
     # ---- the status line ----
@@ -109,6 +113,18 @@ class LiveRun:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+def call_lines(msg: Message) -> list[str]:
+    """The tool calls a reply carries, one line each: name, arguments, result or error, duration."""
+    lines = []
+    for c in msg.tool_calls:
+        args = ", ".join(f"{k}={v!r}" for k, v in c.arguments.items()) if isinstance(c.arguments, dict) \
+            else str(c.arguments)
+        outcome = c.result if c.ok else f"{c.status}: {c.error or c.result}"
+        took = f" ({c.duration_s:.2f}s)" if c.duration_s is not None else ""
+        lines.append(f"  tool {c.name}({args}) -> {outcome}{took}")
+    return lines
 
 
 def summary(result: RunResult, elapsed: float | None = None, worst: int | None = None) -> str:

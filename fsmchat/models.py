@@ -59,7 +59,7 @@ class Message(BaseModel):
 
 
 class ToolCallEntry(BaseModel):
-    """One tool call attached to the reply it led to (``Message.tool_calls``).
+    """One tool call, attached to the reply it led to (``Message.tool_calls``).
 
     Attributes:
         id: The call's id (the assistant ``tool_calls`` id its ``tool`` result answers).
@@ -70,6 +70,12 @@ class ToolCallEntry(BaseModel):
         result: What the tool returned, as the model read it.
         error: What went wrong.
         duration_s: How long the call took, in seconds.
+
+    Examples:
+        >>> from fsmchat import ToolCallEntry
+        >>> call = ToolCallEntry(id="c1", name="add", arguments={"a": 1, "b": 2}, result="3", duration_s=0.001)
+        >>> call.ok, call.result
+        (True, '3')
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")

@@ -63,6 +63,7 @@ class ToolCall:
     Attributes:
         name: The tool's name.
         arguments: Its arguments: a dict (sent as JSON) or a raw string.
+        id: The call's id (a tool result answers it). A list of calls is one reply calling them all.
 
     Examples:
         >>> from fsmchat import Bid, GroupChat

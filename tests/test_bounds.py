@@ -152,3 +152,85 @@ def test_random_flows_stay_within_their_bound(data, n_items):
     assert r.ok, r.error
     assert r.calls <= bound, (r.calls, bound)
     assert r.context.stats.attempts <= flow.max_calls(items=n_items, requests=True)
+
+
+# ---- tools: each turn of an agent with tools counts 1 + max_tool_rounds calls ----
+RESPOND_FORCED = {"type": "function", "function": {"name": "respond"}}
+
+
+def echo(x: int) -> int:
+    """Return x."""
+    return x
+
+
+def greedy(req):
+    """A model that calls a tool whenever it may, then answers (bids when asked to)."""
+    from fsmchat.testing import Bid, ToolCall
+
+    names = [t["function"]["name"] for t in req.tools or []]
+    if [n for n in names if n != "respond"] and req.tool_choice not in ("none", RESPOND_FORCED):
+        return ToolCall("echo", {"x": req.n}, id=f"c{req.n}")
+    if "respond" in names:
+        return Bid(0.6, f"bid {req.n}")
+    return f"reply {req.n}"
+
+
+def tooled(model, name, tools, rounds):
+    return Agent(name, model=model, num_retries=0, tools=[echo] if tools else [], max_tool_rounds=rounds)
+
+
+def test_a_turn_with_tools_reaches_its_bound_exactly():
+    """A model that takes every tool round it may: round robin makes exactly max_calls() calls."""
+    from fsmchat import RoundRobinSwarm
+
+    m = FunctionModel(greedy)
+    rr = RoundRobinSwarm(agents=[tooled(m.model, "a", True, 3), tooled(m.model, "b", False, 3)], max_loops=2)
+    assert rr.max_calls() == 2 * 4 + 2
+    r = rr.execute("go")
+    assert r.ok and r.calls == 10 == m.calls()
+    assert rr.max_calls(requests=True) == 10
+
+
+def test_retries_multiply_the_tool_rounds_of_a_turn():
+    from fsmchat import RoundRobinSwarm
+
+    m = FunctionModel(greedy)
+    a = Agent("a", model=m.model, num_retries=2, tools=[echo], max_tool_rounds=1)
+    assert RoundRobinSwarm(agents=[a], max_loops=3).max_calls(requests=True) == 3 * 2 * 3
+
+
+def patterns_with_tools(model):
+    from fsmchat import ExpertPanelDiscussion, GroupChat, OneOnOneDebate, RoundRobinSwarm
+
+    names = iter(f"t{i}" for i in range(10_000))
+
+    def roster(flags, rounds):
+        return [tooled(model, next(names), f, r) for f, r in zip(flags, rounds)]
+
+    flags = st.lists(st.booleans(), min_size=2, max_size=3)
+    rounds = st.lists(st.integers(0, 2), min_size=3, max_size=3)
+    return st.one_of(
+        st.builds(lambda f, r, n: RoundRobinSwarm(agents=roster(f, r), max_loops=n), flags, rounds, st.integers(1, 2)),
+        st.builds(lambda f, r, n: GroupChat(agents=roster(f, r), max_loops=n), flags, rounds, st.integers(1, 3)),
+        st.builds(lambda f, r, n: OneOnOneDebate(agents=roster(f[:2], r), max_loops=n), flags, rounds,
+                  st.integers(1, 3)),
+        st.builds(lambda f, r, n: ExpertPanelDiscussion(agents=roster(f, r), moderator=roster([f[0]], r)[0],
+                                                        max_rounds=n), flags, rounds, st.integers(1, 2)),
+        st.builds(lambda f, r, n: AgentFlow(steps=[roster(f[:1], r)[0], Discussion(roster(f, r), rounds=n,
+                                                                                   name=f"d{next(names)}")]),
+                  flags, rounds, st.integers(1, 2)),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_patterns_with_tools_stay_within_their_bound(data):
+    m = FunctionModel(greedy)
+    pattern = data.draw(patterns_with_tools(m.model))
+    bound = pattern.max_calls()
+    r = pattern.execute("go")
+    assert r.ok, r.error
+    assert r.calls <= bound, (type(pattern).__name__, r.calls, bound)
+    assert r.context.stats.attempts <= pattern.max_calls(requests=True)
+    if type(pattern).__name__ in ("RoundRobinSwarm", "OneOnOneDebate", "ExpertPanelDiscussion"):
+        assert r.calls == bound  # every turn takes every round it may: the bound is reached

@@ -149,9 +149,17 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
         stop, out = out.stop_workflow, out.output
     output = ctx.transcript.admit(name, "" if out is None else (out if isinstance(out, str) else str(out)))
     ctx.previous_result = output
-    ctx.steps.append({"name": name, "output": output, "status": "stopped" if stop else "completed"})
+    record = {"name": name, "output": output, "status": "stopped" if stop else "completed"}
+    calls = ctx.tool_loop.entries(task.agent.name) if task.agent is not None and ctx.tool_loop.exchanges else []
+    if calls:  # the agent's tool calls of this step, in the step's record and on its message
+        record["tool_calls"] = calls
+    ctx.steps.append(record)
     if task.post:
-        ctx.transcript.post(name, output)
+        if calls:
+            shared = {"share_tool_calls": True} if ctx.tool_loop.shares(task.agent.name) else {}
+            ctx.transcript.post(name, output, tool_calls=calls, **shared)
+        else:
+            ctx.transcript.post(name, output)
     if task.save_as is not None:
         ctx.variables[task.save_as] = output
     if task.append_to is not None:

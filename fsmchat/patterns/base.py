@@ -114,6 +114,8 @@ class ChatContext:
         images: Images attached to every call of the run (``img``).
         memory: Each speaker's private memory (``ask_private``), by name.
         people: The answers of people in the loop.
+        tool_loop: The agents' tool calls in progress and the run's tool sources (the speaking
+            block ``ask`` goes through: ``fsmchat.speakers.tools``).
 
     Examples:
         >>> import asyncio

@@ -72,7 +72,7 @@ class Edit(_Input):
         kind: ``"edit"``.
 
     Raises:
-        ConfigError: Neither ``text`` nor ``vars`` was given.
+        ConfigError: None of ``text``, ``vars`` and ``arguments`` was given.
 
     Examples:
         >>> from fsmchat import Edit
@@ -80,6 +80,8 @@ class Edit(_Input):
         Edit(text='Ship Friday only with a rollback plan.')
         >>> Edit(vars={"topic": "dogs"})
         Edit(vars={'topic': 'dogs'})
+        >>> Edit(arguments={"amount": 5})
+        Edit(arguments={'amount': 5})
     """
 
     kind: Literal["edit"] = "edit"
@@ -87,8 +89,9 @@ class Edit(_Input):
     vars: dict[str, Any] | None = None
     arguments: dict[str, Any] | None = None
 
-    def __init__(self, text: str | None = None, vars: dict[str, Any] | None = None, **kw: Any):
-        super().__init__(text=text, vars=vars, **kw)  # type: ignore[call-arg]  # the plugin types super() as _Input
+    def __init__(self, text: str | None = None, vars: dict[str, Any] | None = None,
+                 arguments: dict[str, Any] | None = None, **kw: Any):
+        super().__init__(text=text, vars=vars, arguments=arguments, **kw)  # type: ignore[call-arg]  # the plugin types super() as _Input
         if (self.text is None or not self.text.strip()) and not self.vars and self.arguments is None:
             raise ConfigError("Edit: give the new text (Edit('...')), variables (Edit(vars={'name': value})) or a "
                               "tool call's arguments (Edit(arguments={...}))")

@@ -140,6 +140,137 @@ def _text(content: Any) -> str:
     return content or ""
 
 
+# ---- tools: the offline model calls a tool when what it is asked for is what the tool offers ----
+_TOOL_NOISE = set("""tool tools return returns value values given call calls function result results string number
+integer text name names list data input output item items based using used uses""".split())
+_EXPRESSION = re.compile(r"\(?-?\d+(?:\.\d+)?(?:\s*[-+*/x×]\s*\(?-?\d+(?:\.\d+)?\)?)+")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _offered(tool: dict[str, Any]) -> tuple[str, set[str]]:
+    """A tool's name and the words of its name and description (what it offers)."""
+    fn = tool.get("function") or {}
+    name = str(fn.get("name") or "")
+    words = {w for w in _words(" ".join(re.split(r"[_\-]", name)) + " " + str(fn.get("description") or ""))
+             if w not in _TOOL_NOISE}
+    return name, words
+
+
+def _argument(name: str, schema: dict[str, Any], text: str, matched: list[str]) -> Any:
+    """A value for parameter ``name`` read from ``text`` by its schema: the first allowed value, a
+    number, a sentence (a summary or message), an arithmetic expression, else the word of ``text``
+    that asked for the tool (``matched``), a capitalized name or the first keyword."""
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    about = f"{name} {schema.get('description') or ''}".lower()
+    if kind in ("integer", "number"):
+        found = _NUMBER.search(text)
+        value = float(found.group()) if found else 1.0
+        return int(value) if kind == "integer" else value
+    if kind == "boolean":
+        return True
+    if kind in (None, "string"):
+        if any(w in about for w in ("summary", "text", "message", "note", "content", "body")):
+            return re.split(r"(?<=[.!?])\s", text.strip().splitlines()[0] if text.strip() else "", maxsplit=1)[0][:160]
+        if any(w in about for w in ("expression", "formula", "arithmetic", "calculat")):
+            found = _EXPRESSION.search(text)
+            if found:
+                return found.group().replace("×", "*").replace(" x ", " * ").strip()
+        if matched:
+            return matched[0]
+        proper = [w for w in re.findall(r"(?<=[a-z,;] )([A-Z][a-zA-Z\-]{2,})", text)]
+        if proper:
+            return proper[0]
+        keys = _keywords(text, 1)
+        return keys[0] if keys else text[:60]
+    return None
+
+
+def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool calls the offline model makes for this request (``[]``: none), deterministically.
+
+    It calls every offered tool whose name or description shares a word with what it is asked (its
+    latest instruction, and the task; the same first five letters: "calculate" asks for
+    "calculator", "studies" for "study"), once per turn (not after tool results came back), never when
+    ``tool_choice`` is ``"none"`` or forces ``respond``; arguments are read from that text by the
+    tool's schema (``_argument``)."""
+    tools = [t for t in optional_params.get("tools") or [] if (t.get("function") or {}).get("name") != "respond"]
+    choice = optional_params.get("tool_choice")
+    if not tools or choice == "none" or isinstance(choice, dict):
+        return []
+    if messages and messages[-1].get("role") == "tool":  # once per turn: the results are in
+        return []
+    users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
+    asked_text = "\n".join(dict.fromkeys([*users[-1:], *users[:1]]))
+    asked = _words(asked_text)
+    calls = []
+    for tool in tools:
+        name, words = _offered(tool)
+        stems = {w[:5] for w in words}
+        matched = [w for w in asked if w[:5] in stems]
+        if not matched:
+            continue
+        params = (tool.get("function") or {}).get("parameters") or {}
+        props = params.get("properties") or {}
+        required = params.get("required") or list(props)
+        args = {k: _argument(k, props.get(k) or {}, asked_text, matched) for k in required}
+        digest = hashlib.sha1(json.dumps([name, args, len(messages)], sort_keys=True).encode()).hexdigest()[:12]
+        calls.append({"id": f"call_{digest}", "type": "function",
+                      "function": {"name": name, "arguments": json.dumps({k: v for k, v in args.items()
+                                                                          if v is not None})}})
+    return calls
+
+
+def offline_tool_results(messages: list[dict[str, Any]]) -> str:
+    """What the tools said this turn, as one sentence the reply ends with (``""``: no tool results)."""
+    results: list[tuple[str, str]] = []
+    names: dict[str, str] = {}
+    for m in reversed(messages):
+        if m.get("role") == "tool":
+            results.append((str(m.get("tool_call_id")), _text(m.get("content"))))
+        elif m.get("role") == "assistant" and m.get("tool_calls"):
+            for c in m["tool_calls"]:
+                names[c.get("id")] = (c.get("function") or {}).get("name", "tool")
+        elif m.get("role") == "user":
+            break
+    if not results:
+        return ""
+    return " My tools say: " + "; ".join(f"{names.get(i, 'tool')} gave {r}" for i, r in reversed(results)) + "."
+
+
+def before_tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request without this turn's tool rounds (up to its last user message): what the reply is
+    composed from."""
+    end = len(messages)
+    while end and messages[end - 1].get("role") in ("tool", "assistant") and \
+            (messages[end - 1].get("role") == "tool" or messages[end - 1].get("tool_calls")):
+        end -= 1
+    return messages[:end] if end else messages
+
+
+def with_tools(response: ModelResponse, messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> Any:
+    """``response`` (a composed reply or bid) as a turn with tools answers: tool calls when it is
+    asked for what a tool offers, else the reply (the bid's message) ending with the tools' results."""
+    calls = offline_tool_calls(messages, optional_params)
+    if calls:
+        return ModelResponse(model="offline", choices=[{"message": {"role": "assistant", "content": None,
+                                                                    "tool_calls": calls},
+                                                        "finish_reason": "tool_calls"}], usage=response.usage)
+    said = offline_tool_results(messages)
+    if said:
+        message = response.choices[0].message
+        if message.tool_calls:
+            fn = message.tool_calls[0].function
+            args = json.loads(fn.arguments)
+            if args.get("message"):
+                args["message"] += said
+            fn.arguments = json.dumps(args)
+        elif message.content:
+            message.content += said
+    return response
+
+
 class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
     """litellm provider ``fsmchat-offline``: deterministic simulated participants."""
 
@@ -230,7 +361,8 @@ class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any (
                    client: Any = None) -> Any:  # noqa: B006 (litellm's signature)
         if self.delay:
             time.sleep(self.delay)
-        return self._compose(messages, optional_params, litellm_params)
+        return with_tools(self._compose(before_tools(messages), optional_params, litellm_params), messages,
+                          optional_params)
 
     async def acompletion(self, model: str, messages: list[dict[str, Any]], api_base: Any, custom_prompt_dict: Any,
                           model_response: Any, print_verbose: Any, encoding: Any, api_key: Any, logging_obj: Any,
@@ -239,4 +371,5 @@ class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any (
                           client: Any = None) -> Any:  # noqa: B006 (litellm's signature)
         if self.delay:
             await asyncio.sleep(self.delay)
-        return self._compose(messages, optional_params, litellm_params)
+        return with_tools(self._compose(before_tools(messages), optional_params, litellm_params), messages,
+                          optional_params)

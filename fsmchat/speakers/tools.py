@@ -69,14 +69,32 @@ DEFAULT_MAX_PARALLEL_TOOLS = 4
 
 
 class ToolError(FsmchatError, RuntimeError):
-    """A tool call failed in a way that ends the run: the agent's ``on_tool_error="stop"``, a
-    tool with no function, a budget of tool calls spent, or a model that still asks for tools
-    after its ``max_tool_rounds``. The run ends with ``stop_reason="error"`` and its transcript.
+    """A tool call failed in a way that ends the run.
+
+    Raised for the agent's ``on_tool_error="stop"``, a tool with no function, or a model that
+    still asks for tools after its ``max_tool_rounds``. The run ends with ``stop_reason="error"``
+    and its transcript so far (``run`` raises it with the result on ``exc.fsmchat_result``).
+
+    Args:
+        message: What went wrong.
+        agent: The agent whose call it was.
+        tool: The tool's name.
+        arguments: The arguments the model sent.
 
     Attributes:
         agent: The agent whose call it was.
         tool: The tool's name.
         arguments: The arguments the model sent.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm, ToolError
+        >>> from fsmchat.testing import ScriptedModel, ToolCall
+        >>> def fetch(url: str) -> str:
+        ...     raise ConnectionError("no route to host")
+        >>> model = ScriptedModel({"a": [ToolCall("fetch", {"url": "http://x"})]})
+        >>> result = RoundRobinSwarm(agents=[model.agent("a", tools=[fetch], on_tool_error="stop")]).execute("Go.")
+        >>> result.stop_reason, type(result.error).__name__, result.error.tool
+        ('error', 'ToolError', 'fetch')
     """
 
     def __init__(self, message: str, *, agent: str = "", tool: str = "", arguments: Any = None):
@@ -95,15 +113,37 @@ class ToolArgumentsError(FsmchatError, ValueError):
 
 @runtime_checkable
 class ToolSource(Protocol):
-    """Anything that offers tools at run time (an MCP server): see the module docstring."""
+    """Anything that offers tools at run time, such as an MCP server.
+
+    An entry of ``Agent(tools=[...])`` may be a tool source. A run starts it before the first
+    turn of an agent carrying it, lists its tools once, and stops it when the run ends, however
+    it ends.
+
+    Attributes:
+        name: Names the source in errors and events.
+
+    Examples:
+        >>> from fsmchat import Tool, ToolSource
+        >>> class Clock:
+        ...     name = "clock"
+        ...     async def start(self): pass
+        ...     async def tools(self): return [Tool(lambda: "12:00", name="now", description="The time.")]
+        ...     async def stop(self): pass
+        >>> isinstance(Clock(), ToolSource)
+        True
+    """
 
     name: str
 
-    async def start(self) -> None: ...
+    async def start(self) -> None:
+        """Get ready (start a process, open a connection): once per run, before ``tools``."""
 
-    async def tools(self) -> list["Tool"]: ...
+    async def tools(self) -> list["Tool"]:
+        """The tools this source offers this run, each with its function."""
+        return []
 
-    async def stop(self) -> None: ...
+    async def stop(self) -> None:
+        """Release what ``start`` took: once per run, when the run ends."""
 
 
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$")
@@ -943,14 +983,15 @@ def _args_text(arguments: Any) -> str:
 def make_run_tools(speakers: Sequence[Any]) -> Callable[[Any], Any]:
     by_name = {s.name: s for s in speakers}
 
-    async def run_tools(ctx: Any) -> list[str]:
+    async def run_tools(ctx: Any) -> list[dict[str, Any]]:
         """run the requested tool calls, concurrently; results in call order"""
         loop = loop_of(ctx)
-        done: list[str] = []
+        done: list[dict[str, Any]] = []  # the step's payload: each call it resolved (the trace, stream())
         for ex in list(loop.exchanges.values()):
-            if ex.pending():
+            pending = ex.pending()
+            if pending:
                 await loop.run_exchange(ex, by_name[ex.speaker], getattr(ctx, "stats", None), ctx)
-                done += [c.name for c in ex.calls if c.resolved]
+                done += [{"agent": ex.speaker, **c.entry()} for c in pending if c.resolved]
         return done
 
     return run_tools

@@ -192,4 +192,9 @@ def run_view(rec: RunRecord, now: float) -> dict[str, Any]:
 
 def _message(m: dict[str, Any]) -> dict[str, Any]:
     meta = md if isinstance(md := m.get("metadata"), dict) else {}
-    return {"role": m["role"], "content": m["content"], **({"score": meta["score"]} if "score" in meta else {})}
+    out = {"role": m["role"], "content": m["content"], **({"score": meta["score"]} if "score" in meta else {})}
+    calls = meta.get("tool_calls")
+    if isinstance(calls, list) and calls:  # the tool calls the speaker made before this reply: a block under it
+        out["tool_calls"] = [{k: c.get(k) for k in ("name", "arguments", "status", "result", "error", "duration_s")}
+                             for c in calls if isinstance(c, dict)]
+    return out

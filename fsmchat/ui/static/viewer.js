@@ -142,7 +142,15 @@
   function message(m, i) {
     return el("li", {"data-i": i}, el("span", {class: "role"}, m.role),
       typeof m.score === "number" ? el("span", {class: "score"}, "bid " + num(m.score)) : null,
-      el("div", {class: "content"}, m.content));
+      el("div", {class: "content"}, m.content),
+      m.tool_calls && m.tool_calls.length ? el("ul", {class: "calls"}, m.tool_calls.map(toolCall)) : null);
+  }
+
+  function toolCall(c) {  // a call the speaker made before its reply: name, arguments, result or error, duration
+    const args = typeof c.arguments === "string" ? c.arguments : JSON.stringify(c.arguments);
+    const outcome = c.status === "done" ? c.result : `${c.status}: ${c.error || c.result || ""}`;
+    return el("li", {class: "call " + c.status}, el("code", {}, `${c.name}(${args})`), " → ", outcome,
+      typeof c.duration_s === "number" ? el("span", {class: "muted"}, "  " + secs(c.duration_s)) : null);
   }
 
   function mark(id, on) {
