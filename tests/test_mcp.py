@@ -325,7 +325,6 @@ def test_changed_tools_name_what_was_added_removed_or_changed():
     v1 = asyncio.run(digests(stdio()))
     v2 = asyncio.run(digests(stdio(env={"MCP_TEST_VARIANT": "v2"})))  # lookup's description changed, fail dropped
     assert sorted(v1) == ["add", "crash", "fail", "hang", "lookup", "pid"]
-    assert v1 == asyncio.run(digests(stdio()))  # the same server lists the same digests
     assert changed_tools(v1, v2) == ["'fail' removed", "'lookup' changed"]
     assert changed_tools(v2, v1) == ["'fail' added", "'lookup' changed"]
     assert changed_tools(v1, v1) == []
