@@ -8,7 +8,8 @@ a test that reads that line can connect at once (connections wait in the listen 
 uvicorn accepts them): no fixed sleep, no race for the port.
 
 Tools: ``add`` (two integers), ``lookup`` (a capital city by country), ``fail`` (always an MCP
-error result), ``hang`` (never returns), ``crash`` (exits the server at once), and ``pid`` (the server's process id, so a test can
+error result), ``hang`` (never returns), ``crash`` (exits the server at once), ``whoami``
+(the request's Authorization header) and ``pid`` (the server's process id, so a test can
 kill it or check it is gone). ``MCP_TEST_VARIANT=v2`` changes ``lookup``'s description and drops
 ``fail``: the same server with changed tools. The server writes ``MCP_TEST_STDERR`` (when set)
 to its stderr at start, so a test can see its stderr tail in an error.
@@ -22,6 +23,7 @@ import sys
 
 import uvicorn
 
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver import MCPServer as FastMCP  # the SDK's FastMCP (renamed MCPServer in mcp 2)
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -66,6 +68,12 @@ def crash() -> str:
     """Exits the server at once (a server that dies mid-run)."""
     print("crash: exiting with status 3", file=sys.stderr, flush=True)
     os._exit(3)
+
+
+@server.tool()
+def whoami(ctx: Context) -> str:
+    """The Authorization header the request carried ("none" over stdio or without one)."""
+    return (ctx.headers or {}).get("authorization", "none")
 
 
 @server.tool()

@@ -20,7 +20,7 @@ from test_mcp import COMMAND, fifo, gone, http_server, wait_for_hang  # noqa: F4
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 
 TASK = "What is the capital of France?"
-TOOL_NAMES = ["add", "lookup", "fail", "hang", "crash", "pid"]
+TOOL_NAMES = ["add", "lookup", "fail", "hang", "crash", "whoami", "pid"]
 
 
 def capitals(**kw) -> MCPServer:
