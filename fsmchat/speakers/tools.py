@@ -627,8 +627,9 @@ class ToolLoop:
         """A resumed run: start each tool source its checkpoint offered tools of, and refuse
         (``ToolError``) a source whose tools changed, before any model call (``tools_of`` checks)."""
         for speaker in speakers:
-            if any(isinstance(t, ToolSource) and not isinstance(t, (Tool, dict)) and
-                   str(getattr(t, "name", type(t).__name__)) in self.digests for t in getattr(speaker, "tools", ())):
+            sources = [t for t in getattr(speaker, "tools", None) or () if not isinstance(t, (Tool, dict))
+                       and isinstance(t, ToolSource)]
+            if any(str(getattr(t, "name", type(t).__name__)) in self.digests for t in sources):
                 await self.tools_of(speaker)
 
     async def close(self) -> None:
