@@ -207,3 +207,13 @@ def test_a_group_chat_bidder_calls_an_mcp_tool_before_it_bids():
     assert [(m.role, m.content) for m in result.transcript] == [("User", TASK), ("a", "Paris, per the atlas.")]
     assert [(c["name"], c["result"]) for c in calls_of(result, "a")] == [("lookup", "Paris")]
     assert not server.running
+
+
+def test_a_call_past_its_timeout_is_an_error_result_and_the_server_serves_the_next_call():
+    model = ScriptedModel({"a": [ToolCall("hang", {}), ToolCall("add", {"a": 1, "b": 2}, id="c2"), "1 + 2 = 3."],
+                           "b": ["OK."]})
+    result = swarm(model, capitals(timeout_s=0.5)).execute("What is 1 + 2?")  # hang never returns
+    assert result.ok
+    hang, add = calls_of(result, "a")
+    assert hang["status"] == "error" and hang["error"].startswith("timed out: ")
+    assert (add["status"], add["result"]) == ("done", "3")  # the cancelled request left the session usable
