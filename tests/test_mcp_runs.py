@@ -32,6 +32,16 @@ def swarm(model, server, max_loops=1, **agent_kw):
                            max_loops=max_loops)
 
 
+def execute(chat, task, server):
+    """``chat.aexecute(task)``; the result, and whether ``server`` still ran when it returned (checked in the
+    run's own event loop: when ``asyncio.run`` ends it cancels what is left, which would hide a leak)."""
+    async def main():
+        result = await chat.aexecute(task)
+        return result, server.running
+
+    return asyncio.run(main())
+
+
 def calls_of(result, role):
     [message] = [m for m in result.transcript if m.role == role]
     return message.metadata["tool_calls"]
@@ -43,7 +53,7 @@ def test_an_agent_calls_an_mcp_servers_tools_in_a_round_robin_run():
                            "b": ["Agreed: Paris."]})
     server = capitals()
     chat = swarm(model, server)
-    result = chat.execute(TASK)
+    result, running = execute(chat, TASK, server)
     assert result.ok and result.stop_reason == "max_loops"
     assert result.path == ["seed", "a", "tools_a", "a", "tools_a", "a", "b", "stop"]
     assert_trace_is_path(chat.graph, result)
@@ -59,7 +69,7 @@ def test_an_agent_calls_an_mcp_servers_tools_in_a_round_robin_run():
         {"role": "assistant", "tool_calls": [{"id": "c2", "type": "function",
                                               "function": {"name": "lookup", "arguments": '{"country": "France"}'}}]},
         {"role": "tool", "tool_call_id": "c2", "content": "Paris"}]
-    assert gone(int(pid_call["result"])) and not server.running  # started for the run, stopped after it
+    assert gone(int(pid_call["result"])) and running is False  # started for the run, stopped when it ended
 
 
 def test_an_mcp_error_result_goes_back_to_the_model_as_the_calls_result():
@@ -75,12 +85,12 @@ def test_an_mcp_error_result_goes_back_to_the_model_as_the_calls_result():
 def test_a_failing_run_stops_the_server():
     model = ScriptedModel({"a": [ToolCall("pid", {}), ToolCall("fail", {"reason": "no atlas"}, id="c2")], "b": []})
     server = capitals()
-    result = swarm(model, server, on_tool_error="stop").execute(TASK)
+    result, running = execute(swarm(model, server, on_tool_error="stop"), TASK, server)
     assert result.stop_reason == "error" and isinstance(result.error, ToolError)
     assert str(result.error) == ("tool 'fail' of agent 'a' failed: MCPToolError: MCP tool 'fail' of server 'capitals' "
                                  "failed: Error executing tool fail: fail was asked to fail: no atlas")
     pid = int(model.requests_of("a")[1].messages[-1]["content"])  # the pid call's result, as the model read it
-    assert gone(pid) and not server.running
+    assert gone(pid) and running is False
 
 
 @pytest.mark.parametrize("on_tool_error", ["return", "stop"])
@@ -197,16 +207,17 @@ def test_a_server_that_cannot_start_ends_the_run_naming_the_command_before_any_m
     assert model.calls() == 0 and [m.role for m in result.transcript] == ["User"]
 
 
-def test_a_group_chat_bidder_calls_an_mcp_tool_before_it_bids():
+def test_group_chat_bidders_sharing_one_mcp_server_call_it_before_they_bid():
     model = ScriptedModel({"a": [ToolCall("lookup", {"country": "France"}), Bid(0.9, "Paris, per the atlas.")],
-                           "b": [Bid(0.2, "Not sure.")]})
-    server = capitals()
-    chat = GroupChat(agents=[model.agent("a", tools=[server]), model.agent("b")], max_loops=2)
-    result = chat.execute(TASK)
+                           "b": [ToolCall("pid", {}), Bid(0.2, "Not sure.")]})
+    server = capitals()  # one server, two bidders: started once, their calls concurrent on one session
+    chat = GroupChat(agents=[model.agent("a", tools=[server]), model.agent("b", tools=[server])], max_loops=2)
+    result, running = execute(chat, TASK, server)
     assert result.ok and result.path == ["seed", "bid", "tools_bid", "bid", "select", "post", "penalize", "stop"]
     assert [(m.role, m.content) for m in result.transcript] == [("User", TASK), ("a", "Paris, per the atlas.")]
     assert [(c["name"], c["result"]) for c in calls_of(result, "a")] == [("lookup", "Paris")]
-    assert not server.running
+    pid = int(model.requests_of("b")[1].messages[-1]["content"])
+    assert gone(pid) and running is False
 
 
 def test_a_call_past_its_timeout_is_an_error_result_and_the_server_serves_the_next_call():

@@ -578,7 +578,8 @@ class ToolLoop:
         self.approve_all = False  # interrupt_before=["tools"]: every call waits for a person
         self.offered: dict[str, list[str]] = {}  # each tool source's tool names this run
         self.digests: dict[str, dict[str, str]] = {}  # each tool source's {tool: tool_digest}, checked on resume
-        self._sources: dict[int, tuple[Any, list[Tool]]] = {}
+        self._sources: dict[int, tuple[Any, list[Tool] | None]] = {}  # started sources, their tools (None: unlisted)
+        self._starting: asyncio.Lock | None = None  # made in the run's loop on first use
         self.used = False
         self.last: dict[str, list[dict[str, Any]]] = {}  # the tool calls of the last state's answered turns
 
@@ -605,23 +606,31 @@ class ToolLoop:
                 if not is_schema_dict(t, "respond"):
                     out.append(Tool.from_schema(t))
             elif isinstance(t, ToolSource):
-                got = self._sources.get(id(t))
-                if got is None:
-                    await t.start()
-                    self._sources[id(t)] = (t, [])
-                    listed = list(await t.tools())
-                    key = str(getattr(t, "name", type(t).__name__))
-                    now, before = {x.name: tool_digest(x) for x in listed}, self.digests.get(key)
-                    if before is not None and now != before:
-                        raise ToolError(f"tool source {key!r} offers other tools than when this run was checkpointed "
-                                        f"({', '.join(changed_tools(before, now))}); the run does not resume against "
-                                        "them: restore the source's tools, or start a new run",
-                                        agent=str(getattr(speaker, "name", "")))
-                    self._sources[id(t)] = (t, listed)
-                    self.offered[key], self.digests[key] = [x.name for x in listed], now
-                    got = self._sources[id(t)]
-                out.extend(got[1])
+                if self._sources.get(id(t), (t, None))[1] is None:  # concurrent turns (bids) wait for the first
+                    self._starting = self._starting or asyncio.Lock()
+                    async with self._starting:
+                        await self._start_source(t, speaker)
+                out.extend(self._sources[id(t)][1] or ())
         return out
+
+    async def _start_source(self, t: Any, speaker: Any) -> None:
+        """Start tool source ``t`` once and list its tools (unless a concurrent turn just did),
+        refusing tools that differ from those the run's checkpoint offered."""
+        if id(t) not in self._sources:
+            await t.start()
+            self._sources[id(t)] = (t, None)  # started: ``close`` stops it, whatever the listing does
+        elif self._sources[id(t)][1] is not None:
+            return
+        listed = list(await t.tools())
+        key = str(getattr(t, "name", type(t).__name__))
+        now, before = {x.name: tool_digest(x) for x in listed}, self.digests.get(key)
+        if before is not None and now != before:
+            raise ToolError(f"tool source {key!r} offers other tools than when this run was checkpointed "
+                            f"({', '.join(changed_tools(before, now))}); the run does not resume against "
+                            "them: restore the source's tools, or start a new run",
+                            agent=str(getattr(speaker, "name", "")))
+        self._sources[id(t)] = (t, listed)
+        self.offered[key], self.digests[key] = [x.name for x in listed], now
 
     async def check_sources(self, speakers: Sequence[Any]) -> None:
         """A resumed run: start each tool source its checkpoint offered tools of, and refuse
