@@ -352,7 +352,8 @@ def test_bad_arguments_are_refused_saying_what_is_allowed(kw, error, message):
 
 
 def test_importing_fsmchat_and_the_mcp_module_does_not_import_the_sdk():
-    code = "import sys, fsmchat, fsmchat.speakers.mcp; print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp'))"
+    code = ("import sys, fsmchat, fsmchat.speakers.mcp\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp'))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr[-2000:]
