@@ -325,3 +325,88 @@ def test_bad_tools_are_refused_before_any_call():
 
 def test_message_tool_calls_is_empty_without_tools():
     assert Message(role="a", content="x").tool_calls == []
+
+
+def test_stream_shows_the_tool_step_and_the_reply_with_its_calls():
+    from fsmchat import TraceEvent
+
+    m, rr = swarm({"a": [ToolCall("weather", {"city": "Oslo"}, id="s1"), "Sunny."], "b": ["ok"]})
+    items = list(rr.stream("Weather?"))
+    tool_steps = [e for e in items if isinstance(e, TraceEvent) and e.state == "tools_a"]
+    assert [e.payload for e in tool_steps] == [[{"agent": "a", "id": "s1", "name": "weather",
+                                                 "arguments": {"city": "Oslo", "unit": "C"}, "status": "done",
+                                                 "result": "sunny, 21C in Oslo",
+                                                 "duration_s": tool_steps[0].payload[0]["duration_s"]}]]
+    posted = [e for e in items if isinstance(e, Message) and e.role == "a"]
+    assert [c.name for c in posted[0].tool_calls] == ["weather"]
+
+
+def test_the_viewer_and_the_report_show_the_call_block(tmp_path):
+    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.ui import Store, write_report
+    from fsmchat.ui.view import run_view
+
+    m, rr = swarm({"a": [ToolCall("weather", {"city": "Oslo"}), "Sunny."], "b": ["ok"]})
+    db = tmp_path / "runs.db"
+    rr.execute("Weather?", checkpoint=SqliteCheckpointer(db), run_id="w")
+    view = run_view(Store(db).run("w"), 0)
+    (shown,) = [x for x in view["messages"] if x["role"] == "a"]
+    assert shown["tool_calls"][0] | {"duration_s": 0} == {"name": "weather", "arguments": {"city": "Oslo", "unit": "C"},
+                                                          "status": "done", "result": "sunny, 21C in Oslo",
+                                                          "error": None, "duration_s": 0}
+    assert "tool_calls" not in [x for x in view["messages"] if x["role"] == "b"][0]
+    page = write_report(db, "w", tmp_path / "w.html").read_text()
+    assert "sunny, 21C in Oslo" in page and "function toolCall(c)" in page
+
+
+def test_the_live_view_prints_a_line_per_call():
+    import io
+
+    from fsmchat.live import LiveRun
+
+    m, rr = swarm({"a": [ToolCall("weather", {"city": "Oslo"}), "Sunny."], "b": ["ok"]})
+    out = io.StringIO()
+    live = LiveRun(out=out, status=False)
+    rr.execute("Weather?", on_message=[live.on_message])
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "a: Sunny."
+    assert lines[2].startswith("  tool weather(city='Oslo', unit='C') -> sunny, 21C in Oslo (")
+
+
+def test_the_viewers_bid_table_shows_a_bidders_tool_calls(tmp_path):
+    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.ui import Store
+    from fsmchat.ui.view import run_view
+
+    m = ScriptedModel({"a": [ToolCall("weather", {"city": "Oslo"}), Bid(0.9, "Sunny."), Bid(0.1, "")],
+                       "b": [Bid(0.2, "Hm."), Bid(0.1, "")]})
+    db = tmp_path / "runs.db"
+    GroupChat(agents=[m.agent("a", tools=[weather]), m.agent("b")], max_loops=3).execute(
+        "Weather?", checkpoint=SqliteCheckpointer(db), run_id="g")
+    first = run_view(Store(db).run("g"), 0)["turns"][0]
+    a, b = first["agents"]
+    assert [c["name"] for c in a["tools"]] == ["weather"] and "tools" not in b
+    assert first["winner"] == "a"
+
+
+def test_a_hub_agent_takes_its_tool_rounds_in_its_reply_and_may_close_with_its_tools():
+    from fsmchat import EV_TEXT, Hub, ManualClock, MemoryKnowledgeStore, wait_for_text_count
+
+    async def body():
+        m = ScriptedModel({"alice": [], "bob": [ToolCall("weather", {"city": "Oslo"}),
+                                                ToolCall("close_channel", {"reason": "answered"}), "Sunny in Oslo."]})
+        hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=ManualClock())
+        alice = await hub.register(m.agent("alice"))
+        await hub.register(m.agent("bob", "You are bob.", tools=[weather]), close_tool=True)
+        ch = await alice.open(target=["bob"])
+        await ch.send("Weather in Oslo?")
+        await wait_for_text_count(hub, ch.channel_id, expected=2, timeout=5)
+        await hub.drain(timeout=5)
+        said = [(e.sender, e.text) for e in hub.read_log(ch.channel_id) if e.event_type == EV_TEXT]
+        assert said == [("alice", "Weather in Oslo?"), ("bob", "Sunny in Oslo.")]
+        assert RUNS == ["Oslo"] and hub.close_reason(ch.channel_id) == "answered"
+        first = m.requests_of("bob")[0]
+        assert [t["function"]["name"] for t in first.tools] == ["weather", "close_channel"]
+        await hub.aclose()
+
+    asyncio.run(body())

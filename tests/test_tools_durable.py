@@ -173,3 +173,18 @@ def test_a_person_may_approve_the_re_run(tmp_path):
     rr.resume("k", store)
     done = rr.resume("k", store, input=Approve())
     assert done.ok and log.read_text() == "pay 5\npay 5\n"
+
+
+def test_a_flow_with_interrupt_before_tools_waits_at_its_drawn_point():
+    from fsmchat import AgentFlow
+
+    m = ScriptedModel({"a": [ToolCall("pay", {"amount": 3}), "Paid."]})
+    flow = AgentFlow(steps=[m.agent("a", tools=[pay])], interrupt_before=["tools"])
+    assert flow.graph.states["approve_a"].waits
+    plain = AgentFlow(steps=[m.agent("a", tools=[pay])])
+    assert not plain.graph.states["approve_a"].waits
+    store = MemoryCheckpointer()
+    r = flow.execute("pay", checkpoint=store, run_id="f")
+    assert r.pending.kind == "tool_call" and r.pending.state == "approve_a" and PAID == []
+    done = flow.resume("f", store, input=Approve())
+    assert done.ok and PAID == [3]

@@ -149,14 +149,15 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
         stop, out = out.stop_workflow, out.output
     output = ctx.transcript.admit(name, "" if out is None else (out if isinstance(out, str) else str(out)))
     ctx.previous_result = output
-    record = {"name": name, "output": output, "status": "stopped" if stop else "completed"}
-    calls = ctx.tool_loop.entries(task.agent.name) if task.agent is not None and ctx.tool_loop.exchanges else []
+    record: dict[str, Any] = {"name": name, "output": output, "status": "stopped" if stop else "completed"}
+    speaker = task.agent.name if task.agent is not None else ""
+    calls = ctx.tool_loop.entries(speaker) if speaker and ctx.tool_loop.exchanges else []
     if calls:  # the agent's tool calls of this step, in the step's record and on its message
         record["tool_calls"] = calls
     ctx.steps.append(record)
     if task.post:
         if calls:
-            shared = {"share_tool_calls": True} if ctx.tool_loop.shares(task.agent.name) else {}
+            shared = {"share_tool_calls": True} if ctx.tool_loop.shares(speaker) else {}
             ctx.transcript.post(name, output, tool_calls=calls, **shared)
         else:
             ctx.transcript.post(name, output)

@@ -16,6 +16,7 @@ from ..models import Message
 from ..speakers.agent import Agent, Turn
 from ..speakers.human import Human
 from ..speakers.llm import CallStats
+from ..speakers.tools import Tool, has_tools
 from .errors import ProtocolError
 from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED, EV_TEXT, Envelope
 from .view import WindowedSummary, texts_of, window_size
@@ -131,16 +132,27 @@ def parse_close(message: Any) -> str | None:
 
 
 async def call_speaker(speaker: Any, turn: Turn, close_tool: bool) -> ReplyOutcome:
-    """One model call through the speaker layer. An ``Agent`` offered the close tool is asked with
-    ``tools=[CLOSE_TOOL]`` (``Agent.reply_message``, the path of ``Agent.reply``); a callable closes by
-    calling ``turn.variables["close_channel"](reason)``."""
+    """One reply through the speaker layer. An ``Agent`` offered the close tool is asked with
+    ``tools=[CLOSE_TOOL]`` (``Agent.reply_message``, the path of ``Agent.reply``); an agent with
+    tools of its own takes its tool rounds in its reply (``Agent.reply``; ``close_channel`` is then
+    one of its tools); a callable closes by calling ``turn.variables["close_channel"](reason)``."""
     closed: list[str] = []
     if close_tool:
         turn.variables[CLOSE_TOOL_NAME] = lambda reason="closed by agent": closed.append(str(reason))
+    if close_tool and isinstance(speaker, Agent) and has_tools(speaker):
+        # an agent with tools: close_channel is one more tool of its turn, whose rounds run in place
+        def close_channel(reason: str = "closed by agent") -> str:
+            closed.append(str(reason).strip() or "closed by agent")
+            return "the channel will close after this reply"
+
+        close = Tool(close_channel, name=CLOSE_TOOL_NAME, description=CLOSE_TOOL["function"]["description"],
+                     parameters=CLOSE_TOOL["function"]["parameters"])
+        text = await speaker.model_copy(update={"tools": [*speaker.tools, close]}).reply(turn)
+        return ReplyOutcome((text or "").strip(), closed[0] if closed else None)
     if close_tool and isinstance(speaker, Agent):
         message = await speaker.reply_message(turn, tools=[CLOSE_TOOL], tool_choice="auto")
         return ReplyOutcome((getattr(message, "content", None) or "").strip(), parse_close(message))
-    text = await speaker.reply(turn)
+    text = await speaker.reply(turn)  # the speaking block: an agent's tool rounds run in place
     return ReplyOutcome((text or "").strip(), closed[0] if closed else None)
 
 

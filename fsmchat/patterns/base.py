@@ -47,7 +47,7 @@ from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, c
                               waiting_for)
 from ..speakers.images import image_part
 from ..speakers.llm import CallStats
-from ..speakers.tools import ToolLoop, add_tool_loop, calls_per_turn, loop_of
+from ..speakers.tools import APPROVE_ALL, ToolLoop, add_tool_loop, calls_per_turn, loop_of
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
 
@@ -540,7 +540,11 @@ class Pattern(ABC):
         """The pattern's validated ``StateGraph`` (compiled on first use, again after a change):
         the graph that runs, renders and bounds the run."""
         if self._graph is None:
-            g = self._compile()
+            token = APPROVE_ALL.set(self.approve_tools)  # a flow's steps draw their tool loops as it compiles
+            try:
+                g = self._compile()
+            finally:
+                APPROVE_ALL.reset(token)
             for state, speakers in self._speaking_states(g):
                 add_tool_loop(g, state, speakers, approve_all=self.approve_tools)
             if self.interrupt_before or self.interrupt_after:
@@ -622,7 +626,7 @@ class Pattern(ABC):
 
     def with_limits(self, limits: Limits | None = None, **kw: Any) -> "Pattern":
         """Set budgets/deadline (``max_tokens``, ``max_cost_usd``, ``max_model_calls``,
-        ``deadline_s``, ``price_per_1k_tokens``, ``refuse_over_bound``); the graph gains the
+        ``max_tool_calls``, ``deadline_s``, ``price_per_1k_tokens``, ``refuse_over_bound``); the graph gains the
         ``over_budget``/``past_deadline`` exits. Returns the pattern."""
         try:
             self.limits = limits if limits is not None else Limits(**kw)

@@ -10,6 +10,15 @@ People in the loop (fsmchat's own extension): ``interrupt_before=["post"]`` draw
 ``before_post`` wait state where a person approves, edits or rejects the winner's message (or
 posts their own); a ``Human`` participant never bids but gets a ``claim_<name>`` wait state
 before each bid round, where their message takes the floor.
+
+Tools (fsmchat's own extension): a bidder with tools it can run may call them before it bids. It
+is offered its tools and ``respond`` with ``tool_choice="required"``; a tool call is a tool round
+of the ``bid`` state (``bid -[tool_calls]-> tools_bid -> bid``, each call's result committed
+before the bidder is asked again; the other bids of the turn are kept, not asked again), and
+``respond`` is forced once the bidder's ``max_tool_rounds`` are used. Every bidder's tools run,
+before anyone is selected; each bidder's calls are recorded as a ``bid_tools`` event of the turn
+and the winner's posted message carries its own (``Message.tool_calls``). Without tools a bid is
+the forced ``respond`` call as before, and the graph is unchanged.
 """
 from __future__ import annotations
 

@@ -158,8 +158,9 @@ def _offered(tool: dict[str, Any]) -> tuple[str, set[str]]:
 
 def _argument(name: str, schema: dict[str, Any], text: str, matched: list[str]) -> Any:
     """A value for parameter ``name`` read from ``text`` by its schema: the first allowed value, a
-    number, a sentence (a summary or message), an arithmetic expression, else the word of ``text``
-    that asked for the tool (``matched``), a capitalized name or the first keyword."""
+    number, a sentence (a summary or message), an arithmetic expression, a capitalized name (a
+    topic or query takes the word of ``text`` that asked for the tool, ``matched``), else the
+    first keyword."""
     if schema.get("enum"):
         return schema["enum"][0]
     kind = schema.get("type")
@@ -177,9 +178,12 @@ def _argument(name: str, schema: dict[str, Any], text: str, matched: list[str]) 
             found = _EXPRESSION.search(text)
             if found:
                 return found.group().replace("×", "*").replace(" x ", " * ").strip()
-        if matched:
-            return matched[0]
         proper = [w for w in re.findall(r"(?<=[a-z,;] )([A-Z][a-zA-Z\-]{2,})", text)]
+        topical = any(w in about for w in ("topic", "query", "subject", "keyword", "search", "term"))
+        if proper and not topical:  # a city, a person, a product: a name the text gives
+            return proper[0]
+        if matched:  # what to look up: the word that asked for the tool
+            return matched[0]
         if proper:
             return proper[0]
         keys = _keywords(text, 1)

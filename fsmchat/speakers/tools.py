@@ -44,6 +44,7 @@ rejects it (``Reject``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import inspect
 import json
@@ -1007,6 +1008,11 @@ def make_run_tools(speakers: Sequence[Any]) -> Callable[[Any], Any]:
     return run_tools
 
 
+APPROVE_ALL: contextvars.ContextVar[bool] = contextvars.ContextVar("fsmchat_approve_all_tools", default=False)
+"""While a pattern with ``interrupt_before=["tools"]`` compiles, every tool loop's wait point waits
+(a flow's steps draw their loops while it compiles, without the pattern at hand)."""
+
+
 def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve_all: bool = False) -> StateGraph:
     """Draw the tool loop of ``state``, where ``speakers`` speak: ``state -[tool_calls]-> tools_<state>
     -> state`` (the new edge tried first) and its wait point ``tools_<state> -[needs_person]->
@@ -1023,6 +1029,7 @@ def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve
     tooled = [s for s in speakers if has_tools(s)]
     if not tooled:
         return g
+    approve_all = approve_all or APPROVE_ALL.get()
     s = g.states[state]
     assert s.action is not None, f"state {state!r} speaks but has no action"
     s.action = tool_action(s.action)

@@ -44,8 +44,10 @@ def _is_select(s: Step) -> bool:
     return _short(s.state) == "select" and isinstance(s.payload, dict) and "adjusted" in s.payload
 
 
-def turn_of(bid: Step, select: Step | None, threshold: Any, invalid_events: dict[str, str]) -> dict[str, Any]:
-    """Every agent's bid of one turn and why the winner won (or why no one did)."""
+def turn_of(bid: Step, select: Step | None, threshold: Any, invalid_events: dict[str, str],
+            tools: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every agent's bid of one turn (with the tool calls a bidder made before it bid) and why the
+    winner won (or why no one did)."""
     sel = select.payload if select is not None else {}
     adjusted, winner = sel.get("adjusted", {}), sel.get("winner")
     threshold = sel.get("threshold", threshold)
@@ -57,6 +59,8 @@ def turn_of(bid: Step, select: Step | None, threshold: Any, invalid_events: dict
                        "message": messages.get(name, "") if isinstance(messages, dict) else None,
                        "invalid": invalid.get(name),
                        "note": _bid_note(name, raw, adj, winner, adjusted, threshold) if select is not None else ""})
+        if tools and tools.get(name):
+            agents[-1]["tools"] = tools[name]
     if select is None:
         why = "the turn's selection is not committed yet"
     elif winner is None:
@@ -96,9 +100,12 @@ def turns(steps: list[Step], threshold: Any, events: list[Any]) -> tuple[list[di
     where: dict[int, int] = {}
     bids_in: dict[str, int] = {}  # bid steps per lane so far: the turn number, as events count it
     invalid_at: dict[Any, dict[Any, Any]] = {}  # an older store's invalid bids: in the run's events, by turn
+    tools_at: dict[Any, dict[Any, Any]] = {}  # the tool calls each bidder made before it bid, by turn
     for e in events:
         if isinstance(e, dict) and e.get("event") == "invalid_bid":
             invalid_at.setdefault(e.get("turn"), {})[e.get("agent")] = e.get("reason")
+        elif isinstance(e, dict) and e.get("event") == "bid_tools":
+            tools_at.setdefault(e.get("turn"), {})[e.get("agent")] = e.get("tool_calls")
     for i, s in enumerate(steps):
         if not _is_bid(s):
             continue
@@ -109,7 +116,7 @@ def turns(steps: list[Step], threshold: Any, events: list[Any]) -> tuple[list[di
         where[i] = len(out)
         if j is not None and select is not None:
             where[j] = len(out)
-        out.append(turn_of(s, select, threshold, invalid))
+        out.append(turn_of(s, select, threshold, invalid, tools_at.get(k) if s.lane == "" else None))
     return out, where
 
 

@@ -208,7 +208,8 @@
     const body = document.querySelector("#bids tbody");
     body.replaceChildren(...turn.agents.map((a) => el("tr", {class: a.name === turn.winner ? "winner" : null, "data-agent": a.name},
       el("td", {}, a.name), el("td", {class: "num"}, num(a.raw)), el("td", {class: "num"}, num(a.adjusted)),
-      el("td", {class: "message"}, a.message === null ? "(not recorded by this store)" : a.message || "(silent)"),
+      el("td", {class: "message"}, a.message === null ? "(not recorded by this store)" : a.message || "(silent)",
+        a.tools && a.tools.length ? el("ul", {class: "calls"}, a.tools.map(toolCall)) : null),
       el("td", {}, a.invalid || ""), el("td", {}, a.note))));
   }
 
