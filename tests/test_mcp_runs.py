@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from fsmchat import Approve, Bid, GroupChat, MCPServerError, MemoryCheckpointer, RoundRobinSwarm, UntrustedReference, \
-    from_config
+from fsmchat import Approve, Bid, Flow, GroupChat, MCPServerError, MemoryCheckpointer, RoundRobinSwarm, \
+    UntrustedReference, from_config, parallel
 from fsmchat.speakers.mcp import MCPServer
 from fsmchat.speakers.tools import ToolError
 from fsmchat.testing import ScriptedModel, ToolCall, assert_trace_is_path
@@ -228,3 +228,13 @@ def test_a_call_past_its_timeout_is_an_error_result_and_the_server_serves_the_ne
     hang, add = calls_of(result, "a")
     assert hang["status"] == "error" and hang["error"].startswith("timed out: ")
     assert (add["status"], add["result"]) == ("done", "3")  # the cancelled request left the session usable
+
+
+def test_parallel_flow_branches_share_the_runs_mcp_server_and_it_stops_with_the_run():
+    model = ScriptedModel({"a": [ToolCall("pid", {}), "Checked a."], "b": [ToolCall("pid", {}), "Checked b."]})
+    server = capitals()
+    flow = Flow(steps=[parallel([model.agent("a", tools=[server]), model.agent("b", tools=[server])])])
+    result, running = execute(flow, TASK, server)
+    assert result.ok and running is False  # before: each branch started it, and nothing stopped it
+    pids = {int(model.requests_of(agent)[1].messages[-1]["content"]) for agent in ("a", "b")}
+    assert len(pids) == 1 and gone(pids.pop())

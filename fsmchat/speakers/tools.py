@@ -633,6 +633,13 @@ class ToolLoop:
         self._sources[id(t)] = (t, listed)
         self.offered[key], self.digests[key] = [x.name for x in listed], now
 
+    def share_sources(self, parent: "ToolLoop") -> None:
+        """Make this (a branch run's) loop use ``parent``'s tool sources: each is started once per
+        run, whichever branch asks first, and stopped when the parent run ends (``close``)."""
+        parent._starting = parent._starting or asyncio.Lock()
+        self._sources, self._starting = parent._sources, parent._starting
+        self.offered, self.digests = parent.offered, parent.digests
+
     async def check_sources(self, speakers: Sequence[Any]) -> None:
         """A resumed run: start each tool source its checkpoint offered tools of, and refuse
         (``ToolError``) a source whose tools changed, before any model call (``tools_of`` checks)."""
