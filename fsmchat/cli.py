@@ -231,7 +231,7 @@ def waiting_note(pending: Any, run_id: str | None, store: str, how: list[str]) -
     base = ["fsmchat", "resume", str(run_id), "--db", store, *how]
     lines = describe(pending) + [f"fsmchat: the run waits (exit code {EXIT_WAITING}); answer it with one of:"]
     for kind, effect in pending.allowed.items():
-        flag = "--set NAME=VALUE" if kind == "edit" and pending.edit == "vars" else FLAGS[kind]
+        flag = "--set NAME=VALUE" if kind == "edit" and pending.edit in ("vars", "arguments") else FLAGS[kind]
         lines.append("  " + " ".join(shlex.quote(x) for x in base) + f" {flag}    # {effect}")
     return "\n".join(lines)
 
@@ -299,6 +299,8 @@ def _resume(args: argparse.Namespace) -> int:
         pattern.with_limits(**stored)  # the limits the run was started with (fsmchat run --max-calls ...)
     answer = given[0][1] if given else None
     pending = waiting_for(saved)
+    if isinstance(answer, Edit) and answer.vars and pending is not None and pending.edit == "arguments":
+        answer = Edit(arguments=answer.vars)  # --set NAME=VALUE at a tool call: its arguments
     if answer is None and pending is not None and not args.no_input and sys.stdin.isatty():
         answer = ask_terminal(pending)
     return _follow(pattern, lambda hooks: pattern.aresume(args.run_id, checkpoint, input=answer, **hooks),
@@ -587,7 +589,8 @@ def parser() -> argparse.ArgumentParser:
     rs.add_argument("--edit", metavar="TEXT", help="go on with the proposed message replaced by TEXT")
     rs.add_argument("--reject", metavar="REASON", nargs="?", const="", help="reject the proposal (its effect is "
                     "listed when the run stops)")
-    rs.add_argument("--set", nargs="+", metavar="NAME=VALUE", help="edit flow variables (VALUE as JSON, else text)")
+    rs.add_argument("--set", nargs="+", metavar="NAME=VALUE", help="edit flow variables, or a waiting tool call's "
+                    "arguments (VALUE as JSON, else text)")
     rs.add_argument("--no-input", action="store_true", help="never ask on the terminal")
     rs.add_argument("-q", "--quiet", action="store_true", help="print only the output")
     rs.add_argument("--json", action="store_true", help="print the RunResult as JSON (with 'pending' when waiting)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from .errors import invalid_config
 
@@ -68,6 +68,15 @@ class Limits(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise invalid_config("Limits", exc) from None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``max_tool_calls`` is written only when set: configs and checkpoints written before it
+        existed read back equal."""
+        out: dict[str, Any] = handler(self)
+        if out.get("max_tool_calls") is None:
+            out.pop("max_tool_calls", None)
+        return out
 
     @property
     def has_budget(self) -> bool:

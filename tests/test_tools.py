@@ -410,3 +410,29 @@ def test_a_hub_agent_takes_its_tool_rounds_in_its_reply_and_may_close_with_its_t
         await hub.aclose()
 
     asyncio.run(body())
+
+
+def test_a_tool_still_running_at_the_runs_deadline_stops_the_run_there():
+    never = asyncio.Event()
+
+    async def hang() -> str:
+        """Waits for an event that never comes."""
+        await never.wait()
+        return "never"
+
+    m, rr = swarm({"a": [ToolCall("hang", {}), "x"], "b": ["ok"]}, tools=[hang])
+    r = rr.with_limits(deadline_s=0.2).execute("go")
+    assert r.stop_reason == "deadline" and r.path[:3] == ["seed", "a", "tools_a"]
+    assert [x.content for x in r.transcript] == ["go"]
+
+
+def test_a_direct_reply_runs_its_tool_rounds_in_place_and_refuses_an_approval():
+    from fsmchat import Turn
+
+    m = ScriptedModel({"a": [ToolCall("weather", {"city": "Rome"}), "Sunny in Rome."],
+                       "p": [ToolCall("weather", {"city": "Rome"})]})
+    turn = Turn("a", [Message(role="User", content="Rome?")], "Answer.")
+    assert asyncio.run(m.agent("a", tools=[weather]).reply(turn)) == "Sunny in Rome." and RUNS == ["Rome"]
+    with pytest.raises(ToolError, match="needs a person's approval, which a direct call cannot ask for"):
+        asyncio.run(m.agent("p", tools=[Tool(weather, approval=True)]).reply(Turn("p", turn.transcript, "Answer.")))
+    assert RUNS == ["Rome"]

@@ -188,3 +188,31 @@ def test_a_flow_with_interrupt_before_tools_waits_at_its_drawn_point():
     assert r.pending.kind == "tool_call" and r.pending.state == "approve_a" and PAID == []
     done = flow.resume("f", store, input=Approve())
     assert done.ok and PAID == [3]
+
+
+def test_fsmchat_run_leaves_a_tool_call_waiting_and_resume_set_edits_its_arguments(tmp_path):
+    import json
+    import shlex
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "FSMCHAT_MODEL" and not k.endswith("_API_KEY")}
+    env.update(PYTHONPATH=root, LITELLM_LOCAL_MODEL_COST_MAP="True", NO_COLOR="1", COLUMNS="200")
+    example = os.path.join(root, "examples", "tools.py")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "fsmchat.cli", *args], cwd=tmp_path, capture_output=True,
+                              text=True, env=env, timeout=300)
+
+    first = cli("run", example, "--checkpoint", "runs.db", "--no-input")
+    assert first.returncode == 3, first.stderr[-2000:]
+    assert "-- waiting for a person at approve_chair (tool_call): Chair asks to call publish_decision(" in \
+        first.stdout + first.stderr
+    lines = [ln for ln in first.stderr.splitlines() if ln.strip().startswith("fsmchat resume ")]
+    (set_line,) = [ln for ln in lines if "--set NAME=VALUE" in ln]
+    base = shlex.split(set_line.split("#")[0])[1:-2]
+    done = cli(*base, "--set", "summary=Try it for one quarter.", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    chair = [m for m in out["transcript"] if m["role"] == "chair"][0]
+    assert chair["metadata"]["tool_calls"][0]["arguments"] == {"summary": "Try it for one quarter."}
+    assert chair["metadata"]["tool_calls"][0]["result"] == "published to #team"

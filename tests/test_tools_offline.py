@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fsmchat import Agent, GroupChat, MemoryCheckpointer, RoundRobinSwarm
+from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.speakers.offline import offline_tool_calls, offline_tool_results
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -35,6 +35,10 @@ tool calls attached (``Message.metadata["tool_calls"]``, read typed as ``Message
 graph with no agent with tools is unchanged. Each turn makes at most ``1 + max_tool_rounds`` model
 calls (``calls_per_turn``); once the rounds are used the model is asked to answer without tools.
 
+A hub channel's agent (``fsmchat.network``) takes its tool rounds inside its reply (``Agent.reply``
+runs them in place, and a direct ``agent.reply(turn)`` does the same): a channel's turn graph
+advances on texts, so those rounds are not states of it.
+
 A resumed run never calls a tool whose result was committed. A call that was asked for but whose
 result was not committed when the run stopped is run again on resume only when its tool is
 ``idempotent=True``; otherwise the run waits at ``approve_<state>`` with the call's name and
@@ -51,7 +55,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol, Sequence, get_type_hints, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, get_type_hints, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic import Field as PydanticField
@@ -452,9 +456,6 @@ def calls_per_turn(speaker: Any) -> int:
 
 
 # ---- records ----
-CallStatus = Literal["asked", "approved", "uncertain", "awaiting", "done", "error", "rejected"]
-
-
 @dataclass
 class CallRecord:
     """One tool call of a turn, as the checkpoint stores it.
@@ -723,8 +724,9 @@ class ToolLoop:
             outcome = bid_from_arguments(respond[0][2])
         elif calls and not final:
             self._record(ex, speaker, tools, message, calls)
-            if not self.active:
-                await self.run_exchange(ex, speaker, None, None)
+            if not self.active:  # a direct call (no tool loop drawn): the rounds run in place
+                self._refuse_waiting(ex, speaker)
+                await self.run_exchange(ex, speaker, turn.stats, None)
                 return await self.bid(speaker, turn)
             raise ToolRound(f"{speaker.name}: {len(calls)} tool call(s)")
         else:
@@ -758,12 +760,17 @@ class ToolLoop:
                                     f"{speaker.max_tool_rounds}", agent=speaker.name, tool=calls[0][1])
                 return text
             self._record(ex, speaker, tools, message, calls)
-            for rec in ex.pending():
-                if rec.status == "awaiting":
-                    raise ToolError(f"tool {rec.name!r} of {speaker.name!r} needs a person's approval, which a direct "
-                                    "call cannot ask for: run the agent in a pattern with a checkpoint",
-                                    agent=speaker.name, tool=rec.name, arguments=rec.arguments)
+            self._refuse_waiting(ex, speaker)
             await self.run_exchange(ex, speaker, turn.stats, None)
+
+    @staticmethod
+    def _refuse_waiting(ex: Exchange, speaker: Any) -> None:
+        """A direct call cannot stop for a person: a call that needs approval is a ``ToolError``."""
+        for rec in ex.pending():
+            if rec.status == "awaiting":
+                raise ToolError(f"tool {rec.name!r} of {speaker.name!r} needs a person's approval, which a direct "
+                                "call cannot ask for: run the agent in a pattern with a checkpoint",
+                                agent=speaker.name, tool=rec.name, arguments=rec.arguments)
 
     def _record(self, ex: Exchange, speaker: Any, tools: list[Tool], message: Any,
                 calls: list[tuple[str, str, Any]]) -> None:
