@@ -44,6 +44,7 @@ from .speakers.agent import Agent, CallableSpeaker
 from .speakers.human import Human
 from .speakers.llm import DEFAULT_MAX_RETRY_WAIT, DEFAULT_RETRIES, DEFAULT_TIMEOUT
 from .speakers.log_secrets import is_secret
+from .speakers.mcp import MCPServer
 from .trust import BUILTIN_PREFIXES, Trust, UntrustedReference, within
 
 CONFIG_VERSION = 1
@@ -126,7 +127,8 @@ class AgentSpec(ConfigSpec):
     def build(self, r: ConfigReader) -> Agent:
         cls = r.trust.subclass(self.agent_class, f"agent {self.name!r} agent_class", Agent) \
             if self.agent_class else Agent
-        return cls(self.name, system_prompt=self.system_prompt, model=self.model, tools=self.tools,
+        tools = [MCPServer.from_config(t) if is_mcp_server(t) else t for t in self.tools]  # trust checked first
+        return cls(self.name, system_prompt=self.system_prompt, model=self.model, tools=tools,
                    tool_mode=self.tool_mode, timeout=self.timeout, num_retries=self.num_retries,
                    max_retry_wait_s=self.max_retry_wait_s, max_loops=self.max_loops,
                    persistent_memory=self.persistent_memory, output_type=self.output_type, **self.litellm)
@@ -346,6 +348,11 @@ def strip_secrets(value: Any) -> Any:
     return value
 
 
+def is_mcp_server(entry: Any) -> bool:
+    """Whether an agent's tool entry is an MCP server's (``MCPServer.to_config()``)."""
+    return isinstance(entry, dict) and entry.get("type") == "mcp_server"
+
+
 def jsonable(value: Any, what: str) -> Any:
     try:
         return json.loads(json.dumps(value))
@@ -364,7 +371,8 @@ class ConfigWriter:
 
     def agent(self, a: Agent) -> AgentSpec:
         extra = strip_secrets(dict(a.model_extra or {}))
-        spec = AgentSpec(name=a.name, system_prompt=a.system_prompt, model=a.model, tools=jsonable(a.tools, "tools"),
+        tools = [t.to_config() if isinstance(t, MCPServer) else t for t in a.tools]
+        spec = AgentSpec(name=a.name, system_prompt=a.system_prompt, model=a.model, tools=jsonable(tools, "tools"),
                          tool_mode=a.tool_mode, timeout=a.timeout, num_retries=a.num_retries,
                          max_retry_wait_s=a.max_retry_wait_s, max_loops=a.max_loops,
                          persistent_memory=a.persistent_memory, output_type=a.output_type,
@@ -564,6 +572,11 @@ class ConfigReader:
                                          f"{list(self.trust.prefixes)}); pass allow=[{module!r}] if you trust its code")
         for ref, what in references(spec):
             self.trust.check(ref, what)
+        for node in specs_in(spec):  # an MCP server starts a process: only trusted configs hold one
+            if isinstance(node, AgentSpec):
+                for t in filter(is_mcp_server, node.tools):
+                    where = f"command {t.get('command')!r}" if t.get("command") else f"url {t.get('url')!r}"
+                    self.trust.process(f"MCP server {t.get('name')!r} ({where})", f"agent {node.name!r} tools")
 
     def pattern(self, spec: Any) -> Any:
         # every reference is checked before any is imported: a refusal leaves nothing half-loaded

@@ -117,6 +117,36 @@ class CheckpointStoreError(FsmchatError, RuntimeError):
     """
 
 
+class MCPServerError(FsmchatError, RuntimeError):
+    """An MCP server could not start, stopped, or dropped its connection; the message names it.
+
+    A server's own error results are not this (the tool failed, the server runs on); this is the
+    server gone: a command that is not found, a process that exits, a connection that closes.
+
+    Args:
+        server: The server's name.
+        what: What went wrong, as a phrase after the name ("exited during the call to tool 'add'").
+        stderr: The tail of the server's stderr ("" when there is none), quoted in the message.
+        command: The command that started it, if any.
+        url: Its URL, if it is a streamable HTTP server.
+
+    Examples:
+        >>> from fsmchat.errors import MCPServerError
+        >>> print(MCPServerError("files", "closed the connection during the call to tool 'read'",
+        ...                      "Traceback ...\\nMemoryError", command=["python", "files.py"]))
+        MCP server 'files' (command ['python', 'files.py']) closed the connection during the call to tool 'read'; its stderr ends with:
+        Traceback ...
+        MemoryError
+    """
+
+    def __init__(self, server: str, what: str, stderr: str = "", *, command: list[str] | None = None,
+                 url: str | None = None):
+        self.server, self.what, self.stderr, self.command, self.url = server, what, stderr, command, url
+        where = f" (command {command!r})" if command else f" ({url})" if url and url != server else ""
+        tail = f"; its stderr ends with:\n{stderr}" if stderr else ""
+        super().__init__(f"MCP server {server!r}{where} {what}{tail}")
+
+
 def bad_value(owner: str, field: str, value: Any, allowed: str, type_error: bool = False) -> FsmchatError:
     """The one message style for a refused value: ``"{owner}: {field}={value!r} is invalid: {allowed}"``."""
     shown = repr(value)

@@ -153,6 +153,13 @@ class Trust:
                                   f"patterns; flow steps) and of its code only {sorted(ALLOWED_REFERENCES)}; "
                                   f"pass allow=[{module!r}] if you mean to run it, or trusted=True")
 
+    def process(self, ref: str, what: str) -> None:
+        """Refuse, unless ``trusted``, a config entry that starts a process or opens a connection
+        when a run uses it (an MCP server's ``command`` or ``url``): no prefix allows that."""
+        if not self.trusted:
+            raise UntrustedReference(ref, what, "an MCP server starts a process (or connects to a URL) when a run "
+                                     "uses it, so a config may hold one only with trusted=True")
+
     def resolve(self, ref: str, what: str) -> Any:
         """The object ``ref`` names, once allowed; it must also be defined in an allowed module
         (``mymod:os.system`` is ``os.system``, refused unless ``os`` is allowed)."""

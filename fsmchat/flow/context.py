@@ -277,6 +277,7 @@ class FlowContext:
         c.memory = copy.deepcopy(self.memory)  # AppendLogs stay AppendLogs
         c.transcript.max_chars = self.transcript.max_chars
         c.tool_loop.approve_all = self.tool_loop.approve_all
+        c.tool_loop.share_sources(self.tool_loop)  # the run's MCP servers: started once, stopped with the run
         return c
 
     def __repr__(self) -> str:

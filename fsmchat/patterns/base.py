@@ -706,6 +706,8 @@ class Pattern(ABC):
             start_clock(self.limits, ctx.stats)
             loop = loop_of(ctx)
             loop.approve_all = self.approve_tools
+            if saved is not None:  # a resume: tool sources whose tools changed are refused before any model call
+                await loop.check_sources([s for s, _ in self._calls_by_speaker()])
             ctx.transcript.max_chars = self._max_message_chars
             for hook in on_start:
                 hook(ctx)

@@ -1,9 +1,10 @@
 """Layer 5: participants (litellm agents, callables, people), their tools and the respond tool."""
 from .agent import Agent, CallableSpeaker, Turn, as_speaker, check_roster, conversation_view
 from .human import Approve, Edit, Human, Pending, Reject, Say
+from .mcp import MCPServer
 from .respond import RESPOND_TOOL, BidOutcome, parse_bid
 from .tools import Tool, ToolError, ToolSource
 
 __all__ = ["Agent", "CallableSpeaker", "Turn", "as_speaker", "check_roster", "conversation_view",
            "RESPOND_TOOL", "BidOutcome", "parse_bid", "Human", "Approve", "Edit", "Reject", "Say", "Pending",
-           "Tool", "ToolError", "ToolSource"]
+           "Tool", "ToolError", "ToolSource", "MCPServer"]

@@ -41,8 +41,8 @@ from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from .human import Approve, Edit, Reject, Say, request
 from .respond import BidOutcome, bid_from_arguments, silent
-from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, has_tools, \
-    is_schema_dict, needs_approval
+from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, changed_tools, has_tools, \
+    is_schema_dict, needs_approval, tool_digest
 
 
 class ToolRound(FsmchatError):
@@ -174,7 +174,9 @@ class ToolLoop:
         self.active = False  # a state with a tool loop is running its action
         self.approve_all = False  # interrupt_before=["tools"]: every call waits for a person
         self.offered: dict[str, list[str]] = {}  # each tool source's tool names this run
-        self._sources: dict[int, tuple[Any, list[Tool]]] = {}
+        self.digests: dict[str, dict[str, str]] = {}  # each tool source's {tool: tool_digest}, checked on resume
+        self._sources: dict[int, tuple[Any, list[Tool] | None]] = {}  # started sources, their tools (None: unlisted)
+        self._starting: asyncio.Lock | None = None  # made in the run's loop on first use
         self.used = False
         self.last: dict[str, list[dict[str, Any]]] = {}  # the tool calls of the last state's answered turns
 
@@ -201,16 +203,47 @@ class ToolLoop:
                 if not is_schema_dict(t, "respond"):
                     out.append(Tool.from_schema(t))
             elif isinstance(t, ToolSource):
-                got = self._sources.get(id(t))
-                if got is None:
-                    await t.start()
-                    self._sources[id(t)] = (t, [])
-                    listed = list(await t.tools())
-                    self._sources[id(t)] = (t, listed)
-                    self.offered[str(getattr(t, "name", type(t).__name__))] = [x.name for x in listed]
-                    got = self._sources[id(t)]
-                out.extend(got[1])
+                if self._sources.get(id(t), (t, None))[1] is None:  # concurrent turns (bids) wait for the first
+                    self._starting = self._starting or asyncio.Lock()
+                    async with self._starting:
+                        await self._start_source(t, speaker)
+                out.extend(self._sources[id(t)][1] or ())
         return out
+
+    async def _start_source(self, t: Any, speaker: Any) -> None:
+        """Start tool source ``t`` once and list its tools (unless a concurrent turn just did),
+        refusing tools that differ from those the run's checkpoint offered."""
+        if id(t) not in self._sources:
+            await t.start()
+            self._sources[id(t)] = (t, None)  # started: ``close`` stops it, whatever the listing does
+        elif self._sources[id(t)][1] is not None:
+            return
+        listed = list(await t.tools())
+        key = str(getattr(t, "name", type(t).__name__))
+        now, before = {x.name: tool_digest(x) for x in listed}, self.digests.get(key)
+        if before is not None and now != before:
+            raise ToolError(f"tool source {key!r} offers other tools than when this run was checkpointed "
+                            f"({', '.join(changed_tools(before, now))}); the run does not resume against "
+                            "them: restore the source's tools, or start a new run",
+                            agent=str(getattr(speaker, "name", "")))
+        self._sources[id(t)] = (t, listed)
+        self.offered[key], self.digests[key] = [x.name for x in listed], now
+
+    def share_sources(self, parent: "ToolLoop") -> None:
+        """Make this (a branch run's) loop use ``parent``'s tool sources: each is started once per
+        run, whichever branch asks first, and stopped when the parent run ends (``close``)."""
+        parent._starting = parent._starting or asyncio.Lock()
+        self._sources, self._starting = parent._sources, parent._starting
+        self.offered, self.digests = parent.offered, parent.digests
+
+    async def check_sources(self, speakers: Sequence[Any]) -> None:
+        """A resumed run: start each tool source its checkpoint offered tools of, and refuse
+        (``ToolError``) a source whose tools changed, before any model call (``tools_of`` checks)."""
+        for speaker in speakers:
+            sources = [t for t in getattr(speaker, "tools", None) or () if not isinstance(t, (Tool, dict))
+                       and isinstance(t, ToolSource)]
+            if any(str(getattr(t, "name", type(t).__name__)) in self.digests for t in sources):
+                await self.tools_of(speaker)
 
     async def close(self) -> None:
         """Stop every tool source this run started (in the order they started)."""
@@ -390,6 +423,7 @@ class ToolLoop:
         gate = asyncio.Semaphore(max(1, int(getattr(speaker, "max_parallel_tools", DEFAULT_MAX_PARALLEL_TOOLS))))
         deadline = getattr(stats, "deadline", None)
         on_error = getattr(speaker, "on_tool_error", "return")
+        raised: dict[str, Exception] = {}  # a failed call's exception: the cause of the run's ToolError
 
         async def one(rec: CallRecord) -> None:
             tool = tools.get(rec.name)
@@ -417,6 +451,7 @@ class ToolLoop:
                     raise
                 except Exception as exc:
                     rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"
+                    raised[rec.id] = exc
                 finally:
                     rec.duration_s = time.monotonic() - started
 
@@ -428,7 +463,8 @@ class ToolLoop:
                                        "call_id": rec.id, "error": rec.error})
                 if on_error == "stop":
                     raise ToolError(f"tool {rec.name!r} of agent {speaker.name!r} failed: {rec.error}",
-                                    agent=speaker.name, tool=rec.name, arguments=rec.arguments)
+                                    agent=speaker.name, tool=rec.name, arguments=rec.arguments) \
+                        from raised.get(rec.id)
 
     # ---- ends of a state ----
     def finish(self) -> None:
@@ -451,13 +487,15 @@ class ToolLoop:
     def snapshot(self) -> dict[str, Any]:
         """The loop's state as plain data (a checkpoint stores it with the context)."""
         return {"exchanges": {k: ex.to_dict() for k, ex in self.exchanges.items()},
-                "offered": {k: list(v) for k, v in self.offered.items()}, "last": dict(self.last)}
+                "offered": {k: list(v) for k, v in self.offered.items()}, "last": dict(self.last),
+                "digests": {k: dict(v) for k, v in self.digests.items()}}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
         approved) but has no result may have run when the run stopped: it becomes ``uncertain``."""
         self.exchanges = {k: Exchange.from_dict(v) for k, v in (state.get("exchanges") or {}).items()}
         self.offered = {k: list(v) for k, v in (state.get("offered") or {}).items()}
+        self.digests = {k: dict(v) for k, v in (state.get("digests") or {}).items()}
         self.last = dict(state.get("last") or {})
         for ex in self.exchanges.values():
             for c in ex.calls:

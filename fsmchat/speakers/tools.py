@@ -25,6 +25,7 @@ checkpointed state (``ToolLoop.offered``). How the calls run, are drawn, committ
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import re
@@ -407,6 +408,26 @@ def result_text(out: Any) -> str:
         return json.dumps(out, default=str, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(out)
+
+
+def tool_digest(tool: Tool) -> str:
+    """A short hash of what a model is offered of ``tool`` (name, description, schema)."""
+    text = json.dumps(tool.spec(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def changed_tools(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    """What differs between two ``{tool name: tool_digest}`` maps, one phrase per tool, by name:
+    ``"'lookup' changed"``, ``"'fail' removed"``, ``"'search' added"``."""
+    out = []
+    for name in sorted(set(before) | set(now)):
+        if name not in now:
+            out.append(f"{name!r} removed")
+        elif name not in before:
+            out.append(f"{name!r} added")
+        elif before[name] != now[name]:
+            out.append(f"{name!r} changed")
+    return out
 
 
 def as_tool_entry(x: Any) -> Any:
