@@ -138,7 +138,7 @@ def test_run_json_quiet_and_limits(project, capsys):
     assert main(["run", "slow.py", "--quiet", "--task", "ship it"]) == 0
     assert capsys.readouterr().out == "User: ship it\n\na: a says 1\n\nb: b says 1\n"
 
-    assert main(["run", "slow.py", "--json", "--max-calls", "1"]) == 0
+    assert main(["run", "slow.py", "--json", "--max-calls", "1"]) == 5  # stopped at the budget: not its job done
     doc = json.loads(capsys.readouterr().out)
     assert (doc["stop_reason"], doc["calls"], [m["role"] for m in doc["transcript"]]) == ("budget", 1, ["User", "a"])
 
@@ -148,7 +148,7 @@ def test_run_json_quiet_and_limits(project, capsys):
 
 def test_run_deadline_ends_a_run_that_would_wait_forever(project, capsys):
     # no gate: b would think forever; the deadline ends the run through its drawn edge
-    assert main(["run", "slow.py", "--json", "--deadline", "1.5"]) == 0
+    assert main(["run", "slow.py", "--json", "--deadline", "1.5"]) == 4  # cut by the deadline
     doc = json.loads(capsys.readouterr().out)
     assert doc["stop_reason"] == "deadline" and doc["path"][-1] == "past_deadline"
 
