@@ -31,7 +31,7 @@ from .speakers.human import Approve, Edit, InputNotAllowed, Reject, check_input,
 from .statelog import history_of
 from .targets import BUILD, defines_build, load_target_with_module, resolve_graph, split_target, use_cwd
 from .timetravel import fork
-from .trust import Trust
+from .trust import Trust, UntrustedReference, is_file_ref
 from .ui import RunNotFound, Store, write_report
 from .ui.server import serve
 
@@ -43,6 +43,12 @@ API_BASE_HELP = ("send every model-backed agent without an endpoint of its own t
 
 
 # ---- run ----
+def _model_flags(args: argparse.Namespace) -> list[str]:
+    """``--model``/``--api-base`` as given: a printed resume command rebuilds the run's agents the same way."""
+    return [x for flag, value in (("--model", args.model), ("--api-base", args.api_base)) if value
+            for x in (flag, value)]
+
+
 def _use_api_base(args: argparse.Namespace) -> None:
     """``--api-base URL``: the endpoint of every model-backed agent without one of its own."""
     if args.api_base is None:
@@ -120,7 +126,7 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
             checkpoint = _store(store, create=True)
             stack.callback(checkpoint.close)
         return _follow(pattern, lambda hooks: pattern.aexecute(task, checkpoint=checkpoint, **hooks), checkpoint,
-                       store, args, ["--target", args.target], shown)
+                       store, args, ["--target", args.target, *_model_flags(args)], shown)
 
 
 def _store(path: str, create: bool = False) -> Any:
@@ -290,6 +296,21 @@ def _run_script(path: Path, args: argparse.Namespace) -> int:
 
 
 # ---- resume ----
+def _stored_pattern(factory: str, args: argparse.Namespace) -> Any:
+    """The pattern the run's stored ``factory`` builds, under the trust the flags give; a refusal
+    names the flags that allow it (not the Python keywords of ``fsmchat.resume``)."""
+    what = f"run {args.run_id!r} factory"
+    try:
+        return Trust.of(args.allow or (), args.trusted, owner="fsmchat resume").pattern(factory, what)
+    except UntrustedReference as exc:
+        module = factory.rpartition(":")[0]
+        kind = "a file path" if is_file_ref(factory) else f"module {module!r}"
+        allow = "--trusted" if is_file_ref(factory) else f"--allow {shlex.quote(module)} or --trusted"
+        raise UntrustedReference(factory, what, f"fsmchat resume loads a stored factory only from code you name: "
+                                 f"it is {kind}; name the pattern with --target {shlex.quote(factory)}, or pass "
+                                 f"{allow} if you trust the stored reference") from exc
+
+
 def _resume(args: argparse.Namespace) -> int:
     if args.model:
         os.environ["FSMCHAT_MODEL"] = args.model
@@ -319,9 +340,9 @@ def _resume(args: argparse.Namespace) -> int:
         if not factory:
             raise ValueError(f"run {args.run_id!r} was checkpointed without a factory; name its pattern with "
                              "--target MODULE:ATTR or path/file.py")
-        pattern = Trust.of(args.allow or (), args.trusted, owner="fsmchat resume").pattern(factory,
-                                                                                         f"run {args.run_id!r} factory")
+        pattern = _stored_pattern(factory, args)
         how = [x for a in args.allow or () for x in ("--allow", a)] + (["--trusted"] if args.trusted else [])
+    how += _model_flags(args)
     stored = (saved.meta.get("fingerprint") or {}).get("limits")
     if stored and (pattern.limits is None or pattern.limits.model_dump(mode="json") != stored):
         pattern.with_limits(**stored)  # the limits the run was started with (fsmchat run --max-calls ...)
@@ -505,7 +526,7 @@ def _history(args: argparse.Namespace) -> int:
 
 def _fork(args: argparse.Namespace) -> int:
     store = _open_store(args.db, write=True)
-    _run_log(store, args.run_id)
+    factory = _run_log(store, args.run_id).meta.get("factory")
     replace = {}
     for i, text in args.replace_message or []:
         if not i.lstrip("-").isdigit():
@@ -516,7 +537,11 @@ def _fork(args: argparse.Namespace) -> int:
             "variables": parse_vars(args.set or []), "limits": parse_vars(args.limit or [], "--limit")}
     new_id = fork(args.run_id, args.at, store, {k: v for k, v in edit.items() if v})
     print(new_id)
-    print(f"forked {args.run_id} at step {args.at}; continue it with: fsmchat resume {new_id} --db {args.db}",
+    # the run's own pattern, named as `fsmchat run` stored it: a target the person gives is loaded as is
+    target = ["--target", factory] if isinstance(factory, str) and factory else []
+    print(f"forked {args.run_id} at step {args.at}; continue it with: "
+          f"{shlex.join(['fsmchat', 'resume', new_id, '--db', args.db, *target])}" +
+          ("" if target else " --target TARGET (the pattern that ran: it was checkpointed without a factory)"),
           file=sys.stderr)
     return 0
 
