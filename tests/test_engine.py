@@ -115,7 +115,8 @@ def test_cancellation_keeps_context():
 
     async def go():
         t = asyncio.ensure_future(run_graph(g, ctx))
-        await asyncio.sleep(0.05)
+        while ctx["n"] < 2:  # until b is running (and sleeping)
+            await asyncio.sleep(0.001)
         t.cancel()
         with pytest.raises(asyncio.CancelledError) as ei:
             await t

@@ -367,11 +367,15 @@ def test_parallel_of_two_discussions():
 
 def test_parallel_loop():
     seen = []
+    done = {i: asyncio.Event() for i in (1, 2, 3, 4)}
+    done[4].set()
 
-    async def body(ctx):
-        await asyncio.sleep(0.01 * (3 - ctx.variables["loop_index"]))
-        seen.append(ctx.variables["item"])
-        return f"did {ctx.variables['item']}"
+    async def body(ctx):  # item i finishes after item i + 1: only concurrent items can (else a hang guard fails)
+        item = ctx.variables["item"]
+        await asyncio.wait_for(done[item + 1].wait(), 120)
+        seen.append(item)
+        done[item].set()
+        return f"did {item}"
 
     r = run(AgentFlow(steps=[loop(body, over="items", parallel=True)], variables={"items": [1, 2, 3]}))
     assert seen == [3, 2, 1]  # concurrent: shortest sleep first

@@ -293,7 +293,8 @@ def test_cancelled_run_keeps_transcript():
 
     async def go():
         task = asyncio.ensure_future(chat.aexecute(TASK))
-        await asyncio.sleep(0.3)
+        while len(m.requests_of("a")) < 2 or len(m.requests_of("b")) < 2:  # both are inside their second bid
+            await asyncio.sleep(0.001)
         task.cancel()
         with pytest.raises(asyncio.CancelledError) as ei:
             await task
