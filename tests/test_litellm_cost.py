@@ -72,7 +72,7 @@ def no_callbacks(lm):
 
 def http_agent(srv: OpenAIServer, name: str, model: str = PRICED, **kw: Any) -> Agent:
     return Agent(name, system_prompt=f"You are {name}, a terse planner.", model=model, api_base=srv.api_base,
-                 api_key="sk-test", tool_mode="native", num_retries=0, timeout=10, **kw)
+                 api_key="sk-test", tool_mode="native", num_retries=0, timeout=120, **kw)
 
 
 def price_of(lm: Any, model: str) -> float:

@@ -30,7 +30,7 @@ def server():
 
 def agent(srv: OpenAIServer, name: str, **kw) -> Agent:
     opts = dict(system_prompt=f"You are {name}, a terse planner.", model="openai/test-model",
-                api_base=srv.url + "/v1", api_key="sk-test", tool_mode="native", num_retries=0, timeout=5)
+                api_base=srv.url + "/v1", api_key="sk-test", tool_mode="native", num_retries=0, timeout=120)
     opts.update(kw)
     return Agent(name, **opts)
 
