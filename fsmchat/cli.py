@@ -25,24 +25,45 @@ from .checks import check_run_id
 from .engine import run_sync
 from .errors import FsmchatError, redact, redact_chain, redact_data, watch_failures
 from .live import LiveRun, summary
-from .models import shorten
+from .models import StopReason, shorten
 from .patterns.base import Pattern
+from .speakers import llm
 from .speakers.human import Approve, Edit, InputNotAllowed, Reject, check_input, waiting_for
 from .statelog import history_of
 from .targets import BUILD, defines_build, load_target_with_module, resolve_graph, split_target, use_cwd
 from .timetravel import fork
-from .trust import Trust
+from .trust import Trust, UntrustedReference, is_file_ref
 from .ui import RunNotFound, Store, write_report
 from .ui.server import serve
 
 TARGET_HELP = ("MODULE:ATTR (e.g. mychat:chat, found from the current directory), path/file.py:ATTR, "
                f"or path/file.py (its top-level {BUILD}() function)")
 
+API_BASE_HELP = ("send every model-backed agent without an endpoint of its own to this OpenAI-compatible server, "
+                 "e.g. http://127.0.0.1:8000/v1 with --model openai/NAME (sets FSMCHAT_API_BASE; no API key needed)")
+
 
 # ---- run ----
+def _model_flags(args: argparse.Namespace) -> list[str]:
+    """``--model``/``--api-base`` as given: a printed resume command rebuilds the run's agents the same way."""
+    return [x for flag, value in (("--model", args.model), ("--api-base", args.api_base)) if value
+            for x in (flag, value)]
+
+
+def _use_api_base(args: argparse.Namespace) -> None:
+    """``--api-base URL``: the endpoint of every model-backed agent without one of its own."""
+    if args.api_base is None:
+        return
+    if not args.api_base.startswith(("http://", "https://")):
+        raise ValueError(f"--api-base {args.api_base!r} is invalid: the URL of an OpenAI-compatible server, "
+                         "e.g. http://127.0.0.1:8000/v1")
+    os.environ[llm.API_BASE_ENV] = args.api_base
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.model:
         os.environ["FSMCHAT_MODEL"] = args.model
+    _use_api_base(args)
     if args.task:
         os.environ["FSMCHAT_TASK"] = args.task
     where, attr = split_target(args.target)
@@ -77,6 +98,12 @@ def _pattern_of(spec: str, where: str, attr: str | None) -> tuple[Any, Any]:
 
 DEFAULT_STORE = ".fsmchat/runs.db"  # where `fsmchat run` checkpoints a run that may wait for a person
 EXIT_WAITING = 3  # the run stopped for a person and waits (resume it with `fsmchat resume`)
+EXIT_DEADLINE = 4  # the run was cut by its deadline (deadline_s, --deadline): it did not finish its job
+EXIT_BUDGET = 5  # the run stopped at a budget (max_model_calls, max_tokens, max_cost_usd, --max-calls)
+LIMIT_EXITS = {StopReason.DEADLINE: (EXIT_DEADLINE, "its deadline (deadline_s, --deadline)"),
+               StopReason.BUDGET: (EXIT_BUDGET, "a budget (max_model_calls/--max-calls, max_tokens, max_cost_usd)")}
+EXIT_CODES = (f"Exit codes: 0 finished ok, 1 failed, 2 bad input (nothing run), {EXIT_WAITING} waiting for a person, "
+              f"{EXIT_DEADLINE} stopped by the deadline, {EXIT_BUDGET} stopped by a budget, 130 interrupted (Ctrl-C).")
 
 
 def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
@@ -100,7 +127,7 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
             checkpoint = _store(store, create=True)
             stack.callback(checkpoint.close)
         return _follow(pattern, lambda hooks: pattern.aexecute(task, checkpoint=checkpoint, **hooks), checkpoint,
-                       store, args, ["--target", args.target], shown)
+                       store, args, ["--target", args.target, *_model_flags(args)], shown)
 
 
 def _store(path: str, create: bool = False) -> Any:
@@ -157,6 +184,11 @@ def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: st
         print(f"fsmchat {args.cmd}: {getattr(args, 'target', None) or result.run_id} failed (stop reason "
               f"{result.stop_reason!r}): {said(result.error)}", file=sys.stderr)
         return 1
+    if result.stop_reason in LIMIT_EXITS:
+        code, limit = LIMIT_EXITS[result.stop_reason]
+        print(f"fsmchat {args.cmd}: the run stopped at {limit} before it finished (stop reason "
+              f"{result.stop_reason!r}); exit code {code}", file=sys.stderr)
+        return code
     return 0
 
 
@@ -274,7 +306,25 @@ def _run_script(path: Path, args: argparse.Namespace) -> int:
 
 
 # ---- resume ----
+def _stored_pattern(factory: str, args: argparse.Namespace) -> Any:
+    """The pattern the run's stored ``factory`` builds, under the trust the flags give; a refusal
+    names the flags that allow it (not the Python keywords of ``fsmchat.resume``)."""
+    what = f"run {args.run_id!r} factory"
+    try:
+        return Trust.of(args.allow or (), args.trusted, owner="fsmchat resume").pattern(factory, what)
+    except UntrustedReference as exc:
+        module = factory.rpartition(":")[0]
+        kind = "a file path" if is_file_ref(factory) else f"module {module!r}"
+        allow = "--trusted" if is_file_ref(factory) else f"--allow {shlex.quote(module)} or --trusted"
+        raise UntrustedReference(factory, what, f"fsmchat resume loads a stored factory only from code you name: "
+                                 f"it is {kind}; name the pattern with --target {shlex.quote(factory)}, or pass "
+                                 f"{allow} if you trust the stored reference") from exc
+
+
 def _resume(args: argparse.Namespace) -> int:
+    if args.model:
+        os.environ["FSMCHAT_MODEL"] = args.model
+    _use_api_base(args)
     given = [(flag, value) for flag, value in (("--input", args.input), ("--approve", Approve() if args.approve else None),
                                                ("--edit", Edit(args.edit) if args.edit is not None else None),
                                                ("--reject", Reject(args.reject) if args.reject is not None else None),
@@ -301,9 +351,9 @@ def _resume(args: argparse.Namespace) -> int:
         if not factory:
             raise ValueError(f"run {args.run_id!r} was checkpointed without a factory; name its pattern with "
                              "--target MODULE:ATTR or path/file.py")
-        pattern = Trust.of(args.allow or (), args.trusted, owner="fsmchat resume").pattern(factory,
-                                                                                         f"run {args.run_id!r} factory")
+        pattern = _stored_pattern(factory, args)
         how = [x for a in args.allow or () for x in ("--allow", a)] + (["--trusted"] if args.trusted else [])
+    how += _model_flags(args)
     stored = (saved.meta.get("fingerprint") or {}).get("limits")
     if stored and (pattern.limits is None or pattern.limits.model_dump(mode="json") != stored):
         pattern.with_limits(**stored)  # the limits the run was started with (fsmchat run --max-calls ...)
@@ -492,7 +542,7 @@ def _history(args: argparse.Namespace) -> int:
 
 def _fork(args: argparse.Namespace) -> int:
     store = _open_store(args.db, write=True)
-    _run_log(store, args.run_id)
+    factory = _run_log(store, args.run_id).meta.get("factory")
     replace = {}
     for i, text in args.replace_message or []:
         if not i.lstrip("-").isdigit():
@@ -503,7 +553,11 @@ def _fork(args: argparse.Namespace) -> int:
             "variables": parse_vars(args.set or []), "limits": parse_vars(args.limit or [], "--limit")}
     new_id = fork(args.run_id, args.at, store, {k: v for k, v in edit.items() if v})
     print(new_id)
-    print(f"forked {args.run_id} at step {args.at}; continue it with: fsmchat resume {new_id} --db {args.db}",
+    # the run's own pattern, named as `fsmchat run` stored it: a target the person gives is loaded as is
+    target = ["--target", factory] if isinstance(factory, str) and factory else []
+    print(f"forked {args.run_id} at step {args.at}; continue it with: "
+          f"{shlex.join(['fsmchat', 'resume', new_id, '--db', args.db, *target])}" +
+          ("" if target else " --target TARGET (the pattern that ran: it was checkpointed without a factory)"),
           file=sys.stderr)
     return 0
 
@@ -561,12 +615,12 @@ def parser() -> argparse.ArgumentParser:
                        "(state, turn, model calls, tokens, cost, elapsed) while models think. A file whose "
                        f"{BUILD}() does not return a pattern is run as a plain script. When the run waits for a "
                        "person, it asks on the terminal (/approve, /edit TEXT, /reject REASON, or your message). "
-                       f"Exit codes: 0 finished ok, 1 failed, 2 bad input (nothing run), {EXIT_WAITING} waiting for "
-                       "a person.")
+                       + EXIT_CODES)
     r.add_argument("target", metavar="TARGET", help=f"the pattern: {TARGET_HELP}; a factory is called with no arguments")
     r.add_argument("--task", help="the task to run (default: the module's TASK; also sets FSMCHAT_TASK for scripts)")
     r.add_argument("--model", help="litellm model for every agent without its own, e.g. gpt-4o-mini or "
                    "ollama_chat/llama3.1 (sets FSMCHAT_MODEL; default: the offline simulation)")
+    r.add_argument("--api-base", metavar="URL", help=API_BASE_HELP)
     r.add_argument("-q", "--quiet", action="store_true", help="no live messages or status line; print only the output")
     r.add_argument("--json", action="store_true", help="print the RunResult as JSON on stdout (status line still on "
                    "a terminal's stderr)")
@@ -587,8 +641,7 @@ def parser() -> argparse.ArgumentParser:
                         description="Continue a checkpointed run (e.g. one `fsmchat run` left waiting for a person). "
                         "The pattern is --target, else the factory stored with the run, loaded under the trust rules "
                         "of fsmchat.resume (--allow PREFIX, --trusted). Give the answer with one of --input, "
-                        "--approve, --edit, --reject, --set; without one it asks on the terminal. Exit codes: 0 "
-                        f"finished ok, 1 failed, 2 bad input (nothing run), {EXIT_WAITING} still waiting.")
+                        "--approve, --edit, --reject, --set; without one it asks on the terminal. " + EXIT_CODES)
     rs.add_argument("run_id", metavar="RUN", help="the run id (`fsmchat run` prints it on stderr)")
     rs.add_argument("--db", "--checkpoint", dest="db", required=True, metavar="PATH", help="the SQLite checkpoint store")
     rs.add_argument("--target", metavar="TARGET", help=f"the pattern that ran: {TARGET_HELP} (default: the run's "
@@ -604,6 +657,9 @@ def parser() -> argparse.ArgumentParser:
                     "listed when the run stops)")
     rs.add_argument("--set", nargs="+", metavar="NAME=VALUE", help="edit flow variables, or a waiting tool call's "
                     "arguments (VALUE as JSON, else text)")
+    rs.add_argument("--model", help="litellm model for every agent without its own, as `fsmchat run --model` "
+                    "(sets FSMCHAT_MODEL; give the run's own again: a resumed run is rebuilt from its target)")
+    rs.add_argument("--api-base", metavar="URL", help=API_BASE_HELP)
     rs.add_argument("--no-input", action="store_true", help="never ask on the terminal")
     rs.add_argument("-q", "--quiet", action="store_true", help="print only the output")
     rs.add_argument("--json", action="store_true", help="print the RunResult as JSON (with 'pending' when waiting)")

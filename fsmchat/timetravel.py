@@ -10,9 +10,11 @@ resumed). Every argument is checked before anything is written (``ForkError``).
 """
 from __future__ import annotations
 
+import shlex
 import time
 import uuid
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 from .checkpoint import Checkpointer, NotSerializable, encode
@@ -35,7 +37,7 @@ class ForkError(FsmchatError, ValueError):
         ...     fork("nope", at=0, checkpoint=MemoryCheckpointer())
         ... except ForkError as exc:
         ...     print(exc)
-        fork('nope', at=0): no run 'nope' in MemoryCheckpointer; this store has no runs (`fsmchat runs --db PATH` lists them)
+        fork('nope', at=0): no run 'nope' in MemoryCheckpointer; this store has no runs
     """
 
 
@@ -167,7 +169,7 @@ def fork(run_id: str, at: int, checkpoint: ForkableCheckpointer, edit: ForkEdit 
     steps = log.path_indexes()
     last = next((n for n in range(len(steps) - 1, -1, -1) if log.events[steps[n]].dest is not None), None)
     if isinstance(at, bool) or not isinstance(at, int) or last is None or not 0 <= at <= last:
-        allowed = (f"a step number from 0 to {last} (`fsmchat history {run_id}` lists them)" if last is not None
+        allowed = (f"a step number from 0 to {last}{_command_hint(checkpoint, 'history', run_id)}" if last is not None
                    else "nothing: the run has no completed step to fork from")
         ended = "" if last is None or last + 1 >= len(steps) else \
             f"; step {last + 1} is where it ended ({log.stop_reason or log.events[steps[-1]].trigger})"
@@ -196,6 +198,15 @@ def fork(run_id: str, at: int, checkpoint: ForkableCheckpointer, edit: ForkEdit 
     return new_id
 
 
+def _command_hint(checkpoint: Any, command: str, *args: str) -> str:
+    """`` (`fsmchat COMMAND ARGS --db PATH` lists them)``, runnable as printed, for a store in a file;
+    nothing for one the command line cannot open (a MemoryCheckpointer)."""
+    path = getattr(checkpoint, "path", None)
+    if not isinstance(path, (str, Path)):
+        return ""
+    return f" (`{shlex.join(['fsmchat', command, *args, '--db', str(path)])}` lists them)"
+
+
 def _log_of(checkpoint: ForkableCheckpointer, run_id: Any, what: str) -> RunLog:
     if not isinstance(run_id, str) or not run_id:
         raise ForkError(f"{what}: run_id={_short(run_id)} is invalid: the id of a checkpointed run")
@@ -207,7 +218,7 @@ def _log_of(checkpoint: ForkableCheckpointer, run_id: Any, what: str) -> RunLog:
         hint = f"runs in this store (newest first): {', '.join(known[:5])}" + (" ..." if len(known) > 5 else "") \
             if known else "this store has no runs"
         raise ForkError(f"{what}: no run {run_id!r} in {getattr(checkpoint, 'path', type(checkpoint).__name__)}; "
-                        f"{hint} (`fsmchat runs --db PATH` lists them)") from None
+                        f"{hint}{_command_hint(checkpoint, 'runs')}") from None
     if "parent" in log.meta:
         raise ForkError(f"{what}: {run_id!r} is a branch lane of run {log.meta['parent']!r}; fork that run (its "
                         "lanes are copied with it)")

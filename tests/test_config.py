@@ -160,7 +160,8 @@ def test_limits_factory_and_subclasses_travel():
 
 
 # ---- secrets ----
-def test_secrets_never_in_the_config():
+def test_secrets_never_in_the_config(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     agent = Agent("a", model="gpt-4o-mini", api_key=SECRET, temperature=0.3, api_base="http://127.0.0.1:9/v1",
                   extra_headers={"Authorization": f"Bearer {SECRET}", "X-Trace": "on"}, aws_secret_access_key=SECRET,
                   max_tokens=50, thinking={"type": "enabled", "budget_tokens": 64}, num_retries=1, timeout=9.0,
@@ -176,8 +177,10 @@ def test_secrets_never_in_the_config():
     assert (cfg.agents[0].num_retries, cfg.agents[0].timeout, cfg.agents[0].tool_mode) == (1, 9.0, "json")
     assert cfg.agents[1].litellm == {}
     rebuilt = from_config(text, allow=["test_config"])
-    assert rebuilt.agents[0].litellm_kwargs == cfg.agents[0].litellm
-    assert "api_key" not in rebuilt.agents[0].litellm_kwargs  # a worker reads keys from its environment
+    assert rebuilt.agents[0].model_extra == cfg.agents[0].litellm
+    assert "api_key" not in rebuilt.agents[0].model_extra  # a worker reads keys from its environment
+    # none there: the agent's own endpoint is sent the placeholder the OpenAI client demands, never a key
+    assert rebuilt.agents[0].litellm_kwargs == {**cfg.agents[0].litellm, "api_key": "fsmchat-no-key"}
 
 
 # ---- what cannot be shipped ----

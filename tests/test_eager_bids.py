@@ -74,8 +74,10 @@ def test_each_coroutine_runs_in_its_own_copy_of_the_context():
 
 def test_cancelling_the_round_cancels_the_waiting_bids():
     seen: list[str] = []
+    started: list[str] = []
 
     async def slow() -> str:
+        started.append("started")
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
@@ -85,7 +87,8 @@ def test_cancelling_the_round_cancels_the_waiting_bids():
 
     async def go() -> None:
         outer = asyncio.ensure_future(gather_eager([slow(), slow()]))
-        await asyncio.sleep(0.01)
+        while len(started) < 2:  # both bids are waiting
+            await asyncio.sleep(0)
         outer.cancel()
         with pytest.raises(asyncio.CancelledError):
             await outer

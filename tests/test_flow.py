@@ -348,14 +348,21 @@ def test_parallel_merges_in_declaration_order():
 
 
 def test_parallel_branches_run_concurrently_and_see_copies():
+    """Each branch waits until all three have started: run one after another, the first would wait
+    alone (until a hang guard) and see 1 of 3."""
+    started, seen = [], []
+    give_up = time.monotonic() + 120  # only ends a wait that concurrent branches never reach
+
     async def nap(ctx):
         ctx.variables["n"] += 1
-        await asyncio.sleep(0.2)
+        started.append(1)
+        while len(started) < 3 and time.monotonic() < give_up:
+            await asyncio.sleep(0.005)
+        seen.append(len(started))
         return str(ctx.variables["n"])
 
-    t = time.perf_counter()
     r = run(AgentFlow(steps=[parallel([nap, nap, nap])], variables={"n": 0}))
-    assert time.perf_counter() - t < 0.45
+    assert seen == [3, 3, 3], f"the branches were not all running at once: {seen}"
     assert r.output["variables"]["parallel_outputs"] == ["1", "1", "1"]
 
 
@@ -369,11 +376,15 @@ def test_parallel_of_two_discussions():
 
 def test_parallel_loop():
     seen = []
+    done = {i: asyncio.Event() for i in (1, 2, 3, 4)}
+    done[4].set()
 
-    async def body(ctx):
-        await asyncio.sleep(0.01 * (3 - ctx.variables["loop_index"]))
-        seen.append(ctx.variables["item"])
-        return f"did {ctx.variables['item']}"
+    async def body(ctx):  # item i finishes after item i + 1: only concurrent items can (else a hang guard fails)
+        item = ctx.variables["item"]
+        await asyncio.wait_for(done[item + 1].wait(), 120)
+        seen.append(item)
+        done[item].set()
+        return f"did {item}"
 
     r = run(AgentFlow(steps=[loop(body, over="items", parallel=True)], variables={"items": [1, 2, 3]}))
     assert seen == [3, 2, 1]  # concurrent: shortest sleep first

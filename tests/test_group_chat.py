@@ -5,7 +5,7 @@ import time
 import pytest
 
 from fsmchat import RESPOND_TOOL, Agent, Bid, GroupChat
-from fsmchat.testing import Delay, Empty, Fail, ScriptedModel, ToolCall, assert_calls, assert_path, \
+from fsmchat.testing import Delay, Empty, Fail, FunctionModel, ScriptedModel, ToolCall, assert_calls, assert_path, \
     assert_stop, assert_trace_is_path
 
 TASK = "Should we prioritize AI development or AI regulation?"
@@ -197,14 +197,28 @@ def test_auto_equip_false_without_tool_never_takes_the_floor():
 
 
 def test_slow_agents_bid_concurrently():
+    """Each bid stays in its model call until every agent's bid call has started: with bids asked one
+    after another the first would wait alone (then, after a hang guard, answer having seen 1 of 5)."""
     n = 5
-    m, chat = chat_of({f"x{i}": [Delay(0.3, Bid(0.1, ""))] for i in range(n)})
-    t = time.perf_counter()
+    started, seen = set(), []
+    give_up = time.monotonic() + 120  # only ends a wait that concurrent bids never reach
+
+    def bid(req):
+        started.add(req.agent)
+
+        def wait(_req):
+            if len(started) < n and time.monotonic() < give_up:
+                return Delay(0.005, wait)
+            seen.append(len(started))  # how many bid calls were in flight when this one answered
+            return Bid(0.1, "")
+        return wait(req)
+
+    m = FunctionModel(bid)
+    chat = GroupChat(agents=[m.agent(f"x{i}", system_prompt=f"You are x{i}.") for i in range(n)])
     r = chat.execute(TASK)
-    wall = time.perf_counter() - t
     assert_stop(r, "lull")
     assert_calls(m, n)
-    assert wall < 0.3 * n / 2, f"{n} bids of 0.3 s took {wall:.2f} s: not concurrent"
+    assert seen == [n] * n, f"the bids were not all in flight at once: {seen}"
 
 
 def test_callables_are_participants():
@@ -279,7 +293,8 @@ def test_cancelled_run_keeps_transcript():
 
     async def go():
         task = asyncio.ensure_future(chat.aexecute(TASK))
-        await asyncio.sleep(0.3)
+        while len(m.requests_of("a")) < 2 or len(m.requests_of("b")) < 2:  # both are inside their second bid
+            await asyncio.sleep(0.001)
         task.cancel()
         with pytest.raises(asyncio.CancelledError) as ei:
             await task

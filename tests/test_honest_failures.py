@@ -213,7 +213,7 @@ def server():
 
 
 def http_agent(srv, name, model, **kw):
-    return Agent(name, model=model, api_base=srv.url + "/v1", api_key="sk-test", num_retries=0, timeout=5, **kw)
+    return Agent(name, model=model, api_base=srv.url + "/v1", api_key="sk-test", num_retries=0, timeout=120, **kw)
 
 
 def test_unknown_model_bids_with_a_forced_tool_call(server):

@@ -68,7 +68,8 @@ def test_a_second_execute_of_a_running_id_is_refused_before_any_call():
 
     async def both():
         first = asyncio.ensure_future(rr().aexecute("go", checkpoint=cp, run_id="R"))
-        await asyncio.sleep(0.05)
+        while not calls:  # the first run holds the id and is inside its first call
+            await asyncio.sleep(0.001)
         with pytest.raises(RunInProgress):
             await rr().aexecute("go", checkpoint=cp, run_id="R")
         n = len(calls)

@@ -81,7 +81,7 @@ def test_a_lone_surrogate_over_http_is_repaired():
         srv.set_script(per_agent({"alice": [respond(0.9, "hi \udc80"), respond(0.0, "")],
                                   "bob": [respond(0.0, ""), respond(0.0, "")]}))
         agents = [Agent(n, model="openai/test-model", api_base=srv.url + "/v1", api_key="sk-test",
-                        tool_mode="native", num_retries=0, timeout=5) for n in ("alice", "bob")]
+                        tool_mode="native", num_retries=0, timeout=120) for n in ("alice", "bob")]
         res = GroupChat(agents=agents, max_loops=4).execute("plan", checkpoint=MemoryCheckpointer())
         srv.assert_clean()
     assert res.ok and [x.content for x in res.transcript] == ["plan", "hi \ufffd"]

@@ -46,7 +46,8 @@ def test_cancel_mid_bid_keeps_transcript_and_checkpoint_and_leaves_no_tasks(tmp_
         task = asyncio.ensure_future(chat.aexecute("t", checkpoint=cp, run_id="c",
                                                    on_message=[lambda m: m.content == "first" and posted.set()]))
         await asyncio.wait_for(posted.wait(), 60)  # the first turn is in (however long litellm's import took)
-        await asyncio.sleep(0.3)  # both agents are inside their second (5 s) bid now
+        while len(m.requests_of("a")) < 2 or len(m.requests_of("b")) < 2:  # both are inside their second bid
+            await asyncio.sleep(0.001)
         task.cancel()
         with pytest.raises(asyncio.CancelledError) as e:
             await task

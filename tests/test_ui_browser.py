@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from fsmchat import Bid, GroupChat, RoundRobinSwarm
 from fsmchat.checkpoint import SqliteCheckpointer
-from ui_runs import LIVE_SCRIPT, XSS, store_of
+from fsmchat.testing import ScriptedModel
+from ui_runs import LIVE_SCRIPT, XSS, flow_run, group_chat_run, store_of
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if not (CHROMIUM and CHROMEDRIVER):
@@ -34,6 +36,8 @@ from fsmchat.ui.server import start  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = ROOT / "docs" / "viewer.png"
+RUNS_SHOT, RUN_SHOT = ROOT / "docs" / "viewer-runs.png", ROOT / "docs" / "viewer-run.png"
+WIDTH = 1400  # the browser window's width (the runs table must fit it)
 WAIT = 90  # seconds a condition may take on a loaded machine (never a timing assertion)
 
 
@@ -41,7 +45,7 @@ WAIT = 90  # seconds a condition may take on a loaded machine (never a timing as
 def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000",
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={WIDTH},1000",
                 "--disable-extensions", "--no-first-run"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
@@ -92,6 +96,93 @@ def test_the_runs_list_shows_both_runs(browser, viewer):
     assert until(browser, "return document.getElementById('none-shown')?.textContent") == "No failed runs."
 
 
+def keep_screenshot(browser, path, whole=False):
+    """Save the page (``whole``: all of it, not only the window) as ``path`` (a README picture) when asked
+    (FSMCHAT_UPDATE_SCREENSHOT) or missing."""
+    shot = path.with_suffix(".new.png")
+    size = browser.get_window_size()
+    if whole:
+        browser.set_window_size(size["width"], js(browser, "return document.documentElement.scrollHeight") + 150)
+    try:
+        browser.save_screenshot(str(shot))
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("FSMCHAT_UPDATE_SCREENSHOT") or not path.exists():
+        shot.replace(path)
+    else:
+        shot.unlink()
+
+
+LONG_TASK = "Which of these should the team ship first, given the budget and the deadline? " * 4
+
+
+def test_the_runs_table_fits_the_window(browser, tmp_path):
+    """A realistic list (long ids, long tasks, flows and chats) is no wider than a 1,400 px window."""
+    def long_chat(cp):
+        m = ScriptedModel({"a": [Bid(0.9, "first"), Bid(0.0, "")], "b": [Bid(0.1, ""), Bid(0.0, "")]})
+        chat = GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=4,
+                         name="quarterly_planning_council_with_every_department_head")
+        return chat.execute(LONG_TASK, checkpoint=cp, run_id="0f8e2c1b6a4d4e7f9b3a5c2d1e0f9a8b" * 2)
+    db = store_of(tmp_path / "wide.db", runs=(group_chat_run, flow_run, long_chat))
+    running = start(db)
+    try:
+        browser.get(running.url + "/")
+        until(browser, "return document.querySelectorAll('#runs tbody tr').length === 3")
+        table, page, window = js(browser, "return [document.getElementById('runs').scrollWidth, "
+                                          "document.documentElement.scrollWidth, window.innerWidth]")
+        assert window == WIDTH and table <= window and page <= window, (table, page, window)
+        keep_screenshot(browser, RUNS_SHOT)
+    finally:
+        running.stop()
+
+
+def section_texts(browser):
+    """The visible text of each section below the transcript, by heading (as a reader sees it)."""
+    until(browser, "return document.getElementById('errors') !== null")
+    out = {}
+    for h2 in browser.find_elements(By.CSS_SELECTOR, "#app > h2"):
+        body = h2.find_element(By.XPATH, "following-sibling::*[1]")
+        out[h2.text] = body.text
+    return out
+
+
+def test_every_section_below_the_transcript_shows_its_text(browser, viewer):
+    url, _ = viewer
+    browser.get(url + "/runs/chat-1")
+    texts = section_texts(browser)
+    assert list(texts) == ["Errors", "Events", "Limits", "Usage", "Config (secrets masked)"]
+    assert texts["Errors"] == "No errors."
+    assert '"event": "invalid_bid"' in texts["Events"] and '"agent": "c"' in texts["Events"]
+    assert texts["Limits"] == "No limits set."
+    assert '"calls": 9' in texts["Usage"] and '"total_tokens": 135' in texts["Usage"]
+    assert '"kind": "group_chat"' in texts["Config (secrets masked)"]
+    assert "[object " not in browser.find_element(By.ID, "app").text
+
+
+def test_a_runs_limits_show_on_its_page_and_in_its_report(browser, tmp_path):
+    def limited(cp):
+        m = ScriptedModel({"a": ["one", "two", "three"], "b": ["uno", "dos", "tres"]})
+        swarm = RoundRobinSwarm(agents=[m.agent("a"), m.agent("b")], max_loops=3).with_limits(max_model_calls=3)
+        return swarm.execute("Count.", checkpoint=cp, run_id="limited-1")
+    db = store_of(tmp_path / "limits.db", runs=(limited,))
+    running = start(db)
+    try:
+        browser.get(running.url + "/runs/limited-1")
+        served = section_texts(browser)
+        keep_screenshot(browser, RUN_SHOT, whole=True)
+    finally:
+        running.stop()
+    browser.get(write_report(db, "limited-1", tmp_path / "limited.html").as_uri())
+    reported = section_texts(browser)
+    for texts in (served, reported):
+        assert '"max_model_calls": 3' in texts["Limits"]
+        assert texts["Events"] == "No events recorded."
+        assert '"calls": 3' in texts["Usage"]
+        assert '"kind": "round_robin"' in texts["Config (secrets masked)"]
+    assert served == reported
+
+
 def test_the_slider_and_arrow_keys_replay_a_group_chat(browser, viewer):
     url, _ = viewer
     browser.get(url + "/runs/chat-1")
@@ -121,13 +212,7 @@ def test_a_bid_step_shows_every_agents_bid_and_why_the_winner_won(browser, viewe
         ["c", "0", "—", "(silent)", "no tool call (plain text instead of respond)", "silent (no message)"]]
     assert browser.find_element(By.ID, "why").text == ("b won with 0.85, the best recency-adjusted bid strictly "
                                                        "above the threshold 0.5")
-    browser.save_screenshot(str(SCREENSHOT.with_suffix(".new.png")))
-    shot = SCREENSHOT.with_suffix(".new.png")
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    if os.environ.get("FSMCHAT_UPDATE_SCREENSHOT") or not SCREENSHOT.exists():
-        shot.replace(SCREENSHOT)  # docs/viewer.png, the README's picture of the run page
-    else:
-        shot.unlink()
+    keep_screenshot(browser, SCREENSHOT)  # docs/viewer.png, the README's picture of the run page
     js(browser, "window.fsmchatViewer.show(0)")
     assert js(browser, "return document.getElementById('bid-box').hidden")  # not a bid step: no bid table
 

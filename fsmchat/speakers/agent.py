@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import math
+import os
 import unicodedata
 from urllib.parse import urlsplit
 from dataclasses import dataclass, field, replace
@@ -182,8 +183,20 @@ class Agent(BaseModel):
 
     @property
     def litellm_kwargs(self) -> dict[str, Any]:
-        """The extra keywords passed to ``litellm.acompletion`` (``api_key``, ``temperature``, ...)."""
-        return dict(self.model_extra or {})
+        """The extra keywords passed to ``litellm.acompletion`` (``api_key``, ``temperature``, ...).
+
+        An agent without an endpoint of its own takes ``FSMCHAT_API_BASE`` (``fsmchat run --api-base``)
+        as its ``api_base``. An agent with an endpoint and no ``api_key`` is given a placeholder key
+        (``llm.NO_KEY``) when its provider's client refuses to send a request without one and none is
+        in the environment: a local OpenAI-compatible server needs no key."""
+        kwargs = dict(self.model_extra or {})
+        if not (kwargs.get("api_base") or kwargs.get("base_url")) and os.environ.get(llm.API_BASE_ENV) \
+                and not llm.own_provider(self.model):
+            kwargs["api_base"] = os.environ[llm.API_BASE_ENV]
+        if (kwargs.get("api_base") or kwargs.get("base_url")) and not kwargs.get("api_key") \
+                and llm.client_demands_key(self.model):
+            kwargs["api_key"] = llm.NO_KEY
+        return kwargs
 
     @property
     def resolved_tool_mode(self) -> str:

@@ -290,10 +290,35 @@ _OWN_ENDPOINT = ("api_key", "api_base", "base_url", "azure_ad_token", "aws_profi
                  "aws_role_name", "aws_web_identity_token", "vertex_credentials", "vertex_project")
 
 
+API_BASE_ENV = "FSMCHAT_API_BASE"  # `fsmchat run --api-base URL`: the endpoint of agents without one of their own
+NO_KEY = "fsmchat-no-key"  # the api_key sent to an endpoint of the user's own that needs none
+
+
+def own_provider(model: str | None) -> bool:
+    """Whether ``model`` is answered by a provider registered in this process (fsmchat's own, a test's)."""
+    resolved = resolve_model(model)
+    return resolved.split("/", 1)[0] in _providers or resolved.startswith("fsmchat-")
+
+
+def client_demands_key(model: str | None) -> bool:
+    """Whether litellm's client for ``model`` refuses to send a request without an API key it cannot
+    find (e.g. the OpenAI SDK's "Missing credentials" for ``openai/...``). An agent with an endpoint of
+    its own (``api_base``) and no key is then given ``NO_KEY``: a local server needs none."""
+    if own_provider(model):
+        return False
+    try:
+        env = get_litellm().validate_environment(model=resolve_model(model))
+    except Exception:
+        return False
+    keys = [k for k in env.get("missing_keys") or [] if any(w in k.upper() for w in _CREDENTIAL_WORDS)]
+    return not env.get("keys_in_environment") and bool(keys)
+
+
 def missing_credentials(agents: Any) -> Any:
     """``MissingCredentials`` naming every model-backed agent whose provider needs a key that is
     neither in the environment nor passed to the agent (``litellm.validate_environment``), or None.
-    fsmchat's own providers and agents with ``api_key``/``api_base`` (a local server) are skipped;
+    fsmchat's own providers and agents with ``api_key``/``api_base`` (a local server: it needs no key,
+    and ``Agent.litellm_kwargs`` supplies a placeholder where the client demands one) are skipped;
     litellm is imported only when some agent needs asking. ``FSMCHAT_CHECK_KEYS=0`` turns it off."""
     if os.environ.get("FSMCHAT_CHECK_KEYS", "1") == "0":
         return None

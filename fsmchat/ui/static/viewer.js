@@ -20,7 +20,7 @@
     }
     return node;
   }
-  function fill(node, ...children) { node.replaceChildren(...children.filter((c) => c !== null && c !== undefined)); }
+  function fill(node, ...children) { node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined)); }
   const dash = "—";
   function num(x) { return typeof x === "number" ? x.toLocaleString("en-US", {maximumFractionDigits: 3}) : dash; }
   function cost(x) { return typeof x === "number" ? "$" + (x === 0 ? "0" : x.toPrecision(3)) : dash; }
@@ -71,7 +71,7 @@
         el("td", {}, badge(r.status)), el("td", {}, r.stop_reason || dash),
         el("td", {class: "num"}, num(r.messages)), el("td", {class: "num"}, num(r.calls)),
         el("td", {class: "num"}, num(r.tokens)), el("td", {class: "num"}, cost(r.cost_usd)),
-        el("td", {}, when(r.started)), el("td", {class: "num"}, secs(r.duration))))));
+        el("td", {class: "when"}, when(r.started)), el("td", {class: "num"}, secs(r.duration))))));
     fill(app, el("h1", {}, "Runs"),
       el("div", {class: "filter"}, el("label", {}, "status ", filter)),
       data.runs.length ? table : el("p", {id: "empty"}, "No runs in this store yet. Runs appear here as they start."),
