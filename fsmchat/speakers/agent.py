@@ -15,7 +15,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from ..deadline import call_within
 from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
 from ..models import Bid, Message, shorten
-from . import llm
+from . import llm, wire
 from .images import image_part
 from .log_secrets import is_secret
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
@@ -50,6 +50,9 @@ class Agent(BaseModel):
             schema response format); None picks per model.
         timeout: Seconds per request (None: no limit).
         num_retries: Retries of a transient failure, with backoff.
+        transport: How requests travel: ``"auto"`` (straight over HTTP for an OpenAI-compatible
+            endpoint, ``openai/<name>`` or ``hosted_vllm/<name>`` with an ``api_base``; litellm
+            otherwise), ``"fast"`` (straight over HTTP, or a ``ConfigError``), ``"litellm"``.
         max_loops: Accepted for swarms compatibility; no effect.
         persistent_memory: Accepted for swarms compatibility; no effect.
         output_type: Accepted for swarms compatibility; no effect.
@@ -86,6 +89,7 @@ class Agent(BaseModel):
     tool_mode: Literal["native", "json"] | None = None
     timeout: float | None = llm.DEFAULT_TIMEOUT
     num_retries: int = Field(llm.DEFAULT_RETRIES, ge=0)
+    transport: str = "auto"
     max_loops: int | None = None
     persistent_memory: bool | None = None
     output_type: str | None = None
@@ -128,6 +132,11 @@ class Agent(BaseModel):
         check_litellm_options(self.model_extra or {})
         return self
 
+    @model_validator(mode="after")
+    def _transport(self) -> "Agent":
+        wire.check_transport("Agent", self.transport, llm.resolve_model(self.model), self.model_extra or {})
+        return self
+
     def __repr_args__(self) -> Any:
         """Reprs, logs and tracebacks never show secrets (api keys, tokens, passwords); they stay
         short: options left at their defaults are omitted and long texts (prompts) are cut."""
@@ -165,7 +174,8 @@ class Agent(BaseModel):
 
     async def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Any:
         return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
-                                   timeout=self.timeout, num_retries=self.num_retries, stats=stats, **request)
+                                   timeout=self.timeout, num_retries=self.num_retries, stats=stats,
+                                   transport=self.transport, **request)
 
     async def reply_message(self, turn: "Turn", **request: Any) -> Any:
         """Ask the model for this turn's reply and return its message (content and tool calls).
@@ -296,7 +306,8 @@ def name_problem(name: str) -> str | None:
 
 
 AGENT_KEYWORDS = ("name", "agent_name", "system_prompt", "instructions", "prompt", "model", "model_name", "tools",
-                  "tools_list_dictionary", "tool_mode", "timeout", "num_retries", "max_loops", "persistent_memory",
+                  "tools_list_dictionary", "tool_mode", "timeout", "num_retries", "transport", "max_loops",
+                  "persistent_memory",
                   "output_type")
 # litellm.completion's own parameters and the common provider options it forwards (checked
 # without importing litellm, which costs seconds); provider families go by prefix.

@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, fatal_error,
                       request_error_kind)
 from ..statelog import Frozen
-from . import log_secrets
+from . import log_secrets, wire
 
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
@@ -261,6 +261,7 @@ class CallStats:
     roster: list[Any] | None = None  # agents whose credentials the run's first request checks
     refused: BaseException | None = None  # the run's MissingCredentials, once found
     over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
+    events: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # the run's (fallbacks, waits)
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
 
     def preflight(self) -> None:
@@ -321,12 +322,14 @@ class CallStats:
 
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
                     kwargs: dict[str, Any], timeout: float | None, num_retries: int,
-                    stats: CallStats | None = None, backoff: float = 0.5, **request: Any) -> Any:
+                    stats: CallStats | None = None, backoff: float = 0.5, transport: str = "auto",
+                    **request: Any) -> Any:
     """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``.
 
     Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
     an attempt that would pass ``max_model_calls`` is never sent (``BudgetExceeded``); a request
-    error no retry can fix is raised at once as a fatal ``ModelCallError``."""
+    error no retry can fix is raised at once as a fatal ``ModelCallError``. ``transport`` picks
+    how the request travels (``wire.choose``: the fast path or litellm)."""
     if stats is not None:
         stats.preflight()
     lm = get_litellm()
@@ -340,6 +343,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         params.setdefault("timeout", timeout)
     resolved = resolve_model(model)
     secrets = (kwargs.get("api_key"),)
+    fast = wire.choose(lm, resolved, params, transport, stats.events if stats is not None else None, agent)
 
     def failed(exc: BaseException, attempts: int) -> ModelCallError:
         return ModelCallError(agent, exc, attempts, model or resolved, secrets)
@@ -362,6 +366,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         try:
             send = INTERCEPTOR.get()
             coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
+                    else wire.acompletion(lm, resolved, messages, params) if fast
                     else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
             response = await (asyncio.wait_for(coro, limit) if limit is not None else coro)
             if stats is not None:
