@@ -4,7 +4,8 @@ An agent whose model is ``openai/<name>`` or ``hosted_vllm/<name>`` with an ``ap
 llama.cpp, SGLang, LM Studio, Ollama's ``/v1``) talks to its server directly: the request body is
 the model name, the messages and the OpenAI options as given, posted to ``{api_base}/chat/completions``.
 Everything else goes through litellm, and so do these endpoints when the agent says
-``transport="litellm"``, when litellm callbacks are registered (they expect to see every call), for
+``transport="litellm"``, when litellm callbacks are registered (they expect to see every call) or
+its debug logging is on, for
 streaming, and for options litellm would translate (the reason is noted as a ``transport_fallback``
 event of the run).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -38,7 +40,8 @@ logit_bias logprobs top_logprobs seed user response_format tools tool_choice par
 # Options that say how to reach the server, never sent in the body.
 TRANSPORT_OPTIONS = frozenset(("api_base", "base_url", "api_key", "timeout", "max_retries", "metadata",
                                "extra_headers", "headers", "extra_body"))
-_CALLBACK_LISTS = ("callbacks", "success_callback", "failure_callback", "_async_success_callback",
+_LITELLM_LOG = logging.getLogger("LiteLLM")
+CALLBACK_LISTS = ("callbacks", "success_callback", "failure_callback", "_async_success_callback",
                    "_async_failure_callback", "input_callback", "_async_input_callback", "service_callback")
 
 
@@ -70,8 +73,11 @@ def static_blocker(model: str, options: dict[str, Any]) -> str | None:
 def blocker(lm: Any, model: str, options: dict[str, Any]) -> str | None:
     """Why this request goes through litellm rather than the fast path, or None (it can go fast)."""
     reason = static_blocker(model, options)
-    if reason is None and any(getattr(lm, name, None) for name in _CALLBACK_LISTS):
-        reason = "litellm callbacks are registered"
+    if reason is None:
+        if any(getattr(lm, name, None) for name in CALLBACK_LISTS):
+            reason = "litellm callbacks are registered"
+        elif lm.set_verbose or _LITELLM_LOG.isEnabledFor(logging.DEBUG):
+            reason = "litellm debug logging is on (its request log)"
     return reason
 
 
@@ -271,6 +277,11 @@ async def session() -> Any:
         _sessions[id(loop)] = (loop, made, closer)
     await closer.__anext__()
     return made
+
+
+def open_sessions() -> int:
+    """How many loops' sessions are open."""
+    return sum(1 for _loop, made, _closer in _sessions.values() if not made.closed)
 
 
 async def aclose() -> None:
