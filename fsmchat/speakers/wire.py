@@ -213,12 +213,12 @@ def litellm_error(lm: Any, model: str, status: int, message: str, headers: dict[
     provider, _, name = model.partition("/")
     request = httpx.Request("POST", "https://api.openai.com/v1")
     response = httpx.Response(status, headers=headers or {}, request=request)
-    original = OpenAIError(status, message, request=request, response=response, headers=headers, body=body)
+    original: BaseException = OpenAIError(status, message, request=request, response=response, headers=headers, body=body)
     try:
         exception_type(model=name, original_exception=original, custom_llm_provider=provider)
-    except Exception as mapped:
+    except Exception as mapped:  # litellm raises the exception it maps to
         return mapped
-    return original
+    return original  # litellm found no mapping: its own error as it is
 
 
 def _status_error(lm: Any, model: str, status: int, text: str, headers: dict[str, str]) -> BaseException:
