@@ -28,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     # layer 5: speakers
     "Agent": "speakers", "Turn": "speakers", "RESPOND_TOOL": "speakers",
     "Human": "speakers", "Approve": "speakers", "Edit": "speakers", "Reject": "speakers", "Say": "speakers",
-    "Pending": "speakers",
+    "Pending": "speakers", "RateLimit": "speakers", "rate_limit": "speakers",
     # layer 6: patterns
     "Pattern": "patterns", "ChatContext": "patterns", "GroupChat": "patterns", "RoundRobinSwarm": "patterns",
     "build_turn_header": "patterns", "build_collaborative_task": "patterns", "OneOnOneDebate": "patterns",

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import types
+import subprocess
+import sys
 
 import pytest
 
@@ -268,3 +268,11 @@ def test_one_session_per_loop_closed_with_it():
         assert wire.open_sessions() == 0  # asyncio.run closed it with the loop
         assert asyncio.run(two_calls(srv.api_base)) == 1
     assert wire.open_sessions() == 0
+
+
+def test_import_fsmchat_imports_no_aiohttp():
+    code = ("import sys, fsmchat; from fsmchat import Agent, GroupChat; "
+            "Agent('a', model='openai/m', api_base='http://127.0.0.1:9/v1', api_key='k', transport='fast'); "
+            "print(sorted(m for m in ('aiohttp', 'httpx', 'litellm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"

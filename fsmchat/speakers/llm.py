@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import (BudgetExceeded, DeadlineExceeded, MissingCredentials, ModelCallError, fatal_error,
                       request_error_kind)
 from ..statelog import Frozen
-from . import log_secrets, wire
+from . import log_secrets, ratelimit, wire
 
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
@@ -351,6 +351,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     attempt = 0
     while True:
         attempt += 1
+        ticket = await ratelimit.admit(model, resolved, params, messages, stats.events if stats is not None else None,
+                                        agent)
         limit = timeout
         left = stats.remaining() if stats is not None else None
         if left is not None:
@@ -371,6 +373,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             response = await (asyncio.wait_for(coro, limit) if limit is not None else coro)
             if stats is not None:
                 stats.add_usage(response)
+            ratelimit.settled(ticket, response)
             return response
         except asyncio.CancelledError:
             raise
