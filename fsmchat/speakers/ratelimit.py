@@ -107,8 +107,10 @@ _limits: dict[str, RateLimit] = {}
 
 
 def rate_limit(target: str, limit: RateLimit | None) -> None:
-    """Share ``limit`` among every request of the process to ``target``: a model name as agents
-    give it (``"openai/llama-3"``, ``"gpt-4o-mini"``) or an ``api_base``; None removes it.
+    """Share ``limit`` among every request of the process to ``target``.
+
+    ``target`` is a model name as agents give it (``"openai/llama-3"``, ``"gpt-4o-mini"``) or an
+    ``api_base``; a ``limit`` of None removes its limit.
 
     Args:
         target: The model name or ``api_base``.
