@@ -116,6 +116,7 @@ class AgentSpec(ConfigSpec):
     tool_mode: Literal["native", "json"] | None = None
     timeout: float | None = DEFAULT_TIMEOUT
     num_retries: int = DEFAULT_RETRIES
+    transport: Literal["auto", "fast", "litellm"] = "auto"
     max_loops: int | None = None
     persistent_memory: bool | None = None
     output_type: str | None = None
@@ -127,8 +128,8 @@ class AgentSpec(ConfigSpec):
             if self.agent_class else Agent
         return cls(self.name, system_prompt=self.system_prompt, model=self.model, tools=self.tools,
                    tool_mode=self.tool_mode, timeout=self.timeout, num_retries=self.num_retries,
-                   max_loops=self.max_loops, persistent_memory=self.persistent_memory, output_type=self.output_type,
-                   **self.litellm)
+                   transport=self.transport, max_loops=self.max_loops, persistent_memory=self.persistent_memory,
+                   output_type=self.output_type, **self.litellm)
 
 
 class CallableSpec(ConfigSpec):
@@ -364,7 +365,8 @@ class ConfigWriter:
     def agent(self, a: Agent) -> AgentSpec:
         extra = strip_secrets(dict(a.model_extra or {}))
         spec = AgentSpec(name=a.name, system_prompt=a.system_prompt, model=a.model, tools=jsonable(a.tools, "tools"),
-                         tool_mode=a.tool_mode, timeout=a.timeout, num_retries=a.num_retries, max_loops=a.max_loops,
+                         tool_mode=a.tool_mode, timeout=a.timeout, num_retries=a.num_retries, transport=a.transport,
+                         max_loops=a.max_loops,
                          persistent_memory=a.persistent_memory, output_type=a.output_type,
                          litellm=jsonable(extra, f"agent {a.name!r}'s litellm options"),
                          agent_class=None if type(a) is Agent else callable_ref(type(a), f"agent {a.name!r}"))

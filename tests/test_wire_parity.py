@@ -276,3 +276,11 @@ def test_import_fsmchat_imports_no_aiohttp():
             "print(sorted(m for m in ('aiohttp', 'httpx', 'litellm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_transport_travels_in_a_config():
+    from fsmchat import from_config
+
+    alice = Agent("alice", model="openai/m", api_base="http://127.0.0.1:9/v1", api_key="k", transport="litellm")
+    again = from_config(RoundRobinSwarm(agents=[alice], max_loops=1).to_config().model_dump_json())
+    assert again.agents[0].transport == "litellm"
