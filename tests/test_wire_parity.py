@@ -13,11 +13,13 @@ import sys
 import pytest
 
 try:
-    from openai_server import OpenAIServer, delayed, error, per_agent, raw, respond, text, tool_call
+    from openai_server import (OpenAIServer, Reply, delayed, empty_choices, error, malformed_tool_call, per_agent,
+                               raw, respond, text, tool_call)
 except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, delayed, error, per_agent, raw, respond, text, tool_call
+    from tests.openai_server import (OpenAIServer, Reply, delayed, empty_choices, error, malformed_tool_call,
+                                     per_agent, raw, respond, text, tool_call)
 
-from fsmchat import Agent, GroupChat, ModelCallError, RoundRobinSwarm
+from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.errors import ConfigError
 from fsmchat.speakers import llm, wire
 
@@ -152,6 +154,26 @@ def test_malformed_body():
                                     "OpenAIException - Expecting value: line 1 column 1 (char 0)")
 
 
+@pytest.mark.parametrize("reply", [
+    empty_choices(),
+    Reply(body={"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}]}),
+    Reply(body=[1, 2]),
+    raw("upstream down", status=502, content_type="text/plain"),
+], ids=["no choices", "no usage", "not an object", "502 text"])
+def test_odd_answers(reply):
+    run, _, _ = same(both(*swarm(reply)))
+    assert run["calls"] == 1
+
+
+def test_malformed_tool_call_in_a_bid():
+    def script():
+        return per_agent({"alice": [malformed_tool_call(), SILENT], "bob": [respond(0.0, ""), SILENT]})
+
+    run, _, _ = same(both(script, lambda base, t: GroupChat(
+        agents=[agent(base, "alice", t), agent(base, "bob", t)], max_loops=3, threshold=0.5)))
+    assert run["events"][0]["event"] == "invalid_bid"
+
+
 def test_connection_refused():
     with OpenAIServer() as gone:
         base = gone.api_base
@@ -225,6 +247,14 @@ def test_litellm_debug_logging_sends_through_litellm():
             "litellm debug logging is on (its request log)"
     finally:
         log.setLevel(level)
+
+
+def test_streaming_falls_back_with_an_event():
+    events = []
+    assert not wire.choose(llm.get_litellm(), "openai/m", {"api_base": "http://h/v1", "api_key": "k", "stream": True},
+                           "auto", events, "alice")
+    assert events == [{"event": "transport_fallback", "agent": "alice", "model": "openai/m",
+                       "reason": "streaming goes through litellm"}]
 
 
 def test_other_providers_stay_on_litellm_without_an_event():
