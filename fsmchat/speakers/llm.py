@@ -1,4 +1,5 @@
-"""The one path to every model: ``litellm.acompletion``, imported lazily, with fsmchat's own
+"""The one place every model call goes through: ``litellm.acompletion`` (or, for an OpenAI-compatible
+endpoint, ``wire``'s fast path), imported lazily, with fsmchat's own
 timeout (``asyncio.wait_for``: litellm ignores ``timeout`` for custom providers) and fsmchat's
 own bounded retries (litellm's hidden SDK retries are switched off).
 

@@ -26,11 +26,10 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Literal
+from typing import Any, AsyncIterator
 
 from ..errors import ConfigError
 
-Transport = Literal["auto", "fast", "litellm"]
 TRANSPORTS = ("auto", "fast", "litellm")
 PROVIDERS = ("openai", "hosted_vllm")
 KEY_ENV = {"openai": "OPENAI_API_KEY", "hosted_vllm": "HOSTED_VLLM_API_KEY"}
