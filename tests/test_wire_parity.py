@@ -6,6 +6,7 @@ message), and the same waits between retries."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import subprocess
 import sys
@@ -78,8 +79,13 @@ def both(script, build, waits=None) -> dict[str, tuple[dict, list, list]]:
     return out
 
 
+def wire_bodies(bodies: list) -> list[str]:
+    """The bodies as sorted JSON texts: concurrent bids reach the server in either order."""
+    return sorted(json.dumps(b, sort_keys=True) for b in bodies)
+
+
 def same(out):
-    assert out["fast"][1] == out["litellm"][1]  # the request bodies on the wire
+    assert wire_bodies(out["fast"][1]) == wire_bodies(out["litellm"][1])  # the request bodies on the wire
     assert out["fast"][0] == out["litellm"][0]  # the runs
     assert out["fast"][2] == out["litellm"][2]  # the retry waits
     return out["fast"]
@@ -106,12 +112,15 @@ def test_known_model_is_priced_the_same():
         {"model": "gpt-4o-mini", "temperature": 0.2, "max_tokens": 50, "seed": 7}
 
 
-def test_group_chat_bid():
+@pytest.mark.parametrize("model", ["openai/test-model", "hosted_vllm/llama"])
+def test_group_chat_bid(model):
     def script():
         return per_agent({"alice": [respond(0.9, "Bring sandwiches."), SILENT], "bob": [respond(0.2, ""), SILENT]})
 
     run, bodies, _ = same(both(script, lambda base, t: GroupChat(
-        agents=[agent(base, "alice", t), agent(base, "bob", t)], max_loops=10, threshold=0.5)))
+        agents=[agent(base, "alice", t, model=model), agent(base, "bob", t, model=model)], max_loops=10,
+        threshold=0.5)))
+    assert {b["model"] for b in bodies} == {model.partition("/")[2]}
     assert [(r, c) for r, c, _ in run["transcript"][1:]] == [("alice", "Bring sandwiches.")]
     assert run["stop_reason"] == "lull" and run["calls"] == 4
     assert all(b["tool_choice"] == {"type": "function", "function": {"name": "respond"}} for b in bodies)
