@@ -6,6 +6,7 @@ message), and the same waits between retries."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import subprocess
@@ -323,3 +324,17 @@ def test_transport_travels_in_a_config():
     alice = Agent("alice", model="openai/m", api_base="http://127.0.0.1:9/v1", api_key="k", transport="litellm")
     again = from_config(RoundRobinSwarm(agents=[alice], max_loops=1).to_config().model_dump_json())
     assert again.agents[0].transport == "litellm"
+
+
+def test_a_loop_closed_without_shutting_down_leaves_no_unclosed_session():
+    async def call(base):
+        await llm.acomplete("openai/test-model", [{"role": "user", "content": "hi"}], agent="a", transport="fast",
+                            kwargs={"api_base": base, "api_key": "sk-test"}, timeout=5, num_retries=0)
+
+    with OpenAIServer([text("a"), text("b")]) as srv:
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(call(srv.api_base))
+        loop.close()  # no shutdown_asyncgens: the session could not be closed with it
+        asyncio.run(call(srv.api_base))  # the next session forgets the dead loop's
+    gc.collect()  # an unclosed aiohttp session would warn here (an error in this module)
+    assert wire.open_sessions() == 0

@@ -21,6 +21,7 @@ shuts down (``asyncio.run`` closes it) or by ``aclose()``. aiohttp is imported o
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
 import os
@@ -250,13 +251,18 @@ async def _close_with_loop(session: Any) -> AsyncIterator[None]:
         await session.close()
 
 
-def _drop_dead() -> None:
-    for key, (loop, session, _closer) in list(_sessions.items()):
-        if loop.is_closed():
+def _drop_dead(every: bool = False) -> None:
+    """Forget the sessions of closed loops (``every``: of all loops, at exit). A loop closed without
+    shutting down its async generators (``asyncio.run`` does) cannot close its session any more:
+    it is detached, and its connections are left to the garbage collector."""
+    for key, (loop, made, _closer) in list(_sessions.items()):
+        if every or loop.is_closed():
             del _sessions[key]
-            if not session.closed and session.connector is not None:
-                session.connector.close()  # sockets of a loop closed without shutting down its generators
-                session.detach()
+            if not made.closed:
+                made.detach()
+
+
+atexit.register(_drop_dead, True)
 
 
 async def session() -> Any:
