@@ -259,19 +259,21 @@ def test_litellm_debug_logging_sends_through_litellm():
         log.setLevel(level)
 
 
-def test_streaming_falls_back_with_an_event():
-    events = []
-    assert not wire.choose(llm.get_litellm(), "openai/m", {"api_base": "http://h/v1", "api_key": "k", "stream": True},
-                           "auto", events, "alice")
-    assert events == [{"event": "transport_fallback", "agent": "alice", "model": "openai/m",
-                       "reason": "streaming goes through litellm"}]
+def test_streaming_falls_back_with_an_event_once_per_run():
+    stats = llm.CallStats(events=[])
+    for _ in range(3):
+        assert not wire.choose(llm.get_litellm(), "openai/m", {"api_base": "http://h/v1", "api_key": "k",
+                                                               "stream": True}, "auto", stats, "alice")
+    assert stats.events == [{"event": "transport_fallback", "agent": "alice", "model": "openai/m",
+                             "reason": "streaming goes through litellm"}]
 
 
 def test_other_providers_stay_on_litellm_without_an_event():
-    assert not wire.choose(llm.get_litellm(), "anthropic/claude", {"api_key": "k"}, "auto", events := [], "a")
-    assert not wire.choose(llm.get_litellm(), "openai/m", {"api_key": "k"}, "auto", events, "a")  # no api_base
-    assert events == []
-    assert wire.choose(llm.get_litellm(), "hosted_vllm/m", {"api_base": "http://h/v1"}, "auto", events, "a")
+    stats = llm.CallStats(events=[])
+    assert not wire.choose(llm.get_litellm(), "anthropic/claude", {"api_key": "k"}, "auto", stats, "a")
+    assert not wire.choose(llm.get_litellm(), "openai/m", {"api_key": "k"}, "auto", stats, "a")  # no api_base
+    assert stats.events == []
+    assert wire.choose(llm.get_litellm(), "hosted_vllm/m", {"api_base": "http://h/v1"}, "auto", stats, "a")
 
 
 def test_fast_refuses_what_it_cannot_send_before_any_call():

@@ -263,6 +263,7 @@ class CallStats:
     refused: BaseException | None = None  # the run's MissingCredentials, once found
     over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
     events: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # the run's (fallbacks, waits)
+    noted: set[tuple[str, str, str]] = field(default_factory=set, repr=False, compare=False)  # fallbacks noted
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
 
     def preflight(self) -> None:
@@ -344,7 +345,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         params.setdefault("timeout", timeout)
     resolved = resolve_model(model)
     secrets = (kwargs.get("api_key"),)
-    fast = wire.choose(lm, resolved, params, transport, stats.events if stats is not None else None, agent)
+    fast = wire.choose(lm, resolved, params, transport, stats, agent)
 
     def failed(exc: BaseException, attempts: int) -> ModelCallError:
         return ModelCallError(agent, exc, attempts, model or resolved, secrets)

@@ -99,11 +99,11 @@ class FastPathUnavailable(ConfigError):
     fsmchat_fatal = True  # no retry can fix it: the run ends with this error
 
 
-def choose(lm: Any, model: str, options: dict[str, Any], transport: str, events: list[dict[str, Any]] | None,
-           agent: str) -> bool:
+def choose(lm: Any, model: str, options: dict[str, Any], transport: str, stats: Any, agent: str) -> bool:
     """True if this call takes the fast path. ``transport="auto"`` falls back to litellm for an
-    endpoint the fast path could serve but this request it cannot, noting why in ``events``;
-    ``"fast"`` raises ``FastPathUnavailable`` instead."""
+    endpoint the fast path could serve but this request it cannot, noting why once per run, agent
+    and reason in the run's events (``stats``: its ``CallStats``, or None); ``"fast"`` raises
+    ``FastPathUnavailable`` instead."""
     if transport == "litellm" or (transport == "auto" and not eligible(model, options)):
         return False
     reason = blocker(lm, model, options)
@@ -111,10 +111,9 @@ def choose(lm: Any, model: str, options: dict[str, Any], transport: str, events:
         return True
     if transport == "fast":
         raise FastPathUnavailable(f"agent {agent!r}: transport='fast' cannot send this request: {reason}")
-    if events is not None:
-        note = {"event": "transport_fallback", "agent": agent, "model": model, "reason": reason}
-        if note not in events[-8:]:
-            events.append(note)
+    if stats is not None and stats.events is not None and (agent, model, reason) not in stats.noted:
+        stats.noted.add((agent, model, reason))
+        stats.events.append({"event": "transport_fallback", "agent": agent, "model": model, "reason": reason})
     return False
 
 
