@@ -51,9 +51,9 @@ class CountedLimit(RateLimit):
         super().__init__(clock=clock, sleep=clock.sleep, **kw)
         self.counted = clock
 
-    async def acquire(self, tokens: float = 0.0):
-        got = await super().acquire(tokens)
-        self.counted.admitted += 1
+    async def acquire(self, tokens: float = 0.0, within: float | None = None):
+        got = await super().acquire(tokens, within)
+        self.counted.admitted += got is not None
         return got
 
 
@@ -175,3 +175,14 @@ def test_bad_limits_are_refused():
         RateLimit(rpm=1, window=0)
     with pytest.raises(ConfigTypeError, match="a RateLimit"):
         rate_limit("gpt-4o-mini", {"rpm": 3})
+
+
+def test_a_wait_stops_at_the_deadline():
+    clock = Clock()
+    limit = RateLimit(rpm=1, clock=clock, sleep=clock.sleep)
+
+    async def go():
+        assert await limit.acquire(within=5.0) is not None  # room now
+        return await limit.acquire(within=5.0)  # the next room is 60 s away: not within 5
+    assert asyncio.run(go()) is None
+    assert clock.now == 5.0

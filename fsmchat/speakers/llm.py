@@ -353,8 +353,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     attempt = 0
     while True:
         attempt += 1
-        ticket = await ratelimit.admit(model, resolved, params, messages, stats.events if stats is not None else None,
-                                        agent)
+        ticket = await ratelimit.admit(model, resolved, params, messages, stats, agent)
         limit = timeout
         left = stats.remaining() if stats is not None else None
         if left is not None:

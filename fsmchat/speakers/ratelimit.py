@@ -83,8 +83,9 @@ class RateLimit:
             self._tokens += need
         return wait
 
-    async def acquire(self, tokens: float = 0.0) -> tuple[list[float], float]:
-        """Wait until a request of ``tokens`` fits; return its entry (for ``settle``) and the seconds waited."""
+    async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[list[float], float] | None:
+        """Wait until a request of ``tokens`` fits; return its entry (for ``settle``) and the seconds
+        waited. None when it would not fit ``within`` seconds (a run's deadline): then it waited those."""
         waited = 0.0
         while True:
             with self._lock:
@@ -92,6 +93,9 @@ class RateLimit:
                 wait = self._room(now, tokens)
                 if wait <= 0:
                     return self._sent[-1], waited
+            if within is not None and waited + wait > within:
+                await self.sleep(max(0.0, within - waited))
+                return None
             waited += wait
             await self.sleep(wait)
 
@@ -152,17 +156,21 @@ def estimate(messages: list[dict[str, Any]], options: dict[str, Any]) -> float:
 
 
 async def admit(model: str | None, resolved: str, options: dict[str, Any], messages: list[dict[str, Any]],
-                events: list[dict[str, Any]] | None, agent: str) -> tuple[RateLimit, list[float]] | None:
-    """Wait for room under the request's rate limit, if it has one (noting a wait in ``events``);
-    returns what ``settled`` needs once the answer's usage is known."""
+                stats: Any, agent: str) -> tuple[RateLimit, list[float]] | None:
+    """Wait for room under the request's rate limit, if it has one, noting a wait in the run's
+    events (``stats``: its ``CallStats``, or None); returns what ``settled`` needs once the answer's
+    usage is known. A wait past the run's deadline stops at the deadline (the caller then ends the
+    call with ``DeadlineExceeded``)."""
     found = limit_for(model, resolved, options)
     if found is None:
         return None
     target, limit = found
-    entry, waited = await limit.acquire(estimate(messages, options) if limit.tpm is not None else 0.0)
-    if waited > 0 and events is not None:
-        events.append({"event": "rate_limited", "agent": agent, "limit": target, "waited_s": round(waited, 3)})
-    return limit, entry
+    within = stats.remaining() if stats is not None else None
+    got = await limit.acquire(estimate(messages, options) if limit.tpm is not None else 0.0, within)
+    waited = got[1] if got is not None else within
+    if waited and stats is not None and stats.events is not None:
+        stats.events.append({"event": "rate_limited", "agent": agent, "limit": target, "waited_s": round(waited, 3)})
+    return (limit, got[0]) if got is not None else None
 
 
 def settled(ticket: tuple[RateLimit, list[float]] | None, response: Any) -> None:
