@@ -42,7 +42,7 @@ TRANSPORT_OPTIONS = frozenset(("api_base", "base_url", "api_key", "timeout", "ma
                                "extra_headers", "headers", "extra_body"))
 _LITELLM_LOG = logging.getLogger("LiteLLM")
 CALLBACK_LISTS = ("callbacks", "success_callback", "failure_callback", "_async_success_callback",
-                   "_async_failure_callback", "input_callback", "_async_input_callback", "service_callback")
+                  "_async_failure_callback", "input_callback", "_async_input_callback", "service_callback")
 
 
 # ---- which path a request takes ---------------------------------------------------------------
