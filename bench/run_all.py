@@ -18,7 +18,7 @@ import time
 
 from common import PY, RESULTS, ROOT, write_doc
 
-SCRIPTS = ["user_path", "engine_overhead", "durable_overhead", "durable_deltas", "fanout", "litellm_cost", "scale", "cold_start", "tokens", "ray_batch", "whatif"]
+SCRIPTS = ["user_path", "engine_overhead", "durable_overhead", "durable_deltas", "fanout", "litellm_cost", "scale", "cold_start", "tokens", "ray_batch", "whatif", "wire"]
 
 
 def fmt(v: object) -> str:

@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "Pending": "speakers", "Tool": "speakers", "ToolError": "speakers", "ToolSource": "speakers",
     "MCPServer": "speakers",
     "ToolCallEntry": "models",
+    "RateLimit": "speakers", "rate_limit": "speakers",
     # layer 6: patterns
     "Pattern": "patterns", "ChatContext": "patterns", "GroupChat": "patterns", "RoundRobinSwarm": "patterns",
     "build_turn_header": "patterns", "build_collaborative_task": "patterns", "OneOnOneDebate": "patterns",

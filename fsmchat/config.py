@@ -118,6 +118,7 @@ class AgentSpec(ConfigSpec):
     timeout: float | None = DEFAULT_TIMEOUT
     num_retries: int = DEFAULT_RETRIES
     max_retry_wait_s: float = DEFAULT_MAX_RETRY_WAIT
+    transport: Literal["auto", "fast", "litellm"] = "auto"
     max_loops: int | None = None
     persistent_memory: bool | None = None
     output_type: str | None = None
@@ -130,7 +131,7 @@ class AgentSpec(ConfigSpec):
         tools = [MCPServer.from_config(t) if is_mcp_server(t) else t for t in self.tools]  # trust checked first
         return cls(self.name, system_prompt=self.system_prompt, model=self.model, tools=tools,
                    tool_mode=self.tool_mode, timeout=self.timeout, num_retries=self.num_retries,
-                   max_retry_wait_s=self.max_retry_wait_s, max_loops=self.max_loops,
+                   max_retry_wait_s=self.max_retry_wait_s, transport=self.transport, max_loops=self.max_loops,
                    persistent_memory=self.persistent_memory, output_type=self.output_type, **self.litellm)
 
 
@@ -374,7 +375,7 @@ class ConfigWriter:
         tools = [t.to_config() if isinstance(t, MCPServer) else t for t in a.tools]
         spec = AgentSpec(name=a.name, system_prompt=a.system_prompt, model=a.model, tools=jsonable(tools, "tools"),
                          tool_mode=a.tool_mode, timeout=a.timeout, num_retries=a.num_retries,
-                         max_retry_wait_s=a.max_retry_wait_s, max_loops=a.max_loops,
+                         max_retry_wait_s=a.max_retry_wait_s, transport=a.transport, max_loops=a.max_loops,
                          persistent_memory=a.persistent_memory, output_type=a.output_type,
                          litellm=jsonable(extra, f"agent {a.name!r}'s litellm options"),
                          agent_class=None if type(a) is Agent else callable_ref(type(a), f"agent {a.name!r}"))

@@ -102,6 +102,7 @@ class FlowContext:
         self.stats = stats or CallStats()
         self.events: list[dict[str, Any]] = AppendLog()
         self.transcript = Transcript(events=self.events)
+        self.stats.events = self.events
         self.frames: dict[int, dict[str, Any]] = {}  # per-block working state, keyed by block id
         # the live context of each pattern run as a step, by block id (not stored: rebuilt from its frame)
         self.nested: dict[int, Any] = {}

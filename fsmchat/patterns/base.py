@@ -146,6 +146,7 @@ class ChatContext:
 
     def __post_init__(self) -> None:
         self.transcript.events = self.events  # repaired or cut texts are noted with the run's events
+        self.stats.events = self.events  # and a model call's transport fallback or rate-limit wait
 
     @property
     def names(self) -> list[str]:

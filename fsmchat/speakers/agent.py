@@ -17,7 +17,7 @@ from ..deadline import call_within
 from ..errors import HEADER_OPTIONS, ConfigError, ModelCallError, fatal_error, invalid_config, register_secrets, \
     secret_values
 from ..models import Bid, Message, shorten
-from . import llm
+from . import llm, wire
 from .images import image_part
 from .log_secrets import is_secret
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
@@ -67,6 +67,9 @@ class Agent(BaseModel):
         num_retries: Retries of a transient failure, with backoff.
         max_retry_wait_s: The longest wait before a retry (default 60 s): a provider asking for a
             longer one (``Retry-After``) is not retried, the call fails at once saying so.
+        transport: How requests travel: ``"auto"`` (straight over HTTP for an OpenAI-compatible
+            endpoint, ``openai/<name>`` or ``hosted_vllm/<name>`` with an ``api_base``; litellm
+            otherwise), ``"fast"`` (straight over HTTP, or a ``ConfigError``), ``"litellm"``.
         max_loops: Accepted for swarms compatibility; no effect.
         persistent_memory: Accepted for swarms compatibility; no effect.
         output_type: Accepted for swarms compatibility; no effect.
@@ -107,6 +110,7 @@ class Agent(BaseModel):
     timeout: float | None = llm.DEFAULT_TIMEOUT
     num_retries: int = Field(llm.DEFAULT_RETRIES, ge=0)
     max_retry_wait_s: float = Field(llm.DEFAULT_MAX_RETRY_WAIT, ge=0, allow_inf_nan=False, strict=True)
+    transport: str = "auto"
     max_loops: int | None = None
     persistent_memory: bool | None = None
     output_type: str | None = None
@@ -168,6 +172,11 @@ class Agent(BaseModel):
     def _litellm_options(self) -> "Agent":
         check_litellm_options(self.model_extra or {})
         register_secrets(secret_values(self.model_extra or {}))  # masked in every error, log and store from now on
+        return self
+
+    @model_validator(mode="after")
+    def _transport(self) -> "Agent":
+        wire.check_transport("Agent", self.transport, llm.resolve_model(self.model), self.model_extra or {})
         return self
 
     def __repr_args__(self) -> Any:
@@ -248,7 +257,7 @@ class Agent(BaseModel):
     async def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Any:
         return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
                                    timeout=self.timeout, num_retries=self.num_retries, stats=stats,
-                                   max_retry_wait=self.max_retry_wait_s, **request)
+                                   max_retry_wait=self.max_retry_wait_s, transport=self.transport, **request)
 
     async def reply_message(self, turn: "Turn", **request: Any) -> Any:
         """Ask the model for this turn's reply and return its message (content and tool calls).
@@ -419,9 +428,9 @@ def name_problem(name: str) -> str | None:
 
 
 AGENT_KEYWORDS = ("name", "agent_name", "system_prompt", "instructions", "prompt", "model", "model_name", "tools",
-                  "tools_list_dictionary", "tool_mode", "timeout", "num_retries", "max_retry_wait_s", "max_loops",
-                  "persistent_memory", "output_type", "max_tool_rounds", "max_parallel_tools", "on_tool_error",
-                  "share_tool_results")
+                  "tools_list_dictionary", "tool_mode", "timeout", "num_retries", "max_retry_wait_s", "transport",
+                  "max_loops", "persistent_memory", "output_type", "max_tool_rounds", "max_parallel_tools",
+                  "on_tool_error", "share_tool_results")
 # litellm.completion's own parameters and the common provider options it forwards (checked
 # without importing litellm, which costs seconds); provider families go by prefix.
 LITELLM_OPTIONS = frozenset("""

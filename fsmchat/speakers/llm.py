@@ -1,4 +1,5 @@
-"""The one path to every model: ``litellm.acompletion``, imported lazily, with fsmchat's own
+"""The one place every model call goes through: ``litellm.acompletion`` (or, for an OpenAI-compatible
+endpoint, ``wire``'s fast path), imported lazily, with fsmchat's own
 timeout (``asyncio.wait_for``: litellm ignores ``timeout`` for custom providers) and fsmchat's
 own bounded retries (litellm's hidden SDK retries are switched off).
 
@@ -25,7 +26,7 @@ from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReach
                       ModelCallError, exception_chain, fatal_error, plain_message, redact, request_error_kind,
                       secret_values)
 from ..statelog import Frozen
-from . import log_secrets
+from . import log_secrets, ratelimit, wire
 
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
@@ -399,6 +400,8 @@ class CallStats:
     tool_calls: int = 0  # tool calls run (fsmchat.speakers.tools)
     max_tool_calls: int | None = None  # Limits.max_tool_calls: no tool call runs past it
     tool_over_cap: bool = False  # a reply's tool calls were refused: they would have crossed max_tool_calls
+    events: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # the run's (fallbacks, waits)
+    noted: set[tuple[str, str, str]] = field(default_factory=set, repr=False, compare=False)  # fallbacks noted
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
 
     @property
@@ -411,7 +414,8 @@ class CallStats:
 
     def lane(self) -> "CallStats":
         """Stats for a branch run: counts its own calls and passes each on to ``self``."""
-        return CallStats(deadline=self.deadline, price=self.price, max_requests=self.max_requests, parent=self)
+        return CallStats(deadline=self.deadline, price=self.price, max_requests=self.max_requests, parent=self,
+                         events=self.events)
 
     def _chain(self) -> "list[CallStats]":
         chain: list[CallStats] = []
@@ -553,7 +557,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                     kwargs: dict[str, Any], timeout: float | None, num_retries: int,
                     stats: CallStats | None = None, backoff: float = 0.5,
                     max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
-                    check: Callable[[Any], None] | None = None, **request: Any) -> Any:
+                    check: Callable[[Any], None] | None = None, transport: str = "auto", **request: Any) -> Any:
     """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``.
 
     Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
@@ -562,7 +566,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     waits the provider's ``Retry-After`` (else an exponential backoff, at most ``max_retry_wait``);
     a ``Retry-After`` over ``max_retry_wait``, or a wait past the run's deadline, ends the retries
     at once (``RetryRefused``, with the reason). ``check(response)`` may refuse a response by
-    raising ``NoReplyText``: it is retried like a transient fault."""
+    raising ``NoReplyText``: it is retried like a transient fault. ``transport`` picks
+    how the request travels (``wire.choose``: the fast path or litellm)."""
     if stats is not None:
         stats.preflight()
     lm = get_litellm()
@@ -575,6 +580,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     if timeout is not None:
         params.setdefault("timeout", timeout)
     resolved = resolve_model(model)
+    fast = wire.choose(lm, resolved, params, transport, stats, agent)
 
     def failed(exc: BaseException, attempts: int, limit: float | None = None) -> ModelCallError:
         """The error a person reads; every credential and header value the agent sent is masked in it
@@ -586,6 +592,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     attempt = 0
     while True:
         attempt += 1
+        ticket = await ratelimit.admit(model, resolved, params, messages, stats, agent)
         limit = timeout
         left = stats.remaining() if stats is not None else None
         if left is not None:
@@ -599,10 +606,12 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         try:
             send = INTERCEPTOR.get()
             coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
+                    else wire.acompletion(lm, resolved, messages, params) if fast
                     else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
             response = await (asyncio.wait_for(coro, limit) if limit is not None else coro)
             if stats is not None:
                 stats.add_usage(response)
+            ratelimit.settled(ticket, response)
             if check is not None:
                 check(response)
             return response

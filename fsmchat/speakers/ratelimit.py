@@ -1,0 +1,181 @@
+"""Shared rate limits: requests and tokens per minute for a model or an endpoint, held by every
+agent and chat of the process (and so of a local ``run_batch``), which wait for room instead of
+drawing 429s from the provider."""
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections import deque
+from typing import Any, Awaitable, Callable
+
+from ..errors import ConfigError, ConfigTypeError
+
+
+class RateLimit:
+    """At most ``rpm`` requests and ``tpm`` tokens in any ``window`` seconds (60: per minute).
+
+    Set one for a model name or an ``api_base`` with ``fsmchat.rate_limit``; every request to it
+    from any agent or chat of the process first waits until the window has room, and the wait is
+    noted in the run's events (``{"event": "rate_limited", ...}``). Tokens count the request's
+    estimate (a quarter of its characters, plus ``max_tokens``) until the answer's ``usage`` says
+    how many it took.
+
+    Args:
+        rpm: Requests per window (None: no request limit).
+        tpm: Tokens per window (None: no token limit).
+        window: The window in seconds.
+        clock: Seconds, monotonic (tests pass a controllable clock).
+        sleep: How to wait ``seconds`` (tests pass one that moves their clock).
+
+    Raises:
+        ConfigError: A limit is not a whole number >= 1, or neither is given.
+
+    Examples:
+        >>> from fsmchat import RateLimit
+        >>> RateLimit(rpm=500, tpm=200_000)
+        RateLimit(rpm=500, tpm=200000, window=60.0)
+        >>> RateLimit(rpm=0)
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: RateLimit: rpm=0 is invalid: a whole number of requests >= 1, or None
+    """
+
+    def __init__(self, rpm: int | None = None, tpm: int | None = None, *, window: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep):
+        for name, value, what in (("rpm", rpm, "requests"), ("tpm", tpm, "tokens")):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigTypeError(f"RateLimit: {name}={value!r} is invalid: a whole number of {what} >= 1, or None")
+            if value is not None and value < 1:
+                raise ConfigError(f"RateLimit: {name}={value!r} is invalid: a whole number of {what} >= 1, or None")
+        if rpm is None and tpm is None:
+            raise ConfigError("RateLimit: give rpm (requests per window), tpm (tokens per window) or both")
+        if not (isinstance(window, (int, float)) and math.isfinite(window) and window > 0):
+            raise ConfigError(f"RateLimit: window={window!r} is invalid: seconds, a finite number > 0")
+        self.rpm, self.tpm, self.window = rpm, tpm, float(window)
+        self.clock, self.sleep = clock, sleep
+        self._sent: deque[list[float]] = deque()  # [sent at, tokens] of the requests in the window
+        self._tokens = 0.0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RateLimit(rpm={self.rpm}, tpm={self.tpm}, window={self.window})"
+
+    def _room(self, now: float, need: float) -> float:
+        """Seconds until a request of ``need`` tokens fits (0: now); records it when it fits."""
+        sent = self._sent
+        while sent and sent[0][0] <= now - self.window:
+            self._tokens -= sent.popleft()[1]
+        wait = 0.0
+        if self.rpm is not None and len(sent) >= self.rpm:
+            wait = sent[len(sent) - self.rpm][0] + self.window - now
+        if self.tpm is not None and sent and self._tokens + need > self.tpm:
+            left = self._tokens
+            for at, tokens in sent:  # the oldest requests leave the window first
+                left -= tokens
+                if left + need <= self.tpm:
+                    break
+            wait = max(wait, at + self.window - now)  # a request over tpm alone waits for an empty window
+        if wait <= 0:
+            sent.append([now, need])
+            self._tokens += need
+        return wait
+
+    async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[list[float], float] | None:
+        """Wait until a request of ``tokens`` fits; return its entry (for ``settle``) and the seconds
+        waited. None when it would not fit ``within`` seconds (a run's deadline): then it waited those."""
+        waited = 0.0
+        while True:
+            with self._lock:
+                now = self.clock()
+                wait = self._room(now, tokens)
+                if wait <= 0:
+                    return self._sent[-1], waited
+            if within is not None and waited + wait > within:
+                await self.sleep(max(0.0, within - waited))
+                return None
+            waited += wait
+            await self.sleep(wait)
+
+    def settle(self, entry: list[float], tokens: float) -> None:
+        """The request of ``entry`` took ``tokens`` (its answer's usage), not its estimate."""
+        with self._lock:
+            if any(e is entry for e in self._sent):
+                self._tokens += tokens - entry[1]
+                entry[1] = tokens
+
+
+_limits: dict[str, RateLimit] = {}
+
+
+def rate_limit(target: str, limit: RateLimit | None) -> None:
+    """Share ``limit`` among every request of the process to ``target``.
+
+    ``target`` is a model name as agents give it (``"openai/llama-3"``, ``"gpt-4o-mini"``) or an
+    ``api_base``; a ``limit`` of None removes its limit.
+
+    Args:
+        target: The model name or ``api_base``.
+        limit: The ``RateLimit``, or None.
+
+    Raises:
+        ConfigTypeError: ``target`` is not a non-empty string or ``limit`` not a ``RateLimit``.
+
+    Examples:
+        >>> from fsmchat import RateLimit, rate_limit
+        >>> rate_limit("http://127.0.0.1:8000/v1", RateLimit(rpm=60))
+        >>> rate_limit("http://127.0.0.1:8000/v1", None)
+    """
+    if not isinstance(target, str) or not target.strip():
+        raise ConfigTypeError(f"rate_limit: target={target!r} is invalid: a model name or an api_base")
+    if limit is not None and not isinstance(limit, RateLimit):
+        raise ConfigTypeError(f"rate_limit: limit={limit!r} is invalid: a RateLimit(rpm=..., tpm=...) or None")
+    if limit is None:
+        _limits.pop(target, None)
+    else:
+        _limits[target] = limit
+
+
+def limit_for(model: str | None, resolved: str, options: dict[str, Any]) -> tuple[str, RateLimit] | None:
+    """The limit a request to ``options``' ``api_base`` or to the model falls under, with its target."""
+    if not _limits:
+        return None
+    for target in (options.get("api_base"), options.get("base_url"), model, resolved):
+        if target and target in _limits:
+            return target, _limits[target]
+    return None
+
+
+def estimate(messages: list[dict[str, Any]], options: dict[str, Any]) -> float:
+    """A request's tokens before its answer says: a quarter of its characters plus ``max_tokens``."""
+    chars = sum(len(m.get("content") or "") if isinstance(m.get("content"), str) else len(str(m.get("content")))
+                for m in messages)
+    return chars / 4 + (options.get("max_tokens") or options.get("max_completion_tokens") or 0)
+
+
+async def admit(model: str | None, resolved: str, options: dict[str, Any], messages: list[dict[str, Any]],
+                stats: Any, agent: str) -> tuple[RateLimit, list[float]] | None:
+    """Wait for room under the request's rate limit, if it has one, noting a wait in the run's
+    events (``stats``: its ``CallStats``, or None); returns what ``settled`` needs once the answer's
+    usage is known. A wait past the run's deadline stops at the deadline (the caller then ends the
+    call with ``DeadlineExceeded``)."""
+    found = limit_for(model, resolved, options)
+    if found is None:
+        return None
+    target, limit = found
+    within = stats.remaining() if stats is not None else None
+    got = await limit.acquire(estimate(messages, options) if limit.tpm is not None else 0.0, within)
+    waited = got[1] if got is not None else within
+    if waited and stats is not None and stats.events is not None:
+        stats.events.append({"event": "rate_limited", "agent": agent, "limit": target, "waited_s": round(waited, 3)})
+    return (limit, got[0]) if got is not None else None
+
+
+def settled(ticket: tuple[RateLimit, list[float]] | None, response: Any) -> None:
+    """Charge the request's real token count (``usage.total_tokens``) to its limit."""
+    if ticket is not None and ticket[0].tpm is not None:
+        total = getattr(getattr(response, "usage", None), "total_tokens", None)
+        if isinstance(total, int):
+            ticket[0].settle(ticket[1], total)

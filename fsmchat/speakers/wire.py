@@ -1,0 +1,332 @@
+"""The fast path: a model call to an OpenAI-compatible endpoint straight over HTTP (aiohttp).
+
+An agent whose model is ``openai/<name>`` or ``hosted_vllm/<name>`` with an ``api_base`` (vLLM,
+llama.cpp, SGLang, LM Studio, Ollama's ``/v1``) talks to its server directly: the request body is
+the model name, the messages and the OpenAI options as given, posted to ``{api_base}/chat/completions``.
+Everything else goes through litellm, and so do these endpoints when the agent says
+``transport="litellm"``, when litellm callbacks are registered (they expect to see every call) or
+its debug logging is on, for
+streaming, and for options litellm would translate (the reason is noted as a ``transport_fallback``
+event of the run).
+
+What fsmchat sees does not depend on the path: a failed request raises the exception litellm
+would raise for it (same class, same message, same ``Retry-After``; built by litellm's own error
+mapping, on the error path only), and a reply is a ``WireResponse`` with the attributes fsmchat
+reads from litellm's ``ModelResponse`` (``choices[0].message.content``/``.tool_calls``, ``usage``,
+``model``), priced from litellm's local cost map, looked up once per model.
+
+One ``aiohttp.ClientSession`` serves each event loop and is reused; it is closed when the loop
+shuts down (``asyncio.run`` closes it) or by ``aclose()``. aiohttp is imported on the first fast call.
+"""
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from ..errors import ConfigError
+
+TRANSPORTS = ("auto", "fast", "litellm")
+PROVIDERS = ("openai", "hosted_vllm")
+KEY_ENV = {"openai": "OPENAI_API_KEY", "hosted_vllm": "HOSTED_VLLM_API_KEY"}
+# OpenAI chat-completions options sent in the body exactly as given.
+SENT = frozenset("""temperature top_p n stop max_tokens max_completion_tokens presence_penalty frequency_penalty
+logit_bias logprobs top_logprobs seed user response_format tools tool_choice parallel_tool_calls""".split())
+# Options that say how to reach the server, never sent in the body.
+TRANSPORT_OPTIONS = frozenset(("api_base", "base_url", "api_key", "timeout", "max_retries", "metadata",
+                               "extra_headers", "headers", "extra_body"))
+_LITELLM_LOG = logging.getLogger("LiteLLM")
+CALLBACK_LISTS = ("callbacks", "success_callback", "failure_callback", "_async_success_callback",
+                  "_async_failure_callback", "input_callback", "_async_input_callback", "service_callback")
+
+
+# ---- which path a request takes ---------------------------------------------------------------
+def eligible(model: str, options: dict[str, Any]) -> bool:
+    """Whether ``model`` names an OpenAI-compatible endpoint the fast path can reach (a provider
+    prefix of ``PROVIDERS`` and an ``api_base``)."""
+    provider, _, name = model.partition("/")
+    return provider in PROVIDERS and bool(name) and bool(options.get("api_base") or options.get("base_url"))
+
+
+def static_blocker(model: str, options: dict[str, Any]) -> str | None:
+    """Why a request with these agent options can never take the fast path, or None."""
+    if not eligible(model, options):
+        return (f"model {model!r} is not an OpenAI-compatible endpoint: the fast path serves "
+                f"{' or '.join(p + '/<name>' for p in PROVIDERS)} with an api_base")
+    if options.get("stream"):
+        return "streaming goes through litellm"
+    extra = sorted(k for k, v in options.items() if k not in SENT and k not in TRANSPORT_OPTIONS and k != "stream"
+                   and v is not None)
+    if extra:
+        return f"option(s) {', '.join(map(repr, extra))} are litellm's to translate"
+    provider = model.partition("/")[0]
+    if provider == "openai" and not (options.get("api_key") or os.environ.get(KEY_ENV[provider])):
+        return "no api_key (litellm reports the missing key)"
+    return None
+
+
+def blocker(lm: Any, model: str, options: dict[str, Any]) -> str | None:
+    """Why this request goes through litellm rather than the fast path, or None (it can go fast)."""
+    reason = static_blocker(model, options)
+    if reason is None:
+        if any(getattr(lm, name, None) for name in CALLBACK_LISTS):
+            reason = "litellm callbacks are registered"
+        elif lm.set_verbose or _LITELLM_LOG.isEnabledFor(logging.DEBUG):
+            reason = "litellm debug logging is on (its request log)"
+    return reason
+
+
+def check_transport(owner: str, transport: Any, model: str, options: dict[str, Any]) -> None:
+    """Refuse a ``transport`` value, or ``"fast"`` for an agent the fast path cannot serve (before any call)."""
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"{owner}: transport={transport!r} is invalid: one of 'auto' (the fast path for "
+                          "OpenAI-compatible endpoints, else litellm), 'fast' (the fast path or an error), 'litellm'")
+    if transport == "fast":
+        reason = static_blocker(model, options)
+        if reason is not None:
+            raise ConfigError(f"{owner}: transport='fast' is invalid for this agent: {reason}; "
+                              "use transport='auto' or 'litellm'")
+
+
+class FastPathUnavailable(ConfigError):
+    """``transport="fast"`` was asked for a request the fast path cannot send; nothing was sent."""
+
+    fsmchat_fatal = True  # no retry can fix it: the run ends with this error
+
+
+def choose(lm: Any, model: str, options: dict[str, Any], transport: str, stats: Any, agent: str) -> bool:
+    """True if this call takes the fast path. ``transport="auto"`` falls back to litellm for an
+    endpoint the fast path could serve but this request it cannot, noting why once per run, agent
+    and reason in the run's events (``stats``: its ``CallStats``, or None); ``"fast"`` raises
+    ``FastPathUnavailable`` instead."""
+    if transport == "litellm" or (transport == "auto" and not eligible(model, options)):
+        return False
+    reason = blocker(lm, model, options)
+    if reason is None:
+        return True
+    if transport == "fast":
+        raise FastPathUnavailable(f"agent {agent!r}: transport='fast' cannot send this request: {reason}")
+    if stats is not None and stats.events is not None and (agent, model, reason) not in stats.noted:
+        stats.noted.add((agent, model, reason))
+        stats.events.append({"event": "transport_fallback", "agent": agent, "model": model, "reason": reason})
+    return False
+
+
+# ---- the response fsmchat reads -----------------------------------------------------------------
+@dataclass(slots=True)
+class Function:
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    function: Function
+    type: str = "function"
+
+
+@dataclass(slots=True)
+class WireMessage:
+    content: str | None
+    role: str = "assistant"
+    tool_calls: list[ToolCall] | None = None
+    function_call: None = None
+
+
+@dataclass(slots=True)
+class Choice:
+    index: int
+    message: WireMessage
+    finish_reason: str | None
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+@dataclass
+class WireResponse:
+    """A chat completion as fsmchat reads it (the attribute shape of litellm's ``ModelResponse``)."""
+
+    id: str
+    model: str
+    choices: list[Choice]
+    usage: Usage | None
+    created: int = 0
+    _hidden_params: dict[str, Any] = field(default_factory=dict)
+
+
+def _message(m: dict[str, Any]) -> WireMessage:
+    calls = m.get("tool_calls")
+    tool_calls = [ToolCall(str(c.get("id") or ""), Function(str((c.get("function") or {}).get("name") or ""),
+                                                             (c.get("function") or {}).get("arguments") or ""),
+                           str(c.get("type") or "function")) for c in calls] if calls else None
+    return WireMessage(m.get("content"), str(m.get("role") or "assistant"), tool_calls)
+
+
+def parse(data: dict[str, Any], model: str, cost: tuple[float, float] | None) -> WireResponse:
+    """The response object for a completion body ``data``, priced with ``cost`` per token."""
+    u = data.get("usage")
+    usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
+                  int(u.get("total_tokens") or 0)) if isinstance(u, dict) else None
+    choices = [Choice(int(c.get("index") or 0), _message(c.get("message") or {}), c.get("finish_reason"))
+               for c in data.get("choices") or ()]
+    price = None
+    if cost is not None and usage is not None:
+        price = usage.prompt_tokens * cost[0] + usage.completion_tokens * cost[1]
+    return WireResponse(str(data.get("id") or ""), str(data.get("model") or model), choices, usage,
+                        int(data.get("created") or 0), {"response_cost": price})
+
+
+_prices: dict[str, tuple[float, float] | None] = {}
+
+
+def price_of(lm: Any, model: str) -> tuple[float, float] | None:
+    """(input, output) USD per token from litellm's local cost map, looked up once per model."""
+    if model not in _prices:
+        name = model.partition("/")[2]
+        info = lm.model_cost.get(model) or lm.model_cost.get(name) or {}
+        pin, pout = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+        _prices[model] = (float(pin), float(pout)) if isinstance(pin, (int, float)) and \
+            isinstance(pout, (int, float)) else None
+    return _prices[model]
+
+
+# ---- errors, as litellm raises them ------------------------------------------------------------
+def litellm_error(lm: Any, model: str, status: int, message: str, headers: dict[str, str] | None = None,
+                  body: Any = None) -> BaseException:
+    """The exception litellm raises for this failure of an OpenAI-compatible endpoint (its own mapping)."""
+    import httpx
+    from litellm.litellm_core_utils.exception_mapping_utils import exception_type
+    from litellm.llms.openai.common_utils import OpenAIError
+
+    provider, _, name = model.partition("/")
+    request = httpx.Request("POST", "https://api.openai.com/v1")
+    response = httpx.Response(status, headers=headers or {}, request=request)
+    original: BaseException = OpenAIError(status, message, request=request, response=response, headers=headers, body=body)
+    try:
+        exception_type(model=name, original_exception=original, custom_llm_provider=provider)
+    except Exception as mapped:  # litellm raises the exception it maps to
+        return mapped
+    return original  # litellm found no mapping: its own error as it is
+
+
+def _status_error(lm: Any, model: str, status: int, text: str, headers: dict[str, str]) -> BaseException:
+    """An HTTP error answer, worded as the OpenAI SDK words it before litellm maps it."""
+    message, body = f"Error code: {status}", None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        body = text or None
+    else:
+        body = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+        said = body.get("message") if isinstance(body, dict) else None
+        if isinstance(said, str) and said:
+            message += f" - {said}"
+    return litellm_error(lm, model, status, message, headers, body)
+
+
+# ---- sessions: one per event loop ---------------------------------------------------------------
+_lock = threading.Lock()
+_NO_LIMIT: Any = None  # aiohttp.ClientTimeout(total=None), made with the first session
+_sessions: dict[int, tuple[asyncio.AbstractEventLoop, Any, Any]] = {}  # id(loop) -> (loop, session, closer)
+
+
+async def _close_with_loop(session: Any) -> AsyncIterator[None]:
+    """An async generator left suspended: the loop's ``shutdown_asyncgens`` (``asyncio.run`` calls
+    it) finalises it, which closes the loop's session."""
+    try:
+        yield
+    finally:
+        await session.close()
+
+
+def _drop_dead(every: bool = False) -> None:
+    """Forget the sessions of closed loops (``every``: of all loops, at exit). A loop closed without
+    shutting down its async generators (``asyncio.run`` does) cannot close its session any more:
+    it is detached, and its connections are left to the garbage collector."""
+    for key, (loop, made, _closer) in list(_sessions.items()):
+        if every or loop.is_closed():
+            del _sessions[key]
+            if not made.closed:
+                made.detach()
+
+
+atexit.register(_drop_dead, True)
+
+
+async def session() -> Any:
+    """The running loop's ``aiohttp.ClientSession`` (made on first use)."""
+    loop = asyncio.get_running_loop()
+    entry = _sessions.get(id(loop))
+    if entry is not None and entry[0] is loop and not entry[1].closed:
+        return entry[1]
+    import aiohttp
+
+    global _NO_LIMIT
+    with _lock:
+        _NO_LIMIT = aiohttp.ClientTimeout(total=None)
+        _drop_dead()
+        made = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), skip_auto_headers=("User-Agent",))
+        closer = _close_with_loop(made)
+        _sessions[id(loop)] = (loop, made, closer)
+    await closer.__anext__()
+    return made
+
+
+def open_sessions() -> int:
+    """How many loops' sessions are open."""
+    return sum(1 for _loop, made, _closer in _sessions.values() if not made.closed)
+
+
+async def aclose() -> None:
+    """Close the running loop's session (the next fast call opens a new one)."""
+    entry = _sessions.pop(id(asyncio.get_running_loop()), None)
+    if entry is not None:
+        await entry[2].aclose()
+
+
+# ---- the call -------------------------------------------------------------------------------------
+async def acompletion(lm: Any, model: str, messages: list[dict[str, Any]], options: dict[str, Any]) -> WireResponse:
+    """One request to the endpoint, raising litellm's exception for a failure."""
+    import aiohttp
+
+    provider, _, name = model.partition("/")
+    body: dict[str, Any] = {"model": name, "messages": messages}
+    for k, v in options.items():
+        if k in SENT and v is not None:
+            body[k] = v
+    body.update(options.get("extra_body") or {})
+    headers = {"Content-Type": "application/json"}
+    key = options.get("api_key") or os.environ.get(KEY_ENV[provider])
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    headers.update(options.get("headers") or {})
+    headers.update(options.get("extra_headers") or {})
+    url = str(options.get("api_base") or options.get("base_url")).rstrip("/") + "/chat/completions"
+    http = await session()
+    try:  # the caller bounds the request by its timeout (acomplete's wait_for), as on litellm's path
+        async with http.post(url, data=json.dumps(body), headers=headers, timeout=_NO_LIMIT) as resp:
+            payload = await resp.read()
+            status, got = resp.status, dict(resp.headers)
+    except aiohttp.ClientError as exc:
+        raise litellm_error(lm, model, 500, "Connection error.") from exc
+    if status >= 400:
+        raise _status_error(lm, model, status, payload.decode("utf-8", "replace").strip(), got)
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise litellm_error(lm, model, 500, str(exc)) from exc
+    if not isinstance(data, dict):
+        raise litellm_error(lm, model, 500, f"Empty or invalid response from LLM endpoint. Received: {data!r}. "
+                                            "Check the reverse proxy or model server configuration.")
+    return parse(data, name, price_of(lm, model))
