@@ -296,6 +296,21 @@ async def aclose() -> None:
 
 
 # ---- the call -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Request:
+    url: str
+
+
+class Unreachable(ConnectionError):
+    """The endpoint could not be reached (the cause is aiohttp's error): ``request.url`` names the
+    URL, as the HTTP client's errors do on litellm's path, so the error a person reads is the same."""
+
+    def __init__(self, url: str, cause: BaseException):
+        super().__init__(str(cause))
+        self.request = _Request(url)
+        self.__cause__ = cause
+
+
 async def acompletion(lm: Any, model: str, messages: list[dict[str, Any]], options: dict[str, Any]) -> WireResponse:
     """One request to the endpoint, raising litellm's exception for a failure."""
     import aiohttp
@@ -319,7 +334,7 @@ async def acompletion(lm: Any, model: str, messages: list[dict[str, Any]], optio
             payload = await resp.read()
             status, got = resp.status, dict(resp.headers)
     except aiohttp.ClientError as exc:
-        raise litellm_error(lm, model, 500, "Connection error.") from exc
+        raise litellm_error(lm, model, 500, "Connection error.") from Unreachable(url, exc)
     if status >= 400:
         raise _status_error(lm, model, status, payload.decode("utf-8", "replace").strip(), got)
     try:
