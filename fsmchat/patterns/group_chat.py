@@ -13,6 +13,7 @@ before each bid round, where their message takes the floor.
 """
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Sequence
 
@@ -20,7 +21,6 @@ from pydantic import AfterValidator, Field
 
 from ..checks import check_agents
 from ..config import Participants
-from ..deadline import gather_eager
 from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
 from ..graph.state_graph import StateGraph, state_names
 from ..models import Message, StopReason
@@ -183,7 +183,7 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     callers = sum(isinstance(s, Agent) for s in ctx.speakers)
     if not ctx.stats.fits(callers):  # a round that could cross max_model_calls is not started
         raise ctx.stats.refuse_over_cap(f"a bid round of {callers} request(s)")
-    got = await gather_eager(s.bid(turn(s)) for s in ctx.speakers)  # a bid that never waits costs no task
+    got = await asyncio.gather(*(s.bid(turn(s)) for s in ctx.speakers), return_exceptions=True)
     for out in got:  # a run limit first (the engine takes its stop edge), then errors in roster order
         if isinstance(out, BaseException) and isinstance(fatal_error(out), LimitReached):
             raise out
