@@ -21,15 +21,13 @@ import asyncio
 import cProfile
 import gc
 import io
+import json
 import os
 import platform
 import pstats
-import json
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +36,7 @@ from typing import Any, Awaitable, Callable
 
 import transitions
 
-from common import finish, instant_agents, more, round_robin_graph, version
+from common import child_in, finish, instant_agents, more, round_robin_graph, trees_against, version
 from fsmchat.engine import run_graph
 from fsmchat.graph import StateGraph
 
@@ -261,20 +259,14 @@ def child_main(T: int, reps: int) -> None:
 
 def against(ref: str, reps: int, T: int = 3000) -> str:
     """This tree's engine beside ``ref``'s, alternating child processes: a markdown table."""
-    root = DOC.parents[1]
-    with tempfile.TemporaryDirectory(prefix="fsmchat-ref-") as other:
-        archive = subprocess.run(["git", "archive", ref, "fsmchat"], cwd=root, capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", other], input=archive.stdout, check=True)
-        trees = {f"`{ref}`": other, "this tree": str(root)}
+    with trees_against(ref) as trees:
         cpu: dict[str, list[float]] = {k: [] for k in trees}
         for _ in range(reps):
             for name, tree in trees.items():
-                out = subprocess.run([sys.executable, __file__, "--child", str(T), "3"], capture_output=True,
-                                     text=True, check=True, env={**os.environ, "PYTHONPATH": tree})
-                cpu[name] += json.loads(out.stdout.strip().splitlines()[-1])["cpu"]
+                cpu[name] += child_in(tree, "engine_overhead.py", T, 3)["cpu"]
     base = statistics.median(cpu[f"`{ref}`"])
     lines = [f"Engine CPU µs per step at T={T} (the round robin above), this tree against `{ref}` in the same run: "
-             f"child processes alternating, {reps} x 3 runs each, load average {os.getloadavg()[0]:.2f} at start.",
+             f"child processes alternating, {reps} x 3 runs each, load average {os.getloadavg()[0]:.2f} at the end.",
              "", "| engine | CPU µs/step, median | best | vs " + f"`{ref}` |", "|---|---:|---:|---:|"]
     for name, xs in cpu.items():
         med = statistics.median(xs)
