@@ -41,9 +41,13 @@ SPLIT_ITEMS = 16
 EXTEND_CHARS = 64  # a longer string that grows at its end is written as the text added
 _FULL = '{"all":'
 
+_ENCODER = json.JSONEncoder(default=repr, separators=(",", ":"))
+
+
 def encode_json(obj: Any) -> str:
-    """Compact JSON of checkpoint data (anything not JSON-able is written as its ``repr``)."""
-    return json.dumps(obj, default=repr, separators=(",", ":"))
+    """Compact JSON of checkpoint data (anything not JSON-able is written as its ``repr``): what
+    ``json.dumps(obj, default=repr, separators=(",", ":"))`` writes, by one encoder made once."""
+    return _ENCODER.encode(obj)
 
 
 encode_value = encode_json  # the JSON of one value a store writes (a payload, a message's metadata)

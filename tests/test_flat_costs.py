@@ -267,7 +267,7 @@ def discussion(turns):
 
 class Work:
     """What checkpointing a run did: JSON characters and values encoded (every JSON text of a
-    commit -- state deltas, payloads, metadata -- is written by ``json.dumps``) and the
+    commit -- state deltas, payloads, metadata -- is written by statelog's encoder) and the
     characters of the messages handed to the store."""
 
     def __init__(self):
@@ -276,6 +276,8 @@ class Work:
 
 def checkpoint_work(make, turns, kind, tmp_path):
     """(Work per posted message, messages posted) of one checkpointed run of ``make(turns)``."""
+    from fsmchat import statelog
+
     work = Work()
     base = MemoryCheckpointer if kind == "memory" else SqliteCheckpointer
 
@@ -290,15 +292,19 @@ def checkpoint_work(make, turns, kind, tmp_path):
         work.values += 1
         return text
 
-    real = json.dumps  # statelog writes every JSON text with it
+    class CountingEncoder(json.JSONEncoder):
+        def encode(self, o):
+            return counted(super().encode(o))
+
+    real = statelog._ENCODER  # statelog's encoder writes every JSON value of a commit
 
     store = Counting() if kind == "memory" else Counting(tmp_path / f"{make.__name__}-{turns}.db")
     pattern = make(turns)
-    json.dumps = lambda obj, **kw: counted(real(obj, **kw))
+    statelog._ENCODER = CountingEncoder(default=repr, separators=(",", ":"))
     try:
         res = pattern.execute("go", checkpoint=store)
     finally:
-        json.dumps = real
+        statelog._ENCODER = real
     assert res.ok, res.error
     posted = sum(m.role != "User" for m in res.transcript)  # the task is not a turn
     return {k: v / posted for k, v in vars(work).items()}, posted
