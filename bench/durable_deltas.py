@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from common import child_in, cli_args, finish, machine_line, status, trees_against
-from fsmchat import AgentFlow, Bid, Discussion, GroupChat, OneOnOneDebate, RoundRobinSwarm
+from fsmchat import AgentFlow, Bid, Discussion, GroupChat, OneOnOneDebate, RoundRobinSwarm, statelog
 from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 
 TURNS = (100, 1000, 3000)
@@ -173,6 +173,44 @@ def measure(reps: int) -> tuple[str, list[dict[str, Any]]]:
     return "\n".join(lines), rows_out
 
 
+class DumpsPerValue:
+    """statelog's encoder replaced by ``json.dumps`` with the same options per value (which builds
+    an encoder per call): what keeping one encoder saves."""
+
+    def encode(self, obj: Any) -> str:
+        return json.dumps(obj, default=repr, separators=(",", ":"))
+
+
+def encoder_kept(reps: int, turns: int = 3000) -> tuple[str, list[dict[str, Any]]]:
+    """A checkpointed GroupChat with statelog's one encoder and with ``json.dumps`` per value, interleaved."""
+    tmp = Path(tempfile.mkdtemp(prefix="fsmchat-bench-"))
+    real, cases = statelog._ENCODER, {"one encoder": None, "json.dumps per value": DumpsPerValue()}
+    cpu: dict[tuple[str, str], list[float]] = {(c, k): [] for c in cases for k in ("none", "memory", "sqlite")}
+    try:
+        for _ in range(reps):
+            for case, enc in cases.items():
+                statelog._ENCODER = real if enc is None else enc  # type: ignore[assignment]
+                for kind in ("none", "memory", "sqlite"):
+                    cpu[case, kind].append(once(group_chat, kind, turns, tmp)[1])
+    finally:
+        statelog._ENCODER = real
+    best = {key: min(v) for key, v in cpu.items()}
+    lines = [f"Kept: statelog's one JSON encoder, made once. GroupChat CPU µs per turn at T={turns}, fastest of "
+             f"{reps}, cases interleaved in one process:", "",
+             "| statelog encodes with | no checkpoint | MemoryCheckpointer | ratio | SqliteCheckpointer | ratio |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for case in cases:
+        b = {k: best[case, k] for k in ("none", "memory", "sqlite")}
+        lines.append(f"| {case} | {b['none']:.0f} | {b['memory']:.0f} | {b['memory'] / b['none']:.2f}x | "
+                     f"{b['sqlite']:.0f} | {b['sqlite'] / b['none']:.2f}x |")
+    one, per = best["one encoder", "sqlite"], best["json.dumps per value", "sqlite"]
+    rows = [{"target": "Durable deltas", "measure": f"kept: one JSON encoder, GroupChat + SQLite CPU µs/turn, T={turns}",
+             "fsmchat": round(one, 1), "floor": None, "langgraph": None,
+             "ratio": f"json.dumps per value: {per:.1f}", "goal": "report", "ok": None,
+             "command": ".venv/bin/python bench/durable_deltas.py --write"}]
+    return "\n".join(lines), rows
+
+
 def child_main(turns: int, reps: int) -> None:
     """In a child process: a GroupChat's CPU µs per turn, no checkpoint / memory / SQLite
     interleaved, fastest of ``reps`` runs each after a warm-up (one JSON line)."""
@@ -211,7 +249,9 @@ def main() -> None:
         return
     args = cli_args(__doc__, "3 repetitions instead of 7", against=True)
     text, rows = measure(3 if args.quick else 7)
-    sections = {"durable_deltas": text}
+    kept, kept_rows = encoder_kept(3 if args.quick else 5)
+    sections = {"durable_deltas": text, "durable_encoder": kept}
+    rows += kept_rows
     if args.against:
         sections["durable_against"] = against(args.against, 3 if args.quick else 5)
     finish("durable_deltas", sections, rows, args.write)
