@@ -7,6 +7,7 @@ block that is missing) and saves its summary rows to ``bench/results/<script>.js
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -15,10 +16,11 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -78,6 +80,26 @@ def child(script: str, *args: Any, timeout: float = 1800) -> dict[str, Any]:
     """Run ``bench/<script> --child args...`` in a fresh interpreter; it prints one JSON line last."""
     cmd = [PY, str(ROOT / "bench" / script), "--child", *map(str, args)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def trees_against(ref: str) -> Iterator[dict[str, str]]:
+    """``{"`ref`": a temp dir holding ref's fsmchat/ (``git archive``), "this tree": ROOT}``, for
+    measuring another ref's fsmchat beside this tree's in the same run (``child_in``)."""
+    with tempfile.TemporaryDirectory(prefix="fsmchat-ref-") as other:
+        archive = subprocess.run(["git", "archive", ref, "fsmchat"], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", other], input=archive.stdout, check=True)
+        yield {f"`{ref}`": other, "this tree": str(ROOT)}
+
+
+def child_in(tree: str, script: str, *args: Any, timeout: float = 1800) -> dict[str, Any]:
+    """``child(script, *args)`` importing fsmchat from ``tree`` (its ``PYTHONPATH``)."""
+    cmd = [PY, str(ROOT / "bench" / script), "--child", *map(str, args)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": tree})
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -144,13 +166,16 @@ def status(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "**missed**")
 
 
-def cli_args(doc: str | None, quick_help: str) -> Any:
-    """The two flags every bench script takes: ``--quick`` and ``--write``."""
+def cli_args(doc: str | None, quick_help: str, against: bool = False) -> Any:
+    """The two flags every bench script takes: ``--quick`` and ``--write`` (and ``--against REF``
+    for the scripts that can measure another git ref beside this tree)."""
     import argparse
 
     ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument("--write", action="store_true", help="rewrite the marked section of docs/benchmarks.md")
+    if against:
+        ap.add_argument("--against", metavar="REF", help="also measure REF's fsmchat beside this tree's (git ref)")
     return ap.parse_args()
 
 

@@ -88,7 +88,8 @@ def summary() -> str:
             lines.append(f"| {r['target']} | {r['measure']} | {fmt(r.get('fsmchat'))} | {fmt(r.get('floor'))} | "
                          f"{fmt(r.get('langgraph'))} | {r.get('ratio') or ''} | {r.get('goal') or ''} | {st} | "
                          f"`{r['command']}` |")
-    lines += ["", "Row 7 (calls-per-step regression budget) is a test, not a timing: `.venv/bin/python -m pytest "
+    lines += ["", "Row 7 (per-step work flat from T=100 to T=1,000) is a test, not a timing: "
+              "`.venv/bin/python -m pytest "
               "tests/test_perf_budget.py`.", f"Results dated {', '.join(sorted(dates)) or '-'}; each row's section "
               "below has the machine line and the method."]
     return "\n".join(lines)

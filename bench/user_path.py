@@ -286,8 +286,7 @@ def table(store: str | None, turns: tuple[int, ...], reps: int) -> tuple[str, li
                              "langgraph": round(lgs[fastest], 1) if fastest else None,
                              "ratio": f"fastest LangGraph spelling ({fastest[10:]}) {ratio:.1f}x slower"
                                       if fastest else "",
-                             "goal": "report (issue 21: the user path <= 2x the floor)" if store is None
-                                     else "report (issue 21: <= 2x its own uncheckpointed cost)",
+                             "goal": "report",
                              "ok": None, "command": ".venv/bin/python bench/user_path.py --write",
                              "lg_ratio": round(ratio, 1) if ratio else None,
                              "floor_ratio": round(us[label, "fsmchat", T] / us[label, "floor", T], 2)

@@ -2,15 +2,9 @@
 fsmchat applied in this process only (monkeypatches; no fsmchat file is touched), measured in
 the same run as the current code.
 
-- ``set-state``: the engine machine's transition does only ``machine.set_state(dest, model)``,
-  skipping ``State.exit``/``State.enter`` (they only run callback lists that fsmchat leaves empty,
-  and log at debug level), and a lean ``Event`` (``_trigger`` directly, no ``partial`` +
-  ``Machine._process``): what going around the public ``Event.trigger`` API would save (the
-  engine does not, so that the Machine checks every step; see issue 13).
 - ``gc``: ``gc.freeze()`` after imports (long-lived module objects leave the collector's view)
   and ``gc.set_threshold(50_000, 20, 100)`` for the batch: what ``run_batch`` could do while a
   large batch runs (and restore after).
-- ``set-state+gc``: both.
 - cold start without networkx: ``bench/nx_shim.py`` (plain-Python stand-ins for the four
   networkx calls ``StateGraph.validate`` makes) installed before fsmchat is imported, timed with
   hyperfine against the same command without it.
@@ -34,37 +28,10 @@ from typing import Any
 
 from common import child, cli_args, finish, machine_line, median
 
-VARIANTS = ["current", "set-state", "gc", "set-state+gc"]
-
-
-def apply(variant: str) -> None:
-    if "set-state" not in variant:
-        return
-    from transitions.core import Event, EventData, Machine, Transition
-
-    import fsmchat.engine as eng
-
-    def execute(self: Any, event_data: Any) -> bool:
-        event_data.machine.set_state(self.dest, event_data.model)
-        return True
-
-    class LeanTransition(Transition):
-        pass
-    LeanTransition.execute = execute  # type: ignore[method-assign]
-
-    class LeanEvent(Event):
-        def trigger(self, model: Any, *args: Any, **kwargs: Any) -> bool:
-            return self._trigger(EventData(None, self, self.machine, model, args=args, kwargs=kwargs))
-
-    class LeanMachine(Machine):
-        transition_cls = LeanTransition
-        event_cls = LeanEvent
-
-    eng.machine_class = lambda: LeanMachine  # the engine compiles every graph with machine_class()
+VARIANTS = ["current", "gc"]  # (the engine's own set_state step is the current code now)
 
 
 def engine_us(variant: str, reps: int, T: int = 3000) -> float:
-    apply(variant)
     import engine_overhead as eo
 
     g = eo.build_graph()
@@ -85,7 +52,6 @@ def engine_us(variant: str, reps: int, T: int = 3000) -> float:
 def scale_child(variant: str) -> dict[str, Any]:
     import scale
 
-    apply(variant)
     if "gc" in variant:
         real = scale.child_main
 

@@ -2,9 +2,10 @@
 
 A step: the current state's action runs (once per visit), then an outgoing transition is chosen
 (``step()``: the first guard that passes, in declared order; ``step(event)``: the first transition
-labelled ``event`` whose guard passes), its trigger is fired on the graph's ``transitions.Machine``
-through the public ``Event.trigger`` API, and a ``TraceEvent`` goes to the trace, the observers and
-the checkpoint recorder. Entering a final state records a terminal event and ends the run.
+labelled ``event`` whose guard passes), the pair of states is checked against the graph's legal
+``(source, dest)`` pairs, the graph's ``transitions.Machine`` changes the run's state with its
+public ``set_state``, and a ``TraceEvent`` goes to the trace, the observers and the checkpoint
+recorder. Entering a final state records a terminal event and ends the run.
 
 Patterns and flows are driven from the inside (``run_graph``: ``await step()`` until final); hub
 channels from the outside (``fire(label)`` on each acknowledged invite, accepted text, close or
@@ -13,9 +14,10 @@ the same kind, whose events carry qualified names (``fork|1.state``; the ``k``-t
 loop ``fork|1[k].state``, the renderer's scheme) and reach the parent's trace and observers; each
 child commits to its own checkpoint lane, so a resume continues it instead of re-running it.
 
-One trigger per step from an explicit loop, never from inside a callback (chained triggers
-overflow the stack after ~62 turns; ``AsyncMachine`` costs ~7x more per trigger). The engine knows
-nothing of agents, bids or turns.
+One state change per step from an explicit loop, never from inside a Machine callback (chained
+triggers overflow the stack after ~62 turns). The engine picks the edge itself, so the Machine's
+``Event.trigger`` would only re-check the source the engine already knows; the legal-pair check
+catches the same engine bug. The engine knows nothing of agents, bids or turns.
 """
 from __future__ import annotations
 
@@ -26,9 +28,9 @@ import gc
 import inspect
 import threading
 from time import perf_counter
-from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, NamedTuple, TypeVar
 
-from transitions import Event, Machine, Transition
+from transitions import Machine
 
 from .errors import (FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached, redact,
                      redact_chain)
@@ -40,102 +42,68 @@ Observer = Callable[[TraceEvent], None]
 DEFAULT_MAX_STEPS = 100_000
 
 
+class _Edge(NamedTuple):
+    """An outgoing transition as the engine takes it."""
+
+    guard: Callable[[Any], Any] | None
+    label: str
+    dest: str
+
+
 class _Step:
     """A flat state prepared for running: its action (sync or async), fork, outgoing transitions."""
 
-    __slots__ = ("name", "action", "is_async", "final", "reason", "out", "fork", "branches", "held")
+    __slots__ = ("name", "action", "final", "reason", "out", "fork", "branches", "held")
 
-    def __init__(self, name: str, action: Any, final: bool, reason: Any, out: list[tuple[Any, str, str, str]],
+    def __init__(self, name: str, action: Any, final: bool, reason: Any, out: list[_Edge],
                  fork: Any, branches: list[StateGraph], held: bool = False):
         self.name = name
         self.action = action
-        self.is_async = action is not None and inspect.iscoroutinefunction(action)
         self.final = final
         self.reason = reason
-        self.out = out  # (guard, trigger name, label, dest)
+        self.out = out
         self.fork = fork
         self.branches = branches
         self.held = held  # its step may be committed with the next one (a pure or hold state; see Recorder)
 
 
-class QuietTransition(Transition):
-    """``transitions.Transition`` whose ``execute`` skips the debug logging and the walk over
-    callback lists when the transition, the machine and both states have no callbacks at all."""
-
-    def execute(self, event_data: Any) -> bool:
-        m = event_data.machine
-        if (self.prepare or self.conditions or self.before or self.after or m.before_state_change
-                or m.after_state_change or m.on_final):
-            return bool(super().execute(event_data))
-        source, dest = m.states[self.source], m.states[self.dest]
-        if source.on_exit or dest.on_enter or dest.final:
-            return bool(super().execute(event_data))
-        m.set_state(self.dest, event_data.model)
-        event_data.update(getattr(event_data.model, m.model_attribute))
-        return True
-
-
-class QuietEvent(Event):
-    """``transitions.Event`` whose ``_trigger`` skips the debug logging and the walks over the
-    machine's (empty) prepare and finalize callback lists when it has none and no exception
-    callbacks; the source check (``MachineError`` for a trigger the state lacks) and every
-    transition's ``execute`` stay. With any of those callbacks set, the full ``Event._trigger`` runs."""
-
-    def _trigger(self, event_data: Any) -> bool:
-        m = self.machine
-        if m.prepare_event or m.finalize_event or m.on_exception:
-            return bool(super()._trigger(event_data))
-        state = event_data.state = m.get_model_state(event_data.model)
-        if self._is_valid_source(state):
-            for trans in self.transitions[state.name]:
-                event_data.transition = trans
-                if trans.execute(event_data):
-                    event_data.result = True
-                    break
-        return bool(event_data.result)
-
-
-class FsmchatMachine(Machine):
-    transition_cls = QuietTransition
-    event_cls = QuietEvent
-
-
 def machine_class() -> Any:
-    """The ``transitions.Machine`` class every graph runs on. Tests replace it (a recording
-    subclass) to check that every step goes through it.
+    """The ``transitions.Machine`` class every graph runs on (tests replace it with a recording
+    subclass to check that every step goes through it)."""
+    return Machine
 
-    It is ``transitions.Machine`` with two documented extension points set, ``transition_cls`` and
-    ``event_cls``: a ``Transition`` whose ``execute`` and an ``Event`` whose ``_trigger`` skip the
-    debug logging and the walks over callback lists when the transition, the machine and both
-    states have no callbacks at all (fsmchat registers none: the engine runs actions itself). The
-    Machine's checks stay: ``Event.trigger`` still refuses a trigger the current state has no
-    transition for, ``set_state`` and the model update still run, and as soon as any callback is
-    configured (a subclass, a test) the full ``Transition.execute`` / ``Event._trigger`` runs.
-    Together they make 42 fewer Python calls per step (91 -> 49)."""
-    return FsmchatMachine
+
+class IllegalTransitionError(FsmchatError, RuntimeError):
+    """The engine tried to move a run along a pair of states the graph has no transition for.
+
+    The engine only moves along edges it picked from the current state's outgoing transitions, so
+    this is a bug in fsmchat, never a user error; the message names both states."""
 
 
 class RunnableGraph:
-    """A validated, flattened graph and the ``transitions.Machine`` that moves each run's state."""
+    """A validated, flattened graph, the set of its legal ``(source, dest)`` pairs and the
+    ``transitions.Machine`` that moves each run's state."""
 
     def __init__(self, graph: StateGraph):
         flat = graph.flatten()
         self.graph = graph
         self.initial = flat.initial
         self.steps: dict[str, _Step] = {}
-        machine_transitions: list[dict[str, str]] = []
         for s in flat.states.values():
-            out = []
-            for t in s.out:
-                trig = f"_fsm_t{len(machine_transitions)}"
-                machine_transitions.append({"trigger": trig, "source": t.source, "dest": t.dest})
-                out.append((t.guard, trig, t.label, t.dest))
+            out = [_Edge(t.guard, t.label, t.dest) for t in s.out]
             self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out, s.fork, s.branches, s.pure or s.hold)
-        # model=None: runs are not registered (no per-run set-up); each trigger names its model
-        self.machine = machine_class()(model=None, states=list(self.steps), transitions=machine_transitions,
-                                       initial=self.initial, auto_transitions=False, send_event=False,
-                                       ignore_invalid_triggers=False)
-        self.events = self.machine.events  # trigger name -> transitions Event
+        self.legal = {(t.source, t.dest) for s in flat.states.values() for t in s.out}
+        # model=None: runs are not registered (no per-run set-up); each set_state names its model
+        self.machine = machine_class()(model=None, states=list(self.steps), initial=self.initial,
+                                       auto_transitions=False, send_event=False)
+
+    def move(self, run: "GraphRun", dest: str) -> None:
+        """Move ``run`` from its current state to ``dest`` with the Machine's ``set_state``, after
+        checking that the graph has a transition between them."""
+        if (run.state, dest) not in self.legal:
+            raise IllegalTransitionError(f"graph {self.graph.name!r}: the engine tried to move from state "
+                                         f"{run.state!r} to {dest!r}, which no transition joins (a bug in fsmchat)")
+        self.machine.set_state(dest, run)
 
 
 def runnable_graph(graph: StateGraph) -> RunnableGraph:
@@ -247,7 +215,7 @@ class GraphRun:
 
     def labels(self) -> list[str]:
         """The event labels the current state has transitions for (declared order, no repeats)."""
-        return list(dict.fromkeys(lbl for _, _, lbl, _ in self.runnable.steps[self.state].out))
+        return list(dict.fromkeys(e.label for e in self.runnable.steps[self.state].out))
 
     def can_fire(self, event: str) -> bool:
         """Return whether ``fire(event)`` would take a transition now (evaluates guards, changes nothing).
@@ -289,10 +257,7 @@ class GraphRun:
             st = self.runnable.steps[self.state]
             self.entered = True
             try:
-                if st.is_async:  # the common case, awaited here (one coroutine less per step)
-                    self.payload = await st.action(self.context)
-                else:
-                    await self._enter(st)
+                await self._enter(st)
             except LimitReached as exc:
                 forced = self._limit_edge(exc)
             except Exception as exc:
@@ -357,7 +322,7 @@ class GraphRun:
         return out
 
     async def _enter(self, st: _Step) -> None:
-        """Run the action of a state whose action is not a coroutine function (or a fork)."""
+        """Run the state's action (sync or async) or its fork, keeping what it returned as the payload."""
         if st.fork is not None:
             self.payload = await self._fork(st)
         elif st.action is None:
@@ -366,18 +331,17 @@ class GraphRun:
             out = st.action(self.context)
             self.payload = (await out) if is_awaitable(out) else out
 
-    def _choose(self, event: str | None, payload: Any) -> tuple[Any, str, str, str] | None:
-        ctx = self.context
-        for t in self.runnable.steps[self.state].out:
-            if (event is None or t[2] == event) and (t[0] is None or t[0](ctx)):
-                return t
+    def _choose(self, event: str | None, payload: Any) -> _Edge | None:
+        for edge in self.runnable.steps[self.state].out:
+            if (event is None or edge.label == event) and (edge.guard is None or edge.guard(self.context)):
+                return edge
         return None
 
-    def _limit_edge(self, hit: LimitReached, exc: BaseException | None = None) -> tuple[Any, str, str, str]:
-        for t in self.runnable.steps[self.state].out:
-            if t[2] == hit.take_edge:
+    def _limit_edge(self, hit: LimitReached, exc: BaseException | None = None) -> _Edge:
+        for edge in self.runnable.steps[self.state].out:
+            if edge.label == hit.take_edge:
                 self.payload = f"{type(hit).__name__}: {hit}"
-                return t
+                return edge
         raise exc or hit  # no such edge drawn here: the run ends with the error
 
     def _no_choice(self, event: str | None) -> str:
@@ -385,24 +349,23 @@ class GraphRun:
         where = f"graph {self.graph.name!r}"
         if event is None:
             return (f"no transition out of state {self.qualified!r} matched: every guard "
-                    f"({', '.join(lbl for _, _, lbl, _ in st.out)}) was false; add an unguarded fallback transition")
-        candidates = [t for t in st.out if t[2] == event]
+                    f"({', '.join(e.label for e in st.out)}) was false; add an unguarded fallback transition")
+        candidates = [e for e in st.out if e.label == event]
         if not candidates:
             accepted = ", ".join(repr(lbl) for lbl in self.labels()) or "nothing"
             return f"{where}: state {self.qualified!r} has no {event!r} transition; it accepts {accepted}"
-        guards = ", ".join(callable_name(t[0]) for t in candidates)
+        guards = ", ".join(callable_name(e.guard) for e in candidates)
         return f"{where}: no {event!r} transition out of state {self.qualified!r} passed its guard ({guards})"
 
-    def _advance(self, choice: tuple[Any, str, str, str], payload: Any) -> TraceEvent:
-        _guard, trigger, label, _dest = choice
-        source, steps, prefix = self.state, self.runnable.steps, self.prefix
-        self.runnable.events[trigger].trigger(self)  # the Machine moves self.state
+    def _advance(self, edge: _Edge, payload: Any) -> TraceEvent:
+        source = self.state
+        self.runnable.move(self, edge.dest)  # the Machine sets self.state
         self.entered, self.payload = False, None
-        ev = TraceEvent(len(self.path), prefix + source, label, prefix + self.state,
+        ev = TraceEvent(len(self.path), self.prefix + source, edge.label, self.prefix + self.state,
                         self.clock() - self._t0, payload)
         self.path.append(ev.state)
-        self._record(ev, steps[source].held)
-        if steps[self.state].final:
+        self._record(ev, self.runnable.steps[source].held)
+        if self.runnable.steps[self.state].final:
             self._end()
         return ev
 
@@ -440,13 +403,12 @@ class GraphRun:
         that raises ``Interrupted`` ends the run with ``"interrupted"`` (its request as the last
         event's payload); a resume enters that state again.
         """
-        step = self.step
         # a cancel() asked for during a step that never waited (instant participants) is taken at
         # the next step boundary, as it would be at a model call (Task.cancelling: Python 3.11+)
         cancelling = getattr(asyncio.current_task(), "cancelling", None)
         try:
             while self.stop_reason is None:
-                await step()
+                await self.step()
                 if cancelling is not None and cancelling():
                     await asyncio.sleep(0)  # the task delivers the pending CancelledError here
         except Interrupted as exc:  # an action waits for an answer: stop here, resumably

@@ -26,7 +26,6 @@ folds the deltas back into the state after any event; ``history_of`` lists a run
 from __future__ import annotations
 
 import json
-import json.encoder
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
@@ -43,42 +42,15 @@ EXTEND_CHARS = 64  # a longer string that grows at its end is written as the tex
 _FULL = '{"all":'
 
 _ENCODER = json.JSONEncoder(default=repr, separators=(",", ":"))
-_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # CPython's C encoder (not in typeshed)
-_C_ENCODE = (_MAKE_ENCODER(None, repr, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
-             if _MAKE_ENCODER is not None else None)
 
 
 def encode_json(obj: Any) -> str:
-    """Compact JSON of checkpoint data (anything not JSON-able is written as its ``repr``), what
-    ``json.dumps(obj, default=repr, separators=(",", ":"))`` writes. The C encoder is built once
-    (``json.dumps`` builds one per call, a third of its cost on the small values of a commit)."""
-    if _C_ENCODE is None:
-        return _ENCODER.encode(obj)
-    try:
-        return "".join(_C_ENCODE(obj, 0))
-    except RecursionError:  # a circular structure: the checking encoder says so
-        return _ENCODER.encode(obj)
+    """Compact JSON of checkpoint data (anything not JSON-able is written as its ``repr``): what
+    ``json.dumps(obj, default=repr, separators=(",", ":"))`` writes, by one encoder made once."""
+    return _ENCODER.encode(obj)
 
 
-# what the encoder writes for a str and for an int (exactly an int), without its set-up
-_ENCODE_STR = json.encoder.encode_basestring_ascii
-_ENCODE_INT = repr
-
-
-def encode_value(v: Any) -> str:
-    """``encode_json(v)``, with a str, an int (not a bool), None and an empty dict written
-    directly: most values a commit writes (payloads, metadata, appended items) are one of those,
-    and the encoder's set-up costs more than they do."""
-    t = type(v)
-    if t is str:
-        return _ENCODE_STR(v)
-    if t is int:
-        return _ENCODE_INT(v)
-    if v is None:
-        return "null"
-    if t is dict and not v:
-        return "{}"
-    return encode_json(v)
+encode_value = encode_json  # the JSON of one value a store writes (a payload, a message's metadata)
 
 
 class AppendLog(list[Any]):
@@ -148,7 +120,7 @@ _FROZEN = frozenset({str, int, float, bool, type(None), Frozen})  # the same obj
 class _Obj(dict[str, Any]):
     """A large dict as last written: key -> what was written for its value (diffed key by key);
     ``src``: key -> the value object last written (an immutable one is not encoded again);
-    ``paths``: key -> the JSON path to it (without its closing bracket), made on its first change."""
+    ``paths``: key -> the JSON path to it, made the first time it is needed."""
 
     __slots__ = ("src", "paths")
 
@@ -156,6 +128,17 @@ class _Obj(dict[str, Any]):
         super().__init__((k, _track(v)) for k, v in value.items())
         self.src = dict(value)
         self.paths: dict[str, str] = {}
+
+    def key_path(self, path: str, key: Any) -> str:
+        """The JSON path (without its closing bracket) of ``key`` in this dict, which is at ``path``.
+        A dict diffed part by part had str keys only; a key the snapshot gained may be another kind."""
+        got = self.paths.get(key)
+        if got is None:
+            if type(key) is not str:
+                raise _NotStrKey
+            name = json.dumps(key)
+            got = self.paths[key] = f"{path},{name}" if path else f"[{name}"
+        return got
 
 
 class _Arr(list[Any]):
@@ -223,17 +206,10 @@ class StateDiff:
     an immutable value (str, number, bool, None) that is the very object last written is skipped
     without encoding it."""
 
-    __slots__ = ("prev", "names")
+    __slots__ = ("prev",)
 
     def __init__(self) -> None:
         self.prev: _Obj | None = None  # the state last written
-        self.names: dict[str, str] = {}  # key -> its JSON (the same few keys every commit)
-
-    def _name(self, key: str) -> str:
-        name = self.names.get(key)
-        if name is None:
-            name = self.names[key] = encode_json(key)
-        return name
 
     def delta(self, state: dict[str, Any]) -> str | None:
         """The delta from the last snapshot to ``state`` (None: unchanged); the whole state first."""
@@ -248,66 +224,23 @@ class StateDiff:
         return "[" + ",".join(ops) + "]" if ops else None
 
     def _dict(self, path: str, value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
-        """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket).
-        Runs at every commit over every key of the state, so the common cases are inline: the
-        very immutable object written last (skipped), an ``AppendLog`` only appended to (its new
-        items), a value written as one text (encoded and compared)."""
-        src, paths = old.src, old.paths
+        """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket)."""
         for k, v in value.items():
-            t = type(v)
-            if t in _FROZEN:
-                if src.get(k, _Obj) is v:  # (_Obj: never a value)
-                    continue  # the very (immutable) object last written here
-                was = old.get(k)
-                if type(was) is str:
-                    text = _ENCODE_STR(v) if t is str else _ENCODE_INT(v) if t is int else encode_json(v)
-                    if text != was:
-                        p = paths.get(k) or self._key_path(paths, path, k)
-                        ops.append(_change(p, was, text) if len(text) > len(was) else f'["s",{p}],{text}]')
-                        old[k] = text if t is not Frozen else _tracked(v, text)
-                    src[k] = v
-                    continue
-            elif t is AppendLog:
-                was = old.get(k)
-                if type(was) is _Log and was.items is v and was.rewrites == v.rewrites and was.n == len(v):
-                    continue  # the same log, nothing added
-                old[k] = self._log(paths.get(k) or self._key_path(paths, path, k), v, was, ops)
-                src[k] = v
-                continue
-            else:
-                was = old.get(k)
-            if type(was) is str:  # a value written as one text
-                text = "{}" if t is dict and not v else encode_json(v)
-                if text != was:
-                    ops.append(_change(paths.get(k) or self._key_path(paths, path, k), was, text))
-                    old[k] = _tracked(v, text)
-            elif type(was) is _Obj and t is dict and v.keys() == was.keys():
-                self._dict(paths.get(k) or self._key_path(paths, path, k), v, was, ops)  # part by part
-            else:
-                old[k] = self._diff(paths.get(k) or self._key_path(paths, path, k), v, was, ops)
-            src[k] = v  # (an immutable one is skipped next time if it is still this object)
-        if len(old) > len(value):  # every key of value is in old now: the others were removed
-            for k in [k for k in old if k not in value]:
-                ops.append(f'["d",{paths.get(k) or self._key_path(paths, path, k)}]]')
-                del old[k]
-                paths.pop(k, None)
-                src.pop(k, None)
-
-    def _key_path(self, paths: dict[str, str], path: str, key: str) -> str:
-        """The JSON path (without its closing bracket) of ``key`` in the dict at ``path``,
-        remembered in that dict's ``paths``.
-        Every key written gets here first; only one the snapshot gained can be other than a str
-        (a dict diffed part by part had str keys only)."""
-        if type(key) is not str:
-            raise _NotStrKey
-        got = paths[key] = f"{path},{self._name(key)}" if path else f"[{self._name(key)}"
-        return got
+            if type(v) in _FROZEN and old.src.get(k, _Obj) is v:  # (_Obj: never a value)
+                continue  # the very (immutable) object last written here
+            old[k] = self._diff(old.key_path(path, k), v, old.get(k), ops)
+            old.src[k] = v
+        for k in [k for k in old if k not in value]:  # removed keys
+            ops.append(f'["d",{old.key_path(path, k)}]]')
+            del old[k]
+            old.src.pop(k, None)
+            old.paths.pop(k, None)
 
     def _diff(self, path: str, value: Any, old: Any, ops: list[str]) -> Any:
         t, was = type(value), type(old)
         if t is AppendLog:
             return self._log(path, value, old, ops)
-        if was is _Obj and t is dict and (value.keys() == old.keys() or all(type(k) is str for k in value)):
+        if was is _Obj and t is dict and all(type(k) is str for k in value):
             self._dict(path, value, old, ops)
             return old
         if was is _Arr and (t is list or t is tuple) and len(value) >= len(old):
@@ -332,7 +265,7 @@ class StateDiff:
         if type(old) is _Log and old.items is value and old.rewrites == value.rewrites and len(value) >= old.n:
             n = old.n
             if len(value) > n:
-                texts = [encode_value(v) for v in value[n:]]
+                texts = [encode_json(v) for v in value[n:]]
                 ops.append(f'["a",{path}],[{",".join(texts)}]]')
                 old.texts += texts
                 old.n += len(texts)
@@ -354,7 +287,7 @@ class StateDiff:
     def _text(self, tracked: Any) -> str:
         t = type(tracked)
         if t is _Obj:
-            return "{" + ",".join(f"{self._name(k)}:{self._text(v)}" for k, v in tracked.items()) + "}"
+            return "{" + ",".join(f"{json.dumps(k)}:{self._text(v)}" for k, v in tracked.items()) + "}"
         if t is _Arr:
             return "[" + ",".join(self._text(v) for v in tracked) + "]"
         if t is _Log:

@@ -1,5 +1,6 @@
 """Per-turn work does not grow with the conversation: counted in executed Python lines and in bytes
 written to the checkpoint (deterministic counts, never time; speed itself is measured in bench/)."""
+import json
 import sys
 
 import pytest
@@ -266,7 +267,7 @@ def discussion(turns):
 
 class Work:
     """What checkpointing a run did: JSON characters and values encoded (every JSON text of a
-    commit -- state deltas, payloads, metadata -- goes through statelog's encoders) and the
+    commit -- state deltas, payloads, metadata -- is written by statelog's encoder) and the
     characters of the messages handed to the store."""
 
     def __init__(self):
@@ -291,21 +292,19 @@ def checkpoint_work(make, turns, kind, tmp_path):
         work.values += 1
         return text
 
-    # statelog's three encoders: the C encoder, and a str's and an int's JSON written directly
-    real = {"_C_ENCODE": statelog._C_ENCODE, "_ENCODE_STR": statelog._ENCODE_STR, "_ENCODE_INT": statelog._ENCODE_INT}
-    counting = {"_C_ENCODE": lambda obj, level: [counted("".join(real["_C_ENCODE"](obj, level)))],
-                "_ENCODE_STR": lambda v: counted(real["_ENCODE_STR"](v)),
-                "_ENCODE_INT": lambda v: counted(real["_ENCODE_INT"](v))}
+    class CountingEncoder(json.JSONEncoder):
+        def encode(self, o):
+            return counted(super().encode(o))
+
+    real = statelog._ENCODER  # statelog's encoder writes every JSON value of a commit
 
     store = Counting() if kind == "memory" else Counting(tmp_path / f"{make.__name__}-{turns}.db")
     pattern = make(turns)
-    for name, fn in counting.items():
-        setattr(statelog, name, fn)
+    statelog._ENCODER = CountingEncoder(default=repr, separators=(",", ":"))
     try:
         res = pattern.execute("go", checkpoint=store)
     finally:
-        for name, fn in real.items():
-            setattr(statelog, name, fn)
+        statelog._ENCODER = real
     assert res.ok, res.error
     posted = sum(m.role != "User" for m in res.transcript)  # the task is not a turn
     return {k: v / posted for k, v in vars(work).items()}, posted

@@ -231,61 +231,24 @@ def test_an_action_raising_a_limit_takes_the_edge_it_names():
     assert res2.stop_reason == "error" and isinstance(res2.error, DeadlineExceeded)
 
 
-def test_the_quiet_transition_keeps_the_machines_checks():
-    """The engine's Machine skips logging and empty callback walks, not its checks: a trigger the
-    current state has no transition for is refused by ``Event.trigger``; once any callback is
-    configured, the full ``Transition.execute`` runs it."""
+def test_the_engine_moves_only_along_the_graphs_legal_pairs():
+    """The engine changes state with the Machine's public ``set_state`` after checking the pair
+    against the graph's transitions: a move no transition joins is a typed error naming both
+    states, and the run's state is left as it was."""
     from transitions import Machine
-    from transitions.core import MachineError
 
-    cls = engine.machine_class()
-    assert issubclass(cls, Machine) and cls.transition_cls is not Machine.transition_cls
+    from fsmchat.engine import IllegalTransitionError
+
     compiled = runnable_graph(door_graph())
+    assert type(compiled.machine) is Machine
+    assert compiled.legal == {("closed", "locked"), ("closed", "opened"), ("opened", "closed"),
+                              ("locked", "closed"), ("locked", "broken")}
     r = GraphRun(door_graph(), ctx())
-    close_trigger = next(trig for _g, trig, label, _d in compiled.steps["opened"].out if label == "close")
-    assert r.state == "closed"
-    with pytest.raises(MachineError, match="Can't trigger event"):
-        compiled.events[close_trigger].trigger(r)  # "close" leads out of "opened", not "closed"
-    assert r.state == "closed"
-
-    class Door:
-        state = "closed"
-
-    heard = []
-    m = cls(model=None, states=["closed", "opened"], auto_transitions=False, initial="closed",
-            transitions=[{"trigger": "open", "source": "closed", "dest": "opened"}],
-            after_state_change=[lambda *a, **k: heard.append("after")])
-    door = Door()
-    m.events["open"].trigger(door)
-    assert door.state == "opened" and heard == ["after"]
-
-
-def test_the_quiet_event_runs_the_machines_callbacks_once_any_is_set():
-    """The engine's Event skips the empty prepare/finalize walks only: with a prepare_event or
-    finalize_event callback configured, transitions' full ``Event._trigger`` calls them, in order."""
-    from transitions import Machine
-
-    cls = engine.machine_class()
-    assert issubclass(cls, Machine) and cls.event_cls is not Machine.event_cls
-
-    class Door:
-        state = "closed"
-
-    heard: list[str] = []
-    m = cls(model=None, states=["closed", "opened"], auto_transitions=False, initial="closed",
-            transitions=[{"trigger": "open", "source": "closed", "dest": "opened"}],
-            prepare_event=[lambda *a, **k: heard.append("prepare")],
-            finalize_event=[lambda *a, **k: heard.append("finalize")])
-    door = Door()
-    assert m.events["open"].trigger(door) is True
-    assert door.state == "opened" and heard == ["prepare", "finalize"]
-    quiet = cls(model=None, states=["closed", "opened"], auto_transitions=False, initial="closed",
-                transitions=[{"trigger": "open", "source": "closed", "dest": "opened"}])
-    door2 = Door()
-    assert quiet.events["open"].trigger(door2) is True and door2.state == "opened"
-    from transitions.core import MachineError
-    with pytest.raises(MachineError, match="Can't trigger event open from state opened"):
-        quiet.events["open"].trigger(door2)  # the source check stays
+    with pytest.raises(IllegalTransitionError, match="from state 'closed' to 'broken'"):
+        compiled.move(r, "broken")
+    assert r.state == "closed" and r.path == []
+    compiled.move(r, "opened")
+    assert r.state == "opened"
 
 
 def test_is_awaitable_answers_as_inspect_does_for_every_kind_of_value():
@@ -314,6 +277,6 @@ def test_is_awaitable_answers_as_inspect_does_for_every_kind_of_value():
     values = [None, "text", 3, {"a": 1}, Later(), c, fut, g_old, g_plain, plain_generator(), old_style()]
     assert [is_awaitable(v) for v in values] == [False, False, False, False, True, True, True, True, False,
                                                  False, True]
-    assert [is_awaitable(v) for v in values] == [inspect.isawaitable(v) for v in values]  # asked twice: cached
+    assert [is_awaitable(v) for v in values] == [inspect.isawaitable(v) for v in values]
     c.close()
     loop.close()

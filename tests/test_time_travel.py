@@ -211,17 +211,14 @@ def test_growing_lists_strings_and_large_dicts_are_written_as_appends():
 
 
 def encoded_values(monkeypatch):
-    """Every value statelog encodes to JSON, as text, in order (by its C encoder, or a str's or an
-    int's JSON written directly)."""
+    """Every value statelog encodes to JSON, as text, in order."""
     seen = []
+    real = statelog.encode_json
 
-    def seeing(text):
-        seen.append(text)
-        return text
-    c_encode, encode_str, encode_int = statelog._C_ENCODE, statelog._ENCODE_STR, statelog._ENCODE_INT
-    monkeypatch.setattr(statelog, "_C_ENCODE", lambda obj, level: [seeing("".join(c_encode(obj, level)))])
-    monkeypatch.setattr(statelog, "_ENCODE_STR", lambda v: seeing(encode_str(v)))
-    monkeypatch.setattr(statelog, "_ENCODE_INT", lambda v: seeing(encode_int(v)))
+    def seeing(obj):
+        seen.append(real(obj))
+        return seen[-1]
+    monkeypatch.setattr(statelog, "encode_json", seeing)
     return seen
 
 

@@ -215,27 +215,15 @@ class FlowContext:
         The growing parts (step records, events, a discussion's lines, memories) are
         ``AppendLog``s, written as what each step added; a variable ``join_lines`` set is not
         stored (its lines are)."""
-        variables, joined = self.variables, None
-        if self.joined:  # (runs at every commit: loops, not comprehensions)
-            joined = {}
-            for name, (key, text) in self.joined.items():
-                if variables.get(name) is text:
-                    joined[name] = key
-            if joined:
-                variables = variables.copy()
-                for name in joined:
-                    del variables[name]
-                if joined == self._joined_state:
-                    joined = self._joined_state  # the same object: a commit skips it
-                else:
-                    joined = self._joined_state = Frozen(joined)
+        joined = {name: key for name, (key, text) in self.joined.items() if self.variables.get(name) is text}
+        variables = {k: v for k, v in self.variables.items() if k not in joined}
+        if joined and joined != self._joined_state:
+            self._joined_state = Frozen(joined)  # kept while unchanged: a commit skips the very dict it wrote
         try:
             encoded = encode(variables)
         except NotSerializable as exc:
             raise TypeError(f"checkpointing a flow needs JSON-able variables; found a {exc}") from None
-        frames = {}
-        for k, v in self.frames.items():
-            frames[str(k)] = encode(v)
+        frames = {str(k): encode(v) for k, v in self.frames.items()}
         state = {"variables": encoded, "previous_result": self.previous_result, "steps": self.steps,
                  "status": self.status, "error": None if self.error is None else str(self.error),
                  "frames": frames, "events": self.events, "stats": self.stats.to_state(), "memory": self.memory}
@@ -244,7 +232,7 @@ class FlowContext:
         if self.tool_loop.used:
             state["tools"] = self.tool_loop.snapshot()
         if joined:
-            state["joined"] = joined
+            state["joined"] = self._joined_state
         return state
 
     def restore(self, state: dict[str, Any]) -> None:

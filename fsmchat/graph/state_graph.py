@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass, field
-from types import GeneratorType
 from typing import Any, Awaitable, Callable, Iterable, Sequence, TypeGuard
 
 from ..errors import GraphError
@@ -45,20 +44,9 @@ def callable_name(fn: Any) -> str:
     return "guard" if name == "<lambda>" else name
 
 
-_AWAITABLE_TYPES: dict[type, bool] = {type(None): False, str: False}
-
-
 def is_awaitable(value: Any) -> TypeGuard[Awaitable[Any]]:
-    """``inspect.isawaitable(value)``, remembered per type: what an action or a participant
-    returned is looked at on every step, and the ABC check behind ``isawaitable`` is the slow part.
-    (A generator is asked each time: only one made by a ``types.coroutine`` function is awaitable.)"""
-    t = type(value)
-    known = _AWAITABLE_TYPES.get(t)
-    if known is None:
-        known = inspect.isawaitable(value)
-        if t is not GeneratorType and len(_AWAITABLE_TYPES) < 256:
-            _AWAITABLE_TYPES[t] = known
-    return known
+    """``inspect.isawaitable(value)``, typed as a guard: whether an action's result must be awaited."""
+    return inspect.isawaitable(value)
 
 
 @dataclass

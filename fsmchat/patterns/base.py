@@ -55,9 +55,6 @@ from .streaming import RunStream
 T = TypeVar("T")
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # each PatternState class's field names, in order
-
-
 @dataclass
 class PatternState:
     """A pattern's typed working state between steps (``GroupChatState``: the bids, the winner...).
@@ -83,10 +80,7 @@ class PatternState:
 
     def snapshot(self) -> dict[str, Any]:
         """Every field as JSON-able data (what a checkpoint stores as ``"scratch"``)."""
-        names = _FIELD_NAMES.get(type(self))
-        if names is None:  # (``fields()`` costs more than the snapshot: once per class)
-            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in fields(self))
-        return encode_fields({name: getattr(self, name) for name in names})
+        return encode_fields({f.name: getattr(self, f.name) for f in fields(self)})
 
     def restore(self, scratch: dict[str, Any]) -> None:
         """Set the fields a ``snapshot`` holds (on resume); other keys are ignored."""

@@ -22,6 +22,7 @@ the forced ``respond`` call as before, and the graph is unchanged.
 """
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Sequence
 
@@ -29,7 +30,6 @@ from pydantic import AfterValidator, Field
 
 from ..checks import check_agents
 from ..config import Participants
-from ..deadline import gather_eager
 from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error, grouped_failures
 from ..graph.state_graph import StateGraph, state_names
 from ..models import Message, StopReason
@@ -193,7 +193,7 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     if not ctx.stats.fits(callers):  # a round that could cross max_model_calls is not started
         raise ctx.stats.refuse_over_cap(f"a bid round of {callers} request(s)")
     loop = ctx.tool_loop  # the speaking block: a bidder with tools may call them before it bids
-    got = await gather_eager(loop.bid(s, turn(s)) for s in ctx.speakers)  # a bid that never waits costs no task
+    got = await asyncio.gather(*(loop.bid(s, turn(s)) for s in ctx.speakers), return_exceptions=True)
     for out in got:  # a run limit first (the engine takes its stop edge), then errors in roster order
         if isinstance(out, BaseException) and isinstance(fatal_error(out), LimitReached):
             raise out
