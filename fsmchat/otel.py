@@ -199,13 +199,17 @@ class Tracing:
         """``pattern.aresume(run_id, checkpoint, **kw)`` in a run span parented to the trace context
         stored with the run (its first run's span, or the run it was forked from)."""
         parent = None
-        stored = checkpoint.load(run_id).meta.get(TRACE_META)
+        meta = checkpoint.load(run_id).meta
+        stored = meta.get(TRACE_META)
         if isinstance(stored, dict):
             from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
             parent = TraceContextTextMapPropagator().extract({k: v for k, v in stored.items() if isinstance(v, str)})
+        origin = meta.get("forked_from")
+        forked_from = origin.get("run_id") if isinstance(origin, dict) else None
         return await self._traced(pattern, parent, None,
-                                  lambda hooks: pattern.aresume(run_id, checkpoint, **hooks, **kw), kw, run_id)
+                                  lambda hooks: pattern.aresume(run_id, checkpoint, **hooks, **kw), kw, run_id,
+                                  forked_from if isinstance(forked_from, str) else None)
 
     def execute(self, pattern: Any, task: str, **kw: Any) -> RunResult:
         """``aexecute`` from synchronous code."""
@@ -217,7 +221,7 @@ class Tracing:
 
     async def _traced(self, pattern: Any, parent: Context | None, task: str | None,
                       call: Callable[[dict[str, Any]], Awaitable[RunResult]], kw: dict[str, Any],
-                      run_id: str | None = None) -> RunResult:
+                      run_id: str | None = None, forked_from: str | None = None) -> RunResult:
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -230,6 +234,8 @@ class Tracing:
         if run_id is not None:
             run.set_attribute("fsmchat.run_id", run_id)
             run.set_attribute("fsmchat.resumed", True)
+        if forked_from is not None:
+            run.set_attribute("fsmchat.forked_from", forked_from)
         if task is not None and self.capture_content:
             run.set_attribute("fsmchat.task", task)
         spans = _RunSpans(self, run)

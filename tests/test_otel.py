@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from fsmchat import Approve, Bid, GroupChat, RoundRobinSwarm
+from fsmchat import Approve, Bid, GroupChat, RoundRobinSwarm, fork
 from fsmchat.checkpoint import MemoryCheckpointer
 from fsmchat.otel import TRACE_META, Tracing
 from fsmchat.testing import Fail, ScriptedModel
@@ -149,6 +149,30 @@ def test_a_resumed_run_continues_the_first_runs_trace():
     assert run2.attributes["fsmchat.run_id"] == "r" and run2.attributes["fsmchat.resumed"] is True
     assert [s.attributes["fsmchat.state"] for s in spans if s.name.startswith("step ")] == \
         ["before_post", "post", "penalize", "stop"]
+
+
+def say_a(turn):
+    return "A."
+
+
+def say_b(turn):
+    return "B."
+
+
+def test_a_fork_continues_the_trace_of_the_run_it_was_forked_from():
+    exporter, tracing = memory_tracing()
+    rr = RoundRobinSwarm(agents=[say_a, say_b], max_loops=2)
+    cp = MemoryCheckpointer()
+    tracing.execute(rr, TASK, checkpoint=cp, run_id="orig")
+    orig = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")][0]
+    exporter.clear()
+    fork("orig", at=1, checkpoint=cp, edit={"replace": {1: "A, edited"}}, fork_id="edited")
+    tracing.resume(rr, "edited", cp)
+    spans = exporter.get_finished_spans()
+    run = [s for s in spans if s.name.startswith("invoke_agent")][0]
+    assert {s.context.trace_id for s in spans} == {orig.context.trace_id}
+    assert run.parent.span_id == orig.context.span_id
+    assert (run.attributes["fsmchat.run_id"], run.attributes["fsmchat.forked_from"]) == ("edited", "orig")
 
 
 def test_a_run_without_tracing_stores_no_trace_context():
