@@ -15,11 +15,11 @@ fork of it) parents the new run span to it, so the whole life of a run is one tr
 """
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from .checkpoint import RUN_META
+from .engine import run_sync
 from .errors import result_of
 from .models import RunResult, TraceEvent
 from .speakers.llm import INTERCEPTOR
@@ -212,12 +212,12 @@ class Tracing:
                                   forked_from if isinstance(forked_from, str) else None)
 
     def execute(self, pattern: Any, task: str, **kw: Any) -> RunResult:
-        """``aexecute`` from synchronous code."""
-        return asyncio.run(self.aexecute(pattern, task, **kw))
+        """``aexecute`` from synchronous code (inside a running loop too, as ``pattern.execute``)."""
+        return run_sync(lambda: self.aexecute(pattern, task, **kw))
 
     def resume(self, pattern: Any, run_id: str, checkpoint: Any, **kw: Any) -> RunResult:
-        """``aresume`` from synchronous code."""
-        return asyncio.run(self.aresume(pattern, run_id, checkpoint, **kw))
+        """``aresume`` from synchronous code (inside a running loop too, as ``pattern.resume``)."""
+        return run_sync(lambda: self.aresume(pattern, run_id, checkpoint, **kw))
 
     async def _traced(self, pattern: Any, parent: Context | None, task: str | None,
                       call: Callable[[dict[str, Any]], Awaitable[RunResult]], kw: dict[str, Any],
