@@ -29,7 +29,18 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
 TRACE_META = "trace_context"
-"""The checkpoint metadata key of a run's trace context: ``{"traceparent": "00-<trace>-<span>-01"}``."""
+"""The checkpoint metadata key of a run's trace context: ``{"traceparent": "00-<trace>-<span>-<flags>"}``.
+
+Examples:
+    >>> from opentelemetry.sdk.trace import TracerProvider
+    >>> from fsmchat import MemoryCheckpointer, RoundRobinSwarm
+    >>> from fsmchat.otel import TRACE_META, Tracing
+    >>> store = MemoryCheckpointer()
+    >>> _ = Tracing(TracerProvider()).execute(RoundRobinSwarm(agents=[lambda turn: "Done."], max_loops=1), "Go?",
+    ...                                       checkpoint=store, run_id="traced")
+    >>> list(store.load("traced").meta[TRACE_META])
+    ['traceparent']
+"""
 
 
 def _provider_of(model: str) -> str:
