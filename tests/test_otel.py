@@ -245,3 +245,24 @@ def test_import_fsmchat_imports_no_opentelemetry():
             "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_concurrent_runs_keep_their_own_spans():
+    import asyncio
+
+    exporter, tracing = memory_tracing()
+    m1, rr1 = swarm({"a": ["A1."], "b": ["B1."]})
+    m2, rr2 = swarm({"c": ["C2."], "d": ["D2."]})
+
+    async def both():
+        return await asyncio.gather(tracing.aexecute(rr1, TASK), tracing.aexecute(rr2, TASK))
+
+    assert [r.stop_reason for r in asyncio.run(both())] == ["max_loops", "max_loops"]
+    spans = exporter.get_finished_spans()
+    runs = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert len(runs) == 2 and len({r.context.trace_id for r in runs}) == 2
+    agents_by_trace = {}
+    for s in spans:
+        if s.name.startswith("chat "):
+            agents_by_trace.setdefault(s.context.trace_id, set()).add(s.attributes["gen_ai.agent.name"])
+    assert sorted(map(sorted, agents_by_trace.values())) == [["a", "b"], ["c", "d"]]
