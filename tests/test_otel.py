@@ -266,3 +266,18 @@ def test_concurrent_runs_keep_their_own_spans():
         if s.name.startswith("chat "):
             agents_by_trace.setdefault(s.context.trace_id, set()).add(s.attributes["gen_ai.agent.name"])
     assert sorted(map(sorted, agents_by_trace.values())) == [["a", "b"], ["c", "d"]]
+
+
+def test_a_cassette_around_a_traced_run_still_records_and_replays(tmp_path):
+    from fsmchat.testing import cassette
+
+    exporter, tracing = memory_tracing()
+    m, rr = swarm({"a": ["A says ship."], "b": ["B agrees."]})
+    path = tmp_path / "run.json"
+    for _ in range(2):  # the first run records, the second replays: the chat spans wrap the cassette's hook
+        with cassette(path):
+            assert tracing.execute(rr, TASK).transcript[-1].content == "B agrees."
+    assert m.calls() == 2
+    chats = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    assert [c.attributes["gen_ai.agent.name"] for c in chats] == ["a", "b", "a", "b"]
+    assert [c.attributes["gen_ai.usage.output_tokens"] for c in chats] == [5, 5, 5, 5]
