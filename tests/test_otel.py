@@ -281,3 +281,23 @@ def test_a_cassette_around_a_traced_run_still_records_and_replays(tmp_path):
     chats = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
     assert [c.attributes["gen_ai.agent.name"] for c in chats] == ["a", "b", "a", "b"]
     assert [c.attributes["gen_ai.usage.output_tokens"] for c in chats] == [5, 5, 5, 5]
+
+
+def test_a_parallel_steps_branches_are_spans_under_its_step():
+    from fsmchat import AgentFlow, parallel
+
+    exporter, tracing = memory_tracing()
+    m = ScriptedModel({"a": ["A."], "b": ["B."], "c": ["C."]})
+    a, b, c = m.agent("a"), m.agent("b"), m.agent("c")
+    r = tracing.execute(AgentFlow(agents=[a, b, c], steps=[parallel([a, b]), c]), TASK)
+    assert r.path == ["parallel", "c", "end"]
+    spans = exporter.get_finished_spans()
+    name_of = {s.context.span_id: s.name for s in spans}
+    tree = sorted((s.name if not s.name.startswith("chat ") else f"chat by {s.attributes['gen_ai.agent.name']}",
+                   name_of.get(s.parent.span_id) if s.parent else None) for s in spans)
+    assert tree == sorted([
+        ("invoke_agent flow", None), ("step parallel", "invoke_agent flow"), ("step c", "invoke_agent flow"),
+        ("step end", "invoke_agent flow"), ("step parallel|1.a", "step parallel"),
+        ("step parallel|1.done", "step parallel"), ("step parallel|2.b", "step parallel"),
+        ("step parallel|2.done", "step parallel"), ("chat by a", "step parallel"), ("chat by b", "step parallel"),
+        ("chat by c", "step c")])
