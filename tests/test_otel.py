@@ -301,3 +301,11 @@ def test_a_parallel_steps_branches_are_spans_under_its_step():
         ("step parallel|1.done", "step parallel"), ("step parallel|2.b", "step parallel"),
         ("step parallel|2.done", "step parallel"), ("chat by a", "step parallel"), ("chat by b", "step parallel"),
         ("chat by c", "step c")])
+
+
+def test_without_the_extra_tracing_says_what_to_install():
+    code = ("import sys; sys.modules['opentelemetry'] = None\n"  # as if it were not installed
+            "from fsmchat.otel import Tracing\n"
+            "try:\n    Tracing()\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "fsmchat.otel.Tracing needs OpenTelemetry: pip install 'fsmchat[otel]'"
