@@ -11,6 +11,7 @@ the last committed state; ``checkpoint.history(run_id)`` lists every step with t
 """
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
 import math
@@ -31,6 +32,10 @@ from .speakers.respond import BidOutcome
 from .statelog import (HELD, AppendLog, HistoryStep, RunLog, StateDiff, copy_state, encode_json, encode_value,
                        history_of)
 from .trust import Trust
+
+# What a new checkpointed run stores in its metadata besides its own (``fsmchat.otel``: the run's
+# W3C trace context, so a resume or a fork continues the trace). A ContextVar: set around one run.
+RUN_META: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("fsmchat_run_meta", default=None)
 
 LEASE_TTL = 30.0
 """Seconds a run's lease lasts without renewal (commits and model requests renew it), unless the

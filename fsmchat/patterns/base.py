@@ -29,8 +29,8 @@ from typing import Annotated, Any, AsyncIterator, Callable, ClassVar, Collection
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from .. import distributed
-from ..checkpoint import (Checkpointer, CheckpointMismatch, Lease, Recorder, check_checkpoint, check_resume, decode,
-                          encode_fields, new_run_id)
+from ..checkpoint import (RUN_META, Checkpointer, CheckpointMismatch, Lease, Recorder, check_checkpoint, check_resume,
+                          decode, encode_fields, new_run_id)
 from ..config import PatternSpec, pattern_spec, to_config
 from ..statelog import AppendLog
 from ..engine import batch_collector, run_graph, run_sync
@@ -765,7 +765,7 @@ class Pattern(ABC):
         try:
             if checkpoint is not None:  # what a resume checks and the viewer shows; a plain run needs none of it
                 meta = {"pattern": type(self).__name__, "name": self.name, "task": task, "factory": self.factory,
-                        "fingerprint": self.fingerprint(), **self._viewer_meta()}
+                        "fingerprint": self.fingerprint(), **self._viewer_meta(), **(RUN_META.get() or {})}
             ctx = self._context(task)
         except BaseException:
             if lease is not None:
