@@ -54,7 +54,7 @@ def _where(dsn: str) -> str:
         parts = conninfo_to_dict(dsn)
     except Exception:
         return "PostgreSQL (an unreadable dsn)"
-    shown = " ".join(f"{k}={v}" for k, v in parts.items() if k in ("host", "port", "dbname", "user"))
+    shown = " ".join(f"{k}={parts[k]}" for k in ("host", "port", "dbname", "user") if parts.get(k))
     return f"PostgreSQL {shown or '(default connection)'}"
 
 

@@ -99,8 +99,9 @@ def test_a_lease_given_back_is_never_taken_again_by_its_holder(open_store):
         cp.renew(lease.fence)
 
 
-def test_a_refused_sqlite_commit_writes_no_row_of_it(tmp_path):
-    cp = SqliteCheckpointer(tmp_path / "runs.db")
+@pytest.mark.parametrize("store", STORES)
+def test_a_refused_commit_writes_no_row_of_it(open_store, store):
+    cp = open_store()
     old = Fence("R", lease_owner(), cp.acquire("R", lease_owner()))  # an owner the store never gave this token
     new = Fence("R", "other", 0)
     with pytest.raises(LeaseLost):
@@ -113,8 +114,11 @@ def test_a_refused_sqlite_commit_writes_no_row_of_it(tmp_path):
             with pytest.raises(LeaseLost):
                 cp.commit("R", TraceEvent(0, "seed", "next", "x", 0.0), messages, {"n": 1}, fence=fence,
                           earlier=[TraceEvent(0, "a", "next", "seed", 0.0)] if len(messages) == 2 else ())
-    con = sqlite3.connect(tmp_path / "runs.db")
-    assert [con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("events", "messages")] == [0, 0]
+    saved = reopen(cp).load("R")
+    assert (saved.events, saved.messages, saved.state) == ([], [], None)
+    if store != "memory":  # no row of them in the database either
+        con = sqlite3.connect(cp.path) if store == "sqlite" else cp._db
+        assert [con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("events", "messages")] == [0, 0]
 
 
 @pytest.mark.parametrize("bad, kind", [(0, ConfigError), (-1, ConfigError), (float("inf"), ConfigError),
