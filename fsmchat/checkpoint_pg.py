@@ -213,7 +213,7 @@ class PostgresCheckpointer:
                     diff = self._diffs[run_id] = StateDiff()
                 delta = diff.delta(state)
             after = nm + len(messages)
-            rows = [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t, encode_value(e.payload), nm, HELD)
+            rows: list[tuple[Any, ...]] = [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t, encode_value(e.payload), nm, HELD)
                     for i, e in enumerate(earlier)]
             rows.append((run_id, ne + len(earlier), event.step, event.state, event.trigger, event.dest, event.t,
                          encode_value(event.payload), after, delta))
@@ -360,7 +360,6 @@ class _StoreErrors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-        if exc is not None and isinstance(exc, self.store._psycopg.Error):
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, self.store._psycopg.Error):
             raise self.store._store_error(exc) from None
-        return False
