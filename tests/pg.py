@@ -31,8 +31,8 @@ def _free_port() -> int:
 class Cluster:
     """One running server: ``dsn()`` names a fresh database on it."""
 
-    def __init__(self, bin_dir: str) -> None:
-        self.bin = bin_dir
+    def __init__(self, bin_dir: str, fsync: bool = False) -> None:
+        self.bin, self.fsync = bin_dir, fsync  # tests: no fsync (a throwaway cluster); the benchmark: the default
         self.root = tempfile.mkdtemp(prefix="fsmchat-pg-")
         self.data = os.path.join(self.root, "data")
         self.port = _free_port()
@@ -50,7 +50,7 @@ class Cluster:
                      "--locale=C.UTF-8", "--encoding=UTF8")
         if r.returncode != 0:
             raise RuntimeError(f"initdb failed: {r.stderr.strip()}")
-        opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+        opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root}" + ("" if self.fsync else " -c fsync=off")
         r = self.run(f"{self.bin}/pg_ctl", "-D", self.data, "-l", os.path.join(self.root, "log"), "-o", opts,
                      "-w", "start")
         if r.returncode != 0:
