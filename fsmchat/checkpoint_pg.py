@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .checkpoint import (LEASE_TTL, Fence, LeaseLost, RunInfo, Saved, already_used, check_lease_ttl, column_json,
                          event_of_row, lease_refusal, message_of_row, run_info, saved_of)
-from .errors import CheckpointStoreError, bad_value
+from .errors import CheckpointStoreError, FsmchatError, bad_value
 from .models import Message, TraceEvent
 from .statelog import HELD, HistoryStep, RunLog, StateDiff, encode_json, encode_value, history_of
 
@@ -42,7 +42,7 @@ _INSERT_EVENT = "INSERT INTO events VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 
 _INSERT_MESSAGE = "INSERT INTO messages VALUES (%s, %s, %s, %s, %s)"
 
 
-class _Refused(Exception):
+class _Refused(FsmchatError):
     """Inside a transaction: the writer's fence no longer holds the run's lease (rolled back)."""
 
 
@@ -67,6 +67,17 @@ class PostgresCheckpointer:
     can run and resume one store's runs: a run is owned by one execute/resume at a time, and the
     writes of an owner that has been replaced are refused with nothing written (``LeaseLost``).
     Calls are synchronous and serialised per store object (one connection), as ``SqliteCheckpointer``.
+
+    Examples:
+        >>> from fsmchat import PostgresCheckpointer
+        >>> PostgresCheckpointer("host=127.0.0.1 port=1 dbname=runs user=app password=secret")  # no server there
+        Traceback (most recent call last):
+            ...
+        fsmchat.errors.CheckpointStoreError: checkpoint store PostgreSQL host=127.0.0.1 port=1 dbname=runs user=app: OperationalError: connection failed: ...
+
+        With a server, any pattern runs and resumes on it as on SQLite (``pattern.execute(task,
+        checkpoint=store, run_id=...)``, ``pattern.resume(run_id, store)``), from any machine
+        that reaches the database.
     """
 
     fences = True  # writes take fence=: refused when the writer no longer holds the run's lease
