@@ -175,3 +175,37 @@ def test_a_group_chat_killed_mid_turn_on_postgres_resumes_to_the_same_transcript
     assert resumed.calls == full.calls == 3 * (len(full.transcript) - 1)  # no committed bid asked twice
     assert resumed.path == full.path and resumed.stop_reason == full.stop_reason
     assert reopen(cp).load("mid").finished
+
+
+def test_a_postgres_takeover_waits_for_a_write_in_flight_then_refuses_the_old_owner(pg_dsn):
+    """A write holds its run's lease row FOR SHARE for its whole transaction: a new owner's acquire
+    (the old lease expired) waits for it instead of slipping in between the check and the rows, and
+    the old owner's next write is refused."""
+    import psycopg
+
+    from fsmchat.checkpoint import Fence, LeaseLost
+    from fsmchat.checkpoint_pg import _HOLDS, PostgresCheckpointer  # the check every write opens with
+
+    cp = PostgresCheckpointer(pg_dsn)
+    a = lease_owner()
+    fa = Fence("R", a, cp.acquire("R", a, 0.001))  # expires at once: as if its owner were paused
+    cp.start("R", {}, fence=fa)
+    writer = psycopg.connect(pg_dsn)  # the old owner's commit, mid-transaction, after its fence check
+    assert writer.execute(_HOLDS, ("R", a, fa.token)).fetchone() == (1,)
+    other = PostgresCheckpointer(pg_dsn)
+    got = []
+    taker = threading.Thread(target=lambda: got.append(other.acquire("R", lease_owner())))
+    taker.start()
+    watch = psycopg.connect(pg_dsn, autocommit=True)
+    while not watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                            "query LIKE 'SELECT owner, expires, token FROM leases%%'").fetchone()[0]:
+        assert taker.is_alive() and got == [], "the takeover did not wait for the write in flight"
+    writer.commit()  # the old owner's write ends: the takeover goes ahead
+    taker.join()
+    assert got == [2]
+    with pytest.raises(LeaseLost, match=r"taken over by .* \(fencing token 2\)"):
+        cp.commit("R", TraceEvent(0, "seed", "next", "x", 0.0), [Message(role="User", content="late")], {"n": 1},
+                  fence=fa)
+    assert reopen(cp).load("R").messages == []
+    for con in (writer, watch):
+        con.close()
