@@ -1,6 +1,6 @@
 # Two entry points, each doing all of its own set-up on a fresh clone (Python 3.11 + root):
 #   make demo   venv + the base package + Graphviz, regenerate graphs/, run the offline group chat live
-#   make test   venv + install + Graphviz + Chromium, then the whole test suite (python -m pytest)
+#   make test   venv + install + Graphviz + Chromium + PostgreSQL, then the whole test suite (python -m pytest)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.fsmchat-installed
 DEMO_STAMP := $(VENV)/.fsmchat-demo-installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test install demo-install graphviz chromium graphs docs layers bench clean
+.PHONY: demo test install demo-install graphviz chromium postgresql graphs docs layers bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ chromium:
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver \
 	    >/dev/null || echo "could not install Chromium: the browser tests will be skipped"; }
 
+# Debian's PostgreSQL server, for the PostgresCheckpointer tests (tests/pg.py starts a throwaway cluster with its
+# initdb and pg_ctl); when it cannot be installed those tests are skipped, saying why
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "installing PostgreSQL with apt-get"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql \
+	    >/dev/null || echo "could not install PostgreSQL: the PostgreSQL store tests will be skipped"; }
+
 # the gallery is named in pyproject.toml ([tool.fsmchat.graphs]: built-ins + examples/*.py with build())
 graphs: install graphviz
 	$(BIN)/fsmchat graphs --prune
@@ -50,7 +58,7 @@ demo: demo-install graphviz
 	$(BIN)/fsmchat graphs
 	$(BIN)/fsmchat run examples/group_chat.py
 
-test: install graphviz chromium
+test: install graphviz chromium postgresql
 	$(BIN)/python -m pytest
 
 # the documentation site (mkdocs.yml: README, docs/*.md, the API reference) into site/, strict as in the tests

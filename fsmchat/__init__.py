@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "StateGraph": "graph",
     "run": "engine", "run_graph": "engine", "GraphRun": "engine", "run_sync": "engine",
     "SqliteCheckpointer": "checkpoint", "MemoryCheckpointer": "checkpoint", "resume": "checkpoint",
+    "PostgresCheckpointer": "checkpoint_pg",
     "fork": "timetravel", "ForkEdit": "timetravel", "ForkError": "timetravel", "HistoryStep": "statelog",
     "Limits": "limits", "from_config": "config", "UntrustedReference": "trust",
     # layer 5: speakers
@@ -67,6 +68,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .checkpoint import MemoryCheckpointer, SqliteCheckpointer, resume
+    from .checkpoint_pg import PostgresCheckpointer
     from .statelog import HistoryStep
     from .timetravel import ForkEdit, ForkError, fork
     from .config import from_config

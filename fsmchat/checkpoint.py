@@ -300,6 +300,10 @@ def _message(seq: int, role: Any, content: Any, metadata: Any, log: RunLog) -> M
     return Message(role=role, content=content, metadata=md or {})
 
 
+# the row readers, for stores in other modules (fsmchat.checkpoint_pg) that keep the same columns
+column_json, event_of_row, message_of_row = _json, _event, _message
+
+
 _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_MESSAGE = "INSERT INTO messages VALUES (?, ?, ?, ?, ?)"
 _EVENT_ROWS = [""] + [_INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1) for n in range(1, 9)]

@@ -14,6 +14,7 @@ import pytest
 from fsmchat import Agent, AgentFlow, Discussion, GroupChat, RoundRobinSwarm, loop
 from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.testing import assert_trace_is_path
+from stores import STORES, reopen
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -273,19 +274,16 @@ def test_a_run_id_is_used_once(tmp_path):
 
 
 # ---- store conformance: one commit that carries several messages ----
-STORES = {"memory": lambda tmp_path: MemoryCheckpointer(), "sqlite": lambda tmp_path: SqliteCheckpointer(tmp_path / "c.db")}
-
-
 def reopened(cp, tmp_path):
-    """The same store as a later process sees it (SQLite: a new connection to the file)."""
-    return SqliteCheckpointer(tmp_path / "c.db") if isinstance(cp, SqliteCheckpointer) else cp
+    """The same store as a later process sees it (SQLite, PostgreSQL: a new connection)."""
+    return reopen(cp)
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_a_commit_carrying_several_messages_stores_each_of_them_in_order(tmp_path, store):
+def test_a_commit_carrying_several_messages_stores_each_of_them_in_order(tmp_path, open_store):
     from fsmchat.models import Message, TraceEvent
 
-    cp = STORES[store](tmp_path)
+    cp = open_store()
     cp.start("R", {"task": "go"})
     cp.commit("R", TraceEvent(0, "seed", "next", "fork", 0.0), [Message(role="User", content="go")], {"n": 1})
     joined = [Message(role="left", content="L1"), Message(role="right", content="R1", metadata={"score": 0.5}), Message(role="left", content="L2"),
@@ -303,7 +301,7 @@ def test_a_commit_carrying_several_messages_stores_each_of_them_in_order(tmp_pat
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_a_parallel_join_commit_keeps_every_branch_message(tmp_path, store):
+def test_a_parallel_join_commit_keeps_every_branch_message(tmp_path, open_store):
     """A flow's parallel join posts both branches' messages in one commit; the store keeps all four."""
     from fsmchat.flow import parallel
     from fsmchat.testing import ScriptedModel
@@ -312,7 +310,7 @@ def test_a_parallel_join_commit_keeps_every_branch_message(tmp_path, store):
     a1, a2, b1, b2 = (Agent(n, model=sm.model) for n in ("a1", "a2", "b1", "b2"))
     fan = AgentFlow(steps=[parallel([Discussion([a1, a2], rounds=1, name="left"),
                                      Discussion([b1, b2], rounds=1, name="right")]), lambda ctx: "joined"])
-    cp = STORES[store](tmp_path)
+    cp = open_store()
     res = fan.execute("go", checkpoint=cp, run_id="R")
     log = reopened(cp, tmp_path).log("R")
     assert [(e.state, n) for e, n in zip(log.events, log.counts)] == [("parallel", 4), ("lambda", 5), ("end", 5)]

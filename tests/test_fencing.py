@@ -19,10 +19,9 @@ from fsmchat.checkpoint import (LEASE_TTL, Fence, LeaseLost, MemoryCheckpointer,
 from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.models import Message, TraceEvent
 from fsmchat.testing import FunctionModel
+from stores import STORES, reopen
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-STORES = {"memory": lambda tmp_path, **kw: MemoryCheckpointer(**kw),
-          "sqlite": lambda tmp_path, **kw: SqliteCheckpointer(tmp_path / "runs.db", **kw)}
 
 
 def reply(request):
@@ -47,8 +46,8 @@ def test_an_uninterrupted_run_is_the_final_transcript():
 
 # ---- the store: tokens, fenced writes, renewals ----
 @pytest.mark.parametrize("store", STORES)
-def test_tokens_only_grow_and_a_replaced_owner_writes_nothing(tmp_path, store):
-    cp = STORES[store](tmp_path)
+def test_tokens_only_grow_and_a_replaced_owner_writes_nothing(open_store):
+    cp = open_store()
     a, b = lease_owner(), lease_owner()
     ta = cp.acquire("R", a, 0.001)  # a lease that expires at once: as if its owner were paused
     fa = Fence("R", a, ta)
@@ -77,17 +76,17 @@ def test_tokens_only_grow_and_a_replaced_owner_writes_nothing(tmp_path, store):
     with pytest.raises(LeaseLost, match=r"this owner gave the lease back"):
         cp.renew(fb)  # nor by the owner who gave it back
     assert cp.acquire("R", lease_owner()) == 3  # the next owner's token is larger still
-    saved = (SqliteCheckpointer(tmp_path / "runs.db") if store == "sqlite" else cp).load("R")
+    saved = reopen(cp).load("R")
     assert [m.content for m in saved.messages] == ["go", "b's"] and saved.stop_reason is None
     assert [e.state for e in saved.events] == ["seed", "x"] and saved.state == {"n": 2}
     assert "R/1:par|1" not in cp.runs()
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_a_lease_given_back_is_never_taken_again_by_its_holder(tmp_path, store):
+def test_a_lease_given_back_is_never_taken_again_by_its_holder(open_store):
     from fsmchat.checkpoint import Lease
 
-    cp = STORES[store](tmp_path)
+    cp = open_store()
     lease = Lease(cp, "R")
     lease.check()  # held: the check renews it
     lease.release()
@@ -100,8 +99,9 @@ def test_a_lease_given_back_is_never_taken_again_by_its_holder(tmp_path, store):
         cp.renew(lease.fence)
 
 
-def test_a_refused_sqlite_commit_writes_no_row_of_it(tmp_path):
-    cp = SqliteCheckpointer(tmp_path / "runs.db")
+@pytest.mark.parametrize("store", STORES)
+def test_a_refused_commit_writes_no_row_of_it(open_store, store):
+    cp = open_store()
     old = Fence("R", lease_owner(), cp.acquire("R", lease_owner()))  # an owner the store never gave this token
     new = Fence("R", "other", 0)
     with pytest.raises(LeaseLost):
@@ -114,33 +114,37 @@ def test_a_refused_sqlite_commit_writes_no_row_of_it(tmp_path):
             with pytest.raises(LeaseLost):
                 cp.commit("R", TraceEvent(0, "seed", "next", "x", 0.0), messages, {"n": 1}, fence=fence,
                           earlier=[TraceEvent(0, "a", "next", "seed", 0.0)] if len(messages) == 2 else ())
-    con = sqlite3.connect(tmp_path / "runs.db")
-    assert [con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("events", "messages")] == [0, 0]
+    saved = reopen(cp).load("R")
+    assert (saved.events, saved.messages, saved.state) == ([], [], None)
+    if store != "memory":  # no row of them in the database either
+        con = sqlite3.connect(cp.path) if store == "sqlite" else cp._db
+        assert [con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("events", "messages")] == [0, 0]
 
 
 @pytest.mark.parametrize("bad, kind", [(0, ConfigError), (-1, ConfigError), (float("inf"), ConfigError),
                                        (True, ConfigTypeError), ("30", ConfigTypeError), (None, ConfigTypeError)])
 @pytest.mark.parametrize("store", STORES)
-def test_lease_ttl_is_a_positive_number_of_seconds(tmp_path, store, bad, kind):
+def test_lease_ttl_is_a_positive_number_of_seconds(open_store, bad, kind):
     with pytest.raises(kind, match=r"lease_ttl=.* is invalid: seconds a run's lease lasts without renewal, a "
                                    r"positive number \(default 30\)"):
-        STORES[store](tmp_path, lease_ttl=bad)
+        open_store(lease_ttl=bad)
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_the_store_lease_ttl_is_the_lease_runs_take(tmp_path, store):
-    cp = STORES[store](tmp_path, lease_ttl=120)
+def test_the_store_lease_ttl_is_the_lease_runs_take(tmp_path, store, open_store):
+    cp = open_store(lease_ttl=120)
     seen = []
 
     def watch(ev):
         if ev.state == "x" and not seen:
             held = cp.leases["R"] if store == "memory" else tuple(sqlite3.connect(tmp_path / "runs.db").execute(
-                "SELECT owner, expires FROM leases WHERE run_id='R'").fetchone())
+                "SELECT owner, expires FROM leases WHERE run_id='R'").fetchone()) if store == "sqlite" else \
+                cp._db.execute("SELECT owner, expires FROM leases WHERE run_id='R'").fetchone()
             seen.append(held)
 
     chat, _ = swarm()
     chat.execute("go", checkpoint=cp, run_id="R", observers=[watch])
-    created = (cp.log("R").created if store == "sqlite" else cp.rows["R"].created)
+    created = cp.rows["R"].created if store == "memory" else cp.log("R").created
     assert 110 < seen[0][1] - created < 130  # (a 30 s default lease would end ~90 s earlier)
 
 

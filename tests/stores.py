@@ -1,0 +1,48 @@
+"""Every store the store tests run over, by kind (``@pytest.mark.parametrize("store", STORES)``):
+``open_store(**kw)`` opens one of that kind (PostgreSQL: a new database on the session's throwaway
+server, ``tests/pg.py``), ``reopen(cp)`` the same store as another process would see it."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import pytest
+
+from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+
+STORES = ("memory", "sqlite", "postgres")
+
+
+def reopen(cp: Any) -> Any:
+    """The same store through a new connection (memory: the store itself)."""
+    if isinstance(cp, SqliteCheckpointer):
+        return SqliteCheckpointer(cp.path)
+    if type(cp).__name__ == "PostgresCheckpointer":
+        return type(cp)(cp.dsn)
+    return cp
+
+
+@pytest.fixture
+def open_store(request: pytest.FixtureRequest, tmp_path: Any, store: str) -> Iterator[Callable[..., Any]]:
+    """Opens a store of the kind ``store`` names (each call on a PostgreSQL test: the same database)."""
+    opened: list[Any] = []
+    dsn: list[str] = []
+
+    def make(**kw: Any) -> Any:
+        if store == "memory":
+            cp: Any = MemoryCheckpointer(**kw)
+        elif store == "sqlite":
+            cp = SqliteCheckpointer(tmp_path / "runs.db", **kw)
+        else:
+            from fsmchat.checkpoint_pg import PostgresCheckpointer
+
+            if not dsn:
+                dsn.append(request.getfixturevalue("pg_dsn"))
+            cp = PostgresCheckpointer(dsn[0], **kw)
+        opened.append(cp)
+        return cp
+
+    yield make
+    for cp in opened:
+        if hasattr(cp, "close"):
+            cp.close()
