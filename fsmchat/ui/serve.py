@@ -407,6 +407,16 @@ class _BadBody(Exception):
         self.message, self.errors = message, errors
 
 
+def _problem(error: Any) -> dict[str, Any]:
+    """One pydantic error as ``{field, problem, allowed?}``."""
+    out: dict[str, Any] = {"field": ".".join(str(p) for p in error["loc"]) or "(body)", "problem": error["msg"]}
+    ctx = error.get("ctx") or {}
+    expected = ctx.get("expected_tags") or ctx.get("expected")
+    if isinstance(expected, str):
+        out["allowed"] = [t.strip().strip("'") for t in expected.replace(" or ", ", ").split(",") if t.strip()]
+    return out
+
+
 def _sse(kind: str, data: Any) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n".encode()
 
@@ -441,9 +451,7 @@ def app(db: str | Path, patterns: Mapping[str, Any]) -> Any:
         try:
             return adapter.validate_python(data)
         except ValidationError as exc:
-            errors = [{"field": ".".join(str(p) for p in e["loc"]) or "(body)", "problem": e["msg"],
-                       **({"allowed": list(e["ctx"]["expected"].replace("'", "").split(" or "))}
-                          if e.get("ctx", {}).get("expected") else {})} for e in exc.errors()]
+            errors = [_problem(e) for e in exc.errors()]
             raise _BadBody("the body is not valid: " + "; ".join(f"{e['field']}: {e['problem']}" for e in errors),
                            errors) from None
 
