@@ -132,7 +132,7 @@ def test_a_foreign_host_gets_421(tmp_path):
 
 
 def test_a_public_address_without_a_token_is_refused(tmp_path):
-    with pytest.raises(fserve.ServeError, match="needs a bearer token"):
+    with pytest.raises(fserve.ServeError, match="needs an access token"):
         fserve.start(tmp_path / "runs.db", PATTERNS, host="0.0.0.0")
     assert not (tmp_path / "runs.db").exists()
 
@@ -176,3 +176,33 @@ def test_openapi_is_written_from_the_models(tmp_path):
     assert start["required"] == ["pattern", "task"] and start["properties"]["pattern"]["enum"] == ["chat", "review"]
     assert sorted(doc["components"]["schemas"]["Answer"]["discriminator"]["mapping"]) == ["approve", "edit",
                                                                                           "reject", "say"]
+
+
+def test_the_cli_serves_named_targets_and_refuses_a_public_address_without_a_token(tmp_path):
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    here = os.path.abspath(__file__)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(here))}
+    env.pop("FSMCHAT_SERVE_TOKEN", None)
+    cmd = [sys.executable, "-m", "fsmchat.cli", "serve", "--store", str(tmp_path / "runs.db"),
+           "--target", f"talk={here}:chat"]
+    refused = subprocess.run([*cmd, "--host", "0.0.0.0"], env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "needs an access token" in refused.stderr
+    proc = subprocess.Popen([*cmd, "--port", "0"], env={**env, "FSMCHAT_SERVE_TOKEN": TOKEN},
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        banner = proc.stdout.readline()
+        url = re.search(r"(http://\S+)/ ", banner).group(1)
+        assert "talk over" in banner and "token required" in banner
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert httpx.get(f"{url}/api/runs").status_code == 401
+        with httpx.Client(base_url=url, headers=auth, timeout=60) as client:
+            assert client.post("/api/runs", json={"pattern": "talk", "task": "Cats or dogs?",
+                                                  "run_id": "c"}).status_code == 202
+            assert stream(client, "c")[-1][1]["stop_reason"] == "max_loops"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait()

@@ -24,6 +24,7 @@ any address but loopback) every request must carry ``Authorization: Bearer TOKEN
 from __future__ import annotations
 
 import asyncio
+import copy
 import hmac
 import ipaddress
 import json
@@ -134,10 +135,22 @@ class Registered:
     make: Callable[[], Pattern]
     ref: str
 
+    @classmethod
+    def of(cls, name: str, obj: Any, ref: str | None = None) -> "Registered":
+        """``obj``, a pattern (each run gets a deep copy: runs never share state) or a zero-argument
+        factory of one, registered as ``name``; ``ref`` defaults to the pattern's factory, else the
+        factory's ``module:qualname``."""
+        if isinstance(obj, Pattern):
+            return cls(name, lambda: copy.deepcopy(obj), ref or obj.factory or f"serve:{name}")
+        if callable(obj):
+            return cls(name, obj, ref or f"{obj.__module__}:{obj.__qualname__}")
+        raise ServeError(f"pattern {name!r} is a {type(obj).__name__}; register a pattern "
+                         "(GroupChat, AgentFlow, ...) or a zero-argument factory of one")
+
     def build(self) -> Pattern:
         pattern = self.make()
         if not isinstance(pattern, Pattern):
-            raise ServeError(f"fsmchat serve: pattern {self.name!r} built a {type(pattern).__name__}, not a pattern")
+            raise ServeError(f"pattern {self.name!r} built a {type(pattern).__name__}, not a pattern")
         if pattern.factory is None:
             pattern.factory = self.ref
         return pattern
@@ -147,18 +160,10 @@ def registry(patterns: Mapping[str, Any]) -> dict[str, Registered]:
     """``{name: pattern or zero-argument factory}`` as ``Registered`` (a factory's ref is its
     ``module:qualname``)."""
     if not patterns:
-        raise ServeError("fsmchat serve: no patterns registered; name at least one with --target NAME=TARGET")
+        raise ServeError("no patterns registered; name at least one with --target NAME=TARGET")
     out: dict[str, Registered] = {}
     for name, obj in patterns.items():
-        if isinstance(obj, Registered):
-            out[name] = obj
-        elif isinstance(obj, Pattern):
-            out[name] = Registered(name, lambda p=obj: p, obj.factory or f"serve:{name}")
-        elif callable(obj):
-            out[name] = Registered(name, obj, f"{obj.__module__}:{obj.__qualname__}")
-        else:
-            raise ServeError(f"fsmchat serve: pattern {name!r} is a {type(obj).__name__}; register a pattern "
-                             "(GroupChat, AgentFlow, ...) or a zero-argument factory of one")
+        out[name] = obj if isinstance(obj, Registered) else Registered.of(name, obj)
     return out
 
 
@@ -326,10 +331,10 @@ def _is_loopback(host: str) -> bool:
 def check_token(host: str, token: str | None) -> str | None:
     """The token to require: ``token``, else none on a loopback address; refused on any other."""
     if token is not None and not token.strip():
-        raise ServeError(f"fsmchat serve: the token is empty; give a non-empty --token or {TOKEN_ENV}")
+        raise ServeError(f"the token is empty; give a non-empty --token or {TOKEN_ENV}")
     if token is None and not _is_loopback(host):
-        raise ServeError(f"fsmchat serve: listening on {host} (not loopback) needs a bearer token: pass --token or "
-                         f"set {TOKEN_ENV} (nothing was started)")
+        raise ServeError(f"listening on {host} (not loopback) needs an access token for its requests; start it "
+                         f"with --token or with {TOKEN_ENV} set (nothing was started)")
     return token
 
 
@@ -585,7 +590,7 @@ def serve(db: str | Path, patterns: Mapping[str, Any], host: str = DEFAULT_HOST,
     sock = listen(host, port)
     server = _server(db, patterns, sock, token, allow_hosts)
     print(f"fsmchat serve: {', '.join(sorted(registry(patterns)))} over {db} at {url_of(sock)}/ "
-          f"({'bearer token required' if token else 'no token: loopback only'}; Ctrl-C stops it)", flush=True)
+          f"({'token required' if token else 'no token: loopback only'}; Ctrl-C stops it)", flush=True)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
