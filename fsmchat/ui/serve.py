@@ -55,6 +55,10 @@ class ServeError(FsmchatError, ValueError):
     """``fsmchat serve`` cannot start as configured (no patterns, no token on a public address, ...)."""
 
 
+class RunExists(FsmchatError, ValueError):
+    """The run id is taken, or the run is executing in this server (409)."""
+
+
 # ---- request bodies ----
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -247,15 +251,15 @@ class Runs:
             pattern.with_limits(**{**current, **body.limits.model_dump(exclude_defaults=True)})
         run_id = body.run_id or new_run_id()
         if run_id in self.checkpoint.runs() or run_id in self.live:
-            raise RunInProgress(f"run {run_id!r} already exists in this store; resume, answer or fork it, or pick "
-                                "another run_id")
+            raise RunExists(f"run {run_id!r} already exists in this store; resume, answer or fork it, or pick "
+                            "another run_id")
         self.launch(run_id, lambda live: pattern.aexecute(body.task, checkpoint=self.checkpoint, run_id=run_id,
                                                           **self.hooks(live)))
         return run_id
 
     def _saved(self, run_id: str) -> Any:
         if self.running(run_id):
-            raise RunInProgress(f"run {run_id!r} is running in this server; wait for its end event or cancel it")
+            raise RunExists(f"run {run_id!r} is running in this server; wait for its end event or cancel it")
         try:
             return self.checkpoint.load(run_id)
         except KeyError:
@@ -387,11 +391,11 @@ def openapi(patterns: Iterable[str]) -> dict[str, Any]:
     error = {"description": "what was wrong and what is allowed", "content": {"application/json": {"schema": {
         "type": "object", "properties": {"error": {"type": "string"}, "errors": {"type": "array"}}}}}}
     paths: dict[str, Any] = {}
-    for method, path, summary, model, status in ROUTES:
+    for method, path, summary, body, status in ROUTES:
         op: dict[str, Any] = {"summary": summary, "responses": {str(status): {"description": "ok"},
                                                                  "401": {"description": "no or wrong bearer token"},
                                                                  "404": error, "409": error, "422": error}}
-        name = model.__name__ if model is not None else ("Answer" if path.endswith("/answer") else None)
+        name = body.__name__ if body is not None else ("Answer" if path.endswith("/answer") else None)
         if name:
             op["requestBody"] = {"required": name != "ResumeRun", "content": {"application/json": {
                 "schema": {"$ref": ref.format(model=name)}}}}
@@ -467,7 +471,7 @@ def app(db: str | Path, patterns: Mapping[str, Any]) -> Any:
             except _BadBody as exc:
                 return fail(422, exc.message, errors=exc.errors)
             except (InputNotAllowed, FsmchatError, ValueError) as exc:
-                if isinstance(exc, (RunInProgress, NotWaiting, CheckpointMismatch)):
+                if isinstance(exc, (RunExists, RunInProgress, NotWaiting, CheckpointMismatch)):
                     return fail(409, str(exc))
                 return fail(422, str(exc))
             except LookupError as exc:
