@@ -593,6 +593,7 @@ def serve(db: str | Path, patterns: Mapping[str, Any], host: str = DEFAULT_HOST,
     token = check_token(host, token)
     sock = listen(host, port)
     server = _server(db, patterns, sock, token, allow_hosts)
+    sock.listen(2048)  # connections queue from now on: a client that read the banner is never refused
     print(f"fsmchat serve: {', '.join(sorted(registry(patterns)))} over {db} at {url_of(sock)}/ "
           f"({'token required' if token else 'no token: loopback only'}; Ctrl-C stops it)", flush=True)
     try:
