@@ -163,6 +163,12 @@ def test_unknown_patterns_and_runs(tmp_path):
         assert client.get("/api/runs/ghost/events").status_code == 404
         assert client.post("/api/runs/ghost/cancel").status_code == 409
         assert client.post("/api/runs", content=b"not json").status_code == 422
+        empty_edit = client.post("/api/runs/ghost/answer", json={"type": "edit"})
+        assert empty_edit.status_code == 422 and "give the new text" in empty_edit.json()["error"]
+        taken = client.post("/api/runs", json={"pattern": "review", "task": "x", "run_id": "t"})
+        assert taken.status_code == 202 and stream(client, "t")[-1][0] == "end"
+        again = client.post("/api/runs", json={"pattern": "chat", "task": "x", "run_id": "t"})
+        assert again.status_code == 409 and "already exists" in again.json()["error"]
 
 
 def test_openapi_is_written_from_the_models(tmp_path):
