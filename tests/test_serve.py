@@ -212,3 +212,40 @@ def test_the_cli_serves_named_targets_and_refuses_a_public_address_without_a_tok
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait()
+
+
+def stuck():
+    """A chat whose agents' first answers never come (an hour-long scripted delay): it runs until cancelled."""
+    from fsmchat import Bid
+    from fsmchat.testing import Delay, ScriptedModel
+    model = ScriptedModel({"a": [Delay(3600, Bid(0.9, "late"))], "b": [Delay(3600, Bid(0.8, "later"))]})
+    return GroupChat(agents=[model.agent("a"), model.agent("b")], max_loops=2)
+
+
+def test_a_running_run_streams_as_it_goes_and_is_cancelled(tmp_path):
+    running = fserve.start(tmp_path / "runs.db", {"stuck": stuck})
+    try:
+        with httpx.Client(base_url=running.url, timeout=60) as client, \
+                httpx.Client(base_url=running.url, timeout=60) as other:
+            assert client.post("/api/runs", json={"pattern": "stuck", "task": "Wait.", "run_id": "s"}).status_code == 202
+            seen = []
+            with client.stream("GET", "/api/runs/s/events") as response:
+                lines = response.iter_lines()
+                for line in lines:  # the run is still in its first model call: these came as they happened
+                    if line.startswith("event: "):
+                        seen.append(line[len("event: "):])
+                    if seen == ["message", "trace"]:
+                        break
+                assert other.get("/api/runs").json()["runs"][0]["status"] == "running"
+                assert other.post("/api/runs/s/cancel").status_code == 202
+                end = None
+                for line in lines:
+                    if line.startswith("event: "):
+                        seen.append(line[len("event: "):])
+                    elif line.startswith("data: ") and seen[-1] == "end":
+                        end = json.loads(line[len("data: "):])
+                        break
+            assert seen[-1] == "end" and end["stop_reason"] == "cancelled"
+            assert other.post("/api/runs/s/cancel").status_code == 409
+    finally:
+        running.stop()
