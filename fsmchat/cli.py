@@ -1,4 +1,4 @@
-"""Layer 9: ``fsmchat run | resume | render | graphs | plan | ui | report | runs | history | fork``,
+"""Layer 9: ``fsmchat run | resume | render | graphs | plan | ui | serve | report | runs | history | fork``,
 thin over the layers above.
 
 Targets name code the way uvicorn and flask do: ``MODULE:ATTR`` (imported with the current
@@ -34,6 +34,7 @@ from .targets import BUILD, defines_build, load_target_with_module, resolve_grap
 from .timetravel import fork
 from .trust import Trust, UntrustedReference, is_file_ref
 from .ui import RunNotFound, Store, write_report
+from .ui import serve as serve_api
 from .ui.server import serve
 
 TARGET_HELP = ("MODULE:ATTR (e.g. mychat:chat, found from the current directory), path/file.py:ATTR, "
@@ -386,6 +387,24 @@ def _ui(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    patterns: dict[str, Any] = {}
+    for spec in args.target:
+        name, eq, target = spec.partition("=")
+        if not eq:
+            name, target = "", spec
+        where, attr = split_target(target)
+        name = name or attr or Path(where).stem
+        if name in patterns:
+            raise ValueError(f"two --target values are named {name!r}; name them NAME=TARGET")
+        obj, _module = load_target_with_module(target)
+        ref = f"{Path(where).resolve()}:{attr or BUILD}" if where.endswith(".py") else target
+        patterns[name] = serve_api.Registered.of(name, obj, ref)
+    token = args.token or os.environ.get(serve_api.TOKEN_ENV) or None
+    serve_api.serve(args.store, patterns, args.host, args.port, token, args.allow_host or ())
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     db = _store_arg("report", args.db)
     if db is None:
@@ -699,6 +718,25 @@ def parser() -> argparse.ArgumentParser:
                    "(NAME or NAME:PORT; repeatable), e.g. behind a proxy; by default only the address served and "
                    "localhost, 127.0.0.1, [::1] with its port are answered, any other Host gets 421")
     u.set_defaults(fn=_ui)
+
+    sv = sub.add_parser("serve", help="an HTTP API that starts, streams, answers, resumes and forks runs of named "
+                        "patterns", description="Serve the patterns named with --target over HTTP, every run "
+                        "checkpointed to --store: POST /api/runs starts one, GET /api/runs/{id}/events streams it "
+                        "(server-sent events), POST .../answer, .../resume, .../cancel, .../fork; the schema is at "
+                        "/openapi.json and the run viewer's pages are on the same server. Requests name a pattern, "
+                        "never code. Needs the ui extra: pip install 'fsmchat[ui]'.")
+    sv.add_argument("--store", required=True, metavar="PATH", help="the SQLite checkpoint store (created if missing)")
+    sv.add_argument("--target", action="append", required=True, metavar="[NAME=]TARGET", help=f"a pattern to serve: "
+                    f"{TARGET_HELP}; requests name it NAME (default: ATTR, or the file's stem). Repeatable")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other address "
+                    "needs a token)")
+    sv.add_argument("--port", type=int, default=serve_api.DEFAULT_SERVE_PORT, help=f"port (default "
+                    f"{serve_api.DEFAULT_SERVE_PORT}; 0 picks a free one)")
+    sv.add_argument("--token", help=f"require Authorization: Bearer TOKEN on every request (default: "
+                    f"${serve_api.TOKEN_ENV})")
+    sv.add_argument("--allow-host", action="append", metavar="NAME", help="answer requests for this Host name too "
+                    "(NAME or NAME:PORT; repeatable), e.g. behind a proxy")
+    sv.set_defaults(fn=_serve)
 
     rp = sub.add_parser("report", help="write one run as a self-contained HTML file (offline, for a review)",
                         description="Write the run viewer's page of one run as a single HTML file: graph, step replay, "

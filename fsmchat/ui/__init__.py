@@ -1,5 +1,6 @@
 """Layer 9, the run viewer: ``fsmchat ui`` (a local web app over a checkpoint store) and
-``fsmchat report`` (one run as a self-contained HTML file). It reads stores and never writes them.
+``fsmchat report`` (one run as a self-contained HTML file), which read stores and never write them;
+and ``fsmchat serve`` (``fsmchat.ui.serve``), an HTTP API that runs registered patterns into a store.
 
 ``fsmchat.ui.store`` reads, ``fsmchat.ui.view`` shapes a run for its page, ``fsmchat.ui.page`` writes
 the HTML (stylesheet and script vendored in ``static/``), ``fsmchat.ui.report`` exports a run and

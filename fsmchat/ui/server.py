@@ -172,7 +172,7 @@ class ViewerError(FsmchatError, OSError):
     """The viewer's server could not start."""
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` (``port=0``: a free one); a clear error when it cannot be."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -199,7 +199,7 @@ def _server(db: str | Path, sock: socket.socket, allow: Iterable[str]) -> Any:
     return uvicorn.Server(uvicorn.Config(guarded_app, log_level="warning", access_log=False, lifespan="off"))
 
 
-def _url(sock: socket.socket) -> str:
+def url_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
@@ -207,7 +207,7 @@ def _url(sock: socket.socket) -> str:
 def start(db: str | Path, host: str = DEFAULT_HOST, port: int = 0, allow_hosts: Iterable[str] = ()) -> Running:
     """Serve ``db`` from a background thread (``port=0``: a free port); returns once it accepts requests.
     ``allow_hosts``: more ``Host`` names it answers to (``NAME`` or ``NAME:PORT``)."""
-    sock = _listen(host, port)
+    sock = listen(host, port)
     server = _server(db, sock, allow_hosts)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="fsmchat-ui", daemon=True)
     thread.start()
@@ -215,14 +215,14 @@ def start(db: str | Path, host: str = DEFAULT_HOST, port: int = 0, allow_hosts: 
         if not thread.is_alive():
             raise ViewerError(f"the viewer's server stopped while starting on {host}:{port} (see the error above)")
         time.sleep(0.01)
-    return Running(_url(sock), server, thread)
+    return Running(url_of(sock), server, thread)
 
 
 def serve(db: str | Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, allow_hosts: Iterable[str] = ()) -> None:
     """Serve ``db`` in the foreground until interrupted (``fsmchat ui``); ``allow_hosts`` as in ``start``."""
-    sock = _listen(host, port)
+    sock = listen(host, port)
     server = _server(db, sock, allow_hosts)
-    print(f"fsmchat ui: serving {db} read-only at {_url(sock)}/ (Ctrl-C stops it)", flush=True)
+    print(f"fsmchat ui: serving {db} read-only at {url_of(sock)}/ (Ctrl-C stops it)", flush=True)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
