@@ -333,7 +333,7 @@ def _insert_events(rows: list[tuple[Any, ...]], fence: Fence | None = None) -> t
     return sql, [v for r in rows for v in r]
 
 
-class _Refused(Exception):
+class _Refused(FsmchatError):
     """Inside a store transaction: the writer's fence no longer holds the run's lease (rolled back)."""
 
 

@@ -34,7 +34,8 @@ import sys
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, create_model
+from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, SerializerFunctionWrapHandler, ValidationError,
+                      create_model, model_serializer)
 from pydantic.fields import FieldInfo
 
 from .errors import ConfigError, bad_value
@@ -105,6 +106,9 @@ class ConfigSpec(BaseModel):
 
 
 # ---- participants ----
+LATER_AGENT_FIELDS: dict[str, Any] = {"max_retry_wait_s": DEFAULT_MAX_RETRY_WAIT, "transport": "auto"}
+
+
 class AgentSpec(ConfigSpec):
     """An ``Agent``: its fields plus ``litellm`` (extra keyword options, secrets dropped)."""
 
@@ -124,6 +128,16 @@ class AgentSpec(ConfigSpec):
     output_type: str | None = None
     litellm: dict[str, Any] = Field(default_factory=dict)
     agent_class: Annotated[str | None, REF] = None  # "module:qualname" of an Agent subclass
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Fields added after version 1 are written only when set: a config written before them
+        reads back equal."""
+        out: dict[str, Any] = handler(self)
+        for name, default in LATER_AGENT_FIELDS.items():
+            if out.get(name) == default:
+                out.pop(name, None)
+        return out
 
     def build(self, r: ConfigReader) -> Agent:
         cls = r.trust.subclass(self.agent_class, f"agent {self.name!r} agent_class", Agent) \

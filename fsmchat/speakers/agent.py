@@ -310,17 +310,21 @@ class Agent(BaseModel):
 
     def require_reply_text(self, response: Any) -> None:
         """Refuse a reply with no text (``llm.NoReplyText``, retried, then a ``ModelCallError``):
-        ``content`` null or blank, with no tool calls, or with tool calls while the agent has no
-        tools. A reply without choices is left to ``reply_message`` (its own error)."""
+        ``content`` null with no tool calls, or only tool calls while the agent has no tools. A
+        blank string is a reply (an empty turn is posted, as the reference libraries post it). A
+        reply without choices is left to ``reply_message`` (its own error)."""
         choices = getattr(response, "choices", None) or []
         if not choices:
             return
         message = choices[0].message
-        if (getattr(message, "content", None) or "").strip():
+        content = getattr(message, "content", None)
+        if content is not None and content.strip():
             return
         calls = getattr(message, "tool_calls", None) or []
         if calls and self.tools:
             return  # the agent's own tools were called: the speaking path handles them
+        if not calls and content is not None:
+            return
         names = [getattr(getattr(c, "function", None), "name", None) for c in calls]
         raise llm.NoReplyText("the reply has no text: " + (
             f"only tool call(s) {names}, and the agent has no tools" if calls else

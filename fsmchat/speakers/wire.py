@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from ..errors import ConfigError
+from ..errors import ConfigError, FsmchatError
 
 TRANSPORTS = ("auto", "fast", "litellm")
 PROVIDERS = ("openai", "hosted_vllm")
@@ -301,7 +301,7 @@ class _Request:
     url: str
 
 
-class Unreachable(ConnectionError):
+class Unreachable(FsmchatError, ConnectionError):
     """The endpoint could not be reached (the cause is aiohttp's error): ``request.url`` names the
     URL, as the HTTP client's errors do on litellm's path, so the error a person reads is the same."""
 

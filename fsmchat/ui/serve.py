@@ -410,7 +410,7 @@ def openapi(patterns: Iterable[str]) -> dict[str, Any]:
             "security": [{"bearer": []}]}
 
 
-class _BadBody(Exception):
+class _BadBody(FsmchatError):
     def __init__(self, message: str, errors: list[dict[str, Any]]):
         super().__init__(message)
         self.message, self.errors = message, errors
