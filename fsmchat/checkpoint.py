@@ -21,9 +21,10 @@ import sqlite3
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence, TypeGuard, cast
+from typing import Any, Callable, Iterator, Protocol, Sequence, TypeGuard, cast
 
 from .checks import check_run_id
 from .errors import CheckpointStoreError, FsmchatError, bad_value
@@ -333,6 +334,28 @@ def _insert_events(rows: list[tuple[Any, ...]], fence: Fence | None = None) -> t
     return sql, [v for r in rows for v in r]
 
 
+def next_delta(diffs: dict[str, StateDiff], run_id: str, state: dict[str, Any] | None) -> str | None:
+    """The delta of ``run_id``'s working state since its last commit (``diffs`` holds each run's
+    differ; its first delta is the whole state); None when the step carries no state."""
+    if state is None:
+        return None
+    diff = diffs.get(run_id)
+    if diff is None:
+        diff = diffs[run_id] = StateDiff()
+    return diff.delta(state)
+
+
+def event_rows(run_id: str, seq: int, messages: int, earlier: Sequence[TraceEvent], event: TraceEvent,
+               after: int, delta: str | None) -> list[tuple[Any, ...]]:
+    """The ``events`` rows of one commit: each held step of ``earlier`` (numbered from ``seq``, the
+    message count before the commit, state ``HELD``), then ``event`` with the count after and the delta."""
+    rows: list[tuple[Any, ...]] = [(run_id, seq + i, e.step, e.state, e.trigger, e.dest, e.t, encode_value(e.payload),
+                                    messages, HELD) for i, e in enumerate(earlier)]
+    rows.append((run_id, seq + len(earlier), event.step, event.state, event.trigger, event.dest, event.t,
+                 encode_value(event.payload), after, delta))
+    return rows
+
+
 class _Refused(FsmchatError):
     """Inside a store transaction: the writer's fence no longer holds the run's lease (rolled back)."""
 
@@ -546,6 +569,28 @@ class SqliteCheckpointer:
         return fence is None or self._db.execute("SELECT " + _HOLDS, (fence.run_id, fence.owner,
                                                                      fence.token)).fetchone()[0] == 1
 
+    def _require(self, fence: Fence | None) -> None:
+        """Inside a transaction: refuse the write (``_Refused``) unless ``fence`` holds the lease."""
+        if not self._holds(fence):
+            raise _Refused
+
+    @contextmanager
+    def _transaction(self, begin: str, fence: Fence | None) -> Iterator[sqlite3.Connection]:
+        """One transaction opened with ``begin``, committed when the block ends, rolled back on any
+        exception; a write the fence refused (``_Refused``) becomes ``LeaseLost``."""
+        db = self._db
+        db.execute(begin)
+        try:
+            yield db
+            db.execute("COMMIT")
+        except _Refused:
+            db.execute("ROLLBACK")
+            assert fence is not None
+            raise self._lost(fence) from None
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
     def release(self, run_id: str, owner: str) -> None:
         """Give the lease back (only if ``owner`` still holds it); its fencing token is kept, so the
         next owner's is larger."""
@@ -560,22 +605,11 @@ class SqliteCheckpointer:
         self._writable("start a run")
         now = time.time()
         with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction("BEGIN IMMEDIATE", fence) as db:
                 if db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
                     raise ValueError(already_used(run_id))
-                if not self._holds(fence):
-                    raise _Refused
+                self._require(fence)
                 db.execute("INSERT INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
-                db.execute("COMMIT")
-            except _Refused:
-                db.execute("ROLLBACK")
-                assert fence is not None
-                raise self._lost(fence) from None
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
             self._seq[run_id] = self._counts(run_id)
             self._diffs.pop(run_id, None)
             self._open.add(run_id)
@@ -595,19 +629,11 @@ class SqliteCheckpointer:
         ``LeaseLost`` is raised when the fence no longer holds the run's lease."""
         with self._lock:
             ne, nm = self._seq.get(run_id) or self._counts(run_id)
-            delta = None
-            if state is not None:
-                diff = self._diffs.get(run_id)
-                if diff is None:
-                    diff = self._diffs[run_id] = StateDiff()
-                delta = diff.delta(state)
             after = nm + len(messages)
-            row = (run_id, ne + len(earlier), event.step, event.state, event.trigger, event.dest, event.t,
-                   encode_value(event.payload), after, delta)
+            rows = event_rows(run_id, ne, nm, earlier, event, after, next_delta(self._diffs, run_id, state))
+            row = rows[-1]
             if earlier:
-                sql, params = _insert_events([(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t,
-                                               encode_value(e.payload), nm, HELD) for i, e in enumerate(earlier)]
-                                             + [row], fence)
+                sql, params = _insert_events(rows, fence)
             elif fence is not None:
                 sql, params = _FENCED_ROWS[1], row + (fence.run_id, fence.owner, fence.token)
             else:
@@ -658,23 +684,12 @@ class SqliteCheckpointer:
             diff = self._diffs.pop(run_id, None)
         whole = diff.text() if diff is not None else self._whole_state(run_id)
         with self._lock:
-            db = self._db
-            db.execute("BEGIN" if fence is None else "BEGIN IMMEDIATE")
-            try:
-                if not self._holds(fence):
-                    raise _Refused
+            with self._transaction("BEGIN" if fence is None else "BEGIN IMMEDIATE", fence) as db:
+                self._require(fence)
                 db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
                 if whole is not None:
                     seq = (self._seq.get(run_id) or self._counts(run_id))[0] - 1
                     db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, seq, whole))
-                db.execute("COMMIT")
-            except _Refused:
-                db.execute("ROLLBACK")
-                assert fence is not None
-                raise self._lost(fence) from None
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
             self._open.discard(run_id)
 
     def _whole_state(self, run_id: str) -> str | None:

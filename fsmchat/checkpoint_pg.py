@@ -16,10 +16,10 @@ import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .checkpoint import (LEASE_TTL, Fence, LeaseLost, RunInfo, Saved, already_used, check_lease_ttl, column_json,
-                         event_of_row, lease_refusal, message_of_row, run_info, saved_of)
+                         event_of_row, event_rows, lease_refusal, message_of_row, next_delta, run_info, saved_of)
 from .errors import CheckpointStoreError, FsmchatError, bad_value
 from .models import Message, TraceEvent
-from .statelog import HELD, HistoryStep, RunLog, StateDiff, encode_json, encode_value, history_of
+from .statelog import HistoryStep, RunLog, StateDiff, encode_json, encode_value, history_of
 
 if TYPE_CHECKING:
     import psycopg
@@ -217,17 +217,8 @@ class PostgresCheckpointer:
         db = self._db
         with self._lock, self._errors():
             ne, nm = self._seq.get(run_id) or self._counts(run_id)
-            delta = None
-            if state is not None:
-                diff = self._diffs.get(run_id)
-                if diff is None:
-                    diff = self._diffs[run_id] = StateDiff()
-                delta = diff.delta(state)
             after = nm + len(messages)
-            rows: list[tuple[Any, ...]] = [(run_id, ne + i, e.step, e.state, e.trigger, e.dest, e.t, encode_value(e.payload), nm, HELD)
-                    for i, e in enumerate(earlier)]
-            rows.append((run_id, ne + len(earlier), event.step, event.state, event.trigger, event.dest, event.t,
-                         encode_value(event.payload), after, delta))
+            rows = event_rows(run_id, ne, nm, earlier, event, after, next_delta(self._diffs, run_id, state))
             try:
                 with db.transaction(), db.cursor() as cur:
                     self._check(fence)
