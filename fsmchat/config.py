@@ -46,6 +46,7 @@ from .speakers.human import Human
 from .speakers.llm import DEFAULT_MAX_RETRY_WAIT, DEFAULT_RETRIES, DEFAULT_TIMEOUT
 from .speakers.log_secrets import is_secret
 from .speakers.mcp import MCPServer
+from .speakers.tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS
 from .trust import BUILTIN_PREFIXES, Trust, UntrustedReference, within
 
 CONFIG_VERSION = 1
@@ -106,7 +107,10 @@ class ConfigSpec(BaseModel):
 
 
 # ---- participants ----
-LATER_AGENT_FIELDS: dict[str, Any] = {"max_retry_wait_s": DEFAULT_MAX_RETRY_WAIT, "transport": "auto"}
+LATER_AGENT_FIELDS: dict[str, Any] = {"max_retry_wait_s": DEFAULT_MAX_RETRY_WAIT, "transport": "auto",
+                                      "max_tool_rounds": DEFAULT_MAX_TOOL_ROUNDS,
+                                      "max_parallel_tools": DEFAULT_MAX_PARALLEL_TOOLS, "on_tool_error": "return",
+                                      "share_tool_results": False}
 
 
 class AgentSpec(ConfigSpec):
@@ -123,6 +127,10 @@ class AgentSpec(ConfigSpec):
     num_retries: int = DEFAULT_RETRIES
     max_retry_wait_s: float = DEFAULT_MAX_RETRY_WAIT
     transport: Literal["auto", "fast", "litellm"] = "auto"
+    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
+    max_parallel_tools: int = DEFAULT_MAX_PARALLEL_TOOLS
+    on_tool_error: Literal["return", "stop"] = "return"
+    share_tool_results: bool = False
     max_loops: int | None = None
     persistent_memory: bool | None = None
     output_type: str | None = None
@@ -145,7 +153,9 @@ class AgentSpec(ConfigSpec):
         tools = [MCPServer.from_config(t) if is_mcp_server(t) else t for t in self.tools]  # trust checked first
         return cls(self.name, system_prompt=self.system_prompt, model=self.model, tools=tools,
                    tool_mode=self.tool_mode, timeout=self.timeout, num_retries=self.num_retries,
-                   max_retry_wait_s=self.max_retry_wait_s, transport=self.transport, max_loops=self.max_loops,
+                   max_retry_wait_s=self.max_retry_wait_s, transport=self.transport,
+                   max_tool_rounds=self.max_tool_rounds, max_parallel_tools=self.max_parallel_tools,
+                   on_tool_error=self.on_tool_error, share_tool_results=self.share_tool_results, max_loops=self.max_loops,
                    persistent_memory=self.persistent_memory, output_type=self.output_type, **self.litellm)
 
 
@@ -389,7 +399,9 @@ class ConfigWriter:
         tools = [t.to_config() if isinstance(t, MCPServer) else t for t in a.tools]
         spec = AgentSpec(name=a.name, system_prompt=a.system_prompt, model=a.model, tools=jsonable(tools, "tools"),
                          tool_mode=a.tool_mode, timeout=a.timeout, num_retries=a.num_retries,
-                         max_retry_wait_s=a.max_retry_wait_s, transport=a.transport, max_loops=a.max_loops,
+                         max_retry_wait_s=a.max_retry_wait_s, transport=a.transport,
+                         max_tool_rounds=a.max_tool_rounds, max_parallel_tools=a.max_parallel_tools,
+                         on_tool_error=a.on_tool_error, share_tool_results=a.share_tool_results, max_loops=a.max_loops,
                          persistent_memory=a.persistent_memory, output_type=a.output_type,
                          litellm=jsonable(extra, f"agent {a.name!r}'s litellm options"),
                          agent_class=None if type(a) is Agent else callable_ref(type(a), f"agent {a.name!r}"))

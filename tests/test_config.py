@@ -325,3 +325,18 @@ def test_loop_max_items_travels_and_is_enforced_after_the_roundtrip():
     assert rebuilt.steps[0].max_items == 2
     res = rebuilt.execute("t")
     assert not res.ok and "'items' holds 3 items, over its max_items=2" in str(res.error)
+
+
+def test_an_agents_tool_options_travel_and_defaults_are_not_written():
+    schema = {"type": "function", "function": {"name": "lookup", "description": "Look a word up.",
+                                               "parameters": {"type": "object", "properties": {}}}}
+    tuned = Agent("a", tools=[schema], max_tool_rounds=2, max_parallel_tools=1, on_tool_error="stop",
+                  share_tool_results=True, max_retry_wait_s=5, transport="litellm")
+    cfg = json.loads(RoundRobinSwarm(agents=[tuned, Agent("b")], max_loops=1).to_config().model_dump_json())
+    back = from_config(cfg).agents[0]
+    assert (back.max_tool_rounds, back.max_parallel_tools, back.on_tool_error, back.share_tool_results,
+            back.max_retry_wait_s, back.transport) == (2, 1, "stop", True, 5, "litellm")
+    plain = cfg["agents"][1]
+    for name in ("max_tool_rounds", "max_parallel_tools", "on_tool_error", "share_tool_results", "max_retry_wait_s",
+                 "transport"):
+        assert name not in plain  # written only when set: configs of the previous version read back equal
