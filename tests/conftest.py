@@ -9,3 +9,17 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from pg import pg_cluster, pg_dsn  # noqa: E402,F401  (a throwaway PostgreSQL server for the store tests)
 from stores import open_store  # noqa: E402,F401  (every store kind, for the store conformance tests)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def environment_as_found():
+    """Each test leaves the process environment as it found it: an in-process ``fsmchat.cli.main``
+    sets FSMCHAT_MODEL, FSMCHAT_TASK and FSMCHAT_API_BASE (for the run and its workers), and a later
+    test's subprocess would inherit them (a task of 'hello' for an example, say)."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
