@@ -301,8 +301,25 @@ def _message(seq: int, role: Any, content: Any, metadata: Any, log: RunLog) -> M
     return Message(role=role, content=content, metadata=md or {})
 
 
-# the row readers, for stores in other modules (fsmchat.checkpoint_pg) that keep the same columns
-column_json, event_of_row, message_of_row = _json, _event, _message
+def log_of_rows(run_id: str, run: Sequence[Any], events: Sequence[Sequence[Any]],
+                messages: Sequence[Sequence[Any]], where: str) -> RunLog:
+    """A run as its store's rows hold it (``run``: meta, stop reason, created, updated; each event
+    row: seq, step, state, trigger, dest, t, payload, nmsg, delta; each message row: seq, role,
+    content, metadata), every column checked (``log.bad`` names what is malformed)."""
+    log = RunLog(run_id, {}, run[1], [], [], [], [], created=run[2], updated=run[3], where=where)
+    meta = _json(run[0], "its meta", log)
+    if not isinstance(meta, dict):
+        raise log.bad("its meta is not a JSON object")
+    log.meta = meta
+    for r in events:
+        log.events.append(_event(r, log))
+        nmsg, delta = r[7], r[8]
+        if not (isinstance(nmsg, (int, type(None))) and isinstance(delta, (str, type(None)))):
+            raise log.bad(f"event {r[0]} has a malformed state column")
+        log.counts.append(nmsg)
+        log.deltas.append(delta)
+    log.messages = [_message(seq, role, content, md, log) for seq, role, content, md in messages]
+    return log
 
 
 _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -734,24 +751,11 @@ class SqliteCheckpointer:
                 st = db.execute("SELECT seq, state FROM states WHERE run_id=?", (run_id,)).fetchone()
             finally:
                 db.execute("COMMIT")
-        log = RunLog(run_id, {}, row[1], [], [], [], [], created=row[2], updated=row[3],
-                     where=f"checkpoint store {self.path}")
-        meta = _json(row[0], "its meta", log)
-        if not isinstance(meta, dict):
-            raise log.bad("its meta is not a JSON object")
-        log.meta = meta
-        index = {}
-        for r in events:
-            index[r[0]] = len(log.events)
-            log.events.append(_event(r, log))
-            nmsg, delta = r[7], r[8]
-            if not (isinstance(nmsg, (int, type(None))) and isinstance(delta, (str, type(None)))):
-                raise log.bad(f"event {r[0]} has a malformed state column")
-            log.counts.append(nmsg)
-            log.deltas.append(delta)
-        log.messages = [_message(seq, role, content, md, log) for seq, role, content, md in messages]
-        if st is not None and st[0] in index:
-            log.legacy = (index[st[0]], st[1])
+        log = log_of_rows(run_id, row, events, messages, f"checkpoint store {self.path}")
+        if st is not None:
+            index = next((i for i, r in enumerate(events) if r[0] == st[0]), None)
+            if index is not None:
+                log.legacy = (index, st[1])
         return log
 
     def put(self, logs: Sequence[RunLog]) -> None:

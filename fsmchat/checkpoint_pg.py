@@ -15,8 +15,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .checkpoint import (LEASE_TTL, Fence, LeaseLost, RunInfo, Saved, already_used, check_lease_ttl, column_json,
-                         event_of_row, event_rows, lease_refusal, message_of_row, next_delta, run_info, saved_of)
+from .checkpoint import (LEASE_TTL, Fence, LeaseLost, RunInfo, Saved, already_used, check_lease_ttl,
+                         event_rows, lease_refusal, log_of_rows, next_delta, run_info, saved_of)
 from .errors import CheckpointStoreError, FsmchatError, bad_value
 from .models import Message, TraceEvent
 from .statelog import HistoryStep, RunLog, StateDiff, encode_json, encode_value, history_of
@@ -275,21 +275,7 @@ class PostgresCheckpointer:
                                     "WHERE run_id=%s ORDER BY seq", (run_id,)).fetchall()
                 messages = db.execute("SELECT seq, role, content, metadata FROM messages WHERE run_id=%s ORDER BY seq",
                                       (run_id,)).fetchall()
-        log = RunLog(run_id, {}, row[1], [], [], [], [], created=row[2], updated=row[3],
-                     where=f"checkpoint store {self.where}")
-        meta = column_json(row[0], "its meta", log)
-        if not isinstance(meta, dict):
-            raise log.bad("its meta is not a JSON object")
-        log.meta = meta
-        for r in events:
-            log.events.append(event_of_row(r, log))
-            nmsg, delta = r[7], r[8]
-            if not (isinstance(nmsg, (int, type(None))) and isinstance(delta, (str, type(None)))):
-                raise log.bad(f"event {r[0]} has a malformed state column")
-            log.counts.append(nmsg)
-            log.deltas.append(delta)
-        log.messages = [message_of_row(seq, role, content, md, log) for seq, role, content, md in messages]
-        return log
+        return log_of_rows(run_id, row, events, messages, f"checkpoint store {self.where}")
 
     def put(self, logs: Sequence[RunLog]) -> None:
         """Write whole runs at once, in one transaction (``fork``); refused, with nothing written,

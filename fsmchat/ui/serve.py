@@ -28,8 +28,6 @@ import copy
 import hmac
 import ipaddress
 import json
-import threading
-import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,8 +42,8 @@ from ..limits import Limits
 from ..patterns.base import Pattern
 from ..speakers.human import Approve, Edit, Input, InputNotAllowed, NotWaiting, Reject, Say, check_input, waiting_for
 from ..timetravel import fork
-from .server import (DEFAULT_HOST, MISSING_EXTRA, ASGI, Running, Scope, ViewerError, app as viewer_app, guarded,
-                     listen, url_of)
+from .server import (DEFAULT_HOST, MISSING_EXTRA, ASGI, Running, Scope, app as viewer_app, guarded, in_thread, listen,
+                     url_of)
 
 TOKEN_ENV = "FSMCHAT_SERVE_TOKEN"
 DEFAULT_SERVE_PORT = 8766
@@ -577,14 +575,8 @@ def start(db: str | Path, patterns: Mapping[str, Any], host: str = DEFAULT_HOST,
     ``stop()`` cancels the runs executing in it (each resumable from the store) and ends it."""
     token = check_token(host, token)
     sock = listen(host, port)
-    server = _server(db, patterns, sock, token, allow_hosts)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="fsmchat-serve", daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise ViewerError(f"fsmchat serve stopped while starting on {host}:{port} (see the error above)")
-        time.sleep(0.01)
-    return Running(url_of(sock), server, thread)
+    return in_thread(_server(db, patterns, sock, token, allow_hosts), sock, "fsmchat-serve",
+                     f"fsmchat serve stopped while starting on {host}:{port} (see the error above)")
 
 
 def serve(db: str | Path, patterns: Mapping[str, Any], host: str = DEFAULT_HOST, port: int = DEFAULT_SERVE_PORT,

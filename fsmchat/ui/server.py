@@ -208,12 +208,18 @@ def start(db: str | Path, host: str = DEFAULT_HOST, port: int = 0, allow_hosts: 
     """Serve ``db`` from a background thread (``port=0``: a free port); returns once it accepts requests.
     ``allow_hosts``: more ``Host`` names it answers to (``NAME`` or ``NAME:PORT``)."""
     sock = listen(host, port)
-    server = _server(db, sock, allow_hosts)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="fsmchat-ui", daemon=True)
+    return in_thread(_server(db, sock, allow_hosts), sock, "fsmchat-ui",
+                     f"the viewer's server stopped while starting on {host}:{port} (see the error above)")
+
+
+def in_thread(server: Any, sock: socket.socket, name: str, failed: str) -> Running:
+    """Run the uvicorn ``server`` on ``sock`` in a daemon thread named ``name``; return once it
+    accepts requests (``ViewerError(failed)`` if it stopped first)."""
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=name, daemon=True)
     thread.start()
     while not server.started:
         if not thread.is_alive():
-            raise ViewerError(f"the viewer's server stopped while starting on {host}:{port} (see the error above)")
+            raise ViewerError(failed)
         time.sleep(0.01)
     return Running(url_of(sock), server, thread)
 
