@@ -589,7 +589,7 @@ class RunResult:
         return data
 
 
-# ---- output types (SEMANTICS.md "Output types"), one implementation for every pattern ----
+# ---- output types (docs/semantics.md "Output types"), one implementation for every pattern ----
 OUTPUT_TYPES = ("str-all-except-first", "str", "string", "all", "list", "dict", "final", "last", "json")
 
 

@@ -1,4 +1,4 @@
-"""ALTERNATE_DEBATES.md patterns 1-4 (InterviewSeries, PeerReviewProcess, MediationSession,
+"""docs/semantics.md "Conversation scripts", patterns 1-4 (InterviewSeries, PeerReviewProcess, MediationSession,
 BrainstormingSession) as the flows in examples/: call order and inputs, counts against the
 formulas, what is recorded under which name, output format, validation, paths.
 

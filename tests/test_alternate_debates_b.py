@@ -1,4 +1,4 @@
-"""ALTERNATE_DEBATES.md patterns 5-8 (TrialSimulation, CouncilMeeting, MentorshipSession,
+"""docs/semantics.md "Conversation scripts", patterns 5-8 (TrialSimulation, CouncilMeeting, MentorshipSession,
 NegotiationSession) as the flows in examples/: the exact order of model calls and what each was
 given, the count against the summary-table formula (and max_calls()) for several settings, what
 is recorded under which name, the output format, the quirks, and bad input refused before any call.

@@ -1,4 +1,4 @@
-"""OneOnOneDebate and one_on_one_debate tests (SEMANTICS.md "OneOnOneDebate / one_on_one_debate")."""
+"""OneOnOneDebate and one_on_one_debate tests (docs/semantics.md "OneOnOneDebate / one_on_one_debate")."""
 import asyncio
 import base64
 

@@ -17,7 +17,7 @@ def speaker(name, score):
 
 
 def group_chat(turns):
-    # max_loops counts the transcript's messages, the task included (SEMANTICS.md)
+    # max_loops counts the transcript's messages, the task included (docs/semantics.md)
     # a and b alternate (the recency penalty sends the floor back and forth); c stays quiet
     return GroupChat(agents=[speaker("a", 0.9), speaker("b", 0.8), speaker("c", 0.0)], max_loops=turns,
                      threshold=0.1, recency_penalty=0.5, recency_window=1)

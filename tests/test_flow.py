@@ -1,4 +1,4 @@
-"""AgentFlow + Discussion + combinators: state-transition tests for each SEMANTICS.md rule."""
+"""AgentFlow + Discussion + combinators: state-transition tests for each docs/semantics.md rule."""
 import asyncio
 import time
 

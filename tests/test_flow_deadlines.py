@@ -61,7 +61,7 @@ def test_discussion_turn_and_parallel_branch_stop_at_the_deadline():
 
 
 def test_loop_variables_are_unset_after_the_loop():
-    """SEMANTICS.md: item and loop_index are scoped to their loop (a later step sees None)."""
+    """docs/semantics.md: item and loop_index are scoped to their loop (a later step sees None)."""
     from fsmchat.flow import loop
 
     seen = []

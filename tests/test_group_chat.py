@@ -1,4 +1,4 @@
-"""GroupChat state-transition and conformance tests (SEMANTICS.md "GroupChat")."""
+"""GroupChat state-transition and conformance tests (docs/semantics.md "GroupChat")."""
 import asyncio
 import time
 

@@ -129,7 +129,7 @@ def test_bad_request_400_is_not_retried_and_ends_the_run(server):
     server.set_script(per_agent({"alice": [error(400, "bad tool schema")], "bob": [SILENT]}))
     result = chat(server, agent(server, "alice", num_retries=2), agent(server, "bob")).execute(TASK)
 
-    # a request error no retry can fix ends the chat as an error, never as a lull (SEMANTICS.md)
+    # a request error no retry can fix ends the chat as an error, never as a lull (docs/semantics.md)
     assert result.path == ["seed", "bid"] and result.stop_reason == "error" and not result.ok
     assert isinstance(result.error, ModelCallError) and result.error.kind == "bad_request"
     assert result.error.agent == "alice" and result.error.model == "openai/test-model"

@@ -1,4 +1,4 @@
-"""The AG2-style network discussion channel (SEMANTICS.md "Hub and discussion channel")."""
+"""The AG2-style network discussion channel (docs/semantics.md "Hub and discussion channel")."""
 import asyncio
 import inspect
 import random
@@ -67,7 +67,7 @@ def test_order_is_creator_first_then_targets_in_given_order():
 
 
 def test_creator_among_targets_speaks_first_then_the_listed_order_goes_round():
-    """SEMANTICS.md's measured example: creator alice, targets [carol, alice, bob] -> order
+    """docs/semantics.md's measured example: creator alice, targets [carol, alice, bob] -> order
     [carol, alice, bob]; alice speaks first, then bob, carol, alice, ..."""
     async def body():
         hub, (alice, bob, carol) = await passive_hub(["alice", "bob", "carol"])

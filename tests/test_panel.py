@@ -1,4 +1,4 @@
-"""ExpertPanelDiscussion tests (SEMANTICS.md "ExpertPanelDiscussion")."""
+"""ExpertPanelDiscussion tests (docs/semantics.md "ExpertPanelDiscussion")."""
 import asyncio
 
 import pytest

@@ -32,7 +32,7 @@ def test_group_chat_selection_matches_the_rules(n_agents, max_loops, threshold, 
     r = chat.execute("topic")
     assert_trace_is_path(chat.graph, r)
 
-    # an independent oracle of SEMANTICS.md
+    # an independent oracle of docs/semantics.md
     posts, recent, stop, t = [], [], None, 0
     while True:
         if 1 + len(posts) >= max_loops:

@@ -1,4 +1,4 @@
-"""RoundRobinSwarm state-transition and conformance tests (SEMANTICS.md "RoundRobinSwarm")."""
+"""RoundRobinSwarm state-transition and conformance tests (docs/semantics.md "RoundRobinSwarm")."""
 import asyncio
 import json
 

@@ -81,7 +81,7 @@ def check_knobs(knobs: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def participant_order(creator: str, targets: Sequence[str], known: Iterable[str]) -> list[str]:
-    """The channel's participant order (SEMANTICS.md): the creator first, then the targets in order.
+    """The channel's participant order (docs/semantics.md): the creator first, then the targets in order.
 
     When the creator is listed among the targets, the targets' order is kept as given (the
     creator at its listed place). The creator speaks first either way.
