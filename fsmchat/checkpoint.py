@@ -301,6 +301,17 @@ def _message(seq: int, role: Any, content: Any, metadata: Any, log: RunLog) -> M
     return Message(role=role, content=content, metadata=md or {})
 
 
+def listed_meta(text: Any) -> dict[str, Any] | None:
+    """A stored run's metadata as a run list shows it (``{}`` when unreadable), or None for a
+    branch lane (it has a ``parent``: listed with its run, not on its own)."""
+    try:
+        meta = json.loads(text)
+    except (TypeError, ValueError):
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    return None if "parent" in meta else meta
+
+
 def log_of_rows(run_id: str, run: Sequence[Any], events: Sequence[Sequence[Any]],
                 messages: Sequence[Sequence[Any]], where: str) -> RunLog:
     """A run as its store's rows hold it (``run``: meta, stop reason, created, updated; each event
@@ -813,12 +824,8 @@ class SqliteCheckpointer:
             raise self._store_error(exc) from None
         out = []
         for run_id, meta_text, stop, created, updated, n_msgs, n_events in rows:
-            try:
-                meta = json.loads(meta_text)
-            except (TypeError, ValueError):
-                meta = {}
-            meta = meta if isinstance(meta, dict) else {}
-            if "parent" in meta:
+            meta = listed_meta(meta_text)
+            if meta is None:
                 continue
             out.append(run_info(run_id, meta, stop, n_msgs, n_events, created, updated, leases.get(run_id)))
         return out

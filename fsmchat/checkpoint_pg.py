@@ -10,13 +10,12 @@ nothing written. Lease expiry is read from the database's clock, one clock for e
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .checkpoint import (LEASE_TTL, Fence, LeaseLost, RunInfo, Saved, already_used, check_lease_ttl,
-                         event_rows, lease_refusal, log_of_rows, next_delta, run_info, saved_of)
+                         event_rows, lease_refusal, listed_meta, log_of_rows, next_delta, run_info, saved_of)
 from .errors import CheckpointStoreError, FsmchatError, bad_value
 from .models import Message, TraceEvent
 from .statelog import HistoryStep, RunLog, StateDiff, encode_json, encode_value, history_of
@@ -322,12 +321,8 @@ class PostgresCheckpointer:
             now = self._now()
         out = []
         for run_id, meta_text, stop, created, updated, n_msgs, n_events, owner, expires in rows:
-            try:
-                meta = json.loads(meta_text)
-            except (TypeError, ValueError):
-                meta = {}
-            meta = meta if isinstance(meta, dict) else {}
-            if "parent" in meta:
+            meta = listed_meta(meta_text)
+            if meta is None:
                 continue
             # the lease's time left by the database's clock, as run_info reads it by this one
             lease = (owner, time.time() + expires - now) if owner else None

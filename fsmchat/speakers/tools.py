@@ -437,9 +437,7 @@ def as_tool_entry(x: Any) -> Any:
     Raises:
         TypeError: Anything else (says what is allowed).
     """
-    if isinstance(x, (Tool, dict)):
-        return x
-    if isinstance(x, ToolSource):
+    if isinstance(x, (Tool, dict)) or isinstance(x, ToolSource):
         return x
     if callable(x):
         return Tool(x)
