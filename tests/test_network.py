@@ -531,12 +531,22 @@ def test_ttl_expiry_on_a_fake_clock():
 
 def test_background_sweep_expires_on_the_injected_clock():
     async def body():
-        clock = ManualClock()
+        class CountingClock(ManualClock):  # each sweep reads the clock: the reads show sweeps have run
+            reads = 0
+
+            def __call__(self) -> float:
+                self.reads += 1
+                return super().__call__()
+
+        clock = CountingClock()
         hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0.005, clock=clock)
         alice, _bob = await hub.register("alice"), await hub.register("bob")
         ch = await alice.open(target=["bob"], ttl="2m")
-        await asyncio.sleep(0.02)
-        assert ch.state == "active"
+        seen, hung = clock.reads, time.monotonic() + HANG_GUARD
+        while clock.reads < seen + 3:  # sweeps ran before the clock moved ...
+            assert time.monotonic() < hung, "hung: the background sweep never ran"
+            await asyncio.sleep(0.005)
+        assert ch.state == "active"  # ... and expired nothing early
         clock.advance(120)
         hung = time.monotonic() + HANG_GUARD
         while ch.state != "expired":  # the next sweep expires it
