@@ -633,6 +633,49 @@ class MissingCredentials(ModelCallError):
         return str(self.args[0])
 
 
+class ContextTooLong(ModelCallError):
+    """A prompt longer than the model's input limit, refused before it was sent.
+
+    Raised by the speaking block when an agent's prompt (counted with the model's tokenizer, or
+    estimated: ``fsmchat.speakers.context.count_tokens``) has more tokens than the model's input
+    limit and the agent's context policy does not shorten it (``context="full"``, the default).
+    No retry can fix it: the run ends with ``ok`` False, ``stop_reason="error"`` and the
+    transcript so far.
+
+    Attributes:
+        agent: Whose prompt it was.
+        tokens: The prompt's tokens.
+        limit: The model's input limit.
+
+    Examples:
+        >>> from fsmchat.errors import ContextTooLong
+        >>> exc = ContextTooLong("critic", 312, 200, "Agent(max_input_tokens=200)")
+        >>> print(exc)
+        agent 'critic': the prompt has 312 tokens, over the input limit of 200 tokens (Agent(max_input_tokens=200)); it was not sent. Keep the prompt within the window with a context policy on the agent or the pattern: context=LastMessages(n) (the task and the last n messages) or context=Summarize(agent=..., keep_last=k, at=0.8) (older messages summarised by one model call); context="full" (the default) sends the whole conversation
+        >>> exc.kind, exc.fatal, exc.attempts
+        ('context_too_long', True, 0)
+    """
+
+    def __init__(self, agent: str, tokens: int, limit: int, source: str = "", model: str | None = None):
+        self.tokens, self.limit = tokens, limit
+        text = (f"agent {agent!r}: the prompt has {tokens} tokens, over the input limit of {limit} tokens"
+                f"{f' ({source})' if source else ''}; it was not sent. Keep the prompt within the window with a "
+                "context policy on the agent or the pattern: context=LastMessages(n) (the task and the last n "
+                "messages) or context=Summarize(agent=..., keep_last=k, at=0.8) (older messages summarised by one "
+                "model call); context=\"full\" (the default) sends the whole conversation")
+        super().__init__(agent, RuntimeError(text), 0, model)
+        self.kind = "context_too_long"
+        self.reason = text
+        self.args = (text,)
+
+    def hint(self) -> str:
+        """Empty: the message already says what to do."""
+        return ""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class LimitReached(FsmchatError):
     """A run limit cut an action short: the engine takes a drawn stop edge instead of failing.
 

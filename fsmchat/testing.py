@@ -289,6 +289,8 @@ class ScriptedModel:
         name: The prefix of its model id.
         id: Its model id (by default ``name`` and a counter); a Ray worker rebuilds it under the same.
         keep_messages: How many recent requests keep their whole message list (None: all).
+        max_input_tokens: The model's input limit in tokens, entered in litellm's model map (a
+            small window makes context policies testable: ``fsmchat.speakers.context``).
 
     Examples:
         >>> from fsmchat import RoundRobinSwarm
@@ -303,7 +305,7 @@ class ScriptedModel:
 
     def __init__(self, scripts: dict[str, Sequence[Any]] | None = None,
                  fn: Callable[[Request], Any] | None = None, name: str = "scripted", *, id: str | None = None,
-                 keep_messages: int | None = KEEP_MESSAGES):
+                 keep_messages: int | None = KEEP_MESSAGES, max_input_tokens: int | None = None):
         _Provider.install()
         self.id = id or f"{name}-{next(_ids)}"
         self.model = f"{SCRIPTED_PROVIDER}/{self.id}"
@@ -318,6 +320,14 @@ class ScriptedModel:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}  # calls per agent: O(1) per request, not a scan of every request
         _Provider._instances[self.id] = self
+        if max_input_tokens is not None:
+            if isinstance(max_input_tokens, bool) or not isinstance(max_input_tokens, int) or max_input_tokens < 1:
+                raise ValueError(f"ScriptedModel max_input_tokens={max_input_tokens!r}: expected None or a positive "
+                                 "int (the model's input limit in tokens)")
+            get_litellm().register_model({self.model: {"max_input_tokens": max_input_tokens, "mode": "chat",
+                                                       "litellm_provider": SCRIPTED_PROVIDER,
+                                                       "input_cost_per_token": 0.0, "output_cost_per_token": 0.0}})
+        self.max_input_tokens = max_input_tokens
 
     def to_config(self) -> ScriptedModelSpec:
         """This model as data (``ScriptedModelSpec``): scripts, and ``fn`` by import path, so a Ray
@@ -651,6 +661,8 @@ class FunctionModel(ScriptedModel):
         name: The prefix of its model id.
         id: Its model id (by default ``name`` and a counter).
         keep_messages: How many recent requests keep their whole message list (None: all).
+        max_input_tokens: The model's input limit in tokens, entered in litellm's model map (a
+            small window makes context policies testable: ``fsmchat.speakers.context``).
 
     Examples:
         >>> from fsmchat import RoundRobinSwarm
@@ -663,8 +675,9 @@ class FunctionModel(ScriptedModel):
     """
 
     def __init__(self, fn: Callable[[Request], Any], name: str = "function", *, id: str | None = None,
-                 keep_messages: int | None = KEEP_MESSAGES):
-        super().__init__(None, fn=fn, name=name, id=id, keep_messages=keep_messages)
+                 keep_messages: int | None = KEEP_MESSAGES, max_input_tokens: int | None = None):
+        super().__init__(None, fn=fn, name=name, id=id, keep_messages=keep_messages,
+                         max_input_tokens=max_input_tokens)
 
 
 # ---- scripted models as data: the kit registers their config form (fsmchat.config.MODEL_KINDS) ----

@@ -45,6 +45,7 @@ from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, StopReason, TraceEv
 from ..speakers.agent import SEED_ROLE, Speaker, Turn, mask_secrets
 from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, check_input, pending_of, request,
                               waiting_for)
+from ..speakers.compaction import add_compaction, check_limits, compaction_calls
 from ..speakers.images import image_part
 from ..speakers.llm import CallStats, load_litellm
 from ..speakers.tool_loop import APPROVE_ALL, ToolLoop, add_tool_loop, loop_of
@@ -520,8 +521,18 @@ class Pattern(ABC):
         return format_output(self._output_rows(ctx), self.output_type)
 
     def calls_by_speaker(self) -> list[tuple[Any, int]]:
-        """(speaker, the most calls it can be asked for in one run) for each participant, in order."""
-        return self._calls_by_speaker()
+        """(speaker, the most calls it can be asked for in one run) for each participant, in order,
+        then each summary writer of a ``Summarize`` policy with its most compactions."""
+        calls = self._calls_by_speaker()
+        return calls + self._compaction_calls(calls)
+
+    def _compaction_calls(self, calls: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
+        """(summary writer, most compactions) of the speaking states with a compaction."""
+        try:
+            states = self._speaking_states(self.graph)
+        except (ValueError, TypeError):  # no roster yet: no speaking state
+            return []
+        return compaction_calls(states, calls, self.context_policy)
 
     # ---- shared ----
     limits: Limits | None = None
@@ -543,6 +554,7 @@ class Pattern(ABC):
                 APPROVE_ALL.reset(token)
             for state, speakers in self._speaking_states(g):
                 add_tool_loop(g, state, speakers, approve_all=self.approve_tools)
+                add_compaction(g, state, speakers, self.context_policy)
             if self.interrupt_before or self.interrupt_after:
                 add_interrupts(g, self.interrupt_before, self.interrupt_after, self._wait_point, type(self).__name__)
             if self.limits is not None:
@@ -552,8 +564,15 @@ class Pattern(ABC):
 
     def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
         """(state, who may speak in it) for each state of ``g`` where an agent produces a message:
-        each gets its tool loop drawn when a speaker has tools (``add_tool_loop``)."""
+        each gets its tool loop drawn when a speaker has tools (``add_tool_loop``) and its
+        compaction when a speaker follows ``Summarize`` (``add_compaction``)."""
         return []
+
+    @property
+    def context_policy(self) -> Any:
+        """The pattern's context policy (its config's ``context``; None: each agent's own, else
+        ``"full"``): ``fsmchat.speakers.context``."""
+        return getattr(getattr(self, "config", None), "context", None)
 
     # ---- people in the loop ----
     def set_interrupts(self, before: Any, after: Any) -> None:
@@ -582,6 +601,14 @@ class Pattern(ABC):
     def waits_for_people(self) -> list[str]:
         """The states where a run may stop for a person (interrupts, Human participants)."""
         return [s.name for s in self.graph.flatten().states.values() if s.waits]
+
+    def _check_context(self) -> None:
+        """A ``Summarize`` speaker's model must have a known input limit: refused before any call."""
+        try:
+            states = self._speaking_states(self.graph)
+        except (ValueError, TypeError):
+            return
+        check_limits(states, self.context_policy, type(self).__name__)
 
     def _check_checkpointed(self) -> None:
         """Checks of a checkpointed run, before any model call (a flow's variables must be JSON-able)."""
@@ -640,7 +667,7 @@ class Pattern(ABC):
         included (``max_model_calls`` caps requests). A turn of an agent with tools counts
         ``1 + max_tool_rounds`` calls (``fsmchat.speakers.tools.calls_per_turn``)."""
         return sum(n * calls_per_turn(s) * (1 + (getattr(s, "num_retries", 0) if requests and hasattr(s, "model") else 0))
-                   for s, n in self._calls_by_speaker() if not isinstance(s, Human))
+                   for s, n in self.calls_by_speaker() if not isinstance(s, Human))
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
         """(speaker, most calls it can be asked for in one run), the source of ``max_calls``."""
@@ -753,6 +780,7 @@ class Pattern(ABC):
                                            check_hooks(on_start, owner, "on_start"))
         self._check_run(task)
         self._check_waits(checkpoint)
+        self._check_context()
         if checkpoint is not None:
             self._check_checkpointed()
         self._check_limits()

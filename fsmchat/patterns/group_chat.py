@@ -34,6 +34,7 @@ from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error, gro
 from ..graph.state_graph import StateGraph, state_names
 from ..models import Message, StopReason
 from ..speakers.agent import Agent, Speaker, Turn, check_roster
+from ..speakers.context import LastMessages, check_context, view
 from ..speakers.human import PERSON_BID, USER, Edit, Human, Reject, Say, request
 from ..speakers.respond import BidOutcome
 from .base import ChatContext, OutputType, Pattern, PatternConfig, PatternState, bind
@@ -72,7 +73,11 @@ class GroupChatConfig(PatternConfig):
         auto_equip: Auto-inject the ``respond`` tool into agents that lack it.
         verbose: Print each posted message as a styled panel.
         context_window: fsmchat's extension, off by default: bidders see the task and only the last
-            N messages, which bounds prompt tokens per call in long chats.
+            N messages, which bounds prompt tokens per call in long chats (``context=LastMessages(N)``).
+        context: fsmchat's extension: the bidders' context policy, ``"full"``, ``LastMessages(n)``
+            or ``Summarize(agent=..., keep_last=k, at=0.8)`` (``fsmchat.speakers.context``); an
+            agent's own ``context`` takes precedence. None: ``context_window`` if set, else each
+            agent's own policy, else ``"full"``.
 
     Examples:
         >>> from fsmchat import Agent
@@ -101,6 +106,14 @@ class GroupChatConfig(PatternConfig):
     verbose: bool = False
     context_window: int | None = Field(None, ge=1, strict=True, description="fsmchat extension: bidders see the "
                                                                              "task and only the last N messages")
+    context: Annotated[Any, AfterValidator(lambda v: check_context(v, "GroupChat"))] = Field(
+        None, description="fsmchat extension: the bidders' context policy (fsmchat.speakers.context)")
+
+    def policy(self) -> Any:
+        """The chat's context policy: ``context``, else ``LastMessages(context_window)``, else None."""
+        if self.context is not None:
+            return self.context
+        return LastMessages(self.context_window) if self.context_window is not None else None
 
 
 @dataclass
@@ -180,10 +193,10 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     names = [s.name for s in ctx.speakers]
     last = ctx.transcript[-1]
 
-    window = ctx.config.context_window
+    policy = ctx.config.policy()
     rows: Sequence[Message] = ctx.transcript.view()
-    if window is not None and len(rows) > window + 1:
-        rows = [rows[0], *rows[-window:]]  # the task, then the last `window` messages
+    if isinstance(policy, LastMessages):
+        rows = view(rows, policy)  # the task, then the last n messages
 
     def turn(s: Any) -> Turn:  # every bidder shares one view of the rows (no copy per bid)
         others = [n for n in names if n != s.name]
@@ -416,7 +429,9 @@ class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig):
         auto_equip (bool): Auto-inject the ``respond`` tool into agents that lack it.
         verbose (bool): Print each posted message as a styled panel.
         context_window (int | None): Bidders see the task and only the last N messages (fsmchat's extension,
-            off by default).
+            off by default): an alias of ``context=LastMessages(N)``.
+        context: The bidders' context policy (fsmchat's extension): ``"full"``, ``LastMessages(n)`` or
+            ``Summarize(agent=..., keep_last=k, at=0.8)`` (``fsmchat.speakers.context``).
 
     Args:
         *args: The attributes above by position (``name``, ``description``, ``agents``, ...).
@@ -459,6 +474,11 @@ class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig):
     def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
         """Every bidder bids in ``bid``; a bidder with tools may call them there before it bids."""
         return [("bid", [a for a in self.config.agents if isinstance(a, Agent)])]
+
+    @property
+    def context_policy(self) -> Any:
+        """The bidders' context policy (``context``, else ``LastMessages(context_window)``)."""
+        return self.config.policy()
 
     def _wait_point(self, where: str, qualified: str, level: StateGraph) -> WaitPoint:
         """Before ``post`` a person reviews the winner's message: ``Approve``/``Edit`` post it,

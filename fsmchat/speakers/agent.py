@@ -17,7 +17,7 @@ from ..deadline import call_within
 from ..errors import HEADER_OPTIONS, ConfigError, ModelCallError, fatal_error, invalid_config, register_secrets, \
     secret_values
 from ..models import Bid, Message, shorten
-from . import llm, wire
+from . import context as contexts, llm, wire
 from .images import image_part
 from .log_secrets import is_secret
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
@@ -73,6 +73,11 @@ class Agent(BaseModel):
         max_loops: Accepted for swarms compatibility; no effect.
         persistent_memory: Accepted for swarms compatibility; no effect.
         output_type: Accepted for swarms compatibility; no effect.
+        context: What of the conversation its calls carry: ``"full"``, ``LastMessages(n)`` or
+            ``Summarize(agent=..., keep_last=k, at=0.8)`` (``fsmchat.speakers.context``); None
+            (the default) follows the pattern's policy, else ``"full"``.
+        max_input_tokens: Its model's input limit in tokens (default: litellm's model map);
+            each prompt is counted against it before it is sent.
 
     Raises:
         ConfigError: A field is invalid (the message names it and says what is allowed).
@@ -114,6 +119,8 @@ class Agent(BaseModel):
     max_loops: int | None = None
     persistent_memory: bool | None = None
     output_type: str | None = None
+    context: Any = None
+    max_input_tokens: int | None = Field(None, ge=1, strict=True)
 
     def __init__(self, name: str | None = None, /, **data: Any):
         if name is not None:
@@ -152,6 +159,11 @@ class Agent(BaseModel):
             raise ValueError(f"tools: two tools are named {dup!r}; a model calls a tool by its name, so names must "
                              "be unique (Tool(fn, name=...) renames one)")
         return out
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, v: Any) -> Any:
+        return contexts.check_context(v, "Agent")
 
     @field_validator("model")
     @classmethod
@@ -239,7 +251,7 @@ class Agent(BaseModel):
         A reply may call tools (``tool_choice="auto"``; ``"none"`` once ``final``); a bid must call
         a tool or ``respond`` (``"required"``; ``respond`` forced once ``final``).
         """
-        messages = turn.request_messages(self.system_prompt) + exchange
+        messages = self.prompt(turn, exchange)
         request: dict[str, Any] = {}
         if bid:
             request = {"tools": [*specs, RESPOND_TOOL],
@@ -253,6 +265,12 @@ class Agent(BaseModel):
         if not choices:
             raise llm_empty(self.name)
         return choices[0].message
+
+    def prompt(self, turn: "Turn", extra: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+        """The chat messages of this agent's call for ``turn`` (then ``extra``, the turn's tool
+        rounds): the conversation as its context policy shows it, counted against its model's
+        input limit (``fsmchat.speakers.context.fit``; ``ContextTooLong`` when over it)."""
+        return contexts.fit(self, turn, extra)
 
     async def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Any:
         return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
@@ -269,7 +287,7 @@ class Agent(BaseModel):
         Raises:
             ModelCallError: The call failed after the retries, or the response has no choices.
         """
-        response = await self._call(turn.request_messages(self.system_prompt), turn.stats, **request)
+        response = await self._call(self.prompt(turn), turn.stats, **request)
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise llm_empty(self.name)
@@ -341,7 +359,7 @@ class Agent(BaseModel):
         Args:
             turn: The conversation as this agent sees it and the instruction (``kind="bid"``).
         """
-        messages = turn.request_messages(self.system_prompt)
+        messages = self.prompt(turn)
         note = None
         try:
             if not self.carries_respond():

@@ -1,0 +1,185 @@
+"""Layer 5: compaction as a graph state: a long conversation summarised before it outgrows the window.
+
+``add_compaction(g, state, speakers, policy)`` draws, for a speaking state where a speaker follows
+a ``Summarize`` policy (its own ``context``, or the pattern's ``policy``), ``state -[compact]->
+compact_<state> -> state`` (the new edge tried first). The state's action is wrapped
+(``compacting_action``): before anyone speaks it counts the conversation each such speaker would
+see (its system prompt, the task, the latest summary and the messages since) against the fraction
+``at`` of its model's input limit; past it, the action ends at once (its payload is
+``"compact"``), ``compact_<state>`` asks the policy's ``agent`` for one summary of the messages
+before the last ``keep_last`` (and of the previous summary), records it as a ``compacted`` event
+of the run (so the checkpoint holds it and a resume reads it instead of asking again), and the
+state runs again, its calls carrying the summary in place of the messages it covers.
+
+A graph where no speaker follows ``Summarize`` is unchanged. Each visit of the state compacts at
+most once (a compaction needs a message it has not covered), so the calls it adds are at most
+the state's visits (``compaction_calls``).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from ..errors import ConfigError
+from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
+from .agent import Turn, conversation_view
+from .context import ACTIVE, Compaction, ContextPolicy, ContextState, Summarize, count_tokens, input_limit, \
+    policy_of, view
+from .llm import resolve_model
+
+COMPACTED = "compacted"  # the event a compaction records (its summary, what it covers)
+
+SUMMARY_INSTRUCTION = ("Summarise the conversation above for the participants who continue it: keep every "
+                       "decision, open question, fact and name they need, in plain prose, as briefly as you can.")
+
+
+def summarizers(speakers: Sequence[Any], policy: ContextPolicy | None) -> list[Summarize]:
+    """The distinct ``Summarize`` policies ``speakers`` follow (their own, else ``policy``)."""
+    out: list[Summarize] = []
+    for s in speakers:
+        p = policy_of(s, policy)
+        if isinstance(p, Summarize) and not any(p is q for q in out):
+            out.append(p)
+    return out
+
+
+def state_of(ctx: Any) -> ContextState:
+    """The run's ``ContextState`` on ``ctx`` (made on first use, its summary the latest
+    ``compacted`` event: a resumed run reads the one its checkpoint holds)."""
+    st = getattr(ctx, "context_state", None)
+    if st is None:
+        st = ContextState()
+        for e in reversed(ctx.events):
+            if e.get("event") == COMPACTED:
+                st.summary = Compaction(int(e["upto"]), str(e["summary"]), str(e["by"]))
+                break
+        ctx.context_state = st
+    assert isinstance(st, ContextState)
+    return st
+
+
+def visible_tokens(speaker: Any, rows: Sequence[Any], policy: Summarize, summary: Compaction | None) -> int:
+    """The tokens of the conversation ``speaker`` would see (its system prompt, the task, the
+    summary, the messages since): what a compaction is decided on."""
+    messages = [{"role": "system", "content": speaker.system_prompt}] if speaker.system_prompt.strip() else []
+    messages += conversation_view(speaker.name, view(rows, policy, summary))
+    return count_tokens(resolve_model(speaker.model), messages)
+
+
+def due(ctx: Any, speakers: Sequence[Any], policy: ContextPolicy | None) -> Summarize | None:
+    """The ``Summarize`` whose compaction must run before the state speaks, or None: a speaker
+    following it would see more than ``at`` of its input limit, and there are messages to fold."""
+    st = state_of(ctx)
+    rows = ctx.transcript.view()
+    start = st.summary.upto if st.summary is not None else 1
+    for s in speakers:
+        p = policy_of(s, policy)
+        if not isinstance(p, Summarize) or len(rows) - p.keep_last <= start:
+            continue
+        limit = input_limit(s)
+        if limit is not None and visible_tokens(s, rows, p, st.summary) > p.at * limit[0]:
+            return p
+    return None
+
+
+def compacting_action(action: Callable[[Any], Any], speakers: Sequence[Any],
+                      policy: ContextPolicy | None) -> Callable[[Any], Any]:
+    """``action`` as a state with a compaction: it ends at once (payload ``"compact"``) when a
+    compaction is due; otherwise its calls read the pattern's policy and the run's summary."""
+
+    async def speaking(ctx: Any) -> Any:
+        st = state_of(ctx)
+        st.policy = policy
+        st.due = due(ctx, speakers, policy)
+        if st.due is not None:
+            return "compact"
+        token = ACTIVE.set(st)
+        try:
+            out = action(ctx)
+            if is_awaitable(out):
+                out = await out
+        finally:
+            ACTIVE.reset(token)
+        return out
+
+    speaking.__name__ = getattr(action, "__name__", "speak")
+    speaking.__doc__ = getattr(action, "__doc__", None)
+    return speaking
+
+
+def compaction_due(ctx: Any) -> bool:
+    """the conversation nears the input limit"""
+    st = getattr(ctx, "context_state", None)
+    return isinstance(st, ContextState) and st.due is not None
+
+
+def make_compact(state: str, speakers: Sequence[Any], policy: ContextPolicy | None) -> Callable[[Any], Any]:
+    async def compact(ctx: Any) -> dict[str, Any]:
+        """summarise the older messages (one model call)"""
+        st = state_of(ctx)
+        p = st.due or due(ctx, speakers, policy) or summarizers(speakers, policy)[0]  # a resume re-decides
+        rows = ctx.transcript.view()
+        start = st.summary.upto if st.summary is not None else 1
+        cut = max(start, len(rows) - p.keep_last)
+        shown = [rows[0], *([] if st.summary is None else [view(rows, p, st.summary)[1]]), *rows[start:cut]]
+        writer = p.agent
+        text = ctx.transcript.admit(writer.name, await writer.reply(Turn(writer.name, shown, SUMMARY_INSTRUCTION,
+                                                                         stats=ctx.stats)))
+        st.summary, st.due = Compaction(cut, text, writer.name), None
+        record = {"event": COMPACTED, "state": state, "by": writer.name, "covers": [start + 1, cut],
+                  "upto": cut, "summary": text}
+        ctx.events.append(record)
+        return {"by": writer.name, "covers": [start + 1, cut]}
+
+    return compact
+
+
+def add_compaction(g: StateGraph, state: str, speakers: Sequence[Any], policy: ContextPolicy | None) -> StateGraph:
+    """Draw the compaction of ``state``, where ``speakers`` speak under the pattern's ``policy``:
+    ``state -[compact]-> compact_<state> -> state`` (the new edge tried first). Nothing changes
+    when no speaker follows ``Summarize``. Returns the graph.
+
+    Raises:
+        ConfigError: Speakers of one state follow different ``Summarize`` policies (a run keeps
+            one summary of its conversation).
+    """
+    found = summarizers(speakers, policy)
+    if not found:
+        return g
+    if len(found) > 1:
+        raise ConfigError(f"state {state!r}: its speakers follow {len(found)} different Summarize policies "
+                          f"({', '.join(map(repr, found))}); a run keeps one summary of its conversation, so give "
+                          "them one Summarize object (or set it once on the pattern: context=Summarize(...))")
+    s = g.states[state]
+    assert s.action is not None, f"state {state!r} speaks but has no action"
+    s.action = compacting_action(s.action, speakers, policy)
+    (name,) = state_names([f"compact_{state}"], reserved=g.states)
+    g.state(name, make_compact(state, speakers, policy), f"{found[0].agent.name}: summarise the older messages")
+    first = next((i for i, t in enumerate(g.transitions) if t.source == state), len(g.transitions))
+    g.transitions.insert(first, Transition(state, name, compaction_due, "compact", first))
+    g.edge(name, state)
+    for i, t in enumerate(g.transitions):
+        t.order = i
+    return g.changed()
+
+
+def compaction_calls(states: Sequence[tuple[str, Sequence[Any]]], calls: Sequence[tuple[Any, int]],
+                     policy: ContextPolicy | None) -> list[tuple[Any, int]]:
+    """(summary writer, the most compactions of a run) for each speaking state with a compaction:
+    one per visit at most, and a state is visited at most as often as its busiest speaker is asked."""
+    asked = {id(s): n for s, n in calls}
+    out: list[tuple[Any, int]] = []
+    for _state, speakers in states:
+        found = summarizers(speakers, policy)
+        if found:
+            out.append((found[0].agent, max((asked.get(id(s), 0) for s in speakers), default=0)))
+    return out
+
+
+def check_limits(states: Sequence[tuple[str, Sequence[Any]]], policy: ContextPolicy | None, owner: str) -> None:
+    """Refuse, before any model call, a ``Summarize`` speaker whose model's input limit is unknown."""
+    for _state, speakers in states:
+        for s in speakers:
+            if isinstance(policy_of(s, policy), Summarize) and input_limit(s) is None:
+                raise ConfigError(f"{owner}: agent {s.name!r} follows Summarize, which compacts at a fraction of "
+                                  f"its model's input limit, but {resolve_model(s.model)!r} has none in litellm's "
+                                  f"model map: give the agent one (Agent({s.name!r}, max_input_tokens=N))")
