@@ -19,7 +19,7 @@ _EXPORTS: dict[str, str] = {
     "Bid": "models", "Message": "models", "RunResult": "models", "StopReason": "models", "TraceEvent": "models",
     "Transcript": "models", "format_output": "models",
     "FsmchatError": "errors", "GraphError": "errors", "ModelCallError": "errors", "NoTransitionError": "errors",
-    "RenderError": "errors", "result_of": "errors", "MCPServerError": "errors",
+    "RenderError": "errors", "result_of": "errors", "MCPServerError": "errors", "ContextTooLong": "errors",
     "StateGraph": "graph",
     "run": "engine", "run_graph": "engine", "GraphRun": "engine", "run_sync": "engine",
     "SqliteCheckpointer": "checkpoint", "MemoryCheckpointer": "checkpoint", "resume": "checkpoint",
@@ -32,7 +32,7 @@ _EXPORTS: dict[str, str] = {
     "Pending": "speakers", "Tool": "speakers", "ToolError": "speakers", "ToolSource": "speakers",
     "MCPServer": "speakers",
     "ToolCallEntry": "models",
-    "RateLimit": "speakers", "rate_limit": "speakers",
+    "RateLimit": "speakers", "rate_limit": "speakers", "LastMessages": "speakers", "Summarize": "speakers",
     # layer 6: patterns
     "Pattern": "patterns", "ChatContext": "patterns", "GroupChat": "patterns", "RoundRobinSwarm": "patterns",
     "build_turn_header": "patterns", "build_collaborative_task": "patterns", "OneOnOneDebate": "patterns",
@@ -73,8 +73,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .timetravel import ForkEdit, ForkError, fork
     from .config import from_config
     from .engine import GraphRun, run, run_graph, run_sync
-    from .errors import FsmchatError, GraphError, MCPServerError, ModelCallError, NoTransitionError, RenderError, \
-        result_of
+    from .errors import ContextTooLong, FsmchatError, GraphError, MCPServerError, ModelCallError, NoTransitionError, \
+        RenderError, result_of
     from .flow import (AgentFlow, Discussion, Flow, StepResult, Task, ask_human, flow_input, if_, loop, parallel,
                        repeat, route, when)
     from .graph import StateGraph
@@ -87,5 +87,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, \
         ORDERING_ROUND_ROBIN, Channel, DiscussionState, Envelope, Hub, HubClient, ManualClock, \
         MemoryKnowledgeStore, NetworkError, NotFoundError, ProtocolError, TurnFailed, turn_within, wait_for_text_count
-    from .speakers import RESPOND_TOOL, Agent, Approve, Edit, Human, MCPServer, Pending, Reject, Say, Tool, \
-        ToolError, ToolSource, Turn
+    from .speakers import RESPOND_TOOL, Agent, Approve, Edit, Human, LastMessages, MCPServer, Pending, Reject, Say, \
+        Summarize, Tool, ToolError, ToolSource, Turn

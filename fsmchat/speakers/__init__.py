@@ -1,5 +1,6 @@
 """Layer 5: participants (litellm agents, callables, people), their tools and the respond tool."""
 from .agent import Agent, CallableSpeaker, Turn, as_speaker, check_roster, conversation_view
+from .context import LastMessages, Summarize
 from .ratelimit import RateLimit, rate_limit
 from .human import Approve, Edit, Human, Pending, Reject, Say
 from .mcp import MCPServer
@@ -8,4 +9,5 @@ from .tools import Tool, ToolError, ToolSource
 
 __all__ = ["Agent", "CallableSpeaker", "Turn", "as_speaker", "check_roster", "conversation_view",
            "RESPOND_TOOL", "BidOutcome", "parse_bid", "Human", "Approve", "Edit", "Reject", "Say", "Pending",
-           "Tool", "ToolError", "ToolSource", "MCPServer", "RateLimit", "rate_limit"]
+           "Tool", "ToolError", "ToolSource", "MCPServer", "RateLimit", "rate_limit",
+           "LastMessages", "Summarize"]

@@ -15,11 +15,12 @@ pattern's (``GroupChat(context=...)``), else ``"full"``:
   summarise the older messages (``fsmchat.speakers.compaction``); the agents then see the task, the
   summary and the messages since (at least the last ``k``).
 
-Tokens are counted with litellm's ``token_counter`` and the model's tokenizer where litellm has
-it without a download (OpenAI's tiktoken encodings, Anthropic's and DeepSeek's bundled
-tokenizers; unknown models use tiktoken's ``cl100k_base``). Models whose tokenizer litellm would
-download from Hugging Face (Llama 2 and 3, Cohere Command R) are estimated with ``cl100k_base``
-instead: nothing is fetched. Each counted call is a ``prompt_tokens`` event of the run (agent,
+Tokens are counted with litellm's ``token_counter``, offline: with the model's own tokenizer where
+litellm ships it (Anthropic's and DeepSeek's), and otherwise estimated with tiktoken's
+``cl100k_base``, which litellm ships too. That estimate is exact for GPT-4 and GPT-3.5 models and
+close for the rest (``o200k_base`` models such as GPT-4o, Llama, Mistral, Gemini), whose
+tokenizers tiktoken or Hugging Face would download: nothing is fetched. Give ``at`` (or the
+limit) some room for the difference. Each counted call is a ``prompt_tokens`` event of the run (agent,
 tokens, limit, policy).
 """
 from __future__ import annotations
@@ -34,8 +35,9 @@ from ..errors import ConfigError, ContextTooLong, invalid_config
 from ..models import Message
 from .llm import get_litellm, resolve_model
 
-ESTIMATED_TOKENIZERS = frozenset({"cohere", "llama2", "llama3"})
-"""litellm's tokenizer kinds it would download from Hugging Face: estimated with ``cl100k_base``."""
+BUNDLED_TOKENIZERS = frozenset({"anthropic", "deepseek"})
+"""litellm's tokenizer kinds that ship with it: used as they are; every other model is estimated
+with tiktoken's ``cl100k_base``, which also ships with litellm (no tokenizer is ever downloaded)."""
 
 SUMMARY_ROLE = "Summary"
 """The role of the summary row agents see in place of the messages it covers."""
@@ -195,11 +197,11 @@ def summary_row(summary: Compaction) -> Message:
 
 def count_tokens(model: str, messages: Sequence[dict[str, Any]]) -> int:
     """The tokens of ``messages`` for ``model``: litellm's ``token_counter`` with the model's
-    tokenizer, or the ``cl100k_base`` estimate where litellm would download one."""
+    tokenizer where litellm ships it, else the ``cl100k_base`` estimate (never a download)."""
     lm = get_litellm()
     kind_of = getattr(getattr(lm, "utils", None), "huggingface_tokenizer_kind", None)
     kind = kind_of(model) if callable(kind_of) else None
-    return int(lm.token_counter(model="" if kind in ESTIMATED_TOKENIZERS else model, messages=list(messages)))
+    return int(lm.token_counter(model=model if kind in BUNDLED_TOKENIZERS else "", messages=list(messages)))
 
 
 def input_limit(speaker: Any) -> tuple[int, str] | None:

@@ -1,0 +1,175 @@
+"""Context policies: every prompt counted against the model's input limit before it is sent; a prompt
+over it refused (``context="full"``), cut to the task and the last n messages (``LastMessages``), or
+kept short by a drawn compaction (``Summarize``), against a scripted model with a small window."""
+import pytest
+
+from fsmchat import Agent, Bid, GroupChat, RoundRobinSwarm, SqliteCheckpointer
+from fsmchat.errors import ConfigError
+from fsmchat.errors import ContextTooLong
+from fsmchat.speakers.context import LastMessages, Summarize, count_tokens
+from fsmchat.testing import Fail, ScriptedModel
+
+ALPHA, BETA = " ".join(["alpha"] * 20), " ".join(["beta"] * 20)
+BIDS_A = [Bid(0.9, f"a{i} {ALPHA}") for i in range(20)]
+BIDS_B = [Bid(0.8, f"b{i} {BETA}") for i in range(20)]
+
+
+def ask(name, other, sender, text):
+    """The bid instruction GroupChat sends (written out here, not read from the code)."""
+    return (f"You are {name} in a group chat with {other}. The latest message is from {sender}:\n\n{text}\n\n"
+            "Decide whether to speak next. Call the respond tool exactly once: score (0..1) is how much you "
+            "want the floor, message is your reply to the group, or an empty string to stay silent.")
+
+
+def msg(role, content):
+    return {"role": role, "content": content}
+
+
+def test_full_refuses_a_prompt_over_the_limit_before_it_is_sent():
+    m = ScriptedModel({"a": BIDS_A, "b": BIDS_B}, max_input_tokens=200)
+    r = GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=8).execute("Discuss.")
+    assert not r.ok and r.stop_reason == "error"
+    assert isinstance(r.error, ContextTooLong)
+    assert (r.error.agent, r.error.tokens, r.error.limit) == ("a", 205, 200)
+    assert str(r.error) == (
+        "agent 'a': the prompt has 205 tokens, over the input limit of 200 tokens (max_input_tokens of "
+        f"'{m.model}' in litellm's model map); it was not sent. Keep the prompt within the window with a context "
+        "policy on the agent or the pattern: context=LastMessages(n) (the task and the last n messages) or "
+        "context=Summarize(agent=..., keep_last=k, at=0.8) (older messages summarised by one model call); "
+        "context=\"full\" (the default) sends the whole conversation")
+    # the transcript so far; the refused bids were never sent (4 turns of 2 bids)
+    assert [x.content[:2] for x in r.transcript] == ["Di", "a0", "b1", "a2", "b3"]
+    assert m.calls() == 8
+    tokens = [(e["agent"], e["tokens"]) for e in r.events if e["event"] == "prompt_tokens"]
+    assert tokens == [("a", 76), ("b", 76), ("a", 123), ("b", 125), ("a", 151), ("b", 151), ("a", 177),
+                      ("b", 179), ("a", 205), ("b", 205)]
+
+
+def test_an_agents_declared_limit_is_used_and_named():
+    m = ScriptedModel({"a": ["x" * 10], "b": ["y"]})
+    swarm = RoundRobinSwarm(agents=[m.agent("a", max_input_tokens=20), m.agent("b")])
+    r = swarm.execute("Plan the launch.")
+    assert not r.ok and isinstance(r.error, ContextTooLong) and m.calls() == 0
+    assert "(Agent(max_input_tokens=20))" in str(r.error) and r.error.limit == 20
+
+
+def test_last_messages_on_an_agent_sends_the_task_and_the_last_n():
+    m = ScriptedModel({"a": BIDS_A, "b": BIDS_B}, max_input_tokens=400)
+    r = GroupChat(agents=[m.agent("a", context=LastMessages(2)), m.agent("b")], max_loops=5).execute("Discuss.")
+    assert r.ok and [x.content[:2] for x in r.transcript] == ["Di", "a0", "b1", "a2", "b3"]
+    assert m.requests_of("a")[3].messages == [
+        msg("user", "Discuss."), msg("user", f"b: b1 {BETA}"), msg("assistant", f"a2 {ALPHA}"),
+        msg("user", ask("a", "b", "a", f"a2 {ALPHA}"))]
+    assert m.requests_of("b")[3].messages == [  # b keeps the whole conversation
+        msg("user", "Discuss."), msg("user", f"a: a0 {ALPHA}"), msg("assistant", f"b1 {BETA}"),
+        msg("user", f"a: a2 {ALPHA}"), msg("user", ask("b", "a", "a", f"a2 {ALPHA}"))]
+    assert [e["policy"] for e in r.events if e["event"] == "prompt_tokens"][:2] == ["last_messages", "full"]
+
+
+def test_group_chats_context_window_is_last_messages():
+    def run(**kw):
+        m = ScriptedModel({"a": BIDS_A, "b": BIDS_B})
+        GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=5, **kw).execute("Discuss.")
+        return [list(q.messages) for q in m.requests]
+
+    windowed = run(context_window=1)
+    assert windowed == run(context=LastMessages(1))
+    assert windowed[-1] == [msg("user", "Discuss."), msg("user", f"a: a2 {ALPHA}"),
+                            msg("user", ask("b", "a", "a", f"a2 {ALPHA}"))]
+    assert GroupChat(agents=[Agent("a"), Agent("b")], context_window=3).context_policy == LastMessages(3)
+
+
+def summarized_chat(m, **kw):
+    policy = Summarize(agent=m.agent("scribe", system_prompt="You summarise."), keep_last=1, at=0.5)
+    return GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=8, context=policy, **kw)
+
+
+def test_summarize_compacts_in_a_drawn_state_and_the_agents_see_the_summary():
+    m = ScriptedModel({"a": BIDS_A, "b": BIDS_B, "scribe": ["S1: a and b spoke.", "S2: still talking.", "S3."]},
+                      max_input_tokens=200)
+    chat = summarized_chat(m)
+    assert list(chat.graph.states) == ["seed", "bid", "select", "post", "penalize", "stop", "compact_bid"]
+    assert [(t.source, t.dest, t.label) for t in chat.graph.transitions if "compact_bid" in (t.source, t.dest)] == \
+        [("bid", "compact_bid", "compact"), ("compact_bid", "bid", "next")]
+    assert chat.max_calls() == 21  # 7 turns x 2 bids, and at most one compaction per turn
+    r = chat.execute("Discuss.")
+    assert r.ok and r.stop_reason == "max_loops" and len(r.transcript) == 8
+    assert r.path[16:20] == ["penalize", "bid", "compact_bid", "bid"] and r.path.count("compact_bid") == 2
+    assert m.calls("scribe") == 2 and m.calls() == 16  # 7 turns x 2 bids: the compactions are the only added calls
+    assert m.requests_of("scribe")[0].messages == [
+        msg("system", "You summarise."), msg("user", "Discuss."), msg("user", f"a: a0 {ALPHA}"),
+        msg("user", f"b: b1 {BETA}"), msg("user", f"a: a2 {ALPHA}"),
+        msg("user", "Summarise the conversation above for the participants who continue it: keep every decision, "
+                    "open question, fact and name they need, in plain prose, as briefly as you can.")]
+    assert m.requests_of("a")[4].messages == [
+        msg("user", "Discuss."), msg("user", "Summary: S1: a and b spoke."), msg("user", f"b: b3 {BETA}"),
+        msg("user", ask("a", "b", "b", f"b3 {BETA}"))]
+    assert m.requests_of("scribe")[1].messages[1:5] == [  # the second folds the first summary in
+        msg("user", "Discuss."), msg("user", "Summary: S1: a and b spoke."), msg("user", f"b: b3 {BETA}"), msg("user", f"a: a4 {ALPHA}")]
+    compacted = [e for e in r.events if e["event"] == "compacted"]
+    assert compacted == [{"event": "compacted", "state": "bid", "by": "scribe", "covers": [2, 4], "upto": 4,
+                          "summary": "S1: a and b spoke."},
+                         {"event": "compacted", "state": "bid", "by": "scribe", "covers": [5, 6], "upto": 6,
+                          "summary": "S2: still talking."}]
+    step = next(s for s in r.trace if s.state == "compact_bid")
+    assert step.payload == {"by": "scribe", "covers": [2, 4]}
+    tokens = [e["tokens"] for e in r.events if e["event"] == "prompt_tokens" and e["agent"] != "scribe"]
+    assert tokens == [76, 76, 123, 125, 151, 151, 177, 179, 139, 137, 165, 165, 137, 135]  # under 200, flat
+
+
+def test_a_resume_after_a_compaction_reuses_the_summary(tmp_path):
+    db = str(tmp_path / "runs.db")
+    m1 = ScriptedModel({"a": BIDS_A[:4] + [Fail(401)], "b": BIDS_B, "scribe": ["S1: a and b spoke."]}, id="ctx-resume",
+                       max_input_tokens=200)
+    r1 = summarized_chat(m1).execute("Discuss.", checkpoint=SqliteCheckpointer(db), run_id="long")
+    assert not r1.ok and r1.path[-3:] == ["bid", "compact_bid", "bid"] and m1.calls("scribe") == 1
+    m1.close()
+    m2 = ScriptedModel({"a": BIDS_A[4:], "b": BIDS_B[4:], "scribe": ["S2: still talking."]}, id="ctx-resume",
+                       max_input_tokens=200)
+    r2 = summarized_chat(m2).resume("long", SqliteCheckpointer(db))
+    assert r2.ok and r2.stop_reason == "max_loops" and len(r2.transcript) == 8
+    # the stored summary is read, not asked for again: the one compaction of the resume is the next one
+    assert m2.calls("scribe") == 1 and m2.calls() == 7
+    assert m2.requests_of("a")[0].messages[:2] == [msg("user", "Discuss."), msg("user", "Summary: S1: a and b spoke.")]
+    assert m2.requests_of("scribe")[0].messages[2] == msg("user", "Summary: S1: a and b spoke.")
+    assert [e["summary"] for e in r2.events if e["event"] == "compacted"] == ["S1: a and b spoke.", "S2: still talking."]
+    assert r2.path.count("compact_bid") == 2 and [x.content[:2] for x in r2.transcript] == \
+        ["Di", "a0", "b1", "a2", "b3", "a4", "b5", "a6"]
+
+
+def test_max_calls_and_budgets_count_compactions():
+    m = ScriptedModel({"a": BIDS_A, "b": BIDS_B, "scribe": ["S1."] * 5}, max_input_tokens=200)
+    chat = summarized_chat(m)
+    assert chat.max_calls() == 21 and GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=8).max_calls() == 14
+    r = chat.with_limits(max_model_calls=11).execute("Discuss.")  # 8 bids, the compaction, 2 bids, then refused
+    assert r.stop_reason == "budget" and m.calls("scribe") == 1 and m.calls() == 11
+
+
+def test_policies_are_checked_before_any_call():
+    with pytest.raises(ConfigError, match=r"Agent: context='last' \(str\) is invalid: a context policy is \"full\""):
+        Agent("a", context="last")
+    with pytest.raises(ConfigError, match=r"LastMessages: n=0 is invalid: input should be greater than or equal to 1"):
+        LastMessages(0)
+    with pytest.raises(ConfigError, match=r"Summarize: agent='scribe' is invalid: the Agent that writes the summary"):
+        Summarize(agent="scribe")
+    with pytest.raises(ConfigError, match=r"Summarize: keep_last=-1 is invalid"):
+        Summarize(agent=Agent("s"), keep_last=-1)
+    m = ScriptedModel({"a": BIDS_A, "b": BIDS_B})  # no window declared: Summarize has nothing to compact at
+    chat = GroupChat(agents=[m.agent("a"), m.agent("b")], context=Summarize(agent=m.agent("s")))
+    with pytest.raises(ConfigError, match=r"GroupChat: agent 'a' follows Summarize, .* give the agent one "
+                                          r"\(Agent\('a', max_input_tokens=N\)\)"):
+        chat.execute("Discuss.")
+    assert m.calls() == 0
+
+
+def test_a_graph_without_summarize_is_unchanged():
+    plain = GroupChat(agents=[Agent("a"), Agent("b")])
+    windowed = GroupChat(agents=[Agent("a", context=LastMessages(2)), Agent("b")], context_window=4)
+    assert plain.graph.to_dot() == windowed.graph.to_dot()
+
+
+def test_tokens_are_counted_offline_with_an_estimate_where_a_tokenizer_would_be_downloaded():
+    messages = [msg("user", "Hello there, how are you today?")]
+    # cl100k_base for models whose tokenizer would be downloaded (o200k_base, Llama 3's): nothing is fetched
+    assert count_tokens("gpt-4o-mini", messages) == count_tokens("meta-llama/Llama-3-8b", messages) == 15
+    assert count_tokens("claude-2", messages) == 15  # Anthropic's bundled tokenizer
