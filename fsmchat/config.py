@@ -42,6 +42,7 @@ from .errors import ConfigError, bad_value
 from .kinds import Kinds, owner_module
 from .limits import Limits
 from .speakers.agent import Agent, CallableSpeaker
+from .speakers.context import LastMessages, Summarize
 from .speakers.human import Human
 from .speakers.llm import DEFAULT_MAX_RETRY_WAIT, DEFAULT_RETRIES, DEFAULT_TIMEOUT
 from .speakers.log_secrets import is_secret
@@ -110,7 +111,7 @@ class ConfigSpec(BaseModel):
 LATER_AGENT_FIELDS: dict[str, Any] = {"max_retry_wait_s": DEFAULT_MAX_RETRY_WAIT, "transport": "auto",
                                       "max_tool_rounds": DEFAULT_MAX_TOOL_ROUNDS,
                                       "max_parallel_tools": DEFAULT_MAX_PARALLEL_TOOLS, "on_tool_error": "return",
-                                      "share_tool_results": False}
+                                      "share_tool_results": False, "context": None, "max_input_tokens": None}
 
 
 class AgentSpec(ConfigSpec):
@@ -136,6 +137,8 @@ class AgentSpec(ConfigSpec):
     output_type: str | None = None
     litellm: dict[str, Any] = Field(default_factory=dict)
     agent_class: Annotated[str | None, REF] = None  # "module:qualname" of an Agent subclass
+    context: "ContextSpec | None" = None
+    max_input_tokens: int | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -156,7 +159,43 @@ class AgentSpec(ConfigSpec):
                    max_retry_wait_s=self.max_retry_wait_s, transport=self.transport,
                    max_tool_rounds=self.max_tool_rounds, max_parallel_tools=self.max_parallel_tools,
                    on_tool_error=self.on_tool_error, share_tool_results=self.share_tool_results, max_loops=self.max_loops,
-                   persistent_memory=self.persistent_memory, output_type=self.output_type, **self.litellm)
+                   persistent_memory=self.persistent_memory, output_type=self.output_type,
+                   **({"context": self.context.build(r)} if self.context is not None else {}),
+                   **({"max_input_tokens": self.max_input_tokens} if self.max_input_tokens is not None else {}),
+                   **self.litellm)
+
+
+class ContextSpec(ConfigSpec):
+    """A context policy (``fsmchat.speakers.context``): ``"full"``, ``"last_messages"`` (``n``) or
+    ``"summarize"`` (its writing ``agent``, ``keep_last``, ``at``)."""
+
+    owner: ClassVar[str] = "context"
+    policy: Literal["full", "last_messages", "summarize"]
+    n: int | None = None
+    agent: AgentSpec | None = None
+    keep_last: int | None = None
+    at: float | None = None
+
+    def build(self, r: ConfigReader) -> Any:
+        if self.policy == "last_messages":
+            return LastMessages(self.n)
+        if self.policy == "summarize":
+            if self.agent is None:
+                raise ConfigError("context: policy 'summarize' needs its agent (the Agent that writes the summary)")
+            kw = {k: v for k, v in (("keep_last", self.keep_last), ("at", self.at)) if v is not None}
+            return Summarize(agent=self.agent.build(r), **kw)
+        return "full"
+
+
+def context_spec(w: "ConfigWriter", policy: Any, what: str = "context") -> ContextSpec:
+    """A context policy in its config form."""
+    if isinstance(policy, LastMessages):
+        return ContextSpec(policy="last_messages", n=policy.n)
+    if isinstance(policy, Summarize):
+        return ContextSpec(policy="summarize", agent=w.agent(policy.agent), keep_last=policy.keep_last, at=policy.at)
+    return ContextSpec(policy="full")
+
+
 
 
 class CallableSpec(ConfigSpec):
@@ -222,6 +261,14 @@ def _dump_agents(w: ConfigWriter, value: Any, what: str) -> list[AgentSpec]:
 
 def _dump_steps(w: ConfigWriter, value: Any, what: str) -> list[Any]:
     return w.steps(value)
+
+
+def _load_context(r: ConfigReader, data: Any) -> Any:
+    return data.build(r)
+
+
+ContextField = Annotated[Any, Travels(ContextSpec, context_spec, _load_context)]
+"""The type of a pattern's context policy field: written as a ``ContextSpec``."""
 
 
 def _load_data(r: ConfigReader, data: Any) -> Any:
@@ -404,7 +451,9 @@ class ConfigWriter:
                          on_tool_error=a.on_tool_error, share_tool_results=a.share_tool_results, max_loops=a.max_loops,
                          persistent_memory=a.persistent_memory, output_type=a.output_type,
                          litellm=jsonable(extra, f"agent {a.name!r}'s litellm options"),
-                         agent_class=None if type(a) is Agent else callable_ref(type(a), f"agent {a.name!r}"))
+                         agent_class=None if type(a) is Agent else callable_ref(type(a), f"agent {a.name!r}"),
+                         context=context_spec(self, a.context) if a.context is not None else None,
+                         max_input_tokens=a.max_input_tokens)
         self.model(a.model, a.name)
         return spec
 

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Sequence
 from pydantic import AfterValidator, Field
 
 from ..checks import check_agents
-from ..config import Participants
+from ..config import ContextField, Participants
 from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error, grouped_failures
 from ..graph.state_graph import StateGraph, state_names
 from ..models import Message, StopReason
@@ -106,7 +106,7 @@ class GroupChatConfig(PatternConfig):
     verbose: bool = False
     context_window: int | None = Field(None, ge=1, strict=True, description="fsmchat extension: bidders see the "
                                                                              "task and only the last N messages")
-    context: Annotated[Any, AfterValidator(lambda v: check_context(v, "GroupChat"))] = Field(
+    context: Annotated[ContextField, AfterValidator(lambda v: check_context(v, "GroupChat"))] = Field(
         None, description="fsmchat extension: the bidders' context policy (fsmchat.speakers.context)")
 
     def policy(self) -> Any:
