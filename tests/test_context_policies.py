@@ -173,3 +173,18 @@ def test_tokens_are_counted_offline_with_an_estimate_where_a_tokenizer_would_be_
     # cl100k_base for models whose tokenizer would be downloaded (o200k_base, Llama 3's): nothing is fetched
     assert count_tokens("gpt-4o-mini", messages) == count_tokens("meta-llama/Llama-3-8b", messages) == 15
     assert count_tokens("claude-2", messages) == 15  # Anthropic's bundled tokenizer
+
+
+def test_policies_travel_in_configs_and_are_written_only_when_set():
+    from fsmchat import from_config
+    from fsmchat.config import to_config
+    chat = GroupChat(agents=[Agent("a", context=LastMessages(3), max_input_tokens=900), Agent("b")],
+                     context=Summarize(agent=Agent("s"), keep_last=2, at=0.7))
+    d = to_config(chat).model_dump()
+    assert d["context"]["policy"] == "summarize" and d["context"]["agent"]["name"] == "s"
+    assert d["agents"][0]["context"] == {"policy": "last_messages", "n": 3, "agent": None, "keep_last": None,
+                                         "at": None}
+    assert d["agents"][0]["max_input_tokens"] == 900 and "context" not in d["agents"][1]
+    back = from_config(d)
+    assert back.context == Summarize(agent=Agent("s"), keep_last=2, at=0.7)
+    assert back.config.agents[0].context == LastMessages(3) and back.config.agents[0].max_input_tokens == 900
