@@ -188,3 +188,17 @@ def test_policies_travel_in_configs_and_are_written_only_when_set():
     back = from_config(d)
     assert back.context == Summarize(agent=Agent("s"), keep_last=2, at=0.7)
     assert back.config.agents[0].context == LastMessages(3) and back.config.agents[0].max_input_tokens == 900
+
+
+def test_the_viewer_shows_the_counted_tokens_and_the_compaction(tmp_path):
+    from fsmchat.ui import Store
+    from fsmchat.ui.view import run_view
+    db = str(tmp_path / "runs.db")
+    m = ScriptedModel({"a": BIDS_A, "b": BIDS_B, "scribe": ["S1: a and b spoke.", "S2: still talking."]},
+                      max_input_tokens=200)
+    summarized_chat(m).execute("Discuss.", checkpoint=SqliteCheckpointer(db), run_id="viewed")
+    view = run_view(Store(db).run("viewed"), 0)
+    assert view["usage"]["prompt_tokens"] == {"calls": 16, "max": 179, "last": 135, "limit": 200, "compactions": 2}
+    assert [s["state"] for s in view["steps"]].count("compact_bid") == 2
+    assert [e["summary"] for e in view["events"] if e["event"] == "compacted"] == ["S1: a and b spoke.",
+                                                                                  "S2: still talking."]

@@ -253,3 +253,24 @@ def policy_name(policy: ContextPolicy) -> str:
     """``"full"``, ``"last_messages"`` or ``"summarize"``."""
     return "last_messages" if isinstance(policy, LastMessages) else "summarize" if isinstance(policy, Summarize) \
         else "full"
+
+
+def token_summary(events: Sequence[Any]) -> dict[str, Any]:
+    """What a run's ``prompt_tokens`` and ``compacted`` events add up to (the viewer's usage
+    shows it): calls counted, the largest and the latest prompt, the limit, the compactions;
+    empty when no call was counted.
+
+    Examples:
+        >>> from fsmchat.speakers.context import token_summary
+        >>> token_summary([{"event": "prompt_tokens", "agent": "a", "tokens": 90, "limit": 200, "policy": "full"},
+        ...                {"event": "compacted", "upto": 4},
+        ...                {"event": "prompt_tokens", "agent": "b", "tokens": 60, "limit": 200, "policy": "full"}])
+        {'prompt_tokens': {'calls': 2, 'max': 90, 'last': 60, 'limit': 200, 'compactions': 1}}
+    """
+    counted = [e for e in events if isinstance(e, dict) and e.get("event") == "prompt_tokens"]
+    if not counted:
+        return {}
+    return {"prompt_tokens": {"calls": len(counted), "max": max(int(e["tokens"]) for e in counted),
+                              "last": int(counted[-1]["tokens"]), "limit": counted[-1].get("limit"),
+                              "compactions": sum(1 for e in events if isinstance(e, dict)
+                                                 and e.get("event") == "compacted")}}

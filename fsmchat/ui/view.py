@@ -14,6 +14,7 @@ from ..graph.render import (dot_source, drawing_from_data, has_graphviz, overlay
                             INSTALL_HINT)
 from ..models import TraceEvent
 from ..speakers.agent import mask_secrets
+from ..speakers.context import token_summary
 from .store import RunRecord, Step, summary
 
 PAYLOAD_CHARS = 400
@@ -193,7 +194,8 @@ def run_view(rec: RunRecord, now: float) -> dict[str, Any]:
             "lanes": {k: [_message(m) for m in v] for k, v in rec.lanes.items()},
             "errors": errors, "events": events, "notes": notes,
             "limits": (rec.meta.get("fingerprint") or {}).get("limits"),
-            "usage": {k: stats.get(k) for k in ("calls", "attempts", "usage", "cost_usd", "over_cap") if k in stats},
+            "usage": {**{k: stats.get(k) for k in ("calls", "attempts", "usage", "cost_usd", "over_cap") if k in stats},
+                      **token_summary(events)},
             "config": mask_secrets(config) if config is not None else None}
 
 
