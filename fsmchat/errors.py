@@ -642,10 +642,12 @@ class ContextTooLong(ModelCallError):
     No retry can fix it: the run ends with ``ok`` False, ``stop_reason="error"`` and the
     transcript so far.
 
-    Attributes:
+    Args:
         agent: Whose prompt it was.
         tokens: The prompt's tokens.
         limit: The model's input limit.
+        source: Where the limit comes from (``Agent(max_input_tokens=N)`` or litellm's model map).
+        model: The model the prompt was for.
 
     Examples:
         >>> from fsmchat.errors import ContextTooLong

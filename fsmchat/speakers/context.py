@@ -50,6 +50,10 @@ POLICIES = ('"full" (the whole conversation; refused when over the input limit),
 class LastMessages(BaseModel):
     """Context policy: the task plus the last ``n`` messages.
 
+    Args:
+        n: How many of the latest messages a call carries after the task (at least 1).
+        **data: ``n`` by name.
+
     Examples:
         >>> from fsmchat.speakers.context import LastMessages
         >>> LastMessages(6)
@@ -84,6 +88,9 @@ class Summarize(BaseModel):
     ``keep_last`` (and of the previous summary): one model call, counted in ``max_calls()`` and
     the budgets, checkpointed (a resume reuses it), a ``compacted`` event of the run. The agents
     then see the task, the summary and the messages since.
+
+    Args:
+        **data: The attributes below, by name.
 
     Attributes:
         agent: The ``Agent`` that writes the summary.
