@@ -154,6 +154,9 @@ def test_policies_are_checked_before_any_call():
         Summarize(agent="scribe")
     with pytest.raises(ConfigError, match=r"Summarize: keep_last=-1 is invalid"):
         Summarize(agent=Agent("s"), keep_last=-1)
+    with pytest.raises(ConfigError, match=r"GroupChat: context_window=2 and context=LastMessages\(n=3\) are both set: "
+                                          r"context_window=N is context=LastMessages\(N\); give one of them"):
+        GroupChat(agents=[Agent("a"), Agent("b")], context_window=2, context=LastMessages(3))
     m = ScriptedModel({"a": BIDS_A, "b": BIDS_B})  # no window declared: Summarize has nothing to compact at
     chat = GroupChat(agents=[m.agent("a"), m.agent("b")], context=Summarize(agent=m.agent("s")))
     with pytest.raises(ConfigError, match=r"GroupChat: agent 'a' follows Summarize, .* give the agent one "
@@ -202,3 +205,14 @@ def test_the_viewer_shows_the_counted_tokens_and_the_compaction(tmp_path):
     assert [s["state"] for s in view["steps"]].count("compact_bid") == 2
     assert [e["summary"] for e in view["events"] if e["event"] == "compacted"] == ["S1: a and b spoke.",
                                                                                   "S2: still talking."]
+
+
+def test_an_agents_own_summarize_is_drawn_in_its_state_and_refused_where_nothing_is_drawn():
+    m = ScriptedModel({"a": ["a1"], "b": ["b1"]}, max_input_tokens=500)
+    policy = Summarize(agent=m.agent("s"))
+    swarm = RoundRobinSwarm(agents=[m.agent("a", context=policy), m.agent("b")])
+    assert list(swarm.graph.states) == ["seed", "a", "b", "stop", "compact_a"] and swarm.max_calls() == 3
+    from fsmchat import AgentFlow
+    with pytest.raises(ConfigError, match=r"AgentFlow: agent 'a' follows Summarize, but AgentFlow draws no compaction"):
+        AgentFlow(steps=[m.agent("a", context=policy)]).execute("Plan.")
+    assert m.calls() == 0

@@ -45,7 +45,7 @@ from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, StopReason, TraceEv
 from ..speakers.agent import SEED_ROLE, Speaker, Turn, mask_secrets
 from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, check_input, pending_of, request,
                               waiting_for)
-from ..speakers.compaction import add_compaction, check_limits, compaction_calls
+from ..speakers.compaction import add_compaction, check_drawn, check_limits, compaction_calls
 from ..speakers.images import image_part
 from ..speakers.llm import CallStats, load_litellm
 from ..speakers.tool_loop import APPROVE_ALL, ToolLoop, add_tool_loop, loop_of
@@ -609,6 +609,11 @@ class Pattern(ABC):
         except (ValueError, TypeError):
             return
         check_limits(states, self.context_policy, type(self).__name__)
+        try:
+            calls = self._calls_by_speaker()
+        except TypeError:  # a pattern that reports no bound
+            return
+        check_drawn(states, calls, self.context_policy, type(self).__name__)
 
     def _check_checkpointed(self) -> None:
         """Checks of a checkpointed run, before any model call (a flow's variables must be JSON-able)."""

@@ -26,7 +26,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Sequence
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from ..checks import check_agents
 from ..config import ContextField, Participants
@@ -108,6 +108,13 @@ class GroupChatConfig(PatternConfig):
                                                                              "task and only the last N messages")
     context: Annotated[ContextField, AfterValidator(lambda v: check_context(v, "GroupChat"))] = Field(
         None, description="fsmchat extension: the bidders' context policy (fsmchat.speakers.context)")
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> "GroupChatConfig":
+        if self.context is not None and self.context_window is not None:
+            raise ValueError(f"context_window={self.context_window} and context={self.context!r} are both set: "
+                             "context_window=N is context=LastMessages(N); give one of them")
+        return self
 
     def policy(self) -> Any:
         """The chat's context policy: ``context``, else ``LastMessages(context_window)``, else None."""

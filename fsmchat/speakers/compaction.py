@@ -183,3 +183,16 @@ def check_limits(states: Sequence[tuple[str, Sequence[Any]]], policy: ContextPol
                 raise ConfigError(f"{owner}: agent {s.name!r} follows Summarize, which compacts at a fraction of "
                                   f"its model's input limit, but {resolve_model(s.model)!r} has none in litellm's "
                                   f"model map: give the agent one (Agent({s.name!r}, max_input_tokens=N))")
+
+
+def check_drawn(states: Sequence[tuple[str, Sequence[Any]]], calls: Sequence[tuple[Any, int]],
+                policy: ContextPolicy | None, owner: str) -> None:
+    """Refuse, before any model call, a speaker that follows ``Summarize`` where no compaction is
+    drawn for it (a flow's steps): it would send the whole conversation instead."""
+    drawn = {id(s) for _state, speakers in states for s in speakers}
+    for s, _n in calls:
+        if id(s) not in drawn and isinstance(getattr(s, "context", None), Summarize):
+            raise ConfigError(f"{owner}: agent {getattr(s, 'name', s)!r} follows Summarize, but {owner} draws no "
+                              "compaction for it (compaction is drawn in the speaking states of GroupChat, "
+                              "RoundRobinSwarm, OneOnOneDebate and ExpertPanelDiscussion); give it "
+                              "context=LastMessages(n) here, or run its conversation as one of those patterns")
