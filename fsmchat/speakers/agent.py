@@ -246,8 +246,8 @@ class Agent(BaseModel):
                        "tool_choice": RESPOND_TOOL_CHOICE if final or not specs else "required"}
         elif specs:
             request = {"tools": specs, "tool_choice": "none" if final else "auto"}
-        if not bid:  # a reply with neither text nor a tool call is a failed attempt
-            request["check"] = self.require_reply_text
+        if not bid:  # a reply with neither text nor a tool call is a failed attempt; its text streams
+            request["check"], request["tokens"] = self.require_reply_text, True
         response = await self._call(messages, turn.stats, **request)
         choices = getattr(response, "choices", None) or []
         if not choices:
@@ -269,7 +269,7 @@ class Agent(BaseModel):
         Raises:
             ModelCallError: The call failed after the retries, or the response has no choices.
         """
-        response = await self._call(turn.request_messages(self.system_prompt), turn.stats, **request)
+        response = await self._call(turn.request_messages(self.system_prompt), turn.stats, tokens=True, **request)
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise llm_empty(self.name)
