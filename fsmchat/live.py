@@ -11,8 +11,14 @@ the turn's ``select`` step, before the winner's message, one line per agent with
 recency-adjusted score, whether it cleared the threshold, and the winner (``bids=False`` hides
 them). The ``bid`` step's payload holds the raw scores, the ``select`` step's the decision.
 
+Replies stream (``tokens``; by default when stdout is a terminal, ``fsmchat run --no-stream``
+turns it off): the speaking agent's text is shown as the model writes it (above the status line on
+a terminal, as a growing ``role: text`` line otherwise), then its message is posted whole. A
+stream that broke after text was shown and is asked again says so (``StreamRetry``), and the text
+starts over. A GroupChat streams nothing: its bids are decided whole (see docs/streaming.md).
+
 A ``LiveRun`` plugs into any pattern run: ``aexecute(task, observers=[view.on_event],
-on_message=[view.on_message], on_start=[view.on_start])``.
+on_message=[view.on_message], on_start=[view.on_start], on_token=[view.on_token])``.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from .models import Message, RunResult, TraceEvent
+from .models import Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from .speakers import llm
 
 
@@ -29,8 +35,11 @@ class LiveRun:
     None = when stderr is a terminal)."""
 
     def __init__(self, *, messages: bool = True, status: bool | None = None, label: str = "",
-                 out: TextIO | None = None, err: TextIO | None = None, bids: bool = True):
+                 out: TextIO | None = None, err: TextIO | None = None, bids: bool = True, tokens: bool | None = None):
         self.messages = messages
+        self.tokens = messages and ((out or sys.stdout).isatty() if tokens is None else tokens)
+        self._writing: dict[str, str] = {}  # each agent's reply shown so far, until its message is posted
+        self._raw_open: str | None = None  # plain output: the agent whose reply line is open
         self.bids = bids
         self._raw: dict[str, dict[str, float]] = {}  # a GroupChat's latest raw scores, by its state prefix
         self._turns: dict[str, int] = {}  # GroupChat turns shown, by state prefix
@@ -72,10 +81,46 @@ class LiveRun:
             out.write("".join(ln + "\n" for ln in lines))
             out.flush()
 
+    def on_token(self, item: TokenDelta | StreamRetry) -> None:
+        """A reply's delta (shown as it comes) or a retry of a shown stream (said, then started over)."""
+        if not self.tokens:
+            return
+        if isinstance(item, StreamRetry):
+            self._writing.pop(item.agent, None)
+            note = (f"  {item.agent}'s reply broke after {item.shown} characters ({item.reason}); "
+                    f"asking again (attempt {item.attempt + 1})")
+            self._end_raw()
+            self._print_lines([note], style="yellow")
+            return
+        self._writing[item.agent] = self._writing.get(item.agent, "") + item.text
+        if self._live is None:  # no live region: the reply grows on its own line
+            out = self.out or sys.stdout
+            if self._raw_open != item.agent:
+                self._end_raw()
+                out.write(f"{item.agent}: ")
+                self._raw_open = item.agent
+            out.write(item.text)
+            out.flush()
+
+    def _end_raw(self) -> None:
+        if self._raw_open is not None:
+            out = self.out or sys.stdout
+            out.write("\n")
+            out.flush()
+            self._raw_open = None
+
     def on_message(self, msg: Message) -> None:
         if not self.messages:
             return
         out = self.out or sys.stdout
+        shown = self._writing.pop(msg.role, None)
+        if shown is not None and self._live is None and self._raw_open == msg.role:
+            if shown == msg.content:  # its text is on the line already: end the line, add its tool calls
+                self._end_raw()
+                for line in call_lines(msg):
+                    self._print_lines([line], style="dim")
+                return
+            self._end_raw()
         if self._console is not None:  # a terminal: a titled panel per message
             from rich.panel import Panel
             from rich.text import Text
@@ -111,11 +156,15 @@ class LiveRun:
         return " · ".join(parts)
 
     def _renderable(self) -> Any:
+        from rich.console import Group
+        from rich.panel import Panel
         from rich.text import Text
 
         self._spinner.update(text=Text(((self.label + " · ") if self.label else "") + self.line(), style="cyan",
                                        no_wrap=True, overflow="ellipsis"))
-        return self._spinner
+        writing = [Panel(Text(text), title=Text(f"{agent} (writing)", style="bold"), title_align="left")
+                   for agent, text in list(self._writing.items())]
+        return Group(*writing, self._spinner) if writing else self._spinner
 
     # ---- showing ----
     def __enter__(self) -> "LiveRun":
@@ -138,6 +187,7 @@ class LiveRun:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._end_raw()
         if self._live is not None:
             self._live.stop()
             self._live = None

@@ -246,3 +246,51 @@ def test_a_cancelled_run_keeps_the_partial_reply_in_its_events():
     assert [m.role for m in result.transcript] == ["User"]
     assert [(e["text"], e["reason"]) for e in result.events if e["event"] == "partial_reply"] == [
         ("Bring sand", "the run was cancelled")]
+
+
+# ---- the live CLI --------------------------------------------------------------------------------
+def test_live_view_prints_each_reply_as_it_is_written_once():
+    import io
+
+    from fsmchat.live import LiveRun
+
+    out = io.StringIO()
+    lines_at_first_token: list = []
+    view = LiveRun(status=False, out=out, tokens=True)
+    orig = view.on_token
+
+    def spy(item):
+        if not lines_at_first_token:
+            lines_at_first_token.append(out.getvalue())
+        orig(item)
+
+    with view:
+        result = pair().execute(TASK, observers=[view.on_event], on_message=[view.on_message],
+                                on_start=[view.on_start], on_token=[spy])
+    a, b = result.transcript[1].content, result.transcript[2].content
+    assert out.getvalue() == f"User: {TASK}\nA: {a}\nB: {b}\n"  # each reply once, as it was written
+    assert lines_at_first_token == [f"User: {TASK}\n"]
+
+
+def test_live_view_says_when_a_shown_stream_is_asked_again():
+    import io
+
+    from fsmchat.live import LiveRun
+
+    out = io.StringIO()
+    view = LiveRun(status=False, out=out, tokens=True)
+    view.on_token(TokenDelta("alice", "alice", "Bring "))
+    view.on_token(StreamRetry("alice", "alice", 1, 6, "TimeoutError: (no message)"))
+    view.on_token(TokenDelta("alice", "alice", "Fruit.", 2))
+    view.on_message(Message(role="alice", content="Fruit."))
+    assert out.getvalue() == ("alice: Bring \n  alice's reply broke after 6 characters (TimeoutError: (no message)); "
+                              "asking again (attempt 2)\nalice: Fruit.\n")
+
+
+def test_live_view_streams_only_on_a_terminal_by_default():
+    import io
+
+    from fsmchat.live import LiveRun
+
+    assert LiveRun(status=False, out=io.StringIO()).tokens is False
+    assert LiveRun(status=False, out=io.StringIO(), tokens=True).tokens is True
