@@ -294,3 +294,13 @@ def test_live_view_streams_only_on_a_terminal_by_default():
 
     assert LiveRun(status=False, out=io.StringIO()).tokens is False
     assert LiveRun(status=False, out=io.StringIO(), tokens=True).tokens is True
+
+
+def test_fsmchat_run_no_stream_turns_token_display_off(capsys):
+    from fsmchat.cli import main, parser
+
+    assert parser().parse_args(["run", "x.py", "--no-stream"]).no_stream is True
+    assert parser().parse_args(["run", "x.py"]).no_stream is False
+    assert main(["run", "examples/round_robin.py", "--no-stream"]) == 0
+    printed = capsys.readouterr().out
+    assert "-- stopped:" in printed

@@ -339,3 +339,35 @@ def test_a_loop_closed_without_shutting_down_leaves_no_unclosed_session():
         asyncio.run(call(srv.api_base))  # the next session forgets the dead loop's
     gc.collect()  # an unclosed aiohttp session would warn here (an error in this module)
     assert wire.open_sessions() == 0
+
+
+def test_streaming_goes_through_litellm_with_the_reason_in_an_event():
+    """The fast path does not stream: a streamed reply (a token sink, or Agent(stream=True)) to an
+    endpoint it could serve goes through litellm (transport "auto"), noted once as a
+    ``transport_fallback``; the run is the one litellm's path gives."""
+    out = {}
+    for transport in ("auto", "litellm"):
+        with OpenAIServer([text("Bring sandwiches.")], max_requests=30, max_lifetime=30) as srv:
+            seen: list = []
+            result = RoundRobinSwarm(agents=[agent(srv.api_base, "alice", transport)], max_loops=1).execute(
+                TASK, on_token=seen.append)
+            srv.assert_clean()
+            out[transport] = (summary(result), [b.get("stream") for b in srv.requests], "".join(d.text for d in seen))
+    auto, plain = out["auto"], out["litellm"]
+    assert auto[0]["events"] == [{"event": "transport_fallback", "agent": "alice", "model": "openai/test-model",
+                                  "reason": "streaming goes through litellm"}]
+    assert {**auto[0], "events": []} == plain[0]
+    assert auto[1] == plain[1] == [True]
+    assert auto[2] == plain[2] == "Bring sandwiches."
+
+
+def test_transport_fast_replies_whole_when_the_run_streams():
+    """``transport="fast"`` never falls back: a run with a token sink gets its replies whole, with an event."""
+    with OpenAIServer([text("Bring sandwiches.")], max_requests=30, max_lifetime=30) as srv:
+        seen: list = []
+        result = RoundRobinSwarm(agents=[agent(srv.api_base, "alice", "fast")], max_loops=1).execute(
+            TASK, on_token=seen.append)
+        assert [b.get("stream") for b in srv.requests] == [None]
+    assert result.ok and seen == [] and result.transcript[-1].content == "Bring sandwiches."
+    assert result.events == [{"event": "tokens_unavailable", "agent": "alice", "model": "openai/test-model",
+                              "reason": "transport='fast' does not stream; the reply comes whole"}]

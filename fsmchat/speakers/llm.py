@@ -664,6 +664,12 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         params.setdefault("timeout", timeout)
     resolved = resolve_model(model)
     sink = TOKENS.get() if tokens else None
+    if sink is not None and transport == "fast" and not params.get("stream"):  # the fast path does not stream
+        sink = None
+        if stats is not None and stats.events is not None and (agent, resolved, "tokens") not in stats.noted:
+            stats.noted.add((agent, resolved, "tokens"))
+            stats.events.append({"event": "tokens_unavailable", "agent": agent, "model": resolved,
+                                 "reason": "transport='fast' does not stream; the reply comes whole"})
     streaming = (bool(params.get("stream")) or sink is not None) and INTERCEPTOR.get() is None
     if streaming:
         params["stream"] = True
