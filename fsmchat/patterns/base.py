@@ -231,9 +231,6 @@ def set_pending(result: RunResult) -> None:
 
 def token_sink(hooks: Sequence[Any]) -> Callable[[Any], None]:
     """One callable handing each token item to every hook, in order."""
-    if len(hooks) == 1:
-        return hooks[0]  # type: ignore[no-any-return]
-
     def sink(item: Any) -> None:
         for hook in hooks:
             hook(item)
