@@ -664,12 +664,6 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         params.setdefault("timeout", timeout)
     resolved = resolve_model(model)
     sink = TOKENS.get() if tokens else None
-    if sink is not None and transport == "fast" and not params.get("stream"):  # the fast path does not stream
-        sink = None
-        if stats is not None and stats.events is not None and (agent, resolved, "tokens") not in stats.noted:
-            stats.noted.add((agent, resolved, "tokens"))
-            stats.events.append({"event": "tokens_unavailable", "agent": agent, "model": resolved,
-                                 "reason": "transport='fast' does not stream; the reply comes whole"})
     streaming = (bool(params.get("stream")) or sink is not None) and INTERCEPTOR.get() is None
     if streaming:
         params["stream"] = True
@@ -712,7 +706,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                     sink(TokenDelta(agent, step, text, shown))
 
                 stream = Streamed(show if sink is not None else None)
-                coro = _stream(lm, stream, resolved, messages, meta, params)
+                coro = _stream(lm, stream, resolved, messages, meta, params, fast)
             else:
                 coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
                         else wire.acompletion(lm, resolved, messages, params) if fast
@@ -781,9 +775,10 @@ def _retry_wait(exc: Exception, attempt: int, failed: Callable[..., ModelCallErr
 
 
 async def _stream(lm: Any, stream: Streamed, model: str, messages: list[dict[str, Any]], meta: dict[str, Any],
-                  params: dict[str, Any]) -> Any:
-    """Open a streaming request through litellm and read it whole (``Streamed.read``)."""
-    chunks = await lm.acompletion(model=model, messages=messages, metadata=meta, **params)
+                  params: dict[str, Any], fast: bool) -> Any:
+    """Open a streaming request (the fast path's, or litellm's) and read it whole (``Streamed.read``)."""
+    chunks = wire.astream(lm, model, messages, params) if fast else \
+        await lm.acompletion(model=model, messages=messages, metadata=meta, **params)
     return await stream.read(chunks, None if own_provider(model) else wire.price_of(lm, model))
 
 
