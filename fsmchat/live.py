@@ -22,9 +22,10 @@ on_message=[view.on_message], on_start=[view.on_start], on_token=[view.on_token]
 """
 from __future__ import annotations
 
+import html
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from .models import Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from .speakers import llm
@@ -191,6 +192,79 @@ class LiveRun:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+class NotebookLive:
+    """A run shown in a notebook cell as it happens: one display (a table of the messages) that is
+    updated in place as each message is posted and, while a reply streams, grows with its tokens
+    (the row of the agent writing ends in "writing..."); a broken stream that is asked again says so
+    in its row and starts over. ``pattern.execute(task, **view.hooks())``.
+
+    Args:
+        display: Shows the view and returns a handle with ``update(obj)``; by default IPython's
+            ``display(obj, display_id=True)``.
+
+    Examples:
+        >>> from fsmchat import Message, TokenDelta
+        >>> from fsmchat.live import NotebookLive
+        >>> shown = []
+        >>> class Handle:
+        ...     def update(self, obj):
+        ...         shown.append(obj._repr_html_())
+        >>> view = NotebookLive(display=lambda obj: Handle())
+        >>> view.on_message(Message(role="User", content="Ship it?"))
+        >>> view.on_token(TokenDelta("Critic", "turn_1", "Not "))
+        >>> shown[-1].split("<tr>")[-1]
+        '<td><b>Critic</b></td><td>Not  <i>writing...</i></td></tr></table>'
+    """
+
+    def __init__(self, display: Callable[[Any], Any] | None = None):
+        self.rows: list[list[str]] = []  # [role, text, note]: note is "writing..." while a reply streams
+        self._writing: dict[str, int] = {}  # agent -> its streaming row
+        self._display = display
+        self._handle: Any = None
+
+    def hooks(self) -> dict[str, list[Callable[[Any], None]]]:
+        """The run keywords that feed this view: ``on_message`` and ``on_token``."""
+        return {"on_message": [self.on_message], "on_token": [self.on_token]}
+
+    def on_token(self, item: TokenDelta | StreamRetry) -> None:
+        row = self._writing.get(item.agent)
+        if row is None:
+            row = self._writing[item.agent] = len(self.rows)
+            self.rows.append([item.agent, "", "writing..."])
+        if isinstance(item, StreamRetry):
+            self.rows[row][1:] = ["", f"the stream broke after {item.shown} characters ({item.reason}); "
+                                      "asking again, writing..."]
+        else:
+            self.rows[row][1] += item.text
+        self._show()
+
+    def on_message(self, msg: Message) -> None:
+        row = self._writing.pop(msg.role, None)
+        if row is None:
+            self.rows.append([msg.role, msg.content, ""])
+        else:
+            self.rows[row] = [msg.role, msg.content, ""]
+        self._show()
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><td><b>{html.escape(role)}</b></td><td>{html.escape(text)}"
+                       + (f" <i>{html.escape(note)}</i>" if note else "") + "</td></tr>"
+                       for role, text, note in self.rows)
+        return f"<table><tr><th>role</th><th>message</th></tr>{body}</table>"
+
+    def _show(self) -> None:
+        if self._handle is None:
+            if self._display is None:
+                from IPython.display import display
+
+                show: Any = display  # IPython's display is untyped
+                self._handle = show(self, display_id=True)
+            else:
+                self._handle = self._display(self)
+        else:
+            self._handle.update(self)
 
 
 def bid_lines(turn: int, raw: dict[str, float], select: dict[str, Any]) -> list[str]:

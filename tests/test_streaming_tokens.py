@@ -318,3 +318,27 @@ def test_fsmchat_run_no_stream_turns_token_display_off(capsys):
     assert main(["run", "examples/round_robin.py", "--no-stream"]) == 0
     printed = capsys.readouterr().out
     assert "-- stopped:" in printed
+
+
+def test_the_notebook_view_grows_with_the_tokens_then_holds_the_message():
+    from fsmchat.live import NotebookLive
+
+    shown: list = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj._repr_html_())
+
+    def display(obj):
+        shown.append(obj._repr_html_())
+        return Handle()
+
+    view = NotebookLive(display=display)
+    result = pair().execute(TASK, **view.hooks())
+    a = result.transcript[1].content
+    rows_of_a = [next(r for r in h.split("<tr>") if r.startswith("<td><b>A</b>")) for h in shown if "<b>A</b>" in h]
+    writing = [r for r in rows_of_a if "writing..." in r]
+    assert len(writing) == len(a.split())  # one update per word of A's reply
+    assert writing[:2] == ["<td><b>A</b></td><td>Since  <i>writing...</i></td></tr>",
+                           "<td><b>A</b></td><td>Since I  <i>writing...</i></td></tr>"]
+    assert "writing..." not in shown[-1] and f"<td>{a}</td>" in shown[-1]

@@ -38,7 +38,9 @@ class Agent(BaseModel):
     ``persistent_memory`` and an agent-level ``output_type`` are accepted for compatibility with
     swarms and have no effect here: every fsmchat call is one single-shot completion and the
     pattern, not the agent, formats the output. With no ``model`` (and no ``FSMCHAT_MODEL``) the
-    agent uses the built-in offline model. Reprs and logs never show secrets.
+    agent uses the built-in offline model. Reprs and logs never show secrets. ``stream=True``
+    streams every reply over the wire (assembled whole; a run with a token sink streams replies
+    anyway and shows their deltas: ``pattern.stream(task, tokens=True)``).
 
     Args:
         name: The agent's name (also ``name=`` or ``agent_name=``): one line, unique in a roster;
