@@ -336,7 +336,8 @@ def test_the_notebook_view_grows_with_the_tokens_then_holds_the_message():
     view = NotebookLive(display=display)
     result = pair().execute(TASK, **view.hooks())
     a = result.transcript[1].content
-    rows_of_a = [next(r for r in h.split("<tr>") if r.startswith("<td><b>A</b>")) for h in shown if "<b>A</b>" in h]
+    rows_of_a = [next(r for r in h.removesuffix("</table>").split("<tr>") if r.startswith("<td><b>A</b>"))
+                 for h in shown if "<b>A</b>" in h]
     writing = [r for r in rows_of_a if "writing..." in r]
     assert len(writing) == len(a.split())  # one update per word of A's reply
     assert writing[:2] == ["<td><b>A</b></td><td>Since  <i>writing...</i></td></tr>",
