@@ -343,3 +343,13 @@ def test_the_notebook_view_grows_with_the_tokens_then_holds_the_message():
     assert writing[:2] == ["<td><b>A</b></td><td>Since  <i>writing...</i></td></tr>",
                            "<td><b>A</b></td><td>Since I  <i>writing...</i></td></tr>"]
     assert "writing..." not in shown[-1] and f"<td>{a}</td>" in shown[-1]
+
+
+def test_group_chat_bids_of_agents_with_stream_true_are_assembled_from_their_deltas():
+    def agents(**kw):
+        return [Agent("A", system_prompt="You argue for cats.", **kw), Agent("B", system_prompt="You argue for dogs.", **kw)]
+    plain = GroupChat(agents=agents(), max_loops=2).execute(TASK)
+    streaming = GroupChat(agents=agents(stream=True), max_loops=2).execute(TASK)
+    assert streaming.ok, streaming.error  # a forced respond call streamed and assembled: never "no choices"
+    assert [(m.role, m.content) for m in streaming.transcript] == [(m.role, m.content) for m in plain.transcript]
+    assert [m.role for m in streaming.transcript] == ["User", "A"]
