@@ -353,3 +353,14 @@ def test_group_chat_bids_of_agents_with_stream_true_are_assembled_from_their_del
     assert streaming.ok, streaming.error  # a forced respond call streamed and assembled: never "no choices"
     assert [(m.role, m.content) for m in streaming.transcript] == [(m.role, m.content) for m in plain.transcript]
     assert [m.role for m in streaming.transcript] == ["User", "A"]
+
+
+def test_a_pattern_nested_in_a_flow_streams_with_its_qualified_state():
+    inner = RoundRobinSwarm(agents=[Agent("A", system_prompt="You argue for cats.")], max_loops=1)
+    flow = AgentFlow(steps=[inner, Agent("Writer", system_prompt="You sum up.")])
+    seen: list = []
+    result = flow.execute(TASK, on_token=seen.append)
+    assert result.ok, result.error
+    assert list(dict.fromkeys((d.agent, d.step) for d in seen)) == [("A", "round_robin.A"), ("Writer", "Writer")]
+    by_agent = {m.role: m.content for m in result.transcript}
+    assert "".join(d.text for d in seen if d.agent == "A") == by_agent["A"]
