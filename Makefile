@@ -1,5 +1,5 @@
 # Two entry points, each doing all of its own set-up on a fresh clone (Python 3.11 + root):
-#   make demo   venv + the base package + Graphviz, regenerate graphs/, run the offline group chat live
+#   make demo   venv + the base package + Graphviz, regenerate graphs/, run the offline group chat live (messages whole: bids are decided whole), then an offline round robin whose replies stream (simulated typing)
 #   make test   venv + install + Graphviz + Chromium + PostgreSQL, then the whole test suite (python -m pytest)
 PYTHON ?= python3
 VENV   := .venv
@@ -57,6 +57,7 @@ graphs: install graphviz
 demo: demo-install graphviz
 	$(BIN)/fsmchat graphs
 	$(BIN)/fsmchat run examples/group_chat.py
+	FSMCHAT_OFFLINE_TYPING=0.04 $(BIN)/fsmchat run examples/round_robin.py
 
 test: install graphviz chromium postgresql
 	$(BIN)/python -m pytest

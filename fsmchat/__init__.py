@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     # layer 1-4: models, errors, graphs, engine
     "Bid": "models", "Message": "models", "RunResult": "models", "StopReason": "models", "TraceEvent": "models",
+    "TokenDelta": "models", "StreamRetry": "models",
     "Transcript": "models", "format_output": "models",
     "FsmchatError": "errors", "GraphError": "errors", "ModelCallError": "errors", "NoTransitionError": "errors",
     "RenderError": "errors", "result_of": "errors", "MCPServerError": "errors", "ContextTooLong": "errors",

@@ -72,7 +72,7 @@ def check_agents(agents: Any, owner: str, field: str = "agents") -> Any:
 
 
 # the keywords every run method takes (a pattern's ``aexecute``): ``run``/``execute``/``arun`` check theirs
-RUN_KEYWORDS = ("checkpoint", "run_id", "observers", "on_message", "on_start")
+RUN_KEYWORDS = ("checkpoint", "run_id", "observers", "on_message", "on_start", "on_token")
 
 
 def check_hooks(hooks: Any, owner: str, field: str) -> list[Any]:
@@ -86,6 +86,15 @@ def check_hooks(hooks: Any, owner: str, field: str) -> list[Any]:
             raise bad_value(owner, field, hooks, f"a list of callables; item {h!r:.40} ({type(h).__name__}) "
                             "cannot be called", type_error=True)
     return list(hooks)
+
+
+def check_token_hooks(on_token: Any, owner: str) -> list[Any]:
+    """``on_token``: None, a callable, or a list of callables (each given every ``TokenDelta``)."""
+    if on_token is None:
+        return []
+    if callable(on_token):
+        return [on_token]
+    return check_hooks(on_token, owner, "on_token")
 
 
 def check_keywords(given: dict[str, Any], allowed: tuple[str, ...], owner: str) -> None:

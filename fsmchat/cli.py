@@ -147,8 +147,11 @@ def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: st
     interactive = not args.no_input and sys.stdin.isatty()
     while True:
         view = LiveRun(messages=not (args.quiet or args.json), status=False if args.quiet else None,
-                       label=getattr(pattern, "name", "") or type(pattern).__name__)
+                       label=getattr(pattern, "name", "") or type(pattern).__name__,
+                       tokens=False if getattr(args, "no_stream", False) else None)
         hooks = {"observers": [view.on_event], "on_message": [view.on_message], "on_start": [view.on_start]}
+        if view.tokens:
+            hooks["on_token"] = [view.on_token]
         try:
             with view:
                 result = run_sync(lambda: start(hooks))
@@ -641,6 +644,8 @@ def parser() -> argparse.ArgumentParser:
                    "ollama_chat/llama3.1 (sets FSMCHAT_MODEL; default: the offline simulation)")
     r.add_argument("--api-base", metavar="URL", help=API_BASE_HELP)
     r.add_argument("-q", "--quiet", action="store_true", help="no live messages or status line; print only the output")
+    r.add_argument("--no-stream", action="store_true", help="do not show replies as they are written (by default "
+                   "they stream when stdout is a terminal); each message still prints when it is posted")
     r.add_argument("--json", action="store_true", help="print the RunResult as JSON on stdout (status line still on "
                    "a terminal's stderr)")
     r.add_argument("--checkpoint", metavar="PATH", help="commit every step to this SQLite file (resumable; the run id "

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import gc
 import inspect
 import threading
@@ -116,6 +117,10 @@ def runnable_graph(graph: StateGraph) -> RunnableGraph:
         runnable = RunnableGraph(graph)
         graph.runnable = runnable
     return runnable
+
+
+STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar("fsmchat_step", default=None)
+"""The qualified name of the state whose action is running (in this task), None outside one."""
 
 
 class GraphRun:
@@ -328,8 +333,12 @@ class GraphRun:
         elif st.action is None:
             self.payload = None
         else:
-            out = st.action(self.context)
-            self.payload = (await out) if is_awaitable(out) else out
+            entered = STEP.set(self.qualified)  # a streamed reply's tokens name the state they are written in
+            try:
+                out = st.action(self.context)
+                self.payload = (await out) if is_awaitable(out) else out
+            finally:
+                STEP.reset(entered)
 
     def _choose(self, event: str | None, payload: Any) -> _Edge | None:
         for edge in self.runnable.steps[self.state].out:

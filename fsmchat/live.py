@@ -11,16 +11,23 @@ the turn's ``select`` step, before the winner's message, one line per agent with
 recency-adjusted score, whether it cleared the threshold, and the winner (``bids=False`` hides
 them). The ``bid`` step's payload holds the raw scores, the ``select`` step's the decision.
 
+Replies stream (``tokens``; by default when stdout is a terminal, ``fsmchat run --no-stream``
+turns it off): the speaking agent's text is shown as the model writes it (above the status line on
+a terminal, as a growing ``role: text`` line otherwise), then its message is posted whole. A
+stream that broke after text was shown and is asked again says so (``StreamRetry``), and the text
+starts over. A GroupChat streams nothing: its bids are decided whole (see docs/streaming.md).
+
 A ``LiveRun`` plugs into any pattern run: ``aexecute(task, observers=[view.on_event],
-on_message=[view.on_message], on_start=[view.on_start])``.
+on_message=[view.on_message], on_start=[view.on_start], on_token=[view.on_token])``.
 """
 from __future__ import annotations
 
+import html
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
-from .models import Message, RunResult, TraceEvent
+from .models import Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from .speakers import llm
 
 
@@ -29,8 +36,11 @@ class LiveRun:
     None = when stderr is a terminal)."""
 
     def __init__(self, *, messages: bool = True, status: bool | None = None, label: str = "",
-                 out: TextIO | None = None, err: TextIO | None = None, bids: bool = True):
+                 out: TextIO | None = None, err: TextIO | None = None, bids: bool = True, tokens: bool | None = None):
         self.messages = messages
+        self.tokens = messages and ((out or sys.stdout).isatty() if tokens is None else tokens)
+        self._writing: dict[str, str] = {}  # each agent's reply shown so far, until its message is posted
+        self._raw_open: str | None = None  # plain output: the agent whose reply line is open
         self.bids = bids
         self._raw: dict[str, dict[str, float]] = {}  # a GroupChat's latest raw scores, by its state prefix
         self._turns: dict[str, int] = {}  # GroupChat turns shown, by state prefix
@@ -72,10 +82,46 @@ class LiveRun:
             out.write("".join(ln + "\n" for ln in lines))
             out.flush()
 
+    def on_token(self, item: TokenDelta | StreamRetry) -> None:
+        """A reply's delta (shown as it comes) or a retry of a shown stream (said, then started over)."""
+        if not self.tokens:
+            return
+        if isinstance(item, StreamRetry):
+            self._writing.pop(item.agent, None)
+            note = (f"  {item.agent}'s reply broke after {item.shown} characters ({item.reason}); "
+                    f"asking again (attempt {item.attempt + 1})")
+            self._end_raw()
+            self._print_lines([note], style="yellow")
+            return
+        self._writing[item.agent] = self._writing.get(item.agent, "") + item.text
+        if self._live is None:  # no live region: the reply grows on its own line
+            out = self.out or sys.stdout
+            if self._raw_open != item.agent:
+                self._end_raw()
+                out.write(f"{item.agent}: ")
+                self._raw_open = item.agent
+            out.write(item.text)
+            out.flush()
+
+    def _end_raw(self) -> None:
+        if self._raw_open is not None:
+            out = self.out or sys.stdout
+            out.write("\n")
+            out.flush()
+            self._raw_open = None
+
     def on_message(self, msg: Message) -> None:
         if not self.messages:
             return
         out = self.out or sys.stdout
+        shown = self._writing.pop(msg.role, None)
+        if shown is not None and self._live is None and self._raw_open == msg.role:
+            if shown == msg.content:  # its text is on the line already: end the line, add its tool calls
+                self._end_raw()
+                for line in call_lines(msg):
+                    self._print_lines([line], style="dim")
+                return
+            self._end_raw()
         if self._console is not None:  # a terminal: a titled panel per message
             from rich.panel import Panel
             from rich.text import Text
@@ -111,11 +157,15 @@ class LiveRun:
         return " · ".join(parts)
 
     def _renderable(self) -> Any:
+        from rich.console import Group
+        from rich.panel import Panel
         from rich.text import Text
 
         self._spinner.update(text=Text(((self.label + " · ") if self.label else "") + self.line(), style="cyan",
                                        no_wrap=True, overflow="ellipsis"))
-        return self._spinner
+        writing = [Panel(Text(text), title=Text(f"{agent} (writing)", style="bold"), title_align="left")
+                   for agent, text in list(self._writing.items())]
+        return Group(*writing, self._spinner) if writing else self._spinner
 
     # ---- showing ----
     def __enter__(self) -> "LiveRun":
@@ -138,9 +188,83 @@ class LiveRun:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._end_raw()
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+class NotebookLive:
+    """A run shown in a notebook cell as it happens: one display (a table of the messages) that is
+    updated in place as each message is posted and, while a reply streams, grows with its tokens
+    (the row of the agent writing ends in "writing..."); a broken stream that is asked again says so
+    in its row and starts over. ``pattern.execute(task, **view.hooks())``.
+
+    Args:
+        display: Shows the view and returns a handle with ``update(obj)``; by default IPython's
+            ``display(obj, display_id=True)``.
+
+    Examples:
+        >>> from fsmchat import Message, TokenDelta
+        >>> from fsmchat.live import NotebookLive
+        >>> shown = []
+        >>> class Handle:
+        ...     def update(self, obj):
+        ...         shown.append(obj._repr_html_())
+        >>> view = NotebookLive(display=lambda obj: Handle())
+        >>> view.on_message(Message(role="User", content="Ship it?"))
+        >>> view.on_token(TokenDelta("Critic", "turn_1", "Not "))
+        >>> shown[-1].split("<tr>")[-1]
+        '<td><b>Critic</b></td><td>Not  <i>writing...</i></td></tr></table>'
+    """
+
+    def __init__(self, display: Callable[[Any], Any] | None = None):
+        self.rows: list[list[str]] = []  # [role, text, note]: note is "writing..." while a reply streams
+        self._writing: dict[str, int] = {}  # agent -> its streaming row
+        self._display = display
+        self._handle: Any = None
+
+    def hooks(self) -> dict[str, list[Callable[[Any], None]]]:
+        """The run keywords that feed this view: ``on_message`` and ``on_token``."""
+        return {"on_message": [self.on_message], "on_token": [self.on_token]}
+
+    def on_token(self, item: TokenDelta | StreamRetry) -> None:
+        row = self._writing.get(item.agent)
+        if row is None:
+            row = self._writing[item.agent] = len(self.rows)
+            self.rows.append([item.agent, "", "writing..."])
+        if isinstance(item, StreamRetry):
+            self.rows[row][1:] = ["", f"the stream broke after {item.shown} characters ({item.reason}); "
+                                      "asking again, writing..."]
+        else:
+            self.rows[row][1] += item.text
+        self._show()
+
+    def on_message(self, msg: Message) -> None:
+        row = self._writing.pop(msg.role, None)
+        if row is None:
+            self.rows.append([msg.role, msg.content, ""])
+        else:
+            self.rows[row] = [msg.role, msg.content, ""]
+        self._show()
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><td><b>{html.escape(role)}</b></td><td>{html.escape(text)}"
+                       + (f" <i>{html.escape(note)}</i>" if note else "") + "</td></tr>"
+                       for role, text, note in self.rows)
+        return f"<table><tr><th>role</th><th>message</th></tr>{body}</table>"
+
+    def _show(self) -> None:
+        if self._handle is None:
+            if self._display is None:
+                from IPython.display import display
+
+                show: Any = display  # IPython's display is untyped
+                self._handle = show(self, display_id=True)
+            else:
+                self._handle = self._display(self)
+        else:
+            self._handle.update(self)
 
 
 def bid_lines(turn: int, raw: dict[str, float], select: dict[str, Any]) -> list[str]:

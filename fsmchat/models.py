@@ -333,6 +333,51 @@ class TraceEvent:
                 "dest": self.dest, "t": self.t, "payload": self.payload}
 
 
+@dataclass(frozen=True, slots=True)
+class TokenDelta:
+    """A piece of a reply as the model writes it (``pattern.stream(task, tokens=True)``,
+    ``execute(task, on_token=fn)``). The finished reply is still posted whole as a ``Message``;
+    the deltas come before it.
+
+    Attributes:
+        agent: Who is writing.
+        step: The state the reply is written in (``"turn_2"``, ``"par|1.review"``), or None outside a run.
+        text: The new text (append it to what came before).
+        attempt: The model call's attempt (2 and up after a ``StreamRetry``).
+
+    Examples:
+        >>> from fsmchat import TokenDelta
+        >>> TokenDelta("Critic", "turn_1", "Not ").text
+        'Not '
+    """
+
+    agent: str
+    step: str | None
+    text: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRetry:
+    """A reply's stream broke after some of it was shown and is asked again from the start: the
+    text shown so far (``shown`` characters) is void; the next ``TokenDelta``s of ``agent`` are
+    the new attempt's. The run's events hold the same fact (``stream_retry``).
+
+    Attributes:
+        agent: Who was writing.
+        step: The state it was written in.
+        attempt: The attempt that broke (the next one is ``attempt + 1``).
+        shown: How many characters of it had been shown.
+        reason: What broke it (the error's type and message).
+    """
+
+    agent: str
+    step: str | None
+    attempt: int
+    shown: int
+    reason: str
+
+
 class StopReason(str, Enum):
     """Why a run stopped: the one list of stop reasons.
 

@@ -26,7 +26,14 @@ of a tool call), ``error`` (any status, optional ``Retry-After``), ``delayed`` /
 (slower than a timeout), ``drop`` (close the socket without answering), ``empty_choices``,
 ``raw`` (a body that is not valid JSON at all). Every completion carries ``usage``.
 
-Streaming (``"stream": true``) is not supported: such requests get a 400 and an ``errors`` entry.
+Streaming (``"stream": true``): the reply is sent as server-sent events, one ``data:`` line per
+chunk, flushed one by one, then ``data: [DONE]``. A completion reply is cut up (its content word
+by word, each tool call's arguments in two halves); ``streamed(pieces, gate=..., hold_after=n)``
+scripts the pieces and makes the server wait, after piece ``n``, until ``gate`` (a
+``threading.Event``) is set by the client side, so a test can tell that the client saw the first
+pieces before the server sent the rest (no clock involved); ``stall_after=n`` stops sending after
+piece ``n`` and holds the connection open until the client goes away. The usage comes in a final
+chunk when the request asks for it (``stream_options.include_usage``).
 """
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable, Mapping
 
-__all__ = ["OpenAIServer", "Reply", "Record", "per_agent", "agent_of", "respond", "tool_call",
+__all__ = ["OpenAIServer", "Reply", "Record", "per_agent", "agent_of", "respond", "tool_call", "streamed", "sse_chunks",
            "malformed_tool_call", "text", "json_text", "error", "delayed", "drop", "empty_choices",
            "raw", "completion", "DEFAULT_USAGE"]
 
@@ -64,6 +71,10 @@ class Reply:
     drop: bool = False  # close the socket without answering
     reset: bool = False  # with drop: send a TCP RST instead of a clean FIN
     content_type: str = "application/json"
+    pieces: tuple[str, ...] | None = None  # streamed: the content pieces (else cut from the body)
+    gate: threading.Event | None = None  # streamed: after piece ``hold_after``, wait until it is set
+    hold_after: int = 0
+    stall_after: int | None = None  # streamed: send this many pieces, then nothing more
 
     def after(self, seconds: float) -> "Reply":
         """The same reply, sent ``seconds`` later."""
@@ -113,6 +124,38 @@ def text(content: str, *, usage: Mapping[str, int] | None = None) -> Reply:
 def json_text(obj: Any, *, usage: Mapping[str, int] | None = None) -> Reply:
     """Assistant content that is ``obj`` JSON-encoded (what a json-mode bid looks like)."""
     return text(json.dumps(obj), usage=usage)
+
+
+def streamed(pieces: Iterable[str], *, gate: threading.Event | None = None, hold_after: int = 1,
+             stall_after: int | None = None, usage: Mapping[str, int] | None = None) -> Reply:
+    """A reply to a streaming request, sent as these content pieces (see the module docstring)."""
+    pieces = tuple(pieces)
+    return Reply(body=completion({"role": "assistant", "content": "".join(pieces)}, "stop", usage=usage),
+                 pieces=pieces, gate=gate, hold_after=hold_after, stall_after=stall_after)
+
+
+def sse_chunks(body: Mapping[str, Any], pieces: tuple[str, ...] | None, include_usage: bool) -> list[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a completion ``body``, in the order they are sent."""
+    base = {"id": body.get("id"), "object": "chat.completion.chunk", "created": body.get("created"),
+            "model": body.get("model"), "system_fingerprint": "fp_test"}
+    choice = (body.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    if pieces is None:
+        pieces = tuple(re.findall(r"\S+\s*|\s+", message.get("content") or ""))
+    out = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+    out += [{**base, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        out.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": i, "id": call["id"], "type": "function",
+             "function": {"name": call["function"]["name"], "arguments": args[:half]}}]}, "finish_reason": None}]})
+        out.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": i, "function": {"arguments": args[half:]}}]}, "finish_reason": None}]})
+    out.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}]})
+    if include_usage:
+        out.append({**base, "choices": [], "usage": body.get("usage")})
+    return out
 
 
 def empty_choices(*, usage: Mapping[str, int] | None = None) -> Reply:
@@ -403,9 +446,6 @@ class OpenAIServer:
             return self._send(h, rec, error(400, "request body is not a JSON object"))
         with self._lock:
             self.requests.append(body)
-        if body.get("stream"):
-            self._fail(rec, f"request {rec.index}: streaming is not supported by the test server")
-            return self._send(h, rec, error(400, "stream=true is not supported by the test server"))
         try:
             reply = self._script(body)
         except Exception as exc:  # a broken / exhausted script must be visible, not hang the client
@@ -418,7 +458,37 @@ class OpenAIServer:
             return self._send(h, rec, error(500, "test server script returned a non-Reply"))
         if reply.body is not None and isinstance(reply.body, dict) and "choices" in reply.body:
             reply = replace(reply, body={**reply.body, "model": reply.body.get("model") or body.get("model")})
+            if body.get("stream") and reply.status == 200:
+                usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                return self._send_events(h, rec, reply, sse_chunks(reply.body, reply.pieces, usage))
         self._send(h, rec, reply)
+
+    def _send_events(self, h: _Handler, rec: Record, reply: Reply, chunks: list[dict[str, Any]]) -> None:
+        """Send ``chunks`` as server-sent events, one flushed ``data:`` line each (the first chunk
+        only opens the message; piece ``n`` is chunk ``n``)."""
+        h.close_connection = True
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream")
+            h.send_header("Cache-Control", "no-cache")
+            h.send_header("Connection", "close")
+            h.end_headers()
+            for n, chunk in enumerate(chunks):
+                if reply.stall_after is not None and n > reply.stall_after:
+                    rec.note = "stalled"
+                    self._stopping.wait(self.max_lifetime)  # until the server stops; the client cuts it first
+                    return
+                h.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                h.wfile.flush()
+                if reply.gate is not None and n == reply.hold_after:
+                    if not reply.gate.wait(self.max_lifetime):  # a bound against hanging, not a measure
+                        self._fail(rec, f"request {rec.index}: the client did not see piece {n} before the rest")
+                    rec.note = "gate passed"
+            h.wfile.write(b"data: [DONE]\n\n")
+            h.wfile.flush()
+            rec.status = 200
+        except OSError as exc:  # the client went away (a timeout cut the stream)
+            rec.note = rec.note or f"client went away: {type(exc).__name__}"
 
     def _fail(self, rec: Record, message: str) -> None:
         rec.note = message

@@ -92,3 +92,12 @@ def test_print_is_short(executed):
     first, *rest = text.splitlines()
     assert first.startswith("RunResult(stop_reason=") and len(first) < 300
     assert rest[0].startswith("RunResult: stopped by ") and all(len(line) < 400 for line in rest)
+
+
+def test_a_live_view_ends_holding_the_streamed_replies(executed):
+    code = [c for c in executed.cells if c.cell_type == "code"]
+    (cell,) = [c for c in code if "NotebookLive()" in c.source]
+    (out,) = outputs_of(cell)  # one display, updated in place as the replies were written
+    page = out["data"]["text/html"]
+    assert "<b>Optimist</b>" in page and "<b>Critic</b>" in page and "<b>User</b>" in page
+    assert "writing..." not in page  # every reply was posted whole at the end

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from fsmchat import Agent, GroupChat
+from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.ui import serve as fserve
 
 TOKEN = "s3cret-token"
@@ -26,12 +26,17 @@ def review():
                      interrupt_before=["post"])
 
 
+def relay():
+    """One offline agent replying once: its reply streams."""
+    return RoundRobinSwarm(agents=[Agent("a", system_prompt="You argue for cats.")], max_loops=1)
+
+
 PATTERNS = {"chat": chat, "review": review}
 
 
 @contextmanager
-def server(db, token=None):
-    running = fserve.start(db, PATTERNS, token=token)
+def server(db, token=None, patterns=PATTERNS):
+    running = fserve.start(db, patterns, token=token)
     try:
         with httpx.Client(base_url=running.url, timeout=60,
                           headers={"Authorization": f"Bearer {token}"} if token else {}) as client:
@@ -249,3 +254,15 @@ def test_a_running_run_streams_as_it_goes_and_is_cancelled(tmp_path):
             assert other.post("/api/runs/s/cancel").status_code == 409
     finally:
         running.stop()
+
+
+def test_a_streamed_reply_relays_its_tokens_before_its_message(tmp_path):
+    with server(tmp_path / "runs.db", patterns={"relay": relay}) as client:
+        assert client.post("/api/runs", json={"pattern": "relay", "task": "Cats or dogs?", "run_id": "t1"}).status_code == 202
+        events = stream(client, "t1")
+        kinds = [k for k, _ in events]
+        first, posted = kinds.index("token"), kinds.index("message", 1)
+        tokens = [d for k, d in events if k == "token"]
+        assert first < posted and set(kinds[first:posted]) == {"token"}  # every token before the reply's message
+        assert tokens[0] == {"agent": "a", "step": "a", "text": "As ", "attempt": 1}
+        assert "".join(d["text"] for d in tokens) == events[posted][1]["content"]

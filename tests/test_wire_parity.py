@@ -16,10 +16,10 @@ import pytest
 
 try:
     from openai_server import (OpenAIServer, Reply, delayed, empty_choices, error, malformed_tool_call, per_agent,
-                               raw, respond, text, tool_call)
+                               raw, respond, streamed, text, tool_call)
 except ImportError:  # tests/ became a package
     from tests.openai_server import (OpenAIServer, Reply, delayed, empty_choices, error, malformed_tool_call,
-                                     per_agent, raw, respond, text, tool_call)
+                                     per_agent, raw, respond, streamed, text, tool_call)
 
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.errors import ConfigError
@@ -50,6 +50,19 @@ def waits(monkeypatch):
     w = Waits()
     monkeypatch.setattr(llm, "asyncio", w)
     return w
+
+
+@pytest.fixture(scope="module")
+def warm():
+    """One streamed reply on each path first, with a generous timeout: the first streamed call imports
+    litellm's and aiohttp's streaming code (seconds on a loaded machine), which a test whose
+    timeout or deadline cuts a stall must not spend inside that limit."""
+    for transport in ("litellm", "fast"):
+        with OpenAIServer([text("Warm.")], max_lifetime=120) as srv:
+            result = RoundRobinSwarm(agents=[Agent("warm", model="openai/test-model", api_base=srv.api_base,
+                                                   api_key="sk-test", timeout=120, transport=transport,
+                                                   stream=True)], max_loops=1).execute("Warm up.")
+            assert result.ok, result.error
 
 
 def agent(api_base: str, name: str, transport: str, **kw) -> Agent:
@@ -258,13 +271,12 @@ def test_litellm_debug_logging_sends_through_litellm():
         log.setLevel(level)
 
 
-def test_streaming_falls_back_with_an_event_once_per_run():
+def test_streaming_takes_the_fast_path_without_an_event():
     stats = llm.CallStats(events=[])
-    for _ in range(3):
-        assert not wire.choose(llm.get_litellm(), "openai/m", {"api_base": "http://h/v1", "api_key": "k",
-                                                               "stream": True}, "auto", stats, "alice")
-    assert stats.events == [{"event": "transport_fallback", "agent": "alice", "model": "openai/m",
-                             "reason": "streaming goes through litellm"}]
+    assert wire.choose(llm.get_litellm(), "openai/m", {"api_base": "http://h/v1", "api_key": "k", "stream": True,
+                                                       "stream_options": {"include_usage": True}}, "auto", stats,
+                       "alice")
+    assert stats.events == []
 
 
 def test_other_providers_stay_on_litellm_without_an_event():
@@ -339,3 +351,66 @@ def test_a_loop_closed_without_shutting_down_leaves_no_unclosed_session():
         asyncio.run(call(srv.api_base))  # the next session forgets the dead loop's
     gc.collect()  # an unclosed aiohttp session would warn here (an error in this module)
     assert wire.open_sessions() == 0
+
+
+def streamed_both(script, build, on_token=True):
+    """``both`` for streamed replies: each path's run summary, request bodies and the deltas it saw."""
+    out = {}
+    for transport in PATHS:
+        seen: list = []
+        with OpenAIServer(script(), max_requests=30, max_lifetime=30) as srv:
+            result = build(srv.api_base, transport).execute(TASK, on_token=seen.append if on_token else None)
+            out[transport] = (summary(result), list(srv.requests), [(type(x).__name__, getattr(x, "text", None))
+                                                                    for x in seen])
+    return out
+
+
+def test_a_streamed_reply_is_the_same_on_both_paths(warm):
+    out = streamed_both(lambda: [text("Bring sandwiches and lemonade.")],
+                        lambda base, t: RoundRobinSwarm(agents=[agent(base, "alice", t)], max_loops=1))
+    run, bodies, seen = same(out)
+    assert bodies[0]["stream"] is True and bodies[0]["stream_options"] == {"include_usage": True}
+    assert seen == [("TokenDelta", "Bring "), ("TokenDelta", "sandwiches "), ("TokenDelta", "and "),
+                    ("TokenDelta", "lemonade.")]
+    assert run["transcript"][1][:2] == ("alice", "Bring sandwiches and lemonade.")
+    assert run["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15} and run["events"] == []
+
+
+def test_agent_stream_true_is_the_same_on_both_paths(warm):
+    out = streamed_both(lambda: [text("Bring sandwiches.")],
+                        lambda base, t: RoundRobinSwarm(agents=[agent(base, "alice", t, stream=True)], max_loops=1),
+                        on_token=False)
+    run, bodies, seen = same(out)
+    assert bodies[0]["stream"] is True and seen == []
+    assert run["transcript"][1][:2] == ("alice", "Bring sandwiches.")
+
+
+def test_streamed_tool_calls_are_the_same_on_both_paths(warm):
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    out = streamed_both(lambda: [tool_call("weather", {"city": "Paris"}), text("Hats.")],
+                        lambda base, t: RoundRobinSwarm(agents=[agent(base, "alice", t, tools=[weather])], max_loops=1))
+    for transport in PATHS:  # the server numbers call ids across servers: the calls are compared without them
+        run, bodies, seen = out[transport]
+        calls = [(c["name"], c["arguments"], c["result"]) for c in run["transcript"][1][2]["tool_calls"]]
+        assert (run["transcript"][1][1], calls, seen) == ("Hats.", [("weather", {"city": "Paris"}, "sunny in Paris")],
+                                                          [("TokenDelta", "Hats.")])
+        assert [b["stream"] for b in bodies] == [True, True]
+    assert out["fast"][0]["usage"] == out["litellm"][0]["usage"] and out["fast"][0]["events"] == []
+
+
+def test_a_streamed_error_is_the_same_on_both_paths(warm):
+    out = streamed_both(lambda: [error(400, "bad request here")],
+                        lambda base, t: RoundRobinSwarm(agents=[agent(base, "alice", t)], max_loops=1))
+    run, _, seen = same(out)
+    assert run["error"][0] == "ModelCallError" and "bad request here" in run["error"][1] and seen == []
+
+
+def test_a_stall_cut_by_the_timeout_is_the_same_on_both_paths(warm):
+    out = streamed_both(lambda: [streamed(["Bring ", "sand", "wiches."], stall_after=2)],
+                        lambda base, t: RoundRobinSwarm(agents=[agent(base, "alice", t, timeout=1)], max_loops=1))
+    run, _, seen = same(out)
+    assert [e["event"] for e in run["events"]] == ["partial_reply"] and run["events"][0]["text"] == "Bring sand"
+    assert seen == [("TokenDelta", "Bring "), ("TokenDelta", "sand")]

@@ -35,7 +35,7 @@ from ..config import PatternSpec, pattern_spec, to_config
 from ..statelog import AppendLog
 from ..engine import batch_collector, run_graph, run_sync
 from ..limits import Limits, add_limit_edges, start_clock
-from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id
+from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id, check_token_hooks
 from ..errors import ConfigTypeError, attach_result, invalid_config, redact, result_of, run_finished
 from ..graph.render import drawing_data
 from ..graph.state_graph import StateGraph, state_names
@@ -47,7 +47,7 @@ from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, c
                               waiting_for)
 from ..speakers.compaction import add_compaction, check_drawn, check_limits, compaction_calls
 from ..speakers.images import image_part
-from ..speakers.llm import CallStats, load_litellm
+from ..speakers.llm import TOKENS, CallStats, load_litellm
 from ..speakers.tool_loop import APPROVE_ALL, ToolLoop, add_tool_loop, loop_of
 from ..speakers.tools import calls_per_turn
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
@@ -228,6 +228,15 @@ def set_pending(result: RunResult) -> None:
     """``result.pending``: what an interrupted run waits for (its last event's request)."""
     if result.stop_reason == StopReason.INTERRUPTED and result.trace:
         result.pending = pending_of(result.trace[-1])
+
+
+def token_sink(hooks: Sequence[Any]) -> Callable[[Any], None]:
+    """One callable handing each token item to every hook, in order."""
+    def sink(item: Any) -> None:
+        for hook in hooks:
+            hook(item)
+
+    return sink
 
 
 def check_task(task: Any, what: str) -> str:
@@ -724,10 +733,13 @@ class Pattern(ABC):
 
     async def _drive(self, ctx: Any, observers: Sequence[Any], on_message: Sequence[Any],
                      checkpoint: Checkpointer | None, run_id: str | None, meta: dict[str, Any] | None,
-                     saved: Any = None, lease: Lease | None = None, on_start: Sequence[Any] = ()) -> RunResult:
+                     saved: Any = None, lease: Lease | None = None, on_start: Sequence[Any] = (),
+                     on_token: Sequence[Any] = ()) -> RunResult:
         """Run the graph on ``ctx`` (fresh, or restored from ``saved``), committing to ``checkpoint``
-        under ``lease`` (the caller's hold on the run; released when the run ends)."""
+        under ``lease`` (the caller's hold on the run; released when the run ends); ``on_token``
+        gets each streamed reply's deltas (``fsmchat.speakers.llm.TOKENS``)."""
         graph = self.graph
+        sink = TOKENS.set(token_sink(on_token) if on_token else TOKENS.get())  # a nested run streams to its parent's
         try:  # the lease is given back however this ends, a refused start (an id already used) included
             await load_litellm(ctx.stats.roster)  # before the clock: the import is not the run's time
             start_clock(self.limits, ctx.stats)
@@ -764,6 +776,7 @@ class Pattern(ABC):
             try:
                 await loop_of(ctx).close()  # the run's tool sources stop however it ends
             finally:
+                TOKENS.reset(sink)
                 if lease is not None:
                     lease.release()
         result.run_id = run_id
@@ -771,18 +784,21 @@ class Pattern(ABC):
 
     async def aexecute(self, task: str, *, observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
                        checkpoint: Checkpointer | None = None, run_id: str | None = None,
-                       on_start: Sequence[Any] = ()) -> RunResult:
+                       on_start: Sequence[Any] = (), on_token: Any = None) -> RunResult:
         """Run once and return the ``RunResult`` (path, trace, stop reason, transcript, calls).
         With ``checkpoint=`` every step is committed under ``run_id`` (a new id if None); the run
         holds the id's lease meanwhile, so a concurrent run of the same id gets ``RunInProgress``.
         ``observers`` get each ``TraceEvent``, ``on_message`` each posted ``Message``, ``on_start``
-        the run's context before its first step (a live display reads ``ctx.stats`` from it)."""
+        the run's context before its first step (a live display reads ``ctx.stats`` from it),
+        ``on_token`` (a callable or a list of them) each ``TokenDelta`` of a reply as the model
+        writes it, and a ``StreamRetry`` when a shown stream is asked again (the replies then stream)."""
         owner = type(self).__name__
         check_checkpoint(checkpoint, owner)
         check_run_id(run_id, owner)
         observers, on_message, on_start = (check_hooks(observers, owner, "observers"),
                                            check_hooks(on_message, owner, "on_message"),
                                            check_hooks(on_start, owner, "on_start"))
+        tokens = check_token_hooks(on_token, owner)
         self._check_run(task)
         self._check_waits(checkpoint)
         self._check_context()
@@ -806,11 +822,12 @@ class Pattern(ABC):
             raise
         if repaired:
             ctx.events.append({"event": "text_repaired", "role": "task", "replaced": repaired})
-        return await self._drive(ctx, observers, on_message, checkpoint, run_id, meta, lease=lease, on_start=on_start)
+        return await self._drive(ctx, observers, on_message, checkpoint, run_id, meta, lease=lease, on_start=on_start,
+                                 on_token=tokens)
 
     async def aresume(self, run_id: str, checkpoint: Checkpointer, *, input: Any = None,
                       observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
-                      on_start: Sequence[Any] = ()) -> RunResult:
+                      on_start: Sequence[Any] = (), on_token: Any = None) -> RunResult:
         """Continue a checkpointed run from its last committed state; a finished run's result is
         rebuilt from the checkpoint without calling any model. A run waiting for a person
         (``stop_reason="interrupted"``) continues with ``input``, their answer (``Approve()``,
@@ -824,12 +841,13 @@ class Pattern(ABC):
         observers, on_message, on_start = (check_hooks(observers, owner, "observers"),
                                            check_hooks(on_message, owner, "on_message"),
                                            check_hooks(on_start, owner, "on_start"))
+        tokens = check_token_hooks(on_token, owner)
         saved = checkpoint.load(run_id)
         self._check_fingerprint(run_id, saved.meta)
         forked = self._with_run_limits(saved.meta)
         if forked is not None:  # a fork changed the run's limits: a copy of this pattern runs with them
             return await forked.aresume(run_id, checkpoint, observers=observers, on_message=on_message,
-                                        on_start=on_start, input=input)
+                                        on_start=on_start, on_token=tokens, input=input)
         answer = self._answer_for(run_id, saved, input)
         if saved.finished or (saved.stop_reason == StopReason.INTERRUPTED and answer is None):
             return self._rebuild(run_id, saved)
@@ -846,7 +864,7 @@ class Pattern(ABC):
         except BaseException:
             lease.release()
             raise
-        return await self._drive(ctx, observers, on_message, checkpoint, run_id, None, saved, lease, on_start)
+        return await self._drive(ctx, observers, on_message, checkpoint, run_id, None, saved, lease, on_start, tokens)
 
     def _answer_for(self, run_id: str, saved: Any, input: Any) -> Any:
         """(what the run waits for, the checked answer), None without ``input``; ``NotWaiting`` for
@@ -1029,14 +1047,19 @@ class Pattern(ABC):
         Secrets are left out; a lambda or closure anywhere raises ``TypeError``."""
         return to_config(self)
 
-    def stream(self, task: str) -> RunStream:
+    def stream(self, task: str, *, tokens: bool = False) -> RunStream:
         """The run's trace events and posted messages as they happen, then the final ``RunResult``:
         ``async for item in pattern.stream(task)`` in async code, ``for item in pattern.stream(task)``
         in a script (the run then goes on its own event loop in a worker thread). Leaving the loop
-        early cancels the run."""
-        return RunStream(lambda sink: self.aexecute(task, observers=[sink], on_message=[sink]),
+        early cancels the run. With ``tokens=True`` the replies stream: each reply's ``TokenDelta``s
+        come before its ``Message`` (and a ``StreamRetry`` when a shown stream is asked again)."""
+        if not isinstance(tokens, bool):
+            raise ConfigTypeError(f"{type(self).__name__}.stream: tokens={tokens!r} is invalid: True (the replies' "
+                                  "token deltas too) or False (trace events and messages only)")
+        return RunStream(lambda sink: self.aexecute(task, observers=[sink], on_message=[sink],
+                                                    on_token=sink if tokens else None),
                          f"{type(self).__name__}.stream")
 
-    def astream(self, task: str) -> AsyncIterator[TraceEvent | Message | RunResult]:
+    def astream(self, task: str, *, tokens: bool = False) -> AsyncIterator[Any]:
         """``stream(task)`` as an async iterator (LangGraph's ``astream`` spelling)."""
-        return aiter(self.stream(task))
+        return aiter(self.stream(task, tokens=tokens))

@@ -38,7 +38,9 @@ class Agent(BaseModel):
     ``persistent_memory`` and an agent-level ``output_type`` are accepted for compatibility with
     swarms and have no effect here: every fsmchat call is one single-shot completion and the
     pattern, not the agent, formats the output. With no ``model`` (and no ``FSMCHAT_MODEL``) the
-    agent uses the built-in offline model. Reprs and logs never show secrets.
+    agent uses the built-in offline model. Reprs and logs never show secrets. ``stream=True``
+    streams every reply over the wire (assembled whole; a run with a token sink streams replies
+    anyway and shows their deltas: ``pattern.stream(task, tokens=True)``).
 
     Args:
         name: The agent's name (also ``name=`` or ``agent_name=``): one line, unique in a roster;
@@ -258,8 +260,8 @@ class Agent(BaseModel):
                        "tool_choice": RESPOND_TOOL_CHOICE if final or not specs else "required"}
         elif specs:
             request = {"tools": specs, "tool_choice": "none" if final else "auto"}
-        if not bid:  # a reply with neither text nor a tool call is a failed attempt
-            request["check"] = self.require_reply_text
+        if not bid:  # a reply with neither text nor a tool call is a failed attempt; its text streams
+            request["check"], request["tokens"] = self.require_reply_text, True
         response = await self._call(messages, turn.stats, **request)
         choices = getattr(response, "choices", None) or []
         if not choices:
@@ -287,7 +289,7 @@ class Agent(BaseModel):
         Raises:
             ModelCallError: The call failed after the retries, or the response has no choices.
         """
-        response = await self._call(self.prompt(turn), turn.stats, **request)
+        response = await self._call(self.prompt(turn), turn.stats, tokens=True, **request)
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise llm_empty(self.name)

@@ -25,6 +25,8 @@ from typing import Any, Callable
 from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, MissingCredentials,
                       ModelCallError, exception_chain, fatal_error, plain_message, redact, request_error_kind,
                       secret_values)
+from ..engine import STEP
+from ..models import StreamRetry, TokenDelta
 from ..statelog import Frozen
 from . import log_secrets, ratelimit, wire
 
@@ -46,6 +48,12 @@ _providers: dict[str, Any] = {}
 # ``send(acompletion, agent, model, messages, metadata, params) -> awaitable response``.
 # A ContextVar, so one test's cassette never leaks into another's concurrent run.
 INTERCEPTOR: contextvars.ContextVar[Any] = contextvars.ContextVar("fsmchat_interceptor", default=None)
+
+
+TOKENS: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar("fsmchat_tokens", default=None)
+"""The run's token sink (``execute(on_token=fn)``, ``stream(task, tokens=True)``): given each
+``TokenDelta`` of a reply as it arrives and a ``StreamRetry`` when a shown stream is asked again.
+A ContextVar, so a pattern run inside a flow step streams to the same sink."""
 
 
 def default_model() -> str:
@@ -553,11 +561,77 @@ def _seconds(x: float) -> str:
     return f"{x:g} s" if x >= 1 else f"{x:.3g} s"
 
 
+class Streamed:
+    """One attempt's stream, read into the response fsmchat reads (a ``wire.WireResponse``): text
+    deltas are joined (and handed to ``show`` as they come), tool-call deltas are assembled into
+    the tool calls by their index, the usage is the chunk's that carries it (the last one, with
+    ``stream_options={"include_usage": True}``). ``text`` is what arrived so far, kept when the
+    stream breaks."""
+
+    def __init__(self, show: Callable[[str], None] | None):
+        self.show = show
+        self.parts: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    async def read(self, chunks: Any, price: tuple[float, float] | None) -> "wire.WireResponse":
+        calls: dict[int, dict[str, str]] = {}
+        usage: wire.Usage | None = None
+        finish: str | None = None
+        model = rid = ""
+        async for chunk in chunks:
+            model, rid = model or str(_field(chunk, "model") or ""), rid or str(_field(chunk, "id") or "")
+            u = _field(chunk, "usage")
+            if u is not None and _field(u, "total_tokens"):
+                usage = wire.Usage(int(_field(u, "prompt_tokens") or 0), int(_field(u, "completion_tokens") or 0),
+                                   int(_field(u, "total_tokens") or 0))
+            for choice in _field(chunk, "choices") or ():
+                delta = _field(choice, "delta")
+                text = _field(delta, "content") if delta is not None else None
+                if text:
+                    self.parts.append(text)
+                    if self.show is not None:
+                        self.show(text)
+                for i, call in enumerate(_field(delta, "tool_calls") or () if delta is not None else ()):
+                    index = _field(call, "index")
+                    slot = calls.setdefault(index if isinstance(index, int) else i, {"id": "", "name": "",
+                                                                                      "arguments": ""})
+                    fn = _field(call, "function")
+                    slot["id"] = slot["id"] or str(_field(call, "id") or "")
+                    slot["name"] = slot["name"] or str(_field(fn, "name") or "")
+                    slot["arguments"] += str(_field(fn, "arguments") or "")
+                finish = _field(choice, "finish_reason") or finish
+        tool_calls = [wire.ToolCall(c["id"], wire.Function(c["name"], c["arguments"])) for _, c in sorted(calls.items())]
+        message = wire.WireMessage("".join(self.parts) if self.parts or not tool_calls else None,
+                                   tool_calls=tool_calls or None)
+        cost = None
+        if price is not None and usage is not None:
+            cost = usage.prompt_tokens * price[0] + usage.completion_tokens * price[1]
+        return wire.WireResponse(rid, model, [wire.Choice(0, message, finish)], usage,
+                                 _hidden_params={"response_cost": cost})
+
+
+def _field(obj: Any, name: str) -> Any:
+    """``obj.name`` or ``obj[name]`` (litellm's chunks are objects, some of their parts dicts)."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _reason(exc: BaseException) -> str:
+    return redact(f"{type(exc).__name__}: {plain_message(str(exc)) or '(no message)'}")
+
+
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
                     kwargs: dict[str, Any], timeout: float | None, num_retries: int,
                     stats: CallStats | None = None, backoff: float = 0.5,
                     max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
-                    check: Callable[[Any], None] | None = None, transport: str = "auto", **request: Any) -> Any:
+                    check: Callable[[Any], None] | None = None, transport: str = "auto", tokens: bool = False,
+                    **request: Any) -> Any:
     """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``.
 
     Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
@@ -567,7 +641,16 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     a ``Retry-After`` over ``max_retry_wait``, or a wait past the run's deadline, ends the retries
     at once (``RetryRefused``, with the reason). ``check(response)`` may refuse a response by
     raising ``NoReplyText``: it is retried like a transient fault. ``transport`` picks
-    how the request travels (``wire.choose``: the fast path or litellm)."""
+    how the request travels (``wire.choose``: the fast path or litellm).
+
+    **Streaming.** The call streams (litellm's ``stream=True``, usage in the final chunk where the
+    provider sends it) when the agent says ``stream=True`` or when ``tokens`` (the call writes a
+    reply) and the run has a token sink (``TOKENS``); the sink gets a ``TokenDelta`` per text
+    delta. The response is assembled whole (``Streamed``) and is what the caller gets, as without
+    streaming. ``timeout`` and the deadline bound the whole stream, so a stream that stalls is cut.
+    A stream that breaks after text arrived and is retried is noted (a ``stream_retry`` event and a
+    ``StreamRetry`` to the sink); one that ends the call (an error, a cancellation) leaves what
+    arrived in a ``partial_reply`` event, never in the transcript."""
     if stats is not None:
         stats.preflight()
     lm = get_litellm()
@@ -580,7 +663,16 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     if timeout is not None:
         params.setdefault("timeout", timeout)
     resolved = resolve_model(model)
+    sink = TOKENS.get() if tokens else None
+    streaming = (bool(params.get("stream")) or sink is not None) and INTERCEPTOR.get() is None
+    if streaming:
+        params["stream"] = True
+        params["stream_options"] = {"include_usage": True, **(params.get("stream_options") or {})}
+    else:  # a cassette records and replays whole responses
+        params.pop("stream", None)
+        params.pop("stream_options", None)
     fast = wire.choose(lm, resolved, params, transport, stats, agent)
+    step = STEP.get()
 
     def failed(exc: BaseException, attempts: int, limit: float | None = None) -> ModelCallError:
         """The error a person reads; every credential and header value the agent sent is masked in it
@@ -603,11 +695,22 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             if not stats.fits(1):
                 raise stats.refuse_over_cap(f"agent {agent!r}'s request (attempt {attempt})")
             stats.count(attempt == 1)
+        stream: Streamed | None = None
         try:
             send = INTERCEPTOR.get()
-            coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
-                    else wire.acompletion(lm, resolved, messages, params) if fast
-                    else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
+            if streaming:
+                shown = attempt  # the attempt the deltas belong to
+
+                def show(text: str) -> None:
+                    assert sink is not None
+                    sink(TokenDelta(agent, step, text, shown))
+
+                stream = Streamed(show if sink is not None else None)
+                coro = _stream(lm, stream, resolved, messages, meta, params, fast)
+            else:
+                coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
+                        else wire.acompletion(lm, resolved, messages, params) if fast
+                        else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
             response = await (asyncio.wait_for(coro, limit) if limit is not None else coro)
             if stats is not None:
                 stats.add_usage(response)
@@ -615,33 +718,72 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             if check is not None:
                 check(response)
             return response
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as exc:
+            if stream is not None and stream.text:
+                _partial(stats, agent, step, attempt, stream.text, "the run was cancelled")
+            raise exc from None
         except Exception as exc:
-            fatal = fatal_error(exc)
-            if fatal is not None:  # a broken test double or harness: fail loudly, never retry
-                if stats is not None:
-                    stats.run.refused = fatal  # and every later request of the run fails the same way
-                raise fatal from exc
-            if isinstance(exc, asyncio.TimeoutError) and stats is not None and (rest := stats.remaining()) is not None \
-                    and rest <= 0:  # cut by the run's deadline, not by the agent's timeout
-                raise failed(DeadlineExceeded("the run's deadline_s passed during the request"), attempt) from None
-            if attempt > num_retries or not retryable(exc):
-                err = failed(exc, attempt, limit)
-                if err.fatal and stats is not None and not ("tools" in params and refused_tools(exc)):
-                    stats.run.refused = err  # no retry can fix it: the run sends nothing more
-                raise err from None  # one traceback: the provider's exception is err.cause, masked
-            asked = retry_after(exc)
-            if asked is not None and asked > max_retry_wait:
-                raise RetryRefused(agent, exc, attempt, model or resolved, tuple(secret_values(kwargs)), reason=(
-                    f"the provider asked to wait {_seconds(asked)} (Retry-After), over the agent's "
-                    f"max_retry_wait_s={max_retry_wait:g}")) from None
-            wait = asked if asked is not None else \
-                min(backoff * (2 ** (attempt - 1)) * (1 + random.random() * 0.25), max_retry_wait)
-            left = stats.remaining() if stats is not None else None
-            if left is not None and wait >= left:
-                raise RetryRefused(agent, exc, attempt, model or resolved, tuple(secret_values(kwargs)), reason=(
-                    f"the next attempt would start in {_seconds(wait)}"
-                    f"{' (Retry-After)' if asked is not None else ''}, after the run's deadline "
-                    f"({_seconds(max(left, 0.0))} left)")) from None
+            try:
+                wait = _retry_wait(exc, attempt, failed, stats=stats, limit=limit, params=params, agent=agent,
+                                   model=model or resolved, kwargs=kwargs, num_retries=num_retries,
+                                   backoff=backoff, max_retry_wait=max_retry_wait)
+            except BaseException:
+                if stream is not None and stream.text:  # the call ends here: what arrived is kept in the events
+                    _partial(stats, agent, step, attempt, stream.text, _reason(exc))
+                raise
+            if stream is not None and stream.text:  # text was shown: the next attempt starts over, visibly
+                note = StreamRetry(agent, step, attempt, len(stream.text), _reason(exc))
+                if stats is not None and stats.events is not None:
+                    stats.events.append({"event": "stream_retry", "agent": agent, "step": step,
+                                         "attempt": attempt, "shown": note.shown, "reason": note.reason})
+                if sink is not None:
+                    sink(note)
             await retry_sleep(wait)
+
+
+def _retry_wait(exc: Exception, attempt: int, failed: Callable[..., ModelCallError], *, stats: CallStats | None,
+                limit: float | None, params: dict[str, Any], agent: str, model: str, kwargs: dict[str, Any],
+                num_retries: int, backoff: float, max_retry_wait: float) -> float:
+    """The wait before the next attempt after ``exc``, or the error that ends the call (raised)."""
+    fatal = fatal_error(exc)
+    if fatal is not None:  # a broken test double or harness: fail loudly, never retry
+        if stats is not None:
+            stats.run.refused = fatal  # and every later request of the run fails the same way
+        raise fatal from exc
+    if isinstance(exc, asyncio.TimeoutError) and stats is not None and (rest := stats.remaining()) is not None \
+            and rest <= 0:  # cut by the run's deadline, not by the agent's timeout
+        raise failed(DeadlineExceeded("the run's deadline_s passed during the request"), attempt) from None
+    if attempt > num_retries or not retryable(exc):
+        err = failed(exc, attempt, limit)
+        if err.fatal and stats is not None and not ("tools" in params and refused_tools(exc)):
+            stats.run.refused = err  # no retry can fix it: the run sends nothing more
+        raise err from None  # one traceback: the provider's exception is err.cause, masked
+    asked = retry_after(exc)
+    if asked is not None and asked > max_retry_wait:
+        raise RetryRefused(agent, exc, attempt, model, tuple(secret_values(kwargs)), reason=(
+            f"the provider asked to wait {_seconds(asked)} (Retry-After), over the agent's "
+            f"max_retry_wait_s={max_retry_wait:g}")) from None
+    wait = asked if asked is not None else \
+        min(backoff * (2 ** (attempt - 1)) * (1 + random.random() * 0.25), max_retry_wait)
+    left = stats.remaining() if stats is not None else None
+    if left is not None and wait >= left:
+        raise RetryRefused(agent, exc, attempt, model, tuple(secret_values(kwargs)), reason=(
+            f"the next attempt would start in {_seconds(wait)}"
+            f"{' (Retry-After)' if asked is not None else ''}, after the run's deadline "
+            f"({_seconds(max(left, 0.0))} left)")) from None
+    return wait
+
+
+async def _stream(lm: Any, stream: Streamed, model: str, messages: list[dict[str, Any]], meta: dict[str, Any],
+                  params: dict[str, Any], fast: bool) -> Any:
+    """Open a streaming request (the fast path's, or litellm's) and read it whole (``Streamed.read``)."""
+    chunks = wire.astream(lm, model, messages, params) if fast else \
+        await lm.acompletion(model=model, messages=messages, metadata=meta, **params)
+    return await stream.read(chunks, None if own_provider(model) else wire.price_of(lm, model))
+
+
+def _partial(stats: CallStats | None, agent: str, step: str | None, attempt: int, text: str, reason: str) -> None:
+    """A reply that stopped mid-stream: what arrived goes into the run's events (``partial_reply``)."""
+    if stats is not None and stats.events is not None:
+        stats.events.append({"event": "partial_reply", "agent": agent, "step": step, "attempt": attempt,
+                             "text": text, "reason": reason})

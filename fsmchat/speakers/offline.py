@@ -22,7 +22,7 @@ import os
 import random
 import re
 import time
-from typing import Any
+from typing import Any, AsyncIterator
 
 from litellm import CustomLLM, ModelResponse
 
@@ -438,23 +438,51 @@ def with_tools(response: ModelResponse, messages: list[dict[str, Any]], optional
     return response
 
 
-class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
-    """litellm provider ``fsmchat-offline``: deterministic simulated participants."""
+def _seconds_env(name: str) -> float:
+    try:
+        return max(0.0, float(os.environ.get(name, "0") or 0))
+    except ValueError:
+        return 0.0
 
-    def __init__(self, delay: float | None = None):
+
+def stream_pieces(text: str) -> list[str]:
+    """How the offline model streams a text: word by word, each word with the spaces after it.
+
+    Examples:
+        >>> from fsmchat.speakers.offline import stream_pieces
+        >>> stream_pieces("Ship it, then  watch.")
+        ['Ship ', 'it, ', 'then  ', 'watch.']
+    """
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
+    """litellm provider ``fsmchat-offline``: deterministic simulated participants.
+
+    Asked to stream (``stream=True``, or a run with a token sink), it composes the reply whole, as
+    always, and then sends it word by word (``stream_pieces``), ``typing_delay`` seconds apart: a
+    simulation of typing, so a demo shows replies being written. A tool call is sent in two
+    argument pieces (the assembling of tool-call deltas is exercised); the usage comes with the
+    last chunk."""
+
+    def __init__(self, delay: float | None = None, typing_delay: float | None = None):
         super().__init__()
         self._delay = delay
+        self._typing = typing_delay
 
     @property
     def delay(self) -> float:
         """Simulated latency in seconds (``FSMCHAT_OFFLINE_DELAY``, default 0)."""
         if self._delay is not None:
             return self._delay
+        return _seconds_env("FSMCHAT_OFFLINE_DELAY")
 
-        try:
-            return max(0.0, float(os.environ.get("FSMCHAT_OFFLINE_DELAY", "0") or 0))
-        except ValueError:
-            return 0.0
+    @property
+    def typing_delay(self) -> float:
+        """Simulated typing: seconds between two streamed words (``FSMCHAT_OFFLINE_TYPING``, default 0)."""
+        if self._typing is not None:
+            return self._typing
+        return _seconds_env("FSMCHAT_OFFLINE_TYPING")
 
     def _compose(self, messages: list[dict[str, Any]], optional_params: dict[str, Any],
                  litellm_params: dict[str, Any] | None) -> ModelResponse:
@@ -550,3 +578,33 @@ class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any (
             await asyncio.sleep(self.delay)
         return with_tools(self._compose(before_tools(messages), optional_params, litellm_params), messages,
                           optional_params)
+
+    async def astreaming(self, model: str, messages: list[dict[str, Any]], api_base: Any, custom_prompt_dict: Any,
+                         model_response: Any, print_verbose: Any, encoding: Any, api_key: Any, logging_obj: Any,
+                         optional_params: dict[str, Any], acompletion: Any = None, litellm_params: Any = None,
+                         logger_fn: Any = None, headers: Any = {}, timeout: Any = None,
+                         client: Any = None) -> AsyncIterator[dict[str, Any]]:  # noqa: B006 (litellm's signature)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        whole = with_tools(self._compose(before_tools(messages), optional_params, litellm_params), messages,
+                           optional_params)
+        message, finish = whole.choices[0].message, whole.choices[0].finish_reason
+        u = whole.usage
+        usage = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+                 "total_tokens": u.total_tokens}
+        chunks: list[dict[str, Any]] = [{"text": piece, "tool_use": None, "is_finished": False, "finish_reason": "",
+                                         "usage": None, "index": 0} for piece in stream_pieces(message.content or "")]
+        for i, call in enumerate(message.tool_calls or ()):
+            args = call.function.arguments or ""
+            half = len(args) // 2
+            for n, part in enumerate((args[:half], args[half:])):
+                chunks.append({"text": "", "is_finished": False, "finish_reason": "", "usage": None, "index": 0,
+                               "tool_use": {"index": i, "id": call.id if n == 0 else None, "type": "function",
+                                            "function": {"name": call.function.name if n == 0 else None,
+                                                         "arguments": part}}})
+        chunks.append({"text": "", "tool_use": None, "is_finished": True, "finish_reason": finish or "stop",
+                       "usage": usage, "index": 0})
+        for n, chunk in enumerate(chunks):
+            if n and self.typing_delay and chunk["text"]:
+                await asyncio.sleep(self.typing_delay)
+            yield chunk

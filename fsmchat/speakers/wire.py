@@ -5,9 +5,12 @@ llama.cpp, SGLang, LM Studio, Ollama's ``/v1``) talks to its server directly: th
 the model name, the messages and the OpenAI options as given, posted to ``{api_base}/chat/completions``.
 Everything else goes through litellm, and so do these endpoints when the agent says
 ``transport="litellm"``, when litellm callbacks are registered (they expect to see every call) or
-its debug logging is on, for
-streaming, and for options litellm would translate (the reason is noted as a ``transport_fallback``
-event of the run).
+its debug logging is on, and for options litellm would translate (the reason is noted as a
+``transport_fallback`` event of the run).
+
+A streamed request (``stream=True``) takes the fast path too: ``astream`` posts it and reads the
+server-sent events itself, yielding each ``data:`` line's chunk as it arrives (``[DONE]`` ends it);
+the caller assembles them (``fsmchat.speakers.llm.Streamed``) as it does litellm's chunks.
 
 What fsmchat sees does not depend on the path: a failed request raises the exception litellm
 would raise for it (same class, same message, same ``Retry-After``; built by litellm's own error
@@ -36,7 +39,8 @@ PROVIDERS = ("openai", "hosted_vllm")
 KEY_ENV = {"openai": "OPENAI_API_KEY", "hosted_vllm": "HOSTED_VLLM_API_KEY"}
 # OpenAI chat-completions options sent in the body exactly as given.
 SENT = frozenset("""temperature top_p n stop max_tokens max_completion_tokens presence_penalty frequency_penalty
-logit_bias logprobs top_logprobs seed user response_format tools tool_choice parallel_tool_calls""".split())
+logit_bias logprobs top_logprobs seed user response_format tools tool_choice parallel_tool_calls stream
+stream_options""".split())
 # Options that say how to reach the server, never sent in the body.
 TRANSPORT_OPTIONS = frozenset(("api_base", "base_url", "api_key", "timeout", "max_retries", "metadata",
                                "extra_headers", "headers", "extra_body"))
@@ -58,10 +62,7 @@ def static_blocker(model: str, options: dict[str, Any]) -> str | None:
     if not eligible(model, options):
         return (f"model {model!r} is not an OpenAI-compatible endpoint: the fast path serves "
                 f"{' or '.join(p + '/<name>' for p in PROVIDERS)} with an api_base")
-    if options.get("stream"):
-        return "streaming goes through litellm"
-    extra = sorted(k for k, v in options.items() if k not in SENT and k not in TRANSPORT_OPTIONS and k != "stream"
-                   and v is not None)
+    extra = sorted(k for k, v in options.items() if k not in SENT and k not in TRANSPORT_OPTIONS and v is not None)
     if extra:
         return f"option(s) {', '.join(map(repr, extra))} are litellm's to translate"
     provider = model.partition("/")[0]
@@ -311,10 +312,9 @@ class Unreachable(FsmchatError, ConnectionError):
         self.__cause__ = cause
 
 
-async def acompletion(lm: Any, model: str, messages: list[dict[str, Any]], options: dict[str, Any]) -> WireResponse:
-    """One request to the endpoint, raising litellm's exception for a failure."""
-    import aiohttp
-
+def _request(model: str, messages: list[dict[str, Any]], options: dict[str, Any]) -> tuple[str, dict[str, Any],
+                                                                                           dict[str, str]]:
+    """(url, body, headers) of a chat-completions request."""
     provider, _, name = model.partition("/")
     body: dict[str, Any] = {"model": name, "messages": messages}
     for k, v in options.items():
@@ -328,6 +328,15 @@ async def acompletion(lm: Any, model: str, messages: list[dict[str, Any]], optio
     headers.update(options.get("headers") or {})
     headers.update(options.get("extra_headers") or {})
     url = str(options.get("api_base") or options.get("base_url")).rstrip("/") + "/chat/completions"
+    return url, body, headers
+
+
+async def acompletion(lm: Any, model: str, messages: list[dict[str, Any]], options: dict[str, Any]) -> WireResponse:
+    """One request to the endpoint, raising litellm's exception for a failure."""
+    import aiohttp
+
+    name = model.partition("/")[2]
+    url, body, headers = _request(model, messages, options)
     http = await session()
     try:  # the caller bounds the request by its timeout (acomplete's wait_for), as on litellm's path
         async with http.post(url, data=json.dumps(body), headers=headers, timeout=_NO_LIMIT) as resp:
@@ -345,3 +354,34 @@ async def acompletion(lm: Any, model: str, messages: list[dict[str, Any]], optio
         raise litellm_error(lm, model, 500, f"Empty or invalid response from LLM endpoint. Received: {data!r}. "
                                             "Check the reverse proxy or model server configuration.")
     return parse(data, name, price_of(lm, model))
+
+
+async def astream(lm: Any, model: str, messages: list[dict[str, Any]], options: dict[str, Any]) -> AsyncIterator[Any]:
+    """One streamed request: each server-sent event's chunk (the JSON of a ``data:`` line) as it
+    arrives, until ``data: [DONE]`` or the end of the body; a failure raises litellm's exception."""
+    import aiohttp
+
+    url, body, headers = _request(model, messages, options)
+    http = await session()
+    try:
+        async with http.post(url, data=json.dumps(body), headers=headers, timeout=_NO_LIMIT) as resp:
+            if resp.status >= 400:
+                payload = await resp.read()
+                raise _status_error(lm, model, resp.status, payload.decode("utf-8", "replace").strip(),
+                                    dict(resp.headers))
+            async for line in resp.content:  # one line at a time, as the server flushes them
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event names
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                try:
+                    chunk = json.loads(data)
+                except ValueError as exc:
+                    raise litellm_error(lm, model, 500, f"a streamed chunk is not JSON: {exc}") from exc
+                if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
+                    said = chunk["error"].get("message") or "the server reported an error mid-stream"
+                    raise litellm_error(lm, model, 500, str(said), body=chunk["error"])
+                yield chunk
+    except aiohttp.ClientError as exc:
+        raise litellm_error(lm, model, 500, "Connection error.") from Unreachable(url, exc)

@@ -29,7 +29,7 @@ import hmac
 import ipaddress
 import json
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Mapping, Union
 
@@ -39,6 +39,7 @@ from ..checkpoint import CheckpointMismatch, RunInProgress, SqliteCheckpointer, 
 from ..checks import check_run_id
 from ..errors import FsmchatError, redact, redact_data
 from ..limits import Limits
+from ..models import TokenDelta
 from ..patterns.base import Pattern
 from ..speakers.human import Approve, Edit, Input, InputNotAllowed, NotWaiting, Reject, Say, check_input, waiting_for
 from ..timetravel import fork
@@ -238,7 +239,8 @@ class Runs:
     @staticmethod
     def hooks(live: Live) -> dict[str, Any]:
         return {"observers": [lambda ev: live.emit("trace", ev.to_dict())],
-                "on_message": [lambda m: live.emit("message", m.model_dump(mode="json"))]}
+                "on_message": [lambda m: live.emit("message", m.model_dump(mode="json"))],
+                "on_token": [lambda t: live.emit("token" if isinstance(t, TokenDelta) else "stream_retry", asdict(t))]}
 
     def start(self, body: StartRun) -> str:
         reg = self.pattern(body.pattern)
