@@ -32,7 +32,7 @@ def pair():
 def local(api_base, **kw):
     opts = dict(model="openai/test-model", api_base=api_base, api_key="sk-test", num_retries=0, timeout=30)
     opts.update(kw)
-    return Agent("alice", system_prompt="You plan picnics.", **opts)
+    return Agent(opts.pop("name", "alice"), system_prompt="You plan picnics.", **opts)
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +203,7 @@ def test_a_stall_is_cut_by_the_timeout_and_the_partial_text_stays_in_the_events(
     assert "TimeoutError" in str(result.error)
     assert [m.role for m in result.transcript] == ["User"]  # never the partial text
     partial = [e for e in result.events if e["event"] == "partial_reply"]
-    assert partial == [{"event": "partial_reply", "agent": "alice", "step": "alice", "attempt": 1,
+    assert partial == [{"event": "partial_reply", "agent": "alice", "step": "alice", "attempt": 1, "chars": 10,
                         "text": "Bring sand", "reason": "TimeoutError: (no message)"}]
 
 
@@ -233,6 +233,24 @@ def test_a_retried_stream_is_visible_as_such(no_waits, warm):
     assert [e for e in result.events if e["event"] == "stream_retry"] == [
         {"event": "stream_retry", "agent": "alice", "step": "alice", "attempt": 1, "shown": 10,
          "reason": "TimeoutError: (no message)"}]
+
+
+def test_a_checkpoint_never_holds_a_partial_reply_s_text(warm, tmp_path):
+    """A flow step whose stream is cut after "Bring sand" fails under ``on_error="continue"``, and the
+    flow goes on to a step that is committed: the result shows the partial text, the SQLite file (and
+    its WAL) holds the event without it (its length only), and so does the stored run."""
+    from fsmchat import Task
+    from fsmchat.checkpoint import SqliteCheckpointer
+    db = tmp_path / "runs.db"
+    with OpenAIServer([streamed(["Bring ", "sand", "wiches."], stall_after=2), streamed(["Bring ", "fruit."])],
+                      max_lifetime=30) as srv:
+        flow = AgentFlow(steps=[Task(agent=local(srv.api_base, timeout=1), on_error="continue"),
+                                local(srv.api_base, name="bob")])
+        result = flow.execute(TASK, on_token=lambda d: None, checkpoint=SqliteCheckpointer(db), run_id="R")
+    assert [e["text"] for e in result.events if e["event"] == "partial_reply"] == ["Bring sand"]
+    assert result.transcript[-1].content == "Bring fruit."
+    stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("runs.db"))
+    assert b"Bring fruit." in stored and b"Bring sand" not in stored
 
 
 def test_a_cancelled_run_keeps_the_partial_reply_in_its_events():

@@ -14,6 +14,7 @@ from ..errors import ConfigError, attach_result, bad_value, fatal_error, run_fin
 from ..models import RunResult, StopReason, check_output_type, format_output
 from ..patterns.base import Pattern, PatternConfig, set_pending
 from ..speakers.agent import Agent
+from ..speakers.llm import shown_events
 from ..patterns.interrupts import WaitPoint
 from .compile import Compiler, StepError, bound, check_templates, flow_point, walk_steps
 from .context import FlowContext
@@ -267,7 +268,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
         result.transcript = ctx.transcript.messages
         result.calls = ctx.stats.calls
         result.usage = dict(ctx.stats.usage)
-        result.events = list(ctx.events)
+        result.events = shown_events(ctx.events, ctx.stats)
         output = ctx.previous_result if self.config.output_type is None else \
             format_output(ctx.transcript.messages, self.config.output_type)
         out: dict[str, Any] = {"output": output, "steps": ctx.steps, "variables": ctx.variables,

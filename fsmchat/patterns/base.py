@@ -47,7 +47,7 @@ from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, c
                               waiting_for)
 from ..speakers.compaction import add_compaction, check_drawn, check_limits, compaction_calls
 from ..speakers.images import image_part
-from ..speakers.llm import TOKENS, CallStats, load_litellm
+from ..speakers.llm import TOKENS, CallStats, load_litellm, shown_events
 from ..speakers.tool_loop import APPROVE_ALL, ToolLoop, add_tool_loop, loop_of
 from ..speakers.tools import calls_per_turn
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
@@ -717,7 +717,7 @@ class Pattern(ABC):
         result.transcript = ctx.transcript.messages
         result.calls = ctx.stats.calls
         result.usage = dict(ctx.stats.usage)
-        result.events = list(ctx.events)
+        result.events = shown_events(ctx.events, ctx.stats)
         result.output = self.output_of(ctx)
         set_pending(result)
         run_finished(result)

@@ -410,6 +410,8 @@ class CallStats:
     tool_over_cap: bool = False  # a reply's tool calls were refused: they would have crossed max_tool_calls
     events: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # the run's (fallbacks, waits)
     noted: set[tuple[str, str, str]] = field(default_factory=set, repr=False, compare=False)  # fallbacks noted
+    # the text of each partial_reply event, beside it (checkpoints store the events without it)
+    partials: list[tuple[dict[str, Any], str]] = field(default_factory=list, repr=False, compare=False)
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
 
     @property
@@ -785,5 +787,15 @@ async def _stream(lm: Any, stream: Streamed, model: str, messages: list[dict[str
 def _partial(stats: CallStats | None, agent: str, step: str | None, attempt: int, text: str, reason: str) -> None:
     """A reply that stopped mid-stream: what arrived goes into the run's events (``partial_reply``)."""
     if stats is not None and stats.events is not None:
-        stats.events.append({"event": "partial_reply", "agent": agent, "step": step, "attempt": attempt,
-                             "text": text, "reason": reason})
+        event = {"event": "partial_reply", "agent": agent, "step": step, "attempt": attempt, "chars": len(text),
+                 "reason": reason}
+        stats.events.append(event)
+        stats.run.partials.append((event, text))
+
+
+def shown_events(events: list[dict[str, Any]], stats: CallStats) -> list[dict[str, Any]]:
+    """A run's events as its result shows them: each ``partial_reply`` of this process with the
+    text that arrived. The run's working state (what checkpoints store) holds the event without
+    it, so no checkpoint ever holds a partial reply's text."""
+    texts = {id(event): text for event, text in stats.run.partials}
+    return [{**e, "text": texts[id(e)]} if id(e) in texts else e for e in events]
