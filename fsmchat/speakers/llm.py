@@ -1,6 +1,6 @@
 """The one place every model call goes through: ``litellm.acompletion`` (or, for an OpenAI-compatible
 endpoint, ``wire``'s fast path), imported lazily, with fsmchat's own
-timeout (``asyncio.wait_for``: litellm ignores ``timeout`` for custom providers) and fsmchat's
+timeout (``asyncio.timeout``: litellm ignores ``timeout`` for custom providers) and fsmchat's
 own bounded retries (litellm's hidden SDK retries are switched off).
 
 litellm's per-call work that fsmchat does not use is switched off when litellm is first imported
@@ -608,7 +608,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
                     else wire.acompletion(lm, resolved, messages, params) if fast
                     else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
-            response = await (asyncio.wait_for(coro, limit) if limit is not None else coro)
+            async with asyncio.timeout(limit):  # None: no limit (no task of its own, unlike wait_for)
+                response = await coro
             if stats is not None:
                 stats.add_usage(response)
             ratelimit.settled(ticket, response)
