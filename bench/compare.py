@@ -354,6 +354,11 @@ def versions(venv: Path) -> str:
     return f"fsmchat's venv: litellm {version('litellm')}, aiohttp {version('aiohttp')}; comparison venv: {third}"
 
 
+def floor_share(fast: float, floor: float) -> float:
+    """The share of a fast-path call's CPU that the floor spends too (rates are calls per CPU-second)."""
+    return (1 / floor) / (1 / fast)
+
+
 def main() -> None:
     global CHATS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -401,7 +406,9 @@ def main() -> None:
         verdicts.append(f"- N={n}: the fast path is {vs_best:.1f}x the best other library ({best}; goal >= 5x: "
                         f"{status(vs_best >= 5)}) and {vs_floor:.0%} of the raw floor (goal >= 70 %: "
                         f"{status(vs_floor >= 0.7)}); {fast / rate[('fsmchat litellm', n)]:.1f}x fsmchat's own "
-                        "litellm path.")
+                        f"litellm path. fsmchat's CPU beyond the floor: {(1 / fast - 1 / floor) * 1e6:.0f} µs per "
+                        f"model call, {1 - floor_share(fast, floor):.0%} of a fast-path turn (goal <= 5 %: "
+                        f"{status(1 - floor_share(fast, floor) <= 0.05)}; `bench/own_share.py` profiles it).")
         rows.append({"target": "What users run (model-backed)", "measure": f"model calls per CPU-second, batches of "
                      f"{CHATS} GroupChats, N={n}, {TURNS} turns, local server ({LATENCY * 1e3:.0f} ms)",
                      "fsmchat": round(fast), "floor": round(floor), "langgraph": round(rate[("LangGraph", n)]),

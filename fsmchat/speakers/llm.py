@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, MissingCredentials,
                       ModelCallError, exception_chain, fatal_error, plain_message, redact, request_error_kind,
@@ -28,6 +28,7 @@ from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReach
 from ..statelog import Frozen
 from . import log_secrets, ratelimit, wire
 
+T = TypeVar("T")
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 2
@@ -553,6 +554,18 @@ def _seconds(x: float) -> str:
     return f"{x:g} s" if x >= 1 else f"{x:.3g} s"
 
 
+async def within(coro: Awaitable[T], limit: float | None) -> T:
+    """Await ``coro`` for at most ``limit`` seconds (None: no limit): ``asyncio.timeout`` from Python
+    3.11 (the request runs in the caller's task), ``asyncio.wait_for`` before (a task of its own)."""
+    if limit is None:
+        return await coro
+    timeout = getattr(asyncio, "timeout", None)
+    if timeout is None:
+        return await asyncio.wait_for(coro, limit)
+    async with timeout(limit):
+        return await coro
+
+
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
                     kwargs: dict[str, Any], timeout: float | None, num_retries: int,
                     stats: CallStats | None = None, backoff: float = 0.5,
@@ -608,8 +621,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
                     else wire.acompletion(lm, resolved, messages, params) if fast
                     else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
-            async with asyncio.timeout(limit):  # None: no limit (no task of its own, unlike wait_for)
-                response = await coro
+            response = await within(coro, limit)
             if stats is not None:
                 stats.add_usage(response)
             ratelimit.settled(ticket, response)
