@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.fsmchat-installed
 DEMO_STAMP := $(VENV)/.fsmchat-demo-installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test install demo-install graphviz chromium postgresql graphs docs layers bench clean
+.PHONY: demo test install demo-install graphviz chromium postgresql graphs docs layers bench bench-compare clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,5 +73,16 @@ layers: install graphviz
 bench: install
 	$(BIN)/python bench/engine_overhead.py
 
+# model-backed GroupChats against swarms, LangGraph and a raw aiohttp floor (bench/compare.py): the other
+# libraries live in their own venv, built here from pinned versions, never in fsmchat's dependencies
+COMPARE_VENV ?= .venv-compare
+$(COMPARE_VENV)/.installed: bench/requirements-compare.txt
+	$(PYTHON) -m venv $(COMPARE_VENV)
+	$(COMPARE_VENV)/bin/python -m pip install -q -r bench/requirements-compare.txt
+	touch $@
+
+bench-compare: install $(COMPARE_VENV)/.installed
+	$(BIN)/python bench/compare.py --write --venv $(COMPARE_VENV)
+
 clean:
-	rm -rf $(VENV) build site *.egg-info
+	rm -rf $(VENV) .venv-compare build site *.egg-info

@@ -18,7 +18,8 @@ import time
 
 from common import PY, RESULTS, ROOT, write_doc
 
-SCRIPTS = ["user_path", "engine_overhead", "durable_overhead", "durable_deltas", "fanout", "litellm_cost", "scale", "cold_start", "tokens", "ray_batch", "whatif", "wire"]
+SCRIPTS = ["user_path", "engine_overhead", "durable_overhead", "durable_deltas", "fanout", "litellm_cost", "scale", "cold_start", "tokens", "ray_batch", "whatif", "wire", "compare",
+           "own_share"]  # compare needs the comparison venv: make bench-compare builds it
 
 
 def fmt(v: object) -> str:
@@ -54,6 +55,13 @@ def headline() -> str:
             out.append(f"With a {store} checkpoint (LangGraph's {saver}): " + "; ".join(
                 f"{str(r['measure']).split('.run')[0]} {r['fsmchat']} µs/turn, LangGraph {r['lg_ratio']}x slower"
                 for r in rows) + ".")
+    comp = _rows("compare")
+    if comp:
+        out.append("**Model-backed GroupChats** (batches of chats against a local OpenAI-compatible server, model "
+                   "calls per CPU-second of the client process, against swarms, LangGraph + langchain-openai and "
+                   "a raw aiohttp floor in the same run): " + "; ".join(
+                       f"{str(r['measure']).split(', ')[2]}: fsmchat's fast path {r['fsmchat']}/s, {r['ratio']}"
+                       for r in comp) + ".")
     eng = _rows("engine_overhead")
     if eng:
         r = eng[-1]

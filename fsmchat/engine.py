@@ -171,9 +171,6 @@ class GraphRun:
         (True, 'walk', ['closed', 'opened', 'gone'])
     """
 
-    __slots__ = ("graph", "context", "runnable", "observers", "recorder", "prefix", "clock", "_t0", "state",
-                 "path", "trace", "entered", "payload", "error", "stop_reason", "max_steps", "parent", "__dict__")
-
     def __init__(self, graph: StateGraph, context: Any = None, *, observers: Iterable[Observer] = (),
                  recorder: Any = None, start: str | None = None, history: Iterable[TraceEvent] | None = None,
                  prefix: str = "", clock: Callable[[], float] = perf_counter, max_steps: int = DEFAULT_MAX_STEPS,

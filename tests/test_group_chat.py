@@ -154,6 +154,7 @@ def test_whitespace_only_message_is_ignored():
     (ToolCall("respond", "{not json"), "not JSON"),
     (ToolCall("shout", {"score": 1, "message": "x"}), "not respond"),
     (ToolCall("respond", {"score": "high", "message": "x"}), "not a number"),
+    (ToolCall("respond", {"score": "nan", "message": "x"}), "score 'nan' is not a number"),
     (Empty(), "no choices"),
     (Fail(500, "server down"), "model call failed"),  # transient; a 400 ends the run (test_honest_failures.py)
 ])

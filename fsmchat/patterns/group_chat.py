@@ -223,7 +223,7 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     bids = [b for b in got if not isinstance(b, BaseException)]  # all of them: no exception is left
     ctx.state.bids = bids
     for s in ctx.speakers:  # each bidder's tool calls this turn, in the result's events
-        calls = loop.entries(s.name) if loop.exchanges else []
+        calls = loop.entries(s.name)
         if calls:
             ctx.events.append({"event": "bid_tools", "turn": ctx.turn, "agent": s.name, "tool_calls": calls})
     for s, b in zip(ctx.speakers, bids):

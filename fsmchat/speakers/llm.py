@@ -1,6 +1,6 @@
 """The one place every model call goes through: ``litellm.acompletion`` (or, for an OpenAI-compatible
 endpoint, ``wire``'s fast path), imported lazily, with fsmchat's own
-timeout (``asyncio.wait_for``: litellm ignores ``timeout`` for custom providers) and fsmchat's
+timeout (``asyncio.timeout``: litellm ignores ``timeout`` for custom providers) and fsmchat's
 own bounded retries (litellm's hidden SDK retries are switched off).
 
 litellm's per-call work that fsmchat does not use is switched off when litellm is first imported
@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, MissingCredentials,
                       ModelCallError, exception_chain, fatal_error, plain_message, redact, request_error_kind,
@@ -30,6 +30,7 @@ from ..models import StreamRetry, TokenDelta
 from ..statelog import Frozen
 from . import log_secrets, ratelimit, wire
 
+T = TypeVar("T")
 OFFLINE_PROVIDER = "fsmchat-offline"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 2
@@ -628,6 +629,18 @@ def _reason(exc: BaseException) -> str:
     return redact(f"{type(exc).__name__}: {plain_message(str(exc)) or '(no message)'}")
 
 
+async def within(coro: Awaitable[T], limit: float | None) -> T:
+    """Await ``coro`` for at most ``limit`` seconds (None: no limit): ``asyncio.timeout`` from Python
+    3.11 (the request runs in the caller's task), ``asyncio.wait_for`` before (a task of its own)."""
+    if limit is None:
+        return await coro
+    timeout = getattr(asyncio, "timeout", None)
+    if timeout is None:
+        return await asyncio.wait_for(coro, limit)
+    async with timeout(limit):
+        return await coro
+
+
 async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
                     kwargs: dict[str, Any], timeout: float | None, num_retries: int,
                     stats: CallStats | None = None, backoff: float = 0.5,
@@ -713,7 +726,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                 coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
                         else wire.acompletion(lm, resolved, messages, params) if fast
                         else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
-            response = await (asyncio.wait_for(coro, limit) if limit is not None else coro)
+            response = await within(coro, limit)
             if stats is not None:
                 stats.add_usage(response)
             ratelimit.settled(ticket, response)

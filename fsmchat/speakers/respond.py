@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +99,7 @@ def bid_from_arguments(args: Any) -> BidOutcome:
     raw = args.get("score", 0.0)
     try:
         score = float(raw)
-        if score != score:  # NaN
+        if math.isnan(score):
             raise ValueError("NaN")
     except (TypeError, ValueError):
         score = 0.0
