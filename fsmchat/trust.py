@@ -1,7 +1,7 @@
 """What a config or a checkpoint may make fsmchat import: the trust rule of ``from_config`` and
 ``resume`` (see "Security" in the README).
 
-A config names code by reference (``"module:qualname"``): callable participants, ``until``/
+A config names code by reference (``"module:qualname"``): callable participants, an agent's function tools, ``until``/
 ``select``/conditions, ``Task`` handlers, a ``FunctionModel``'s function, an ``agent_class``, a
 ``pattern_class``, a pattern ``factory``; a checkpoint stores its pattern's ``factory``. Loading
 such a reference imports a module, which runs its code, so by default only fsmchat's own modules
