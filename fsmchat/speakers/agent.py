@@ -64,7 +64,8 @@ class Agent(BaseModel):
         share_tool_results: Other agents see this agent's tool calls and results under its reply
             (by default they see the final reply only).
         tool_mode: How bids go on the wire: ``"native"`` (a forced tool call) or ``"json"`` (a JSON
-            schema response format); None picks per model.
+            schema response format); None picks per model. A JSON-mode bid cannot call tools, so a
+            GroupChat refuses a bidder with tools in JSON mode (``ToolError``) before any model call.
         timeout: Seconds per request (None: no limit).
         num_retries: Retries of a transient failure, with backoff.
         max_retry_wait_s: The longest wait before a retry (default 60 s): a provider asking for a

@@ -45,7 +45,7 @@ from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_name
 from .human import Approve, Edit, Reject, Say, request
 from .respond import BidOutcome, bid_from_arguments, silent
 from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, changed_tools, has_tools, \
-    is_schema_dict, needs_approval, tool_digest
+    is_schema_dict, json_bidder_with_tools, needs_approval, tool_digest
 
 
 class ToolRound(FsmchatError):
@@ -297,9 +297,15 @@ class ToolLoop:
     async def bid(self, speaker: Any, turn: Any) -> BidOutcome:
         """``speaker``'s bid: ``speaker.bid(turn)`` without tools; with tools, the model is offered
         its tools and ``respond`` (it must call one: ``tool_choice="required"``); tool calls are a
-        tool round, a ``respond`` call is the bid; once ``max_tool_rounds`` are used ``respond`` is forced."""
-        if not has_tools(speaker) or not hasattr(speaker, "tool_message") or \
+        tool round, a ``respond`` call is the bid; once ``max_tool_rounds`` are used ``respond`` is forced.
+        A bidder with tools whose bids would go in JSON mode (the model's text, which cannot call
+        tools) is a ``ToolError`` before its model call, never a bid without its tools."""
+        if has_tools(speaker) and hasattr(speaker, "tool_message") and \
                 getattr(speaker, "resolved_tool_mode", "native") != "native":
+            raise json_bidder_with_tools(speaker.name, f"its model {getattr(speaker, 'model', None)!r} refused tools "
+                                         "earlier in this process" if speaker.tool_mode is None
+                                         else f"tool_mode={speaker.tool_mode!r}")
+        if not has_tools(speaker) or not hasattr(speaker, "tool_message"):
             if self.active:
                 cached: BidOutcome = await self._cached(speaker, lambda: speaker.bid(turn))
                 return cached
