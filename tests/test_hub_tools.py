@@ -74,6 +74,13 @@ def test_a_hub_agents_turn_graph_draws_its_tool_loop_and_one_without_tools_is_un
     assert g.states["approve_awaiting_bob"].waits is False
     approving = turn_graph(["alice", "bob"], speakers={"bob": m.agent("bob", tools=[Tool(weather, approval=True)])})
     assert approving.states["approve_awaiting_bob"].waits is True
+    drawn = approving.to_mermaid().splitlines()
+    for line in ("    awaiting_bob --> tools_awaiting_bob : [tool_calls]",
+                 "    tools_awaiting_bob --> approve_awaiting_bob : [needs_person]",
+                 "    tools_awaiting_bob --> awaiting_bob : results",
+                 "    approve_awaiting_bob --> tools_awaiting_bob : decided",
+                 "    class approve_awaiting_bob waits"):
+        assert line in drawn
     plain = turn_graph(["alice", "bob"], max_texts=4, speakers={"bob": m.agent("bob")})
     bare = turn_graph(["alice", "bob"], max_texts=4)
     assert [(t.source, t.label, t.dest) for t in plain.transitions] == \
