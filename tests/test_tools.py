@@ -389,7 +389,7 @@ def test_the_viewers_bid_table_shows_a_bidders_tool_calls(tmp_path):
     assert first["winner"] == "a"
 
 
-def test_a_hub_agent_takes_its_tool_rounds_in_its_reply_and_may_close_with_its_tools():
+def test_a_hub_agent_takes_its_tool_rounds_through_the_channels_turn_graph_and_may_close_with_its_tools():
     from fsmchat import EV_TEXT, Hub, ManualClock, MemoryKnowledgeStore, wait_for_text_count
 
     async def body():
@@ -405,6 +405,9 @@ def test_a_hub_agent_takes_its_tool_rounds_in_its_reply_and_may_close_with_its_t
         said = [(e.sender, e.text) for e in hub.read_log(ch.channel_id) if e.event_type == EV_TEXT]
         assert said == [("alice", "Weather in Oslo?"), ("bob", "Sunny in Oslo.")]
         assert RUNS == ["Oslo"] and hub.close_reason(ch.channel_id) == "answered"
+        assert hub.runs(ch.channel_id)[1].path == ["awaiting_alice", "awaiting_bob", "tools_awaiting_bob",
+                                                   "awaiting_bob", "tools_awaiting_bob", "awaiting_bob", "awaiting_alice",
+                                                   "closed"]
         first = m.requests_of("bob")[0]
         assert [t["function"]["name"] for t in first.tools] == ["weather", "close_channel"]
         await hub.aclose()
