@@ -409,11 +409,14 @@ def tool_entry(t: Any, what: str) -> Any:
     if t.fn is None:
         return t.spec()
     out: dict[str, Any] = {"type": "tool", "ref": callable_ref(t.fn, f"{what} tool {t.name!r}")}
-    derived = Tool(t.fn)
-    defaults = {"name": derived.name, "description": derived.description, "parameters": derived.parameters,
-                "approval": False, "idempotent": False, "timeout_s": None}
+    defaults: dict[str, Any] = {"approval": False, "idempotent": False, "timeout_s": None}
+    try:
+        derived = Tool(t.fn)
+        defaults.update(name=derived.name, description=derived.description, parameters=derived.parameters)
+    except (TypeError, ValueError):  # a schema given for a function fsmchat cannot derive one from: written out
+        pass
     for key in TOOL_OPTIONS:
-        if getattr(t, key) != defaults[key]:
+        if key not in defaults or getattr(t, key) != defaults[key]:
             out[key] = getattr(t, key)
     return out
 

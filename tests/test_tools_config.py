@@ -79,3 +79,18 @@ def test_a_tool_entry_with_an_unknown_option_is_refused():
     cfg["agents"][0]["tools"][0]["retries"] = 3
     with pytest.raises(ValueError, match="unknown \\['retries'\\]"):
         from_config(cfg, allow=["test_tools_config"])
+
+
+def log_all(*args: str) -> str:
+    """Log every argument."""
+    return " ".join(args)
+
+
+def test_a_function_whose_schema_was_given_travels_with_its_name_description_and_schema():
+    params = {"type": "object", "properties": {"line": {"type": "string"}}, "required": ["line"]}
+    tool = Tool(log_all, parameters=params)
+    [entry] = swarm(tool).to_config().model_dump()["agents"][0]["tools"]
+    assert entry == {"type": "tool", "ref": "test_tools_config:log_all", "name": "log_all",
+                     "description": "Log every argument.", "parameters": params}
+    [built] = from_config(swarm(tool).to_config(), allow=["test_tools_config"]).agents[0].tools
+    assert (built.fn, built.parameters) == (log_all, params)
