@@ -47,7 +47,7 @@ from .speakers.human import Human
 from .speakers.llm import DEFAULT_MAX_RETRY_WAIT, DEFAULT_RETRIES, DEFAULT_TIMEOUT
 from .speakers.log_secrets import is_secret
 from .speakers.mcp import MCPServer
-from .speakers.tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS
+from .speakers.tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS, Tool
 from .trust import BUILTIN_PREFIXES, Trust, UntrustedReference, within
 
 CONFIG_VERSION = 1
@@ -150,10 +150,19 @@ class AgentSpec(ConfigSpec):
                 out.pop(name, None)
         return out
 
+    def references(self) -> Iterator[tuple[str, str]]:
+        yield from super().references()
+        for t in filter(is_function_tool, self.tools):  # a tool's function, checked like every reference
+            yield str(t.get("ref") or ""), self.tool_label(t)
+
+    def tool_label(self, entry: dict[str, Any]) -> str:
+        return f"agent {self.name!r} tool {str(entry.get('ref') or '').rpartition(':')[2]!r}"
+
     def build(self, r: ConfigReader) -> Agent:
         cls = r.trust.subclass(self.agent_class, f"agent {self.name!r} agent_class", Agent) \
             if self.agent_class else Agent
-        tools = [MCPServer.from_config(t) if is_mcp_server(t) else t for t in self.tools]  # trust checked first
+        tools = [MCPServer.from_config(t) if is_mcp_server(t) else  # trust checked first
+                 function_tool(r, t, self.tool_label(t)) if is_function_tool(t) else t for t in self.tools]
         return cls(self.name, system_prompt=self.system_prompt, model=self.model, tools=tools,
                    tool_mode=self.tool_mode, timeout=self.timeout, num_retries=self.num_retries,
                    max_retry_wait_s=self.max_retry_wait_s, transport=self.transport,
@@ -425,6 +434,50 @@ def is_mcp_server(entry: Any) -> bool:
     return isinstance(entry, dict) and entry.get("type") == "mcp_server"
 
 
+TOOL_OPTIONS = ("name", "description", "parameters", "approval", "idempotent", "timeout_s")
+"""A function tool's config entry: ``{"type": "tool", "ref": "module:qualname"}`` plus each of these
+that differs from what ``Tool(fn)`` derives or defaults to (written only when set)."""
+
+
+def is_function_tool(entry: Any) -> bool:
+    """Whether an agent's tool entry is a function tool's (``{"type": "tool", "ref": ...}``)."""
+    return isinstance(entry, dict) and entry.get("type") == "tool"
+
+
+def tool_entry(t: Any, what: str) -> Any:
+    """An agent's tool as config data: an MCP server's own form, a ``Tool`` with a function by the
+    function's import path (``callable_ref``: a module-level function; a lambda, a closure or a
+    bound method is a ``TypeError`` saying so) and its options that differ from the defaults, a
+    ``Tool`` without a function as its JSON schema, a schema dict as it is."""
+    if isinstance(t, MCPServer):
+        return t.to_config()
+    if not isinstance(t, Tool):
+        return t
+    if t.fn is None:
+        return t.spec()
+    out: dict[str, Any] = {"type": "tool", "ref": callable_ref(t.fn, f"{what} tool {t.name!r}")}
+    defaults: dict[str, Any] = {"approval": False, "idempotent": False, "timeout_s": None}
+    try:
+        derived = Tool(t.fn)
+        defaults.update(name=derived.name, description=derived.description, parameters=derived.parameters)
+    except (TypeError, ValueError):  # a schema given for a function fsmchat cannot derive one from: written out
+        pass
+    for key in TOOL_OPTIONS:
+        if key not in defaults or getattr(t, key) != defaults[key]:
+            out[key] = getattr(t, key)
+    return out
+
+
+def function_tool(r: "ConfigReader", entry: dict[str, Any], what: str) -> Tool:
+    """A function tool's entry rebuilt: its function loaded under the reader's trust."""
+    unknown = sorted(set(entry) - {"type", "ref", *TOOL_OPTIONS})
+    if unknown:
+        raise bad_value(what, "entry", entry, f"'type', 'ref' and the options {list(TOOL_OPTIONS)}; "
+                        f"unknown {unknown}")
+    fn = r.trust.callable(str(entry.get("ref") or ""), what)
+    return Tool(fn, **{k: entry[k] for k in TOOL_OPTIONS if k in entry})
+
+
 def jsonable(value: Any, what: str) -> Any:
     try:
         return json.loads(json.dumps(value))
@@ -443,7 +496,7 @@ class ConfigWriter:
 
     def agent(self, a: Agent) -> AgentSpec:
         extra = strip_secrets(dict(a.model_extra or {}))
-        tools = [t.to_config() if isinstance(t, MCPServer) else t for t in a.tools]
+        tools = [tool_entry(t, f"agent {a.name!r}") for t in a.tools]
         spec = AgentSpec(name=a.name, system_prompt=a.system_prompt, model=a.model, tools=jsonable(tools, "tools"),
                          tool_mode=a.tool_mode, timeout=a.timeout, num_retries=a.num_retries,
                          max_retry_wait_s=a.max_retry_wait_s, transport=a.transport,

@@ -1,9 +1,10 @@
 """What a config or a checkpoint may make fsmchat import: the trust rule of ``from_config`` and
 ``resume`` (see "Security" in the README).
 
-A config names code by reference (``"module:qualname"``): callable participants, ``until``/
-``select``/conditions, ``Task`` handlers, a ``FunctionModel``'s function, an ``agent_class``, a
-``pattern_class``, a pattern ``factory``; a checkpoint stores its pattern's ``factory``. Loading
+A config names code by reference (``"module:qualname"``): callable participants, an agent's
+function tools, ``until``/``select``/conditions, ``Task`` handlers, a ``FunctionModel``'s function,
+an ``agent_class``, a ``pattern_class``, a pattern ``factory``; a checkpoint stores its pattern's
+``factory``. Loading
 such a reference imports a module, which runs its code, so by default only fsmchat's own modules
 are imported, and of fsmchat's own code a config may name only what ``ALLOWED_REFERENCES`` lists
 (its documented callables; the participant kinds, ``agent``/``callable``/``human``, are data, not

@@ -272,7 +272,7 @@ def test_custom_events_pass_any_time_without_advancing_the_turn():
 def test_an_agent_sends_only_as_itself():
     async def body():
         hub, (alice, bob) = await passive_hub(["alice", "bob"])
-        assert list(inspect.signature(Channel.send).parameters) == ["self", "text"]  # no sender to forge
+        assert list(inspect.signature(Channel.send).parameters) == ["self", "text", "data"]  # no sender to forge
         ch = await alice.open(target=["bob"])
         handle = bob.channel(ch.channel_id)
         assert handle.agent_id == "bob" and ch.agent_id == "alice"

@@ -389,7 +389,7 @@ def test_the_viewers_bid_table_shows_a_bidders_tool_calls(tmp_path):
     assert first["winner"] == "a"
 
 
-def test_a_hub_agent_takes_its_tool_rounds_in_its_reply_and_may_close_with_its_tools():
+def test_a_hub_agent_takes_its_tool_rounds_through_the_channels_turn_graph_and_may_close_with_its_tools():
     from fsmchat import EV_TEXT, Hub, ManualClock, MemoryKnowledgeStore, wait_for_text_count
 
     async def body():
@@ -405,6 +405,9 @@ def test_a_hub_agent_takes_its_tool_rounds_in_its_reply_and_may_close_with_its_t
         said = [(e.sender, e.text) for e in hub.read_log(ch.channel_id) if e.event_type == EV_TEXT]
         assert said == [("alice", "Weather in Oslo?"), ("bob", "Sunny in Oslo.")]
         assert RUNS == ["Oslo"] and hub.close_reason(ch.channel_id) == "answered"
+        assert hub.runs(ch.channel_id)[1].path == ["awaiting_alice", "awaiting_bob", "tools_awaiting_bob",
+                                                   "awaiting_bob", "tools_awaiting_bob", "awaiting_bob", "awaiting_alice",
+                                                   "closed"]
         first = m.requests_of("bob")[0]
         assert [t["function"]["name"] for t in first.tools] == ["weather", "close_channel"]
         await hub.aclose()
@@ -466,3 +469,31 @@ def test_a_tool_given_a_json_schema_has_its_arguments_checked_before_it_runs():
     with pytest.raises(ToolArgumentsError, match="n: expected integer, got bool"):
         t.check_arguments({"n": True})
     assert t.check_arguments('{"n": 3, "unit": "C"}') == {"n": 3, "unit": "C"} and ran == []
+
+
+# ---- GroupChat bidders in JSON mode: refused, never silently without their tools ----
+JSON_BIDDER = ("GroupChat: agent 'a' has tools but bids in JSON mode ({why}): a JSON-mode bid is the model's text, "
+               "which cannot call tools, so they would never run. Use tool_mode='native' (the default: its tools "
+               "and respond are offered as function calls) with a model that supports tools, or give the agent "
+               "no tools")
+
+
+def test_a_groupchat_bidder_with_tools_in_json_mode_is_refused_before_any_model_call():
+    m = ScriptedModel({"a": [Bid(0.9, "x")], "b": [Bid(0.1, "")]})
+    with pytest.raises(ToolError) as err:
+        GroupChat(agents=[m.agent("a", tools=[weather], tool_mode="json"), m.agent("b")])
+    assert str(err.value) == JSON_BIDDER.format(why="tool_mode='json'") and err.value.agent == "a"
+    assert m.calls() == 0
+    GroupChat(agents=[m.agent("a", tool_mode="json"), m.agent("b")])  # without tools JSON mode is fine
+
+
+def test_a_bidder_with_tools_whose_model_fell_back_to_json_mode_ends_the_run_with_a_tool_error(monkeypatch):
+    from fsmchat.speakers import llm
+
+    m = ScriptedModel({"a": [Bid(0.9, "x")], "b": [Bid(0.1, "")]})
+    a = m.agent("a", tools=[weather])
+    monkeypatch.setitem(llm._tool_modes, llm.resolve_model(a.model), "json")  # a provider refused tools earlier
+    r = GroupChat(agents=[a, m.agent("b")], max_loops=3).execute("Weather?")
+    assert not r.ok and isinstance(r.error, ToolError)
+    assert str(r.error) == JSON_BIDDER.format(why=f"its model {a.model!r} refused tools earlier in this process")
+    assert m.requests_of("a") == [] and RUNS == []

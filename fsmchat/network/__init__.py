@@ -20,8 +20,8 @@ from .client import Channel, HubClient
 from .clock import ManualClock
 from .errors import ChannelLimitError, HubClosed, NetworkError, NotFoundError, ProtocolError, TurnFailed
 from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \
-    EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, \
-    ORDERING_ROUND_ROBIN, Envelope, NetworkEvent
+    EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TOOL_CALLS, EV_TOOL_DECISION, \
+    EV_TOOL_RESULT, EV_TURN_FAILED, ORDERING_ROUND_ROBIN, Envelope, NetworkEvent
 from .expectations import DEFAULT_EXPECTATIONS, Expectation, turn_within
 from .graphs import LIFECYCLE, ChannelContext, example_lifecycle_graph, example_turn_graph, lifecycle_graph, \
     turn_graph
@@ -38,6 +38,7 @@ __all__ = [
     "DiscussionAdapter", "DiscussionState", "check_knobs", "participant_order",
     "EV_TEXT", "EV_CHANNEL_INVITE", "EV_CHANNEL_INVITE_ACK", "EV_CHANNEL_INVITE_REJECT", "EV_CHANNEL_OPENED",
     "EV_CHANNEL_CLOSED", "EV_CHANNEL_EXPIRED", "EV_TURN_FAILED", "EV_EXPECTATION_VIOLATED",
+    "EV_TOOL_CALLS", "EV_TOOL_RESULT", "EV_TOOL_DECISION",
     "ORDERING_ROUND_ROBIN", "Envelope", "NetworkEvent",
     "NetworkError", "ProtocolError", "NotFoundError", "TurnFailed", "HubClosed", "ChannelLimitError",
     "Expectation", "turn_within", "DEFAULT_EXPECTATIONS", "ManualClock",

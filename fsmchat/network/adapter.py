@@ -151,7 +151,8 @@ class DiscussionAdapter:
 
     def __init__(self, ctx: ChannelContext, observers: Iterable[Callable[[TraceEvent], None]] = ()):
         self.ctx = ctx
-        self.graph = turn_graph(ctx.order, ctx.max_texts, first=ctx.creator, people=ctx.people)
+        self.graph = turn_graph(ctx.order, ctx.max_texts, first=ctx.creator, people=ctx.people,
+                                speakers=ctx.speakers)
         self._speaker_of = dict(zip(turn_state_names(ctx.order), ctx.order))
         self.turns = GraphRun(self.graph, ctx, observers=observers, clock=ctx.clock)
         ctx.turns = self.turns

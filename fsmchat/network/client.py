@@ -183,9 +183,10 @@ class Channel:
     def _runtime(self) -> ChannelRuntime:
         return self.hub.runtime(self.channel_id)
 
-    async def send(self, text: str) -> Envelope:
-        """Send a text as this agent; ``ProtocolError`` (and nothing recorded) if refused."""
-        return self._runtime().submit(self._client, EV_TEXT, text=text)
+    async def send(self, text: str, data: dict[str, Any] | None = None) -> Envelope:
+        """Send a text as this agent; ``ProtocolError`` (and nothing recorded) if refused. ``data``
+        (a JSON object) travels with it: the default handler puts a reply's ``tool_calls`` there."""
+        return self._runtime().submit(self._client, EV_TEXT, text=text, data=data)
 
     async def emit(self, event_type: str, data: dict[str, Any] | None = None) -> Envelope:
         """Send a custom event (any non-protocol type): passes at any time, never advances the turn.

@@ -91,9 +91,45 @@ Examples:
     'fsmchat.expectation_violated'
 """
 
+EV_TOOL_CALLS = "fsmchat.tool_calls"
+"""A participant's model asked for tool calls in its turn (fsmchat's own), committed before they run.
+
+Its data holds the ``speaker`` and the ``calls`` (each ``id``, ``name``, ``arguments``, ``status``);
+the channel's turn graph moves to ``tools_awaiting_<speaker>``. Its audience is empty: the
+others see the final reply (its data's ``tool_calls``).
+
+Examples:
+    >>> from fsmchat.network import EV_TOOL_CALLS
+    >>> EV_TOOL_CALLS
+    'fsmchat.tool_calls'
+"""
+EV_TOOL_RESULT = "fsmchat.tool_result"
+"""One tool call's result (or error, or rejection), committed before the model is asked again.
+
+Its data holds the ``speaker`` and the call (``id``, ``name``, ``arguments``, ``status``, and
+``result``/``error``, ``duration_s``).
+
+Examples:
+    >>> from fsmchat.network import EV_TOOL_RESULT
+    >>> EV_TOOL_RESULT
+    'fsmchat.tool_result'
+"""
+EV_TOOL_DECISION = "fsmchat.tool_decision"
+"""A decision on a tool call that waited for a person (``hub.decide_tool_call``).
+
+Its data holds the ``speaker``, the ``call_id``, the ``tool`` and the ``decision``
+(``approve``, ``edit``, ``say`` or ``reject``).
+
+Examples:
+    >>> from fsmchat.network import EV_TOOL_DECISION
+    >>> EV_TOOL_DECISION
+    'fsmchat.tool_decision'
+"""
+
 PROTOCOL_EVENTS = frozenset({EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT,
                              EV_CHANNEL_OPENED, EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED,
-                             EV_TURN_FAILED, EV_EXPECTATION_VIOLATED})
+                             EV_TURN_FAILED, EV_EXPECTATION_VIOLATED, EV_TOOL_CALLS, EV_TOOL_RESULT,
+                             EV_TOOL_DECISION})
 """Event types only the hub itself emits; a participant's ``emit`` may not use them (nor ``EV_TEXT``)."""
 
 HUB_SENDER = "hub"

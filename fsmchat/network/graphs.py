@@ -14,10 +14,12 @@ the diagrams' labels.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 from ..graph.state_graph import StateGraph, state_names
 from ..graph.turns import Exit, TurnOrder, add_turns
+from ..speakers.tool_loop import add_tool_loop
+from ..speakers.tools import has_tools
 from .clock import Clock, monotonic
 from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED
 
@@ -59,6 +61,9 @@ class ChannelContext:
         hidden: Hidden from ``hub.list_channels()`` (a ``hide`` expectation fired this turn).
         fired: (expectation index, turn) already reported.
         people: The participants that are people (``Human`` clients).
+        speakers: The participants whose speakers have tools, and those speakers (their turn
+            states are drawn with their tool loops).
+        tool_loop: The channel's ``ToolLoop`` (its speaking block; the tool loop's guards read it).
         lifecycle: The lifecycle graph's run.
         turns: The turn graph's run.
 
@@ -88,6 +93,8 @@ class ChannelContext:
     hidden: bool = False
     fired: set[tuple[int, int]] = field(default_factory=set)  # (expectation index, turn) already reported
     people: frozenset[str] = frozenset()  # participants that are people (Human clients)
+    speakers: dict[str, Any] = field(default_factory=dict)  # participants whose speakers have tools
+    tool_loop: Any = None  # the channel's ToolLoop (the tool_calls / needs_person guards read it)
     lifecycle: "GraphRun | None" = None
     turns: "GraphRun | None" = None
 
@@ -211,7 +218,8 @@ def turn_state_names(order: Sequence[str]) -> list[str]:
 
 
 def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "discussion_turns",
-               first: str | None = None, people: Collection[str] = ()) -> StateGraph:
+               first: str | None = None, people: Collection[str] = (),
+               speakers: Mapping[str, Any] | None = None) -> StateGraph:
     """The round-robin turn rule for ``order``: one ``awaiting_<p>`` state per participant.
 
     ``first`` speaks first, and after ``order[i]`` speaks ``order[(i + 1) % N]`` is expected;
@@ -225,6 +233,10 @@ def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "
         first: Who speaks first (the creator; default ``order[0]``).
         people: The ``Human`` participants: their turn states are drawn as waiting for a person
             (the channel waits there until they send).
+        speakers: Each participant's speaker (an ``Agent``...): one with tools is drawn with its
+            tool loop, ``awaiting_<p> -[tool_calls]-> tools_awaiting_<p> -[results]-> awaiting_<p>``
+            and its wait point ``approve_awaiting_<p>``, the states the channel moves through as
+            that agent's calls and results are committed. Without tools nothing changes.
 
     Raises:
         ValueError: Fewer than 2 participants.
@@ -252,8 +264,14 @@ def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "
     g.final(TURNS_CLOSED, "channel closed or max_texts reached", reason="closed")
     g.final(TURNS_EXPIRED, "channel expired", reason="ttl")
     exits: list[Exit] = [(TURNS_CLOSED, reaches_cap, "text")] if max_texts is not None else []
-    exits += [(TURNS_CLOSED, channel_closed, "close"), (TURNS_EXPIRED, channel_expired, "expire")]
-    return add_turns(g, states, exits=exits, label="text")
+    ends: list[Exit] = [(TURNS_CLOSED, channel_closed, "close"), (TURNS_EXPIRED, channel_expired, "expire")]
+    add_turns(g, states, exits=exits + ends, label="text")
+    for p, s in zip(order, states):
+        speaker = (speakers or {}).get(p)
+        if speaker is None or not has_tools(speaker):
+            continue
+        add_tool_loop(g, s, [speaker], events=True, exits=ends)  # the channel may end while a tool runs
+    return g
 
 
 # ---- gallery factories (zero-argument) ----

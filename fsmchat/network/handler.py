@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..models import Message
 from ..speakers.agent import Agent, Turn
@@ -53,10 +53,12 @@ Examples:
 
 @dataclass
 class ReplyOutcome:
-    """What one model call produced: a text (maybe empty) and, if the close tool was called, a reason."""
+    """What one reply produced: a text (maybe empty), if the close tool was called its reason, and
+    the reply's tool calls (each ``id``, ``name``, ``arguments``, ``status``, ``result``/``error``)."""
 
     text: str
     close_reason: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 def instruction_for(me: str, order: list[str], can_close: bool) -> str:
@@ -131,29 +133,40 @@ def parse_close(message: Any) -> str | None:
     return None
 
 
-async def call_speaker(speaker: Any, turn: Turn, close_tool: bool) -> ReplyOutcome:
-    """One reply through the speaker layer. An ``Agent`` offered the close tool is asked with
-    ``tools=[CLOSE_TOOL]`` (``Agent.reply_message``, the path of ``Agent.reply``); an agent with
-    tools of its own takes its tool rounds in its reply (``Agent.reply``; ``close_channel`` is then
-    one of its tools); a callable closes by calling ``turn.variables["close_channel"](reason)``."""
+Speak = Callable[[Any, Turn], Awaitable[tuple[str, list[dict[str, Any]]]]]
+"""How a reply is asked for: ``(speaker, turn) -> (text, tool calls)`` (``HubServices.speak``)."""
+
+
+async def _reply_in_place(speaker: Any, turn: Turn) -> tuple[str, list[dict[str, Any]]]:
+    return str(await speaker.reply(turn)), []
+
+
+async def call_speaker(speaker: Any, turn: Turn, close_tool: bool, speak: Speak | None = None) -> ReplyOutcome:
+    """One reply through the speaker layer. ``speak`` is the channel's speaking block
+    (``client.services.speak``), through which an agent with tools takes its tool rounds as the
+    channel's turn graph states (each call and result committed before the next model call);
+    without it a reply takes its rounds in place (``Agent.reply``). An ``Agent`` offered the close
+    tool and no tools of its own is asked with ``tools=[CLOSE_TOOL]`` (``Agent.reply_message``); an
+    agent with tools gets ``close_channel`` as one more of its tools; a callable closes by calling
+    ``turn.variables["close_channel"](reason)``."""
+    speak = speak or _reply_in_place
     closed: list[str] = []
     if close_tool:
         turn.variables[CLOSE_TOOL_NAME] = lambda reason="closed by agent": closed.append(str(reason))
     if close_tool and isinstance(speaker, Agent) and has_tools(speaker):
-        # an agent with tools: close_channel is one more tool of its turn, whose rounds run in place
         def close_channel(reason: str = "closed by agent") -> str:
             closed.append(str(reason).strip() or "closed by agent")
             return "the channel will close after this reply"
 
         close = Tool(close_channel, name=CLOSE_TOOL_NAME, description=CLOSE_TOOL["function"]["description"],
                      parameters=CLOSE_TOOL["function"]["parameters"])
-        text = await speaker.model_copy(update={"tools": [*speaker.tools, close]}).reply(turn)
-        return ReplyOutcome((text or "").strip(), closed[0] if closed else None)
+        text, calls = await speak(speaker.model_copy(update={"tools": [*speaker.tools, close]}), turn)
+        return ReplyOutcome((text or "").strip(), closed[0] if closed else None, calls)
     if close_tool and isinstance(speaker, Agent):
         message = await speaker.reply_message(turn, tools=[CLOSE_TOOL], tool_choice="auto")
         return ReplyOutcome((getattr(message, "content", None) or "").strip(), parse_close(message))
-    text = await speaker.reply(turn)  # the speaking block: an agent's tool rounds run in place
-    return ReplyOutcome((text or "").strip(), closed[0] if closed else None)
+    text, calls = await speak(speaker, turn)
+    return ReplyOutcome((text or "").strip(), closed[0] if closed else None, calls)
 
 
 class DefaultHandler:
@@ -226,7 +239,12 @@ class DefaultHandler:
                           turn=turn_no, stats=svc.call_stats(cid), can_close=self.close_tool)
         svc.count(cid, "model_calls")
         svc.notify("model_call", cid, data={"turn": turn_no})
-        task = asyncio.create_task(call_speaker(client.speaker, turn, self.close_tool),
+        speaker = client.speaker
+
+        async def speak(who: Any, t: Turn) -> tuple[str, list[dict[str, Any]]]:
+            return await svc.speak(cid, who, t)
+
+        task = asyncio.create_task(call_speaker(speaker, turn, self.close_tool, speak),
                                    name=f"fsmchat-turn-{cid}-{me}")
         try:
             outcome = await svc.track_turn(cid, task)
@@ -241,7 +259,7 @@ class DefaultHandler:
             return
         if outcome.text:
             try:
-                await channel.send(outcome.text)
+                await channel.send(outcome.text, data={"tool_calls": outcome.tool_calls} if outcome.tool_calls else None)
                 svc.count(cid, "replies")
             except ProtocolError as exc:
                 svc.count(cid, "wasted_calls")

@@ -19,6 +19,8 @@ from ..graph.state_graph import StateGraph
 from ..speakers.agent import as_speaker
 from ..speakers.human import Human
 from ..speakers.llm import CallStats
+from ..speakers.tool_loop import ToolLoop
+from ..speakers.tools import has_tools
 from .adapter import DISCUSSION, DiscussionState, check_knobs, participant_order
 from .channel import MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, ChannelRuntime, HubLink
 from .client import Channel, DeliveryCounter, Handler, HubClient
@@ -110,8 +112,9 @@ class Hub:
         self._sweeper: asyncio.Task[None] | None = None
         self._deliveries = DeliveryCounter()
         self._closed = False
+        self._tools = ToolLoop()  # the tool sources (MCP servers) of every channel: started once, stopped by aclose
         self._link = HubLink(self.store, self.clock, self._notify, self._route, self._client_stats, self._admit,
-                             self.max_custom_events, self.max_event_bytes)
+                             self.max_custom_events, self.max_event_bytes, self._tools)
 
     @classmethod
     async def open(cls, store: KnowledgeStore | None = None, *, ttl_sweep_interval: float = 0.0,
@@ -231,6 +234,25 @@ class Hub:
         """The channel's turn graph (its round-robin rule), to render or analyse."""
         return self.runtime(channel_id).turn_graph
 
+    def waiting_call(self, channel_id: str) -> dict[str, Any] | None:
+        """The channel's tool call waiting for a person (``Tool(approval=True)``): its ``speaker``,
+        ``tool``, ``arguments``, ``call_id``, ``prompt`` and ``allowed`` answers; None when none
+        waits. Listeners hear a ``tool_approval`` event when one starts waiting."""
+        return self.runtime(channel_id).waiting_call()
+
+    async def decide_tool_call(self, channel_id: str, answer: Any) -> Envelope:
+        """Decide on the channel's waiting tool call: ``Approve()``, ``Edit(arguments={...})``
+        (checked against the tool's schema), ``Say(text)`` (its result, the tool not run) or
+        ``Reject(reason)`` (the reason is its result). The decision is committed to the log
+        (``EV_TOOL_DECISION``) and the agent's turn goes on.
+
+        Raises:
+            ProtocolError: No tool call waits in the channel.
+            ToolArgumentsError: Edited arguments the tool's schema refuses (the call still waits).
+        """
+        self._check_open()
+        return await self.runtime(channel_id).decide(answer)
+
     def is_hidden(self, channel_id: str) -> bool:
         """Whether a ``hide`` expectation hid the channel (until its next text)."""
         return self.runtime(channel_id).ctx.hidden
@@ -284,7 +306,9 @@ class Hub:
         ctx = ChannelContext(cid, creator.agent_id, order, knobs.get("max_texts"), expires_at, self.clock,
                              expectations=tuple(DEFAULT_EXPECTATIONS if expectations is None else expectations),
                              type=type, knobs=knobs,
-                             people=frozenset(p for p in order if isinstance(self._clients[p].speaker, Human)))
+                             people=frozenset(p for p in order if isinstance(self._clients[p].speaker, Human)),
+                             speakers={p: self._clients[p].speaker for p in order
+                                       if self._clients[p].speaker is not None and has_tools(self._clients[p].speaker)})
         runtime = self._channels[cid] = ChannelRuntime(ctx, self._link)
         runtime.invite()
         await runtime.wait_open(handshake_timeout)
@@ -334,6 +358,7 @@ class Hub:
         await asyncio.gather(*tasks, return_exceptions=True)
         for rt in self._channels.values():
             rt.cancel_open()
+        await self._tools.close()  # every tool source (MCP server) a channel started
 
     @property
     def closed(self) -> bool:

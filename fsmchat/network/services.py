@@ -31,8 +31,10 @@ Examples:
     >>> HANDLER_COUNTS
     ('deliveries', 'skipped_deliveries', 'model_calls', 'replies', 'wasted_calls')
 """
-HUB_KINDS = frozenset({"accepted", "rejected", "transition", "expectation", "turn_failed"})
-"""Listener event kinds only the hub reports (``turn_failed`` through ``fail_turn``)."""
+HUB_KINDS = frozenset({"accepted", "rejected", "transition", "expectation", "turn_failed", "tool_approval",
+                       "tool_error"})
+"""Listener event kinds only the hub reports (``turn_failed`` through ``fail_turn``; ``tool_approval``
+and ``tool_error`` through ``speak``)."""
 
 
 class HubServices:
@@ -108,6 +110,13 @@ class HubServices:
         first (the call is then cancelled; so is it when the hub closes); the call's own exception
         is raised."""
         return await self._runtime(channel_id).track_turn(task)
+
+    async def speak(self, channel_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
+        """``speaker``'s reply to ``turn`` on this agent's turn, through the channel's speaking block:
+        (the text, its tool calls). An agent with tools takes its tool rounds through the channel's
+        turn graph (each call and result committed to the log before the model is asked again);
+        see ``ChannelRuntime.speak``."""
+        return await self._runtime(channel_id).speak(self.agent_id, speaker, turn)
 
     def fail_turn(self, channel_id: str, reason: str, turn: int) -> None:
         """This agent's turn ``turn`` produced no text: counted, ``EV_TURN_FAILED`` recorded while the

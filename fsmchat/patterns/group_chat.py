@@ -37,6 +37,7 @@ from ..speakers.agent import Agent, Speaker, Turn, check_roster
 from ..speakers.context import LastMessages, check_context, view
 from ..speakers.human import PERSON_BID, USER, Edit, Human, Reject, Say, request
 from ..speakers.respond import BidOutcome
+from ..speakers.tools import has_tools, json_bidder_with_tools
 from .base import ChatContext, OutputType, Pattern, PatternConfig, PatternState, bind
 from .interrupts import TARGET, WaitPoint, insert_before
 
@@ -47,6 +48,9 @@ def group_chat_roster(agents: Any) -> list[Speaker]:
         raise ConfigError("GroupChat requires at least 2 agents.")
     if all(isinstance(a, Human) for a in agents):
         raise ConfigError("GroupChat needs at least one agent that bids besides its Human participants")
+    for a in agents:
+        if isinstance(a, Agent) and a.tool_mode == "json" and has_tools(a):
+            raise json_bidder_with_tools(a.name, "tool_mode='json'")
     return check_roster(agents, "GroupChat")
 
 

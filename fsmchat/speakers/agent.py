@@ -3,15 +3,17 @@ request a participant is given on its turn."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import math
 import os
 import unicodedata
 from urllib.parse import urlsplit
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, AsyncIterator, Callable, Literal, Protocol, Sequence, runtime_checkable
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, \
+    model_validator
 
 from ..deadline import call_within
 from ..errors import HEADER_OPTIONS, ConfigError, ModelCallError, fatal_error, invalid_config, register_secrets, \
@@ -64,7 +66,8 @@ class Agent(BaseModel):
         share_tool_results: Other agents see this agent's tool calls and results under its reply
             (by default they see the final reply only).
         tool_mode: How bids go on the wire: ``"native"`` (a forced tool call) or ``"json"`` (a JSON
-            schema response format); None picks per model.
+            schema response format); None picks per model. A JSON-mode bid cannot call tools, so a
+            GroupChat refuses a bidder with tools in JSON mode (``ToolError``) before any model call.
         timeout: Seconds per request (None: no limit).
         num_retries: Retries of a transient failure, with backoff.
         max_retry_wait_s: The longest wait before a retry (default 60 s): a provider asking for a
@@ -123,6 +126,7 @@ class Agent(BaseModel):
     output_type: str | None = None
     context: Any = None
     max_input_tokens: int | None = Field(None, ge=1, strict=True)
+    _held_tools: ToolLoop | None = PrivateAttr(default=None)  # tools_open(): the tool sources held open
 
     def __init__(self, name: str | None = None, /, **data: Any):
         if name is not None:
@@ -303,7 +307,8 @@ class Agent(BaseModel):
 
         An agent with tools it can run takes its tool rounds here, in place (a pattern draws them
         as states instead: see ``fsmchat.speakers.tools``); tools given as JSON schemas only are
-        offered, and a call of one raises ``ToolError`` (it has no function).
+        offered, and a call of one raises ``ToolError`` (it has no function). A tool source (an MCP
+        server) is started for the reply and stopped after it, unless ``tools_open()`` holds it.
 
         Raises:
             ModelCallError: The call failed after the retries (a reply with no text counts as a
@@ -311,11 +316,13 @@ class Agent(BaseModel):
             ToolError: The model called a tool that has no function.
         """
         if has_tools(self):
-            loop = ToolLoop()
+            held = self._held_tools
+            loop = held if held is not None else ToolLoop()
             try:
                 return await loop.speak(self, turn)
             finally:
-                await loop.close()
+                if held is None:
+                    await loop.close()
         specs = [t for t in self.tool_specs() if not is_schema_dict(t, "respond")]
         if not specs:
             return ((await self.reply_message(turn, check=self.require_reply_text)).content or "").strip()
@@ -349,6 +356,41 @@ class Agent(BaseModel):
         raise llm.NoReplyText("the reply has no text: " + (
             f"only tool call(s) {names}, and the agent has no tools" if calls else
             f"content is {getattr(message, 'content', None)!r} and there is no tool call"))
+
+    @contextlib.asynccontextmanager
+    async def tools_open(self) -> AsyncIterator["Agent"]:
+        """Hold the agent's tool sources (MCP servers) open across direct ``reply`` calls.
+
+        Outside a run, each ``agent.reply(turn)`` of an agent with a tool source starts the source
+        and stops it when the reply returns. Inside ``async with agent.tools_open():`` every source
+        is started once, on entry (a source that cannot start fails there, before any model call),
+        every reply uses it, and it is stopped on exit. Patterns, flows and hubs need none of this:
+        they start each source once per run (per hub) and stop it when the run ends.
+
+        Examples:
+            >>> import asyncio
+            >>> from fsmchat import Agent
+            >>> def clock() -> str:
+            ...     "The time."
+            ...     return "noon"
+            >>> async def main():
+            ...     agent = Agent("a", tools=[clock])
+            ...     async with agent.tools_open() as held:
+            ...         return held is agent
+            >>> asyncio.run(main())
+            True
+        """
+        if self._held_tools is not None:  # nested: the outer block holds them
+            yield self
+            return
+        loop = ToolLoop()
+        self._held_tools = loop
+        try:
+            await loop.tools_of(self)
+            yield self
+        finally:
+            self._held_tools = None
+            await loop.close()
 
     async def bid(self, turn: "Turn") -> BidOutcome:
         """Ask the model for a bid with a forced ``respond`` call and return it parsed.

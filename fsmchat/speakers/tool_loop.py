@@ -18,9 +18,12 @@ as ``Message.tool_calls``). A graph with no agent with tools is unchanged. Each 
 ``1 + max_tool_rounds`` model calls (``fsmchat.speakers.tools.calls_per_turn``); once the rounds
 are used the model is asked to answer without tools.
 
-A hub channel's agent (``fsmchat.network``) takes its tool rounds inside its reply (``Agent.reply``
-runs them in place, and a direct ``agent.reply(turn)`` does the same): a channel's turn graph
-advances on texts, so those rounds are not states of it.
+A hub channel (``fsmchat.network``) speaks through the same block: its turn graph is event-driven,
+so ``add_tool_loop(..., events=True)`` draws the same states with no actions
+(``awaiting_<p> -[tool_calls]-> tools_awaiting_<p> -[results]-> awaiting_<p>``) and the channel
+fires them as its agent's calls and results are committed to the channel's log. A direct
+``agent.reply(turn)`` outside any run takes its tool rounds in place (``ToolLoop.speak`` with no
+state active).
 
 A resumed run never calls a tool whose result was committed. A call that was asked for but whose
 result was not committed when the run stopped is run again on resume only when its tool is
@@ -42,7 +45,7 @@ from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_name
 from .human import Approve, Edit, Reject, Say, request
 from .respond import BidOutcome, bid_from_arguments, silent
 from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, changed_tools, has_tools, \
-    is_schema_dict, needs_approval, tool_digest
+    is_schema_dict, json_bidder_with_tools, needs_approval, tool_digest
 
 
 class ToolRound(FsmchatError):
@@ -294,9 +297,15 @@ class ToolLoop:
     async def bid(self, speaker: Any, turn: Any) -> BidOutcome:
         """``speaker``'s bid: ``speaker.bid(turn)`` without tools; with tools, the model is offered
         its tools and ``respond`` (it must call one: ``tool_choice="required"``); tool calls are a
-        tool round, a ``respond`` call is the bid; once ``max_tool_rounds`` are used ``respond`` is forced."""
-        if not has_tools(speaker) or not hasattr(speaker, "tool_message") or \
+        tool round, a ``respond`` call is the bid; once ``max_tool_rounds`` are used ``respond`` is forced.
+        A bidder with tools whose bids would go in JSON mode (the model's text, which cannot call
+        tools) is a ``ToolError`` before its model call, never a bid without its tools."""
+        if has_tools(speaker) and hasattr(speaker, "tool_message") and \
                 getattr(speaker, "resolved_tool_mode", "native") != "native":
+            raise json_bidder_with_tools(speaker.name, f"its model {getattr(speaker, 'model', None)!r} refused tools "
+                                         "earlier in this process" if speaker.tool_mode is None
+                                         else f"tool_mode={speaker.tool_mode!r}")
+        if not has_tools(speaker) or not hasattr(speaker, "tool_message"):
             if self.active:
                 cached: BidOutcome = await self._cached(speaker, lambda: speaker.bid(turn))
                 return cached
@@ -565,34 +574,55 @@ def make_decide(speakers: Sequence[Any]) -> Callable[[Any], Any]:
         """a person approves, edits or rejects a waiting tool call"""
         loop = loop_of(ctx)
         speaker, rec = loop.awaiting()[0]
-        rerun = rec.reason == "rerun"
-        prompt = (f"{speaker}'s call {rec.name}({_args_text(rec.arguments)}) may have run before the run stopped "
-                  "(its result was not saved): run it again?" if rerun else
-                  f"{speaker} asks to call {rec.name}({_args_text(rec.arguments)}): run it?")
-        proposed = {"speaker": speaker, "tool": rec.name, "arguments": rec.arguments, "call_id": rec.id}
-        req = request("tool_call", prompt, RERUN_ALLOWED if rerun else APPROVAL_ALLOWED, person=None,
-                      proposed=proposed, edit=None if rerun else "arguments")
+        req = approval_request(speaker, rec)
         answer = ctx.people.ask(req)
-        if isinstance(answer, Approve):
-            rec.status = "approved"
-        elif isinstance(answer, Edit):
-            tools = {t.name: t for t in await loop.tools_of(by_name[speaker])}
-            tool = tools.get(rec.name)
-            try:
-                rec.arguments = tool.check_arguments(answer.arguments) if tool is not None else answer.arguments
-            except ToolArgumentsError as exc:  # the run keeps waiting, saying why
-                raise Interrupted({**req, "prompt": f"{prompt} (the edited arguments were refused: {exc})"}) from None
-            rec.status = "approved"
-        elif isinstance(answer, Say):
-            rec.status, rec.result, rec.duration_s = "done", answer.text, 0.0
-        else:
-            assert isinstance(answer, Reject)
-            rec.status, rec.result = "rejected", answer.reason or "a person rejected this call"
+        try:
+            await decide_call(loop, by_name[speaker], rec, answer)
+        except ToolArgumentsError as exc:  # the run keeps waiting, saying why
+            raise Interrupted({**req, "prompt": f"{req['prompt']} (the edited arguments were refused: {exc})"}) \
+                from None
         ctx.events.append({"event": "tool_decision", "agent": speaker, "tool": rec.name, "call_id": rec.id,
                            "decision": answer.kind})
         return {"call_id": rec.id, "decision": answer.kind}
 
     return decide_tool_calls
+
+
+def approval_request(speaker: str, rec: CallRecord) -> dict[str, Any]:
+    """The request a person answers for a call waiting for them (``fsmchat.speakers.human.request``):
+    its prompt names the speaker, the tool and the arguments; ``allowed`` says what may be answered."""
+    rerun = rec.reason == "rerun"
+    prompt = (f"{speaker}'s call {rec.name}({_args_text(rec.arguments)}) may have run before the run stopped "
+              "(its result was not saved): run it again?" if rerun else
+              f"{speaker} asks to call {rec.name}({_args_text(rec.arguments)}): run it?")
+    proposed = {"speaker": speaker, "tool": rec.name, "arguments": rec.arguments, "call_id": rec.id}
+    return request("tool_call", prompt, RERUN_ALLOWED if rerun else APPROVAL_ALLOWED, person=None,
+                   proposed=proposed, edit=None if rerun else "arguments")
+
+
+async def decide_call(loop: ToolLoop, speaker: Any, rec: CallRecord, answer: Any) -> None:
+    """Apply a person's ``answer`` to the waiting call ``rec`` of ``speaker``: ``Approve`` (run it),
+    ``Edit(arguments=...)`` (run it with those, checked against the tool's schema), ``Say(text)``
+    (its result, not run) or ``Reject(reason)`` (the reason is its result).
+
+    Raises:
+        ToolArgumentsError: Edited arguments the tool's schema refuses (the call still waits).
+        TypeError: An answer of another kind.
+    """
+    if isinstance(answer, Approve):
+        rec.status = "approved"
+    elif isinstance(answer, Edit):
+        tools = {t.name: t for t in await loop.tools_of(speaker)}
+        tool = tools.get(rec.name)
+        rec.arguments = tool.check_arguments(answer.arguments) if tool is not None else answer.arguments
+        rec.status = "approved"
+    elif isinstance(answer, Say):
+        rec.status, rec.result, rec.duration_s = "done", answer.text, 0.0
+    elif isinstance(answer, Reject):
+        rec.status, rec.result = "rejected", answer.reason or "a person rejected this call"
+    else:
+        raise TypeError(f"a decision on tool call {rec.name!r} is Approve(), Edit(arguments={{...}}), Say(text) or "
+                        f"Reject(reason), got {type(answer).__name__} {answer!r}")
 
 
 def _args_text(arguments: Any) -> str:
@@ -623,7 +653,8 @@ APPROVE_ALL: contextvars.ContextVar[bool] = contextvars.ContextVar("fsmchat_appr
 (a flow's steps draw their loops while it compiles, without the pattern at hand)."""
 
 
-def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve_all: bool = False) -> StateGraph:
+def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve_all: bool = False,
+                  events: bool = False, exits: Sequence[tuple[str, Callable[[Any], bool], str]] = ()) -> StateGraph:
     """Draw the tool loop of ``state``, where ``speakers`` speak: ``state -[tool_calls]-> tools_<state>
     -> state`` (the new edge tried first) and its wait point ``tools_<state> -[needs_person]->
     approve_<state> -> tools_<state>`` (a person approves a call, or decides on one whose result
@@ -635,10 +666,19 @@ def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve
             before the tools run, so it is never held back).
         speakers: Who may speak in it.
         approve_all: Every call waits for a person (``interrupt_before=["tools"]``).
+        events: ``g`` is event-driven (a hub channel's turns, stepped by ``GraphRun.fire``): the
+            states get no actions and the edges the labels the channel fires, ``tool_calls``
+            (the calls were committed), ``needs_person``, ``decided`` and ``results`` (the
+            results were committed, the speaker is asked again); the ``tool_calls`` guard reads
+            the context's ``tool_loop``.
+        exits: (destination, guard, label) edges tried first from each state it adds (with
+            ``events``: a channel may end while a tool runs).
     """
     tooled = [s for s in speakers if has_tools(s)]
     if not tooled:
         return g
+    if events:
+        return _add_event_tool_loop(g, state, tooled, approve_all, exits)
     approve_all = approve_all or APPROVE_ALL.get()
     s = g.states[state]
     assert s.action is not None, f"state {state!r} speaks but has no action"
@@ -653,6 +693,28 @@ def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve
     g.edge(tools_state, wait_state, when=needs_person, label="needs_person")
     g.edge(tools_state, state)
     g.edge(wait_state, tools_state)
+    for i, t in enumerate(g.transitions):
+        t.order = i
+    return g.changed()
+
+
+def _add_event_tool_loop(g: StateGraph, state: str, tooled: Sequence[Any], approve_all: bool,
+                         exits: Sequence[tuple[str, Callable[[Any], bool], str]]) -> StateGraph:
+    """``add_tool_loop`` on an event-driven graph: the same states and edges, labelled with the
+    events the channel fires, no actions (the channel runs the speaking block itself)."""
+    tools_state, wait_state = state_names([f"tools_{state}", f"approve_{state}"], reserved=g.states)
+    g.state(tools_state, None, f"{', '.join(x.name for x in tooled)}: the tool calls run; their results are "
+                               "committed to the log")
+    g.state(wait_state, None, "a person decides on a tool call",
+            waits=approve_all or any(needs_approval(x) for x in tooled))
+    first = next((i for i, t in enumerate(g.transitions) if t.source == state), len(g.transitions))
+    g.transitions.insert(first, Transition(state, tools_state, tool_calls, "tool_calls", first))
+    for added in (tools_state, wait_state):
+        for dest, guard, label in exits:
+            g.edge(added, dest, when=guard, label=label)
+    g.edge(tools_state, wait_state, when=needs_person, label="needs_person")
+    g.edge(tools_state, state, label="results")
+    g.edge(wait_state, tools_state, label="decided")
     for i, t in enumerate(g.transitions):
         t.order = i
     return g.changed()

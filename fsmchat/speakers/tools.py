@@ -456,6 +456,15 @@ def has_tools(speaker: Any) -> bool:
                for t in getattr(speaker, "tools", None) or ())
 
 
+def json_bidder_with_tools(name: str, why: str) -> ToolError:
+    """The error for a GroupChat bidder with tools that would bid in JSON mode: a JSON-mode bid is
+    the model's text (``response_format``), which cannot call a tool, so its tools would never run."""
+    return ToolError(f"GroupChat: agent {name!r} has tools but bids in JSON mode ({why}): a JSON-mode bid is the "
+                     "model's text, which cannot call tools, so they would never run. Use tool_mode='native' (the "
+                     "default: its tools and respond are offered as function calls) with a model that supports "
+                     "tools, or give the agent no tools", agent=name)
+
+
 def needs_approval(speaker: Any) -> bool:
     """Whether some tool of ``speaker`` asks a person before each call."""
     return any(isinstance(t, Tool) and t.approval for t in getattr(speaker, "tools", None) or ())
