@@ -57,7 +57,7 @@ graphs: install graphviz
 demo: demo-install graphviz
 	$(BIN)/fsmchat graphs
 	$(BIN)/fsmchat run examples/group_chat.py
-	FSMCHAT_OFFLINE_TYPING=0.04 $(BIN)/fsmchat run examples/round_robin.py
+	FSMCHAT_OFFLINE_TYPING=0.02 $(BIN)/fsmchat run examples/round_robin.py
 
 test: install graphviz chromium postgresql
 	$(BIN)/python -m pytest
