@@ -11,7 +11,7 @@ attributes (``chat.max_loops``) read and write them; and ``to_config``/``from_co
 pattern's config form from it (``fsmchat.config.pattern_spec``), registered under ``kind``.
 A run's working state is a typed ``PatternState`` on the context (checkpointed as "scratch").
 Also shared: private memories and the run's image on ``ChatContext`` (``ask_private``), and
-``speaker_states`` / ``speaker_chain`` / ``bind`` for graphs that draw one state per speaker.
+``speaker_states`` / ``bind`` for graphs that draw one state per speaker.
 """
 from __future__ import annotations
 
@@ -366,17 +366,6 @@ def speaker_states(g: StateGraph, names: Sequence[str], action: Callable[..., An
         person = name in people
         g.state(state, bind(action, i), description.format(name=name) + (PERSON_NOTE if person else ""),
                 waits=person)
-    return states
-
-
-def speaker_chain(g: StateGraph, names: Sequence[str], action: Callable[..., Any],
-                  description: str = "{name}'s turn", reserved: Sequence[str] = (),
-                  people: Collection[str] = ()) -> list[str]:
-    """``speaker_states`` chained by unguarded transitions, each speaker once (the first state is
-    the entry, the last the exit); a rotation that goes round is ``fsmchat.graph.turns.add_turns``."""
-    states = speaker_states(g, names, action, description, reserved, people)
-    for a, b in zip(states, states[1:]):
-        g.edge(a, b)
     return states
 
 
