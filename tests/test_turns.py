@@ -104,8 +104,8 @@ def test_the_turn_takers_are_built_with_add_turns(monkeypatch):
 
     for module in (round_robin, debate, panel, network_graphs):
         monkeypatch.setattr(module, "add_turns", spy)
-    from fsmchat.flow import steps
-    monkeypatch.setattr(steps, "add_turns", spy)
+    from fsmchat.flow.blocks import discussion
+    monkeypatch.setattr(discussion, "add_turns", spy)
 
     def alice(turn):
         return "a"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, ClassVar, TypeVar, Union
 
 from ..checkpoint import NotSerializable, decode, encode
 from ..errors import ConfigError
@@ -67,6 +67,41 @@ class StepResult:
     variables: dict[str, Any] = field(default_factory=dict)
 
 
+F = TypeVar("F", bound="Frame")
+
+
+@dataclass
+class Frame:
+    """A block's working state during one run of it (a Discussion's turn count and lines, a loop's
+    items and index...): each block kind declares its own as a dataclass.
+
+    A checkpoint stores it as a dict of its fields (``OPTIONAL`` ones only when set), so a run
+    resumes from it; a restored frame is read back as its dataclass on the block's first access
+    (``FlowContext.frame``).
+
+    Examples:
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class Count(Frame):
+        ...     n: int = 0
+        >>> Count(2).to_state(), Count.from_state({"n": 3})
+        ({'n': 2}, Count(n=3))
+    """
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()  # fields stored only when not None
+
+    def to_state(self) -> dict[str, Any]:
+        """The fields, as a checkpoint stores them."""
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in state.items() if v is not None or k not in self.OPTIONAL}
+
+    @classmethod
+    def from_state(cls: type[F], state: dict[str, Any]) -> F:
+        """The frame a checkpoint stored (a field it lacks takes its default)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in state.items() if k in names})
+
+
 class FlowContext:
     """The context every step, guard and predicate of a flow sees (``ctx``).
 
@@ -103,7 +138,8 @@ class FlowContext:
         self.events: list[dict[str, Any]] = AppendLog()
         self.transcript = Transcript(events=self.events)
         self.stats.events = self.events
-        self.frames: dict[int, dict[str, Any]] = {}  # per-block working state, keyed by block id
+        # per-block working state, keyed by block id (a restored one is a dict until its block reads it)
+        self.frames: dict[int, Union[Frame, dict[str, Any]]] = {}
         # the live context of each pattern run as a step, by block id (not stored: rebuilt from its frame)
         self.nested: dict[int, Any] = {}
         # each agent's own prompts and replies this run (AgentFlow(memory=True)); None: agents remember nothing
@@ -196,17 +232,25 @@ class FlowContext:
             memory = self.memory[agent] = AppendLog(memory or ())
         return memory
 
-    def join_lines(self, name: str, key: int, added: str | None = None) -> None:
-        """Set variable ``name`` to the lines of block ``key`` (``frames[key]["lines"]``) joined by
-        newlines; ``added``: the one line appended since this set it last (extended, not joined
-        again). A checkpoint stores the lines, not this text: it is rebuilt from them on restore
-        (unless something else set the variable since)."""
+    def frame(self, key: int, kind: type[F]) -> F:
+        """Block ``key``'s working state, a ``kind`` (read back from a checkpoint's dict on first use)."""
+        frame = self.frames[key]
+        if not isinstance(frame, kind):
+            assert isinstance(frame, dict), f"block {key}'s frame is a {type(frame).__name__}, not a {kind.__name__}"
+            frame = self.frames[key] = kind.from_state(frame)
+        return frame
+
+    def join_lines(self, name: str, key: int, lines: list[str], added: str | None = None) -> None:
+        """Set variable ``name`` to ``lines`` (block ``key``'s lines) joined by newlines; ``added``:
+        the one line appended since this set it last (extended, not joined again). A checkpoint
+        stores the lines, not this text: it is rebuilt from them on restore (unless something else
+        set the variable since)."""
         text = self.variables.get(name)
         last = self.joined.get(name)
         if added is not None and last is not None and last[0] == key and last[1] is text and text:
             text = f"{text}\n{added}"
         else:
-            text = "\n".join(self.frames[key]["lines"])
+            text = "\n".join(lines)
         self.variables[name] = text
         self.joined[name] = (key, text)
 
@@ -223,7 +267,7 @@ class FlowContext:
             encoded = encode(variables)
         except NotSerializable as exc:
             raise TypeError(f"checkpointing a flow needs JSON-able variables; found a {exc}") from None
-        frames = {str(k): encode(v) for k, v in self.frames.items()}
+        frames = {str(k): encode(v.to_state() if isinstance(v, Frame) else v) for k, v in self.frames.items()}
         state = {"variables": encoded, "previous_result": self.previous_result, "steps": self.steps,
                  "status": self.status, "error": None if self.error is None else str(self.error),
                  "frames": frames, "events": self.events, "stats": self.stats.to_state(), "memory": self.memory}
@@ -255,8 +299,11 @@ class FlowContext:
         if "tools" in state:
             self.tool_loop.restore(state["tools"])
         self.joined.clear()
-        for name, key in state.get("joined", {}).items():
-            self.join_lines(name, key)
+        for name, key in state.get("joined", {}).items():  # a Discussion's lines, as stored
+            stored = self.frames[key]
+            lines = stored.lines if isinstance(stored, LinesFrame) else \
+                LinesFrame.from_state(stored).lines if isinstance(stored, dict) else []
+            self.join_lines(name, key, lines)
 
     def child(self) -> "FlowContext":
         """A branch context: a deep copy of the variables, the same input and previous result, and
@@ -271,6 +318,13 @@ class FlowContext:
 
     def __repr__(self) -> str:
         return f"FlowContext(status={self.status!r}, steps={len(self.steps)}, variables={sorted(self.variables)})"
+
+
+@dataclass
+class LinesFrame(Frame):
+    """The part of a block's frame a variable joined from its lines is rebuilt from (``join_lines``)."""
+
+    lines: list[str] = field(default_factory=list)
 
 
 def flow_input(ctx: FlowContext) -> str:

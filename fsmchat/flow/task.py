@@ -1,19 +1,20 @@
 """The leaf step of a workflow (``Task``: a handler, an agent or a person, with its error policy)
-and ``Block``, the base every composite step kind derives from. A step kind declares itself in its
-class line, ``class Loop(Block, kind="loop", spec=LoopSpec)``, which registers its config form in
+and ``Block``, the base every composite step kind derives from. A step kind is declared once, by
+its model, in its class line, ``class Loop(Block, kind="loop", config=LoopConfig)``
+(``fsmchat.flow.declare``), which derives its config form and registers it in
 ``fsmchat.config.STEP_KINDS``: the flow's compiler, its call bound and ``to_config``/``from_config``
 ask the block itself, so a new kind touches none of them."""
 from __future__ import annotations
 
+import difflib
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal, Sequence
 
-from pydantic import BaseModel
-
 from ..config import REF, AgentSpec, ConfigReader, ConfigSpec, ConfigWriter, HumanSpec, STEP_KINDS, human_spec, \
     opt_ref
-from ..errors import bad_value
-from ..kinds import kinds_of
+from ..errors import ConfigTypeError, bad_value
+from .declare import BlockConfig, BlockSpec, block_spec, spec_of
 from ..speakers.agent import Agent
 from ..speakers.human import Human
 
@@ -174,42 +175,96 @@ def as_task(step: Any) -> Task:
                     f"a combinator (loop, parallel, route, if_, repeat); got {type(step).__name__}")
 
 
+def fn_name(f: Any) -> str:
+    """How a block's repr names a function it holds (``until=agreed``)."""
+    return getattr(f, "__name__", type(f).__name__)
+
+
 def step_names(steps: Sequence[Any]) -> list[str]:
     """Each step's name (a block's, a task's)."""
     return [getattr(s, "name", None) or as_task(s).name or "step" for s in steps]
 
 
+class BlockField:
+    """A block attribute that is a field of its model: read from ``block.config``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj.config, self.name)
+
+
 class Block:
     """Base of composite steps (each compiles to a subgraph or a fork state).
 
-    A step kind declares itself in its class line, ``class Loop(Block, kind="loop", spec=LoopSpec)``:
-    ``spec`` (its config form: a ``ConfigSpec`` whose ``kind`` is ``"loop"``, with ``build(reader)``)
-    is registered in ``STEP_KINDS``. The block then answers for itself: ``to_spec`` (its config
-    form), ``compile`` (its states in the flow's graph), ``calls`` (its worst-case model calls),
-    ``children`` (the steps it holds), ``own_tasks`` (the tasks it runs itself), ``writes`` (a variable
-    it sets), ``forks`` (its steps run as parallel branches) and ``check_run`` (checks against the
-    flow's variables before a run).
+    A step kind is declared once, in its class line, ``class Loop(Block, kind="loop",
+    config=LoopConfig)``, as a pattern is: the model's fields, in order, are the constructor's
+    parameters and the block's attributes, its validator holds the block's checks, and its config
+    form (``Loop.Spec``, derived from the model) is registered in ``STEP_KINDS``. The block then
+    answers for itself: ``compile`` (its states in the flow's graph), ``calls`` (its worst-case
+    model calls), ``children`` (the steps it holds), ``own_tasks`` (the tasks it runs itself),
+    ``writes`` (a variable it sets), ``forks`` (its steps run as parallel branches) and
+    ``check_run`` (checks against the flow's variables before a run); ``to_spec`` is derived.
 
     Examples:
         >>> from fsmchat.flow import Block, loop
         >>> def write(ctx):
         ...     return "a section"
         >>> each = loop(write, over="parts", name="each")
-        >>> isinstance(each, Block), each.kind, each.children() == [write]
-        (True, 'loop', True)
+        >>> isinstance(each, Block), each.kind, each.children() == [write], each.over
+        (True, 'loop', True, 'parts')
+        >>> type(each).Spec.__qualname__, list(type(each).Spec.model_fields)
+        ('Loop.Spec', ['kind', 'steps', 'over', 'var_name', 'parallel', 'name', 'max_items'])
     """
 
     name: str = "block"
     kind: ClassVar[str | None] = None
+    Config: ClassVar[type[BlockConfig] | None] = None
+    Spec: ClassVar[type[BlockSpec]]
     forks: bool = False  # its steps run as parallel branches (which cannot stop for a person)
+    config: Any  # the block's validated model (a kind's ``Config``)
 
-    def __init_subclass__(cls, kind: str | None = None, spec: type[BaseModel] | None = None, **kw: Any) -> None:
+    def __init_subclass__(cls, kind: str | None = None, config: type[BlockConfig] | None = None,
+                          owner: str | None = None, **kw: Any) -> None:
         super().__init_subclass__(**kw)
+        if config is not None:
+            cls.Config = config
+            for name in config.model_fields:
+                if name not in cls.__dict__:
+                    setattr(cls, name, BlockField(name))
+            params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.annotation,
+                                        default=inspect.Parameter.empty if f.is_required() else f.default)
+                      for n, f in config.model_fields.items()]
+            setattr(cls, "__signature__", inspect.Signature(params))
         if kind is not None:
-            if spec is None or kind not in kinds_of(spec):
-                raise TypeError(f"{cls.__name__}: kind={kind!r} needs spec=, a ConfigSpec whose kind is {kind!r}")
+            if cls.Config is None:
+                raise TypeError(f"{cls.__name__}: kind={kind!r} needs config=, the block's model (a BlockConfig)")
             cls.kind = kind
-            STEP_KINDS.register(spec)
+            cls.Spec = block_spec(cls, kind, owner or kind)
+            STEP_KINDS.register(cls.Spec)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The model's fields, in order or by name (see the class's signature)."""
+        owner, model = type(self).__name__, type(self).Config
+        if model is None:
+            raise TypeError(f"{owner}: a Block declares its model in its class line (config=...) or its own __init__")
+        names = list(model.model_fields)
+        if len(args) > len(names):
+            raise TypeError(f"{owner}() takes at most {len(names)} positional arguments ({len(args)} given)")
+        for name, value in zip(names, args):
+            if name in kwargs:
+                raise TypeError(f"{owner}() got multiple values for argument {name!r}")
+            kwargs[name] = value
+        for name in kwargs:
+            if name not in model.model_fields:
+                close = difflib.get_close_matches(name, names, n=1)
+                raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
+                                      + (f"; did you mean {close[0]}?" if close else "")
+                                      + f" (its options: {', '.join(names)})")
+        self.config = model(owner, **kwargs)
 
     def _repr_fields(self) -> list[str]:
         return [f"steps={step_names(getattr(self, 'steps', []))!r}"]
@@ -219,8 +274,10 @@ class Block:
 
     # ---- what a step kind supplies ----
     def to_spec(self, w: ConfigWriter) -> Any:
-        """This block's config form (its kind's spec)."""
-        raise TypeError(f"step {self.name!r}: a {type(self).__name__} has no config form")
+        """This block's config form (its kind's ``Spec``, derived from its model)."""
+        if type(self).Config is None:
+            raise TypeError(f"step {self.name!r}: a {type(self).__name__} has no config form")
+        return spec_of(self, w)
 
     def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""

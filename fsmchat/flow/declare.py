@@ -1,0 +1,157 @@
+"""How a flow block kind is declared once, as a pattern is: by one pydantic model (a ``BlockConfig``).
+
+``class Loop(Block, kind="loop", config=LoopConfig)``: the model's fields, in order, are the
+block's constructor parameters and its attributes (``each.over``); its validator holds the block's
+checks (a bad value is refused with the error the block documents); and the block's config form
+(``Loop.Spec``, registered in ``STEP_KINDS``) is derived from it: the same field names and defaults,
+a field holding live objects (steps, callables, speakers) written and read by its ``Form``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, ClassVar, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from ..config import REF, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, jsonable, opt_ref
+from ..errors import invalid_config
+
+REQUIRED: Any = object()  # a config-form field with no default (its live default only says "missing")
+
+
+@dataclass(frozen=True)
+class Form:
+    """How a block field holding live objects travels in the block's config form.
+
+    Attributes:
+        data: The field's type in the config form.
+        dump: ``dump(writer, value, what)``: the live value as data.
+        load: ``load(reader, data, what)``: the live value again.
+        default: The config form's default: ``REQUIRED``, a value, or (for a list) ``list``.
+        expression: For a condition: the config-form field holding it when it is an expression
+            (``"{{score}} > 80"``, written as its text); a callable travels as an import path.
+        label: How ``what`` names the field (by default its name): ``"Discussion 'd' speaker"``.
+    """
+
+    data: Any
+    dump: Callable[[ConfigWriter, Any, str], Any]
+    load: Callable[[ConfigReader, Any, str], Any]
+    default: Any = None
+    expression: str | None = None
+    label: str | None = None
+
+
+def _dump_fn(w: ConfigWriter, value: Any, what: str) -> str | None:
+    return opt_ref(value, what)
+
+
+def _load_fn(r: ConfigReader, data: Any, what: str) -> Any:
+    return r.fn(data, what)
+
+
+def _dump_steps(w: ConfigWriter, value: Any, what: str) -> list[Any]:
+    return w.steps(value or [])
+
+
+def _load_steps(r: ConfigReader, data: Any, what: str) -> list[Any]:
+    return r.steps(data)
+
+
+STEPS = Form(list[AnyStep], _dump_steps, _load_steps, default=REQUIRED)
+"""Steps, required (a body, a branch's steps)."""
+MORE_STEPS = Form(list[AnyStep], _dump_steps, _load_steps, default=list)
+"""Steps that may be left out (``else_steps``, a route's ``default``)."""
+ROUTES = Form(dict[str, list[AnyStep]], lambda w, v, what: {k: w.steps(s) for k, s in v.items()},
+              lambda r, d, what: {k: r.steps(s) for k, s in d.items()}, default=REQUIRED)
+"""Key -> steps."""
+FUNCTION = Form(Annotated[Optional[str], REF], _dump_fn, _load_fn)
+"""A module-level function, by import path."""
+ITEMS = Form(str | list[Any], lambda w, v, what: v if isinstance(v, str) else jsonable(v, what),
+             lambda r, d, what: d, default="items")
+"""A variable's name, or a literal list (as JSON)."""
+
+
+def condition_form(expression: str, default: Any = None) -> Form:
+    """A condition: a callable by import path, or an expression by its text in ``expression``."""
+    return Form(Annotated[Optional[str], REF], _dump_fn, _load_fn, default=default, expression=expression)
+
+
+class BlockConfig(BaseModel):
+    """Base of every block kind's one model: its fields are the block's parameters and attributes.
+
+    A block's checks are its model's validator; an fsmchat error it raises is raised as it is.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    def __init__(self, owner: str | None = None, /, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise invalid_config(owner or type(self).__name__, exc) from None
+
+
+def form_of(field: FieldInfo) -> Form | None:
+    return next((m for m in field.metadata if isinstance(m, Form)), None)
+
+
+class BlockSpec(ConfigSpec):
+    """What every block kind's config form is: its fields, and ``build`` (the block again)."""
+
+    block_type: ClassVar[Any] = None  # the block class the kind builds
+
+    def build(self, r: ConfigReader) -> Any:
+        """The block, built from the fields (each live one loaded by its ``Form``)."""
+        block = self.block_type
+        values: dict[str, Any] = {}
+        for name, f in block.Config.model_fields.items():
+            form, data = form_of(f), getattr(self, name)
+            if form is None:
+                values[name] = data
+            elif form.expression is not None and getattr(self, form.expression) is not None:
+                values[name] = getattr(self, form.expression)
+            else:
+                values[name] = form.load(r, data, self.ref_label(form.label or name))
+        return block(**values)
+
+
+def block_spec(block: Any, kind: str, owner: str) -> type[BlockSpec]:
+    """Derive the config form of ``block`` (a Block class with a ``Config`` model) under ``kind``."""
+    fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
+    for name, f in block.Config.model_fields.items():
+        form = form_of(f)
+        default = f.default if form is None or form.default is None else form.default
+        data = f.annotation if form is None else form.data
+        if default is REQUIRED:
+            info = Field(description=f.description)
+        elif default is list:
+            info = Field(default_factory=list, description=f.description)
+        else:
+            info = Field(default, description=f.description)
+        fields[name] = (data, info)
+        if form is not None and form.expression is not None:
+            fields[form.expression] = (Optional[str], Field(None))
+    spec = create_model(block.Config.__name__.removesuffix("Config") + "Spec", __base__=BlockSpec,
+                        __module__=block.__module__, **fields)
+    spec.__qualname__ = f"{block.__qualname__}.Spec"
+    spec.__doc__ = f"The config form of ``{block.__name__}`` (kind {kind!r}), derived from ``{block.Config.__name__}``."
+    spec.owner = owner
+    spec.block_type = block
+    return spec
+
+
+def spec_of(block: Any, w: ConfigWriter) -> BlockSpec:
+    """``block`` as its config form: each field as it is, or written by its ``Form``."""
+    spec: type[BlockSpec] = type(block).Spec
+    values: dict[str, Any] = {}
+    for name, f in type(block).Config.model_fields.items():
+        form, value = form_of(f), getattr(block.config, name)
+        what = f"{spec.owner} {block.config.name!r} {form.label or name}" if form is not None else name
+        if form is None:
+            values[name] = value
+        elif form.expression is not None:
+            values[name], values[form.expression] = w.condition(value, what) if value is not None else (None, None)
+        else:
+            values[name] = form.dump(w, value, what)
+    return spec(**values)
