@@ -10,11 +10,9 @@ from typing import Any, Callable, ClassVar, TypeVar, Union
 
 from ..checkpoint import NotSerializable, decode, encode
 from ..errors import ConfigError
-from ..models import Transcript
+from ..patterns.run_context import RunContext
 from ..statelog import AppendLog, Frozen
-from ..speakers.human import People
 from ..speakers.llm import CallStats
-from ..speakers.tool_loop import ToolLoop
 
 _VAR = re.compile(r"\{\{\s*([\w.]+)\s*(\[\s*-?\d*\s*(?::\s*-?\d*\s*)?\])?\s*\}\}")
 
@@ -102,13 +100,14 @@ class Frame:
         return cls(**{k: v for k, v in state.items() if k in names})
 
 
-class FlowContext:
+class FlowContext(RunContext):
     """The context every step, guard and predicate of a flow sees (``ctx``).
 
     A step reads ``ctx.input``, ``ctx.variables``, ``ctx.previous_result`` (the last step's
     output), ``ctx.steps`` (the records so far) and ``ctx.transcript``; ``ctx.render`` fills
     ``{{name}}`` templates. The engine makes one per run (a branch of ``parallel`` gets a
-    ``child``).
+    ``child``). What a pattern's context has too (transcript, stats, events, people, tool loop)
+    is its base, ``RunContext``.
 
     Args:
         input: The flow's input (the task).
@@ -128,24 +127,19 @@ class FlowContext:
     """
 
     def __init__(self, input: str, variables: dict[str, Any], stats: CallStats | None = None):
+        super().__init__(stats=stats or CallStats())
         self.input = input
         self.variables: dict[str, Any] = variables
         self.previous_result: Any = None
         self.steps: list[dict[str, Any]] = AppendLog()
         self.status = "running"  # running | completed | failed | stopped | waiting (for a person)
         self.error: BaseException | None = None
-        self.stats = stats or CallStats()
-        self.events: list[dict[str, Any]] = AppendLog()
-        self.transcript = Transcript(events=self.events)
-        self.stats.events = self.events
         # per-block working state, keyed by block id (a restored one is a dict until its block reads it)
         self.frames: dict[int, Union[Frame, dict[str, Any]]] = {}
         # the live context of each pattern run as a step, by block id (not stored: rebuilt from its frame)
         self.nested: dict[int, Any] = {}
         # each agent's own prompts and replies this run (AgentFlow(memory=True)); None: agents remember nothing
         self.memory: dict[str, list[dict[str, str]]] | None = None
-        self.people = People()  # answers from people in the loop (ask_human, Human speakers, interrupts)
-        self.tool_loop = ToolLoop()  # agents' tool calls in progress (fsmchat.speakers.tools)
         # a branch run's variables and agents' memory lengths at its fork (what the join merges against)
         self.at_fork: dict[str, Any] = {}
         self.memory_at_fork: dict[str, int] = {}
@@ -270,11 +264,7 @@ class FlowContext:
         frames = {str(k): encode(v.to_state() if isinstance(v, Frame) else v) for k, v in self.frames.items()}
         state = {"variables": encoded, "previous_result": self.previous_result, "steps": self.steps,
                  "status": self.status, "error": None if self.error is None else str(self.error),
-                 "frames": frames, "events": self.events, "stats": self.stats.to_state(), "memory": self.memory}
-        if self.people.used:
-            state["people"] = self.people.to_state()
-        if self.tool_loop.used:
-            state["tools"] = self.tool_loop.snapshot()
+                 "frames": frames, "memory": self.memory, **self.shared_state()}
         if joined:
             state["joined"] = self._joined_state
         return state
@@ -290,14 +280,9 @@ class FlowContext:
             self.error = RuntimeError(state["error"])
         frames = decode(state["frames"])  # {"1": frame} (an older fsmchat: {"__dict__": [[1, frame]]})
         self.frames = {int(k): v for k, v in frames.items()}
-        self.events[:] = state["events"]
-        self.stats.restore(state["stats"])
+        self.restore_shared(state)
         memory = state.get("memory", self.memory)
         self.memory = None if memory is None else {k: AppendLog(v) for k, v in memory.items()}
-        if "people" in state:
-            self.people.restore(state["people"])
-        if "tools" in state:
-            self.tool_loop.restore(state["tools"])
         self.joined.clear()
         for name, key in state.get("joined", {}).items():  # a Discussion's lines, as stored
             stored = self.frames[key]
