@@ -8,14 +8,16 @@ a field holding live objects (steps, callables, speakers) written and read by it
 """
 from __future__ import annotations
 
+import difflib
+import inspect
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
-from ..config import REF, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, jsonable, opt_ref
-from ..errors import invalid_config
+from ..config import REF, STEP_KINDS, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, jsonable, opt_ref
+from ..errors import ConfigTypeError, invalid_config
 
 REQUIRED: Any = object()  # a config-form field with no default (its live default only says "missing")
 
@@ -155,3 +157,76 @@ def spec_of(block: Any, w: ConfigWriter) -> BlockSpec:
         else:
             values[name] = form.dump(w, value, what)
     return spec(**values)
+
+
+class DeclaredField:
+    """An attribute of a declared step that is a field of its model: read from ``step.config``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj.config, self.name)
+
+
+class Declared:
+    """Base of the step kinds declared once by their model: ``Task`` and every ``Block``.
+
+    ``class Loop(Block, kind="loop", config=LoopConfig, owner="loop")``: the model's fields, in
+    order, become the constructor's parameters (its signature) and read-only attributes; ``kind``
+    derives the config form (``Loop.Spec``) and registers it in ``STEP_KINDS``; ``owner`` is how
+    messages name the kind (``"if_ 'check' condition"``).
+    """
+
+    kind: ClassVar[str | None] = None
+    Config: ClassVar[type[BlockConfig] | None] = None
+    Spec: ClassVar[type[BlockSpec]]
+    config: Any  # the step's validated model (its kind's ``Config``)
+
+    def __init_subclass__(cls, kind: str | None = None, config: type[BlockConfig] | None = None,
+                          owner: str | None = None, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if config is not None:
+            cls.Config = config
+            for name in config.model_fields:
+                if name not in cls.__dict__:
+                    setattr(cls, name, DeclaredField(name))
+            params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.annotation,
+                                        default=inspect.Parameter.empty if f.is_required() else f.default)
+                      for n, f in config.model_fields.items()]
+            setattr(cls, "__signature__", inspect.Signature(params))
+        if kind is not None:
+            if cls.Config is None:
+                raise TypeError(f"{cls.__name__}: kind={kind!r} needs config=, the block's model (a BlockConfig)")
+            cls.kind = kind
+            cls.Spec = block_spec(cls, kind, owner or kind)
+            STEP_KINDS.register(cls.Spec)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The model's fields, in order or by name (see the class's signature)."""
+        owner, model = type(self).__name__, type(self).Config
+        if model is None:
+            raise TypeError(f"{owner}: a step kind declares its model in its class line (config=...) or defines "
+                            "its own __init__")
+        names = list(model.model_fields)
+        if len(args) > len(names):
+            raise TypeError(f"{owner}() takes at most {len(names)} positional arguments ({len(args)} given)")
+        for name, value in zip(names, args):
+            if name in kwargs:
+                raise TypeError(f"{owner}() got multiple values for argument {name!r}")
+            kwargs[name] = value
+        for name in kwargs:
+            if name not in model.model_fields:
+                close = difflib.get_close_matches(name, names, n=1)
+                raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
+                                      + (f"; did you mean {close[0]}?" if close else "")
+                                      + f" (its options: {', '.join(names)})")
+        self.config = model(owner, **kwargs)
+
+    def to_spec(self, w: ConfigWriter) -> Any:
+        """This step's config form (its kind's ``Spec``, derived from its model)."""
+        if type(self).Config is None:
+            raise TypeError(f"step {getattr(self, 'name', '?')!r}: a {type(self).__name__} has no config form")
+        return spec_of(self, w)

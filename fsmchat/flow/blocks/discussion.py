@@ -24,7 +24,8 @@ from ..context import FlowContext, LinesFrame
 from ..declare import FUNCTION, REQUIRED, BlockConfig, Form
 from ..task import Block, Task, TaskSpec, as_task, fn_name, step_names
 
-SpeakerSpec = Annotated[Union[AgentSpec, CallableSpec, TaskSpec, HumanSpec], Field(discriminator="kind")]
+# a speaker's config form: a participant's, or a Task's (derived from its model, so typed at run time)
+SpeakerSpec: Any = Annotated[Union[AgentSpec, CallableSpec, TaskSpec, HumanSpec], Field(discriminator="kind")]
 SPEAKERS = Form(list[SpeakerSpec],
                 lambda w, v, what: [a.to_spec(w) if isinstance(a, Task) else w.participant(a, what) for a in v],
                 lambda r, d, what: [a.build(r) for a in d], default=REQUIRED, label="speaker")
