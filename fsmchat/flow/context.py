@@ -70,12 +70,16 @@ F = TypeVar("F", bound="Frame")
 
 @dataclass
 class Frame:
-    """A block's working state during one run of it (a Discussion's turn count and lines, a loop's
-    items and index...): each block kind declares its own as a dataclass.
+    """A block's working state during one run of it, declared by each block kind as a dataclass.
+
+    A Discussion's holds its turn count and lines, a loop's its items and index, and so on.
 
     A checkpoint stores it as a dict of its fields (``OPTIONAL`` ones only when set), so a run
     resumes from it; a restored frame is read back as its dataclass on the block's first access
     (``FlowContext.frame``).
+
+    Attributes:
+        OPTIONAL: The fields stored only when not None (a kind's class attribute).
 
     Examples:
         >>> from dataclasses import dataclass

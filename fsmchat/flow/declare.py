@@ -61,7 +61,17 @@ def _load_steps(r: ConfigReader, data: Any, what: str) -> list[Any]:
 
 
 STEPS = Form(list[AnyStep], _dump_steps, _load_steps, default=REQUIRED)
-"""Steps, required (a body, a branch's steps)."""
+"""How a block field holding steps travels: a list of step config forms, required.
+
+Examples:
+    >>> from typing import Annotated, Any
+    >>> from fsmchat.flow import STEPS, BlockConfig
+    >>> class TwiceConfig(BlockConfig):
+    ...     steps: Annotated[Any, STEPS] = None
+    ...     name: str = "twice"
+    >>> TwiceConfig(steps=["a step"]).steps
+    ['a step']
+"""
 MORE_STEPS = Form(list[AnyStep], _dump_steps, _load_steps, default=list)
 """Steps that may be left out (``else_steps``, a route's ``default``)."""
 ROUTES = Form(dict[str, list[AnyStep]], lambda w, v, what: {k: w.steps(s) for k, s in v.items()},
@@ -80,14 +90,33 @@ def condition_form(expression: str, default: Any = None) -> Form:
 
 
 class BlockConfig(BaseModel):
-    """Base of every block kind's one model: its fields are the block's parameters and attributes.
+    """Base of every flow step kind's one model: its fields are the step's parameters and attributes.
 
-    A block's checks are its model's validator; an fsmchat error it raises is raised as it is.
+    A kind's checks are its model's validator; an fsmchat error it raises is raised as it is, any
+    other bad value is a ``ConfigError`` naming the field. A field holding live objects says how
+    it travels in the config form with a ``Form`` (``STEPS``: steps).
+
+    Examples:
+        >>> from fsmchat.flow import BlockConfig
+        >>> class PauseConfig(BlockConfig):
+        ...     seconds: float = 1.0
+        >>> PauseConfig(seconds=2).seconds
+        2.0
+        >>> PauseConfig("Pause", minutes=1)
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: Pause: unknown option 'minutes'
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     def __init__(self, owner: str | None = None, /, **values: Any) -> None:
+        """Validate ``values``; a bad one is refused in ``owner``'s name.
+
+        Args:
+            owner: Whose name a refusal is given in (the model's by default).
+            **values: The fields.
+        """
         try:
             super().__init__(**values)
         except ValidationError as exc:

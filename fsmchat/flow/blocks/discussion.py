@@ -87,12 +87,19 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
     Each round every speaker speaks once, in order, unless ``select`` chooses; ``until`` is checked
     after every turn (drawn as a ``check_until`` state).
 
+    The attributes below are also the constructor's parameters, in this order
+    (``DiscussionConfig`` declares and validates them).
+
+    Attributes:
+        agents (list): The speakers: agents, callables ``(turn) -> str``, ``Task``s or ``Human``s, each once.
+        rounds (int): Full passes over the speakers (at most, with ``until``).
+        until (Callable | None): ``until(ctx) -> bool``, checked after every turn; true ends the discussion.
+        select (Callable | None): ``select(turn, ctx)`` returns the speaker of turn ``turn`` (one of ``agents``).
+        name (str): The step's name (its states are ``<name>.turn``, ...).
+
     Args:
-        agents: The speakers: agents, callables ``(turn) -> str``, ``Task``s or ``Human``s, each once.
-        rounds: Full passes over the speakers (at most, with ``until``).
-        until: ``until(ctx) -> bool``, checked after every turn; true ends the discussion.
-        select: ``select(turn, ctx)`` returns the speaker of turn ``turn`` (one of ``agents``).
-        name: The step's name (its states are ``<name>.turn``, ...).
+        *args: The attributes above by position (``agents``, ``rounds``, ...).
+        **kwargs: The attributes above by name.
 
     Raises:
         ValueError: No speakers, or ``rounds`` below 1 (a ``ConfigError``).
