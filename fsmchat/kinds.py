@@ -1,6 +1,6 @@
 """Registries of kinds: the ``kind`` a config names, mapped to the pydantic model that is its data
 form. The module that defines a kind registers it (patterns with ``class GroupChat(Pattern,
-kind="group_chat", config=...)``, flow steps with ``class Loop(Block, kind="loop", spec=...)``, the
+kind="group_chat", config=...)``, flow steps with ``class Loop(Block, kind="loop", config=...)``, the
 testing kit its scripted models with ``MODEL_KINDS.register``), so a new kind touches no central file.
 
 Trust: a lookup never imports a module a config names. The only imports a registry makes are its

@@ -7,7 +7,7 @@ import inspect
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
 
 import pydantic
 import pytest
@@ -15,9 +15,9 @@ from pydantic import Field
 
 from fsmchat import Agent, AgentFlow, Bid, GroupChat, MemoryCheckpointer, RoundRobinSwarm, SqliteCheckpointer, \
     StateGraph, from_config
-from fsmchat.config import PATTERN_KINDS, STEP_KINDS, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, Participants
+from fsmchat.config import PATTERN_KINDS, STEP_KINDS, Participants
 from fsmchat.errors import ConfigError, ConfigTypeError
-from fsmchat.flow import Block
+from fsmchat.flow import STEPS, Block, BlockConfig
 from fsmchat.flow.compile import Compiler, bound
 from fsmchat.models import RunResult, StopReason
 from fsmchat.patterns import ChatContext, GroupChatConfig, PanelState, Pattern, PatternConfig, PatternState
@@ -132,23 +132,13 @@ def test_a_toy_pattern_subclass_travels_as_pattern_class():
         Louder(agents=[echo]).to_config()
 
 
-# ---- a toy flow step kind: runs its steps twice ----
-class TwiceSpec(ConfigSpec):
-    kind: Literal["twice"] = "twice"
-    steps: list[AnyStep]  # each step validated by its kind
+# ---- a toy flow step kind: runs its steps twice, declared once by its model ----
+class TwiceConfig(BlockConfig):
+    steps: Annotated[Any, STEPS] = None  # live steps; in the config form, each validated by its kind
     name: str = "twice"
 
-    def build(self, r: ConfigReader) -> "Twice":
-        return Twice(r.steps(self.steps), name=self.name)
 
-
-class Twice(Block, kind="twice", spec=TwiceSpec):
-    def __init__(self, steps: list[Any], name: str = "twice"):
-        self.steps, self.name = list(steps), name
-
-    def to_spec(self, w: ConfigWriter) -> TwiceSpec:
-        return TwiceSpec(steps=w.steps(self.steps), name=self.name)
-
+class Twice(Block, kind="twice", config=TwiceConfig):
     def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
         g.subgraph(state, c.sequence(self.steps * 2, self.name), "its steps, twice")
 
@@ -159,10 +149,10 @@ class Twice(Block, kind="twice", spec=TwiceSpec):
 def test_a_toy_step_kind_travels_bounds_and_runs():
     m = FunctionModel(bid_fn)
     flow = AgentFlow(steps=[Twice([shout, m.agent("a")])], name="t")
-    assert flow.max_calls() == 2 and STEP_KINDS.spec("twice") is TwiceSpec
+    assert flow.max_calls() == 2 and STEP_KINDS.spec("twice") is Twice.Spec
     data = flow.to_config().model_dump(mode="json")
     assert [(s["kind"], [x["kind"] for x in s["steps"]]) for s in data["steps"]] == [("twice", ["callable", "agent"])]
-    with pytest.raises(UntrustedReference, match="kind 'twice': refused 'test_kinds:TwiceSpec'"):
+    with pytest.raises(UntrustedReference, match="kind 'twice': refused 'test_kinds:Twice.Spec'"):
         from_config(data)
     rebuilt = from_config(data, allow=["test_kinds", "test_config"])
     run = rebuilt.execute("go")
@@ -190,8 +180,8 @@ def test_a_kind_is_registered_once():
                                           r"another kind"):
         class Impostor(Pattern, kind="group_chat", config=EchoChainConfig):
             pass
-    with pytest.raises(TypeError, match="kind='thrice' needs spec=, a ConfigSpec whose kind is 'thrice'"):
-        class Thrice(Block, kind="thrice", spec=TwiceSpec):
+    with pytest.raises(TypeError, match=r"kind='thrice' needs config=, the block's model \(a BlockConfig\)"):
+        class Thrice(Block, kind="thrice"):
             pass
     assert "thrice" not in STEP_KINDS
 

@@ -1,6 +1,6 @@
 """Turn taking written once (``fsmchat.graph.turns``): ``TurnOrder`` counts whose turn it is and
-how many are left, ``add_turns`` draws the edges; RoundRobinSwarm, the flow's Discussion and a hub
-channel's turn graph are built with them."""
+how many are left, ``add_turns`` draws the edges; RoundRobinSwarm, OneOnOneDebate,
+ExpertPanelDiscussion, the flow's Discussion and a hub channel's turn graph are built with them."""
 import pytest
 
 from fsmchat import StateGraph
@@ -8,7 +8,7 @@ from fsmchat.flow import Discussion, repeat
 from fsmchat.graph.turns import TurnOrder, add_turns
 from fsmchat.network import graphs as network_graphs
 from fsmchat.network.graphs import ChannelContext, reaches_cap, turn_graph
-from fsmchat.patterns import round_robin
+from fsmchat.patterns import debate, panel, round_robin
 
 
 def test_turn_order_counts_speakers_rounds_and_neighbours():
@@ -76,17 +76,36 @@ def test_add_turns_refuses_no_states_and_a_bound_without_an_end():
     assert str(info.value) == "add_turns: more= needs exhausted=(state, label), where the turns end when none is left"
 
 
-def test_the_three_turn_takers_are_built_with_add_turns(monkeypatch):
+def test_add_turns_every_turn_checks_the_bound_after_each_speaker():
+    g = StateGraph("duel").state("a").state("b").final("stop")
+    add_turns(g, ["a", "b"], more=more, exhausted=("stop", "max_loops"), every_turn=True)
+    assert [(t.source, t.dest, t.label, t.guard is more) for t in g.transitions] == [
+        ("a", "b", "more", True), ("a", "stop", "max_loops", False),
+        ("b", "a", "more", True), ("b", "stop", "max_loops", False)]
+    g.validate()
+
+
+def test_the_debate_counts_its_turns_with_a_turn_order():
+    cfg = debate.DebateConfig(max_loops=3, agents=[alice_fn, bob_fn])
+    ctx = debate.DebateContext("task", [], config=cfg)
+    assert ctx.turn_order == TurnOrder(2, max_turns=3)
+    ctx.turn = 2
+    assert debate.turns_remain(ctx)
+    ctx.turn = 3
+    assert not debate.turns_remain(ctx)
+
+
+def test_the_turn_takers_are_built_with_add_turns(monkeypatch):
     seen = []
 
     def spy(g, turns, **kw):
         seen.append((g.name, list(turns), kw.get("label"), [e[2] for e in kw.get("exits", ())]))
         return add_turns(g, turns, **kw)
 
-    for module in (round_robin, network_graphs):
+    for module in (round_robin, debate, panel, network_graphs):
         monkeypatch.setattr(module, "add_turns", spy)
-    from fsmchat.flow import steps
-    monkeypatch.setattr(steps, "add_turns", spy)
+    from fsmchat.flow.blocks import discussion
+    monkeypatch.setattr(discussion, "add_turns", spy)
 
     def alice(turn):
         return "a"
@@ -98,11 +117,15 @@ def test_the_three_turn_takers_are_built_with_add_turns(monkeypatch):
         return False
 
     round_robin.compile_round_robin(["Analyst", "Critic"])
+    debate.compile_debate(["Pro", "Con"])
+    panel.compile_panel(["AI", "Ethics"], "Chair")
     turn_graph(["alice", "bob"], max_texts=3)
     from fsmchat import AgentFlow
     AgentFlow(steps=[Discussion([alice, bob], rounds=2, until=agreed, name="talk")]).graph.flatten()
     assert seen == [
         ("round_robin", ["Analyst", "Critic"], None, []),
+        ("one_on_one_debate", ["turn_a", "turn_b"], None, []),
+        ("expert_panel", ["open_round", "AI", "Ethics", "synthesize"], None, []),
         ("discussion_turns", ["awaiting_alice", "awaiting_bob"], "text", ["text", "close", "expire"]),
         ("talk", [("turn", "check_until")], None, ["halt", "until"]),
     ]

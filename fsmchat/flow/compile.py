@@ -1,11 +1,12 @@
 """Compile workflow steps into ONE nested ``StateGraph``: each step a state, each combinator a
 subgraph (a cluster in the diagram), each Discussion ``begin -> turn -> (turn | done)``, with a
-``check_until`` state after each turn only when it has an ``until``. Every step state leaves by ``[halted] -> done`` first, so a failure or a deliberate stop
-propagates out of every level as an edge in the graph.
+``check_until`` state after each turn only when it has an ``until``. Every step state leaves by
+``[halted] -> done`` first, so a failure or a deliberate stop propagates out of every level as an
+edge in the graph.
 
 This module holds what every step kind shares (running a ``Task`` under its policy, a sequence of
 steps, the exits of a bounded loop, forks and joins, the call bound); each block kind compiles and
-bounds itself (``Block.compile``, ``Block.calls`` in ``fsmchat.flow.steps``)."""
+bounds itself (``Block.compile``, ``Block.calls``: one file per kind in ``fsmchat.flow.blocks``)."""
 from __future__ import annotations
 
 import asyncio
@@ -281,16 +282,19 @@ def task_notes(task: Task) -> str:
     return "".join("\n" + n for n in notes)
 
 
-def bounded_exits(key: int, until: bool = True) -> list[Exit]:
+def bounded_exits(met: Callable[[FlowContext], bool] | None = None) -> list[Exit]:
     """The exits of a bounded loop's check state (Discussion, repeat) before its next pass
     (``fsmchat.graph.turns.add_turns``), in order: a halt, then ``until`` (only when the block has
-    one: the check action stored ``met`` in the block's frame)."""
+    one: ``met(ctx)`` reads what the check action stored in the block's frame)."""
+    exits: list[Exit] = [("done", halted, "halt")]
+    if met is None:
+        return exits
+
     def until_met(ctx: FlowContext) -> bool:
         """until(ctx) is true"""
-        return bool(ctx.frames[key]["met"])
+        return met(ctx)
 
-    exits: list[Exit] = [("done", halted, "halt")]
-    return exits + [("done", until_met, StopReason.UNTIL)] if until else exits
+    return exits + [("done", until_met, StopReason.UNTIL)]
 
 
 def split_into(n: int) -> Callable[[FlowContext], list[tuple[int, FlowContext, None]]]:

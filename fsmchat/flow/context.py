@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, ClassVar, TypeVar, Union
 
 from ..checkpoint import NotSerializable, decode, encode
 from ..errors import ConfigError
-from ..models import Transcript
+from ..patterns.run_context import RunContext
 from ..statelog import AppendLog, Frozen
-from ..speakers.human import People
 from ..speakers.llm import CallStats
-from ..speakers.tool_loop import ToolLoop
 
 _VAR = re.compile(r"\{\{\s*([\w.]+)\s*(\[\s*-?\d*\s*(?::\s*-?\d*\s*)?\])?\s*\}\}")
 
@@ -67,13 +65,53 @@ class StepResult:
     variables: dict[str, Any] = field(default_factory=dict)
 
 
-class FlowContext:
+F = TypeVar("F", bound="Frame")
+
+
+@dataclass
+class Frame:
+    """A block's working state during one run of it, declared by each block kind as a dataclass.
+
+    A Discussion's holds its turn count and lines, a loop's its items and index, and so on.
+
+    A checkpoint stores it as a dict of its fields (``OPTIONAL`` ones only when set), so a run
+    resumes from it; a restored frame is read back as its dataclass on the block's first access
+    (``FlowContext.frame``).
+
+    Attributes:
+        OPTIONAL: The fields stored only when not None (a kind's class attribute).
+
+    Examples:
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class Count(Frame):
+        ...     n: int = 0
+        >>> Count(2).to_state(), Count.from_state({"n": 3})
+        ({'n': 2}, Count(n=3))
+    """
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()  # fields stored only when not None
+
+    def to_state(self) -> dict[str, Any]:
+        """The fields, as a checkpoint stores them."""
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in state.items() if v is not None or k not in self.OPTIONAL}
+
+    @classmethod
+    def from_state(cls: type[F], state: dict[str, Any]) -> F:
+        """The frame a checkpoint stored (a field it lacks takes its default)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in state.items() if k in names})
+
+
+class FlowContext(RunContext):
     """The context every step, guard and predicate of a flow sees (``ctx``).
 
     A step reads ``ctx.input``, ``ctx.variables``, ``ctx.previous_result`` (the last step's
     output), ``ctx.steps`` (the records so far) and ``ctx.transcript``; ``ctx.render`` fills
     ``{{name}}`` templates. The engine makes one per run (a branch of ``parallel`` gets a
-    ``child``).
+    ``child``). What a pattern's context has too (transcript, stats, events, people, tool loop)
+    is its base, ``RunContext``.
 
     Args:
         input: The flow's input (the task).
@@ -93,23 +131,19 @@ class FlowContext:
     """
 
     def __init__(self, input: str, variables: dict[str, Any], stats: CallStats | None = None):
+        super().__init__(stats=stats or CallStats())
         self.input = input
         self.variables: dict[str, Any] = variables
         self.previous_result: Any = None
         self.steps: list[dict[str, Any]] = AppendLog()
         self.status = "running"  # running | completed | failed | stopped | waiting (for a person)
         self.error: BaseException | None = None
-        self.stats = stats or CallStats()
-        self.events: list[dict[str, Any]] = AppendLog()
-        self.transcript = Transcript(events=self.events)
-        self.stats.events = self.events
-        self.frames: dict[int, dict[str, Any]] = {}  # per-block working state, keyed by block id
+        # per-block working state, keyed by block id (a restored one is a dict until its block reads it)
+        self.frames: dict[int, Union[Frame, dict[str, Any]]] = {}
         # the live context of each pattern run as a step, by block id (not stored: rebuilt from its frame)
         self.nested: dict[int, Any] = {}
         # each agent's own prompts and replies this run (AgentFlow(memory=True)); None: agents remember nothing
         self.memory: dict[str, list[dict[str, str]]] | None = None
-        self.people = People()  # answers from people in the loop (ask_human, Human speakers, interrupts)
-        self.tool_loop = ToolLoop()  # agents' tool calls in progress (fsmchat.speakers.tools)
         # a branch run's variables and agents' memory lengths at its fork (what the join merges against)
         self.at_fork: dict[str, Any] = {}
         self.memory_at_fork: dict[str, int] = {}
@@ -196,17 +230,25 @@ class FlowContext:
             memory = self.memory[agent] = AppendLog(memory or ())
         return memory
 
-    def join_lines(self, name: str, key: int, added: str | None = None) -> None:
-        """Set variable ``name`` to the lines of block ``key`` (``frames[key]["lines"]``) joined by
-        newlines; ``added``: the one line appended since this set it last (extended, not joined
-        again). A checkpoint stores the lines, not this text: it is rebuilt from them on restore
-        (unless something else set the variable since)."""
+    def frame(self, key: int, kind: type[F]) -> F:
+        """Block ``key``'s working state, a ``kind`` (read back from a checkpoint's dict on first use)."""
+        frame = self.frames[key]
+        if not isinstance(frame, kind):
+            assert isinstance(frame, dict), f"block {key}'s frame is a {type(frame).__name__}, not a {kind.__name__}"
+            frame = self.frames[key] = kind.from_state(frame)
+        return frame
+
+    def join_lines(self, name: str, key: int, lines: list[str], added: str | None = None) -> None:
+        """Set variable ``name`` to ``lines`` (block ``key``'s lines) joined by newlines; ``added``:
+        the one line appended since this set it last (extended, not joined again). A checkpoint
+        stores the lines, not this text: it is rebuilt from them on restore (unless something else
+        set the variable since)."""
         text = self.variables.get(name)
         last = self.joined.get(name)
         if added is not None and last is not None and last[0] == key and last[1] is text and text:
             text = f"{text}\n{added}"
         else:
-            text = "\n".join(self.frames[key]["lines"])
+            text = "\n".join(lines)
         self.variables[name] = text
         self.joined[name] = (key, text)
 
@@ -223,14 +265,10 @@ class FlowContext:
             encoded = encode(variables)
         except NotSerializable as exc:
             raise TypeError(f"checkpointing a flow needs JSON-able variables; found a {exc}") from None
-        frames = {str(k): encode(v) for k, v in self.frames.items()}
+        frames = {str(k): encode(v.to_state() if isinstance(v, Frame) else v) for k, v in self.frames.items()}
         state = {"variables": encoded, "previous_result": self.previous_result, "steps": self.steps,
                  "status": self.status, "error": None if self.error is None else str(self.error),
-                 "frames": frames, "events": self.events, "stats": self.stats.to_state(), "memory": self.memory}
-        if self.people.used:
-            state["people"] = self.people.to_state()
-        if self.tool_loop.used:
-            state["tools"] = self.tool_loop.snapshot()
+                 "frames": frames, "memory": self.memory, **self.shared_state()}
         if joined:
             state["joined"] = self._joined_state
         return state
@@ -246,17 +284,15 @@ class FlowContext:
             self.error = RuntimeError(state["error"])
         frames = decode(state["frames"])  # {"1": frame} (an older fsmchat: {"__dict__": [[1, frame]]})
         self.frames = {int(k): v for k, v in frames.items()}
-        self.events[:] = state["events"]
-        self.stats.restore(state["stats"])
+        self.restore_shared(state)
         memory = state.get("memory", self.memory)
         self.memory = None if memory is None else {k: AppendLog(v) for k, v in memory.items()}
-        if "people" in state:
-            self.people.restore(state["people"])
-        if "tools" in state:
-            self.tool_loop.restore(state["tools"])
         self.joined.clear()
-        for name, key in state.get("joined", {}).items():
-            self.join_lines(name, key)
+        for name, key in state.get("joined", {}).items():  # a Discussion's lines, as stored
+            stored = self.frames[key]
+            lines = stored.lines if isinstance(stored, LinesFrame) else \
+                LinesFrame.from_state(stored).lines if isinstance(stored, dict) else []
+            self.join_lines(name, key, lines)
 
     def child(self) -> "FlowContext":
         """A branch context: a deep copy of the variables, the same input and previous result, and
@@ -271,6 +307,13 @@ class FlowContext:
 
     def __repr__(self) -> str:
         return f"FlowContext(status={self.status!r}, steps={len(self.steps)}, variables={sorted(self.variables)})"
+
+
+@dataclass
+class LinesFrame(Frame):
+    """The part of a block's frame a variable joined from its lines is rebuilt from (``join_lines``)."""
+
+    lines: list[str] = field(default_factory=list)
 
 
 def flow_input(ctx: FlowContext) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..config import ConfigWriter, PatternSpec, pattern_config
@@ -37,10 +38,23 @@ from ..patterns.base import ChatContext, Pattern
 from ..speakers.agent import SEED_ROLE, Agent
 from ..speakers.human import Human
 from .compile import Compiler
-from .context import FlowContext
+from .context import FlowContext, Frame
 from .task import Block, Task, as_task
 
 _SHARED = ("events", "stats", "people")  # the flow's own, stored with the flow's state
+
+
+@dataclass
+class PatternStepFrame(Frame):
+    """A pattern step's working state in a run: its task, where its messages start in the flow's
+    transcript, its task message (kept out of the flow's transcript), the label of the edge that
+    may end it, and the pattern's own state after its last step."""
+
+    task: str = ""
+    start: int = 0
+    seed: dict[str, Any] | None = None
+    via: str | None = None
+    saved: dict[str, Any] = field(default_factory=dict)
 
 
 class PatternStep(Block):
@@ -147,9 +161,9 @@ class PatternStep(Block):
             pctx.transcript.events, pctx.transcript.max_chars = ctx.events, ctx.transcript.max_chars
 
             def mirror(msg: Message) -> None:
-                frame = ctx.frames[key]
-                if len(pctx.transcript) == 1 and msg.role == SEED_ROLE and msg.content == frame["task"]:
-                    frame["seed"] = msg.row()  # its task: the flow has it already
+                frame = ctx.frame(key, PatternStepFrame)
+                if len(pctx.transcript) == 1 and msg.role == SEED_ROLE and msg.content == frame.task:
+                    frame.seed = msg.row()  # its task: the flow has it already
                 else:
                     ctx.transcript.post(msg.role, msg.content, **msg.metadata)
 
@@ -159,11 +173,11 @@ class PatternStep(Block):
 
         def restored(ctx: FlowContext) -> ChatContext:
             """After a resume: the pattern's context from its frame and the flow's transcript."""
-            frame = ctx.frames[key]
-            pctx = pattern.new_context(frame["task"])
-            rows = [Message(**frame["seed"])] if frame["seed"] is not None else []
-            pctx.transcript.restore(rows + ctx.transcript.since(frame["start"]))
-            pctx.restore({**frame["saved"], "events": [], "stats": pctx.stats.to_state()})
+            frame = ctx.frame(key, PatternStepFrame)
+            pctx = pattern.new_context(frame.task)
+            rows = [Message(**frame.seed)] if frame.seed is not None else []
+            pctx.transcript.restore(rows + ctx.transcript.since(frame.start))
+            pctx.restore({**frame.saved, "events": [], "stats": pctx.stats.to_state()})
             return share(ctx, pctx)
 
         def saved(pctx: ChatContext) -> dict[str, Any]:
@@ -173,8 +187,7 @@ class PatternStep(Block):
             """the task: the previous output, or the flow's input"""
             task = ctx.input if ctx.previous_result is None else str(ctx.previous_result)
             pctx = pattern.new_context(task)
-            ctx.frames[key] = {"task": task, "start": len(ctx.transcript), "seed": None, "via": None,
-                               "saved": saved(pctx)}
+            ctx.frames[key] = PatternStepFrame(task=task, start=len(ctx.transcript), saved=saved(pctx))
             share(ctx, pctx)
 
         def on_pattern(fn: Callable[..., Any] | None, fallback: str | None) -> Callable[[FlowContext], Any]:
@@ -182,10 +195,10 @@ class PatternStep(Block):
             stop reason if no guard passes and it leads to a final state) and the pattern's state after."""
             async def action(ctx: FlowContext) -> Any:
                 pctx = live(ctx)
-                ctx.frames[key]["via"] = fallback
+                ctx.frame(key, PatternStepFrame).via = fallback
                 out = None if fn is None else fn(pctx)
                 out = (await out) if is_awaitable(out) else out
-                ctx.frames[key]["saved"] = saved(pctx)
+                ctx.frame(key, PatternStepFrame).saved = saved(pctx)
                 return out
             return functools.update_wrapper(action, fn) if fn is not None else action
 
@@ -194,16 +207,16 @@ class PatternStep(Block):
             def guard(ctx: FlowContext) -> bool:
                 ok = bool(fn(live(ctx)))
                 if ok:
-                    ctx.frames[key]["via"] = label
+                    ctx.frame(key, PatternStepFrame).via = label
                 return ok
             return functools.update_wrapper(guard, fn)
 
         def finish(final: str, reason: Any) -> Callable[[FlowContext], str]:
             def ended(ctx: FlowContext) -> str:
                 """the pattern's output becomes the step's"""
-                pctx, frame = live(ctx), ctx.frames[key]
+                pctx, frame = live(ctx), ctx.frame(key, PatternStepFrame)
                 why = reason(pctx) if callable(reason) else reason
-                stop = str(StopReason.of(str(why or frame["via"] or final)))
+                stop = str(StopReason.of(str(why or frame.via or final)))
                 out = pattern.output_of(pctx)
                 text = ctx.transcript.admit(step.name, out if isinstance(out, str) else json.dumps(out,
                                                                                                   ensure_ascii=False))
@@ -262,3 +275,12 @@ def as_step(step: Any) -> Any:
     if not isinstance(step, Block):
         as_task(step)
     return step
+
+
+def step_list(steps: Any, what: str) -> list[Any]:
+    """A block's steps as it holds them: at least one, a pattern wrapped (``as_step``), anything
+    else type-checked now, before any call."""
+    items = list(steps) if isinstance(steps, (list, tuple)) else [steps]
+    if not items:
+        raise ConfigError(f"{what} needs at least one step")
+    return [as_step(s) for s in items]

@@ -1,19 +1,18 @@
 """The leaf step of a workflow (``Task``: a handler, an agent or a person, with its error policy)
-and ``Block``, the base every composite step kind derives from. A step kind declares itself in its
-class line, ``class Loop(Block, kind="loop", spec=LoopSpec)``, which registers its config form in
+and ``Block``, the base every composite step kind derives from. A step kind is declared once, by
+its model, in its class line, ``class Loop(Block, kind="loop", config=LoopConfig)``
+(``fsmchat.flow.declare``), which derives its config form and registers it in
 ``fsmchat.config.STEP_KINDS``: the flow's compiler, its call bound and ``to_config``/``from_config``
 ask the block itself, so a new kind touches none of them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Optional, Sequence
 
-from pydantic import BaseModel
+from pydantic import model_validator
 
-from ..config import REF, AgentSpec, ConfigReader, ConfigSpec, ConfigWriter, HumanSpec, STEP_KINDS, human_spec, \
-    opt_ref
-from ..errors import bad_value
-from ..kinds import kinds_of
+from ..config import AgentSpec, ConfigReader, ConfigWriter, HumanSpec, human_spec
+from ..errors import ConfigError, bad_value
+from .declare import FUNCTION, BlockConfig, Declared, Form
 from ..speakers.agent import Agent
 from ..speakers.human import Human
 
@@ -24,8 +23,75 @@ if TYPE_CHECKING:
 OnError = Literal["stop", "continue", "retry"]
 
 
-@dataclass
-class Task:
+def _agent_spec(w: ConfigWriter, a: Any, what: str) -> AgentSpec | None:
+    return w.agent(a) if a is not None else None
+
+
+def _human_spec(w: ConfigWriter, h: Any, what: str) -> HumanSpec | None:
+    return human_spec(h) if h is not None else None
+
+
+def _built(r: ConfigReader, data: Any, what: str) -> Any:
+    return data.build(r) if data is not None else None
+
+
+AGENT = Form(Optional[AgentSpec], _agent_spec, _built)
+PERSON = Form(Optional[HumanSpec], _human_spec, _built)
+
+
+class TaskConfig(BlockConfig):
+    """A Task's parameters, declared once (see ``Task``)."""
+
+    handler: Annotated[Any, FUNCTION] = None
+    agent: Annotated[Any, AGENT] = None
+    name: Optional[str] = None
+    action: Optional[str] = None
+    on_error: Any = "stop"
+    max_retries: Any = 0
+    should_run: Annotated[Any, FUNCTION] = None
+    retry_delay: Any = 0.1
+    post: Any = True
+    save_as: Any = None
+    append_to: Any = None
+    person: Annotated[Any, PERSON] = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "TaskConfig":
+        if sum(x is not None for x in (self.handler, self.agent, self.person)) != 1:
+            raise ConfigError("Task needs exactly one of handler= (a callable), agent= (an Agent) or person= (a Human)")
+        if self.person is not None and not isinstance(self.person, Human):
+            raise TypeError(f"Task person must be an fsmchat Human, got {type(self.person).__name__}")
+        if self.handler is not None and not callable(self.handler):
+            raise TypeError(f"Task handler must be callable, got {type(self.handler).__name__}")
+        if self.agent is not None and not isinstance(self.agent, Agent):
+            raise TypeError(f"Task agent must be an fsmchat Agent, got {type(self.agent).__name__}")
+        if self.on_error not in ("stop", "continue", "retry"):
+            raise ConfigError(f"Task on_error={self.on_error!r} is not allowed; choose from "
+                              "['stop', 'continue', 'retry']")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ConfigError(f"Task max_retries must be an int >= 0, got {self.max_retries!r}")
+        if isinstance(self.retry_delay, bool) or not isinstance(self.retry_delay, (int, float)) or \
+                not 0 <= self.retry_delay < float("inf"):
+            raise bad_value("Task", "retry_delay", self.retry_delay, "seconds before the first retry, a finite "
+                            "number >= 0")
+        if self.should_run is not None and not callable(self.should_run):
+            raise bad_value("Task", "should_run", self.should_run, "a callable (ctx) -> bool, or None",
+                            type_error=True)
+        if not isinstance(self.post, bool):
+            raise bad_value("Task", "post", self.post, "True (post the output to the transcript) or False",
+                            type_error=True)
+        for key in ("save_as", "append_to"):
+            v = getattr(self, key)
+            if v is not None and (not isinstance(v, str) or not v.isidentifier()):
+                raise bad_value("Task", key, v, "a variable name such as 'answer' (read later as {{answer}})",
+                                type_error=not isinstance(v, str))
+        if self.name is None:
+            self.name = self.agent.name if self.agent is not None else self.person.name \
+                if self.person is not None else getattr(self.handler, "__name__", type(self.handler).__name__)
+        return self
+
+
+class Task(Declared, kind="task", config=TaskConfig, owner="Task"):
     """A flow step with its error policy: a handler, an agent or a person, and where its output goes.
 
     A bare Agent, callable or ``Human`` in a flow's steps is a ``Task`` with the defaults. The
@@ -52,7 +118,7 @@ class Task:
 
     Raises:
         ValueError: Not exactly one of handler, agent and person, or a bad ``on_error`` or
-            ``max_retries``.
+            ``max_retries`` (a ``ConfigError``).
         TypeError: A handler that is not callable, an agent that is not an ``Agent``, a person
             that is not a ``Human``.
 
@@ -69,18 +135,19 @@ class Task:
         Task('flaky', handler=flaky, on_error='retry', max_retries=2)
     """
 
-    handler: Callable[..., Any] | None = None
-    agent: Agent | None = None
-    name: str | None = None
-    action: str | None = None
-    on_error: OnError = "stop"
-    max_retries: int = 0
-    should_run: Callable[[Any], bool] | None = None
-    retry_delay: float = 0.1
-    post: bool = True
-    save_as: str | None = None
-    append_to: str | None = None
-    person: Human | None = None
+    # the model's fields, as the flow reads them (attributes of ``config``)
+    handler: Callable[..., Any] | None
+    agent: Agent | None
+    name: str | None
+    action: str | None
+    on_error: OnError
+    max_retries: int
+    should_run: Callable[[Any], bool] | None
+    retry_delay: float
+    post: bool
+    save_as: str | None
+    append_to: str | None
+    person: Human | None
 
     def __repr__(self) -> str:
         who = f"agent={self.agent.name!r}" if self.agent is not None else f"person={self.person.name!r}" \
@@ -89,75 +156,8 @@ class Task:
             (f", max_retries={self.max_retries}" if self.on_error == "retry" else "")
         return f"Task({self.name!r}, {who}{extra})"
 
-    def __post_init__(self) -> None:
-        if sum(x is not None for x in (self.handler, self.agent, self.person)) != 1:
-            raise ValueError("Task needs exactly one of handler= (a callable), agent= (an Agent) or person= (a Human)")
-        if self.person is not None and not isinstance(self.person, Human):
-            raise TypeError(f"Task person must be an fsmchat Human, got {type(self.person).__name__}")
-        if self.handler is not None and not callable(self.handler):
-            raise TypeError(f"Task handler must be callable, got {type(self.handler).__name__}")
-        if self.agent is not None and not isinstance(self.agent, Agent):
-            raise TypeError(f"Task agent must be an fsmchat Agent, got {type(self.agent).__name__}")
-        if self.on_error not in ("stop", "continue", "retry"):
-            raise ValueError(f"Task on_error={self.on_error!r} is not allowed; choose from "
-                             "['stop', 'continue', 'retry']")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError(f"Task max_retries must be an int >= 0, got {self.max_retries!r}")
-        if isinstance(self.retry_delay, bool) or not isinstance(self.retry_delay, (int, float)) or \
-                not 0 <= self.retry_delay < float("inf"):
-            raise bad_value("Task", "retry_delay", self.retry_delay, "seconds before the first retry, a finite "
-                            "number >= 0")
-        if self.should_run is not None and not callable(self.should_run):
-            raise bad_value("Task", "should_run", self.should_run, "a callable (ctx) -> bool, or None",
-                            type_error=True)
-        if not isinstance(self.post, bool):
-            raise bad_value("Task", "post", self.post, "True (post the output to the transcript) or False",
-                            type_error=True)
-        for key in ("save_as", "append_to"):
-            v = getattr(self, key)
-            if v is not None and (not isinstance(v, str) or not v.isidentifier()):
-                raise bad_value("Task", key, v, "a variable name such as 'answer' (read later as {{answer}})",
-                                type_error=not isinstance(v, str))
-        if self.name is None:
-            self.name = self.agent.name if self.agent is not None else self.person.name \
-                if self.person is not None else getattr(self.handler, "__name__", type(self.handler).__name__)
 
-    def to_spec(self, w: ConfigWriter) -> TaskSpec:
-        """This step as its config form (a ``TaskSpec``; see ``Block.to_spec``)."""
-        return TaskSpec(handler=opt_ref(self.handler, f"Task {self.name!r} handler"),
-                        agent=w.agent(self.agent) if self.agent is not None else None, name=self.name,
-                        action=self.action, on_error=self.on_error, max_retries=self.max_retries,
-                        should_run=opt_ref(self.should_run, f"Task {self.name!r} should_run"),
-                        retry_delay=self.retry_delay, post=self.post, save_as=self.save_as, append_to=self.append_to,
-                        person=human_spec(self.person) if self.person is not None else None)
-
-
-@STEP_KINDS.register
-class TaskSpec(ConfigSpec):
-    """A flow ``Task`` with its error policy."""
-
-    owner: ClassVar[str] = "Task"
-    kind: Literal["task"] = "task"
-    handler: Annotated[str | None, REF] = None
-    agent: AgentSpec | None = None
-    name: str | None = None
-    action: str | None = None
-    on_error: Literal["stop", "continue", "retry"] = "stop"
-    max_retries: int = 0
-    should_run: Annotated[str | None, REF] = None
-    retry_delay: float = 0.1
-    post: bool = True
-    save_as: str | None = None
-    append_to: str | None = None
-    person: HumanSpec | None = None
-
-    def build(self, r: ConfigReader) -> Task:
-        return Task(handler=r.fn(self.handler, f"Task {self.name!r} handler"),
-                    agent=self.agent.build(r) if self.agent is not None else None, name=self.name,
-                    action=self.action, on_error=self.on_error, max_retries=self.max_retries,
-                    should_run=r.fn(self.should_run, f"Task {self.name!r} should_run"),
-                    retry_delay=self.retry_delay, post=self.post, save_as=self.save_as, append_to=self.append_to,
-                    person=self.person.build(r) if self.person is not None else None)
+TaskSpec = Task.Spec
 
 
 def as_task(step: Any) -> Task:
@@ -174,42 +174,41 @@ def as_task(step: Any) -> Task:
                     f"a combinator (loop, parallel, route, if_, repeat); got {type(step).__name__}")
 
 
+def fn_name(f: Any) -> str:
+    """How a block's repr names a function it holds (``until=agreed``)."""
+    return getattr(f, "__name__", type(f).__name__)
+
+
 def step_names(steps: Sequence[Any]) -> list[str]:
     """Each step's name (a block's, a task's)."""
     return [getattr(s, "name", None) or as_task(s).name or "step" for s in steps]
 
 
-class Block:
+class Block(Declared):
     """Base of composite steps (each compiles to a subgraph or a fork state).
 
-    A step kind declares itself in its class line, ``class Loop(Block, kind="loop", spec=LoopSpec)``:
-    ``spec`` (its config form: a ``ConfigSpec`` whose ``kind`` is ``"loop"``, with ``build(reader)``)
-    is registered in ``STEP_KINDS``. The block then answers for itself: ``to_spec`` (its config
-    form), ``compile`` (its states in the flow's graph), ``calls`` (its worst-case model calls),
-    ``children`` (the steps it holds), ``own_tasks`` (the tasks it runs itself), ``writes`` (a variable
-    it sets), ``forks`` (its steps run as parallel branches) and ``check_run`` (checks against the
-    flow's variables before a run).
+    A step kind is declared once, in its class line, ``class Loop(Block, kind="loop",
+    config=LoopConfig)``, as a pattern is: the model's fields, in order, are the constructor's
+    parameters and the block's attributes, its validator holds the block's checks, and its config
+    form (``Loop.Spec``, derived from the model) is registered in ``STEP_KINDS``. The block then
+    answers for itself: ``compile`` (its states in the flow's graph), ``calls`` (its worst-case
+    model calls), ``children`` (the steps it holds), ``own_tasks`` (the tasks it runs itself),
+    ``writes`` (a variable it sets), ``forks`` (its steps run as parallel branches) and
+    ``check_run`` (checks against the flow's variables before a run); ``to_spec`` is derived.
 
     Examples:
         >>> from fsmchat.flow import Block, loop
         >>> def write(ctx):
         ...     return "a section"
         >>> each = loop(write, over="parts", name="each")
-        >>> isinstance(each, Block), each.kind, each.children() == [write]
-        (True, 'loop', True)
+        >>> isinstance(each, Block), each.kind, each.children() == [write], each.over
+        (True, 'loop', True, 'parts')
+        >>> type(each).Spec.__qualname__, list(type(each).Spec.model_fields)
+        ('Loop.Spec', ['kind', 'steps', 'over', 'var_name', 'parallel', 'name', 'max_items'])
     """
 
     name: str = "block"
-    kind: ClassVar[str | None] = None
     forks: bool = False  # its steps run as parallel branches (which cannot stop for a person)
-
-    def __init_subclass__(cls, kind: str | None = None, spec: type[BaseModel] | None = None, **kw: Any) -> None:
-        super().__init_subclass__(**kw)
-        if kind is not None:
-            if spec is None or kind not in kinds_of(spec):
-                raise TypeError(f"{cls.__name__}: kind={kind!r} needs spec=, a ConfigSpec whose kind is {kind!r}")
-            cls.kind = kind
-            STEP_KINDS.register(spec)
 
     def _repr_fields(self) -> list[str]:
         return [f"steps={step_names(getattr(self, 'steps', []))!r}"]
@@ -218,10 +217,6 @@ class Block:
         return f"{type(self).__name__}({', '.join([repr(self.name), *self._repr_fields()])})"
 
     # ---- what a step kind supplies ----
-    def to_spec(self, w: ConfigWriter) -> Any:
-        """This block's config form (its kind's spec)."""
-        raise TypeError(f"step {self.name!r}: a {type(self).__name__} has no config form")
-
     def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
         raise TypeError(f"step {self.name!r}: a {type(self).__name__} does not compile (it defines no compile())")

@@ -1,10 +1,14 @@
 """Turn taking, written once: whose turn ``t`` is, how many turns a run may take, and the edges
 that pass the turn on in a ``StateGraph``.
 
-``RoundRobinSwarm`` (one state per speaker), the flow's ``Discussion`` (one ``turn`` state every
-speaker's turn runs in, with ``until`` checked after each) and a hub channel's turn graph (one
-``awaiting_<p>`` state per participant, advanced by ``text`` events) all count turns with
-``TurnOrder`` and draw them with ``add_turns``.
+Every pattern where speakers take turns in a fixed order counts them with ``TurnOrder`` and draws
+them with ``add_turns``: ``RoundRobinSwarm`` (one state per speaker), ``OneOnOneDebate`` (two turn
+states, the bound checked after every turn), ``ExpertPanelDiscussion`` (a round of opener, one
+state per expert and the synthesis), the flow's ``Discussion`` (one ``turn`` state every speaker's
+turn runs in, with ``until`` checked after each) and a hub channel's turn graph (one
+``awaiting_<p>`` state per participant, advanced by ``text`` events). The other ways of choosing
+who speaks are not an order: GroupChat's bids (every agent bids, the best bid speaks) and a
+Discussion's ``select=`` (a function names each turn's speaker).
 """
 from __future__ import annotations
 
@@ -90,12 +94,14 @@ class TurnOrder:
 
 
 def add_turns(g: StateGraph, turns: Sequence[TurnState], *, exits: Sequence[Exit] = (), more: Guard | None = None,
-              exhausted: tuple[str, str] | None = None, label: str | None = None) -> StateGraph:
+              exhausted: tuple[str, str] | None = None, label: str | None = None,
+              every_turn: bool = False) -> StateGraph:
     """Draw the edges that pass the turn on between states already declared in ``g``.
 
     After each turn, in this order: the ``exits``, then the next turn's state. From the last turn
-    back to the first the edge is guarded by ``more`` and followed by the fallback ``exhausted``;
-    without ``more`` the turns go round until an exit is taken.
+    back to the first the edge is guarded by ``more`` and followed by the fallback ``exhausted``
+    (with ``every_turn``, every edge to the next turn is: a bound on turns, not on rounds, may
+    end the run after any speaker); without ``more`` the turns go round until an exit is taken.
 
     Args:
         g: The graph holding the turn states.
@@ -107,6 +113,7 @@ def add_turns(g: StateGraph, turns: Sequence[TurnState], *, exits: Sequence[Exit
             (None: no bound).
         exhausted: (destination, label): where the turns end when ``more`` is false.
         label: The label of the edges to the next turn (by default the guard's name, else ``next``).
+        every_turn: Check ``more`` after every turn, not only after the last of a round.
 
     Returns:
         The graph.
@@ -122,6 +129,10 @@ def add_turns(g: StateGraph, turns: Sequence[TurnState], *, exits: Sequence[Exit
         >>> g = add_turns(g, ["a", "b"], more=loops_left, exhausted=("stop", "rounds"))
         >>> [(t.source, t.dest, t.label) for t in g.transitions]
         [('a', 'b', 'next'), ('b', 'a', 'loops_left'), ('b', 'stop', 'rounds')]
+        >>> g = StateGraph("duel").state("a").state("b").final("stop")
+        >>> g = add_turns(g, ["a", "b"], more=loops_left, exhausted=("stop", "max_loops"), every_turn=True)
+        >>> [(t.source, t.dest, t.label) for t in g.transitions]
+        [('a', 'b', 'loops_left'), ('a', 'stop', 'max_loops'), ('b', 'a', 'loops_left'), ('b', 'stop', 'max_loops')]
     """
     if not turns:
         raise ValueError("add_turns needs at least one turn state")
@@ -134,7 +145,7 @@ def add_turns(g: StateGraph, turns: Sequence[TurnState], *, exits: Sequence[Exit
         for dest, guard, name in exits:
             g.edge(check, dest, when=guard, label=name)
         following = pairs[(i + 1) % len(pairs)][0]
-        if i + 1 < len(pairs) or more is None:
+        if more is None or (i + 1 < len(pairs) and not every_turn):
             g.edge(check, following, label=label)
         else:
             assert exhausted is not None

@@ -11,7 +11,7 @@ attributes (``chat.max_loops``) read and write them; and ``to_config``/``from_co
 pattern's config form from it (``fsmchat.config.pattern_spec``), registered under ``kind``.
 A run's working state is a typed ``PatternState`` on the context (checkpointed as "scratch").
 Also shared: private memories and the run's image on ``ChatContext`` (``ask_private``), and
-``speaker_states`` / ``speaker_chain`` / ``bind`` for graphs that draw one state per speaker.
+``speaker_states`` / ``bind`` for graphs that draw one state per speaker.
 """
 from __future__ import annotations
 
@@ -40,16 +40,17 @@ from ..errors import ConfigTypeError, attach_result, invalid_config, redact, res
 from ..graph.render import drawing_data
 from ..graph.state_graph import StateGraph, state_names
 from ..progress import ProgressBar, progress_wanted
-from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, StopReason, TraceEvent, Transcript, check_output_type,
+from ..models import (MAX_MESSAGE_CHARS, Message, RunResult, StopReason, TraceEvent, check_output_type,
                       format_output, safe_text, shorten)
 from ..speakers.agent import SEED_ROLE, Speaker, Turn, mask_secrets
-from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, People, Say, check_input, pending_of, request,
+from ..speakers.human import (Human, NeedsCheckpoint, NotWaiting, Say, check_input, pending_of, request,
                               waiting_for)
 from ..speakers.compaction import add_compaction, check_drawn, check_limits, compaction_calls
 from ..speakers.images import image_part
-from ..speakers.llm import TOKENS, CallStats, load_litellm, shown_events
-from ..speakers.tool_loop import APPROVE_ALL, ToolLoop, add_tool_loop, loop_of
+from ..speakers.llm import TOKENS, load_litellm, shown_events
+from ..speakers.tool_loop import APPROVE_ALL, add_tool_loop, loop_of
 from ..speakers.tools import calls_per_turn
+from .run_context import RunContext
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .streaming import RunStream
 
@@ -92,12 +93,13 @@ class PatternState:
 
 
 @dataclass
-class ChatContext:
+class ChatContext(RunContext):
     """The typed context a pattern's actions and guards read and write, one per run.
 
     A pattern subclasses it with its ``config`` (its validated model) and its ``state`` (a
     ``PatternState``); actions ask speakers (``ask``, ``ask_private``) and post their replies
-    (``post``).
+    (``post``). What a flow's context has too (transcript, stats, events, people, tool loop) is
+    its base, ``RunContext``.
 
     Attributes:
         task: The run's task.
@@ -129,19 +131,10 @@ class ChatContext:
 
     task: str
     speakers: list[Speaker]
-    transcript: Transcript = field(default_factory=Transcript)
-    stats: CallStats = field(default_factory=CallStats)
-    events: list[dict[str, Any]] = field(default_factory=AppendLog)  # notable facts (invalid bids, ...)
     turn: int = 0
     state: PatternState = field(default_factory=PatternState)  # the pattern's working state
     images: list[str] = field(default_factory=list)  # attached to every call of the run (``img``)
     memory: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # private memories, by name
-    people: People = field(default_factory=People)  # answers from people in the loop
-    tool_loop: ToolLoop = field(default_factory=ToolLoop)  # agents' tool calls in progress (fsmchat.speakers.tools)
-
-    def __post_init__(self) -> None:
-        self.transcript.events = self.events  # repaired or cut texts are noted with the run's events
-        self.stats.events = self.events  # and a model call's transport fallback or rate-limit wait
 
     @property
     def names(self) -> list[str]:
@@ -190,25 +183,14 @@ class ChatContext:
 
     def snapshot(self) -> dict[str, Any]:
         """The working state a checkpoint stores after each step (the transcript goes as deltas)."""
-        state = {"turn": self.turn, "scratch": self.state.snapshot(), "memory": self.memory,
-                 "events": self.events, "stats": self.stats.to_state()}
-        if self.people.used:
-            state["people"] = self.people.to_state()
-        if self.tool_loop.used:
-            state["tools"] = self.tool_loop.snapshot()
-        return state
+        return {"turn": self.turn, "scratch": self.state.snapshot(), "memory": self.memory, **self.shared_state()}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Set the working state back to a checkpoint's ``snapshot`` (on resume)."""
         self.turn = state["turn"]
         self.state.restore(state["scratch"])
         self.memory.update({k: AppendLog(v) for k, v in state["memory"].items()})
-        self.events[:] = state["events"]
-        self.stats.restore(state["stats"])
-        if "people" in state:
-            self.people.restore(state["people"])
-        if "tools" in state:
-            self.tool_loop.restore(state["tools"])
+        self.restore_shared(state)
 
     async def ask_private(self, speaker: Speaker, prompt: str, **kw: Any) -> str:
         """One reply from ``speaker`` on its private memory (instead of the shared conversation)
@@ -376,17 +358,6 @@ def speaker_states(g: StateGraph, names: Sequence[str], action: Callable[..., An
         person = name in people
         g.state(state, bind(action, i), description.format(name=name) + (PERSON_NOTE if person else ""),
                 waits=person)
-    return states
-
-
-def speaker_chain(g: StateGraph, names: Sequence[str], action: Callable[..., Any],
-                  description: str = "{name}'s turn", reserved: Sequence[str] = (),
-                  people: Collection[str] = ()) -> list[str]:
-    """``speaker_states`` chained by unguarded transitions, each speaker once (the first state is
-    the entry, the last the exit); a rotation that goes round is ``fsmchat.graph.turns.add_turns``."""
-    states = speaker_states(g, names, action, description, reserved, people)
-    for a, b in zip(states, states[1:]):
-        g.edge(a, b)
     return states
 
 

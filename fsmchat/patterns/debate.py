@@ -3,6 +3,9 @@
     intro_a -> intro_b -> turn_a -> (turn_b [turns_remain] | stop [max_loops])
                           turn_b -> (turn_a [turns_remain] | stop [max_loops])
 
+The turns are a ``TurnOrder`` of two speakers capped at ``max_loops`` turns, drawn by ``add_turns``
+(the bound is checked after every turn), as every turn-taking pattern's are.
+
 The introductions (``send_intros``) tell each debater who it faces and are not posted; the
 function form starts at ``turn_a``. Turn 1's prompt is the task; every later prompt is the
 other debater's last reply, exactly. Only replies travel: the reference page calls the
@@ -13,6 +16,7 @@ not posted, so ``str-all-except-first`` skips the first debater's first reply.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Annotated, Any, Collection, Sequence
 
 from pydantic import AfterValidator, Field
@@ -21,6 +25,7 @@ from ..checks import check_agents
 from ..config import Participants
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph
+from ..graph.turns import TurnOrder, add_turns
 from ..models import StopReason
 from ..speakers.agent import Speaker, as_speaker, check_roster
 from ..speakers.human import Human
@@ -105,6 +110,11 @@ class DebateContext(ChatContext):
     config: DebateConfig = field(kw_only=True)
     state: DebateState = field(default_factory=DebateState)
 
+    @cached_property
+    def turn_order(self) -> TurnOrder:
+        """Turn t goes to ``speakers[t % 2]``, for ``max_loops`` turns in all (made once per run)."""
+        return TurnOrder(2, max_turns=self.config.max_loops)
+
 
 def intro_prompt(me: str, opponent: str) -> str:
     return (f"You are {me}, in a one-on-one debate against {opponent}. You will take turns: each message "
@@ -115,7 +125,7 @@ def intro_prompt(me: str, opponent: str) -> str:
 # ---- guards ----
 def turns_remain(ctx: DebateContext) -> bool:
     """fewer than max_loops turns taken"""
-    return ctx.turn < ctx.config.max_loops
+    return ctx.turn_order.left(ctx.turn)
 
 
 # ---- actions ----
@@ -130,7 +140,7 @@ async def introduce(ctx: ChatContext, i: int) -> str:
 async def debate_turn(ctx: DebateContext, i: int) -> str:
     """the debater answers the last message; its reply is the other's next prompt"""
     speaker = ctx.speakers[i]
-    assert ctx.turn % 2 == i, f"turn {ctx.turn} is not {speaker.name}'s"
+    assert ctx.turn_order.speaker(ctx.turn) == i, f"turn {ctx.turn} is not {speaker.name}'s"
     reply = await ctx.ask_private(speaker, ctx.state.message)
     ctx.post(speaker.name, reply, turn=ctx.turn + 1)
     ctx.state.message = reply
@@ -175,11 +185,8 @@ def compile_debate(names: Sequence[str] | None = None, send_intros: bool = True,
     if send_intros:
         g.edge("intro_a", "intro_b")
         g.edge("intro_b", "turn_a")
-    g.edge("turn_a", "turn_b", when=turns_remain)
-    g.edge("turn_a", "stop", label=StopReason.MAX_LOOPS)
-    g.edge("turn_b", "turn_a", when=turns_remain)
-    g.edge("turn_b", "stop", label=StopReason.MAX_LOOPS)
-    return g
+    return add_turns(g, ["turn_a", "turn_b"], more=turns_remain, exhausted=("stop", StopReason.MAX_LOOPS),
+                     every_turn=True)
 
 
 class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):

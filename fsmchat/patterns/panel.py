@@ -10,7 +10,8 @@ opener in roster order (posted), and the moderator synthesises the round's label
 Calls = 1 + N + max_rounds x (N + 2); posts = max_rounds x (N + 2), ordered M, E1..EN, M.
 Every participant keeps a private memory for the run (briefing, its prompts and replies), as the
 reference's agents do; they meet through the opener and the synthesis transcript, which is why
-the briefing matters. A normal run stops with ``stop_reason="rounds"``.
+the briefing matters. A normal run stops with ``stop_reason="rounds"``. A round's turns (opener,
+experts, synthesis) are passed on by ``add_turns``, as every turn-taking pattern's are.
 """
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ from ..checks import check_agents
 from ..config import OneParticipant, Participants
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, state_names
+from ..graph.turns import add_turns
 from ..models import StopReason
 from ..speakers.agent import Speaker, check_roster
 from ..speakers.human import Human
 from .base import (PERSON_NOTE, ChatContext, OutputType, Pattern, PatternConfig, PatternState, check_task, people_in,
-                   speaker_chain)
+                   speaker_states)
 
 TOO_FEW_EXPERTS = "At least two expert agents are required for a panel discussion."
 NO_MODERATOR = "A moderator agent is required for panel discussion."
@@ -230,17 +232,15 @@ def compile_panel(experts: Sequence[str], moderator: str = "moderator", descript
     chair = moderator in people
     note = PERSON_NOTE if chair else ""
     g.state("open_round", open_round, f"{moderator} opens with 'Round r: topic'{note}", waits=chair)
-    states = speaker_chain(g, experts, expert_answers, "{name} answers the opener", reserved=["synthesize", "stop"],
-                           people=people)
+    states = speaker_states(g, experts, expert_answers, "{name} answers the opener", reserved=["synthesize", "stop"],
+                            people=people)
     g.state("synthesize", synthesize, f"{moderator} synthesises, asks a follow-up (the next topic){note}",
             waits=chair)
     g.final("stop", reason=StopReason.ROUNDS)
     g.edge("brief", "open_round")
-    g.edge("open_round", states[0])
-    g.edge(states[-1], "synthesize")
-    g.edge("synthesize", "open_round", when=rounds_remain)
-    g.edge("synthesize", "stop", label=StopReason.ROUNDS)
-    return g
+    # a round is one pass of turns: the opener, each expert in roster order, the synthesis
+    return add_turns(g, ["open_round", *states, "synthesize"], more=rounds_remain,
+                     exhausted=("stop", StopReason.ROUNDS))
 
 
 class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):

@@ -1,0 +1,259 @@
+"""The ``Discussion`` block: speakers take turns on one thread, ``begin -> turn -> (turn | done)``,
+with a ``check_until`` state after each turn when it has an ``until``. Turns follow the one turn
+order (``fsmchat.graph.turns``) unless ``select`` names each turn's speaker."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Annotated, Any, Union
+
+from pydantic import Field, model_validator
+
+from ...checks import check_agents
+from ...config import AgentSpec, CallableSpec, HumanSpec
+from ...errors import ConfigError, bad_value
+from ...graph.state_graph import StateGraph
+from ...graph.turns import TurnOrder, add_turns
+from ...models import StopReason
+from ...speakers.agent import Agent
+from ...speakers.human import Human
+from ...speakers.tool_loop import add_tool_loop
+from ...statelog import AppendLog
+from ..compile import Compiler, bounded_exits, named, run_task, task_calls
+from ..context import FlowContext, LinesFrame
+from ..declare import FUNCTION, REQUIRED, BlockConfig, Form
+from ..task import Block, Task, TaskSpec, as_task, fn_name, step_names
+
+# a speaker's config form: a participant's, or a Task's (derived from its model, so typed at run time)
+SpeakerSpec: Any = Annotated[Union[AgentSpec, CallableSpec, TaskSpec, HumanSpec], Field(discriminator="kind")]
+SPEAKERS = Form(list[SpeakerSpec],
+                lambda w, v, what: [a.to_spec(w) if isinstance(a, Task) else w.participant(a, what) for a in v],
+                lambda r, d, what: [a.build(r) for a in d], default=REQUIRED, label="speaker")
+
+
+class DiscussionConfig(BlockConfig):
+    """A Discussion's parameters, declared once (see ``Discussion``)."""
+
+    agents: Annotated[Any, SPEAKERS] = None
+    rounds: Any = 3
+    until: Annotated[Any, FUNCTION] = None
+    select: Annotated[Any, FUNCTION] = None
+    name: str = "discussion"
+
+    @model_validator(mode="after")
+    def _check(self) -> "DiscussionConfig":
+        name, rounds, until, select = self.name, self.rounds, self.until, self.select
+        if not check_agents(self.agents, f"Discussion {name!r}"):
+            raise ConfigError("Discussion needs at least one speaker; an empty discussion would run zero turns "
+                              "and report success.")
+        if isinstance(rounds, bool) or not isinstance(rounds, int):
+            raise bad_value(f"Discussion {name!r}", "rounds", rounds, "an int >= 1, the full passes over the speakers "
+                            "(a bool or a string is not a count)", type_error=True)
+        if rounds < 1:
+            raise ConfigError("Discussion rounds must be >= 1.")
+        if until is not None and not callable(until):
+            raise TypeError(f"Discussion until must be a callable (ctx) -> bool, got {type(until).__name__}")
+        if select is not None and not callable(select):
+            raise TypeError(f"Discussion select must be a callable (turn, ctx) -> speaker, got {type(select).__name__}")
+        self.agents = list(self.agents)
+        names = [as_task(a).name or "" for a in self.agents]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"Discussion {name!r}: agents={names!r} is invalid: {twice[0]!r} is listed more than "
+                              "once; each speaker takes its turns in order (use rounds= for more turns, or "
+                              "select= to let one speaker talk more often)")
+        return self
+
+
+@dataclass
+class DiscussionFrame(LinesFrame):
+    """A Discussion's working state in a run: turns taken, the lines so far, the topic, and (with
+    ``until``) whether it was met after the last turn."""
+
+    OPTIONAL = ("met",)
+    t: int = 0
+    lines: list[str] = field(default_factory=AppendLog)
+    topic: Any = None
+    met: bool | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.lines) is not AppendLog:  # restored from a checkpoint as a plain list
+            self.lines = AppendLog(self.lines)
+
+
+class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discussion"):
+    """A flow step where speakers take turns on one thread, compiled to ``begin -> turn -> (turn | done)``.
+
+    Each round every speaker speaks once, in order, unless ``select`` chooses; ``until`` is checked
+    after every turn (drawn as a ``check_until`` state).
+
+    The attributes below are also the constructor's parameters, in this order
+    (``DiscussionConfig`` declares and validates them).
+
+    Attributes:
+        agents (list): The speakers: agents, callables ``(turn) -> str``, ``Task``s or ``Human``s, each once.
+        rounds (int): Full passes over the speakers (at most, with ``until``).
+        until (Callable | None): ``until(ctx) -> bool``, checked after every turn; true ends the discussion.
+        select (Callable | None): ``select(turn, ctx)`` returns the speaker of turn ``turn`` (one of ``agents``).
+        name (str): The step's name (its states are ``<name>.turn``, ...).
+
+    Args:
+        *args: The attributes above by position (``agents``, ``rounds``, ...).
+        **kwargs: The attributes above by name.
+
+    Raises:
+        ValueError: No speakers, or ``rounds`` below 1 (a ``ConfigError``).
+        TypeError: ``until`` or ``select`` is not callable.
+        ConfigError: A speaker is listed twice.
+
+    Examples:
+        >>> from fsmchat import AgentFlow, Discussion
+        >>> def alice(turn):
+        ...     return "Cats."
+        >>> def bob(turn):
+        ...     return "Dogs."
+        >>> talk = Discussion([alice, bob], rounds=2)
+        >>> talk
+        Discussion('discussion', speakers=['alice', 'bob'], rounds=2)
+        >>> result = AgentFlow(steps=[talk]).execute("Which pet?")
+        >>> result.path
+        ['discussion.begin', 'discussion.turn', 'discussion.turn', 'discussion.turn', 'discussion.turn', 'discussion.done', 'end']
+        >>> [m.content for m in result.transcript]
+        ['Cats.', 'Dogs.', 'Cats.', 'Dogs.']
+    """
+
+
+    config: DiscussionConfig
+
+    @cached_property
+    def tasks(self) -> list[Task]:
+        """Each speaker as a ``Task``, in order."""
+        return [as_task(a) for a in self.config.agents]
+
+    def _repr_fields(self) -> list[str]:
+        until, select = self.config.until, self.config.select
+        return [f"speakers={step_names(self.tasks)!r}", f"rounds={self.config.rounds}"] + \
+            ([f"until={fn_name(until)}"] if until is not None else []) + \
+            ([f"select={fn_name(select)}"] if select is not None else [])
+
+    def task_for(self, speaker: Any) -> Task:
+        """Return the step of one of this discussion's speakers (what ``select`` returned).
+
+        Args:
+            speaker: One of ``agents`` (or its ``Task``, or an agent of the same name).
+
+        Raises:
+            ValueError: ``speaker`` is not one of the discussion's speakers.
+        """
+        for a, t in zip(self.config.agents, self.tasks):
+            if speaker is a or speaker is t:
+                return t
+        for t in self.tasks:  # a selector may return an equal-named agent copy
+            if isinstance(speaker, (Agent, Task, Human)) and speaker.name == t.name:
+                return t
+        names = [t.name for t in self.tasks]
+        raise ValueError(f"Discussion {self.config.name!r} select() returned {speaker!r}, which is not one of its "
+                         f"speakers {names}")
+
+    def children(self) -> list[Any]:
+        """The steps this block holds, in declaration order."""
+        return []
+
+    def own_tasks(self) -> list[Task]:
+        """The tasks this block runs itself (not those of the steps it holds)."""
+        return list(self.tasks)
+
+    def writes(self, var: str) -> bool:
+        """Whether this block itself sets variable ``var`` (its own output variables)."""
+        return var == "discussion_transcript"
+
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+        """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
+        per_turn = [task_calls(t, requests) for t in self.tasks]
+        # a selector may pick the costliest speaker on every one of the rounds x speakers turns
+        rounds = int(self.config.rounds)
+        return rounds * (len(per_turn) * max(per_turn) if self.config.select is not None else sum(per_turn))
+
+    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+        """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
+        g.subgraph(state, self.graph(c), f"Discussion: {self.config.rounds} round(s) of "
+                                         f"{', '.join(t.name or '' for t in self.tasks)}")
+
+    def graph(self, c: Compiler) -> StateGraph:
+        """This discussion's subgraph: ``begin -> turn -> (turn | done)``, ``check_until`` with ``until``."""
+        d, cfg = self, self.config
+        key, order = c.key(), TurnOrder(len(d.tasks), cfg.rounds)
+
+        def frame(ctx: FlowContext) -> DiscussionFrame:
+            return ctx.frame(key, DiscussionFrame)
+
+        def begin(ctx: FlowContext) -> None:
+            """start a fresh transcript"""
+            f = ctx.frames[key] = DiscussionFrame(topic=ctx.previous_result if ctx.previous_result is not None
+                                                  else ctx.input)
+            ctx.join_lines("discussion_transcript", key, f.lines)
+
+        async def turn(ctx: FlowContext) -> str:
+            """the scheduled speaker talks"""
+            f = frame(ctx)
+            t = f.t
+            task = d.task_for(cfg.select(t, ctx)) if cfg.select is not None else d.tasks[order.speaker(t)]
+            prompt = None
+            if task.agent is not None or task.person is not None:
+                topic = ctx.fill(task.action, f"Discussion {cfg.name!r} speaker {task.name!r}") \
+                    if task.action is not None else f.topic
+                prompt = discussion_prompt(task.name or "", topic, f.lines, ctx.previous_result)
+            status, out = await run_task(task, ctx, prompt, record_as=task.name)
+            f.t = t + 1
+            if status in ("completed", "stopped"):
+                line = f"{task.name}: {out}"
+                f.lines.append(line)
+                ctx.join_lines("discussion_transcript", key, f.lines, line)
+            return f"{task.name}: {status}"
+
+        def check_until(ctx: FlowContext) -> bool | None:
+            """until(ctx) after every turn"""
+            f = frame(ctx)
+            if ctx.halted:
+                f.met = False
+                return None
+            assert cfg.until is not None
+            try:
+                met = bool(cfg.until(ctx))
+            except Exception as exc:
+                raise ValueError(f"Discussion until() raised {type(exc).__name__}: {exc}. It is checked after "
+                                 "every turn, so a failing condition would run the full round budget.") from exc
+            f.met = met
+            return met
+
+        def turns_left(ctx: FlowContext) -> bool:
+            return order.left(frame(ctx).t)
+
+        def met(ctx: FlowContext) -> bool:
+            return bool(frame(ctx).met)
+
+        named(turns_left, "turns_left", f"fewer than {cfg.rounds} x {order.n} turns")
+        g = StateGraph(cfg.name, description=f"Discussion {cfg.name}")
+        people = [t.person.name for t in d.tasks if t.person is not None]
+        g.state("begin", begin)
+        g.state("turn", turn, "the scheduled speaker talks" + (f" (waits for {', '.join(people)}: a person's "
+                                                                "turn takes their message)" if people else ""),
+                waits=bool(people))
+        g.edge("begin", "turn")
+        if cfg.until is not None:
+            g.state("check_until", check_until, pure=True)  # committed with the next turn: one commit per turn
+        g.final("done")
+        add_tool_loop(g, "turn", [t.agent for t in d.tasks if t.agent is not None])
+        return add_turns(g, [("turn", "check_until") if cfg.until is not None else "turn"],
+                         exits=bounded_exits(met if cfg.until is not None else None), more=turns_left,
+                         exhausted=("done", StopReason.ROUNDS))
+
+
+def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) -> str:
+    """What an agent speaker is asked on its Discussion turn."""
+    parts = [str(topic) if topic is not None else ""]
+    if lines:
+        parts.append("Discussion so far:\n" + "\n".join(lines))
+    parts.append(f"You are {name}. " + ("Respond to the latest turn and move the discussion forward."
+                                         if lines else "Open the discussion."))
+    return "\n\n".join(p for p in parts if p)

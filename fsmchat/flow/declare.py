@@ -1,0 +1,261 @@
+"""How a flow block kind is declared once, as a pattern is: by one pydantic model (a ``BlockConfig``).
+
+``class Loop(Block, kind="loop", config=LoopConfig)``: the model's fields, in order, are the
+block's constructor parameters and its attributes (``each.over``); its validator holds the block's
+checks (a bad value is refused with the error the block documents); and the block's config form
+(``Loop.Spec``, registered in ``STEP_KINDS``) is derived from it: the same field names and defaults,
+a field holding live objects (steps, callables, speakers) written and read by its ``Form``.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, ClassVar, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from ..config import REF, STEP_KINDS, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, jsonable, opt_ref
+from ..errors import ConfigTypeError, invalid_config
+
+REQUIRED: Any = object()  # a config-form field with no default (its live default only says "missing")
+
+
+@dataclass(frozen=True)
+class Form:
+    """How a block field holding live objects travels in the block's config form.
+
+    Attributes:
+        data: The field's type in the config form.
+        dump: ``dump(writer, value, what)``: the live value as data.
+        load: ``load(reader, data, what)``: the live value again.
+        default: The config form's default: ``REQUIRED``, a value, or (for a list) ``list``.
+        expression: For a condition: the config-form field holding it when it is an expression
+            (``"{{score}} > 80"``, written as its text); a callable travels as an import path.
+        label: How ``what`` names the field (by default its name): ``"Discussion 'd' speaker"``.
+    """
+
+    data: Any
+    dump: Callable[[ConfigWriter, Any, str], Any]
+    load: Callable[[ConfigReader, Any, str], Any]
+    default: Any = None
+    expression: str | None = None
+    label: str | None = None
+
+
+def _dump_fn(w: ConfigWriter, value: Any, what: str) -> str | None:
+    return opt_ref(value, what)
+
+
+def _load_fn(r: ConfigReader, data: Any, what: str) -> Any:
+    return r.fn(data, what)
+
+
+def _dump_steps(w: ConfigWriter, value: Any, what: str) -> list[Any]:
+    return w.steps(value or [])
+
+
+def _load_steps(r: ConfigReader, data: Any, what: str) -> list[Any]:
+    return r.steps(data)
+
+
+STEPS = Form(list[AnyStep], _dump_steps, _load_steps, default=REQUIRED)
+"""How a block field holding steps travels: a list of step config forms, required.
+
+Examples:
+    >>> from typing import Annotated, Any
+    >>> from fsmchat.flow import STEPS, BlockConfig
+    >>> class TwiceConfig(BlockConfig):
+    ...     steps: Annotated[Any, STEPS] = None
+    ...     name: str = "twice"
+    >>> TwiceConfig(steps=["a step"]).steps
+    ['a step']
+"""
+MORE_STEPS = Form(list[AnyStep], _dump_steps, _load_steps, default=list)
+"""Steps that may be left out (``else_steps``, a route's ``default``)."""
+ROUTES = Form(dict[str, list[AnyStep]], lambda w, v, what: {k: w.steps(s) for k, s in v.items()},
+              lambda r, d, what: {k: r.steps(s) for k, s in d.items()}, default=REQUIRED)
+"""Key -> steps."""
+FUNCTION = Form(Annotated[Optional[str], REF], _dump_fn, _load_fn)
+"""A module-level function, by import path."""
+ITEMS = Form(str | list[Any], lambda w, v, what: v if isinstance(v, str) else jsonable(v, what),
+             lambda r, d, what: d, default="items")
+"""A variable's name, or a literal list (as JSON)."""
+
+
+def condition_form(expression: str, default: Any = None) -> Form:
+    """A condition: a callable by import path, or an expression by its text in ``expression``."""
+    return Form(Annotated[Optional[str], REF], _dump_fn, _load_fn, default=default, expression=expression)
+
+
+class BlockConfig(BaseModel):
+    """Base of every flow step kind's one model: its fields are the step's parameters and attributes.
+
+    A kind's checks are its model's validator; an fsmchat error it raises is raised as it is, any
+    other bad value is a ``ConfigError`` naming the field. A field holding live objects says how
+    it travels in the config form with a ``Form`` (``STEPS``: steps).
+
+    Examples:
+        >>> from fsmchat.flow import BlockConfig
+        >>> class PauseConfig(BlockConfig):
+        ...     seconds: float = 1.0
+        >>> PauseConfig(seconds=2).seconds
+        2.0
+        >>> PauseConfig("Pause", minutes=1)
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: Pause: unknown option 'minutes'
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    def __init__(self, owner: str | None = None, /, **values: Any) -> None:
+        """Validate ``values``; a bad one is refused in ``owner``'s name.
+
+        Args:
+            owner: Whose name a refusal is given in (the model's by default).
+            **values: The fields.
+        """
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise invalid_config(owner or type(self).__name__, exc) from None
+
+
+def form_of(field: FieldInfo) -> Form | None:
+    return next((m for m in field.metadata if isinstance(m, Form)), None)
+
+
+class BlockSpec(ConfigSpec):
+    """What every block kind's config form is: its fields, and ``build`` (the block again)."""
+
+    block_type: ClassVar[Any] = None  # the block class the kind builds
+
+    def build(self, r: ConfigReader) -> Any:
+        """The block, built from the fields (each live one loaded by its ``Form``)."""
+        block = self.block_type
+        values: dict[str, Any] = {}
+        for name, f in block.Config.model_fields.items():
+            form, data = form_of(f), getattr(self, name)
+            if form is None:
+                values[name] = data
+            elif form.expression is not None and getattr(self, form.expression) is not None:
+                values[name] = getattr(self, form.expression)
+            else:
+                values[name] = form.load(r, data, self.ref_label(form.label or name))
+        return block(**values)
+
+
+def block_spec(block: Any, kind: str, owner: str) -> type[BlockSpec]:
+    """Derive the config form of ``block`` (a Block class with a ``Config`` model) under ``kind``."""
+    fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
+    for name, f in block.Config.model_fields.items():
+        form = form_of(f)
+        default = f.default if form is None or form.default is None else form.default
+        data = f.annotation if form is None else form.data
+        if default is REQUIRED:
+            info = Field(description=f.description)
+        elif default is list:
+            info = Field(default_factory=list, description=f.description)
+        else:
+            info = Field(default, description=f.description)
+        fields[name] = (data, info)
+        if form is not None and form.expression is not None:
+            fields[form.expression] = (Optional[str], Field(None))
+    spec = create_model(block.Config.__name__.removesuffix("Config") + "Spec", __base__=BlockSpec,
+                        __module__=block.__module__, **fields)
+    spec.__qualname__ = f"{block.__qualname__}.Spec"
+    spec.__doc__ = f"The config form of ``{block.__name__}`` (kind {kind!r}), derived from ``{block.Config.__name__}``."
+    spec.owner = owner
+    spec.block_type = block
+    return spec
+
+
+def spec_of(block: Any, w: ConfigWriter) -> BlockSpec:
+    """``block`` as its config form: each field as it is, or written by its ``Form``."""
+    spec: type[BlockSpec] = type(block).Spec
+    values: dict[str, Any] = {}
+    for name, f in type(block).Config.model_fields.items():
+        form, value = form_of(f), getattr(block.config, name)
+        what = f"{spec.owner} {block.config.name!r} {form.label or name}" if form is not None else name
+        if form is None:
+            values[name] = value
+        elif form.expression is not None:
+            values[name], values[form.expression] = w.condition(value, what) if value is not None else (None, None)
+        else:
+            values[name] = form.dump(w, value, what)
+    return spec(**values)
+
+
+class DeclaredField:
+    """An attribute of a declared step that is a field of its model: read from ``step.config``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj.config, self.name)
+
+
+class Declared:
+    """Base of the step kinds declared once by their model: ``Task`` and every ``Block``.
+
+    ``class Loop(Block, kind="loop", config=LoopConfig, owner="loop")``: the model's fields, in
+    order, become the constructor's parameters (its signature) and read-only attributes; ``kind``
+    derives the config form (``Loop.Spec``) and registers it in ``STEP_KINDS``; ``owner`` is how
+    messages name the kind (``"if_ 'check' condition"``).
+    """
+
+    kind: ClassVar[str | None] = None
+    Config: ClassVar[type[BlockConfig] | None] = None
+    Spec: ClassVar[type[BlockSpec]]
+    config: Any  # the step's validated model (its kind's ``Config``)
+
+    def __init_subclass__(cls, kind: str | None = None, config: type[BlockConfig] | None = None,
+                          owner: str | None = None, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if config is not None:
+            cls.Config = config
+            for name in config.model_fields:
+                if name not in cls.__dict__:
+                    setattr(cls, name, DeclaredField(name))
+            params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.annotation,
+                                        default=inspect.Parameter.empty if f.is_required() else f.default)
+                      for n, f in config.model_fields.items()]
+            setattr(cls, "__signature__", inspect.Signature(params))
+        if kind is not None:
+            if cls.Config is None:
+                raise TypeError(f"{cls.__name__}: kind={kind!r} needs config=, the block's model (a BlockConfig)")
+            cls.kind = kind
+            cls.Spec = block_spec(cls, kind, owner or kind)
+            STEP_KINDS.register(cls.Spec)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The model's fields, in order or by name (see the class's signature)."""
+        owner, model = type(self).__name__, type(self).Config
+        if model is None:
+            raise TypeError(f"{owner}: a step kind declares its model in its class line (config=...) or defines "
+                            "its own __init__")
+        names = list(model.model_fields)
+        if len(args) > len(names):
+            raise TypeError(f"{owner}() takes at most {len(names)} positional arguments ({len(args)} given)")
+        for name, value in zip(names, args):
+            if name in kwargs:
+                raise TypeError(f"{owner}() got multiple values for argument {name!r}")
+            kwargs[name] = value
+        for name in kwargs:
+            if name not in model.model_fields:
+                close = difflib.get_close_matches(name, names, n=1)
+                raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
+                                      + (f"; did you mean {close[0]}?" if close else "")
+                                      + f" (its options: {', '.join(names)})")
+        self.config = model(owner, **kwargs)
+
+    def to_spec(self, w: ConfigWriter) -> Any:
+        """This step's config form (its kind's ``Spec``, derived from its model)."""
+        if type(self).Config is None:
+            raise TypeError(f"step {getattr(self, 'name', '?')!r}: a {type(self).__name__} has no config form")
+        return spec_of(self, w)
