@@ -108,6 +108,8 @@ class ConfigSpec(BaseModel):
 
 
 # ---- participants ----
+LATER_PATTERN_FIELDS: dict[str, Any] = {"context": None}
+"""A pattern's config fields added after version 1, with the value that leaves them out of a config."""
 LATER_AGENT_FIELDS: dict[str, Any] = {"max_retry_wait_s": DEFAULT_MAX_RETRY_WAIT, "transport": "auto",
                                       "max_tool_rounds": DEFAULT_MAX_TOOL_ROUNDS,
                                       "max_parallel_tools": DEFAULT_MAX_PARALLEL_TOOLS, "on_tool_error": "return",
@@ -324,6 +326,16 @@ class PatternSpec(ConfigSpec):
     models: list[AnyModel] = Field(default_factory=list)
     interrupt_before: list[str] = Field(default_factory=list)  # states where the run waits for a person
     interrupt_after: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Pattern fields added after version 1 are written only when set (``LATER_PATTERN_FIELDS``):
+        a config written before them reads back equal."""
+        out: dict[str, Any] = handler(self)
+        for name, default in LATER_PATTERN_FIELDS.items():
+            if name in out and out[name] == default:
+                del out[name]
+        return out
 
     def build(self, r: ConfigReader) -> Any:
         """The pattern (of ``pattern_class`` when it names a subclass), built from the fields."""
