@@ -1,4 +1,4 @@
-"""Layer 1: the data every other layer speaks (messages, transcripts, bids, trace events, results)."""
+"""Layer 2: the data every other layer speaks (messages, transcripts, bids, trace events, results)."""
 from __future__ import annotations
 
 import html

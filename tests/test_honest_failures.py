@@ -15,7 +15,8 @@ except ImportError:  # tests/ became a package
 
 from fsmchat import RESPOND_TOOL, Agent, AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, ModelCallError, \
     OneOnOneDebate, RoundRobinSwarm, Task
-from fsmchat.errors import MissingCredentials, request_error_kind
+from fsmchat.errors import MissingCredentials
+from fsmchat.speakers.classify import request_error_kind
 from fsmchat.patterns.group_chat import NoBidHeard
 from fsmchat.speakers import llm
 from fsmchat.testing import Bid, Fail, ScriptedModel, ScriptExhausted

@@ -1,4 +1,4 @@
-"""Layer 7: ``AgentFlow`` (alias ``Flow``), a workflow of steps compiled to one nested graph."""
+"""Layer 14: ``AgentFlow`` (alias ``Flow``), a workflow of steps compiled to one nested graph."""
 from __future__ import annotations
 
 import copy
@@ -10,9 +10,9 @@ from ..graph.state_graph import StateGraph
 from ..checks import RUN_KEYWORDS, check_agents, check_keywords
 from ..checkpoint import NotSerializable, encode
 from ..config import AgentRoster, FlowSteps, JsonData
-from ..errors import ConfigError, attach_result, bad_value, fatal_error, run_finished
+from ..errors import ConfigError, attach_result, bad_value, fatal_error
 from ..models import RunResult, StopReason, check_output_type, format_output
-from ..patterns.base import Pattern, PatternConfig, set_pending
+from ..patterns.base import Pattern, PatternConfig
 from ..speakers.agent import Agent
 from ..patterns.interrupts import WaitPoint
 from .compile import Compiler, StepError, bound, check_templates, flow_point, walk_steps
@@ -222,7 +222,6 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
 
     def _context(self, task: str) -> FlowContext:
         ctx = FlowContext(task, copy.deepcopy(self.config.variables))
-        ctx.stats.roster = _agents_in(self.config.steps)
         if self.config.memory:
             ctx.memory = {}
         return ctx
@@ -245,7 +244,8 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
             raise attach_result(result.error, result)
         return result.output
 
-    def _finish(self, result: RunResult) -> RunResult:
+    def fill_result(self, result: RunResult) -> RunResult:
+        """The flow's result: its status, and its output as the dict ``run`` returns."""
         ctx: FlowContext = result.context
         if result.stop_reason == StopReason.INTERRUPTED:
             ctx.status = "waiting"
@@ -275,8 +275,6 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
         if ctx.error is not None:
             out["error"] = str(ctx.error)
         result.output = out
-        set_pending(result)
-        run_finished(result)
         return result
 
     def start(self, input: str = "") -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Layer 3: draw a graph as DOT (via the ``graphviz`` package) and Mermaid text.
+"""Layer 4: draw a graph as DOT (via the ``graphviz`` package) and Mermaid text.
 
 Both are written from one plain ``Drawing`` of the flattened graph (nodes, nested groups, edges
 with their kind), which the graph makes itself (``StateGraph.drawing``): this module knows no

@@ -1,4 +1,4 @@
-"""Layer 2: ``StateGraph``, the one intermediate form that is run, drawn, analysed and tested.
+"""Layer 5: ``StateGraph``, the one intermediate form that is run, drawn, analysed and tested.
 
 A graph holds named states (each with an optional action and a one-line description), final
 states, nested subgraphs and guarded transitions in declared order. ``flatten()`` turns nesting

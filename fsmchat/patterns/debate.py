@@ -276,7 +276,6 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
     def _context(self, task: str) -> DebateContext:
         ctx = DebateContext(task, self._speakers(), images=check_image(self.config.img, type(self).__name__),
                             config=self.config, state=DebateState(message=task))
-        ctx.stats.roster = list(ctx.speakers)
         return ctx
 
 

@@ -30,7 +30,8 @@ from pydantic import AfterValidator, Field
 
 from ..checks import check_agents
 from ..config import Participants
-from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error, grouped_failures
+from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
+from ..speakers.classify import grouped_failures
 from ..graph.state_graph import StateGraph, state_names
 from ..models import Message, StopReason
 from ..speakers.agent import Agent, Speaker, Turn, check_roster
@@ -471,9 +472,7 @@ class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig):
     def _context(self, task: str) -> GroupChatContext:
         cfg = self.config
         speakers = [a.equipped() if cfg.auto_equip and isinstance(a, Agent) else a for a in cfg.agents]
-        ctx = GroupChatContext(task, speakers, config=self.config)
-        ctx.stats.roster = speakers
-        return ctx
+        return GroupChatContext(task, speakers, config=self.config)
 
 
 def example_graph() -> StateGraph:

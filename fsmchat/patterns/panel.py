@@ -333,7 +333,6 @@ class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
     def _context(self, task: str) -> PanelContext:
         experts, moderator = self._roster()
         ctx = PanelContext(task, experts, config=self.config, moderator=moderator, state=PanelState(topic=task))
-        ctx.stats.roster = [*experts, moderator]
         return ctx
 
 

@@ -291,9 +291,7 @@ class RoundRobinSwarm(Pattern, kind="round_robin", config=RoundRobinConfig):
                                                              fallback="speaker"), agents)]
 
     def _context(self, task: str) -> RoundRobinContext:
-        ctx = RoundRobinContext(task, list(self.config.agents), config=self.config)
-        ctx.stats.roster = list(self.config.agents)
-        return ctx
+        return RoundRobinContext(task, list(self.config.agents), config=self.config)
 
 
 def example_graph() -> StateGraph:

@@ -1,4 +1,4 @@
-"""Layer 5: participants (litellm agents, callables, people), their tools and the respond tool."""
+"""Layer 8: participants (litellm agents, callables, people), their tools and the respond tool."""
 from .agent import Agent, CallableSpeaker, Turn, as_speaker, check_roster, conversation_view
 from .ratelimit import RateLimit, rate_limit
 from .human import Approve, Edit, Human, Pending, Reject, Say

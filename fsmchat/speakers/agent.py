@@ -1,4 +1,4 @@
-"""Layer 5: who speaks. ``Agent`` (a model reached through litellm), plain callables, and the
+"""Layer 8: who speaks. ``Agent`` (a model reached through litellm), plain callables, and the
 request a participant is given on its turn."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..deadline import call_within
-from ..errors import HEADER_OPTIONS, ConfigError, ModelCallError, fatal_error, invalid_config, register_secrets, \
-    secret_values
+from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
+from ..masking import HEADER_OPTIONS, register_secrets, secret_values
 from ..models import Bid, Message, shorten
 from . import llm, wire
 from .images import image_part

@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Any, Callable
 
-from ..errors import MASK, is_secret, redact
+from ..masking import MASK, is_secret, redact
 
 __all__ = ["LOGGERS", "MASK", "SecretLogFilter", "covered", "install", "is_secret", "mask_log_text", "mask_record"]
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import redact_data
+from ..masking import redact_data
 from .page import page
 from .store import STATUSES, Store
 from .view import run_view
