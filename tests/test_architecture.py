@@ -205,14 +205,17 @@ def test_the_adding_a_pattern_example_runs_and_prints_what_the_doc_shows(tmp_pat
     code, printed = adding_a_pattern()
     assert len(code) == 2 and len(printed) == 1
     assert sum(len(block.splitlines()) for block in code) < 60
-    script = tmp_path / "draft_review.py"
+    script = tmp_path / "moderated_round_robin.py"
     script.write_text("".join(code) + "\nfrom fsmchat.testing import assert_trace_is_path\n"
                       "assert_trace_is_path(chat.graph, result)\n")
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                        env={"PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout == printed[0]
-    assert r.stdout.splitlines()[0] == "approved | seed -> draft -> review -> draft -> review -> done | 6 calls at most"
+    assert r.stdout.splitlines() == [
+        "rounds | seed -> turns -> sum_up -> turns -> sum_up -> done | 6 calls at most",
+        "['skeptic: Only with a rollback plan.', 'host: Summary of 6 messages: Friday, with a rollback plan.']",
+        "ModeratedRoundRobin: moderator is missing: it is required"]
 
 
 # ---- what the tests hold the imports to (docs/architecture.md, "What the tests hold the imports to") ----

@@ -98,10 +98,16 @@ class ConfigField:
 
 def constructor_signature(config: type[PatternConfig]) -> inspect.Signature:
     """The pattern's signature as ``help()`` and IDEs show it: the model's fields in order, then
-    the keyword-only ``interrupt_before``/``interrupt_after``."""
-    params = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.annotation,
-                                default=inspect.Parameter.empty if f.is_required() else f.default)
-              for name, f in config.model_fields.items()]
+    the keyword-only ``interrupt_before``/``interrupt_after``. A required field after one with a
+    default (a moderator after the roster) is shown keyword-only from there on, as Python spells it."""
+    params: list[inspect.Parameter] = []
+    keyword_only = False
+    for name, f in config.model_fields.items():
+        keyword_only = keyword_only or (f.is_required() and bool(params) and
+                                        params[-1].default is not inspect.Parameter.empty)
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY if keyword_only else
+                                        inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.annotation,
+                                        default=inspect.Parameter.empty if f.is_required() else f.default))
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
                for name in ("interrupt_before", "interrupt_after")]
     return inspect.Signature(params)
