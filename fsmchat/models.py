@@ -600,7 +600,7 @@ def check_output_type(output_type: str) -> str:
 
 
 def format_output(rows: list[Message], output_type: str) -> Any:
-    """Format a transcript as the reference libraries do for ``output_type``.
+    """Format a transcript as swarms, PraisonAI and AG2 do for ``output_type``.
 
     Args:
         rows: The messages, the task first.

@@ -91,7 +91,7 @@ def _output_type(output_type: Any, info: ValidationInfo) -> str | None:
 class FlowConfig(PatternConfig):
     """AgentFlow's parameters, declared once: validated before any model call.
 
-    The fields are ``AgentFlow``'s constructor parameters in the reference's order; a step agent
+    The fields are ``AgentFlow``'s constructor parameters in PraisonAI's order; a step agent
     missing from ``agents=`` or a person asked in a parallel branch is refused here too.
 
     Attributes:
@@ -147,7 +147,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
 
     Each step is an Agent, a callable ``(ctx) -> str | StepResult``, a ``Task``, a ``Discussion``
     or a combinator (``loop``, ``parallel``, ``route``, ``if_``, ``repeat``, ``ask_human``).
-    ``run``/``start`` return the reference's ``{"output", "steps", "variables", "status"}`` (plus
+    ``run``/``start`` return PraisonAI's ``{"output", "steps", "variables", "status"}`` (plus
     ``"error"`` when failed); ``execute`` returns the ``RunResult``. A flow that asks a person
     stops there with status ``"waiting"`` (stop reason ``"interrupted"``) and goes on with
     ``resume(run_id, checkpoint, input=...)``; it must be run with a checkpoint.
@@ -227,7 +227,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
         return ctx
 
     async def arun(self, task: str, **kw: Any) -> Any:
-        """Run once and return the reference's ``{"output", "steps", "variables", "status"}`` dict.
+        """Run once and return PraisonAI's ``{"output", "steps", "variables", "status"}`` dict.
 
         The dict has ``"error"`` when a step failed under its ``on_error`` policy. A failure of the
         run itself (a request error no retry can fix, missing credentials, an exhausted test
@@ -278,7 +278,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
         return result
 
     def start(self, input: str = "") -> dict[str, Any]:
-        """Run once and return the reference's dict: ``run`` under the reference's name.
+        """Run once and return PraisonAI's dict: ``run`` under PraisonAI's name.
 
         Args:
             input: The flow's input.

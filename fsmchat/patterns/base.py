@@ -464,7 +464,7 @@ class Pattern(ABC):
     def run(self, task: str, *args: Any, **kwargs: Any) -> Any:
         """Run once (sync); the keywords are ``aexecute``'s (``checkpoint=``, ``run_id=``, ...), checked
         like the constructor's (an unknown one is a ``ConfigTypeError``: ``chekpoint=`` gets "did you
-        mean checkpoint?"). Positional arguments the reference forwards to each agent's ``run()`` have
+        mean checkpoint?"). Positional arguments swarms forwards to each agent's ``run()`` have
         no meaning here and are ignored."""
         check_keywords(kwargs, RUN_KEYWORDS, f"{type(self).__name__}.run")
         return self._sync(lambda: self.arun(task, **kwargs))

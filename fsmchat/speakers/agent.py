@@ -311,7 +311,7 @@ class Agent(BaseModel):
     def require_reply_text(self, response: Any) -> None:
         """Refuse a reply with no text (``llm.NoReplyText``, retried, then a ``ModelCallError``):
         ``content`` null with no tool calls, or only tool calls while the agent has no tools. A
-        blank string is a reply (an empty turn is posted, as the reference libraries post it). A
+        blank string is a reply (an empty turn is posted, as swarms, PraisonAI and AG2 post it). A
         reply without choices is left to ``reply_message`` (its own error)."""
         choices = getattr(response, "choices", None) or []
         if not choices:
