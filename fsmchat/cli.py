@@ -1,4 +1,4 @@
-"""Layer 9: ``fsmchat run | resume | render | graphs | plan | ui | serve | report | runs | history | fork``,
+"""Layer 17: ``fsmchat run | resume | render | graphs | plan | ui | serve | report | runs | history | fork``,
 thin over the layers above.
 
 Targets name code the way uvicorn and flask do: ``MODULE:ATTR`` (imported with the current
@@ -23,10 +23,11 @@ from . import __version__, gallery
 from .checkpoint import Checkpointer, SqliteCheckpointer
 from .checks import check_run_id
 from .engine import run_sync
-from .errors import FsmchatError, redact, redact_chain, redact_data, watch_failures
+from .errors import FsmchatError
+from .masking import redact, redact_chain, redact_data
 from .live import LiveRun, summary
 from .models import StopReason, shorten
-from .patterns.base import Pattern
+from .patterns.base import FailedRuns, Pattern
 from .speakers import llm
 from .speakers.human import Approve, Edit, InputNotAllowed, Reject, check_input, waiting_for
 from .statelog import history_of
@@ -290,9 +291,11 @@ def _run_script(path: Path, args: argparse.Namespace) -> int:
               f"{BUILD}() returning a pattern); add one, or name the pattern as {path}:ATTR", file=sys.stderr)
         return 2
     sys.argv = [str(path)]
-    failed = watch_failures()
+    watch = FailedRuns()
+    failed = watch.results
     try:
-        runpy.run_path(str(path), run_name="__main__")
+        with watch.watching():
+            runpy.run_path(str(path), run_name="__main__")
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise

@@ -306,6 +306,26 @@ Examples:
     [('agent', 'Pro'), ('agent', 'Con'), ('human', 'host')]
 """
 OneParticipant = Annotated[Any, Travels(Participant, lambda w, v, what: w.participant(v, what), _load_built)]
+"""The type of a field holding one participant (a moderator, a judge): an agent, a callable or a person.
+
+It travels in the pattern's config form as that participant's spec, as ``Participants`` does for a
+roster. Without a default the field is required: a pattern built without it is refused at once
+(a ``ConfigError`` naming the field), before any run.
+
+Examples:
+    >>> from pydantic import Field
+    >>> from fsmchat import Agent
+    >>> from fsmchat.patterns import OneParticipant, Participants, PatternConfig
+    >>> class HostedConfig(PatternConfig):
+    ...     agents: Participants = Field(None, title="agent")
+    ...     moderator: OneParticipant
+    >>> HostedConfig(agents=[Agent("Pro")], moderator=Agent("Host")).moderator.name
+    'Host'
+    >>> HostedConfig(agents=[Agent("Pro")])
+    Traceback (most recent call last):
+    ...
+    fsmchat.errors.ConfigError: HostedConfig: moderator is missing: it is required
+"""
 AgentRoster = Annotated[Any, Travels(list[AgentSpec], _dump_agents, _load_built)]
 FlowSteps = Annotated[Any, Travels(list[AnyStep], _dump_steps, lambda r, d: r.steps(d))]
 JsonData = Annotated[Any, Travels(dict[str, Any], lambda w, v, what: jsonable(v, what), _load_data)]

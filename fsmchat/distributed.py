@@ -33,7 +33,8 @@ from .checkpoint import SqliteCheckpointer
 from .checks import check_tasks
 from .config import config_digest, from_config, to_config
 from .engine import run_sync
-from .errors import CheckpointStoreError, FsmchatError, attach_result, redact, redact_chain, result_of
+from .errors import CheckpointStoreError, FsmchatError, attach_result, result_of
+from .masking import redact, redact_chain
 from .progress import ProgressBar
 from .speakers.llm import INTERCEPTOR, get_litellm
 

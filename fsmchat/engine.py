@@ -1,4 +1,4 @@
-"""Layer 4: the one executor. ``GraphRun`` is one run of any ``StateGraph`` on a context object.
+"""Layer 7: the one executor. ``GraphRun`` is one run of any ``StateGraph`` on a context object.
 
 A step: the current state's action runs (once per visit), then an outgoing transition is chosen
 (``step()``: the first guard that passes, in declared order; ``step(event)``: the first transition
@@ -33,8 +33,8 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, Name
 
 from transitions import Machine
 
-from .errors import (FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached, redact,
-                     redact_chain)
+from .errors import FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
+from .masking import redact, redact_chain
 from .graph.state_graph import StateGraph, callable_name, is_awaitable
 from .models import RunResult, StopReason, TraceEvent
 
@@ -614,7 +614,7 @@ def run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
             loop.close()
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsmchat-run") as pool:
-        future = pool.submit(worker)
+        future = pool.submit(contextvars.copy_context().run, worker)  # the caller's context vars go along
         try:
             return future.result()
         except BaseException:

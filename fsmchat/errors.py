@@ -1,14 +1,14 @@
-"""Exceptions fsmchat raises, and the way a failed run's result travels on an exception."""
+"""Layer 2: the exceptions fsmchat raises, and the way a failed run's result travels on an exception.
+
+Only exception classes and the helpers that build or read them live here. Which provider errors
+no retry can fix is decided by the model layer (``fsmchat.speakers.classify``); secret masking,
+which every exception's message goes through, is ``fsmchat.masking``.
+"""
 from __future__ import annotations
 
-import functools
-import json
-import os
-import re
-import threading
-from typing import Any, Iterable, Mapping, TypeVar, cast
+from typing import Any
 
-_T = TypeVar("_T")
+from .masking import redact, redact_chain, register_secrets
 
 
 class FsmchatError(Exception):
@@ -172,314 +172,11 @@ def invalid_config(owner: str, exc: Any) -> FsmchatError:
             parts.append(msg.removeprefix("Value error, "))
         elif err["type"] == "extra_forbidden":
             parts.append(f"unknown option {where!r}")
+        elif err["type"] == "missing":
+            parts.append(f"{where} is missing: it is required")
         else:
             parts.append(f"{where}={err.get('input')!r} is invalid: {msg[:1].lower()}{msg[1:]}")
     return ConfigError(f"{owner}: " + "; ".join(parts))
-
-
-# ---- model call errors: which ones no retry can fix ----
-# litellm maps every provider's errors to these classes (by name, so this module never imports litellm).
-_REQUEST_ERRORS = (("ContextWindowExceededError", "context_window"), ("UnsupportedParamsError", "unsupported_params"),
-                   ("AuthenticationError", "authentication"), ("PermissionDeniedError", "permission"),
-                   ("NotFoundError", "not_found"), ("UnprocessableEntityError", "bad_request"),
-                   ("ContentPolicyViolationError", "bad_request"), ("InvalidRequestError", "bad_request"),
-                   ("BadRequestError", "bad_request"))
-_NO_KEY = re.compile(r"missing credentials|api[_ ]?key (is )?(must be set|not (set|found|provided))|"
-                     r"no api[_ ]?key|(set|pass) (an )?`?\w*api_key|api_key client option must be set", re.I)
-
-
-def request_error_kind(exc: BaseException | None) -> str | None:
-    """What kind of request error ``exc`` is, if no retry can fix it: ``authentication``,
-    ``permission``, ``not_found``, ``bad_request``, ``context_window``, ``unsupported_params``,
-    ``missing_credentials``; None for transient faults (timeouts, 429, 5xx, dropped connections)
-    and anything else."""
-    if exc is None:
-        return None
-    names = [c.__name__ for c in type(exc).__mro__]
-    if "MissingCredentials" in names or (_NO_KEY.search(str(exc)) and "Timeout" not in names):
-        return "missing_credentials"  # litellm maps a missing OpenAI key to InternalServerError (500)
-    for cls, kind in _REQUEST_ERRORS:
-        if cls in names:
-            return kind
-    status = getattr(exc, "status_code", None)
-    if status in (401, 403, 404) or (isinstance(status, int) and status in (400, 413, 422)):
-        return {401: "authentication", 403: "permission", 404: "not_found"}.get(status, "bad_request")
-    return None
-
-
-# ---- secrets: one redaction rule for every channel ----
-# A secret is (a) the value of anything an agent sends as a credential or a header (``api_key``,
-# every ``extra_headers`` value, ``Authorization``, ``aws_secret_access_key``, ``vertex_credentials``
-# ...), registered when the agent is made and again when its call fails; (b) the value of every
-# credential-named environment variable (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``HF_TOKEN``...);
-# (c) anything shaped like one (``Bearer ...``, ``sk-...``, ``name='value'`` under a secret name).
-# ``redact`` applies the rule to a text; every channel that shows or stores an error calls it (error
-# messages, the exception chain, log records, checkpointed stop events, the CLI, the viewer's
-# JSON and reports, Ray payloads). Values shorter than ``MIN_SECRET_CHARS`` are masked only where
-# a name or a shape shows them: masking every "true" or "eu" would garble the text.
-MASK = "***"
-MIN_SECRET_CHARS = 8
-HEADER_OPTIONS = ("extra_headers", "headers", "default_headers")  # every value sent in these is a secret
-_SECRET_PARTS = {"key", "apikey", "token", "secret", "password", "passwd", "authorization", "auth", "credential",
-                 "credentials", "cookie", "bearer"}
-_TOKEN_COUNT = re.compile(r"^(max|min|budget|num|total|prompt|completion|reasoning)(_[a-z]+)*_tokens$")
-_SCHEME = re.compile(r"^(?:bearer|basic|token|apikey|key)\s+(\S+)$", re.I)
-_SHAPES = re.compile(r"(?i)(bearer\s+)(?!\*\*\*)[^\s'\",]+|\b((?:sk|pk|rk|gsk|xai|hf)[-_][A-Za-z0-9_\-]{6,})"
-                     r"|\b(AIza[0-9A-Za-z_\-]{10,})")
-# every name is_secret accepts, and every shape of _SHAPES, contains one of these
-_NAME_WORDS = ("key", "token", "secret", "passw", "auth", "credential", "cookie", "bearer")
-_SHAPE_WORDS = ("bearer", "sk-", "sk_", "pk-", "pk_", "rk-", "rk_", "xai-", "xai_", "hf-", "hf_", "aiza")  # gsk_: sk_
-# 'name': 'value'  "name": "value"  'name'='value'  (b'name', b'value')
-_QUOTED = re.compile(r"""(?P<q>['"])(?P<name>[^'"\n]{1,80})(?P=q)(?P<sep>\s*[:=,]\s*)(?P<b>b?)(?P<vq>['"])"""
-                     r"""(?P<value>(?:\\.|(?!(?P=vq))[^\\\n])*)(?P=vq)""")
-# name='value'  name=value  (keyword arguments, query strings, environment variables)
-_KEYWORD = re.compile(r"""(?<![\w'"-])(?P<name>[A-Za-z_][\w-]{0,79})(?P<sep>=)(?:(?P<vq>['"])"""
-                      r"""(?P<qvalue>(?:\\.|(?!(?P=vq))[^\\\n])*)(?P=vq)|(?P<value>[^\s'",)}&]+))""")
-# Name: value  (header lines, curl's -H 'Name: value')
-_HEADER = re.compile(r"""(?<![\w-])(?P<name>[A-Za-z][\w-]{0,79})(?P<sep>:[ \t]*)(?P<value>[^'"\s,}][^'"\n,}]*)""")
-_registry_lock = threading.Lock()
-_registered: tuple[str, ...] = ()  # the values agents registered (replaced whole, so readers need no lock)
-
-
-@functools.lru_cache(maxsize=4096)  # the same few names (dict keys, headers, variables) are asked again and again
-def is_secret(name: str) -> bool:
-    """Whether a keyword names a secret: ``api_key``, ``x-api-key``, ``access_token``,
-    ``Authorization``, ``OPENAI_API_KEY``... but not counts such as ``max_tokens``.
-
-    Examples:
-        >>> from fsmchat.errors import is_secret
-        >>> [is_secret(n) for n in ("api_key", "X-Token", "aws_secret_access_key", "vertex_credentials", "max_tokens")]
-        [True, True, True, True, False]
-    """
-    lowered = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()  # accessToken -> access_token
-    parts = re.split(r"[_\-\s.]+", lowered)
-    if any(p in _SECRET_PARTS for p in parts) or lowered.endswith(("apikey", "api_key", "secret")):
-        return True
-    return "tokens" in parts and not _TOKEN_COUNT.match(lowered)  # api_tokens yes; max_tokens no
-
-
-def secret_values(options: Mapping[str, Any]) -> list[str]:
-    """The secret values among an agent's options: every string under a secret-named key (at any
-    depth), every header value (``extra_headers``, ``headers``, ``default_headers``), and the token
-    of a ``"Bearer <token>"``-style value on its own. A JSON text under a secret name (a service
-    account's ``vertex_credentials``) also gives its secret-named fields.
-
-    Examples:
-        >>> from fsmchat.errors import secret_values
-        >>> secret_values({"api_key": "k-123", "temperature": 0.2, "extra_headers": {"X-Region": "eu-west-1"},
-        ...                "extra_body": {"auth_token": "t-456"}})
-        ['k-123', 'eu-west-1', 't-456']
-    """
-    out: list[str] = []
-
-    def leaves(value: Any) -> None:
-        if isinstance(value, str):
-            out.append(value)
-            scheme = _SCHEME.match(value.strip())
-            if scheme:
-                out.append(scheme.group(1))
-            if value.lstrip().startswith("{"):
-                try:
-                    parsed = json.loads(value)
-                except ValueError:
-                    return
-                if isinstance(parsed, dict):
-                    walk(parsed, False)
-        elif isinstance(value, Mapping):
-            for v in value.values():
-                leaves(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                leaves(v)
-
-    def walk(value: Any, headers: bool) -> None:
-        if isinstance(value, Mapping):
-            for k, v in value.items():
-                if headers or (isinstance(k, str) and is_secret(k)):
-                    leaves(v)
-                else:
-                    walk(v, isinstance(k, str) and k in HEADER_OPTIONS)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v, headers)
-
-    walk(options, False)
-    return list(dict.fromkeys(out))
-
-
-def register_secrets(values: Iterable[Any]) -> None:
-    """Remember ``values`` as secrets of this process: ``redact`` masks them wherever they appear.
-    Agents register their credential and header values when they are made; texts shorter than
-    ``MIN_SECRET_CHARS`` are ignored (a name or shape still masks them)."""
-    global _registered
-    fresh = [v for v in values if isinstance(v, str) and len(v.strip()) >= MIN_SECRET_CHARS and v != MASK
-             and v not in _registered]
-    if fresh:
-        with _registry_lock:
-            _registered = tuple(dict.fromkeys([*_registered, *fresh]))
-
-
-def known_secrets() -> list[str]:
-    """Every secret value ``redact`` masks now, longest first: the registered ones and the values
-    of the credential-named environment variables (read afresh: the environment may change)."""
-    found = dict.fromkeys(_registered)
-    for name, value in list(os.environ.items()):
-        if is_secret(name) and len(value.strip()) >= MIN_SECRET_CHARS:
-            found[value] = None
-    return sorted(found, key=len, reverse=True)
-
-
-def _quoted(m: re.Match[str]) -> str:
-    if not is_secret(m.group("name")) or not m.group("value") or m.group("value") == MASK:
-        return m.group(0)
-    q, vq = m.group("q"), m.group("vq")
-    return f"{q}{m.group('name')}{q}{m.group('sep')}{m.group('b')}{vq}{MASK}{vq}"
-
-
-def _keyword(m: re.Match[str]) -> str:
-    value = m.group("qvalue") or m.group("value")
-    if not is_secret(m.group("name")) or not value or value == MASK:
-        return m.group(0)
-    vq = m.group("vq") or ""
-    return f"{m.group('name')}={vq}{MASK}{vq}"
-
-
-_HEADER_WORDS = {"authorization", "proxy-authorization", "cookie", "set-cookie"}  # values with spaces
-
-
-def _header(m: re.Match[str]) -> str:
-    # a header's name: hyphenated, one capitalised word or a known one, never prose ("credentials:")
-    # nor an exception's type ("MissingCredentials: ..."); its value one token, except for the
-    # headers whose values have spaces ("Basic abc", "a=b; c=d"): "Key: the main point" is prose
-    name, value = m.group("name"), m.group("value").strip()
-    known = name.lower() in _HEADER_WORDS
-    header_like = known or "-" in name or (name[0].isupper() and name[1:].islower())
-    if not header_like or not is_secret(name) or value == MASK or (" " in value and not known):
-        return m.group(0)
-    return f"{m.group('name')}{m.group('sep')}{MASK}"
-
-
-def redact(text: str, *secrets: Any) -> str:
-    """``text`` with every secret masked as ``***``: the known values (``known_secrets``, and
-    ``secrets`` given here), then the value of every secret-named entry in the shapes errors and
-    logs carry (dict reprs and JSON, header tuples, ``name=value``, ``Name: value``), then API keys
-    and bearer tokens anywhere.
-
-    Examples:
-        >>> from fsmchat.errors import redact
-        >>> redact('denied: {"x-token": "tok-1", "model": "m"} key=abc Authorization: Bearer xyz')
-        'denied: {"x-token": "***", "model": "m"} key=*** Authorization: ***'
-    """
-    given = [s for s in secrets if isinstance(s, str) and len(s) >= 4 and s != MASK]
-    return _redact(text, sorted(given, key=len, reverse=True) + known_secrets())
-
-
-def _redact(text: str, values: list[str]) -> str:
-    if not isinstance(text, str) or not text:
-        return text
-    for s in values:
-        if s in text:
-            text = text.replace(s, MASK)
-    low = text.lower()
-    shaped = any(w in low for w in _SHAPE_WORDS)
-    if not shaped and not any(w in low for w in _NAME_WORDS):  # no secret name, no key shape: nothing below matches
-        return text
-    if "'" in text or '"' in text:
-        text = _QUOTED.sub(_quoted, text)
-    if "=" in text:
-        text = _KEYWORD.sub(_keyword, text)
-    if ":" in text:
-        text = _HEADER.sub(_header, text)
-    if shaped:
-        text = _SHAPES.sub(lambda m: (m.group(1) + MASK) if m.group(1) else MASK, text)
-    return text
-
-
-def redact_data(value: _T, keep: Iterable[str] = ()) -> _T:
-    """``value`` (JSON-like data) with every text redacted and every secret-named entry's value
-    replaced by ``***``; other values are kept as they are, and so are the entries named in ``keep``
-    (at any depth; a drawing's SVG, say).
-
-    Examples:
-        >>> from fsmchat.errors import redact_data
-        >>> redact_data({"error": "denied for api_key=k-1", "headers": {"X-Token": "t-2"}, "n": 3})
-        {'error': 'denied for api_key=***', 'headers': {'X-Token': '***'}, 'n': 3}
-    """
-    known, kept = known_secrets(), frozenset(keep)
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, str):
-            return _redact(v, known)
-        if isinstance(v, Mapping):
-            return {k: v2 if k in kept else MASK if isinstance(k, str) and is_secret(k) and isinstance(v2, str) and v2
-                    else walk(v2) for k, v2 in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, tuple):
-            return tuple(walk(x) for x in v)
-        return v
-
-    return cast(_T, walk(value))
-
-
-def exception_chain(exc: BaseException | None) -> list[BaseException]:
-    """``exc`` and every exception it carries, outermost first: ``__cause__``, ``__context__``,
-    a wrapper's ``cause`` / ``original_exception``, an exception group's members."""
-    out: list[BaseException] = []
-    seen: set[int] = set()
-    todo: list[Any] = [exc]
-    while todo:
-        e = todo.pop()
-        if not isinstance(e, BaseException) or id(e) in seen:
-            continue
-        seen.add(id(e))
-        out.append(e)
-        todo += [*reversed(getattr(e, "exceptions", None) or ()), getattr(e, "original_exception", None),
-                 getattr(e, "cause", None), e.__context__, e.__cause__]
-    return out
-
-
-def redact_chain(exc: BaseException) -> BaseException:
-    """Mask secrets in ``exc`` and in every exception it carries (``exception_chain``), in place:
-    their arguments, their text attributes (litellm's ``message``, an OpenAI error's ``body``) and
-    notes, so ``str``, ``repr``, ``traceback.format_exception`` and ``logging.exception`` show
-    ``***`` for each. Returns ``exc``."""
-    for e in exception_chain(exc):
-        try:
-            e.args = tuple(redact_data(a) for a in e.args)
-        except (AttributeError, TypeError):
-            pass
-        if isinstance(e, OSError):
-            for attr in ("strerror", "filename", "filename2"):
-                if isinstance(getattr(e, attr, None), str):
-                    setattr(e, attr, redact(getattr(e, attr)))
-        for name, value in list(getattr(e, "__dict__", {}).items()):
-            if isinstance(value, (str, dict, list, tuple)):
-                try:
-                    setattr(e, name, redact_data(value))
-                except (AttributeError, TypeError):  # a read-only property
-                    pass
-    return exc
-
-
-_PREFIXES = re.compile(r"^(?:litellm\.[\w.]+:\s*|[A-Z]\w*(?:Error|Exception|Timeout):\s*|\w+Exception\s+-\s*)")
-
-
-def plain_message(text: str) -> str:
-    """A provider's message without the library prefixes litellm stacks on it
-    (``litellm.AuthenticationError: AuthenticationError: OpenAIException - ``), on one line.
-
-    Examples:
-        >>> from fsmchat.errors import plain_message
-        >>> plain_message("litellm.AuthenticationError: AuthenticationError: OpenAIException - Incorrect API key")
-        'Incorrect API key'
-    """
-    text = " ".join(str(text).split())
-    while True:
-        stripped = _PREFIXES.sub("", text, count=1)
-        if stripped == text:
-            return text
-        text = stripped
 
 
 _HINTS = {"authentication": "the provider refused the credentials; check the API key",
@@ -511,11 +208,14 @@ class ModelCallError(FsmchatError, RuntimeError):
             registered secret (``register_secrets``) is masked too.
         reason: What went wrong, as a person can act on it (the endpoint that could not be
             reached, the limit that passed and who set it); by default the cause's type and its
-            plain message.
+            message on one line.
+        kind: The kind of request error when no retry can fix it (the model layer classifies
+            the provider's exception: ``fsmchat.speakers.classify.request_error_kind``); None for
+            a transient fault.
 
     Attributes:
         kind: Set when no retry can fix the error (``authentication``, ``not_found``,
-            ``context_window``, ...), which makes it ``fatal``; else None.
+            ``context_window``, ...), which makes it ``fatal``; else None (the ``kind`` argument).
         provider_message: The provider's message, secrets masked.
         reason: The part of the message after the agent and the attempts (shared by every agent
             that failed the same way).
@@ -530,17 +230,17 @@ class ModelCallError(FsmchatError, RuntimeError):
     """
 
     def __init__(self, agent: str, cause: BaseException, attempts: int, model: str | None = None,
-                 secrets: tuple[Any, ...] = (), reason: str | None = None):
+                 secrets: tuple[Any, ...] = (), reason: str | None = None, kind: str | None = None):
         register_secrets(secrets)
         redact_chain(cause)
         self.agent = agent
         self.cause = cause
         self.attempts = attempts
         self.model = model
-        self.kind = request_error_kind(cause)
+        self.kind = kind
         self.provider_message = redact(str(cause), *secrets)
         if reason is None:
-            reason = f"{type(cause).__name__}: {plain_message(self.provider_message) or '(no message)'}"
+            reason = f"{type(cause).__name__}: {' '.join(self.provider_message.split()) or '(no message)'}"
         reason = redact(reason, *secrets)
         if len(reason) > REASON_CHARS:  # a provider that echoes the whole request: the rest is in provider_message
             reason = reason[:REASON_CHARS] + f"... ({len(reason) - REASON_CHARS} more characters in .provider_message)"
@@ -560,30 +260,6 @@ class ModelCallError(FsmchatError, RuntimeError):
     def fatal(self) -> bool:
         """No retry can fix it (authentication, permission, model not found, bad request, ...)."""
         return self.kind is not None
-
-
-def grouped_failures(failures: Iterable[tuple[str, BaseException]]) -> list[str]:
-    """One line per cause: the agents whose calls failed the same way named together.
-
-    Examples:
-        >>> from fsmchat.errors import ModelCallError, grouped_failures
-        >>> down = [(n, ModelCallError(n, ConnectionError("refused"), 1, "m")) for n in ("a", "b")]
-        >>> grouped_failures([*down, ("c", ValueError("bad reply"))])
-        ["agents 'a', 'b' (model 'm'), 1 attempt(s) each: ConnectionError: refused", "agent 'c': ValueError: bad reply"]
-    """
-    groups: dict[str, list[tuple[str, BaseException]]] = {}
-    for name, err in failures:
-        why = err.reason + err.hint() if isinstance(err, ModelCallError) else f"{type(err).__name__}: {err}"
-        groups.setdefault(why, []).append((name, err))
-    lines = []
-    for why, members in groups.items():
-        names = ", ".join(repr(n) for n, _ in members)
-        models = sorted({str(e.model) for _, e in members if isinstance(e, ModelCallError) and e.model})
-        attempts = sorted({e.attempts for _, e in members if isinstance(e, ModelCallError)})
-        on = f" (model{'s' if len(models) > 1 else ''} {', '.join(repr(m) for m in models)})" if models else ""
-        tries = f", {attempts[0]} attempt(s){' each' if len(members) > 1 else ''}" if len(attempts) == 1 else ""
-        lines.append(f"agent{'s' if len(members) > 1 else ''} {names}{on}{tries}: {why}")
-    return lines
 
 
 class MissingCredentials(ModelCallError):
@@ -785,31 +461,6 @@ def fatal_error(exc: BaseException | None) -> BaseException | None:
             return e
         todo += [getattr(e, "cause", None), e.__cause__, e.__context__, getattr(e, "original_exception", None)]
     return None
-
-
-_failed_runs: list[Any] | None = None  # collected while the CLI runs a script (``watch_failures``)
-
-
-def watch_failures() -> list[Any]:
-    """Start collecting the results of failed runs in this process (``fsmchat run`` does, so a
-    script that ignores ``result.error`` still exits non-zero); returns the list that fills."""
-    global _failed_runs
-    _failed_runs = []
-    return _failed_runs
-
-
-def run_finished(result: Any) -> None:
-    """Called by every pattern when a run ends. A failed run is remembered while watched
-    (``watch_failures``); a broken test double (``fsmchat_fatal``: an exhausted ``ScriptedModel``,
-    a cassette miss) is raised, with the result attached, because it is never a run's outcome:
-    a test that only checks the path must not pass."""
-    error = getattr(result, "error", None)
-    if error is None:
-        return
-    if _failed_runs is not None:
-        _failed_runs.append(result)
-    if getattr(error, "fsmchat_fatal", False):
-        raise attach_result(error, result)
 
 
 def attach_result(exc: BaseException, result: Any) -> BaseException:

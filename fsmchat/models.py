@@ -1,4 +1,4 @@
-"""Layer 1: the data every other layer speaks (messages, transcripts, bids, trace events, results)."""
+"""Layer 2: the data every other layer speaks (messages, transcripts, bids, trace events, results)."""
 from __future__ import annotations
 
 import html
@@ -645,7 +645,7 @@ def check_output_type(output_type: str) -> str:
 
 
 def format_output(rows: list[Message], output_type: str) -> Any:
-    """Format a transcript as the reference libraries do for ``output_type``.
+    """Format a transcript as swarms, PraisonAI and AG2 do for ``output_type``.
 
     Args:
         rows: The messages, the task first.

@@ -402,7 +402,7 @@ def test_a_pattern_travels_as_a_config_and_runs_the_same(model):
 
 
 def test_a_second_run_starts_with_fresh_memories(model):
-    """Deviation from the reference (C3): its agents keep memory across runs; here each run starts empty."""
+    """Deviation from swarms (C3): its agents keep memory across runs; here each run starts empty."""
     flow = example("mediation_session").mediation_session([model.agent("P1"), model.agent("P2")], model.agent("M"),
                                                           max_sessions=1)
     run(flow)

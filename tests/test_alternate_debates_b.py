@@ -242,7 +242,7 @@ def test_mentorship_bad_input_is_refused_before_any_call(m):
     with pytest.raises(TypeError, match="session_count must be an int"):
         mentorship_session(m.agent("Mr"), m.agent("Me"), 2.5)
     flow = mentorship_session(m.agent("Mr"), m.agent("Me"))
-    with pytest.raises(Exception, match="non-empty string"):  # deviation: the reference substitutes a goal
+    with pytest.raises(Exception, match="non-empty string"):  # deviation: swarms substitutes a goal
         flow.run("")
     assert m.requests == []
 
@@ -348,7 +348,7 @@ def test_trial_a_second_run_does_not_reuse_the_first_runs_testimony(m):
     assert len(second) == first == 4 + 2 + 1 + 2
     assert [p for a, p in second if a == "Pr"][1] == "Cross-examine this testimony: W-4"  # not W-2
     assert r.output["variables"]["testimony_1"] == "W-4"
-    # memories last one run (fsmchat's choice; the reference's agents keep theirs across runs)
+    # memories last one run (fsmchat's choice; swarms' agents keep theirs across runs)
     assert m.requests[first].messages == [{"role": "user", "content": trial_intros(["W"])[0][1]}]
 
 

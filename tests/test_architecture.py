@@ -143,6 +143,57 @@ def test_the_doc_lists_every_layer_of_the_contract_top_down():
     assert "diagrams/layers.svg" in ARCH
 
 
+LAYER_IN_DOCSTRING = re.compile(r"\ALayer (\d+)\b")
+LAYER_COMMENT = re.compile(r"^\s*# layer (\d+): (\w+)", re.M)
+
+
+def layer_claims(package: Path = ROOT / "fsmchat") -> list[tuple[str, int]]:
+    """(module, the layer number it names) for every module whose docstring starts "Layer N", and
+    (entry, N) for every "# layer N: entry" comment of the package facade."""
+    claims = []
+    for path in sorted(package.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        m = LAYER_IN_DOCSTRING.match(doc)
+        if m:
+            claims.append((module_name(path, package.parent), int(m.group(1))))
+    facade = (package / "__init__.py").read_text() if (package / "__init__.py").is_file() else ""
+    claims += [(f"{package.name}.{entry}", int(n)) for n, entry in LAYER_COMMENT.findall(facade)]
+    return claims
+
+
+def wrong_layer_numbers(contract, claims: list[tuple[str, int]]) -> list[str]:
+    """The claims whose number is not the row of the module's entry in the contract (the table's)."""
+    bad = []
+    for module, n in claims:
+        entry = contract.entry_of(module)
+        if entry is None:
+            bad.append(f"{module} says layer {n}, but it is in no layer of the contract")
+        elif contract.level(entry) != n:
+            bad.append(f"{module} says layer {n}, but {entry!r} is row {contract.level(entry)}")
+    return bad
+
+
+def test_every_layer_number_in_the_code_is_the_row_of_the_doc_table():
+    """One numbering: a module docstring's "Layer N" and the facade's "# layer N" comments are
+    the rows of docs/architecture.md's table (the contract, counted from the bottom)."""
+    contract = layers.read_contract()
+    claims = layer_claims()
+    assert len(claims) >= 20, claims  # the numbered modules are found
+    assert wrong_layer_numbers(contract, claims) == []
+
+
+def test_a_wrong_layer_number_is_named(tmp_path):
+    pkg = tmp_path / "fsmchat"
+    (pkg / "patterns").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""The facade."""\nX = {\n    # layer 8: speakers\n}\n')
+    (pkg / "patterns" / "__init__.py").write_text('"""Layer 6: conversation patterns."""\n')
+    (pkg / "models.py").write_text('"""Layer 2: the data."""\n')
+    claims = layer_claims(pkg)
+    assert claims == [("fsmchat.models", 2), ("fsmchat.patterns", 6), ("fsmchat.speakers", 8)]
+    assert wrong_layer_numbers(layers.read_contract(), claims) == [
+        "fsmchat.patterns says layer 6, but 'patterns' is row 13"]
+
+
 def adding_a_pattern():
     section = ARCH.split("## Adding a pattern", 1)[1]
     code = re.findall(r"```python\n(.*?)```", section, re.S)
@@ -154,14 +205,17 @@ def test_the_adding_a_pattern_example_runs_and_prints_what_the_doc_shows(tmp_pat
     code, printed = adding_a_pattern()
     assert len(code) == 2 and len(printed) == 1
     assert sum(len(block.splitlines()) for block in code) < 60
-    script = tmp_path / "draft_review.py"
+    script = tmp_path / "moderated_round_robin.py"
     script.write_text("".join(code) + "\nfrom fsmchat.testing import assert_trace_is_path\n"
                       "assert_trace_is_path(chat.graph, result)\n")
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                        env={"PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout == printed[0]
-    assert r.stdout.splitlines()[0] == "approved | seed -> draft -> review -> draft -> review -> done | 6 calls at most"
+    assert r.stdout.splitlines() == [
+        "rounds | seed -> turns -> sum_up -> turns -> sum_up -> done | 6 calls at most",
+        "['skeptic: Only with a rollback plan.', 'host: Summary of 6 messages: Friday, with a rollback plan.']",
+        "ModeratedRoundRobin: moderator is missing: it is required"]
 
 
 # ---- what the tests hold the imports to (docs/architecture.md, "What the tests hold the imports to") ----

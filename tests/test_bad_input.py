@@ -128,7 +128,7 @@ CASES = [
     ("repeat zero", lambda: repeat(A, max_iterations=0), ValueError, "max_iterations"),
     ("graph unreachable", unreachable_graph, GraphError, "'island' cannot be reached"),
     ("limits bad", lambda: GroupChat(agents=[A, B]).with_limits(max_model_calls=0), ValueError, "max_model_calls"),
-    # issue 14: each refused before any request, with a model-backed agent in the run
+    # each refused before any request, with a model-backed agent in the run
     ("agent typo keyword", lambda: rr(M.agent("x", sytem_prompt="hi")), ValueError, "did you mean system_prompt?"),
     ("agent temperature str", lambda: rr(M.agent("x", temperature="hot")), ValueError,
      "Agent: temperature='hot' is invalid: a finite number"),

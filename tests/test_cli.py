@@ -1,4 +1,4 @@
-"""The command line as a new user meets it (issue 16): live runs, targets from the current folder,
+"""The command line as a new user meets it: live runs, targets from the current folder,
 help text, --version, and `fsmchat graphs` for a user's own project.
 
 The live tests never time anything: the second speaker of the scripted run waits until the test

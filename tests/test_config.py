@@ -219,6 +219,9 @@ def test_closed_scripted_model_and_custom_patterns():
         def _context(self, task):
             raise NotImplementedError
 
+        def _calls_by_speaker(self):
+            return []
+
     with pytest.raises(TypeError, match="Custom has no config form.*factory"):
         Custom().to_config()
     custom = Custom()

@@ -38,7 +38,7 @@ def test_defaults():
 def test_exactly_two_agents_checked_at_construction_and_by_run(agents):
     m = ScriptedModel(fn=reply)
     roster = None if agents is None else [m.agent(n) for n in agents]
-    if roster is not None:  # a roster given: refused at once, with the reference's exact text
+    if roster is not None:  # a roster given: refused at once, with swarms' exact text
         with pytest.raises(ValueError) as e:
             OneOnOneDebate(agents=roster)
         assert str(e.value) == TWO_TEXT

@@ -8,7 +8,8 @@ import pytest
 from openai_server import OpenAIServer, delayed, error, per_agent, text
 
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
-from fsmchat.errors import MissingCredentials, ModelCallError, grouped_failures, plain_message
+from fsmchat.errors import MissingCredentials, ModelCallError
+from fsmchat.speakers.classify import grouped_failures, plain_message
 from fsmchat.speakers import llm
 from fsmchat.speakers.llm import failure_reason
 

@@ -1,4 +1,4 @@
-"""Failures are never a quiet ending (issue 14): a request error no retry can fix ends any run with
+"""Failures are never a quiet ending: a request error no retry can fix ends any run with
 stop reason "error" and a typed ``ModelCallError``; missing keys are found before the first request;
 a failed flow is not ok; a GroupChat turn where every bid failed is an error, not a lull; bids are
 forced tool calls on the wire for models litellm does not know."""
@@ -15,7 +15,8 @@ except ImportError:  # tests/ became a package
 
 from fsmchat import RESPOND_TOOL, Agent, AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, ModelCallError, \
     OneOnOneDebate, RoundRobinSwarm, Task
-from fsmchat.errors import MissingCredentials, request_error_kind
+from fsmchat.errors import MissingCredentials
+from fsmchat.speakers.classify import request_error_kind
 from fsmchat.patterns.group_chat import NoBidHeard
 from fsmchat.speakers import llm
 from fsmchat.testing import Bid, Fail, ScriptedModel, ScriptExhausted
@@ -179,7 +180,7 @@ def test_failed_flow_is_not_ok_and_run_keeps_the_reference_dict():
     assert not r.ok and r.stop_reason == "error" and r.output["status"] == "failed"
     assert "step 'b' failed" in str(r.error) and r.output["error"] == str(r.error)
     assert m.calls("after") == 0
-    out = failing_flow(500)[1].run("topic")  # a step failure under its policy: the reference's dict
+    out = failing_flow(500)[1].run("topic")  # a step failure under its policy: PraisonAI's dict
     assert out["status"] == "failed" and "step 'b' failed" in out["error"]
 
 

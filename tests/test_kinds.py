@@ -17,6 +17,7 @@ from fsmchat import Agent, AgentFlow, Bid, GroupChat, MemoryCheckpointer, RoundR
     StateGraph, from_config
 from fsmchat.config import PATTERN_KINDS, STEP_KINDS, Participants
 from fsmchat.errors import ConfigError, ConfigTypeError
+from fsmchat.patterns.runner import PatternRun
 from fsmchat.flow import STEPS, Block, BlockConfig
 from fsmchat.flow.compile import Compiler, bound
 from fsmchat.models import RunResult, StopReason
@@ -273,7 +274,7 @@ def test_pattern_state_is_typed_and_checkpointed_as_scratch():
     scratch = store.load("g").state["scratch"]
     assert list(scratch) == ["recent", "bids", "winner", "dropped"]
     assert (scratch["recent"], scratch["winner"], scratch["dropped"]) == (["a"], None, 0)
-    ctx = chat._restored(store.load("g"))
+    ctx = PatternRun(chat, store, "g").restored(store.load("g"))
     assert (ctx.state.recent, ctx.state.winner, ctx.state.dropped) == (["a"], None, 0)
     assert [(b.score, b.message) for b in ctx.state.bids] == [(0.189, "a: point 31"), (0.459, "b: point 2")]
     assert scratch["bids"][1]["__bid__"][:2] == [0.459, "b: point 2"]
@@ -306,18 +307,15 @@ def test_a_speaker_is_anything_with_a_name_reply_and_bid():
 
 
 class Unbounded(EchoChain):
-    """EchoChain without a worst-case call bound (a pattern author may leave it out)."""
+    """EchoChain with its worst-case call bound taken away (``_calls_by_speaker`` is abstract)."""
 
     _calls_by_speaker = Pattern._calls_by_speaker
 
 
-def test_a_pattern_without_a_call_bound_runs_and_only_a_checkpointed_run_needs_one():
+def test_a_pattern_without_a_call_bound_is_refused_when_built():
+    """max_calls, budgets, the roster and a checkpoint's fingerprint all read the bound: a pattern
+    that leaves it out cannot be built, rather than failing later in the one run that needs it."""
     m = FunctionModel(bid_fn)
-    chain = Unbounded(agents=[m.agent("a"), m.agent("b")], passes=1)
-    run = chain.execute("go")
-    assert (run.path, run.stop_reason, run.calls) == (["seed", "speak", "stop"], StopReason.ROUNDS, 2)
-    cp = MemoryCheckpointer()
-    for _ in range(2):  # refused before any call, and the run's lease is given back each time
-        with pytest.raises(TypeError, match="^Unbounded does not report a worst-case call bound$"):
-            chain.execute("go", checkpoint=cp, run_id="r1")
-    assert m.calls() == 2
+    with pytest.raises(TypeError, match="Can't instantiate abstract class Unbounded .*_calls_by_speaker"):
+        Unbounded(agents=[m.agent("a"), m.agent("b")], passes=1)
+    assert m.calls() == 0

@@ -1,4 +1,4 @@
-"""litellm's per-call cost (issue 21, item 3): the per-call work fsmchat switches off in litellm
+"""litellm's per-call cost: the per-call work fsmchat switches off in litellm
 (``fsmchat.speakers.llm.lean``, written against litellm 1.110.2), pinned so that an upgrade that
 moves what it relies on fails here; cost reporting and users' litellm callbacks keep working; and
 the Python calls per litellm call, counted in every thread, grow by a bounded number per message.

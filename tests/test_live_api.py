@@ -1,4 +1,4 @@
-"""Watching runs from Python (issue 16): ``stream()`` iterates in plain scripts and in async code,
+"""Watching runs from Python: ``stream()`` iterates in plain scripts and in async code,
 ``astream()`` is its async spelling, and ``run_batch`` draws a progress bar when asked (by
 default only on a terminal)."""
 from __future__ import annotations

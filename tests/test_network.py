@@ -478,7 +478,7 @@ def test_reference_style_app_side_cap():
         await hub.drain(timeout=HANG_GUARD)
         assert hub.close_reason(ch.channel_id) == "closed"
         # the wait is woken by the 6th text before any handler sees it, so closing at once lands exactly
-        # (the reference polls and overshoots); max_texts is the guarantee that needs no prompt app
+        # (AG2 polls and overshoots); max_texts is the guarantee that needs no prompt app
         s = hub.stats(ch.channel_id)
         assert (s.texts, s.model_calls, s.wasted_calls) == (6, 5, 0)
         await hub.aclose()

@@ -1,5 +1,5 @@
 """A 200 reply with no text (``content: null``, or only tool calls from an agent that has no
-tools) is an invalid reply (a blank string is a turn, posted empty, as the reference libraries do), over real HTTP (a local OpenAI-compatible server): retried like a
+tools) is an invalid reply (a blank string is a turn, posted empty, as swarms, PraisonAI and AG2 do), over real HTTP (a local OpenAI-compatible server): retried like a
 transient fault, then a ``ModelCallError`` saying so; nothing is posted, never an empty message
 with ``ok`` True. In a GroupChat such a bid is an invalid bid (silent, with the reason)."""
 import pytest

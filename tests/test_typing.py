@@ -43,3 +43,52 @@ def test_every_type_ignore_names_its_code_and_says_why():
             if "# type: ignore" in line and not re.search(r"# type: ignore\[[\w, -]+\]  # \S", line):
                 bare.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert bare == [], "write # type: ignore[code]  # why, or fix the type:\n" + "\n".join(bare)
+
+
+WRONG_CONTEXT = '''\
+from dataclasses import dataclass
+
+from fsmchat.graph import StateGraph
+from fsmchat.patterns import ChatContext
+
+
+@dataclass
+class Tally:
+    votes: int = 0
+
+
+def count(ctx: Tally) -> None:
+    ctx.votes += 1
+
+
+def enough(ctx: Tally) -> bool:
+    return ctx.votes >= 3
+
+
+def has_speakers(ctx: ChatContext) -> bool:
+    return bool(ctx.speakers)
+
+
+g = StateGraph("tally", context=Tally).state("count", count).final("done")
+g.edge("count", "done", when=enough)
+g.edge("count", "done", when=has_speakers)
+chat = StateGraph("chat", context=ChatContext).state("seed", ChatContext.seed).state("count", count)
+reveal_type(g)
+'''
+
+
+def test_a_guard_or_action_written_for_another_context_is_refused(tmp_path):
+    """``StateGraph("g", context=Tally)`` is a ``StateGraph[Tally]``: a guard over a ``ChatContext``
+    (line 26) and an action over a ``Tally`` on a ``ChatContext`` graph (line 27) are type errors;
+    the right ones (lines 24-25) are not."""
+    (tmp_path / "wrong_context.py").write_text(WRONG_CONTEXT)
+    r = mypy("--config-file", str(PYPROJECT), "wrong_context.py", cwd=tmp_path, cache=ROOT / ".mypy_cache")
+    assert r.returncode == 1, r.stdout + r.stderr
+    errors = re.findall(r"^wrong_context\.py:(\d+): (?:error|note): (.*)$", r.stdout, re.M)
+    assert errors == [
+        ("26", 'Argument "when" to "edge" of "StateGraph" has incompatible type "Callable[[ChatContext], bool]"; '
+               'expected "Callable[[Tally], bool] | None"  [arg-type]'),
+        ("27", 'Argument 2 to "state" of "StateGraph" has incompatible type "Callable[[Tally], None]"; '
+               'expected "Callable[[ChatContext], object] | None"  [arg-type]'),
+        ("28", 'Revealed type is "fsmchat.graph.state_graph.StateGraph[wrong_context.Tally]"'),
+    ], r.stdout

@@ -1,4 +1,4 @@
-"""Layer 7: workflows (AgentFlow) with the Discussion step and the combinators."""
+"""Layer 14: workflows (AgentFlow) with the Discussion step and the combinators."""
 from .compile import StepError
 from .context import FlowContext, Frame, StepResult, flow_input
 from .declare import STEPS, BlockConfig

@@ -32,7 +32,7 @@ from .task import Block, Task, as_task, step_names
 class StepError(FsmchatError, RuntimeError):
     """A flow step failed under ``on_error="stop"``; the message names the step and the cause.
 
-    The flow ends with status ``"failed"``; ``run`` returns the reference's dict with ``"error"``
+    The flow ends with status ``"failed"``; ``run`` returns PraisonAI's dict with ``"error"``
     rather than raising it.
 
     Examples:

@@ -1,4 +1,4 @@
-"""Layer 7: ``AgentFlow`` (alias ``Flow``), a workflow of steps compiled to one nested graph."""
+"""Layer 14: ``AgentFlow`` (alias ``Flow``), a workflow of steps compiled to one nested graph."""
 from __future__ import annotations
 
 import copy
@@ -10,9 +10,9 @@ from ..graph.state_graph import StateGraph
 from ..checks import RUN_KEYWORDS, check_agents, check_keywords
 from ..checkpoint import NotSerializable, encode
 from ..config import AgentRoster, FlowSteps, JsonData
-from ..errors import ConfigError, attach_result, bad_value, fatal_error, run_finished
+from ..errors import ConfigError, attach_result, bad_value, fatal_error
 from ..models import RunResult, StopReason, check_output_type, format_output
-from ..patterns.base import Pattern, PatternConfig, set_pending
+from ..patterns.base import Pattern, PatternConfig
 from ..speakers.agent import Agent
 from ..speakers.llm import shown_events
 from ..patterns.interrupts import WaitPoint
@@ -92,7 +92,7 @@ def _output_type(output_type: Any, info: ValidationInfo) -> str | None:
 class FlowConfig(PatternConfig):
     """AgentFlow's parameters, declared once: validated before any model call.
 
-    The fields are ``AgentFlow``'s constructor parameters in the reference's order; a step agent
+    The fields are ``AgentFlow``'s constructor parameters in PraisonAI's order; a step agent
     missing from ``agents=`` or a person asked in a parallel branch is refused here too.
 
     Attributes:
@@ -148,7 +148,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
 
     Each step is an Agent, a callable ``(ctx) -> str | StepResult``, a ``Task``, a ``Discussion``
     or a combinator (``loop``, ``parallel``, ``route``, ``if_``, ``repeat``, ``ask_human``).
-    ``run``/``start`` return the reference's ``{"output", "steps", "variables", "status"}`` (plus
+    ``run``/``start`` return PraisonAI's ``{"output", "steps", "variables", "status"}`` (plus
     ``"error"`` when failed); ``execute`` returns the ``RunResult``. A flow that asks a person
     stops there with status ``"waiting"`` (stop reason ``"interrupted"``) and goes on with
     ``resume(run_id, checkpoint, input=...)``; it must be run with a checkpoint.
@@ -223,13 +223,12 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
 
     def _context(self, task: str) -> FlowContext:
         ctx = FlowContext(task, copy.deepcopy(self.config.variables))
-        ctx.stats.roster = _agents_in(self.config.steps)
         if self.config.memory:
             ctx.memory = {}
         return ctx
 
     async def arun(self, task: str, **kw: Any) -> Any:
-        """Run once and return the reference's ``{"output", "steps", "variables", "status"}`` dict.
+        """Run once and return PraisonAI's ``{"output", "steps", "variables", "status"}`` dict.
 
         The dict has ``"error"`` when a step failed under its ``on_error`` policy. A failure of the
         run itself (a request error no retry can fix, missing credentials, an exhausted test
@@ -246,7 +245,8 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
             raise attach_result(result.error, result)
         return result.output
 
-    def _finish(self, result: RunResult) -> RunResult:
+    def fill_result(self, result: RunResult) -> RunResult:
+        """The flow's result: its status, and its output as the dict ``run`` returns."""
         ctx: FlowContext = result.context
         if result.stop_reason == StopReason.INTERRUPTED:
             ctx.status = "waiting"
@@ -276,12 +276,10 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
         if ctx.error is not None:
             out["error"] = str(ctx.error)
         result.output = out
-        set_pending(result)
-        run_finished(result)
         return result
 
     def start(self, input: str = "") -> dict[str, Any]:
-        """Run once and return the reference's dict: ``run`` under the reference's name.
+        """Run once and return PraisonAI's dict: ``run`` under PraisonAI's name.
 
         Args:
             input: The flow's input.

@@ -1,4 +1,4 @@
-"""Layer 3: draw a graph as DOT (via the ``graphviz`` package) and Mermaid text.
+"""Layer 4: draw a graph as DOT (via the ``graphviz`` package) and Mermaid text.
 
 Both are written from one plain ``Drawing`` of the flattened graph (nodes, nested groups, edges
 with their kind), which the graph makes itself (``StateGraph.drawing``): this module knows no
@@ -25,7 +25,7 @@ import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence, TypeAlias
 
 from ..errors import RenderError
 from ..models import split_branch
@@ -109,6 +109,29 @@ def is_halt(e: Edge) -> bool:
     return e.kind == "guarded" and e.label == "halt"
 
 
+class TracedStep(Protocol):
+    """One step of a run as an overlay reads it (a ``TraceEvent`` is one)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def dest(self) -> str | None: ...
+
+    @property
+    def trigger(self) -> str | None: ...
+
+
+class Traced(Protocol):
+    """A run's result as an overlay reads it (a ``RunResult`` is one): its steps in order."""
+
+    @property
+    def trace(self) -> Sequence[TracedStep]: ...
+
+
+Trace: TypeAlias = "Traced | Sequence[TracedStep] | None"  # what a drawing overlays: a run's result or its steps
+
+
 class Drawable(Protocol):
     """What this module draws: a graph with a name and a description that makes its own plain
     ``Drawing``, ``trace`` overlaid (``StateGraph`` is one)."""
@@ -116,13 +139,14 @@ class Drawable(Protocol):
     name: str
     description: str
 
-    def drawing(self, trace: Any = None) -> Drawing: ...
+    def drawing(self, trace: Trace = None) -> Drawing: ...
 
 
-def _overlay(trace: Any) -> tuple[set[str], Counter[tuple[str, str, str]], Counter[str], Counter[str]]:
+def _overlay(trace: Trace) -> tuple[set[str], Counter[tuple[str, str, str | None]], Counter[str], Counter[str]]:
     """A run's (a RunResult's or a trace list's) visited states, (source, dest, label) hit counts,
     and per drawn state the branch runs that started there and that ended there."""
-    events = getattr(trace, "trace", trace) or []
+    events: Sequence[TracedStep] = (trace.trace if not isinstance(trace, Sequence) and trace is not None
+                                    else trace or [])
     visited = {_drawn(e.state) for e in events}
     hits = Counter((_drawn(e.state), _drawn(e.dest), e.trigger) for e in events if e.dest is not None)
     starts: Counter[str] = Counter()
@@ -145,7 +169,7 @@ def _drawn(name: str) -> str:
     return re.sub(r"\|(\d+)\[\d+\]\.", r"|\1.", name) if "[" in name else name
 
 
-def overlay(d: Drawing, trace: Any) -> Drawing:
+def overlay(d: Drawing, trace: Trace) -> Drawing:
     """Overlay a run's trace (a RunResult or a list of trace events) on the plain drawing ``d``:
     visited states filled, edge hit counts. Returns ``d``."""
     visited, hits, starts, ends = _overlay(trace)
@@ -170,14 +194,14 @@ def step_marks(d: Drawing, state: str, trigger: str | None, dest: str | None) ->
     return node, edge
 
 
-def drawing_data(d: Drawing) -> dict[str, Any]:
+def drawing_data(d: Drawing) -> dict[str, Any]:  # type: ignore[explicit-any]  # JSON: asdict() rows
     """``d`` as JSON-able data (what a checkpoint stores so a viewer can draw the run's graph)."""
     return {"name": d.name, "title": d.title, "initial": d.initial,
             "nodes": [asdict(n) for n in d.nodes], "edges": [asdict(e) for e in d.edges],
             "groups": [[list(path), label] for path, label in d.groups.items()]}
 
 
-def drawing_from_data(data: dict[str, Any]) -> Drawing:
+def drawing_from_data(data: dict[str, Any]) -> Drawing:  # type: ignore[explicit-any]  # stored JSON, checked here
     """The ``Drawing`` that ``drawing_data`` wrote (``KeyError``/``TypeError`` when it is not one)."""
     return Drawing(data["name"], data["title"], data["initial"],
                    nodes=[Node(**{**n, "group": tuple(n["group"])}) for n in data["nodes"]],
@@ -206,7 +230,7 @@ def _dot_legend(d: Drawing) -> str:
     return f'<<b>{title}</b><br/><font point-size="9">{text}</font>>' if rows else f"<<b>{title}</b>>"
 
 
-def to_dot(graph: Drawable, trace: Any = None) -> str:
+def to_dot(graph: Drawable, trace: Trace = None) -> str:
     """Return ``graph`` as DOT text, with a legend of the edge kinds it uses.
 
     The text is deterministic (checks compare it); Graphviz is not needed to write it.
@@ -345,7 +369,7 @@ _MERMAID_LEGEND = {
 }
 
 
-def to_mermaid(graph: Drawable, trace: Any = None) -> str:
+def to_mermaid(graph: Drawable, trace: Trace = None) -> str:
     """Return ``graph`` as Mermaid ``stateDiagram-v2`` text (GitHub and JupyterLab draw it).
 
     Args:
@@ -450,7 +474,7 @@ def has_graphviz() -> bool:
     return shutil.which("dot") is not None
 
 
-def to_svg(graph: Drawable, trace: Any = None) -> str:
+def to_svg(graph: Drawable, trace: Trace = None) -> str:
     """Return ``graph`` as SVG text, stamped with the hash of the DOT it was drawn from.
 
     Args:
@@ -470,7 +494,7 @@ def to_svg(graph: Drawable, trace: Any = None) -> str:
     return render_svg(to_dot(graph, trace))
 
 
-def mime_bundle(graph: Drawable, trace: Any = None) -> dict[str, str]:
+def mime_bundle(graph: Drawable, trace: Trace = None) -> dict[str, str]:
     """What a notebook shows for the graph: its SVG, or (without Graphviz) its Mermaid text as a
     fenced ``mermaid`` block, which JupyterLab and GitHub draw."""
     if has_graphviz():
@@ -478,7 +502,7 @@ def mime_bundle(graph: Drawable, trace: Any = None) -> dict[str, str]:
     return {"text/markdown": f"```mermaid\n{to_mermaid(graph, trace)}```\n"}
 
 
-def to_html(graph: Drawable, trace: Any = None) -> str:
+def to_html(graph: Drawable, trace: Trace = None) -> str:
     """Return an HTML fragment of ``graph`` for a page or a notebook cell.
 
     The SVG inline, or (without Graphviz) the Mermaid text, escaped, in a ``<pre class="mermaid">``
@@ -501,7 +525,7 @@ def to_html(graph: Drawable, trace: Any = None) -> str:
             f'<pre class="mermaid">{html.escape(to_mermaid(graph, trace))}</pre>')
 
 
-def render(graph: Drawable, path: str | Path, trace: Any = None) -> str:
+def render(graph: Drawable, path: str | Path, trace: Trace = None) -> str:
     """Write ``graph`` to ``path`` in the format its suffix names.
 
     Args:

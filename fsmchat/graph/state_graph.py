@@ -1,4 +1,4 @@
-"""Layer 2: ``StateGraph``, the one intermediate form that is run, drawn, analysed and tested.
+"""Layer 5: ``StateGraph``, the one intermediate form that is run, drawn, analysed and tested.
 
 A graph holds named states (each with an optional action and a one-line description), final
 states, nested subgraphs and guarded transitions in declared order. ``flatten()`` turns nesting
@@ -11,14 +11,18 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Sequence, TypeGuard
+from typing import Any, Awaitable, Callable, Generic, Iterable, Sequence, TypeGuard
+
+from typing_extensions import TypeVar
 
 from ..errors import GraphError
 from .render import (Drawing, Edge, Node, distinct_names, mime_bundle, overlay, render, to_dot, to_html, to_mermaid,
                      to_svg)
 
-Action = Callable[[Any], Any]
-Guard = Callable[[Any], bool]
+C = TypeVar("C", default=Any)  # the context a graph's actions and guards read: StateGraph[ChatContext]
+Action = Callable[[C], object]  # ``action(ctx)``, sync or async: its return value is the step's payload
+Guard = Callable[[C], bool]  # ``guard(ctx) -> bool``
+Reason = Callable[[C], str]  # a final state's ``reason(ctx)``
 # A fork state's work: ``split(ctx)`` -> [(branch index, child context, item index or None)], one per
 # child run; ``join(ctx, [(child context, RunResult)])`` merges them (in that order) and returns the payload;
 # then the most child runs at once (None: all).
@@ -202,8 +206,8 @@ class FlatGraph:
         return [t for s in self.states.values() for t in s.out]
 
 
-class StateGraph:
-    """A state graph, built fluently: the one form that is run, drawn, analysed and tested.
+class StateGraph(Generic[C]):
+    """A state graph over a context of type ``C``, built fluently: the one form that is run, drawn, analysed and tested.
 
     Declare states (``state``, ``final``, ``subgraph``, ``fork``) and transitions (``edge``);
     each builder method returns the graph. The first declared state is the initial one unless
@@ -213,7 +217,9 @@ class StateGraph:
 
     Args:
         name: The graph's name (diagrams' title, file names).
-        context: The type of the context its actions and guards read (documentation only).
+        context: The type of the context its actions and guards read: ``StateGraph("g",
+            context=ChatContext)`` is a ``StateGraph[ChatContext]``, and a type checker refuses an
+            action or guard written for another context (at run time it is documentation only).
         description: One line describing the graph (diagrams' title).
         initial: The state a run starts in, when not the first declared.
 
@@ -236,7 +242,7 @@ class StateGraph:
         StateGraph('door', 2 states (1 final), 2 transitions, initial 'knock')
     """
 
-    def __init__(self, name: str, *, context: type | None = None, description: str = "",
+    def __init__(self, name: str, *, context: type[C] | None = None, description: str = "",
                  initial: str | None = None):
         self.name = name
         self.context = context
@@ -257,7 +263,7 @@ class StateGraph:
         self._runnable = value
 
     # ---- building ----
-    def _add(self, state: State) -> "StateGraph":
+    def _add(self, state: State) -> "StateGraph[C]":
         if not state.name or "." in state.name or "|" in state.name:
             raise GraphError(f"graph {self.name!r}: state name {state.name!r} must be non-empty and "
                              "contain no '.' or '|' (dots join nested names, '|' names branch runs)")
@@ -267,8 +273,8 @@ class StateGraph:
         self._runnable = self._flat = None
         return self
 
-    def state(self, name: str, action: Action | None = None, description: str | None = None, *,
-              pure: bool = False, waits: bool = False, hold: bool = False) -> "StateGraph":
+    def state(self, name: str, action: Action[C] | None = None, description: str | None = None, *,
+              pure: bool = False, waits: bool = False, hold: bool = False) -> "StateGraph[C]":
         """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
 
         Args:
@@ -295,9 +301,9 @@ class StateGraph:
         desc = description if description is not None else (first_line(action) if action else "")
         return self._add(State(name, action, desc, pure=pure, hold=hold, waits=waits))
 
-    def fork(self, name: str, branches: "list[StateGraph]", split: Callable[[Any], Any],
-             join: Callable[[Any, list[Any]], Any], description: str = "",
-             max_concurrency: int | None = None) -> "StateGraph":
+    def fork(self, name: str, branches: "Sequence[StateGraph[Any]]", split: Callable[[C], Any],
+             join: Callable[[C, list[Any]], Any], description: str = "",
+             max_concurrency: int | None = None) -> "StateGraph[C]":
         """Declare a fork state, whose branches run as concurrent child runs of the same run.
 
         Branch states are named ``<fork>|<n>.<state>`` (``<fork>|<n>[<item>].<state>``) in traces,
@@ -320,8 +326,8 @@ class StateGraph:
         return self._add(State(name, None, description, branches=list(branches),
                                fork=(split, join, max_concurrency)))
 
-    def final(self, name: str, description: str = "", reason: "str | Callable[[Any], str] | None" = None
-              ) -> "StateGraph":
+    def final(self, name: str, description: str = "", reason: "str | Reason[C] | None" = None
+              ) -> "StateGraph[C]":
         """Declare a final state: a run that enters it ends.
 
         Args:
@@ -335,7 +341,7 @@ class StateGraph:
         """
         return self._add(State(name, None, description, final=True, reason=reason))
 
-    def subgraph(self, name: str, graph: "StateGraph", description: str | None = None) -> "StateGraph":
+    def subgraph(self, name: str, graph: "StateGraph[Any]", description: str | None = None) -> "StateGraph[C]":
         """Declare a state whose body is another graph, entered at its initial state.
 
         The nested graph's final states take on this state's outgoing transitions; diagrams draw
@@ -352,7 +358,8 @@ class StateGraph:
         return self._add(State(name, None, description if description is not None else graph.description,
                                subgraph=graph))
 
-    def edge(self, source: str, dest: str, when: Guard | None = None, label: str | None = None) -> "StateGraph":
+    def edge(self, source: str, dest: str, when: Guard[C] | None = None, label: str | None = None
+             ) -> "StateGraph[C]":
         """Declare a transition; a state's transitions are tried in declared order.
 
         Args:
@@ -385,7 +392,7 @@ class StateGraph:
         self._initial = name
         self.changed()
 
-    def changed(self) -> "StateGraph":
+    def changed(self) -> "StateGraph[C]":
         """Drop the cached flat and runnable forms (rebuilt on next use) and return the graph. The
         building methods call it; a transform that replaces ``transitions``, or edits a nested
         graph in place (which the graphs around it cannot see), calls it on each graph it changed."""
@@ -412,7 +419,7 @@ class StateGraph:
             g.add_edge(t.source, t.dest, key=t.order, label=t.label, guard=t.guard_name)
         return g
 
-    def validate(self) -> "StateGraph":
+    def validate(self) -> "StateGraph[C]":
         """Check the graph (and nested ones) and return it.
 
         Every state is reachable from the initial one, a final state is reachable from every

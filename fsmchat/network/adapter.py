@@ -165,7 +165,7 @@ class DiscussionAdapter:
         return who if who is not None else self.ctx.order[self.ctx.turn_order.speaker(self.ctx.turn_count)]
 
     def state(self) -> DiscussionState:
-        """A snapshot of the reference's adapter state."""
+        """A snapshot of AG2's adapter state."""
         return DiscussionState(list(self.ctx.order), self.expected, self.ctx.turn_count)
 
     def missing_acks(self) -> list[str]:

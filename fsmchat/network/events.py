@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# ---- envelope event types (the reference's names) ----
+# ---- envelope event types (AG2's names) ----
 EV_TEXT = "text"
 """A participant's text: the only event the turn rule gates (``channel.send(text)``).
 

@@ -1,5 +1,5 @@
 """Channel expectations, evaluated on the hub's clock: ``turn_within(120s, warn)`` and
-``turn_within(600s, hide)`` are a discussion's defaults (declared by the reference, evaluated here).
+``turn_within(600s, hide)`` are a discussion's defaults (declared by AG2, evaluated here).
 
 ``turn_within(s)`` is violated when the expected speaker has not spoken ``s`` seconds after its
 turn began (the channel opened, or the previous text was accepted). Each violation is reported
@@ -95,7 +95,7 @@ def turn_within(seconds: float | int | str, action: str = "warn") -> Expectation
 DEFAULT_EXPECTATIONS: tuple[Expectation, ...] = (turn_within(120, "warn"), turn_within(600, "hide"))
 """A discussion's default expectations: ``turn_within(120s, warn)`` and ``turn_within(600s, hide)``.
 
-Declared by the reference, evaluated on the hub's clock; ``client.open(..., expectations=[])``
+Declared by AG2, evaluated on the hub's clock; ``client.open(..., expectations=[])``
 turns them off.
 
 Examples:

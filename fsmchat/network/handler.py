@@ -178,7 +178,7 @@ class DefaultHandler:
 
     Args:
         accept_invites: True, False, or ``fn(envelope) -> bool``.
-        close_tool: Offer the model a ``close_channel(reason)`` tool (the reference's agent-side
+        close_tool: Offer the model a ``close_channel(reason)`` tool (AG2's agent-side
             close); a callable gets ``turn.variables["close_channel"]``.
 
     Examples:

@@ -1,13 +1,19 @@
-"""Layer 6: conversation patterns, each compiled to a StateGraph and run by the one engine."""
-from ..config import Participants
-from .base import ChatContext, Pattern, PatternConfig, PatternState
+"""Layer 13: conversation patterns, each compiled to a StateGraph and run by the one engine.
+
+A pattern of your own imports what it is declared with from here: ``Pattern``, ``PatternConfig``
+and its field types (``Participants``, ``OneParticipant``), ``ChatContext`` and ``PatternState``.
+"""
+from .base import ChatContext, Pattern, PatternState
+from .declare import OneParticipant, Participants, PatternConfig
+from .runner import FailedRuns
 from .debate import DebateConfig, DebateContext, DebateState, OneOnOneDebate, compile_debate, one_on_one_debate
 from .group_chat import GroupChat, GroupChatConfig, GroupChatContext, GroupChatState, compile_group_chat
 from .panel import ExpertPanelDiscussion, PanelConfig, PanelContext, PanelState, compile_panel
 from .round_robin import RoundRobinConfig, RoundRobinContext, RoundRobinSwarm, build_collaborative_task, \
     build_turn_header, compile_round_robin
 
-__all__ = ["Pattern", "PatternConfig", "Participants", "PatternState", "ChatContext", "GroupChat", "GroupChatConfig",
+__all__ = ["Pattern", "PatternConfig", "Participants", "OneParticipant", "FailedRuns",
+           "PatternState", "ChatContext", "GroupChat", "GroupChatConfig",
            "GroupChatContext", "GroupChatState", "compile_group_chat", "RoundRobinSwarm", "RoundRobinConfig",
            "RoundRobinContext", "compile_round_robin", "build_turn_header", "build_collaborative_task",
            "OneOnOneDebate", "one_on_one_debate", "DebateConfig", "DebateContext", "DebateState", "compile_debate",

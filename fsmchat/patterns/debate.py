@@ -8,7 +8,7 @@ The turns are a ``TurnOrder`` of two speakers capped at ``max_loops`` turns, dra
 
 The introductions (``send_intros``) tell each debater who it faces and are not posted; the
 function form starts at ``turn_a``. Turn 1's prompt is the task; every later prompt is the
-other debater's last reply, exactly. Only replies travel: the reference page calls the
+other debater's last reply, exactly. Only replies travel: swarms' documentation page calls the
 alternative (passing an agent's whole, growing transcript on) a pitfall. Each debater keeps a
 private memory for the run (its prompts as ``user``, its replies as ``assistant``). The task is
 not posted, so ``str-all-except-first`` skips the first debater's first reply.
@@ -44,7 +44,7 @@ def debaters(agents: Any) -> Any:
 class DebateConfig(PatternConfig):
     """OneOnOneDebate's parameters, declared once: validated before any model call.
 
-    The fields are ``OneOnOneDebate``'s constructor parameters, in the reference's order, with
+    The fields are ``OneOnOneDebate``'s constructor parameters, in swarms' order, with
     its defaults.
 
     Attributes:
@@ -199,7 +199,7 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
     dialogue.")``), checked at construction when ``agents`` is given and again by ``run``.
     ``img`` rides on every call (introductions included) as an OpenAI-style ``image_url`` part.
     Debaters exchange replies, not growing transcripts: passing an agent's whole conversation on
-    each turn is the pitfall the reference page warns about, and each debater already remembers
+    each turn is the pitfall swarms' documentation page warns about, and each debater already remembers
     its own side of the exchange (private memory, per run). The task is not posted, so the
     default ``"str-all-except-first"`` leaves out the first debater's first reply.
 
@@ -283,7 +283,6 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
     def _context(self, task: str) -> DebateContext:
         ctx = DebateContext(task, self._speakers(), images=check_image(self.config.img, type(self).__name__),
                             config=self.config, state=DebateState(message=task))
-        ctx.stats.roster = list(ctx.speakers)
         return ctx
 
 
@@ -334,7 +333,7 @@ def one_on_one_debate(max_loops: int = 1, task: str | None = None, agents: Seque
 
 
 def example_graph() -> StateGraph:
-    """OneOnOneDebate's graph for the gallery (the reference's two philosophers)."""
+    """OneOnOneDebate's graph for the gallery (swarms' two philosophers)."""
     return compile_debate(["Philosopher1", "Philosopher2"], send_intros=True,
                           description="OneOnOneDebate: introductions, then alternating replies")
 

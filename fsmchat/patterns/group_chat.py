@@ -30,7 +30,8 @@ from pydantic import AfterValidator, Field, model_validator
 
 from ..checks import check_agents
 from ..config import ContextField, Participants
-from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error, grouped_failures
+from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
+from ..speakers.classify import grouped_failures
 from ..graph.state_graph import StateGraph, state_names
 from ..models import Message, StopReason
 from ..speakers.agent import Agent, Speaker, Turn, check_roster
@@ -57,7 +58,7 @@ def group_chat_roster(agents: Any) -> list[Speaker]:
 class GroupChatConfig(PatternConfig):
     """GroupChat's parameters, declared once: validated before any model call.
 
-    The fields are ``GroupChat``'s constructor parameters, in the reference's order, with its
+    The fields are ``GroupChat``'s constructor parameters, in swarms' order, with its
     defaults; ``GroupChat``'s attributes read and write them.
 
     Attributes:
@@ -103,7 +104,7 @@ class GroupChatConfig(PatternConfig):
     threshold: float = Field(0.5, ge=0.0, lt=1.0, allow_inf_nan=False, strict=True,
                              description="a bid must be strictly above it, so 1 or more would silence every bid")
     recency_penalty: float = Field(0.3, ge=0.0, allow_inf_nan=False, strict=True)
-    recency_window: int = Field(1, ge=1, strict=True, description="the reference treats 0 as 1")
+    recency_window: int = Field(1, ge=1, strict=True, description="swarms treats 0 as 1")
     idle_timeout: float = Field(8.0, ge=0.0, allow_inf_nan=False, strict=True)
     output_type: OutputType = "str-all-except-first"
     auto_equip: bool = Field(True, strict=True)
@@ -502,9 +503,7 @@ class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig):
     def _context(self, task: str) -> GroupChatContext:
         cfg = self.config
         speakers = [a.equipped() if cfg.auto_equip and isinstance(a, Agent) else a for a in cfg.agents]
-        ctx = GroupChatContext(task, speakers, config=self.config)
-        ctx.stats.roster = speakers
-        return ctx
+        return GroupChatContext(task, speakers, config=self.config)
 
 
 def example_graph() -> StateGraph:

@@ -44,7 +44,7 @@ def experts_list(agents: Any) -> Any:
 class PanelConfig(PatternConfig):
     """ExpertPanelDiscussion's parameters, declared once: validated before any model call.
 
-    The fields are ``ExpertPanelDiscussion``'s constructor parameters, in the reference's order,
+    The fields are ``ExpertPanelDiscussion``'s constructor parameters, in swarms' order,
     with its defaults.
 
     Attributes:
@@ -333,11 +333,10 @@ class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
     def _context(self, task: str) -> PanelContext:
         experts, moderator = self._roster()
         ctx = PanelContext(task, experts, config=self.config, moderator=moderator, state=PanelState(topic=task))
-        ctx.stats.roster = [*experts, moderator]
         return ctx
 
 
 def example_graph() -> StateGraph:
-    """ExpertPanelDiscussion's graph for the gallery (three experts, as in the reference example)."""
+    """ExpertPanelDiscussion's graph for the gallery (three experts, as in swarms' example)."""
     return compile_panel(["AI_Expert", "Ethics_Expert", "Neuroscience_Expert"], "Moderator",
                          "ExpertPanelDiscussion: briefing, then rounds of opener, answers and synthesis")

@@ -7,7 +7,7 @@ With the roster known, the graph has one state per speaker, so the diagram reads
 Turn t goes to ``agents[t % N]`` for t < N x max_loops; each turn sends the typed shared
 conversation (own replies as ``assistant``, others as ``user`` ``"Name: text"``, the task as
 ``user``) and the per-turn header prompt. A normal run stops with ``stop_reason="max_loops"``
-(the reference's parameter); an agent's exception ends it with ``"error"`` and is re-raised by
+(swarms' parameter); an agent's exception ends it with ``"error"`` and is re-raised by
 ``run`` with the transcript so far on ``exc.fsmchat_result``.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ COLLABORATE = ("Review the transcript above and build on the prior speaker's con
 def build_turn_header(agent_name: str, position: int, total: int, loop: int, max_loops: int,
                       prev_name: str | None = None, next_name: str | None = None,
                       agent_names: Sequence[str] | None = None) -> str:
-    """The one-line role header of a turn: the reference's exact text.
+    """The one-line role header of a turn: swarms' exact text.
 
     It tells the agent its position, the current loop, the previous/next speaker and the other
     participants.
@@ -101,7 +101,7 @@ def round_robin_roster(agents: Any) -> list[Speaker]:
 class RoundRobinConfig(PatternConfig):
     """RoundRobinSwarm's parameters, declared once: validated before any model call.
 
-    The fields are ``RoundRobinSwarm``'s constructor parameters, in the reference's order, with
+    The fields are ``RoundRobinSwarm``'s constructor parameters, in swarms' order, with
     its defaults.
 
     Attributes:
@@ -291,12 +291,10 @@ class RoundRobinSwarm(Pattern, kind="round_robin", config=RoundRobinConfig):
                                                              fallback="speaker"), agents)]
 
     def _context(self, task: str) -> RoundRobinContext:
-        ctx = RoundRobinContext(task, list(self.config.agents), config=self.config)
-        ctx.stats.roster = list(self.config.agents)
-        return ctx
+        return RoundRobinContext(task, list(self.config.agents), config=self.config)
 
 
 def example_graph() -> StateGraph:
-    """RoundRobinSwarm's graph for the gallery: the reference's three agents."""
+    """RoundRobinSwarm's graph for the gallery: swarms' three agents."""
     return compile_round_robin(["Analyst", "Strategist", "Implementer"],
                                "RoundRobinSwarm: each agent speaks once per loop, in roster order")

@@ -1,4 +1,4 @@
-"""Layer 5: who speaks. ``Agent`` (a model reached through litellm), plain callables, and the
+"""Layer 8: who speaks. ``Agent`` (a model reached through litellm), plain callables, and the
 request a participant is given on its turn."""
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, Va
     model_validator
 
 from ..deadline import call_within
-from ..errors import HEADER_OPTIONS, ConfigError, ModelCallError, fatal_error, invalid_config, register_secrets, \
-    secret_values
+from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
+from ..masking import HEADER_OPTIONS, register_secrets, secret_values
 from ..models import Bid, Message, shorten
 from . import context as contexts, llm, wire
 from .images import image_part
@@ -338,7 +338,7 @@ class Agent(BaseModel):
     def require_reply_text(self, response: Any) -> None:
         """Refuse a reply with no text (``llm.NoReplyText``, retried, then a ``ModelCallError``):
         ``content`` null with no tool calls, or only tool calls while the agent has no tools. A
-        blank string is a reply (an empty turn is posted, as the reference libraries post it). A
+        blank string is a reply (an empty turn is posted, as swarms, PraisonAI and AG2 post it). A
         reply without choices is left to ``reply_message`` (its own error)."""
         choices = getattr(response, "choices", None) or []
         if not choices:

@@ -1,4 +1,4 @@
-"""Layer 5: people in the loop.
+"""Layer 8: people in the loop.
 
 A run that needs a person stops at a drawn state (``stop_reason="interrupted"``, checkpointed) and
 says what it asks (``Pending``); ``resume(run_id, checkpoint, input=...)`` continues it with the
@@ -313,7 +313,7 @@ class Human:
     moderator, Discussion steps, flow steps), a ``Human``'s turn stops the run until their message
     comes (``resume(..., input="text")``). In a ``GroupChat`` a Human never bids: before each bid
     round the run asks them whether they claim the floor (their message then wins the turn), an
-    fsmchat extension of the reference. A run with a person needs a checkpoint.
+    fsmchat extension of the libraries it follows (swarms, PraisonAI, AG2). A run with a person needs a checkpoint.
 
     Args:
         name: The person's name (one line); their messages' role.

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
 from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, MissingCredentials,
-                      ModelCallError, exception_chain, fatal_error, plain_message, redact, request_error_kind,
-                      secret_values)
+                      ModelCallError, fatal_error)
 from ..engine import STEP
+from ..masking import exception_chain, redact, secret_values
 from ..models import StreamRetry, TokenDelta
+from .classify import plain_message, request_error_kind
 from ..statelog import Frozen
 from . import log_secrets, ratelimit, wire
 
@@ -693,8 +694,11 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         """The error a person reads; every credential and header value the agent sent is masked in it
         and in ``exc``'s chain (an agent copied without validation registers them here)."""
         endpoint = kwargs.get("api_base") or kwargs.get("base_url")
-        return ModelCallError(agent, exc, attempts, model or resolved, tuple(secret_values(kwargs)),
-                              failure_reason(exc, timeout=timeout, limit=limit, endpoint=endpoint))
+        secrets = tuple(secret_values(kwargs))
+        reason = failure_reason(exc, timeout=timeout, limit=limit, endpoint=endpoint) or \
+            f"{type(exc).__name__}: {plain_message(redact(str(exc), *secrets)) or '(no message)'}"
+        return ModelCallError(agent, exc, attempts, model or resolved, secrets, reason,
+                              kind=request_error_kind(exc))
 
     attempt = 0
     while True:

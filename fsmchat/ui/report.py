@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import redact_data
+from ..masking import redact_data
 from .page import page
 from .store import STATUSES, Store
 from .view import run_view
 
 
 def runs_data(store: Store) -> dict[str, Any]:
-    """The runs page's data, secrets masked (``fsmchat.errors.redact_data``)."""
+    """The runs page's data, secrets masked (``fsmchat.masking.redact_data``)."""
     return redact_data({"kind": "runs", "store": str(store.path), "statuses": list(STATUSES),
                         "runs": store.summaries()})
 

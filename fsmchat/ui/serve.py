@@ -37,7 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..checkpoint import CheckpointMismatch, RunInProgress, SqliteCheckpointer, new_run_id
 from ..checks import check_run_id
-from ..errors import FsmchatError, redact, redact_data
+from ..errors import FsmchatError
+from ..masking import redact, redact_data
 from ..limits import Limits
 from ..models import TokenDelta
 from ..patterns.base import Pattern

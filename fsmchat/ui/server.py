@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, MutableMapping
 
-from ..errors import FsmchatError, bad_value, redact
+from ..errors import FsmchatError, bad_value
+from ..masking import redact
 from .page import error_page, page
 from .report import runs_data, run_data
 from .store import RunNotFound, Store, StoreUnreadable

@@ -1,0 +1,113 @@
+"""Layer 13, patterns: how a pattern declares its parameters, once, by one pydantic model.
+
+``class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig)``: the model's fields, in
+order, are the constructor's parameters; it validates them (a bad value is a ``ConfigError``
+naming the field); the pattern's attributes (``chat.max_loops``) read and write them
+(``ConfigField``); ``to_config``/``from_config`` derive the pattern's config form from it.
+
+A field that holds live objects says how it travels in a config, with one of the field types
+re-exported here: ``Participants`` (a roster: agents, callables, people), ``OneParticipant`` (one
+of them, such as a moderator; required unless the field has a default), ``OutputType`` (the
+``output_type`` names ``fsmchat.models.format_output`` knows).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+
+from ..config import OneParticipant, Participants
+from ..errors import invalid_config
+from ..models import check_output_type
+
+__all__ = ["ConfigField", "OneParticipant", "OutputType", "Participants", "PatternConfig", "constructor_signature"]
+
+OutputType = Annotated[str, AfterValidator(check_output_type)]
+
+
+class PatternConfig(BaseModel):
+    """Base of every pattern's one model: its fields are the pattern's parameters and attributes.
+
+    The fields, in order, are the pattern's constructor parameters and its attributes; a bad
+    value is a ``ConfigError`` naming the field (``"GroupChat: max_loops=0 is invalid: input
+    should be greater than or equal to 1"``), whether passed to the pattern, set on it later
+    (``chat.max_loops = 0``) or given to the model itself. A field holding live objects says how
+    it travels in a config (``fsmchat.config.Participants``, ``FlowSteps``...). Unknown fields are
+    refused.
+
+    Examples:
+        >>> from pydantic import Field
+        >>> from fsmchat.patterns import PatternConfig
+        >>> class RelayConfig(PatternConfig):
+        ...     rounds: int = Field(2, ge=1)
+        >>> RelayConfig(rounds=3).rounds
+        3
+        >>> RelayConfig.make("Relay", rounds=0)
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: Relay: rounds=0 is invalid: input should be greater than or equal to 1
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
+
+    def __init__(self, owner: str | None = None, /, **values: Any) -> None:
+        """Validate ``values``; a bad one is refused in ``owner``'s name.
+
+        Args:
+            owner: Whose name a refusal is given in (the model's by default).
+            **values: The fields.
+        """
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise invalid_config(owner or type(self).__name__, exc) from None
+
+    @classmethod
+    def make(cls, owner: str, **values: Any) -> Any:
+        """The model of ``values``, a bad one refused in ``owner``'s name (``"GroupChat: ..."``)."""
+        return cls(owner, **values)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.assign(type(self).__name__, name, value)
+
+    def assign(self, owner: str, name: str, value: Any) -> None:
+        """Set a field, validated as at construction (refused in ``owner``'s name)."""
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as exc:
+            raise invalid_config(owner, exc) from None
+
+
+class ConfigField:
+    """A pattern attribute that is a field of its model: read from ``pattern.config`` and written
+    to it (validated; the graph is compiled again on next use)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj.config, self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.config.assign(type(obj).__name__, self.name, value)
+        obj.forget_graph()
+
+
+def constructor_signature(config: type[PatternConfig]) -> inspect.Signature:
+    """The pattern's signature as ``help()`` and IDEs show it: the model's fields in order, then
+    the keyword-only ``interrupt_before``/``interrupt_after``. A required field after one with a
+    default (a moderator after the roster) is shown keyword-only from there on, as Python spells it."""
+    params: list[inspect.Parameter] = []
+    keyword_only = False
+    for name, f in config.model_fields.items():
+        keyword_only = keyword_only or (f.is_required() and bool(params) and
+                                        params[-1].default is not inspect.Parameter.empty)
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY if keyword_only else
+                                        inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.annotation,
+                                        default=inspect.Parameter.empty if f.is_required() else f.default))
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
+               for name in ("interrupt_before", "interrupt_after")]
+    return inspect.Signature(params)
