@@ -335,9 +335,10 @@ class TraceEvent:
 
 @dataclass(frozen=True, slots=True)
 class TokenDelta:
-    """A piece of a reply as the model writes it (``pattern.stream(task, tokens=True)``,
-    ``execute(task, on_token=fn)``). The finished reply is still posted whole as a ``Message``;
-    the deltas come before it.
+    """A piece of a reply as the model writes it.
+
+    Given by ``pattern.stream(task, tokens=True)`` and to ``execute(task, on_token=fn)``. The
+    finished reply is still posted whole as a ``Message``; the deltas come before it.
 
     Attributes:
         agent: Who is writing.
@@ -359,9 +360,10 @@ class TokenDelta:
 
 @dataclass(frozen=True, slots=True)
 class StreamRetry:
-    """A reply's stream broke after some of it was shown and is asked again from the start: the
-    text shown so far (``shown`` characters) is void; the next ``TokenDelta``s of ``agent`` are
-    the new attempt's. The run's events hold the same fact (``stream_retry``).
+    """A reply's stream broke after some of it was shown and is asked again from the start.
+
+    The text shown so far (``shown`` characters) is void; the next ``TokenDelta``s of ``agent``
+    are the new attempt's. The run's events hold the same fact (``stream_retry``).
 
     Attributes:
         agent: Who was writing.
@@ -369,6 +371,12 @@ class StreamRetry:
         attempt: The attempt that broke (the next one is ``attempt + 1``).
         shown: How many characters of it had been shown.
         reason: What broke it (the error's type and message).
+
+    Examples:
+        >>> from fsmchat import StreamRetry
+        >>> retry = StreamRetry("alice", "alice", 1, 10, "TimeoutError: (no message)")
+        >>> f"{retry.agent}'s attempt {retry.attempt} broke after {retry.shown} characters"
+        "alice's attempt 1 broke after 10 characters"
     """
 
     agent: str
