@@ -21,10 +21,12 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any, Callable, Iterator, Sequence
 
 from .checks import check_run_id
 from .errors import CheckpointStoreError, FsmchatError, bad_value
+from .group_commit import GroupCommit
 from .models import Message, StopReason, TraceEvent
 from .statelog import HELD, RunLog, copy_state, encode_json, encode_value
 from .store import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, NotSerializable, ReadsLog, RunInProgress,
@@ -33,10 +35,11 @@ from .store import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, NotSerial
 from .trust import Trust
 from .writer import Lease, Recorder, RunWriter
 
-__all__ = ["LEASE_TTL", "Capabilities", "Checkpointer", "CheckpointMismatch", "Commit", "Fence", "Lease", "LeaseLost",
-           "MemoryCheckpointer", "NotSerializable", "Recorder", "RunInProgress", "RunInfo", "RunWriter", "Saved",
-           "SqliteCheckpointer", "check_checkpoint", "check_resume", "decode", "encode", "encode_fields",
-           "lease_owner", "new_run_id", "resume"]
+__all__ = ["LEASE_TTL", "RUN_META", "Capabilities", "CheckpointMismatch", "CheckpointStoreError", "Checkpointer",
+           "Commit", "Fence", "Lease", "LeaseLost", "MemoryCheckpointer", "NotSerializable", "Recorder", "RunInProgress",
+           "RunInfo", "RunWriter", "Saved", "SqliteCheckpointer", "already_used", "check_checkpoint", "check_lease_ttl",
+           "check_resume", "decode", "encode", "encode_fields", "event_rows", "lease_owner", "lease_refusal",
+           "listed_meta", "log_of_rows", "message_rows", "new_run_id", "resume", "run_info", "saved_of"]
 
 # What a new checkpointed run stores in its metadata besides its own (``fsmchat.otel``: the run's
 # W3C trace context, so a resume or a fork continues the trace). A ContextVar: set around one run.
@@ -233,7 +236,8 @@ class SqliteCheckpointer(ReadsLog):
     ADDED = {"events": (("nmsg", "INTEGER"), ("delta", "TEXT")), "leases": (("token", "INTEGER NOT NULL DEFAULT 0"),)}
     TABLES = set(COLUMNS)
 
-    def __init__(self, path: str | Path, *, read_only: bool | None = None, lease_ttl: float = LEASE_TTL):
+    def __init__(self, path: str | Path, *, read_only: bool | None = None, lease_ttl: float = LEASE_TTL,
+                 durability: str = "normal"):
         """Open (or create) the store at ``path``.
 
         Args:
@@ -242,6 +246,10 @@ class SqliteCheckpointer(ReadsLog):
                 nothing run or resumed. By default, when the file exists and is not writable.
             lease_ttl: Seconds a run's lease lasts without renewal (its commits and model requests
                 renew it): how long a paused or hung owner keeps others out of its run.
+            durability: ``"normal"`` (WAL, ``synchronous=NORMAL``): a commit survives a killed
+                process, not a power loss. ``"fsync"``: ``synchronous=FULL`` on a writer thread; a
+                run's step goes on only once its commit is on disk, the event loop is never held
+                meanwhile, and the commits queued during one fsync (several runs' turns) share the next.
 
         Raises:
             CheckpointStoreError: The file is not an fsmchat store, is corrupted or cannot be opened.
@@ -252,6 +260,12 @@ class SqliteCheckpointer(ReadsLog):
             raise bad_value("SqliteCheckpointer", "path", path, "the SQLite file's path, a non-empty str or a "
                             "pathlib.Path (':memory:' for a store in memory)", type_error=True)
         self.lease_ttl = check_lease_ttl(lease_ttl, "SqliteCheckpointer")
+        if durability not in ("normal", "fsync"):
+            raise bad_value("SqliteCheckpointer", "durability", durability, "'normal' (survives a killed process) "
+                            "or 'fsync' (survives a power loss: each commit waits for its fsync, off the event loop)",
+                            type_error=not isinstance(durability, str))
+        self.durability = durability
+        self.group: GroupCommit | None = None  # the writer thread (durability="fsync")
         self.path = str(path)
         self._lock = threading.Lock()
         p = Path(self.path)
@@ -267,9 +281,11 @@ class SqliteCheckpointer(ReadsLog):
             self._check_schema()  # a foreign database is refused before anything is written to it
             if not self.read_only:
                 self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")  # (durability="fsync": the writer thread's are FULL)
                 self._db.executescript(self.SCHEMA)
                 self._migrate()
+                if durability == "fsync":
+                    self.group = GroupCommit(self.path)
             self._deltas = self._columns("events") >= {"nmsg", "delta"}
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
@@ -371,17 +387,16 @@ class SqliteCheckpointer(ReadsLog):
             if cur.rowcount == 0:
                 raise self._lost(fence)
 
-    def _lost(self, fence: Fence) -> LeaseLost:
-        """The ``LeaseLost`` of ``fence``, naming who holds the lease now (under the store lock)."""
-        row = self._db.execute("SELECT owner, token FROM leases WHERE run_id=?", (fence.run_id,)).fetchone()
+    def _lost(self, fence: Fence, db: sqlite3.Connection | None = None) -> LeaseLost:
+        """The ``LeaseLost`` of ``fence``, naming who holds the lease now (under the store lock, or
+        on the connection ``db``)."""
+        row = (db or self._db).execute("SELECT owner, token FROM leases WHERE run_id=?", (fence.run_id,)).fetchone()
         return LeaseLost(fence.run_id, fence.token, row[0] or None if row else None, row[1] if row else None)
 
-    def _holds(self, fence: Fence | None) -> bool:
-        return fence is None or self._db.execute(_HOLDS, (fence.run_id, fence.owner, fence.token)).fetchone() is not None
-
-    def _require(self, fence: Fence | None) -> None:
+    def _require(self, fence: Fence | None, db: sqlite3.Connection | None = None) -> None:
         """Inside a transaction: refuse the write (``_Refused``) unless ``fence`` holds the lease."""
-        if not self._holds(fence):
+        if fence is not None and (db or self._db).execute(_HOLDS, (fence.run_id, fence.owner,
+                                                                  fence.token)).fetchone() is None:
             raise _Refused
 
     @contextmanager
@@ -421,31 +436,56 @@ class SqliteCheckpointer(ReadsLog):
                 self._require(fence)
                 db.execute("INSERT INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
 
-    def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> None:
+    def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> "Future[None] | None":
         """Store one commit in one transaction: its event rows, its messages, and the run marked
         not ended (its stop reason cleared). With ``fence``, nothing is written and ``LeaseLost`` is
-        raised when the fence no longer holds the run's lease."""
+        raised when the fence no longer holds the run's lease. With ``durability="fsync"`` the
+        commit is queued to the writer thread and its future returned (done once on disk)."""
         self._writable("write a run")
-        with self._lock:
-            with self._transaction("BEGIN IMMEDIATE", fence) as db:
-                self._require(fence)
-                seq = db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
-                db.executemany(_INSERT_EVENT, event_rows(run_id, seq, commit))
-                db.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))
-                db.execute("UPDATE runs SET stop_reason=NULL WHERE run_id=? AND stop_reason IS NOT NULL", (run_id,))
 
-    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None, state: str | None = None) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            self._require(fence, db)
+            seq = db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
+            db.executemany(_INSERT_EVENT, event_rows(run_id, seq, commit))
+            db.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))
+            db.execute("UPDATE runs SET stop_reason=NULL WHERE run_id=? AND stop_reason IS NOT NULL", (run_id,))
+
+        return self._write(write, fence)
+
+    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None,
+               state: str | None = None) -> "Future[None] | None":
         """Record how the run ended, and its last state (``state``, the writer's; else folded from
         its rows) in ``states``, what an older fsmchat reads; with ``fence``, nothing is written and
-        ``LeaseLost`` is raised when the fence no longer holds the run's lease."""
+        ``LeaseLost`` is raised when the fence no longer holds the run's lease. With
+        ``durability="fsync"``, queued after the run's commits (its future returned)."""
         whole = state if state is not None else self._whole_state(run_id)
-        with self._lock:
-            with self._transaction("BEGIN IMMEDIATE", fence) as db:
-                self._require(fence)
-                db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
-                if whole is not None:
-                    seq = db.execute("SELECT COALESCE(MAX(seq), -1) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
-                    db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, seq, whole))
+
+        def write(db: sqlite3.Connection) -> None:
+            self._require(fence, db)
+            db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
+            if whole is not None:
+                seq = db.execute("SELECT COALESCE(MAX(seq), -1) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
+                db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, seq, whole))
+
+        return self._write(write, fence)
+
+    def _write(self, write: Callable[[sqlite3.Connection], None], fence: Fence | None) -> "Future[None] | None":
+        """Run ``write`` in a transaction of its own now, or (``durability="fsync"``) queue it to the
+        writer thread, whose transaction it shares with the other writes queued meanwhile."""
+        if self.group is None:
+            with self._lock:
+                with self._transaction("BEGIN IMMEDIATE", fence) as db:
+                    write(db)
+            return None
+
+        def fenced(db: sqlite3.Connection) -> None:
+            try:
+                write(db)
+            except _Refused:
+                assert fence is not None
+                raise self._lost(fence, db) from None
+
+        return self.group.submit(fenced)
 
     def _whole_state(self, run_id: str) -> str | None:
         """The run's latest state as JSON, folded from its rows (a run that ends in a process that
@@ -549,7 +589,9 @@ class SqliteCheckpointer(ReadsLog):
         return out
 
     def close(self) -> None:
-        """Close the database connection."""
+        """Close the database connection (after the writer thread has committed what is queued)."""
+        if self.group is not None:
+            self.group.close()
         self._db.close()
 
 

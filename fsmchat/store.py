@@ -23,6 +23,7 @@ import math
 import os
 import socket
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, cast
 
@@ -194,15 +195,19 @@ class Store(Protocol):
     """A store of runs (see the module's docstring). ``fence`` is the writer's lease on a store
     with ``capabilities.leases`` (always None on one without). ``append`` also marks its run as
     not ended (its stop reason cleared, in the same transaction). ``finish`` gets ``state``, the
-    whole working state as last written (JSON, or None), for a store that keeps it whole too."""
+    whole working state as last written (JSON, or None), for a store that keeps it whole too. Both
+    return None once the write is stored, or a ``Future`` done when it is (a store that writes on
+    a thread of its own, e.g. ``SqliteCheckpointer(path, durability="fsync")``): the run's next
+    step waits for it, off the event loop."""
 
     capabilities: Capabilities
 
     def start(self, run_id: str, meta: dict[str, Any], fence: Fence | None = None) -> None: ...
 
-    def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> None: ...
+    def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> Future[None] | None: ...
 
-    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None, state: str | None = None) -> None: ...
+    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None,
+               state: str | None = None) -> Future[None] | None: ...
 
     def log(self, run_id: str) -> RunLog: ...
 

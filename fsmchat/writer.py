@@ -10,7 +10,9 @@ run in a store with leases.
 """
 from __future__ import annotations
 
+import asyncio
 import time
+from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
 from .models import Message, TraceEvent
@@ -41,22 +43,28 @@ class RunWriter:
         self.store.start(self.run_id, meta, self.fence)
 
     def commit(self, event: TraceEvent, messages: Sequence[Message], state: dict[str, Any] | None,
-               earlier: Sequence[TraceEvent] = ()) -> None:
+               earlier: Sequence[TraceEvent] = ()) -> Future[None] | None:
         """Append ``earlier`` (held steps, stored without a state of their own), then ``event`` with
-        ``messages`` and the delta of ``state`` (None: the step carries no state)."""
+        ``messages`` and the delta of ``state`` (None: the step carries no state). Returns the
+        store's future when it stores the commit later (see ``Store.append``)."""
         delta = None if state is None else self.diff.delta(state)
         after = self.messages + len(messages)
         rows = tuple(Row(e, self.messages, HELD) for e in earlier) + (Row(event, after, delta),)
         try:
-            self.store.append(self.run_id, Commit(rows, tuple(messages), self.messages), self.fence)
+            pending = self.store.append(self.run_id, Commit(rows, tuple(messages), self.messages), self.fence)
         except BaseException:
-            self.diff = StateDiff()  # not written: the next commit writes the whole state
+            self.lost()
             raise
         self.messages = after
+        return pending
 
-    def finish(self, stop_reason: str) -> None:
+    def lost(self) -> None:
+        """A commit was not written: the next one writes the whole state."""
+        self.diff = StateDiff()
+
+    def finish(self, stop_reason: str) -> Future[None] | None:
         """Record how the run ended (with the whole state as last written, for a store that keeps it)."""
-        self.store.finish(self.run_id, stop_reason, self.fence, self.diff.text())
+        return self.store.finish(self.run_id, stop_reason, self.fence, self.diff.text())
 
 
 class Recorder:
@@ -70,6 +78,7 @@ class Recorder:
         self.lease = lease
         self.writer = RunWriter(cp, run_id, lease.fence if lease is not None else None, saved_messages)
         self.pending: list[TraceEvent] = []  # held steps (pure or hold states), committed with the next step
+        self.unsynced: list[Future[None]] = []  # commits a store writes later (durability="fsync"), not yet on disk
 
     @property
     def saved(self) -> int:
@@ -99,10 +108,25 @@ class Recorder:
             self.pending = []
         state = self.snapshot() if ev.dest is not None or self.pending else None
         earlier, self.pending = self.pending, []
-        self.writer.commit(ev, rows, state, earlier)
+        self._later(self.writer.commit(ev, rows, state, earlier))
 
     def finish(self, stop_reason: str) -> None:
-        self.writer.finish(stop_reason)
+        self._later(self.writer.finish(stop_reason))
+
+    def _later(self, pending: Future[None] | None) -> None:
+        if pending is not None:
+            self.unsynced.append(pending)
+
+    async def durable(self) -> None:
+        """Wait, without holding the event loop, until every commit so far is stored (a store
+        that writes later: ``Store.append``); a failed one's error is raised here."""
+        unsynced, self.unsynced = self.unsynced, []
+        try:
+            for pending in unsynced:
+                await asyncio.wrap_future(pending)
+        except BaseException:
+            self.writer.lost()
+            raise
 
     def branch(self, key: str, ctx: Any) -> "tuple[Recorder, Saved | None]":
         """The recorder of a branch run on ``ctx`` (which has ``transcript``, ``snapshot`` and
