@@ -18,10 +18,10 @@ import sqlite3
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from concurrent.futures import Future
 from typing import Any, Callable, Iterator, Sequence
 
 from .checks import check_run_id
@@ -29,9 +29,9 @@ from .errors import CheckpointStoreError, FsmchatError, bad_value
 from .group_commit import GroupCommit
 from .models import Message, StopReason, TraceEvent
 from .statelog import HELD, RunLog, copy_state, encode_json, encode_value
-from .store import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, NotSerializable, ReadsLog, RunInProgress,
-                    Saved, Store, already_used, check_lease_ttl, check_store, decode, encode, encode_fields,
-                    lease_owner, lease_refusal, saved_of)
+from .store import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, NotSerializable, ReadsLog, RunInfo,
+                    RunInProgress, Saved, Store, already_used, check_lease_ttl, check_store, decode, encode, encode_fields,
+                    lease_owner, lease_refusal, run_info, saved_of)
 from .trust import Trust
 from .writer import Lease, Recorder, RunWriter
 
@@ -67,47 +67,6 @@ def check_resume(run_id: object, checkpoint: object, owner: str) -> None:
         raise bad_value(owner, "checkpoint", None, "the Checkpointer the run was saved to, e.g. "
                         "resume(run_id, SqliteCheckpointer('runs.db'))", type_error=True)
     check_checkpoint(checkpoint, owner)
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """One line of a store's run list (``list_runs()``, ``fsmchat runs``): a run (not a branch lane)."""
-
-    run_id: str
-    pattern: str | None
-    name: str | None
-    task: str | None
-    stop_reason: str | None  # None: not ended (running, or cut by a crash)
-    messages: int
-    steps: int
-    created: float
-    updated: float
-    forked_from: dict[str, Any] | None = None
-    leased: bool = False  # a live process holds the run's lease
-
-    @property
-    def status(self) -> str:
-        """``finished``, ``waiting`` (interrupted for a person), ``failed`` (error), ``cancelled``,
-        ``running`` (not ended, its lease is live) or ``unfinished`` (cut by a crash: resumable)."""
-        return StopReason.run_status(self.stop_reason, self.leased)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "pattern": self.pattern, "name": self.name, "task": self.task,
-                "status": self.status, "stop_reason": self.stop_reason, "messages": self.messages,
-                "steps": self.steps, "created": self.created, "updated": self.updated,
-                "forked_from": self.forked_from}
-
-
-def run_info(run_id: str, meta: dict[str, Any], stop_reason: str | None, messages: int, steps: int,
-             created: float, updated: float, lease: tuple[str, float] | None = None) -> RunInfo:
-    def text(k: str) -> str | None:  # untrusted meta
-        v = meta.get(k)
-        return v if isinstance(v, str) else None
-
-    origin = meta.get("forked_from")
-    leased = lease is not None and lease_refusal(run_id, lease, "", time.time()) is not None
-    return RunInfo(run_id, text("pattern"), text("name"), text("task"), stop_reason, messages, steps, created, updated,
-                   origin if isinstance(origin, dict) else None, leased)
 
 
 def _json(text: Any, what: str, log: RunLog) -> Any:

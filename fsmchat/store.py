@@ -22,17 +22,15 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, cast
+from typing import Any, Callable, Protocol, Sequence, cast
 
 from .errors import FsmchatError, bad_value
 from .models import Message, StopReason, TraceEvent
 from .statelog import AppendLog, HistoryStep, RunLog, history_of
-
-if TYPE_CHECKING:
-    from .checkpoint import RunInfo
 
 LEASE_TTL = 30.0
 """Seconds a run's lease lasts without renewal (commits and model requests renew it), unless the
@@ -153,6 +151,47 @@ class Saved:
 def saved_of(log: RunLog) -> Saved:
     """What ``load`` returns: the run's events and messages, and its latest state (a fresh copy)."""
     return Saved(log.run_id, log.meta, log.events, log.messages, log.final_state(), log.stop_reason)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One line of a store's run list (``list_runs()``, ``fsmchat runs``): a run (not a branch lane)."""
+
+    run_id: str
+    pattern: str | None
+    name: str | None
+    task: str | None
+    stop_reason: str | None  # None: not ended (running, or cut by a crash)
+    messages: int
+    steps: int
+    created: float
+    updated: float
+    forked_from: dict[str, Any] | None = None
+    leased: bool = False  # a live process holds the run's lease
+
+    @property
+    def status(self) -> str:
+        """``finished``, ``waiting`` (interrupted for a person), ``failed`` (error), ``cancelled``,
+        ``running`` (not ended, its lease is live) or ``unfinished`` (cut by a crash: resumable)."""
+        return StopReason.run_status(self.stop_reason, self.leased)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "pattern": self.pattern, "name": self.name, "task": self.task,
+                "status": self.status, "stop_reason": self.stop_reason, "messages": self.messages,
+                "steps": self.steps, "created": self.created, "updated": self.updated,
+                "forked_from": self.forked_from}
+
+
+def run_info(run_id: str, meta: dict[str, Any], stop_reason: str | None, messages: int, steps: int,
+             created: float, updated: float, lease: tuple[str, float] | None = None) -> RunInfo:
+    def text(k: str) -> str | None:  # untrusted meta
+        v = meta.get(k)
+        return v if isinstance(v, str) else None
+
+    origin = meta.get("forked_from")
+    leased = lease is not None and lease_refusal(run_id, lease, "", time.time()) is not None
+    return RunInfo(run_id, text("pattern"), text("name"), text("task"), stop_reason, messages, steps, created, updated,
+                   origin if isinstance(origin, dict) else None, leased)
 
 
 @dataclass(frozen=True)
