@@ -326,6 +326,10 @@ def check_store(store: object, owner: str, field: str = "checkpoint") -> Store |
     if isinstance(store, (str, bytes)) or hasattr(store, "__fspath__"):
         hint = (f"a store, e.g. checkpoint=SqliteCheckpointer({store!r}) (from fsmchat import "
                 "SqliteCheckpointer)")
+    elif callable(getattr(store, "commit", None)) and not callable(getattr(store, "append", None)):
+        hint = ("a store of the protocol fsmchat.store.Store (start, append, finish, log, load, history and "
+                "capabilities); this one has commit(run_id, event, messages, state), the older protocol: its "
+                "append(run_id, commit, fence) gets the rows fsmchat's writer made, state deltas included")
     elif "capabilities" in missing:
         hint = "a store such as SqliteCheckpointer('runs.db') or MemoryCheckpointer()"
     else:

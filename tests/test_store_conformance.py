@@ -259,3 +259,26 @@ def test_a_postgres_takeover_waits_for_a_write_in_flight_then_refuses_the_old_ow
     assert reopen(cp).load("R").messages == []
     for con in (writer, watch):
         con.close()
+
+
+def test_a_store_is_checked_against_the_protocol_and_the_capabilities_it_declares():
+    from fsmchat.store import Capabilities
+    from dict_store import DictStore
+
+    class OldProtocol:  # start, commit, finish, load: what stores implemented before the writer made the rows
+        def start(self, run_id, meta): ...
+
+        def commit(self, run_id, event, messages, state): ...
+
+        def finish(self, run_id, stop_reason): ...
+
+        def load(self, run_id): ...
+
+    with pytest.raises(ConfigTypeError, match=r"has commit\(run_id, event, messages, state\), the older protocol"):
+        swarm().execute("go", checkpoint=OldProtocol())
+
+    class ClaimsLeases(DictStore):
+        capabilities = Capabilities(leases=True)
+
+    with pytest.raises(ConfigTypeError, match=r"it lacks acquire, renew, release for the capabilities it declares"):
+        swarm().execute("go", checkpoint=ClaimsLeases())
