@@ -50,7 +50,10 @@ def waiting() -> RoundRobinSwarm:
 
 
 def branch_model(b2_fails: bool) -> ScriptedModel:
-    return ScriptedModel({"a1": ["x"], "a2": ["y"], "b1": ["z"], "b2": [Fail(400)] if b2_fails else ["w"]})
+    """The branches' model, under the id the file's run was made with (the first of its process):
+    the run's fingerprint names each agent's model by it."""
+    return ScriptedModel({"a1": ["x"], "a2": ["y"], "b1": ["z"], "b2": [Fail(400)] if b2_fails else ["w"]},
+                         id="scripted-1")
 
 
 def branches(model: ScriptedModel) -> AgentFlow:
