@@ -27,22 +27,22 @@ _EXPORTS: dict[str, str] = {
     "PostgresCheckpointer": "checkpoint_pg",
     "fork": "timetravel", "ForkEdit": "timetravel", "ForkError": "timetravel", "HistoryStep": "statelog",
     "Limits": "limits", "from_config": "config", "UntrustedReference": "trust",
-    # layer 8: speakers
+    # layer 10: speakers
     "Agent": "speakers", "Turn": "speakers", "RESPOND_TOOL": "speakers",
     "Human": "speakers", "Approve": "speakers", "Edit": "speakers", "Reject": "speakers", "Say": "speakers",
     "Pending": "speakers", "Tool": "speakers", "ToolError": "speakers", "ToolSource": "speakers",
     "MCPServer": "speakers",
     "ToolCallEntry": "models",
     "RateLimit": "speakers", "rate_limit": "speakers", "LastMessages": "speakers", "Summarize": "speakers",
-    # layer 13: patterns
+    # layer 15: patterns
     "Pattern": "patterns", "ChatContext": "patterns", "GroupChat": "patterns", "RoundRobinSwarm": "patterns",
     "build_turn_header": "patterns", "build_collaborative_task": "patterns", "OneOnOneDebate": "patterns",
     "one_on_one_debate": "patterns", "ExpertPanelDiscussion": "patterns",
-    # layer 14: flow
+    # layer 16: flow
     "AgentFlow": "flow", "Flow": "flow", "Discussion": "flow", "StepResult": "flow", "Task": "flow", "loop": "flow",
     "parallel": "flow", "route": "flow", "if_": "flow", "when": "flow", "repeat": "flow", "flow_input": "flow",
     "ask_human": "flow",
-    # layer 15: network (hub, discussion channels)
+    # layer 17: network (hub, discussion channels)
     "Hub": "network", "HubClient": "network", "Channel": "network", "MemoryKnowledgeStore": "network",
     "wait_for_text_count": "network", "DiscussionState": "network", "Envelope": "network", "EV_TEXT": "network",
     "EV_CHANNEL_INVITE": "network", "EV_CHANNEL_INVITE_ACK": "network", "EV_CHANNEL_INVITE_REJECT": "network",

@@ -12,217 +12,52 @@ the last committed state; ``checkpoint.history(run_id)`` lists every step with t
 from __future__ import annotations
 
 import contextvars
-import inspect
 import json
-import math
 import os
-import socket
 import sqlite3
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence, TypeGuard, cast
+from typing import Any, Callable, Iterator, Sequence
 
 from .checks import check_run_id
 from .errors import CheckpointStoreError, FsmchatError, bad_value
+from .group_commit import GroupCommit
 from .models import Message, StopReason, TraceEvent
-from .speakers.respond import BidOutcome
-from .statelog import (HELD, AppendLog, HistoryStep, RunLog, StateDiff, copy_state, encode_json, encode_value,
-                       history_of)
+from .statelog import HELD, RunLog, copy_state, encode_json, encode_value
+from .store import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, NotSerializable, ReadsLog, RunInfo,
+                    RunInProgress, Saved, Store, already_used, check_lease_ttl, check_store, decode, encode, encode_fields,
+                    lease_owner, lease_refusal, run_info, saved_of)
 from .trust import Trust
+from .writer import Lease, Recorder, RunWriter
+
+__all__ = ["LEASE_TTL", "RUN_META", "Capabilities", "CheckpointMismatch", "CheckpointStoreError", "Checkpointer",
+           "Commit", "Fence", "Lease", "LeaseLost", "MemoryCheckpointer", "NotSerializable", "Recorder", "RunInProgress",
+           "RunInfo", "RunWriter", "Saved", "SqliteCheckpointer", "already_used", "check_checkpoint", "check_lease_ttl",
+           "check_resume", "decode", "encode", "encode_fields", "event_rows", "lease_owner", "lease_refusal",
+           "listed_meta", "log_of_rows", "message_rows", "new_run_id", "resume", "run_info", "saved_of"]
 
 # What a new checkpointed run stores in its metadata besides its own (``fsmchat.otel``: the run's
 # W3C trace context, so a resume or a fork continues the trace). A ContextVar: set around one run.
 RUN_META: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("fsmchat_run_meta", default=None)
 
-LEASE_TTL = 30.0
-"""Seconds a run's lease lasts without renewal (commits and model requests renew it), unless the
-store says otherwise (``SqliteCheckpointer(path, lease_ttl=...)``, ``MemoryCheckpointer(lease_ttl=...)``).
-A lease whose owner process on this host has died is taken over at once; one from another host,
-or from a live process that stopped renewing it (paused, hung), after it expires."""
-
-
-class RunInProgress(FsmchatError, RuntimeError):
-    """Another execute/resume owns this run right now (its lease is live); nothing was changed."""
-
-    def __init__(self, run_id: str, owner: str, expires_in: float):
-        self.run_id, self.owner = run_id, owner
-        super().__init__(f"run {run_id!r} is in progress elsewhere (lease held by {owner}, {expires_in:.0f} s left "
-                         "unless renewed); wait for it to finish, or resume it once that process has ended")
-
-
-class LeaseLost(FsmchatError, RuntimeError):
-    """This execute/resume no longer owns its run: its lease expired and another owner took the run
-    over (or it was given back). The write or model request that found out was refused and nothing
-    was written; the run stands as its current owner left it."""
-
-    fsmchat_fatal = True  # never a step's failure to retry or skip: the run must stop at once
-
-    def __init__(self, run_id: str, token: int, holder: str | None, holder_token: int | None):
-        self.run_id, self.token, self.holder, self.holder_token = run_id, token, holder, holder_token
-        now = (f"the lease expired and was taken over by {holder} (fencing token {holder_token})" if holder else
-               f"the lease expired, was taken over and given back since (fencing token {holder_token})"
-               if holder_token is not None and holder_token != token else "this owner gave the lease back")
-        super().__init__(f"run {run_id!r}: this execute/resume no longer owns the run (its fencing token {token}; "
-                         f"{now}), so it writes nothing more and sends no model request; resume the run to see or "
-                         "continue it as its current owner left it")
-
-
-@dataclass(frozen=True)
-class Fence:
-    """The lease a write is made under: the run whose lease it is (a branch lane writes under its
-    run's), its owner and the fencing token ``acquire`` gave that owner. Tokens only grow: each new
-    owner of a run gets a larger one, so a store refuses the write of an owner it has since replaced."""
-
-    run_id: str
-    owner: str
-    token: int
-
-
-def check_lease_ttl(value: Any, owner: str) -> float:
-    """``lease_ttl`` as seconds: a positive, finite number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise bad_value(owner, "lease_ttl", value, f"seconds a run's lease lasts without renewal, a positive "
-                        f"number (default {LEASE_TTL:g})", type_error=isinstance(value, bool) or not isinstance(value, (int, float)))
-    return float(value)
-
 class CheckpointMismatch(FsmchatError, ValueError):
     """A run was resumed with a pattern other than the one that checkpointed it; nothing was written."""
 
 
-def lease_owner() -> str:
-    """A unique owner id for one execute/resume: host, process id and a random token."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def _owner_alive(owner: str) -> bool:
-    """False only when ``owner`` is a process on this host that no longer exists."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return True
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def lease_refusal(run_id: str, held: tuple[str, float] | None, owner: str, now: float) -> RunInProgress | None:
-    """Why ``owner`` may not take ``run_id`` now (None: it may): another live, unexpired owner holds it."""
-    if held is None:
-        return None
-    holder, expires = held
-    if not holder or holder == owner or expires <= now or not _owner_alive(holder):
-        return None
-    return RunInProgress(run_id, holder, expires - now)
-
-
 _dumps = encode_json
 
-
-@dataclass
-class Saved:
-    """What a checkpointer holds for one run."""
-
-    run_id: str
-    meta: dict[str, Any]
-    events: list[TraceEvent]
-    messages: list[Message]
-    state: dict[str, Any] | None
-    stop_reason: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        """Ended for good: a resume rebuilds it. A failed, cancelled or waiting (``interrupted``) run
-        is not finished: a resume continues it."""
-        return self.stop_reason is not None and StopReason.run_status(self.stop_reason) == "finished"
-
-    @property
-    def resume_at(self) -> str | None:
-        """The state to enter next: the destination of the last committed transition."""
-        for ev in reversed(self.events):
-            if ev.dest is not None:
-                return ev.dest
-        return None
+Checkpointer = Store
+"""A store of runs (``fsmchat.store.Store``): the one protocol every store implements."""
 
 
-class Checkpointer(Protocol):
-    """A store of runs. A store whose ``commit`` also takes ``earlier=[events]`` (stored before
-    ``event``, in the same transaction) says so with ``batches = True``; the recorder then commits
-    the steps of pure and hold states together with the next step."""
-
-    def start(self, run_id: str, meta: dict[str, Any]) -> None: ...
-
-    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None
-               ) -> None: ...
-
-    def finish(self, run_id: str, stop_reason: str) -> None: ...
-
-    def load(self, run_id: str) -> Saved: ...
-
-    def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int | None:
-        """Take the run's lease for ``owner``; raise ``RunInProgress`` if another live owner holds
-        it. A fencing store returns the owner's fencing token."""
-
-    def release(self, run_id: str, owner: str) -> None:
-        """Give the lease back (only if ``owner`` still holds it)."""
-
-
-class BatchingCheckpointer(Checkpointer, Protocol):
-    """A store whose ``commit`` also stores the ``earlier`` events (before ``event``, in the same
-    transaction), as ``SqliteCheckpointer`` and ``MemoryCheckpointer`` do (``batches = True``)."""
-
-    batches: bool
-
-    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
-               earlier: Sequence[TraceEvent] = ()) -> None: ...
-
-
-class FencedCheckpointer(BatchingCheckpointer, Protocol):
-    """A store that fences its writes (``fences = True``), as ``SqliteCheckpointer`` and
-    ``MemoryCheckpointer`` do: ``acquire`` returns a fencing token that only grows; ``start``,
-    ``commit`` and ``finish`` take ``fence=`` (the writer's ``Fence``) and refuse, inside the same
-    transaction and with nothing written, a write whose owner no longer holds the run's lease
-    (``LeaseLost``); ``renew`` extends the lease of a fence that still holds it, never re-taking a
-    lost or released one. A commit also marks its run as not ended (its stop reason cleared, in
-    the same transaction): a run continued after an answer, a cancel or a failure is never left
-    looking ended by a crash before it ends again."""
-
-    fences: bool
-    lease_ttl: float
-
-    def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int: ...
-
-    def start(self, run_id: str, meta: dict[str, Any], fence: Fence | None = None) -> None: ...
-
-    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
-               earlier: Sequence[TraceEvent] = (), fence: Fence | None = None) -> None: ...
-
-    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None) -> None: ...
-
-    def renew(self, fence: Fence, ttl: float | None = None) -> None: ...
-
-
-_PROTOCOL = ("start", "commit", "finish", "load")
-
-
-def check_checkpoint(checkpoint: object, owner: str, field: str = "checkpoint") -> Checkpointer | None:
-    """``checkpoint`` is None or a Checkpointer (``SqliteCheckpointer("runs.db")``, ...), never a path."""
-    if checkpoint is None or all(callable(getattr(checkpoint, m, None)) for m in _PROTOCOL):
-        return cast("Checkpointer | None", checkpoint)
-    hint = (f"a Checkpointer, e.g. checkpoint=SqliteCheckpointer({checkpoint!r}) (from fsmchat import "
-            "SqliteCheckpointer)") if isinstance(checkpoint, (str, bytes)) or hasattr(checkpoint, "__fspath__") \
-        else "a Checkpointer such as SqliteCheckpointer('runs.db') or MemoryCheckpointer()"
-    raise bad_value(owner, field, checkpoint, hint, type_error=True)
+def check_checkpoint(checkpoint: object, owner: str, field: str = "checkpoint") -> Store | None:
+    """``checkpoint`` is None or a store (``SqliteCheckpointer("runs.db")``, ...), never a path."""
+    return check_store(checkpoint, owner, field)
 
 
 def check_resume(run_id: object, checkpoint: object, owner: str) -> None:
@@ -232,47 +67,6 @@ def check_resume(run_id: object, checkpoint: object, owner: str) -> None:
         raise bad_value(owner, "checkpoint", None, "the Checkpointer the run was saved to, e.g. "
                         "resume(run_id, SqliteCheckpointer('runs.db'))", type_error=True)
     check_checkpoint(checkpoint, owner)
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """One line of a store's run list (``list_runs()``, ``fsmchat runs``): a run (not a branch lane)."""
-
-    run_id: str
-    pattern: str | None
-    name: str | None
-    task: str | None
-    stop_reason: str | None  # None: not ended (running, or cut by a crash)
-    messages: int
-    steps: int
-    created: float
-    updated: float
-    forked_from: dict[str, Any] | None = None
-    leased: bool = False  # a live process holds the run's lease
-
-    @property
-    def status(self) -> str:
-        """``finished``, ``waiting`` (interrupted for a person), ``failed`` (error), ``cancelled``,
-        ``running`` (not ended, its lease is live) or ``unfinished`` (cut by a crash: resumable)."""
-        return StopReason.run_status(self.stop_reason, self.leased)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "pattern": self.pattern, "name": self.name, "task": self.task,
-                "status": self.status, "stop_reason": self.stop_reason, "messages": self.messages,
-                "steps": self.steps, "created": self.created, "updated": self.updated,
-                "forked_from": self.forked_from}
-
-
-def run_info(run_id: str, meta: dict[str, Any], stop_reason: str | None, messages: int, steps: int,
-             created: float, updated: float, lease: tuple[str, float] | None = None) -> RunInfo:
-    def text(k: str) -> str | None:  # untrusted meta
-        v = meta.get(k)
-        return v if isinstance(v, str) else None
-
-    origin = meta.get("forked_from")
-    leased = lease is not None and lease_refusal(run_id, lease, "", time.time()) is not None
-    return RunInfo(run_id, text("pattern"), text("name"), text("task"), stop_reason, messages, steps, created, updated,
-                   origin if isinstance(origin, dict) else None, leased)
 
 
 def _json(text: Any, what: str, log: RunLog) -> Any:
@@ -335,60 +129,25 @@ def log_of_rows(run_id: str, run: Sequence[Any], events: Sequence[Sequence[Any]]
 
 _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_MESSAGE = "INSERT INTO messages VALUES (?, ?, ?, ?, ?)"
-_EVENT_ROWS = [""] + [_INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1) for n in range(1, 9)]
-_HOLDS = "EXISTS (SELECT 1 FROM leases WHERE run_id=? AND owner=? AND token=?)"  # the writer still holds the lease
-_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_HOLDS = "SELECT 1 FROM leases WHERE run_id=? AND owner=? AND token=?"  # the writer still holds the lease
 
 
-def _fenced_sql(n: int) -> str:
-    """One INSERT of ``n`` event rows that inserts nothing unless the fence holds (one statement:
-    the check and the write are atomic; ``rowcount`` says which happened)."""
-    return "INSERT INTO events SELECT * FROM (VALUES " + ", ".join([_ROW] * n) + ") WHERE " + _HOLDS
+def event_rows(run_id: str, seq: int, commit: Commit) -> list[tuple[Any, ...]]:
+    """The ``events`` rows of ``commit``, numbered from ``seq``."""
+    return [(run_id, seq + i, r.event.step, r.event.state, r.event.trigger, r.event.dest, r.event.t,
+             encode_value(r.event.payload), r.messages, r.delta) for i, r in enumerate(commit.rows)]
 
 
-_FENCED_ROWS = [""] + [_fenced_sql(n) for n in range(1, 9)]
-
-
-def _insert_events(rows: list[tuple[Any, ...]], fence: Fence | None = None) -> tuple[str, Sequence[Any]]:
-    """One INSERT statement for a commit's event rows (atomic on its own, without BEGIN/COMMIT);
-    with ``fence``, one that inserts nothing when the fence no longer holds the run's lease."""
-    n = len(rows)
-    if fence is not None:
-        sql = _FENCED_ROWS[n] if n < len(_FENCED_ROWS) else _fenced_sql(n)
-        return sql, [v for r in rows for v in r] + [fence.run_id, fence.owner, fence.token]
-    if n == 1:
-        return _INSERT_EVENT, rows[0]
-    sql = _EVENT_ROWS[n] if n < len(_EVENT_ROWS) else _INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1)
-    return sql, [v for r in rows for v in r]
-
-
-def next_delta(diffs: dict[str, StateDiff], run_id: str, state: dict[str, Any] | None) -> str | None:
-    """The delta of ``run_id``'s working state since its last commit (``diffs`` holds each run's
-    differ; its first delta is the whole state); None when the step carries no state."""
-    if state is None:
-        return None
-    diff = diffs.get(run_id)
-    if diff is None:
-        diff = diffs[run_id] = StateDiff()
-    return diff.delta(state)
-
-
-def event_rows(run_id: str, seq: int, messages: int, earlier: Sequence[TraceEvent], event: TraceEvent,
-               after: int, delta: str | None) -> list[tuple[Any, ...]]:
-    """The ``events`` rows of one commit: each held step of ``earlier`` (numbered from ``seq``, the
-    message count before the commit, state ``HELD``), then ``event`` with the count after and the delta."""
-    rows: list[tuple[Any, ...]] = [(run_id, seq + i, e.step, e.state, e.trigger, e.dest, e.t, encode_value(e.payload),
-                                    messages, HELD) for i, e in enumerate(earlier)]
-    rows.append((run_id, seq + len(earlier), event.step, event.state, event.trigger, event.dest, event.t,
-                 encode_value(event.payload), after, delta))
-    return rows
+def message_rows(run_id: str, commit: Commit) -> list[tuple[Any, ...]]:
+    """The ``messages`` rows of ``commit``."""
+    return [(run_id, commit.first + i, m.role, m.content, encode_value(m.metadata))
+            for i, m in enumerate(commit.messages)]
 
 
 class _Refused(FsmchatError):
     """Inside a store transaction: the writer's fence no longer holds the run's lease (rolled back)."""
 
-
-class SqliteCheckpointer:
+class SqliteCheckpointer(ReadsLog):
     """Checkpoints in one SQLite file (WAL mode; ``synchronous=NORMAL`` survives a killed process).
 
     A commit is one transaction: the trace event(s), the messages posted since the last commit,
@@ -436,7 +195,8 @@ class SqliteCheckpointer:
     ADDED = {"events": (("nmsg", "INTEGER"), ("delta", "TEXT")), "leases": (("token", "INTEGER NOT NULL DEFAULT 0"),)}
     TABLES = set(COLUMNS)
 
-    def __init__(self, path: str | Path, *, read_only: bool | None = None, lease_ttl: float = LEASE_TTL):
+    def __init__(self, path: str | Path, *, read_only: bool | None = None, lease_ttl: float = LEASE_TTL,
+                 durability: str = "normal"):
         """Open (or create) the store at ``path``.
 
         Args:
@@ -445,6 +205,10 @@ class SqliteCheckpointer:
                 nothing run or resumed. By default, when the file exists and is not writable.
             lease_ttl: Seconds a run's lease lasts without renewal (its commits and model requests
                 renew it): how long a paused or hung owner keeps others out of its run.
+            durability: ``"normal"`` (WAL, ``synchronous=NORMAL``): a commit survives a killed
+                process, not a power loss. ``"fsync"``: ``synchronous=FULL`` on a writer thread; a
+                run's step goes on only once its commit is on disk, the event loop is never held
+                meanwhile, and the commits queued during one fsync (several runs' turns) share the next.
 
         Raises:
             CheckpointStoreError: The file is not an fsmchat store, is corrupted or cannot be opened.
@@ -455,11 +219,14 @@ class SqliteCheckpointer:
             raise bad_value("SqliteCheckpointer", "path", path, "the SQLite file's path, a non-empty str or a "
                             "pathlib.Path (':memory:' for a store in memory)", type_error=True)
         self.lease_ttl = check_lease_ttl(lease_ttl, "SqliteCheckpointer")
+        if durability not in ("normal", "fsync"):
+            raise bad_value("SqliteCheckpointer", "durability", durability, "'normal' (survives a killed process) "
+                            "or 'fsync' (survives a power loss: each commit waits for its fsync, off the event loop)",
+                            type_error=not isinstance(durability, str))
+        self.durability = durability
+        self.group: GroupCommit | None = None  # the writer thread (durability="fsync")
         self.path = str(path)
         self._lock = threading.Lock()
-        self._open: set[str] = set()  # runs whose stop reason this store knows to be NULL (no commit need clear it)
-        self._seq: dict[str, tuple[int, int]] = {}  # run -> (events, messages) committed
-        self._diffs: dict[str, StateDiff] = {}  # run -> the state last written (for the next delta)
         p = Path(self.path)
         self.read_only = read_only if read_only is not None else p.exists() and not os.access(p, os.W_OK)
         try:
@@ -473,11 +240,12 @@ class SqliteCheckpointer:
             self._check_schema()  # a foreign database is refused before anything is written to it
             if not self.read_only:
                 self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")  # (durability="fsync": the writer thread's are FULL)
                 self._db.executescript(self.SCHEMA)
                 self._migrate()
+                if durability == "fsync":
+                    self.group = GroupCommit(self.path)
             self._deltas = self._columns("events") >= {"nmsg", "delta"}
-            self._cur = self._db.cursor()  # the commits' own (under the lock): no new cursor per statement
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
 
@@ -541,7 +309,7 @@ class SqliteCheckpointer:
             raise CheckpointStoreError(f"checkpoint store {self.path} is read-only: it can load and rebuild "
                                        f"finished runs, but cannot {what}; copy it somewhere writable to resume")
 
-    fences = True  # writes take fence=: refused when the writer no longer holds the run's lease
+    capabilities = Capabilities(leases=True, history=True, lanes=True)
 
     def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int:
         """Take the run's lease for ``owner`` for ``ttl`` seconds (the store's ``lease_ttl`` by
@@ -564,17 +332,7 @@ class SqliteCheckpointer:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-            if row is None or row[0] != owner:  # a new owner: what another process wrote may be newer
-                self._forget(run_id)
         return int(token)
-
-    def _forget(self, run_id: str) -> None:
-        """Drop what this store remembers of ``run_id`` and its lanes (another owner may have written since)."""
-        lanes = run_id + "/"
-        for kept in (self._seq, self._diffs):
-            for k in [k for k in kept if k == run_id or k.startswith(lanes)]:
-                del kept[k]
-        self._open = {k for k in self._open if k != run_id and not k.startswith(lanes)}
 
     def renew(self, fence: Fence, ttl: float | None = None) -> None:
         """Extend the lease ``fence`` holds by ``ttl`` seconds (the store's ``lease_ttl`` by default);
@@ -588,18 +346,16 @@ class SqliteCheckpointer:
             if cur.rowcount == 0:
                 raise self._lost(fence)
 
-    def _lost(self, fence: Fence) -> LeaseLost:
-        """The ``LeaseLost`` of ``fence``, naming who holds the lease now (under the store lock)."""
-        row = self._db.execute("SELECT owner, token FROM leases WHERE run_id=?", (fence.run_id,)).fetchone()
+    def _lost(self, fence: Fence, db: sqlite3.Connection | None = None) -> LeaseLost:
+        """The ``LeaseLost`` of ``fence``, naming who holds the lease now (under the store lock, or
+        on the connection ``db``)."""
+        row = (db or self._db).execute("SELECT owner, token FROM leases WHERE run_id=?", (fence.run_id,)).fetchone()
         return LeaseLost(fence.run_id, fence.token, row[0] or None if row else None, row[1] if row else None)
 
-    def _holds(self, fence: Fence | None) -> bool:
-        return fence is None or self._db.execute("SELECT " + _HOLDS, (fence.run_id, fence.owner,
-                                                                     fence.token)).fetchone()[0] == 1
-
-    def _require(self, fence: Fence | None) -> None:
+    def _require(self, fence: Fence | None, db: sqlite3.Connection | None = None) -> None:
         """Inside a transaction: refuse the write (``_Refused``) unless ``fence`` holds the lease."""
-        if not self._holds(fence):
+        if fence is not None and (db or self._db).execute(_HOLDS, (fence.run_id, fence.owner,
+                                                                  fence.token)).fetchone() is None:
             raise _Refused
 
     @contextmanager
@@ -638,87 +394,57 @@ class SqliteCheckpointer:
                     raise ValueError(already_used(run_id))
                 self._require(fence)
                 db.execute("INSERT INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
-            self._seq[run_id] = self._counts(run_id)
-            self._diffs.pop(run_id, None)
-            self._open.add(run_id)
 
-    def _counts(self, run_id: str) -> tuple[int, int]:
-        e = self._db.execute("SELECT COUNT(*) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
-        m = self._db.execute("SELECT COUNT(*) FROM messages WHERE run_id=?", (run_id,)).fetchone()[0]
-        return e, m
+    def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> "Future[None] | None":
+        """Store one commit in one transaction: its event rows, its messages, and the run marked
+        not ended (its stop reason cleared). With ``fence``, nothing is written and ``LeaseLost`` is
+        raised when the fence no longer holds the run's lease. With ``durability="fsync"`` the
+        commit is queued to the writer thread and its future returned (done once on disk)."""
+        self._writable("write a run")
 
-    batches = True  # commit(..., earlier=[...]) stores several events in one transaction
+        def write(db: sqlite3.Connection) -> None:
+            self._require(fence, db)
+            seq = db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
+            db.executemany(_INSERT_EVENT, event_rows(run_id, seq, commit))
+            db.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))
+            db.execute("UPDATE runs SET stop_reason=NULL WHERE run_id=? AND stop_reason IS NOT NULL", (run_id,))
 
-    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
-               earlier: Sequence[TraceEvent] = (), fence: Fence | None = None) -> None:
-        """Store one step in one transaction: ``earlier`` events (held steps), ``event``, the messages
-        posted since the last commit and the working state's delta; the run is marked not ended
-        (its stop reason cleared) in the same transaction. With ``fence``, nothing is written and
-        ``LeaseLost`` is raised when the fence no longer holds the run's lease."""
-        with self._lock:
-            ne, nm = self._seq.get(run_id) or self._counts(run_id)
-            after = nm + len(messages)
-            rows = event_rows(run_id, ne, nm, earlier, event, after, next_delta(self._diffs, run_id, state))
-            row = rows[-1]
-            if earlier:
-                sql, params = _insert_events(rows, fence)
-            elif fence is not None:
-                sql, params = _FENCED_ROWS[1], row + (fence.run_id, fence.owner, fence.token)
-            else:
-                sql, params = _INSERT_EVENT, row
-            reopen = run_id not in self._open  # its stop reason may be set: cleared in this transaction
-            cur = self._cur
+        return self._write(write, fence)
+
+    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None,
+               state: str | None = None) -> "Future[None] | None":
+        """Record how the run ended, and its last state (``state``, the writer's; else folded from
+        its rows) in ``states``, what an older fsmchat reads; with ``fence``, nothing is written and
+        ``LeaseLost`` is raised when the fence no longer holds the run's lease. With
+        ``durability="fsync"``, queued after the run's commits (its future returned)."""
+        whole = state if state is not None else self._whole_state(run_id)
+
+        def write(db: sqlite3.Connection) -> None:
+            self._require(fence, db)
+            db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
+            if whole is not None:
+                seq = db.execute("SELECT COALESCE(MAX(seq), -1) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
+                db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, seq, whole))
+
+        return self._write(write, fence)
+
+    def _write(self, write: Callable[[sqlite3.Connection], None], fence: Fence | None) -> "Future[None] | None":
+        """Run ``write`` in a transaction of its own now, or (``durability="fsync"``) queue it to the
+        writer thread, whose transaction it shares with the other writes queued meanwhile."""
+        if self.group is None:
+            with self._lock:
+                with self._transaction("BEGIN IMMEDIATE", fence) as db:
+                    write(db)
+            return None
+
+        def fenced(db: sqlite3.Connection) -> None:
             try:
-                if messages or reopen:
-                    cur.execute("BEGIN")
-                    try:
-                        cur.execute(sql, params)
-                        if fence is not None and cur.rowcount == 0:
-                            raise _Refused
-                        if reopen:
-                            cur.execute("UPDATE runs SET stop_reason=NULL WHERE run_id=? AND stop_reason IS NOT NULL",
-                                        (run_id,))
-                        if len(messages) == 1:
-                            m = messages[0]
-                            cur.execute(_INSERT_MESSAGE, (run_id, nm, m.role, m.content, encode_value(m.metadata)))
-                        elif messages:
-                            cur.executemany(_INSERT_MESSAGE, [(run_id, nm + i, m.role, m.content,
-                                                               encode_value(m.metadata))
-                                                              for i, m in enumerate(messages)])
-                        cur.execute("COMMIT")
-                    except BaseException:
-                        cur.execute("ROLLBACK")
-                        raise
-                else:  # one statement is a transaction of its own
-                    cur.execute(sql, params)
-                    if fence is not None and cur.rowcount == 0:
-                        raise _Refused
+                write(db)
             except _Refused:
-                self._diffs.pop(run_id, None)
                 assert fence is not None
-                raise self._lost(fence) from None
-            except BaseException:
-                self._diffs.pop(run_id, None)  # not written: the next commit writes the whole state
-                raise
-            if reopen:
-                self._open.add(run_id)
-            self._seq[run_id] = (ne + len(earlier) + 1, after)
+                raise self._lost(fence, db) from None
 
-    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None) -> None:
-        """Record how the run ended, and its last state in ``states`` (what an older fsmchat reads);
-        with ``fence``, nothing is written and ``LeaseLost`` is raised when the fence no longer
-        holds the run's lease."""
-        with self._lock:
-            diff = self._diffs.pop(run_id, None)
-        whole = diff.text() if diff is not None else self._whole_state(run_id)
-        with self._lock:
-            with self._transaction("BEGIN" if fence is None else "BEGIN IMMEDIATE", fence) as db:
-                self._require(fence)
-                db.execute("UPDATE runs SET stop_reason=?, updated=? WHERE run_id=?", (stop_reason, time.time(), run_id))
-                if whole is not None:
-                    seq = (self._seq.get(run_id) or self._counts(run_id))[0] - 1
-                    db.execute("INSERT OR REPLACE INTO states VALUES (?, ?, ?)", (run_id, seq, whole))
-            self._open.discard(run_id)
+        return self.group.submit(fenced)
 
     def _whole_state(self, run_id: str) -> str | None:
         """The run's latest state as JSON, folded from its rows (a run that ends in a process that
@@ -728,15 +454,6 @@ class SqliteCheckpointer:
         except (KeyError, CheckpointStoreError):
             return None
         return None if state is None else encode_json(state)
-
-    def load(self, run_id: str) -> Saved:
-        """The run as a ``Saved``: its events, messages, latest state and stop reason (``KeyError`` if unknown)."""
-        return saved_of(self.log(run_id))
-
-    def history(self, run_id: str) -> list[HistoryStep]:
-        """Every step of the run, in order (``fsmchat.statelog.HistoryStep``): its state, transition,
-        time, the messages and usage so far and the working state after it."""
-        return history_of(self.log(run_id))
 
     def log(self, run_id: str) -> RunLog:
         """The run as stored, row by row (``KeyError`` when there is no such run)."""
@@ -831,28 +548,25 @@ class SqliteCheckpointer:
         return out
 
     def close(self) -> None:
-        """Close the database connection."""
+        """Close the database connection (after the writer thread has committed what is queued)."""
+        if self.group is not None:
+            self.group.close()
         self._db.close()
-
-
-def saved_of(log: RunLog) -> Saved:
-    """What ``load`` returns: the run's events and messages, and its latest state (a fresh copy)."""
-    return Saved(log.run_id, log.meta, log.events, log.messages, log.final_state(), log.stop_reason)
 
 
 class _MemoryRows:
     """What ``MemoryCheckpointer`` keeps per run beside its ``Saved``: each event's transcript
-    length and state delta, the state last written, when the run was created and last ended."""
+    length and state delta, when the run was created and last ended."""
 
-    __slots__ = ("counts", "deltas", "diff", "created", "updated")
+    __slots__ = ("counts", "deltas", "created", "updated")
 
     def __init__(self, counts: list[int | None], deltas: list[str | None], created: float) -> None:
-        self.counts, self.deltas, self.diff = counts, deltas, StateDiff()
+        self.counts, self.deltas = counts, deltas
         self.created = self.updated = created
 
 
 @dataclass
-class MemoryCheckpointer:
+class MemoryCheckpointer(ReadsLog):
     """An in-process checkpointer (same protocol), for tests and for stores built on top.
 
     Attributes:
@@ -886,7 +600,7 @@ class MemoryCheckpointer:
     def __post_init__(self) -> None:
         self.lease_ttl = check_lease_ttl(self.lease_ttl, "MemoryCheckpointer")
 
-    fences = True
+    capabilities = Capabilities(leases=True, history=True, lanes=True)
 
     def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int:
         """Take the run's lease for ``owner`` for ``ttl`` seconds (``lease_ttl`` by default) and
@@ -928,8 +642,6 @@ class MemoryCheckpointer:
         self.data[run_id] = Saved(run_id, json.loads(_dumps(meta)), [], [], None)
         self.rows[run_id] = _MemoryRows([], [], time.time())
 
-    batches = True
-
     def _rows(self, run_id: str) -> _MemoryRows:
         rows = self.rows.get(run_id)
         if rows is None:  # a run put in ``data`` by hand
@@ -937,28 +649,19 @@ class MemoryCheckpointer:
             rows = self.rows[run_id] = _MemoryRows([None] * n, [None] * n, time.time())
         return rows
 
-    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
-               earlier: Sequence[TraceEvent] = (), fence: Fence | None = None) -> None:
-        """Store one step: ``earlier`` events (held steps), ``event``, the new messages and the
-        state's delta; the run is marked not ended. ``LeaseLost`` (nothing stored) when ``fence``
-        no longer holds the run's lease."""
-        if fence is not None:
-            self._check(fence)
-        s, rows = self.data[run_id], self.rows.get(run_id) or self._rows(run_id)
-        delta = rows.diff.delta(state) if state is not None else None
-        nm = len(s.messages)
-        for e in earlier:  # (held steps: none on most commits)
-            s.events.append(_stored_event(e))
-            rows.counts.append(nm)
-            rows.deltas.append(HELD)
-        s.events.append(_stored_event(event))
-        if messages:
-            s.messages += messages
-        rows.counts.append(nm + len(messages))
-        rows.deltas.append(delta)  # ``load`` folds them (``s.state``: set by hand only)
+    def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> None:
+        """Store one commit: its event rows and messages; the run is marked not ended.
+        ``LeaseLost`` (nothing stored) when ``fence`` no longer holds the run's lease."""
+        self._check(fence)
+        s, rows = self.data[run_id], self._rows(run_id)
+        for r in commit.rows:
+            s.events.append(_stored_event(r.event))
+            rows.counts.append(r.messages)
+            rows.deltas.append(r.delta)  # ``load`` folds them (``s.state``: set by hand only)
+        s.messages += commit.messages
         s.stop_reason = None
 
-    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None) -> None:
+    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None, state: str | None = None) -> None:
         """Record how the run ended (``LeaseLost``, nothing stored, when ``fence`` no longer holds the lease)."""
         self._check(fence)
         self.data[run_id].stop_reason = stop_reason
@@ -975,10 +678,6 @@ class MemoryCheckpointer:
         else:  # nothing committed yet, or a run whose state was set by hand
             state = copy_state(s.state)
         return Saved(run_id, s.meta, s.events, s.messages, state, s.stop_reason)
-
-    def history(self, run_id: str) -> list[HistoryStep]:
-        """Every step of the run, in order (as ``SqliteCheckpointer.history``)."""
-        return history_of(self.log(run_id))
 
     def log(self, run_id: str) -> RunLog:
         """The run as stored, row by row (``KeyError`` when there is no such run)."""
@@ -998,9 +697,6 @@ class MemoryCheckpointer:
                 raise ValueError(already_used(lg.run_id))
         for lg in logs:
             rows = _MemoryRows(list(lg.counts), list(lg.deltas), time.time())
-            state = lg.final_state()
-            if state is not None:
-                rows.diff.full(state)
             self.data[lg.run_id] = Saved(lg.run_id, json.loads(_dumps(lg.meta)), list(lg.events), list(lg.messages),
                                          None, lg.stop_reason)
             self.rows[lg.run_id] = rows
@@ -1028,225 +724,13 @@ def _stored_event(e: TraceEvent) -> TraceEvent:
     """``e`` as a store keeps it, its payload as JSON data: ``e`` itself when the payload is a plain
     value (nothing changes an event once made), else a copy with the payload read back from JSON."""
     payload = e.payload
-    if type(payload) in _PLAIN:
+    if type(payload) in (str, int, float, bool, type(None)):
         return e
     return TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, json.loads(_dumps(payload)))
 
 
-def already_used(run_id: str) -> str:
-    return (f"run id {run_id!r} is already checkpointed; resume it with pattern.resume({run_id!r}, checkpoint) "
-            "or start a new run under another id")
-
-
 def new_run_id() -> str:
     return uuid.uuid4().hex
-
-
-def _takes_earlier(cp: Any) -> TypeGuard[BatchingCheckpointer]:
-    """Whether ``cp`` batches: it says so and its ``commit`` (maybe a subclass's) takes ``earlier``."""
-    if not getattr(cp, "batches", False):
-        return False
-    try:
-        return "earlier" in inspect.signature(cp.commit).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _fences(cp: Any) -> TypeGuard[FencedCheckpointer]:
-    """Whether ``cp`` fences its writes: it says so, batches, has ``renew``, and its ``start``,
-    ``commit`` and ``finish`` (maybe a subclass's) take ``fence``."""
-    if not getattr(cp, "fences", False) or not _takes_earlier(cp) or not callable(getattr(cp, "renew", None)):
-        return False
-    try:
-        return all("fence" in inspect.signature(getattr(cp, m)).parameters for m in ("start", "commit", "finish"))
-    except (TypeError, ValueError):
-        return False
-
-
-class Recorder:
-    """The engine's checkpoint observer for one run (or one branch run): commits each trace event
-    with the messages posted since the last one and the context's snapshot, and the stop reason
-    when the run ends. A branch run gets its own lane, ``<run id>/<step>:<branch>``."""
-
-    def __init__(self, cp: Checkpointer, run_id: str, transcript: Any, snapshot: Callable[[], dict[str, Any]],
-                 saved_messages: int = 0, lease: "Lease | None" = None):
-        self.cp, self.run_id, self.transcript, self.snapshot = cp, run_id, transcript, snapshot
-        self.saved = saved_messages
-        self.lease = lease
-        self.batching = cp if _takes_earlier(cp) else None  # the store, when it batches
-        self.batches = self.batching is not None
-        self.fence = lease.fence if lease is not None else None  # every write carries it (a fencing store)
-        self.fenced = cp if self.fence is not None and _fences(cp) else None
-        self.pending: list[TraceEvent] = []  # held steps (pure or hold states), committed with the next step
-
-    def start(self, meta: dict[str, Any]) -> None:
-        """Record the new run (under the lease's fence)."""
-        if self.fenced is not None:
-            self.fenced.start(self.run_id, meta, fence=self.fence)
-        else:
-            self.cp.start(self.run_id, meta)
-
-    def __call__(self, ev: TraceEvent, held: bool = False) -> None:
-        """Commit ``ev`` with the rows posted since the last commit and the snapshot. The step of a
-        ``held`` state (``pure`` or ``hold``: see ``StateGraph.state``) that posted nothing is held
-        back and committed in the same transaction as the next step (stores with ``batches``): a
-        GroupChat turn (bid, select, post, penalize) is one commit, and after a crash the held steps
-        are simply run again from the previous snapshot."""
-        if self.lease is not None:
-            self.lease.renew()
-        rows = self.transcript.since(self.saved)
-        if held and not rows and self.batches and ev.dest is not None:
-            self.pending.append(ev)
-            return
-        if ev.dest is None and ev.trigger not in (None, "interrupted"):
-            # a cancelled or failed step: the context may hold half of it, so the held-back
-            # steps are not committed with it; a resume runs them again from the last snapshot.
-            # An interrupted step did nothing (it stopped to wait for a person): they are kept.
-            self.pending = []
-        state = self.snapshot() if ev.dest is not None or self.pending else None
-        if self.fenced is not None:  # a fencing store batches too
-            earlier, self.pending = self.pending, []
-            self.fenced.commit(self.run_id, ev, rows, state, earlier, self.fence)
-        elif self.pending and self.batching is not None:  # pending only fills when the store batches
-            earlier, self.pending = self.pending, []
-            self.batching.commit(self.run_id, ev, rows, state, earlier=earlier)
-        else:
-            self.cp.commit(self.run_id, ev, rows, state)
-        self.saved += len(rows)
-
-    def finish(self, stop_reason: str) -> None:
-        if self.fenced is not None:
-            self.fenced.finish(self.run_id, stop_reason, fence=self.fence)
-        else:
-            self.cp.finish(self.run_id, stop_reason)
-
-    def branch(self, key: str, ctx: Any) -> "tuple[Recorder, Saved | None]":
-        """The recorder of a branch run on ``ctx`` (which has ``transcript``, ``snapshot`` and
-        ``restore``), and what its lane already holds (None for a new branch): on a resume the
-        branch context is restored from it, so the branch continues instead of starting again."""
-        lane = f"{self.run_id}/{key}"
-        try:
-            saved: Saved | None = self.cp.load(lane)
-        except KeyError:
-            saved = None
-        if saved is None:
-            child = Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, lease=self.lease)
-            child.start({"parent": self.run_id, "branch": key})
-            return child, None
-        ctx.transcript.restore(saved.messages)
-        if saved.state is not None:
-            ctx.restore(saved.state)
-        return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, len(saved.messages), self.lease), saved
-
-
-class Lease:
-    """One execute/resume's hold on a run: taken before anything is written, renewed by the
-    recorder's commits (at most every third of the TTL) and checked (and renewed) before each model
-    request, given back when the run ends. On a fencing store (``fences``) it carries the owner's
-    ``fence``: every write of the run is refused once another owner has taken the run over, and a
-    lost or given-back lease is never taken again by this owner (``LeaseLost``)."""
-
-    def __init__(self, cp: Any, run_id: str, ttl: float | None = None):
-        self.cp, self.run_id = cp, run_id
-        self.ttl = float(ttl if ttl is not None else getattr(cp, "lease_ttl", LEASE_TTL))
-        self.owner = lease_owner()
-        self.held = callable(getattr(cp, "acquire", None))  # a store without leases cannot refuse
-        self.fence: Fence | None = None
-        self._renewed = 0.0
-        if self.held:
-            token = cp.acquire(run_id, self.owner, self.ttl)
-            self._renewed = time.monotonic()
-            if _fences(cp) and isinstance(token, int):
-                self.fence = Fence(run_id, self.owner, token)
-
-    def renew(self) -> None:
-        """At a commit: extend the lease when a third of its TTL has passed since the last renewal."""
-        if self.held and time.monotonic() - self._renewed > self.ttl / 3:
-            self.check()
-
-    def check(self) -> None:
-        """Before a model request: ``LeaseLost`` unless this owner still holds the lease (a fencing
-        store: extended by this check); a lease given back is never taken again."""
-        fence = self.fence
-        if fence is not None:
-            if not self.held:
-                raise LeaseLost(self.run_id, fence.token, None, None)
-            self.cp.renew(fence, self.ttl)
-        elif self.held:  # a store that does not fence: its acquire renews
-            self.cp.acquire(self.run_id, self.owner, self.ttl)
-        self._renewed = time.monotonic()
-
-    def release(self) -> None:
-        if self.held:
-            self.held = False
-            self.cp.release(self.run_id, self.owner)
-
-
-class NotSerializable(FsmchatError, TypeError):
-    pass
-
-
-_PLAIN = frozenset({str, int, float, bool, type(None)})
-_KEPT = _PLAIN | {AppendLog}  # what ``encode`` keeps as it is (an AppendLog holds JSON data: a commit writes its new items)
-_OPAQUE: set[type] = set()  # types ``encode`` refused (a config, a model client): skipped at once next time
-
-
-def encode(obj: Any) -> Any:
-    """JSON-able form of working state: dataclasses (e.g. BidOutcome) tagged with their type,
-    tuples as lists; anything else non-JSON raises ``NotSerializable`` (the caller skips it and
-    the pattern rebuilds it from its config on resume). Runs on every commit: exact built-in types
-    are dispatched first."""
-    t = type(obj)
-    if t in _KEPT:
-        return obj
-    if t is list or t is tuple:
-        return [x if type(x) in _KEPT else encode(x) for x in obj]
-    if t is dict:  # the common case: str keys (one pass; else the general rules below)
-        out = {}
-        for k, v in obj.items():
-            if type(k) is not str:
-                break
-            out[k] = v if type(v) in _KEPT else encode(v)
-        else:
-            return out
-    if isinstance(obj, BidOutcome):  # (GroupChat's bids, at every commit: before the general rules)
-        return {"__bid__": [obj.score, obj.message, obj.valid, obj.reason]}
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, (list, tuple)):
-        return [encode(x) for x in obj]
-    if isinstance(obj, dict):
-        if not all(isinstance(k, (str, int)) for k in obj):
-            raise NotSerializable(type(obj).__name__)
-        return {"__dict__": [[k, encode(v)] for k, v in obj.items()]} if any(isinstance(k, int) for k in obj) \
-            else {k: encode(v) for k, v in obj.items()}
-    _OPAQUE.add(t)
-    raise NotSerializable(type(obj).__name__)
-
-
-def decode(obj: Any) -> Any:
-    if isinstance(obj, list):
-        return [decode(x) for x in obj]
-    if isinstance(obj, dict):
-        if "__bid__" in obj:
-            return BidOutcome(*obj["__bid__"])
-        if "__dict__" in obj:
-            return {k: decode(v) for k, v in obj["__dict__"]}
-        return {k: decode(v) for k, v in obj.items()}
-    return obj
-
-
-def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
-    """Encode what can be encoded; leave out the rest (rebuilt by the pattern on resume)."""
-    out = {}
-    for k, v in values.items():
-        if type(v) in _OPAQUE:
-            continue
-        try:
-            out[k] = encode(v)
-        except NotSerializable:
-            continue
-    return out
 
 
 def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None, *, input: Any = None, allow: Any = (),

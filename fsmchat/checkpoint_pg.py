@@ -14,11 +14,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .checkpoint import (LEASE_TTL, Fence, LeaseLost, RunInfo, Saved, already_used, check_lease_ttl,
-                         event_rows, lease_refusal, listed_meta, log_of_rows, next_delta, run_info, saved_of)
+from .checkpoint import RunInfo, event_rows, listed_meta, log_of_rows, message_rows, run_info
 from .errors import CheckpointStoreError, FsmchatError, bad_value
 from .models import Message, TraceEvent
-from .statelog import HistoryStep, RunLog, StateDiff, encode_json, encode_value, history_of
+from .statelog import RunLog, encode_json
+from .store import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, ReadsLog, already_used, check_lease_ttl,
+                    lease_refusal)
 
 if TYPE_CHECKING:
     import psycopg
@@ -57,7 +58,7 @@ def _where(dsn: str) -> str:
     return f"PostgreSQL {shown or '(default connection)'}"
 
 
-class PostgresCheckpointer:
+class PostgresCheckpointer(ReadsLog):
     """Checkpoints in a PostgreSQL database (psycopg 3, the ``postgres`` extra).
 
     A commit is one transaction: the trace event(s), the messages posted since the last commit, and
@@ -79,8 +80,7 @@ class PostgresCheckpointer:
         that reaches the database.
     """
 
-    fences = True  # writes take fence=: refused when the writer no longer holds the run's lease
-    batches = True  # commit(..., earlier=[...]) stores several events in one transaction
+    capabilities = Capabilities(leases=True, history=True, lanes=True)
 
     def __init__(self, dsn: str, *, lease_ttl: float = LEASE_TTL):
         """Connect to the database at ``dsn`` and create the store's tables when missing.
@@ -107,8 +107,6 @@ class PostgresCheckpointer:
         self.where = _where(dsn)
         self.read_only = False
         self._lock = threading.Lock()
-        self._seq: dict[str, tuple[int, int]] = {}  # run -> (events, messages) committed
-        self._diffs: dict[str, StateDiff] = {}  # run -> the state last written (for the next delta)
         try:
             self._db: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
             with self._db.transaction():
@@ -145,18 +143,10 @@ class PostgresCheckpointer:
                 token = int(row[2]) if row[0] == owner else int(row[2]) + 1
                 db.execute("UPDATE leases SET owner=%s, expires=%s, token=%s WHERE run_id=%s",
                            (owner, now + (self.lease_ttl if ttl is None else ttl), token, run_id))
-            if row[0] != owner:  # a new owner: what another process wrote may be newer
-                self._forget(run_id)
         return token
 
     def _errors(self) -> "_StoreErrors":
         return _StoreErrors(self)
-
-    def _forget(self, run_id: str) -> None:
-        lanes = run_id + "/"
-        for kept in (self._seq, self._diffs):
-            for k in [k for k in kept if k == run_id or k.startswith(lanes)]:
-                del kept[k]
 
     def renew(self, fence: Fence, ttl: float | None = None) -> None:
         """Extend the lease ``fence`` holds; ``LeaseLost`` when it is no longer that owner's."""
@@ -198,51 +188,33 @@ class PostgresCheckpointer:
             except _Refused:
                 assert fence is not None
                 raise self._lost(fence) from None
-            self._seq[run_id] = self._counts(run_id)
-            self._diffs.pop(run_id, None)
 
-    def _counts(self, run_id: str) -> tuple[int, int]:
-        row = self._db.execute("SELECT (SELECT COUNT(*) FROM events WHERE run_id=%s), "
-                               "(SELECT COUNT(*) FROM messages WHERE run_id=%s)", (run_id, run_id)).fetchone()
-        assert row is not None
-        return int(row[0]), int(row[1])
-
-    def commit(self, run_id: str, event: TraceEvent, messages: list[Message], state: dict[str, Any] | None,
-               earlier: Sequence[TraceEvent] = (), fence: Fence | None = None) -> None:
-        """Store one step in one transaction: ``earlier`` events (held steps), ``event``, the
-        messages posted since the last commit and the state's delta; the run is marked not ended in
-        the same transaction. With ``fence``, nothing is written and ``LeaseLost`` is raised when
-        the fence no longer holds the run's lease."""
+    def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> None:
+        """Store one commit in one transaction: its event rows and messages; the run is marked not
+        ended in the same transaction. With ``fence``, nothing is written and ``LeaseLost`` is
+        raised when the fence no longer holds the run's lease."""
         db = self._db
         with self._lock, self._errors():
-            ne, nm = self._seq.get(run_id) or self._counts(run_id)
-            after = nm + len(messages)
-            rows = event_rows(run_id, ne, nm, earlier, event, after, next_delta(self._diffs, run_id, state))
             try:
                 with db.transaction(), db.cursor() as cur:
                     self._check(fence)
-                    cur.executemany(_INSERT_EVENT, rows)
-                    if messages:
-                        cur.executemany(_INSERT_MESSAGE, [(run_id, nm + i, m.role, m.content, encode_value(m.metadata))
-                                                          for i, m in enumerate(messages)])
+                    row = cur.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id=%s",
+                                      (run_id,)).fetchone()
+                    assert row is not None
+                    cur.executemany(_INSERT_EVENT, event_rows(run_id, int(row[0]), commit))
+                    if commit.messages:
+                        cur.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))
                     cur.execute("UPDATE runs SET stop_reason=NULL WHERE run_id=%s AND stop_reason IS NOT NULL",
                                 (run_id,))
             except _Refused:
-                self._diffs.pop(run_id, None)
                 assert fence is not None
                 raise self._lost(fence) from None
-            except BaseException:
-                self._diffs.pop(run_id, None)  # not written: the next commit writes the whole state
-                self._seq.pop(run_id, None)
-                raise
-            self._seq[run_id] = (ne + len(earlier) + 1, after)
 
-    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None) -> None:
+    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None, state: str | None = None) -> None:
         """Record how the run ended; with ``fence``, nothing is written and ``LeaseLost`` is raised
         when the fence no longer holds the run's lease."""
         db = self._db
         with self._lock, self._errors():
-            self._diffs.pop(run_id, None)
             try:
                 with db.transaction():
                     self._check(fence)
@@ -251,14 +223,6 @@ class PostgresCheckpointer:
             except _Refused:
                 assert fence is not None
                 raise self._lost(fence) from None
-
-    def load(self, run_id: str) -> Saved:
-        """The run as a ``Saved``: its events, messages, latest state and stop reason (``KeyError`` if unknown)."""
-        return saved_of(self.log(run_id))
-
-    def history(self, run_id: str) -> list[HistoryStep]:
-        """Every step of the run, in order (as ``SqliteCheckpointer.history``)."""
-        return history_of(self.log(run_id))
 
     def log(self, run_id: str) -> RunLog:
         """The run as stored, row by row (``KeyError`` when there is no such run)."""

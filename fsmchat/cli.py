@@ -1,4 +1,4 @@
-"""Layer 17: ``fsmchat run | resume | render | graphs | plan | ui | serve | report | runs | history | fork``,
+"""Layer 19: ``fsmchat run | resume | render | graphs | plan | ui | serve | report | runs | history | fork``,
 thin over the layers above.
 
 Targets name code the way uvicorn and flask do: ``MODULE:ATTR`` (imported with the current

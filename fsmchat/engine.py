@@ -415,6 +415,8 @@ class GraphRun:
         try:
             while self.stop_reason is None:
                 await self.step()
+                if self.recorder is not None and self.recorder.unsynced:  # a store that commits on its own thread
+                    await self.recorder.durable()
                 if cancelling is not None and cancelling():
                     await asyncio.sleep(0)  # the task delivers the pending CancelledError here
         except Interrupted as exc:  # an action waits for an answer: stop here, resumably
@@ -433,6 +435,12 @@ class GraphRun:
             self._stop_with(StopReason.ERROR, redact(f"{type(exc).__name__}: {exc}"))
             self.error = exc
         self._close()
+        if self.recorder is not None and self.recorder.unsynced:
+            try:
+                await self.recorder.durable()
+            except Exception as exc:
+                self.error = self.error or exc
+                self.stop_reason = StopReason.ERROR
         return self.result()
 
     def _stop_with(self, reason: StopReason, payload: Any) -> None:

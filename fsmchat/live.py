@@ -1,4 +1,4 @@
-"""Layer 16: one run shown as it happens (``fsmchat run``).
+"""Layer 18: one run shown as it happens (``fsmchat run``).
 
 Each message is printed the moment it is posted; below them a status line (the current state,
 turn, model calls, tokens, cost, elapsed time) redraws a few times a second, so it keeps moving

@@ -1,4 +1,4 @@
-"""Layer 12: OpenTelemetry spans of runs, opt-in (the ``otel`` extra: ``pip install fsmchat[otel]``).
+"""Layer 14: OpenTelemetry spans of runs, opt-in (the ``otel`` extra: ``pip install fsmchat[otel]``).
 
 ``Tracing(tracer_provider)`` runs a pattern (``aexecute``/``execute``, ``aresume``/``resume``) and
 reports it as spans named and attributed by the OpenTelemetry GenAI semantic conventions: one

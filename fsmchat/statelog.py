@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, NamedTuple, SupportsIndex
 
 from .errors import CheckpointStoreError, FsmchatError
 from .models import Message, TraceEvent
@@ -39,7 +39,7 @@ HELD = "-"
 SPLIT_CHARS = 512  # a dict, or a list of at most SPLIT_ITEMS items, with longer JSON is diffed part by part
 SPLIT_ITEMS = 16
 EXTEND_CHARS = 64  # a longer string that grows at its end is written as the text added
-_FULL = '{"all":'
+_FULL = '{"all":'  # how a whole-state delta's JSON starts (``full_delta``)
 
 _ENCODER = json.JSONEncoder(default=repr, separators=(",", ":"))
 
@@ -117,27 +117,35 @@ class Frozen(dict[str, Any]):
 _FROZEN = frozenset({str, int, float, bool, type(None), Frozen})  # the same object is the same JSON
 
 
+class _Leaf(NamedTuple):
+    """A value as last written, whole: its JSON, and what a change is found against (a string's
+    text, a list's length)."""
+
+    text: str
+    string: str | None
+    items: int
+
+
 class _Obj(dict[str, Any]):
     """A large dict as last written: key -> what was written for its value (diffed key by key);
     ``src``: key -> the value object last written (an immutable one is not encoded again);
-    ``paths``: key -> the JSON path to it, made the first time it is needed."""
+    ``paths``: key -> the path to it (a list of keys), made the first time it is needed."""
 
     __slots__ = ("src", "paths")
 
     def __init__(self, value: dict[str, Any]) -> None:
         super().__init__((k, _track(v)) for k, v in value.items())
         self.src = dict(value)
-        self.paths: dict[str, str] = {}
+        self.paths: dict[str, list[Any]] = {}
 
-    def key_path(self, path: str, key: Any) -> str:
-        """The JSON path (without its closing bracket) of ``key`` in this dict, which is at ``path``.
-        A dict diffed part by part had str keys only; a key the snapshot gained may be another kind."""
+    def key_path(self, path: list[Any], key: Any) -> list[Any]:
+        """The path of ``key`` in this dict, which is at ``path``. A dict diffed part by part had
+        str keys only; a key the snapshot gained may be another kind."""
         got = self.paths.get(key)
         if got is None:
             if type(key) is not str:
                 raise _NotStrKey
-            name = json.dumps(key)
-            got = self.paths[key] = f"{path},{name}" if path else f"[{name}"
+            got = self.paths[key] = [*path, key]
         return got
 
 
@@ -148,15 +156,12 @@ class _Arr(list[Any]):
 
 
 class _Log:
-    """An ``AppendLog`` as last written: the list itself, how many of its items and at which
-    rewrite, and each item's JSON."""
+    """An ``AppendLog`` as last written: the list itself, and how many of its items at which rewrite."""
 
-    __slots__ = ("items", "n", "rewrites", "texts")
+    __slots__ = ("items", "n", "rewrites")
 
     def __init__(self, items: AppendLog) -> None:
-        self.items, self.rewrites = items, items.rewrites
-        self.texts = [encode_json(v) for v in items]
-        self.n = len(self.texts)
+        self.items, self.rewrites, self.n = items, items.rewrites, len(items)
 
 
 def _track(value: Any) -> Any:
@@ -165,9 +170,9 @@ def _track(value: Any) -> Any:
 
 
 def _tracked(value: Any, text: str) -> Any:
-    """What a writer remembers of ``value`` (written as ``text``): the text itself, or for an
-    ``AppendLog`` the list and its items' texts, or for a large dict (or a large list of a few
-    items) its parts, so the next change is found part by part."""
+    """What a writer remembers of ``value`` (written as ``text``): the ``_Leaf``, or for an
+    ``AppendLog`` the list, or for a large dict (or a large list of a few items) its parts, so the
+    next change is found part by part."""
     t = type(value)
     if t is AppendLog:
         return _Log(value)
@@ -176,30 +181,47 @@ def _tracked(value: Any, text: str) -> Any:
             return _Obj(value)
         if (t is list or t is tuple) and 0 < len(value) <= SPLIT_ITEMS:
             return _Arr(_track(v) for v in value)
-    return text
+    return _Leaf(text, value if t is str else None, len(value) if t is list or t is tuple else -1)
 
 
-def _change(path: str, old: Any, text: str) -> str:
-    """The op that turns ``old`` (the JSON last written at ``path``) into ``text``: items appended
-    to a list, text added to a long string, else the new value."""
-    if type(old) is str:
-        n = len(old)
-        if len(text) > n > 2 and text.startswith(old[:-1]):
-            if old[0] == "[" and text[n - 1] == ",":
-                return f'["a",{path}],[{text[n:]}]'
-            if old[0] == '"' and n > EXTEND_CHARS:  # JSON escapes are a prefix code: the tail is the added text
-                return f'["x",{path}],"{text[n - 1:]}]'
-    return f'["s",{path}],{text}]'
+def _change(path: list[Any], old: Any, value: Any, text: str) -> list[Any]:
+    """The op that turns ``old`` (what was last written at ``path``) into ``value`` (whose JSON is
+    ``text``): items appended to a list, text added to a long string, else the new value."""
+    if type(old) is _Leaf:
+        if old.items > 0 and type(value) in (list, tuple) and len(value) > old.items and text.startswith(old.text[:-1]) \
+                and text[len(old.text) - 1] == ",":
+            return ["a", path, list(value[old.items:])]
+        if old.string is not None and len(old.string) > EXTEND_CHARS and type(value) is str \
+                and len(value) > len(old.string) and value.startswith(old.string):
+            return ["x", path, value[len(old.string):]]
+    return ["s", path, value]
 
 
 class _NotStrKey(FsmchatError):
     """A snapshot gained a key that is not a str (``StateDiff.delta`` then writes the whole state)."""
 
 
+def _written(tracked: Any) -> str | None:
+    """The JSON last written for ``tracked``, when it is known without the parts' texts (a whole
+    value, an append log not rewritten since); None (something else: a change) otherwise."""
+    t = type(tracked)
+    if t is _Leaf:
+        return str(tracked.text)
+    if t is _Log and tracked.items.rewrites == tracked.rewrites:
+        return encode_json(tracked.items[:tracked.n])
+    return None
+
+
+def full_delta(state: dict[str, Any]) -> str:
+    """The delta that is the whole ``state``."""
+    return encode_json({"all": state})
+
+
 class StateDiff:
     """One run's writer side: remembers what it last wrote (as JSON text, split into parts for
     large dicts and lists) and gives the delta of the next snapshot. JSON is compared as text, so
     ``1``, ``1.0`` and ``true`` stay distinct and what is folded back equals what was snapshotted.
+    A delta is built as a list of changes and written by ``encode_json``.
 
     A commit's work follows what changed, not the state's size: an ``AppendLog`` still the same
     list is written from where the last commit stopped (its earlier items are not looked at), and
@@ -216,27 +238,27 @@ class StateDiff:
         prev = self.prev
         if prev is None:
             return self.full(state)
-        ops: list[str] = []
+        ops: list[list[Any]] = []
         try:
-            self._dict("", state, prev, ops)
+            self._dict([], state, prev, ops)
         except _NotStrKey:  # JSON would rename such a key: every commit writes the whole state
             return self.full(state)
-        return "[" + ",".join(ops) + "]" if ops else None
+        return encode_json(ops) if ops else None
 
-    def _dict(self, path: str, value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
-        """Diff a dict key by key (``path``: the JSON path so far, without its closing bracket)."""
+    def _dict(self, path: list[Any], value: dict[str, Any], old: _Obj, ops: list[list[Any]]) -> None:
+        """Diff a dict key by key (``path``: the keys to it)."""
         for k, v in value.items():
             if type(v) in _FROZEN and old.src.get(k, _Obj) is v:  # (_Obj: never a value)
                 continue  # the very (immutable) object last written here
             old[k] = self._diff(old.key_path(path, k), v, old.get(k), ops)
             old.src[k] = v
         for k in [k for k in old if k not in value]:  # removed keys
-            ops.append(f'["d",{old.key_path(path, k)}]]')
+            ops.append(["d", old.key_path(path, k)])
             del old[k]
             old.src.pop(k, None)
             old.paths.pop(k, None)
 
-    def _diff(self, path: str, value: Any, old: Any, ops: list[str]) -> Any:
+    def _diff(self, path: list[Any], value: Any, old: Any, ops: list[list[Any]]) -> Any:
         t, was = type(value), type(old)
         if t is AppendLog:
             return self._log(path, value, old, ops)
@@ -246,57 +268,37 @@ class StateDiff:
         if was is _Arr and (t is list or t is tuple) and len(value) >= len(old):
             n = len(old)
             for i in range(n):
-                old[i] = self._diff(f"{path},{i}", value[i], old[i], ops)
+                old[i] = self._diff([*path, i], value[i], old[i], ops)
             if len(value) > n:
-                texts = [encode_json(v) for v in value[n:]]
-                ops.append(f'["a",{path}],[{",".join(texts)}]]')
-                old.extend(_tracked(v, text) for v, text in zip(value[n:], texts))
-            # a list that outgrew a few items is one text again: appends are found on it as a whole
-            return old if len(old) <= SPLIT_ITEMS else self._text(old)
+                ops.append(["a", path, list(value[n:])])
+                old.extend(_track(v) for v in value[n:])
+            # a list that outgrew a few items is tracked whole again: appends are found on it as a whole
+            return old if len(old) <= SPLIT_ITEMS else _track(value)
         text = encode_json(value)
-        was_text = old if was is str or old is None else self._text(old)  # (a part or log: another kind now)
-        if text != was_text:
-            ops.append(_change(path, was_text, text))
+        if text != _written(old):
+            ops.append(_change(path, old, value, text))
         return _tracked(value, text)
 
-    def _log(self, path: str, value: AppendLog, old: Any, ops: list[str]) -> Any:
+    def _log(self, path: list[Any], value: AppendLog, old: Any, ops: list[list[Any]]) -> Any:
         """An ``AppendLog``: the items added since the last commit, when it is the same list and
         was only appended to; else the whole list (a new list, or one rewritten)."""
         if type(old) is _Log and old.items is value and old.rewrites == value.rewrites and len(value) >= old.n:
-            n = old.n
-            if len(value) > n:
-                texts = [encode_json(v) for v in value[n:]]
-                ops.append(f'["a",{path}],[{",".join(texts)}]]')
-                old.texts += texts
-                old.n += len(texts)
+            if len(value) > old.n:
+                ops.append(["a", path, value[old.n:]])
+                old.n = len(value)
             return old
-        new = _Log(value)
-        text, was = self._text(new), (None if old is None else self._text(old))
-        if text != was:
-            ops.append(_change(path, was, text))
-        return new
+        ops.append(["s", path, list(value)])
+        return _Log(value)
 
     def full(self, state: dict[str, Any]) -> str:
         """The whole state as a delta; later deltas are taken against it."""
-        if all(type(k) is str for k in state):
-            self.prev = _Obj(state)
-            return _FULL + self._text(self.prev) + "}"
-        self.prev = None  # JSON would rename such keys: every commit writes the whole state
-        return _FULL + encode_json(state) + "}"
-
-    def _text(self, tracked: Any) -> str:
-        t = type(tracked)
-        if t is _Obj:
-            return "{" + ",".join(f"{json.dumps(k)}:{self._text(v)}" for k, v in tracked.items()) + "}"
-        if t is _Arr:
-            return "[" + ",".join(self._text(v) for v in tracked) + "]"
-        if t is _Log:
-            return "[" + ",".join(tracked.texts) + "]"
-        return str(tracked)  # a value's JSON text
+        # JSON would rename keys that are not str: then every commit writes the whole state
+        self.prev = _Obj(state) if all(type(k) is str for k in state) else None
+        return full_delta(state)
 
     def text(self) -> str | None:
         """The whole state last written, as JSON (None: nothing written yet)."""
-        return None if self.prev is None else self._text(self.prev)
+        return None if self.prev is None else encode_json(self.prev.src)
 
 
 # ---- reading deltas back ----

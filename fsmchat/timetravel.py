@@ -17,13 +17,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
-from .checkpoint import Checkpointer, NotSerializable, encode
+from .checkpoint import NotSerializable, encode
 from .checks import run_id_problem
 from .errors import ConfigError, FsmchatError
 from .limits import Limits
 from .models import Message, TraceEvent
 from .speakers.agent import SEED_ROLE
-from .statelog import HELD, RunLog, StateDiff, copy_state, encode_json, is_full
+from .statelog import HELD, RunLog, copy_state, full_delta, is_full
+from .store import HistoryStore, LaneStore
+from .writer import state_deltas
 
 
 class ForkError(FsmchatError, ValueError):
@@ -107,15 +109,9 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class ForkableCheckpointer(Checkpointer, Protocol):
-    """A store that can fork its runs (``SqliteCheckpointer``, ``MemoryCheckpointer``): it reads a
-    run row by row, lists its branch lanes and writes whole runs."""
-
-    def log(self, run_id: str) -> RunLog: ...
-
-    def lanes(self, run_id: str) -> list[str]: ...
-
-    def put(self, logs: Sequence[RunLog]) -> None: ...
+class ForkableCheckpointer(HistoryStore, LaneStore, Protocol):
+    """A store that can fork its runs: one with the ``history`` and ``lanes`` capabilities
+    (``SqliteCheckpointer``, ``MemoryCheckpointer``, ``PostgresCheckpointer``)."""
 
 
 def fork(run_id: str, at: int, checkpoint: ForkableCheckpointer, edit: ForkEdit | Mapping[str, Any] | None = None, *,
@@ -309,8 +305,7 @@ def _forked_run(log: RunLog, new_id: str, meta: dict[str, Any], positions: list[
                 messages: list[Message], dropped: list[int]) -> RunLog:
     """The new run's rows: the path events up to the fork step (renumbered), each with the state
     delta a fresh writer gives (the edited state on the last), and the edited transcript."""
-    diff = StateDiff()
-    events, counts, deltas = [], [], []
+    events, counts, states = [], [], []  # type: list[TraceEvent], list[int | None], list[dict[str, Any] | str | None]
     for n, i in enumerate(positions):
         e = log.events[i]
         events.append(TraceEvent(n, e.state, e.trigger, e.dest, e.t, e.payload))
@@ -318,12 +313,12 @@ def _forked_run(log: RunLog, new_id: str, meta: dict[str, Any], positions: list[
         counts.append(None if c is None else c - sum(1 for d in dropped if d < c))
         if n == len(positions) - 1:
             counts[-1] = len(messages)
-            deltas.append(diff.delta(state) if state is not None else None)
+            states.append(state)
         elif log.deltas[i] == HELD or not log.known(i):
-            deltas.append(HELD if log.deltas[i] == HELD else None)
+            states.append(HELD if log.deltas[i] == HELD else None)
         else:
-            current = log.state_after(i)
-            deltas.append(diff.delta(current) if current is not None else None)
+            states.append(log.state_after(i))
+    deltas = state_deltas(states)
     now = time.time()
     return RunLog(new_id, meta, None, events, counts, deltas, messages, created=now, updated=now)
 
@@ -343,6 +338,6 @@ def _copied_lane(checkpoint: ForkableCheckpointer, lane: str, run_id: str, new_i
         meta["parent"] = new_id + parent[len(run_id):]
     deltas = list(log.deltas)
     if log.legacy is not None and not any(is_full(d) for d in deltas):  # an older store's lane: its one state
-        deltas[log.legacy[0]] = '{"all":' + encode_json(log.whole_state(log.legacy[0])) + "}"
+        deltas[log.legacy[0]] = full_delta(log.whole_state(log.legacy[0]))
     return RunLog(new_id + lane[len(run_id):], meta, log.stop_reason, log.events, log.counts, deltas, log.messages,
                   created=log.created, updated=log.updated)

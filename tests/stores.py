@@ -11,6 +11,15 @@ import pytest
 from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 
 STORES = ("memory", "sqlite", "postgres")
+CONFORMANCE = STORES + ("dict",)
+"""The store conformance suite's stores: fsmchat's own and the third-party example (tests/dict_store.py)."""
+
+
+def needs(cp: Any, *capabilities: str) -> None:
+    """Skip the case on a store that does not declare ``capabilities`` (``fsmchat.store.Capabilities``)."""
+    missing = [c for c in capabilities if not getattr(cp.capabilities, c)]
+    if missing:
+        pytest.skip(f"{type(cp).__name__} does not declare {', '.join(missing)}")
 
 
 def reopen(cp: Any) -> Any:
@@ -31,6 +40,10 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Any, store: str) -> Ite
     def make(**kw: Any) -> Any:
         if store == "memory":
             cp: Any = MemoryCheckpointer(**kw)
+        elif store == "dict":
+            from dict_store import DictStore
+
+            cp = DictStore()
         elif store == "sqlite":
             cp = SqliteCheckpointer(tmp_path / "runs.db", **kw)
         else:
@@ -46,3 +59,11 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Any, store: str) -> Ite
     for cp in opened:
         if hasattr(cp, "close"):
             cp.close()
+
+
+def write(cp: Any, run_id: str, event: Any, messages: Any, state: Any, earlier: Any = (), fence: Any = None) -> None:
+    """One commit of ``run_id`` as fsmchat's writer makes it (``fsmchat.writer.RunWriter``), by a
+    new writer that starts from what the store holds (its first delta is the whole state)."""
+    from fsmchat.writer import RunWriter
+
+    RunWriter(cp, run_id, fence, len(cp.load(run_id).messages)).commit(event, messages, state, earlier)

@@ -185,13 +185,13 @@ def test_every_layer_number_in_the_code_is_the_row_of_the_doc_table():
 def test_a_wrong_layer_number_is_named(tmp_path):
     pkg = tmp_path / "fsmchat"
     (pkg / "patterns").mkdir(parents=True)
-    (pkg / "__init__.py").write_text('"""The facade."""\nX = {\n    # layer 8: speakers\n}\n')
+    (pkg / "__init__.py").write_text('"""The facade."""\nX = {\n    # layer 10: speakers\n}\n')
     (pkg / "patterns" / "__init__.py").write_text('"""Layer 6: conversation patterns."""\n')
     (pkg / "models.py").write_text('"""Layer 2: the data."""\n')
     claims = layer_claims(pkg)
-    assert claims == [("fsmchat.models", 2), ("fsmchat.patterns", 6), ("fsmchat.speakers", 8)]
+    assert claims == [("fsmchat.models", 2), ("fsmchat.patterns", 6), ("fsmchat.speakers", 10)]
     assert wrong_layer_numbers(layers.read_contract(), claims) == [
-        "fsmchat.patterns says layer 6, but 'patterns' is row 13"]
+        "fsmchat.patterns says layer 6, but 'patterns' is row 15"]
 
 
 def adding_a_pattern():

@@ -14,7 +14,7 @@ import pytest
 from fsmchat import Agent, AgentFlow, Discussion, GroupChat, RoundRobinSwarm, loop
 from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.testing import assert_trace_is_path
-from stores import STORES, reopen
+from stores import STORES, reopen, write
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -285,12 +285,12 @@ def test_a_commit_carrying_several_messages_stores_each_of_them_in_order(tmp_pat
 
     cp = open_store()
     cp.start("R", {"task": "go"})
-    cp.commit("R", TraceEvent(0, "seed", "next", "fork", 0.0), [Message(role="User", content="go")], {"n": 1})
+    write(cp, "R", TraceEvent(0, "seed", "next", "fork", 0.0), [Message(role="User", content="go")], {"n": 1})
     joined = [Message(role="left", content="L1"), Message(role="right", content="R1", metadata={"score": 0.5}), Message(role="left", content="L2"),
               Message(role="right", content="R2")]
-    cp.commit("R", TraceEvent(2, "fork", "next", "sum", 0.2), joined, {"n": 2},
+    write(cp, "R", TraceEvent(2, "fork", "next", "sum", 0.2), joined, {"n": 2},
               earlier=[TraceEvent(1, "wait", "next", "fork", 0.1)])
-    cp.commit("R", TraceEvent(3, "sum", "next", "end", 0.3), [Message(role="sum", content="S")], {"n": 3})
+    write(cp, "R", TraceEvent(3, "sum", "next", "end", 0.3), [Message(role="sum", content="S")], {"n": 3})
     cp.finish("R", "done")
     saved = reopened(cp, tmp_path).load("R")
     assert [(m.role, m.content, m.metadata) for m in saved.messages] == [

@@ -19,7 +19,7 @@ from fsmchat.checkpoint import (LEASE_TTL, Fence, LeaseLost, MemoryCheckpointer,
 from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.models import Message, TraceEvent
 from fsmchat.testing import FunctionModel
-from stores import STORES, reopen
+from stores import STORES, reopen, write
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -52,7 +52,7 @@ def test_tokens_only_grow_and_a_replaced_owner_writes_nothing(open_store):
     ta = cp.acquire("R", a, 0.001)  # a lease that expires at once: as if its owner were paused
     fa = Fence("R", a, ta)
     cp.start("R", {"task": "go"}, fence=fa)
-    cp.commit("R", TraceEvent(0, "seed", "next", "x", 0.0), [Message(role="User", content="go")], {"n": 1}, fence=fa)
+    write(cp, "R", TraceEvent(0, "seed", "next", "x", 0.0), [Message(role="User", content="go")], {"n": 1}, fence=fa)
     while True:  # the lease expires: b takes the run over (a is alive, so only expiry lets b in)
         try:
             tb = cp.acquire("R", b)
@@ -61,15 +61,15 @@ def test_tokens_only_grow_and_a_replaced_owner_writes_nothing(open_store):
             continue
     assert (ta, tb) == (1, 2)
     fb = Fence("R", b, tb)
-    cp.commit("R", TraceEvent(1, "x", "next", "y", 0.1), [Message(role="x", content="b's")], {"n": 2}, fence=fb)
+    write(cp, "R", TraceEvent(1, "x", "next", "y", 0.1), [Message(role="x", content="b's")], {"n": 2}, fence=fb)
     with pytest.raises(LeaseLost, match=r"run 'R': this execute/resume no longer owns the run \(its fencing token 1; "
                                         r"the lease expired and was taken over by .*:.* \(fencing token 2\)\), so it "
                                         r"writes nothing more and sends no model request"):
-        cp.commit("R", TraceEvent(1, "x", "next", "y", 0.1), [Message(role="x", content="a's")], {"n": 9}, fence=fa)
-    for write in (lambda: cp.renew(fa), lambda: cp.finish("R", "max_loops", fence=fa),
-                  lambda: cp.start("R/1:par|1", {"parent": "R"}, fence=fa)):
+        write(cp, "R", TraceEvent(1, "x", "next", "y", 0.1), [Message(role="x", content="a's")], {"n": 9}, fence=fa)
+    for refused in (lambda: cp.renew(fa), lambda: cp.finish("R", "max_loops", fence=fa),
+                    lambda: cp.start("R/1:par|1", {"parent": "R"}, fence=fa)):
         with pytest.raises(LeaseLost):
-            write()
+            refused()
     cp.release("R", b)
     with pytest.raises(LeaseLost, match=r"taken over and given back since \(fencing token 2\)"):
         cp.renew(fa)  # a lease given back by its new owner is not taken again by the old one
@@ -112,7 +112,7 @@ def test_a_refused_commit_writes_no_row_of_it(open_store, store):
         for messages in ([], [Message(role="x", content="1")], [Message(role="x", content="1"),
                                                                  Message(role="y", content="2")]):
             with pytest.raises(LeaseLost):
-                cp.commit("R", TraceEvent(0, "seed", "next", "x", 0.0), messages, {"n": 1}, fence=fence,
+                write(cp, "R", TraceEvent(0, "seed", "next", "x", 0.0), messages, {"n": 1}, fence=fence,
                           earlier=[TraceEvent(0, "a", "next", "seed", 0.0)] if len(messages) == 2 else ())
     saved = reopen(cp).load("R")
     assert (saved.events, saved.messages, saved.state) == ([], [], None)

@@ -114,13 +114,13 @@ class FailingStore(MemoryCheckpointer):
         super().__init__()
         self.left = ok_commits
 
-    def commit(self, run_id, ev, rows, state):
+    def append(self, run_id, commit, fence=None):
         if self.left <= 0:
             raise sqlite3.OperationalError("database or disk is full")
         self.left -= 1
-        return super().commit(run_id, ev, rows, state)
+        return super().append(run_id, commit, fence)
 
-    def finish(self, run_id, stop_reason):
+    def finish(self, run_id, stop_reason, fence=None, state=None):
         raise sqlite3.OperationalError("database or disk is full")
 
 

@@ -1,5 +1,6 @@
-"""One store protocol, every store: memory, SQLite and PostgreSQL (a throwaway server, tests/pg.py)
-run the same cases. Each case is written once and parametrised over ``STORES``; the lease and
+"""One store protocol, every store: memory, SQLite, PostgreSQL (a throwaway server, tests/pg.py) and
+a third-party store in one small file (tests/dict_store.py) run the same cases; a case that needs a
+capability (leases, history, lanes) is skipped on a store that does not declare it. Each case is written once and parametrised over ``STORES``; the lease and
 fencing cases are in tests/test_fencing.py, the several-messages commits in tests/test_checkpoint.py."""
 import os
 import signal
@@ -10,24 +11,45 @@ import threading
 
 import pytest
 
-from fsmchat import Agent, GroupChat, Human, RoundRobinSwarm, fork
+from fsmchat import Agent, Bid, GroupChat, Human, RoundRobinSwarm, fork
 from fsmchat.checkpoint import RunInProgress, lease_owner
 from fsmchat.errors import CheckpointStoreError, ConfigTypeError
 from fsmchat.models import Message, TraceEvent
-from stores import STORES, reopen
+from stores import CONFORMANCE, needs, reopen, write
 
 
 def writer(turn):
     return "Draft: we launch in May."
 
 
+def bidders(fail_at=0):
+    """A GroupChat of two callable bidders taking turns; the ``fail_at``-th bid of b raises."""
+    bids = {"n": 0}
+
+    def a(turn):
+        n = len(turn.transcript)
+        return Bid(0.9 if n % 2 else 0.2, f"a says {n}") if turn.kind == "bid" else f"a says {n}"
+
+    def b(turn):
+        n = len(turn.transcript)
+        if turn.kind == "bid":
+            bids["n"] += 1
+            if bids["n"] == fail_at:
+                raise RuntimeError("b's tool is down")
+            return Bid(0.2 if n % 2 else 0.9, f"b says {n}")
+        return f"b says {n}"
+
+    return GroupChat(agents=[a, b], max_loops=6, threshold=0.1)
+
+
 def swarm():
     return RoundRobinSwarm(agents=[writer, Human("editor")])
 
 
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", CONFORMANCE)
 def test_a_waiting_run_is_listed_resumed_and_its_history_read_from_a_new_connection(open_store):
     cp = open_store()
+    needs(cp, "history")
     assert swarm().execute("Announce the launch.", checkpoint=cp, run_id="launch").stop_reason == "interrupted"
     [info] = reopen(cp).list_runs()
     assert (info.run_id, info.pattern, info.task, info.status, info.messages) == (
@@ -44,7 +66,7 @@ def test_a_waiting_run_is_listed_resumed_and_its_history_read_from_a_new_connect
     assert swarm().resume("launch", again).output == "Approved: ship it."  # rebuilt, no call made
 
 
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", CONFORMANCE)
 def test_a_run_id_is_used_once(open_store):
     cp = open_store()
     cp.start("job", {"task": "one"})
@@ -55,9 +77,10 @@ def test_a_run_id_is_used_once(open_store):
         cp.load("nope")
 
 
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", CONFORMANCE)
 def test_lanes_are_the_runs_under_a_run_id_and_list_runs_leaves_them_out(open_store):
     cp = open_store()
+    needs(cp, "history", "lanes")
     for run_id, meta in [("R", {"task": "t"}), ("R/1:a|0", {"parent": "R"}), ("R/1:a|0/2:b|1", {"parent": "R/1:a|0"}),
                          ("Rx", {"task": "u"}), ("R0", {"task": "v"}), ("Q/1:a|0", {"parent": "Q"})]:
         cp.start(run_id, meta)
@@ -67,9 +90,10 @@ def test_lanes_are_the_runs_under_a_run_id_and_list_runs_leaves_them_out(open_st
     assert [r.run_id for r in again.list_runs()] == ["R0", "Rx", "R"]  # newest first
 
 
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", CONFORMANCE)
 def test_a_fork_is_written_to_the_store_and_resumes(open_store):
     cp = open_store()
+    needs(cp, "history", "lanes")
     swarm().execute("Announce the launch.", checkpoint=cp, run_id="launch")
     swarm().resume("launch", cp, input="Approved: ship it.")
     new = fork("launch", 1, reopen(cp), fork_id="launch-2")
@@ -82,10 +106,11 @@ def test_a_fork_is_written_to_the_store_and_resumes(open_store):
     assert [m.content for m in reopen(cp).load("launch").messages][-1] == "Approved: ship it."  # untouched
 
 
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", CONFORMANCE)
 def test_two_owners_racing_for_one_run_get_it_once(open_store):
     """Two connections acquire the same free run at once: one gets token 1, the other is refused."""
     cp = open_store()
+    needs(cp, "leases")
     other = reopen(cp)
     barrier = threading.Barrier(2)
     got, refused = [], []
@@ -105,18 +130,43 @@ def test_two_owners_racing_for_one_run_get_it_once(open_store):
     assert (got, refused) == ([1], [True])
 
 
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", CONFORMANCE)
 def test_a_commit_clears_the_stop_reason_and_counts_follow_the_rows(open_store):
     cp = open_store()
     cp.start("R", {})
-    cp.commit("R", TraceEvent(0, "seed", "next", "x", 0.0), [Message(role="User", content="go")], {"n": 1})
+    write(cp, "R", TraceEvent(0, "seed", "next", "x", 0.0), [Message(role="User", content="go")], {"n": 1})
     cp.finish("R", "interrupted")
     assert reopen(cp).load("R").stop_reason == "interrupted"
     later = reopen(cp)  # another process continues the run
-    later.commit("R", TraceEvent(1, "x", "next", "end", 0.1), [Message(role="x", content="done")], {"n": 2})
+    write(later, "R", TraceEvent(1, "x", "next", "end", 0.1), [Message(role="x", content="done")], {"n": 2})
     saved = reopen(cp).load("R")
     assert (saved.stop_reason, [m.content for m in saved.messages], saved.state) == (None, ["go", "done"], {"n": 2})
     assert [s.message_count for s in reopen(cp).history("R")] == [1, 2]
+
+
+@pytest.mark.parametrize("store", CONFORMANCE)
+def test_a_run_checkpointed_step_by_step_resumes_where_it_was_cut_and_a_finished_one_is_rebuilt(open_store):
+    """The protocol itself (start, append, finish, log, load, history): no capability needed."""
+    cp = open_store()
+    assert swarm().execute("Announce the launch.", checkpoint=cp, run_id="launch").stop_reason == "interrupted"
+    saved = reopen(cp).load("launch")
+    assert (saved.stop_reason, saved.resume_at, [m.role for m in saved.messages]) == ("interrupted", "editor",
+                                                                                    ["User", "writer"])
+    done = swarm().resume("launch", reopen(cp), input="Approved: ship it.")
+    assert [m.content for m in done.transcript] == ["Announce the launch.", "Draft: we launch in May.",
+                                                    "Approved: ship it."]
+    assert [(s.state, s.message_count) for s in reopen(cp).history("launch")] == [
+        ("seed", 1), ("writer", 2), ("editor", 3), ("stop", 3)]
+    assert swarm().resume("launch", reopen(cp)).output == "Approved: ship it."  # rebuilt, no call made
+
+
+@pytest.mark.parametrize("store", CONFORMANCE)
+def test_a_group_chat_cut_by_a_failure_resumes_to_the_uncut_transcript(open_store):
+    cp = open_store()
+    full = bidders().execute("pets?")
+    cut = bidders(fail_at=3).execute("pets?", checkpoint=cp, run_id="cut")
+    assert cut.stop_reason == "error" and reopen(cp).load("cut").stop_reason == "error"
+    assert [m.content for m in bidders().resume("cut", reopen(cp)).transcript] == [m.content for m in full.transcript]
 
 
 def test_a_postgres_store_refuses_a_non_str_dsn_and_an_unreachable_server(pg_cluster):
@@ -204,8 +254,31 @@ def test_a_postgres_takeover_waits_for_a_write_in_flight_then_refuses_the_old_ow
     taker.join()
     assert got == [2]
     with pytest.raises(LeaseLost, match=r"taken over by .* \(fencing token 2\)"):
-        cp.commit("R", TraceEvent(0, "seed", "next", "x", 0.0), [Message(role="User", content="late")], {"n": 1},
+        write(cp, "R", TraceEvent(0, "seed", "next", "x", 0.0), [Message(role="User", content="late")], {"n": 1},
                   fence=fa)
     assert reopen(cp).load("R").messages == []
     for con in (writer, watch):
         con.close()
+
+
+def test_a_store_is_checked_against_the_protocol_and_the_capabilities_it_declares():
+    from fsmchat.store import Capabilities
+    from dict_store import DictStore
+
+    class OldProtocol:  # start, commit, finish, load: what stores implemented before the writer made the rows
+        def start(self, run_id, meta): ...
+
+        def commit(self, run_id, event, messages, state): ...
+
+        def finish(self, run_id, stop_reason): ...
+
+        def load(self, run_id): ...
+
+    with pytest.raises(ConfigTypeError, match=r"has commit\(run_id, event, messages, state\), the older protocol"):
+        swarm().execute("go", checkpoint=OldProtocol())
+
+    class ClaimsLeases(DictStore):
+        capabilities = Capabilities(leases=True)
+
+    with pytest.raises(ConfigTypeError, match=r"it lacks acquire, renew, release for the capabilities it declares"):
+        swarm().execute("go", checkpoint=ClaimsLeases())

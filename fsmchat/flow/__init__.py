@@ -1,4 +1,4 @@
-"""Layer 14: workflows (AgentFlow) with the Discussion step and the combinators."""
+"""Layer 16: workflows (AgentFlow) with the Discussion step and the combinators."""
 from .compile import StepError
 from .context import FlowContext, Frame, StepResult, flow_input
 from .declare import STEPS, BlockConfig

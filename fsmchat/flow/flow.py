@@ -1,4 +1,4 @@
-"""Layer 14: ``AgentFlow`` (alias ``Flow``), a workflow of steps compiled to one nested graph."""
+"""Layer 16: ``AgentFlow`` (alias ``Flow``), a workflow of steps compiled to one nested graph."""
 from __future__ import annotations
 
 import copy

@@ -1,4 +1,4 @@
-"""Layer 15: the AG2-style network (hub, clients, channels) and its discussion channel.
+"""Layer 17: the AG2-style network (hub, clients, channels) and its discussion channel.
 
 A channel's lifecycle (``pending -> active -> closed | expired``) and the discussion adapter's
 turn rule (``awaiting_<p> -> awaiting_<next>``) are ``StateGraph``s, stepped by the engine's ``GraphRun.fire`` on

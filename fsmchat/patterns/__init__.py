@@ -1,4 +1,4 @@
-"""Layer 13: conversation patterns, each compiled to a StateGraph and run by the one engine.
+"""Layer 15: conversation patterns, each compiled to a StateGraph and run by the one engine.
 
 A pattern of your own imports what it is declared with from here: ``Pattern``, ``PatternConfig``
 and its field types (``Participants``, ``OneParticipant``), ``ChatContext`` and ``PatternState``.

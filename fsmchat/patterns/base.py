@@ -1,4 +1,4 @@
-"""Layer 13, patterns: ``Pattern``, what every pattern has in common, written once.
+"""Layer 15, patterns: ``Pattern``, what every pattern has in common, written once.
 
 A pattern is configuration of the engine. It is declared by one pydantic model
 (``fsmchat.patterns.declare``: ``class GroupChat(Pattern, kind="group_chat",

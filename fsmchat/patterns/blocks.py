@@ -1,4 +1,4 @@
-"""Layer 13, patterns: graph building blocks the patterns share.
+"""Layer 15, patterns: graph building blocks the patterns share.
 
 ``speaker_states`` declares one state per speaker (``bind`` makes a one-argument action of
 ``fn(ctx, i)``); the order speakers take turns in is ``fsmchat.graph.turns.add_turns``.

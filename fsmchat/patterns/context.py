@@ -1,4 +1,4 @@
-"""Layer 13, patterns: the typed context a pattern's actions and guards read and write, one per run.
+"""Layer 15, patterns: the typed context a pattern's actions and guards read and write, one per run.
 
 ``ChatContext`` holds the task, the speakers, the shared ``Transcript``, the ``CallStats`` and the
 pattern's typed working state (a ``PatternState``, checkpointed as "scratch"); its actions ask

@@ -1,4 +1,4 @@
-"""Layer 13, patterns: how a pattern declares its parameters, once, by one pydantic model.
+"""Layer 15, patterns: how a pattern declares its parameters, once, by one pydantic model.
 
 ``class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig)``: the model's fields, in
 order, are the constructor's parameters; it validates them (a bad value is a ``ConfigError``

@@ -1,4 +1,4 @@
-"""Layer 13, patterns: one run of a pattern, from its start (or its resume) to its ``RunResult``.
+"""Layer 15, patterns: one run of a pattern, from its start (or its resume) to its ``RunResult``.
 
 A ``Pattern`` is a declaration (its config, its graph, its context, its calls by speaker); a
 ``PatternRun`` is one run of it, the way ``fsmchat.engine.GraphRun`` is one run of a graph: it

@@ -1,4 +1,4 @@
-"""Layer 13, shared: a run's events as they happen, for async code and for plain scripts.
+"""Layer 15, shared: a run's events as they happen, for async code and for plain scripts.
 
 ``pattern.stream(task)`` returns a ``RunStream``: ``async for item in ...`` inside an event loop
 (what ``stream`` always was; ``astream`` is the same, LangGraph's spelling) and ``for item in ...``

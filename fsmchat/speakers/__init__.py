@@ -1,4 +1,4 @@
-"""Layer 8: participants (litellm agents, callables, people), their tools and the respond tool."""
+"""Layer 10: participants (litellm agents, callables, people), their tools and the respond tool."""
 from .agent import Agent, CallableSpeaker, Turn, as_speaker, check_roster, conversation_view
 from .context import LastMessages, Summarize
 from .ratelimit import RateLimit, rate_limit

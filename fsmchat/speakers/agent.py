@@ -1,4 +1,4 @@
-"""Layer 8: who speaks. ``Agent`` (a model reached through litellm), plain callables, and the
+"""Layer 10: who speaks. ``Agent`` (a model reached through litellm), plain callables, and the
 request a participant is given on its turn."""
 from __future__ import annotations
 

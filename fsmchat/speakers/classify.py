@@ -1,4 +1,4 @@
-"""Layer 8, the model layer: which provider errors no retry can fix, and a provider's message as a
+"""Layer 10, the model layer: which provider errors no retry can fix, and a provider's message as a
 person reads it.
 
 litellm maps every provider's errors to its own exception classes; they are recognised here by

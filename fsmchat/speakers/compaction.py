@@ -1,4 +1,4 @@
-"""Layer 8, speakers: compaction as a graph state: a long conversation summarised before it outgrows the window.
+"""Layer 10, speakers: compaction as a graph state: a long conversation summarised before it outgrows the window.
 
 ``add_compaction(g, state, speakers, policy)`` draws, for a speaking state where a speaker follows
 a ``Summarize`` policy (its own ``context``, or the pattern's ``policy``), ``state -[compact]->

@@ -1,4 +1,4 @@
-"""Layer 8, speakers: context policies: how much of the conversation a model call carries, and the count
+"""Layer 10, speakers: context policies: how much of the conversation a model call carries, and the count
 of its tokens against the model's input limit.
 
 Before each model call of an ``Agent`` the speaking block builds the prompt (``fit``): the

@@ -1,4 +1,4 @@
-"""Layer 8: people in the loop.
+"""Layer 10: people in the loop.
 
 A run that needs a person stops at a drawn state (``stop_reason="interrupted"``, checkpointed) and
 says what it asks (``Pending``); ``resume(run_id, checkpoint, input=...)`` continues it with the

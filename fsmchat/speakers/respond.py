@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..store import register_codec
+
 RESPOND_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -80,6 +82,10 @@ class BidOutcome:
     reason: str = ""
     error: BaseException | None = None  # the call error behind a silent bid (transient, after retries)
     note: dict[str, Any] | None = None  # an event to record (e.g. the switch to JSON mode)
+
+
+# a checkpoint keeps a bid as {"__bid__": [score, message, valid, reason]} (its error and note are not kept)
+register_codec("__bid__", BidOutcome, lambda b: [b.score, b.message, b.valid, b.reason], lambda d: BidOutcome(*d))
 
 
 def silent(reason: str) -> BidOutcome:

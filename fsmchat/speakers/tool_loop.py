@@ -1,4 +1,4 @@
-"""Layer 8: the one speaking block every pattern uses, and tool rounds as graph states.
+"""Layer 10: the one speaking block every pattern uses, and tool rounds as graph states.
 
 Every place an agent produces a message (round robin, debate and panel turns, ``Discussion``
 turns, flow agent steps, GroupChat bids, hub replies) asks through the run's ``ToolLoop``

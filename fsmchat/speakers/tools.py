@@ -1,4 +1,4 @@
-"""Layer 8: tools an agent calls while it speaks: ``Tool``, tool sources, and their schemas.
+"""Layer 10: tools an agent calls while it speaks: ``Tool``, tool sources, and their schemas.
 
 A **tool** is a plain Python function (sync or async) or a ``Tool`` wrapping one with options:
 ``Agent(tools=[fn, Tool(fn, name=..., description=..., approval=..., idempotent=..., timeout_s=...)])``.

@@ -1,4 +1,4 @@
-"""Layer 16, the run viewer: ``fsmchat ui`` (a local web app over a checkpoint store) and
+"""Layer 18, the run viewer: ``fsmchat ui`` (a local web app over a checkpoint store) and
 ``fsmchat report`` (one run as a self-contained HTML file), which read stores and never write them;
 and ``fsmchat serve`` (``fsmchat.ui.serve``), an HTTP API that runs registered patterns into a store.
 

@@ -1,0 +1,188 @@
+"""The one writer of checkpoints: it turns a run's steps into the rows a store appends.
+
+``RunWriter`` is one run's (or one branch lane's) writer: it numbers the messages, runs the state
+differ (``fsmchat.statelog.StateDiff``) and hands the store a ``Commit`` (``fsmchat.store``), so a
+store keeps what it is given and never encodes state itself. ``Recorder`` is the engine's
+checkpoint observer built on it: it commits each trace event with the messages posted since the
+last commit and the context's snapshot, holds back the steps of held states to commit them with
+the next one, and gives each branch run its own lane. ``Lease`` is one execute/resume's hold on a
+run in a store with leases.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import Future
+from typing import Any, Callable, Sequence
+
+from .models import Message, TraceEvent
+from .statelog import HELD, StateDiff
+from .store import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, Store, lease_owner, leases_of
+
+
+def state_deltas(states: Sequence[dict[str, Any] | str | None]) -> list[str | None]:
+    """The deltas a new writer gives for a run's successive states (a str, ``HELD``, and None are
+    kept as they are: a held step, a step without state): what a fork writes."""
+    diff = StateDiff()
+    return [diff.delta(s) if isinstance(s, dict) else s for s in states]
+
+
+class RunWriter:
+    """Writes one run's commits to ``store``: ``start``, ``commit`` (after each step) and ``finish``.
+
+    ``messages`` is how many of the run's messages the store already holds (a resume's writer
+    starts from there); ``fence`` the lease every write is made under (a store with leases)."""
+
+    def __init__(self, store: Store, run_id: str, fence: Fence | None = None, messages: int = 0):
+        self.store, self.run_id, self.fence = store, run_id, fence
+        self.messages = messages
+        self.diff = StateDiff()  # what this writer last wrote of the run's state
+
+    def start(self, meta: dict[str, Any]) -> None:
+        """Record the new run."""
+        self.store.start(self.run_id, meta, self.fence)
+
+    def commit(self, event: TraceEvent, messages: Sequence[Message], state: dict[str, Any] | None,
+               earlier: Sequence[TraceEvent] = ()) -> Future[None] | None:
+        """Append ``earlier`` (held steps, stored without a state of their own), then ``event`` with
+        ``messages`` and the delta of ``state`` (None: the step carries no state). Returns the
+        store's future when it stores the commit later (see ``Store.append``)."""
+        delta = None if state is None else self.diff.delta(state)
+        after = self.messages + len(messages)
+        rows = tuple(Row(e, self.messages, HELD) for e in earlier) + (Row(event, after, delta),)
+        try:
+            pending = self.store.append(self.run_id, Commit(rows, tuple(messages), self.messages), self.fence)
+        except BaseException:
+            self.lost()
+            raise
+        self.messages = after
+        return pending
+
+    def lost(self) -> None:
+        """A commit was not written: the next one writes the whole state."""
+        self.diff = StateDiff()
+
+    def finish(self, stop_reason: str) -> Future[None] | None:
+        """Record how the run ended (with the whole state as last written, for a store that keeps it)."""
+        return self.store.finish(self.run_id, stop_reason, self.fence, self.diff.text())
+
+
+class Recorder:
+    """The engine's checkpoint observer for one run (or one branch run): commits each trace event
+    with the messages posted since the last one and the context's snapshot, and the stop reason
+    when the run ends. A branch run gets its own lane, ``<run id>/<step>:<branch>``."""
+
+    def __init__(self, cp: Store, run_id: str, transcript: Any, snapshot: Callable[[], dict[str, Any]],
+                 saved_messages: int = 0, lease: "Lease | None" = None):
+        self.cp, self.run_id, self.transcript, self.snapshot = cp, run_id, transcript, snapshot
+        self.lease = lease
+        self.writer = RunWriter(cp, run_id, lease.fence if lease is not None else None, saved_messages)
+        self.pending: list[TraceEvent] = []  # held steps (pure or hold states), committed with the next step
+        self.unsynced: list[Future[None]] = []  # commits a store writes later (durability="fsync"), not yet on disk
+
+    @property
+    def saved(self) -> int:
+        """How many of the run's messages are committed."""
+        return self.writer.messages
+
+    def start(self, meta: dict[str, Any]) -> None:
+        """Record the new run (under the lease's fence)."""
+        self.writer.start(meta)
+
+    def __call__(self, ev: TraceEvent, held: bool = False) -> None:
+        """Commit ``ev`` with the rows posted since the last commit and the snapshot. The step of a
+        ``held`` state (``pure`` or ``hold``: see ``StateGraph.state``) that posted nothing is held
+        back and committed in the same transaction as the next step: a GroupChat turn (bid, select,
+        post, penalize) is one commit, and after a crash the held steps are simply run again from
+        the previous snapshot."""
+        if self.lease is not None:
+            self.lease.renew()
+        rows = self.transcript.since(self.saved)
+        if held and not rows and ev.dest is not None:
+            self.pending.append(ev)
+            return
+        if ev.dest is None and ev.trigger not in (None, "interrupted"):
+            # a cancelled or failed step: the context may hold half of it, so the held-back
+            # steps are not committed with it; a resume runs them again from the last snapshot.
+            # An interrupted step did nothing (it stopped to wait for a person): they are kept.
+            self.pending = []
+        state = self.snapshot() if ev.dest is not None or self.pending else None
+        earlier, self.pending = self.pending, []
+        self._later(self.writer.commit(ev, rows, state, earlier))
+
+    def finish(self, stop_reason: str) -> None:
+        self._later(self.writer.finish(stop_reason))
+
+    def _later(self, pending: Future[None] | None) -> None:
+        if pending is not None:
+            self.unsynced.append(pending)
+
+    async def durable(self) -> None:
+        """Wait, without holding the event loop, until every commit so far is stored (a store
+        that writes later: ``Store.append``); a failed one's error is raised here."""
+        unsynced, self.unsynced = self.unsynced, []
+        try:
+            for pending in unsynced:
+                await asyncio.wrap_future(pending)
+        except BaseException:
+            self.writer.lost()
+            raise
+
+    def branch(self, key: str, ctx: Any) -> "tuple[Recorder, Saved | None]":
+        """The recorder of a branch run on ``ctx`` (which has ``transcript``, ``snapshot`` and
+        ``restore``), and what its lane already holds (None for a new branch): on a resume the
+        branch context is restored from it, so the branch continues instead of starting again."""
+        lane = f"{self.run_id}/{key}"
+        try:
+            saved: Saved | None = self.cp.load(lane)
+        except KeyError:
+            saved = None
+        if saved is None:
+            child = Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, lease=self.lease)
+            child.start({"parent": self.run_id, "branch": key})
+            return child, None
+        ctx.transcript.restore(saved.messages)
+        if saved.state is not None:
+            ctx.restore(saved.state)
+        return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, len(saved.messages), self.lease), saved
+
+
+class Lease:
+    """One execute/resume's hold on a run: taken before anything is written, renewed by the
+    recorder's commits (at most every third of the TTL) and checked (and renewed) before each model
+    request, given back when the run ends. It carries the owner's ``fence``: every write of the run
+    is refused once another owner has taken the run over, and a lost or given-back lease is never
+    taken again by this owner (``LeaseLost``). On a store without leases it holds nothing."""
+
+    def __init__(self, cp: Store, run_id: str, ttl: float | None = None):
+        self.run_id = run_id
+        self.store: LeaseStore | None = leases_of(cp)
+        self.ttl = float(ttl if ttl is not None else self.store.lease_ttl if self.store is not None else LEASE_TTL)
+        self.owner = lease_owner()
+        self.held = self.store is not None  # a store without leases cannot refuse
+        self.fence: Fence | None = None
+        self._renewed = 0.0
+        if self.store is not None:
+            token = self.store.acquire(run_id, self.owner, self.ttl)
+            self._renewed = time.monotonic()
+            self.fence = Fence(run_id, self.owner, token)
+
+    def renew(self) -> None:
+        """At a commit: extend the lease when a third of its TTL has passed since the last renewal."""
+        if self.held and time.monotonic() - self._renewed > self.ttl / 3:
+            self.check()
+
+    def check(self) -> None:
+        """Before a model request: ``LeaseLost`` unless this owner still holds the lease (extended
+        by this check); a lease given back is never taken again."""
+        if self.store is None or self.fence is None:
+            return
+        if not self.held:
+            raise LeaseLost(self.run_id, self.fence.token, None, None)
+        self.store.renew(self.fence, self.ttl)
+        self._renewed = time.monotonic()
+
+    def release(self) -> None:
+        if self.held and self.store is not None:
+            self.held = False
+            self.store.release(self.run_id, self.owner)
