@@ -8,7 +8,10 @@ chunks of a worker that died on a live one, keeps the first outcome per task, an
 in task order. With ``checkpoint_dir`` each worker checkpoints its runs in its own SQLite file
 there, under a run id derived from the config, the task's index and the task, so a re-run finds
 the finished runs (in any worker's file) and rebuilds their results without a model call, and
-continues the unfinished ones from their last committed step.
+continues the unfinished ones from their last committed step. ``checkpoint_dir`` may instead be a
+PostgreSQL URI (``postgresql://...``): then every worker, on any machine, writes to that one store,
+and a chunk re-queued from a dead worker continues its runs there (the dead worker's leases are
+taken over at once on its own machine, after ``lease_ttl`` from another).
 ``executor="local"`` runs the same shard runner in this process (no Ray).
 Workers rebuild the config with ``from_config(config, trusted=True)``: it is made by the driver's
 ``to_config()`` from the caller's own pattern object, never read from outside, so the caller has
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .checkpoint import SqliteCheckpointer
+from .checkpoint_pg import PostgresCheckpointer
 from .checks import check_tasks
 from .config import config_digest, from_config, to_config
 from .engine import run_sync
@@ -148,9 +152,25 @@ def run_id_for(digest: str, index: int, task: str) -> str:
     return hashlib.sha256(f"{digest}\0{index}\0{task}".encode()).hexdigest()[:32]
 
 
+def is_store_uri(checkpoint_dir: Any) -> bool:
+    """``checkpoint_dir`` names one PostgreSQL store (``postgresql://`` or ``postgres://``), not a folder."""
+    return isinstance(checkpoint_dir, str) and checkpoint_dir.lower().startswith(("postgresql://", "postgres://"))
+
+
+def _finished(stop: str | None) -> bool:
+    return stop is not None and stop not in ("error", "cancelled")
+
+
 def find_runs(checkpoint_dir: str | Path) -> dict[str, tuple[str, bool]]:
     """run id -> (checkpoint file, finished) over every ``*.db`` in ``checkpoint_dir``; a finished
-    copy wins over an unfinished one, then the most recently updated."""
+    copy wins over an unfinished one, then the most recently updated. For a PostgreSQL URI: its
+    runs, each in that store."""
+    if is_store_uri(checkpoint_dir):
+        store = PostgresCheckpointer(str(checkpoint_dir))
+        try:
+            return {r.run_id: (str(checkpoint_dir), _finished(r.stop_reason)) for r in store.list_runs()}
+        finally:
+            store.close()
     best: dict[str, tuple[str, bool, tuple[bool, float]]] = {}
     for db in sorted(Path(checkpoint_dir).glob("*.db")):
         try:
@@ -158,7 +178,7 @@ def find_runs(checkpoint_dir: str | Path) -> dict[str, tuple[str, bool]]:
         except CheckpointStoreError:
             continue
         for run_id, stop, updated in rows:
-            finished = stop is not None and stop not in ("error", "cancelled")
+            finished = _finished(stop)
             key = (finished, updated)
             if run_id not in best or key > best[run_id][2]:
                 best[run_id] = (str(db), finished, key)
@@ -177,19 +197,21 @@ def _counting(counter: list[int], inner: Any) -> Any:
 
 class ShardRunner:
     """Runs items of one batch with asyncio, at most ``max_concurrency`` at once; one outcome each,
-    never an exception. Checkpoints (when ``checkpoint_dir``) go to ``worker-<slot>.db``."""
+    never an exception. Checkpoints (when ``checkpoint_dir``) go to ``worker-<slot>.db``, or to the
+    one PostgreSQL store a URI names."""
 
     def __init__(self, pattern: Any, max_concurrency: int, checkpoint_dir: str | None, slot: str,
                  on_done: Callable[[TaskOutcome], None] | None = None):
         self.pattern, self.max_concurrency, self.slot, self.on_done = pattern, max_concurrency, slot, on_done
-        self.dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.dir = Path(checkpoint_dir) if checkpoint_dir and not is_store_uri(checkpoint_dir) else None
+        self.store = checkpoint_dir if is_store_uri(checkpoint_dir) else None
         self._gate: asyncio.Semaphore | None = None
         self._cps: dict[str, Any] = {}
 
     def checkpointer(self, path: str | Path) -> Any:
         key = str(path)
         if key not in self._cps:
-            self._cps[key] = SqliteCheckpointer(key)
+            self._cps[key] = PostgresCheckpointer(key) if is_store_uri(key) else SqliteCheckpointer(key)
         return self._cps[key]
 
     def close(self) -> None:
@@ -225,11 +247,11 @@ class ShardRunner:
         return out
 
     async def _run(self, task: str, run_id: str | None, resume_from: str | None) -> Any:
-        if self.dir is None or run_id is None:
+        if (self.dir is None and self.store is None) or run_id is None:
             return await self.pattern.aexecute(task)
         if resume_from is not None:
             return await self.pattern.aresume(run_id, self.checkpointer(resume_from))
-        own = self.checkpointer(self.dir / f"worker-{self.slot}.db")
+        own = self.checkpointer(self.store if self.store is not None else Path(str(self.dir)) / f"worker-{self.slot}.db")
         try:
             own.load(run_id)  # started here earlier (a re-queued chunk): continue it, never append to it
         except KeyError:
@@ -374,7 +396,8 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     if not tasks:
         return BatchReport([], executor, 0)
     items = _items(tasks, digest, checkpoint_dir)
-    ckpt = str(Path(checkpoint_dir).resolve()) if checkpoint_dir is not None else None
+    ckpt = None if checkpoint_dir is None else checkpoint_dir if is_store_uri(checkpoint_dir) else \
+        str(Path(checkpoint_dir).resolve())
     bar = ProgressBar(len(tasks), progress, f"{type(pattern).__name__} batch")
     try:
         if executor == "local":
@@ -405,7 +428,8 @@ def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
     before, if anywhere (``ids``: the indexes and run ids, when already known)."""
     if checkpoint_dir is None or (digest is None and ids is None):
         return [(i, t, None, None, False) for i, t in enumerate(tasks)]
-    Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+    if not is_store_uri(checkpoint_dir):
+        Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
     known = find_runs(checkpoint_dir)
     if ids is None:
         ids = [(i, run_id_for(digest or "", i, t)) for i, t in enumerate(tasks)]
