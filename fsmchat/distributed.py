@@ -13,6 +13,11 @@ PostgreSQL URI (``postgresql://...``): then every worker, on any machine, writes
 and a chunk re-queued from a dead worker continues its runs there (the dead worker's leases are
 taken over at once on its own machine, after ``lease_ttl`` from another).
 ``executor="local"`` runs the same shard runner in this process (no Ray).
+
+Rate limits set in the driver (``fsmchat.rate_limit(target, RateLimit(...))``) are shared by the
+whole Ray batch: each is held by one Ray actor (``SharedWindow``, one clock), and every worker's
+requests to its target reserve room there, waiting (a ``rate_limited`` event in the run) instead
+of each worker spending a limit of its own.
 Workers rebuild the config with ``from_config(config, trusted=True)``: it is made by the driver's
 ``to_config()`` from the caller's own pattern object, never read from outside, so the caller has
 already trusted every reference in it (including a ``__main__`` script's ``path.py:name``).
@@ -40,6 +45,7 @@ from .engine import run_sync
 from .errors import CheckpointStoreError, FsmchatError, attach_result, redact, redact_chain, result_of
 from .progress import ProgressBar
 from .speakers.llm import INTERCEPTOR, get_litellm
+from .speakers.ratelimit import RateLimit, limits, rate_limit
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple[int, str, str | None, str | None, bool]  # (index, task, run_id, resume_from, finished)
@@ -259,21 +265,82 @@ class ShardRunner:
         return await self.pattern.aresume(run_id, own)
 
 
+class SharedWindow:
+    """The body of a Ray actor holding one ``RateLimit`` for every worker of a batch: its window and
+    its clock are the only ones, so the limit holds across processes and machines."""
+
+    def __init__(self, rpm: int | None, tpm: int | None, window: float):
+        self.limit = RateLimit(rpm, tpm, window=window)
+        self.entries: dict[int, Any] = {}
+        self.next = 0
+
+    def reserve(self, tokens: float) -> tuple[int | None, float]:
+        """``(entry id, 0)`` when a request of ``tokens`` fits now (it is counted), else ``(None, seconds to wait)``."""
+        entry, wait = self.limit.reserve(tokens)
+        if entry is None:
+            return None, wait
+        self.next += 1
+        self.entries[self.next] = entry
+        return self.next, 0.0
+
+    def settle(self, entry_id: int, tokens: float) -> None:
+        entry = self.entries.pop(entry_id, None)
+        if entry is not None:
+            self.limit.settle(entry, tokens)
+
+
+class SharedRateLimit(RateLimit):
+    """A worker's view of a ``SharedWindow``: every reservation is made by the actor; the wait
+    between tries is this process's."""
+
+    def __init__(self, window: Any, rpm: int | None, tpm: int | None, seconds: float):
+        super().__init__(rpm, tpm, window=seconds)
+        self.shared = window
+
+    def __repr__(self) -> str:
+        return f"SharedRateLimit(rpm={self.rpm}, tpm={self.tpm}, window={self.window})"
+
+    def reserve(self, tokens: float = 0.0) -> tuple[Any, float]:
+        entry_id, wait = _ray().get(self.shared.reserve.remote(tokens))
+        return (entry_id, 0.0) if entry_id is not None else (None, wait)
+
+    async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[Any, float] | None:
+        waited = 0.0
+        while True:
+            entry_id, wait = await self.shared.reserve.remote(tokens)
+            if entry_id is not None:
+                return entry_id, waited
+            if within is not None and waited + wait > within:
+                await self.sleep(max(0.0, within - waited))
+                return None
+            waited += wait
+            await self.sleep(wait)
+
+    def settle(self, entry: Any, tokens: float) -> None:
+        self.shared.settle.remote(entry, tokens)
+
+
 class ShardWorker:
     """The body of a Ray actor: rebuilds a batch's pattern from its config and runs its chunks."""
 
     def __init__(self, slot: str):
         self.slot = slot
         self.batches: dict[str, ShardRunner] = {}
+        self.shared: dict[str, list[tuple[str, RateLimit | None]]] = {}  # batch -> the limits it replaced
         get_litellm()  # litellm's import (seconds) is paid at start-up, not by the first task
 
     async def ping(self) -> str:
         return self.slot
 
-    async def prepare(self, batch_id: str, config: str, max_concurrency: int, checkpoint_dir: str | None) -> str:
+    async def prepare(self, batch_id: str, config: str, max_concurrency: int, checkpoint_dir: str | None,
+                      shared: dict[str, tuple[Any, int | None, int | None, float]] | None = None) -> str:
         # trusted: the driver made this config with to_config() from the pattern object its caller
         # holds (never from outside input), and a Ray cluster runs the driver's code anyway
         pattern = from_config(config, trusted=True)
+        before = limits()
+        self.shared[batch_id] = [(target, before.get(target)) for target in shared or {}]
+        for target, (window, rpm, tpm, seconds) in (shared or {}).items():
+            rate_limit(target, SharedRateLimit(window, rpm, tpm, seconds))
         self.batches[batch_id] = ShardRunner(pattern, max_concurrency, checkpoint_dir, self.slot)
         return self.slot
 
@@ -284,6 +351,8 @@ class ShardWorker:
         runner = self.batches.pop(batch_id, None)
         if runner is not None:
             runner.close()
+        for target, earlier in self.shared.pop(batch_id, []):
+            rate_limit(target, earlier)
 
 
 # ---- Ray: connecting, the worker pool ----
@@ -564,8 +633,10 @@ def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: in
         actors = worker_pool(n, worker_options)
         batch_id = uuid.uuid4().hex
         text = config.model_dump_json()
+        windows = {target: (ray.remote(SharedWindow).options(num_cpus=0).remote(lim.rpm, lim.tpm, lim.window),
+                            lim.rpm, lim.tpm, lim.window) for target, lim in limits().items()}
         try:
-            ray.get([a.prepare.remote(batch_id, text, per_worker, checkpoint_dir) for a in actors])
+            ray.get([a.prepare.remote(batch_id, text, per_worker, checkpoint_dir, windows) for a in actors])
         except Exception as exc:
             cause = _cause(exc)
             raise RuntimeError(f"a Ray worker could not rebuild the pattern from its config: {type(cause).__name__}: "
@@ -574,7 +645,11 @@ def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: in
         startup = time.perf_counter() - t0
         size = chunk_size or max(1, min(2 * per_worker, math.ceil(len(items) / (2 * n))))
         batch = _RayBatch(ray, actors, batch_id, items, size, bar, checkpoint_dir, max_chunk_attempts, on_progress)
-        outcomes = batch.run()
+        try:
+            outcomes = batch.run()
+        finally:
+            for window in windows.values():
+                ray.kill(window[0])
         return BatchReport(outcomes, "ray", n, wall_s=time.perf_counter() - t0, startup_s=startup,
                            dead_workers=batch.dead, requeued_chunks=batch.requeued)
     finally:
