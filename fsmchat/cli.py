@@ -133,6 +133,8 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
 
 
 def _store(path: str, create: bool = False) -> Any:
+    if is_dsn(path):
+        return open_checkpointer(path)
     if create:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     elif not Path(path).is_file():
@@ -599,7 +601,8 @@ def _fork(args: argparse.Namespace) -> int:
 
 
 def _store_args(p: argparse.ArgumentParser, what: str, fn: Any) -> None:
-    p.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store, or a PostgreSQL URI (postgresql://...)")
+    p.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store, or a PostgreSQL URI "
+                   "(postgresql://...)")
     p.add_argument("--json", action="store_true", help=f"print {what} as JSON")
     p.set_defaults(fn=fn)
 
@@ -679,7 +682,8 @@ def parser() -> argparse.ArgumentParser:
                         "of fsmchat.resume (--allow PREFIX, --trusted). Give the answer with one of --input, "
                         "--approve, --edit, --reject, --set; without one it asks on the terminal. " + EXIT_CODES)
     rs.add_argument("run_id", metavar="RUN", help="the run id (`fsmchat run` prints it on stderr)")
-    rs.add_argument("--db", "--checkpoint", dest="db", required=True, metavar="PATH", help="the SQLite checkpoint store, or a PostgreSQL URI (postgresql://...)")
+    rs.add_argument("--db", "--checkpoint", dest="db", required=True, metavar="PATH",
+                    help="the SQLite checkpoint store, or a PostgreSQL URI (postgresql://...)")
     rs.add_argument("--target", metavar="TARGET", help=f"the pattern that ran: {TARGET_HELP} (default: the run's "
                     "stored factory)")
     rs.add_argument("--allow", action="append", metavar="PREFIX", help="trust the stored factory's module prefix "
@@ -728,7 +732,8 @@ def parser() -> argparse.ArgumentParser:
                        description="Serve a local web app over a checkpoint store: every run, and each run replayed step "
                        "by step on its graph (bids, transcript, usage, config). A run still executing in another process "
                        "updates live. The store is opened read-only. Needs the ui extra: pip install 'fsmchat[ui]'.")
-    u.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store (e.g. runs.db), or a PostgreSQL URI (postgresql://...)")
+    u.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store (e.g. runs.db), or a "
+                   "PostgreSQL URI (postgresql://...)")
     u.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     u.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     u.add_argument("--allow-host", action="append", metavar="NAME", help="answer requests for this Host name too "
@@ -737,9 +742,10 @@ def parser() -> argparse.ArgumentParser:
     u.set_defaults(fn=_ui)
 
     sv = sub.add_parser("serve", help="an HTTP API that starts, streams, answers, resumes and forks runs of named "
-                        "patterns", description="Serve the patterns named with --target over HTTP, every run "
-                        "checkpointed to --store: POST /api/runs starts one, GET /api/runs/{id}/events streams it "
-                        "(server-sent events), POST .../answer, .../resume, .../cancel, .../fork; the schema is at "
+                        "patterns", description="Serve the patterns named with --target or --config over HTTP, every "
+                        "run checkpointed to --store (an SQLite file or a postgresql:// URI): POST /api/runs starts "
+                        "one, GET /api/runs/{id}/events streams it (server-sent events), POST .../answer, "
+                        ".../resume, .../cancel, .../fork; the schema is at "
                         "/openapi.json and the run viewer's pages are on the same server. Requests name a pattern, "
                         "never code. Needs the ui extra: pip install 'fsmchat[ui]'.")
     sv.add_argument("--store", required=True, metavar="PATH", help="the SQLite checkpoint store (created if missing), "

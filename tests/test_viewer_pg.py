@@ -120,3 +120,23 @@ def test_the_viewer_and_serve_serve_a_postgres_store(pg_dsn):
 def test_an_unreachable_postgres_store_is_a_clear_error(target, capsys):
     assert main(["runs", "--db", target]) == 2
     assert "PostgreSQL" in capsys.readouterr().err
+
+
+def test_fsmchat_run_and_resume_take_a_postgres_uri(pg_dsn, tmp_path, capsys, monkeypatch):
+    (tmp_path / "talk.py").write_text("from fsmchat import GroupChat, Agent\n\n"
+                                      "def build():\n"
+                                      "    return GroupChat(agents=[Agent('a'), Agent('b')], max_loops=2, "
+                                      "interrupt_before=['post'])\n")
+    monkeypatch.chdir(tmp_path)
+    db = uri(pg_dsn)
+    main(["run", "talk.py", "--checkpoint", db, "--task", "Cats?", "--no-input", "--json"])
+    out = capsys.readouterr()
+    run_id = json.loads(out.out)["run_id"]
+    cp = PostgresCheckpointer(pg_dsn)
+    assert cp.load(run_id).stop_reason == "interrupted", out.err
+    cp.close()
+    assert main(["resume", run_id, "--db", db, "--input", "Birds.", "--trusted", "--json"]) == 0, \
+        capsys.readouterr().err
+    cp = PostgresCheckpointer(pg_dsn)
+    assert "Birds." in [m.content for m in cp.load(run_id).messages]
+    cp.close()
