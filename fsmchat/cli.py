@@ -34,7 +34,8 @@ from .statelog import history_of
 from .targets import BUILD, defines_build, load_target_with_module, resolve_graph, split_target, use_cwd
 from .timetravel import fork
 from .trust import Trust, UntrustedReference, is_file_ref
-from .ui import RunNotFound, Store, write_report
+from .ui import RunNotFound, write_report
+from .ui.store import is_dsn, open_checkpointer, open_view
 from .ui import serve as serve_api
 from .ui.server import serve
 
@@ -133,6 +134,8 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
 
 
 def _store(path: str, create: bool = False) -> Any:
+    if is_dsn(path):
+        return open_checkpointer(path)
     if create:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     elif not Path(path).is_file():
@@ -375,7 +378,9 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 # ---- ui, report: the run viewer (fsmchat.ui) ----
-def _store_arg(cmd: str, db: str) -> Path | None:
+def _store_arg(cmd: str, db: str) -> Any:
+    if is_dsn(db):
+        return db
     path = Path(db)
     if not path.is_file():
         print(f"fsmchat {cmd}: no such checkpoint store: {db} (runs are stored with `fsmchat run ... --checkpoint "
@@ -395,7 +400,7 @@ def _ui(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     patterns: dict[str, Any] = {}
-    for spec in args.target:
+    for spec in args.target or ():
         name, eq, target = spec.partition("=")
         if not eq:
             name, target = "", spec
@@ -406,6 +411,16 @@ def _serve(args: argparse.Namespace) -> int:
         obj, _module = load_target_with_module(target)
         ref = f"{Path(where).resolve()}:{attr or BUILD}" if where.endswith(".py") else target
         patterns[name] = serve_api.Registered.of(name, obj, ref)
+    for spec in args.config or ():
+        name, eq, file = spec.partition("=")
+        if not eq or not name or not file:
+            raise ValueError(f"--config {spec!r} must look like NAME=FILE.json (a pattern's to_config() as JSON)")
+        if name in patterns:
+            raise ValueError(f"two patterns are named {name!r}; give each --target and --config its own NAME")
+        patterns[name] = serve_api.Registered.config(name, Path(file).read_text(encoding="utf-8"),
+                                                     allow=args.allow or (), trusted=args.trusted)
+    if not patterns:
+        raise ValueError("fsmchat serve needs a pattern to serve: --target NAME=TARGET or --config NAME=FILE.json")
     token = args.token or os.environ.get(serve_api.TOKEN_ENV) or None
     serve_api.serve(args.store, patterns, args.host, args.port, token, args.allow_host or ())
     return 0
@@ -419,7 +434,7 @@ def _report(args: argparse.Namespace) -> int:
     try:
         path = write_report(db, args.run_id, args.output)
     except RunNotFound as exc:
-        ids = Store(db).summaries()
+        ids = open_view(db).summaries()
         listed = ", ".join(r["run_id"] for r in ids[:10]) + (f" (+{len(ids) - 10} more)" if len(ids) > 10 else "")
         print(f"fsmchat report: {exc}; " + (f"its runs, newest first: {listed}" if ids else "it holds no runs yet"),
               file=sys.stderr)
@@ -507,7 +522,10 @@ def _graphs(args: argparse.Namespace) -> int:
 
 # ---- runs, history, fork: time travel over a checkpoint store ----
 def _open_store(path: str, write: bool = False) -> Any:
-    """The SQLite store at ``path`` (never created here: a missing file is an error)."""
+    """The SQLite store at ``path`` (never created here: a missing file is an error), or the
+    PostgreSQL store a ``postgresql://`` URI names."""
+    if is_dsn(path):
+        return open_checkpointer(path)
     if not Path(path).is_file():
         raise FileNotFoundError(f"no checkpoint store at {path} (`fsmchat run TARGET --checkpoint {path}` writes one)")
     return SqliteCheckpointer(path, read_only=None if write else True)
@@ -543,8 +561,9 @@ def _run_log(store: Any, run_id: str) -> Any:
         return store.log(run_id)
     except KeyError:
         known = [r.run_id for r in store.list_runs()][:5]
-        raise ValueError(f"no run {run_id!r} in {store.path}" + (f"; newest runs: {', '.join(known)} (`fsmchat runs "
-                                                                    f"--db {store.path}` lists them)" if known else
+        where = store.where if is_dsn(str(getattr(store, "dsn", ""))) else store.path
+        raise ValueError(f"no run {run_id!r} in {where}" + (f"; newest runs: {', '.join(known)} (`fsmchat runs "
+                                                               f"--db {where}` lists them)" if known else
                                                                     "; it has no runs")) from None
 
 
@@ -588,7 +607,8 @@ def _fork(args: argparse.Namespace) -> int:
 
 
 def _store_args(p: argparse.ArgumentParser, what: str, fn: Any) -> None:
-    p.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store")
+    p.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store, or a PostgreSQL URI "
+                   "(postgresql://...)")
     p.add_argument("--json", action="store_true", help=f"print {what} as JSON")
     p.set_defaults(fn=fn)
 
@@ -670,7 +690,8 @@ def parser() -> argparse.ArgumentParser:
                         "of fsmchat.resume (--allow PREFIX, --trusted). Give the answer with one of --input, "
                         "--approve, --edit, --reject, --set; without one it asks on the terminal. " + EXIT_CODES)
     rs.add_argument("run_id", metavar="RUN", help="the run id (`fsmchat run` prints it on stderr)")
-    rs.add_argument("--db", "--checkpoint", dest="db", required=True, metavar="PATH", help="the SQLite checkpoint store")
+    rs.add_argument("--db", "--checkpoint", dest="db", required=True, metavar="PATH",
+                    help="the SQLite checkpoint store, or a PostgreSQL URI (postgresql://...)")
     rs.add_argument("--target", metavar="TARGET", help=f"the pattern that ran: {TARGET_HELP} (default: the run's "
                     "stored factory)")
     rs.add_argument("--allow", action="append", metavar="PREFIX", help="trust the stored factory's module prefix "
@@ -719,7 +740,8 @@ def parser() -> argparse.ArgumentParser:
                        description="Serve a local web app over a checkpoint store: every run, and each run replayed step "
                        "by step on its graph (bids, transcript, usage, config). A run still executing in another process "
                        "updates live. The store is opened read-only. Needs the ui extra: pip install 'fsmchat[ui]'.")
-    u.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store (e.g. runs.db)")
+    u.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store (e.g. runs.db), or a "
+                   "PostgreSQL URI (postgresql://...)")
     u.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     u.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     u.add_argument("--allow-host", action="append", metavar="NAME", help="answer requests for this Host name too "
@@ -728,14 +750,22 @@ def parser() -> argparse.ArgumentParser:
     u.set_defaults(fn=_ui)
 
     sv = sub.add_parser("serve", help="an HTTP API that starts, streams, answers, resumes and forks runs of named "
-                        "patterns", description="Serve the patterns named with --target over HTTP, every run "
-                        "checkpointed to --store: POST /api/runs starts one, GET /api/runs/{id}/events streams it "
-                        "(server-sent events), POST .../answer, .../resume, .../cancel, .../fork; the schema is at "
+                        "patterns", description="Serve the patterns named with --target or --config over HTTP, every "
+                        "run checkpointed to --store (an SQLite file or a postgresql:// URI): POST /api/runs starts "
+                        "one, GET /api/runs/{id}/events streams it (server-sent events), POST .../answer, "
+                        ".../resume, .../cancel, .../fork; the schema is at "
                         "/openapi.json and the run viewer's pages are on the same server. Requests name a pattern, "
                         "never code. Needs the ui extra: pip install 'fsmchat[ui]'.")
-    sv.add_argument("--store", required=True, metavar="PATH", help="the SQLite checkpoint store (created if missing)")
-    sv.add_argument("--target", action="append", required=True, metavar="[NAME=]TARGET", help=f"a pattern to serve: "
+    sv.add_argument("--store", required=True, metavar="PATH", help="the SQLite checkpoint store (created if missing), "
+                    "or a PostgreSQL URI (postgresql://USER@HOST:PORT/DBNAME)")
+    sv.add_argument("--target", action="append", metavar="[NAME=]TARGET", help=f"a pattern to serve: "
                     f"{TARGET_HELP}; requests name it NAME (default: ATTR, or the file's stem). Repeatable")
+    sv.add_argument("--config", action="append", metavar="NAME=FILE.json", help="a pattern or flow to serve from its "
+                    "config (to_config() as JSON), rebuilt for each run by from_config: only fsmchat's modules and "
+                    "--allow prefixes are imported. Repeatable")
+    sv.add_argument("--allow", action="append", metavar="PREFIX", help="a module prefix the configs' references may "
+                    "import (repeatable)")
+    sv.add_argument("--trusted", action="store_true", help="the configs may import any reference, file paths included")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other address "
                     "needs a token)")
     sv.add_argument("--port", type=int, default=serve_api.DEFAULT_SERVE_PORT, help=f"port (default "
@@ -750,7 +780,7 @@ def parser() -> argparse.ArgumentParser:
                         description="Write the run viewer's page of one run as a single HTML file: graph, step replay, "
                         "bids, transcript, usage and config inline; it opens from file:// with no network.")
     rp.add_argument("run_id", metavar="RUN_ID", help="the run's id (printed by fsmchat run --checkpoint)")
-    rp.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store holding the run")
+    rp.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store holding the run, or a PostgreSQL URI")
     rp.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write, e.g. run.html")
     rp.set_defaults(fn=_report)
 

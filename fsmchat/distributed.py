@@ -8,8 +8,16 @@ chunks of a worker that died on a live one, keeps the first outcome per task, an
 in task order. With ``checkpoint_dir`` each worker checkpoints its runs in its own SQLite file
 there, under a run id derived from the config, the task's index and the task, so a re-run finds
 the finished runs (in any worker's file) and rebuilds their results without a model call, and
-continues the unfinished ones from their last committed step.
+continues the unfinished ones from their last committed step. ``checkpoint_dir`` may instead be a
+PostgreSQL URI (``postgresql://...``): then every worker, on any machine, writes to that one store,
+and a chunk re-queued from a dead worker continues its runs there (the dead worker's leases are
+taken over at once on its own machine, after ``lease_ttl`` from another).
 ``executor="local"`` runs the same shard runner in this process (no Ray).
+
+Rate limits set in the driver (``fsmchat.rate_limit(target, RateLimit(...))``) are shared by the
+whole Ray batch: each is held by one Ray actor (``SharedWindow``, one clock), and every worker's
+requests to its target reserve room there, waiting (a ``rate_limited`` event in the run) instead
+of each worker spending a limit of its own.
 Workers rebuild the config with ``from_config(config, trusted=True)``: it is made by the driver's
 ``to_config()`` from the caller's own pattern object, never read from outside, so the caller has
 already trusted every reference in it (including a ``__main__`` script's ``path.py:name``).
@@ -30,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .checkpoint import SqliteCheckpointer
+from .checkpoint_pg import PostgresCheckpointer
 from .checks import check_tasks
 from .config import config_digest, from_config, to_config
 from .engine import run_sync
@@ -37,6 +46,7 @@ from .errors import CheckpointStoreError, FsmchatError, attach_result, result_of
 from .masking import redact, redact_chain
 from .progress import ProgressBar
 from .speakers.llm import INTERCEPTOR, get_litellm
+from .speakers.ratelimit import RateLimit, limits, rate_limit
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple[int, str, str | None, str | None, bool]  # (index, task, run_id, resume_from, finished)
@@ -149,9 +159,25 @@ def run_id_for(digest: str, index: int, task: str) -> str:
     return hashlib.sha256(f"{digest}\0{index}\0{task}".encode()).hexdigest()[:32]
 
 
+def is_store_uri(checkpoint_dir: Any) -> bool:
+    """``checkpoint_dir`` names one PostgreSQL store (``postgresql://`` or ``postgres://``), not a folder."""
+    return isinstance(checkpoint_dir, str) and checkpoint_dir.lower().startswith(("postgresql://", "postgres://"))
+
+
+def _finished(stop: str | None) -> bool:
+    return stop is not None and stop not in ("error", "cancelled")
+
+
 def find_runs(checkpoint_dir: str | Path) -> dict[str, tuple[str, bool]]:
     """run id -> (checkpoint file, finished) over every ``*.db`` in ``checkpoint_dir``; a finished
-    copy wins over an unfinished one, then the most recently updated."""
+    copy wins over an unfinished one, then the most recently updated. For a PostgreSQL URI: its
+    runs, each in that store."""
+    if is_store_uri(checkpoint_dir):
+        store = PostgresCheckpointer(str(checkpoint_dir))
+        try:
+            return {r.run_id: (str(checkpoint_dir), _finished(r.stop_reason)) for r in store.list_runs()}
+        finally:
+            store.close()
     best: dict[str, tuple[str, bool, tuple[bool, float]]] = {}
     for db in sorted(Path(checkpoint_dir).glob("*.db")):
         try:
@@ -159,7 +185,7 @@ def find_runs(checkpoint_dir: str | Path) -> dict[str, tuple[str, bool]]:
         except CheckpointStoreError:
             continue
         for run_id, stop, updated in rows:
-            finished = stop is not None and stop not in ("error", "cancelled")
+            finished = _finished(stop)
             key = (finished, updated)
             if run_id not in best or key > best[run_id][2]:
                 best[run_id] = (str(db), finished, key)
@@ -178,19 +204,21 @@ def _counting(counter: list[int], inner: Any) -> Any:
 
 class ShardRunner:
     """Runs items of one batch with asyncio, at most ``max_concurrency`` at once; one outcome each,
-    never an exception. Checkpoints (when ``checkpoint_dir``) go to ``worker-<slot>.db``."""
+    never an exception. Checkpoints (when ``checkpoint_dir``) go to ``worker-<slot>.db``, or to the
+    one PostgreSQL store a URI names."""
 
     def __init__(self, pattern: Any, max_concurrency: int, checkpoint_dir: str | None, slot: str,
                  on_done: Callable[[TaskOutcome], None] | None = None):
         self.pattern, self.max_concurrency, self.slot, self.on_done = pattern, max_concurrency, slot, on_done
-        self.dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.dir = Path(checkpoint_dir) if checkpoint_dir and not is_store_uri(checkpoint_dir) else None
+        self.store = checkpoint_dir if is_store_uri(checkpoint_dir) else None
         self._gate: asyncio.Semaphore | None = None
         self._cps: dict[str, Any] = {}
 
     def checkpointer(self, path: str | Path) -> Any:
         key = str(path)
         if key not in self._cps:
-            self._cps[key] = SqliteCheckpointer(key)
+            self._cps[key] = PostgresCheckpointer(key) if is_store_uri(key) else SqliteCheckpointer(key)
         return self._cps[key]
 
     def close(self) -> None:
@@ -226,16 +254,71 @@ class ShardRunner:
         return out
 
     async def _run(self, task: str, run_id: str | None, resume_from: str | None) -> Any:
-        if self.dir is None or run_id is None:
+        if (self.dir is None and self.store is None) or run_id is None:
             return await self.pattern.aexecute(task)
         if resume_from is not None:
             return await self.pattern.aresume(run_id, self.checkpointer(resume_from))
-        own = self.checkpointer(self.dir / f"worker-{self.slot}.db")
+        own = self.checkpointer(self.store if self.store is not None else Path(str(self.dir)) / f"worker-{self.slot}.db")
         try:
             own.load(run_id)  # started here earlier (a re-queued chunk): continue it, never append to it
         except KeyError:
             return await self.pattern.aexecute(task, checkpoint=own, run_id=run_id)
         return await self.pattern.aresume(run_id, own)
+
+
+class SharedWindow:
+    """The body of a Ray actor holding one ``RateLimit`` for every worker of a batch: its window and
+    its clock are the only ones, so the limit holds across processes and machines."""
+
+    def __init__(self, rpm: int | None, tpm: int | None, window: float):
+        self.limit = RateLimit(rpm, tpm, window=window)
+        self.entries: dict[int, Any] = {}
+        self.next = 0
+
+    def reserve(self, tokens: float) -> tuple[int | None, float]:
+        """``(entry id, 0)`` when a request of ``tokens`` fits now (it is counted), else ``(None, seconds to wait)``."""
+        entry, wait = self.limit.reserve(tokens)
+        if entry is None:
+            return None, wait
+        self.next += 1
+        self.entries[self.next] = entry
+        return self.next, 0.0
+
+    def settle(self, entry_id: int, tokens: float) -> None:
+        entry = self.entries.pop(entry_id, None)
+        if entry is not None:
+            self.limit.settle(entry, tokens)
+
+
+class SharedRateLimit(RateLimit):
+    """A worker's view of a ``SharedWindow``: every reservation is made by the actor; the wait
+    between tries is this process's."""
+
+    def __init__(self, window: Any, rpm: int | None, tpm: int | None, seconds: float):
+        super().__init__(rpm, tpm, window=seconds)
+        self.shared = window
+
+    def __repr__(self) -> str:
+        return f"SharedRateLimit(rpm={self.rpm}, tpm={self.tpm}, window={self.window})"
+
+    def reserve(self, tokens: float = 0.0) -> tuple[Any, float]:
+        entry_id, wait = _ray().get(self.shared.reserve.remote(tokens))
+        return (entry_id, 0.0) if entry_id is not None else (None, wait)
+
+    async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[Any, float] | None:
+        waited = 0.0
+        while True:
+            entry_id, wait = await self.shared.reserve.remote(tokens)
+            if entry_id is not None:
+                return entry_id, waited
+            if within is not None and waited + wait > within:
+                await self.sleep(max(0.0, within - waited))
+                return None
+            waited += wait
+            await self.sleep(wait)
+
+    def settle(self, entry: Any, tokens: float) -> None:
+        self.shared.settle.remote(entry, tokens)
 
 
 class ShardWorker:
@@ -244,15 +327,21 @@ class ShardWorker:
     def __init__(self, slot: str):
         self.slot = slot
         self.batches: dict[str, ShardRunner] = {}
+        self.shared: dict[str, list[tuple[str, RateLimit | None]]] = {}  # batch -> the limits it replaced
         get_litellm()  # litellm's import (seconds) is paid at start-up, not by the first task
 
     async def ping(self) -> str:
         return self.slot
 
-    async def prepare(self, batch_id: str, config: str, max_concurrency: int, checkpoint_dir: str | None) -> str:
+    async def prepare(self, batch_id: str, config: str, max_concurrency: int, checkpoint_dir: str | None,
+                      shared: dict[str, tuple[Any, int | None, int | None, float]] | None = None) -> str:
         # trusted: the driver made this config with to_config() from the pattern object its caller
         # holds (never from outside input), and a Ray cluster runs the driver's code anyway
         pattern = from_config(config, trusted=True)
+        before = limits()
+        self.shared[batch_id] = [(target, before.get(target)) for target in shared or {}]
+        for target, (window, rpm, tpm, seconds) in (shared or {}).items():
+            rate_limit(target, SharedRateLimit(window, rpm, tpm, seconds))
         self.batches[batch_id] = ShardRunner(pattern, max_concurrency, checkpoint_dir, self.slot)
         return self.slot
 
@@ -263,6 +352,8 @@ class ShardWorker:
         runner = self.batches.pop(batch_id, None)
         if runner is not None:
             runner.close()
+        for target, earlier in self.shared.pop(batch_id, []):
+            rate_limit(target, earlier)
 
 
 # ---- Ray: connecting, the worker pool ----
@@ -375,7 +466,8 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     if not tasks:
         return BatchReport([], executor, 0)
     items = _items(tasks, digest, checkpoint_dir)
-    ckpt = str(Path(checkpoint_dir).resolve()) if checkpoint_dir is not None else None
+    ckpt = None if checkpoint_dir is None else checkpoint_dir if is_store_uri(checkpoint_dir) else \
+        str(Path(checkpoint_dir).resolve())
     bar = ProgressBar(len(tasks), progress, f"{type(pattern).__name__} batch")
     try:
         if executor == "local":
@@ -406,7 +498,8 @@ def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
     before, if anywhere (``ids``: the indexes and run ids, when already known)."""
     if checkpoint_dir is None or (digest is None and ids is None):
         return [(i, t, None, None, False) for i, t in enumerate(tasks)]
-    Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+    if not is_store_uri(checkpoint_dir):
+        Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
     known = find_runs(checkpoint_dir)
     if ids is None:
         ids = [(i, run_id_for(digest or "", i, t)) for i, t in enumerate(tasks)]
@@ -541,8 +634,10 @@ def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: in
         actors = worker_pool(n, worker_options)
         batch_id = uuid.uuid4().hex
         text = config.model_dump_json()
+        windows = {target: (ray.remote(SharedWindow).options(num_cpus=0).remote(lim.rpm, lim.tpm, lim.window),
+                            lim.rpm, lim.tpm, lim.window) for target, lim in limits().items()}
         try:
-            ray.get([a.prepare.remote(batch_id, text, per_worker, checkpoint_dir) for a in actors])
+            ray.get([a.prepare.remote(batch_id, text, per_worker, checkpoint_dir, windows) for a in actors])
         except Exception as exc:
             cause = _cause(exc)
             raise RuntimeError(f"a Ray worker could not rebuild the pattern from its config: {type(cause).__name__}: "
@@ -551,7 +646,11 @@ def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: in
         startup = time.perf_counter() - t0
         size = chunk_size or max(1, min(2 * per_worker, math.ceil(len(items) / (2 * n))))
         batch = _RayBatch(ray, actors, batch_id, items, size, bar, checkpoint_dir, max_chunk_attempts, on_progress)
-        outcomes = batch.run()
+        try:
+            outcomes = batch.run()
+        finally:
+            for window in windows.values():
+                ray.kill(window[0])
         return BatchReport(outcomes, "ray", n, wall_s=time.perf_counter() - t0, startup_s=startup,
                            dead_workers=batch.dead, requeued_chunks=batch.requeued)
     finally:

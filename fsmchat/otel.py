@@ -4,9 +4,11 @@
 reports it as spans named and attributed by the OpenTelemetry GenAI semantic conventions: one
 ``invoke_agent`` span for the run, a child span per engine step, and a ``chat`` span per model
 request under the step that made it (``gen_ai.request.model``, ``gen_ai.provider.name``,
-``gen_ai.usage.input_tokens``/``output_tokens``, error status when the request fails). fsmchat's
-own facts are ``fsmchat.*`` attributes (run id, pattern, state, stop reason). Message content is
-recorded only with ``capture_content=True``.
+``gen_ai.usage.input_tokens``/``output_tokens``, error status when the request fails), and an
+``execute_tool`` span per tool call under the step that ran it (``gen_ai.tool.name``,
+``gen_ai.tool.call.id``). fsmchat's own facts are ``fsmchat.*`` attributes (run id, pattern, state,
+stop reason). Message content, tool arguments and tool results are recorded only with
+``capture_content=True``.
 
 Nothing is imported from OpenTelemetry, and nothing is sent anywhere, until a ``Tracing`` is made;
 the spans go to the given provider (else the global one, a no-op unless configured). A
@@ -23,6 +25,7 @@ from .engine import run_sync
 from .errors import result_of
 from .models import RunResult, TraceEvent
 from .speakers.llm import INTERCEPTOR
+from .speakers.tool_loop import TOOL_HOOK
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -122,6 +125,32 @@ class _RunSpans:
                 raise
             self._response_attributes(span, response)
             return response
+
+    async def tool(self, run: Callable[[], Awaitable[str]], agent: str, name: str, call_id: str,
+                   arguments: dict[str, Any]) -> str:
+        """The tool-call hook: one ``execute_tool`` span (kind INTERNAL) around each call."""
+        from opentelemetry import trace
+        from opentelemetry.trace import Status, StatusCode
+
+        parent = trace.set_span_in_context(self.step or self.run)
+        with self.tracing.tracer.start_as_current_span(f"execute_tool {name}", context=parent,
+                                                       kind=trace.SpanKind.INTERNAL) as span:
+            span.set_attribute("gen_ai.operation.name", "execute_tool")
+            span.set_attribute("gen_ai.tool.name", name)
+            span.set_attribute("gen_ai.tool.call.id", call_id)
+            span.set_attribute("gen_ai.tool.type", "function")
+            span.set_attribute("gen_ai.agent.name", agent)
+            if self.tracing.capture_content:
+                span.set_attribute("gen_ai.tool.call.arguments", _content(arguments))
+            try:
+                result = await run()
+            except Exception as exc:
+                span.set_attribute("error.type", type(exc).__name__)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {str(exc)[:500]}"))
+                raise
+            if self.tracing.capture_content:
+                span.set_attribute("gen_ai.tool.call.result", result)
+            return result
 
     def _response_attributes(self, span: Span, response: Any) -> None:
         name = getattr(response, "model", None)
@@ -255,6 +284,7 @@ class Tracing:
         hooks = {"observers": [*kw.pop("observers", ()), spans.on_event]}
         meta_token = RUN_META.set({**(RUN_META.get() or {}), TRACE_META: carrier})
         send_token = INTERCEPTOR.set(spans.send)
+        tool_token = TOOL_HOOK.set(spans.tool)
         result = None
         try:
             result = await call(hooks)
@@ -266,6 +296,7 @@ class Tracing:
             spans.finish(result_of_partial(exc), exc)
             raise
         finally:
+            TOOL_HOOK.reset(tool_token)
             INTERCEPTOR.reset(send_token)
             RUN_META.reset(meta_token)
         spans.finish(result, None)

@@ -83,23 +83,28 @@ class RateLimit:
             self._tokens += need
         return wait
 
-    async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[list[float], float] | None:
+    def reserve(self, tokens: float = 0.0) -> tuple[list[float] | None, float]:
+        """Take room for a request of ``tokens`` now if it fits: ``(its entry, 0)``; else ``(None,
+        seconds until it may fit)``, nothing taken (what a limit shared between processes asks its holder)."""
+        with self._lock:
+            wait = self._room(self.clock(), tokens)
+            return (self._sent[-1], 0.0) if wait <= 0 else (None, wait)
+
+    async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[Any, float] | None:
         """Wait until a request of ``tokens`` fits; return its entry (for ``settle``) and the seconds
         waited. None when it would not fit ``within`` seconds (a run's deadline): then it waited those."""
         waited = 0.0
         while True:
-            with self._lock:
-                now = self.clock()
-                wait = self._room(now, tokens)
-                if wait <= 0:
-                    return self._sent[-1], waited
+            entry, wait = self.reserve(tokens)
+            if entry is not None:
+                return entry, waited
             if within is not None and waited + wait > within:
                 await self.sleep(max(0.0, within - waited))
                 return None
             waited += wait
             await self.sleep(wait)
 
-    def settle(self, entry: list[float], tokens: float) -> None:
+    def settle(self, entry: Any, tokens: float) -> None:
         """The request of ``entry`` took ``tokens`` (its answer's usage), not its estimate."""
         with self._lock:
             if any(e is entry for e in self._sent):
@@ -138,6 +143,11 @@ def rate_limit(target: str, limit: RateLimit | None) -> None:
         _limits[target] = limit
 
 
+def limits() -> dict[str, RateLimit]:
+    """The limits set in this process (``rate_limit``), by target: what a Ray batch shares with its workers."""
+    return dict(_limits)
+
+
 def limit_for(model: str | None, resolved: str, options: dict[str, Any]) -> tuple[str, RateLimit] | None:
     """The limit a request to ``options``' ``api_base`` or to the model falls under, with its target."""
     if not _limits:
@@ -156,7 +166,7 @@ def estimate(messages: list[dict[str, Any]], options: dict[str, Any]) -> float:
 
 
 async def admit(model: str | None, resolved: str, options: dict[str, Any], messages: list[dict[str, Any]],
-                stats: Any, agent: str) -> tuple[RateLimit, list[float]] | None:
+                stats: Any, agent: str) -> tuple[RateLimit, Any] | None:
     """Wait for room under the request's rate limit, if it has one, noting a wait in the run's
     events (``stats``: its ``CallStats``, or None); returns what ``settled`` needs once the answer's
     usage is known. A wait past the run's deadline stops at the deadline (the caller then ends the
@@ -173,7 +183,7 @@ async def admit(model: str | None, resolved: str, options: dict[str, Any], messa
     return (limit, got[0]) if got is not None else None
 
 
-def settled(ticket: tuple[RateLimit, list[float]] | None, response: Any) -> None:
+def settled(ticket: tuple[RateLimit, Any] | None, response: Any) -> None:
     """Charge the request's real token count (``usage.total_tokens``) to its limit."""
     if ticket is not None and ticket[0].tpm is not None:
         total = getattr(getattr(response, "usage", None), "total_tokens", None)

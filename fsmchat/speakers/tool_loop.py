@@ -38,7 +38,7 @@ import contextvars
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
@@ -446,7 +446,11 @@ class ToolLoop:
                     rec.arguments = args
                     if stats is not None:
                         stats.count_tools()
-                    rec.result = await tool.run(args, deadline)
+                    hook = TOOL_HOOK.get()
+                    if hook is None:
+                        rec.result = await tool.run(args, deadline)
+                    else:
+                        rec.result = await hook(lambda: tool.run(args, deadline), speaker.name, rec.name, rec.id, args)
                     rec.status = "done"
                 except DeadlineExceeded as exc:
                     if deadline is not None and time.monotonic() >= deadline:
@@ -647,6 +651,11 @@ def make_run_tools(speakers: Sequence[Any]) -> Callable[[Any], Any]:
 
     return run_tools
 
+
+ToolHook = Callable[[Callable[[], Awaitable[str]], str, str, str, dict[str, Any]], Awaitable[str]]
+TOOL_HOOK: contextvars.ContextVar[ToolHook | None] = contextvars.ContextVar("fsmchat_tool_hook", default=None)
+"""Around each tool call of the runs in this context: ``hook(run, agent, tool, call_id, arguments)``
+awaits ``run()`` (the call) and returns its result (``fsmchat.otel`` makes a span of it)."""
 
 APPROVE_ALL: contextvars.ContextVar[bool] = contextvars.ContextVar("fsmchat_approve_all_tools", default=False)
 """While a pattern with ``interrupt_before=["tools"]`` compiles, every tool loop's wait point waits

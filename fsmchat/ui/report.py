@@ -11,17 +11,17 @@ from typing import Any
 
 from ..masking import redact_data
 from .page import page
-from .store import STATUSES, Store
+from .store import STATUSES, CheckpointView, Store, open_view
 from .view import run_view
 
 
-def runs_data(store: Store) -> dict[str, Any]:
+def runs_data(store: Store | CheckpointView) -> dict[str, Any]:
     """The runs page's data, secrets masked (``fsmchat.masking.redact_data``)."""
-    return redact_data({"kind": "runs", "store": str(store.path), "statuses": list(STATUSES),
+    return redact_data({"kind": "runs", "store": store.label, "statuses": list(STATUSES),
                         "runs": store.summaries()})
 
 
-def run_data(store: Store, run_id: str, known: tuple[Any, Any] = (None, None)) -> dict[str, Any]:
+def run_data(store: Store | CheckpointView, run_id: str, known: tuple[Any, Any] = (None, None)) -> dict[str, Any]:
     """The run page's data, secrets masked; ``{"unchanged": True}`` when ``known`` (steps, status)
     already matches, found without reading the run (a live page polls a long run cheaply while
     nothing changes)."""
@@ -30,11 +30,11 @@ def run_data(store: Store, run_id: str, known: tuple[Any, Any] = (None, None)) -
         n, now = store.progress(run_id)
         if str(n) == str(steps) and status == now:
             return {"unchanged": True}
-    data = {"kind": "run", "store": str(store.path), **run_view(store.run(run_id), time.time())}
+    data = {"kind": "run", "store": store.label, **run_view(store.run(run_id), time.time())}
     return redact_data(data, keep=("svg",))  # one rule for every text the page and a report show
 
 
-def report_html(store: Store, run_id: str) -> str:
+def report_html(store: Store | CheckpointView, run_id: str) -> str:
     data = run_data(store, run_id)
     return page(data, f"fsmchat report: {data['run']['pattern'] or 'run'} {run_id}", live=False, report=True)
 
@@ -46,7 +46,8 @@ def write_report(db: str | Path, run_id: str, out: str | Path) -> Path:
     it opens from ``file://`` and connects nowhere.
 
     Args:
-        db: The ``SqliteCheckpointer`` file (opened read-only).
+        db: The ``SqliteCheckpointer`` file (opened read-only), or a PostgreSQL URI
+            (``postgresql://...``: read with ``PostgresCheckpointer``'s reading methods).
         run_id: The run to show.
         out: The HTML file to write.
 
@@ -67,7 +68,7 @@ def write_report(db: str | Path, run_id: str, out: str | Path) -> Path:
         >>> path.name, path.read_text().startswith("<!DOCTYPE html>")
         ('run.html', True)
     """
-    text = report_html(Store(db), run_id)
+    text = report_html(open_view(db), run_id)
     path = Path(out)
     path.write_text(text, encoding="utf-8")
     return path

@@ -1,11 +1,19 @@
 """``fsmchat serve``: an HTTP API that starts, streams, answers, resumes, cancels and forks runs of
-the patterns the operator registered, over one SQLite checkpoint store (Starlette + uvicorn, the
-``fsmchat[ui]`` extra), with the run viewer's pages on the same server.
+the patterns the operator registered, over one checkpoint store (an SQLite file, or PostgreSQL by a
+``postgresql://`` URI; Starlette + uvicorn, the ``fsmchat[ui]`` extra), with the run viewer's pages
+on the same server.
 
-A request names a registered pattern; it never carries code. Runs execute as tasks of the server's
-event loop, every step committed to the store, so a run the server was running when it stopped is
-continued by the next server on the same store (``POST /api/runs/{id}/resume``), and a run waiting
-for a person is answered by whichever server is up.
+The operator registers patterns as Python targets (``--target NAME=MODULE:ATTR``) or as configs
+(``--config NAME=FILE.json``, ``to_config()``'s JSON, rebuilt with ``from_config`` under the trust
+rules: only fsmchat's modules and the ``--allow`` prefixes are imported, unless ``--trusted``). A
+request names a registered pattern; it never carries code or a config.
+
+Runs execute as tasks of the server's event loop, every step committed to the store, so a run the
+server was running when it stopped or died is continued by the next server on the same store: by
+``POST /api/runs/{id}/resume``, never by itself. The run's lease decides when: a run whose server
+process died on this machine is resumable at once; one whose server is on another machine, or alive
+but hung, once its lease expired (the store's ``lease_ttl``); before that the resume gets 409. A run
+waiting for a person is answered by whichever server is up.
 
 Routes (``GET /openapi.json`` describes them, bodies included)::
 
@@ -35,8 +43,9 @@ from typing import Annotated, Any, AsyncIterator, Awaitable, Callable, Iterable,
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ..checkpoint import CheckpointMismatch, RunInProgress, SqliteCheckpointer, new_run_id
+from ..checkpoint import CheckpointMismatch, LeaseLost, RunInProgress, new_run_id
 from ..checks import check_run_id
+from ..config import config_digest, from_config
 from ..errors import FsmchatError
 from ..masking import redact, redact_data
 from ..limits import Limits
@@ -46,6 +55,7 @@ from ..speakers.human import Approve, Edit, Input, InputNotAllowed, NotWaiting, 
 from ..timetravel import fork
 from .server import (DEFAULT_HOST, MISSING_EXTRA, ASGI, Running, Scope, app as viewer_app, guarded, in_thread, listen,
                      url_of)
+from .store import is_dsn, open_checkpointer, store_label
 
 TOKEN_ENV = "FSMCHAT_SERVE_TOKEN"
 DEFAULT_SERVE_PORT = 8766
@@ -151,6 +161,17 @@ class Registered:
         raise ServeError(f"pattern {name!r} is a {type(obj).__name__}; register a pattern "
                          "(GroupChat, AgentFlow, ...) or a zero-argument factory of one")
 
+    @classmethod
+    def config(cls, name: str, cfg: Any, *, allow: Iterable[str] = (), trusted: bool = False) -> "Registered":
+        """A pattern or flow from a config (``to_config()``'s output: a model, a dict or its JSON),
+        rebuilt for each run by ``from_config`` under the trust rules (``allow``: module prefixes its
+        references may import; ``trusted``: any). It is built once here, so a refused reference or
+        a bad config fails before anything is served; its ref names the config by its digest."""
+        allow = tuple(allow)
+        from_config(cfg, allow=allow, trusted=trusted)
+        return cls(name, lambda: from_config(cfg, allow=allow, trusted=trusted),
+                   f"serve-config:{name}@{config_digest(cfg)[:16]}")
+
     def build(self) -> Pattern:
         pattern = self.make()
         if not isinstance(pattern, Pattern):
@@ -164,7 +185,8 @@ def registry(patterns: Mapping[str, Any]) -> dict[str, Registered]:
     """``{name: pattern or zero-argument factory}`` as ``Registered`` (a factory's ref is its
     ``module:qualname``)."""
     if not patterns:
-        raise ServeError("no patterns registered; name at least one with --target NAME=TARGET")
+        raise ServeError("no patterns registered; name at least one with --target NAME=TARGET or "
+                         "--config NAME=FILE.json")
     out: dict[str, Registered] = {}
     for name, obj in patterns.items():
         out[name] = obj if isinstance(obj, Registered) else Registered.of(name, obj)
@@ -206,8 +228,9 @@ class Runs:
 
     def __init__(self, db: str | Path, patterns: Mapping[str, Any]):
         self.patterns = registry(patterns)
-        Path(db).parent.mkdir(parents=True, exist_ok=True)
-        self.checkpoint = SqliteCheckpointer(str(db))
+        if not is_dsn(db):
+            Path(db).parent.mkdir(parents=True, exist_ok=True)
+        self.checkpoint = open_checkpointer(db)
         self.live: dict[str, Live] = {}
 
     def pattern(self, name: str) -> Registered:
@@ -266,6 +289,12 @@ class Runs:
         except KeyError:
             raise LookupError(f"no run {run_id!r} in this store") from None
 
+    def _free(self, run_id: str) -> None:
+        """Refuse (409) a run another live process holds: its lease has not expired."""
+        if any(info.run_id == run_id and info.leased for info in self.checkpoint.list_runs()):
+            raise RunExists(f"run {run_id!r} is held by another live process (its lease has not expired); "
+                            f"resume it once that process has stopped or its lease has run out")
+
     def _pattern_for(self, run_id: str, saved: Any, name: str | None) -> Pattern:
         if name is not None:
             return self.pattern(name).build()
@@ -282,6 +311,7 @@ class Runs:
         if pending is None:
             raise NotWaiting(f"run {run_id!r} is not waiting for a person (stop reason {saved.stop_reason!r})")
         check_input(pending, answer)
+        self._free(run_id)
         pattern = self._pattern_for(run_id, saved, None)
         self.launch(run_id, lambda live: pattern.aresume(run_id, self.checkpoint, input=answer, **self.hooks(live)))
 
@@ -289,6 +319,7 @@ class Runs:
         saved = self._saved(run_id)
         if waiting_for(saved) is not None:
             raise NotWaiting(f"run {run_id!r} waits for a person: answer it (POST /api/runs/{run_id}/answer)")
+        self._free(run_id)
         pattern = self._pattern_for(run_id, saved, name)
         self.launch(run_id, lambda live: pattern.aresume(run_id, self.checkpoint, **self.hooks(live)))
 
@@ -472,7 +503,7 @@ def app(db: str | Path, patterns: Mapping[str, Any]) -> Any:
             except _BadBody as exc:
                 return fail(422, exc.message, errors=exc.errors)
             except (InputNotAllowed, FsmchatError, ValueError) as exc:
-                if isinstance(exc, (RunExists, RunInProgress, NotWaiting, CheckpointMismatch)):
+                if isinstance(exc, (RunExists, RunInProgress, LeaseLost, NotWaiting, CheckpointMismatch)):
                     return fail(409, str(exc))
                 return fail(422, str(exc))
             except LookupError as exc:
@@ -589,7 +620,7 @@ def serve(db: str | Path, patterns: Mapping[str, Any], host: str = DEFAULT_HOST,
     sock = listen(host, port)
     server = _server(db, patterns, sock, token, allow_hosts)
     sock.listen(2048)  # connections queue from now on: a client that read the banner is never refused
-    print(f"fsmchat serve: {', '.join(sorted(registry(patterns)))} over {db} at {url_of(sock)}/ "
+    print(f"fsmchat serve: {', '.join(sorted(registry(patterns)))} over {store_label(db)} at {url_of(sock)}/ "
           f"({'token required' if token else 'no token: loopback only'}; Ctrl-C stops it)", flush=True)
     try:
         server.run(sockets=[sock])

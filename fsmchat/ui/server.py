@@ -23,7 +23,7 @@ from ..errors import FsmchatError, bad_value
 from ..masking import redact
 from .page import error_page, page
 from .report import runs_data, run_data
-from .store import RunNotFound, Store, StoreUnreadable
+from .store import RunNotFound, StoreUnreadable, open_view, store_label
 
 DEFAULT_HOST = "127.0.0.1"  # this machine only, unless told otherwise
 DEFAULT_PORT = 8765
@@ -101,7 +101,8 @@ def guarded(inner: Any, host: str, port: int, allow: Iterable[str] = ()) -> Host
 
 
 def app(db: str | Path) -> Any:
-    """The ASGI app serving the store at ``db`` (``guarded`` puts the Host check in front of it)."""
+    """The ASGI app serving the store at ``db``, an SQLite file or a PostgreSQL URI (``guarded`` puts
+    the Host check in front of it)."""
     try:
         from starlette.applications import Starlette
         from starlette.requests import Request
@@ -110,7 +111,7 @@ def app(db: str | Path) -> Any:
     except ImportError as exc:
         raise ImportError(MISSING_EXTRA) from exc
 
-    store = Store(db)
+    store = open_view(db)
     headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
     def problem(exc: Exception, status: int) -> Response:
@@ -121,7 +122,7 @@ def app(db: str | Path) -> Any:
 
     def runs_page(request: Request) -> Response:
         try:
-            return HTMLResponse(page(runs_data(store), f"fsmchat runs: {store.path.name}", live=True), 200, headers)
+            return HTMLResponse(page(runs_data(store), f"fsmchat runs: {store.name}", live=True), 200, headers)
         except StoreUnreadable as exc:
             return problem(exc, 500)
 
@@ -229,7 +230,7 @@ def serve(db: str | Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, al
     """Serve ``db`` in the foreground until interrupted (``fsmchat ui``); ``allow_hosts`` as in ``start``."""
     sock = listen(host, port)
     server = _server(db, sock, allow_hosts)
-    print(f"fsmchat ui: serving {db} read-only at {url_of(sock)}/ (Ctrl-C stops it)", flush=True)
+    print(f"fsmchat ui: serving {store_label(db)} read-only at {url_of(sock)}/ (Ctrl-C stops it)", flush=True)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C

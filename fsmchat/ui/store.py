@@ -1,9 +1,14 @@
 """The run viewer's reading side: the runs of a checkpoint store and one run's steps, read-only.
 
-The tables are the checkpoint module's (``fsmchat.checkpoint.SqliteCheckpointer.SCHEMA``); this module
-only reads them, through SQLite's ``mode=ro``, so the viewer can never change a store. (Like any reader
-of a WAL database, SQLite may create the ``-wal``/``-shm`` side files next to it; the database file
-itself is untouched.) A store another process is writing is read as of its last commit.
+An SQLite store (a file path): the tables are the checkpoint module's
+(``fsmchat.checkpoint.SqliteCheckpointer.SCHEMA``); this module only reads them, through SQLite's
+``mode=ro``, so the viewer can never change a store. (Like any reader of a WAL database, SQLite may
+create the ``-wal``/``-shm`` side files next to it; the database file itself is untouched.) A store
+another process is writing is read as of its last commit.
+
+A PostgreSQL store (a ``postgresql://`` or ``postgres://`` URI wherever a path is accepted) is read
+through ``PostgresCheckpointer``'s reading methods only (``list_runs``, ``log``, ``lanes``, ``load``),
+which never write a run.
 """
 from __future__ import annotations
 
@@ -16,9 +21,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..checkpoint import SqliteCheckpointer, lease_refusal
+from urllib.parse import urlsplit, urlunsplit
+
+from ..checkpoint import SqliteCheckpointer, lease_refusal, saved_of
+from ..checkpoint_pg import PostgresCheckpointer
 from ..errors import CheckpointStoreError, FsmchatError
 from ..models import StopReason
+
+DSN_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_dsn(target: str | Path) -> bool:
+    """A PostgreSQL URI (``postgresql://...`` or ``postgres://...``) rather than an SQLite file path."""
+    return isinstance(target, str) and target.lower().startswith(DSN_SCHEMES)
+
+
+def store_label(target: str | Path) -> str:
+    """How messages name a store: its path, or its URI without the password."""
+    if not is_dsn(target):
+        return str(target)
+    parts = urlsplit(str(target))
+    host = parts.hostname or ""
+    netloc = (f"{parts.username}@" if parts.username else "") + (f"[{host}]" if ":" in host else host) + \
+        (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def open_checkpointer(target: str | Path, *, read_only: bool = False) -> Any:
+    """The checkpoint store ``target`` names: ``PostgresCheckpointer`` for a PostgreSQL URI, else
+    ``SqliteCheckpointer`` on the file (``read_only``: opened ``mode=ro``, never created)."""
+    if is_dsn(target):
+        return PostgresCheckpointer(str(target))
+    return SqliteCheckpointer(str(target), read_only=True if read_only else None)
 
 STATUSES = ("running", "waiting", "finished", "failed", "cancelled", "unfinished")
 """A run's status in the viewer (the words ``fsmchat runs`` and ``list_runs`` use, from
@@ -147,6 +181,7 @@ class Store:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.label, self.name = str(self.path), self.path.name
 
     @contextmanager
     def _open(self) -> Iterator[_Open]:
@@ -322,3 +357,89 @@ def summary(run_id: str, meta: dict[str, Any], stop: str | None, created: float,
             "status": status, "stop_reason": stop, "messages": messages, "steps": steps[0],
             "calls": stats.get("calls"), "tokens": usage.get("total_tokens"), "cost_usd": stats.get("cost_usd"),
             "started": created, "duration": duration}
+
+
+class CheckpointView:
+    """A checkpoint store read through its public reading methods (``list_runs``, ``log``, ``lanes``,
+    ``load``), as the run viewer shows it: what ``Store`` gives for an SQLite file, for any store that
+    has them (``PostgresCheckpointer``). It never writes a run.
+
+    Args:
+        checkpoint: The store (``open_view`` opens one from a PostgreSQL URI).
+        label: How pages and errors name it (never its password).
+    """
+
+    def __init__(self, checkpoint: Any, label: str):
+        self.checkpoint, self.label, self.name = checkpoint, label, label
+
+    def _read(self, what: Any) -> Any:
+        try:
+            return what()
+        except CheckpointStoreError as exc:
+            raise StoreUnreadable(str(exc)) from None
+
+    def _info(self, run_id: str) -> Any:
+        for info in self._read(self.checkpoint.list_runs):
+            if info.run_id == run_id:
+                return info
+        return None
+
+    def _log(self, run_id: str) -> Any:
+        try:
+            return self._read(lambda: self.checkpoint.log(run_id))
+        except KeyError:
+            raise RunNotFound(f"no run {run_id!r} in {self.label}") from None
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """Every run (branch lanes left out), newest first, as ``Store.summaries``."""
+        out, now = [], time.time()
+        for info in self._read(self.checkpoint.list_runs):
+            log = self._log(info.run_id)
+            state = saved_of(log).state
+            stats = state.get("stats") if isinstance(state, dict) else None
+            last = log.events[-1].t if log.events else None
+            out.append(summary(info.run_id, log.meta, info.stop_reason, info.created, info.updated, info.status,
+                               info.messages, (info.steps, last), stats if isinstance(stats, dict) else {}, now))
+        return out
+
+    def run(self, run_id: str) -> RunRecord:
+        """One run with its branch lanes, as ``Store.run``."""
+        log = self._log(run_id)
+        by_lane: dict[str, list[Step]] = {}
+        lane_messages: dict[str, list[dict[str, Any]]] = {}
+        for rid in [run_id, *self._read(lambda: self.checkpoint.lanes(run_id))]:
+            one = log if rid == run_id else self._log(rid)
+            lane = rid[len(run_id) + 1:]
+            by_lane[lane] = [Step(lane, e.step, e.state, e.trigger, e.dest, e.t, e.payload, n)
+                             for e, n in zip(one.events, one.counts)]
+            if rid != run_id:
+                lane_messages[lane] = [_message_dict(m) for m in one.messages]
+        info = self._info(run_id)
+        status = info.status if info is not None else StopReason.run_status(log.stop_reason, False)
+        state = saved_of(log).state
+        return RunRecord(run_id, log.meta, log.stop_reason, status, log.created or 0.0, log.updated or 0.0,
+                         in_fork_order({k: v for k, v in by_lane.items() if v or not k}),
+                         [_message_dict(m) for m in log.messages], lane_messages,
+                         state if isinstance(state, dict) else {})
+
+    def progress(self, run_id: str) -> tuple[int, str]:
+        """The run's step count (its lanes' included) and its status, as ``Store.progress``."""
+        log = self._log(run_id)
+        n = len(log.events) + sum(len(self._log(rid).events) for rid in self._read(lambda: self.checkpoint.lanes(run_id)))
+        info = self._info(run_id)
+        return n, info.status if info is not None else StopReason.run_status(log.stop_reason, False)
+
+
+def _message_dict(m: Any) -> dict[str, Any]:
+    return {"role": m.role, "content": m.content, "metadata": dict(m.metadata or {})}
+
+
+def open_view(target: str | Path) -> "Store | CheckpointView":
+    """The viewer's reader of ``target``: ``Store`` for an SQLite file, ``CheckpointView`` over
+    ``PostgresCheckpointer`` for a PostgreSQL URI (``StoreUnreadable`` when it cannot connect)."""
+    if not is_dsn(target):
+        return Store(target)
+    try:
+        return CheckpointView(open_checkpointer(target), store_label(target))
+    except CheckpointStoreError as exc:
+        raise StoreUnreadable(str(exc)) from None
