@@ -19,7 +19,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Literal, NamedTuple, Sequence
 
 from pydantic import Field
 
@@ -29,6 +29,7 @@ from .graph.state_graph import StateGraph, branch_graph
 from .models import Bid, RunResult, split_branch
 from .errors import FsmchatError
 from .speakers.agent import Agent
+from .speakers.chunks import stream_chunks
 from .speakers.llm import INTERCEPTOR, get_litellm, register_provider
 from .trust import Trust
 
@@ -263,6 +264,19 @@ class _Provider:
                 if inst is None:
                     raise ScriptExhausted(f"no ScriptedModel is alive for model {model!r}")
                 return await inst._answer(model, messages, optional_params, litellm_params or {})
+
+            async def astreaming(self, model: str, messages: list[dict[str, Any]], api_base: Any,
+                                 custom_prompt_dict: Any, model_response: Any, print_verbose: Any, encoding: Any,
+                                 api_key: Any, logging_obj: Any, optional_params: dict[str, Any],
+                                 acompletion: Any = None, litellm_params: Any = None, logger_fn: Any = None,
+                                 headers: Any = {}, timeout: Any = None,
+                                 client: Any = None) -> AsyncIterator[dict[str, Any]]:  # noqa: B006
+                """The scripted reply streamed as the offline model streams one (word by word)."""
+                whole = await self.acompletion(model, messages, api_base, custom_prompt_dict, model_response,
+                                               print_verbose, encoding, api_key, logging_obj, optional_params,
+                                               acompletion, litellm_params, logger_fn, headers, timeout, client)
+                for chunk in stream_chunks(whole):
+                    yield chunk
 
         cls._handler = Handler()
         register_provider(SCRIPTED_PROVIDER, cls._handler)

@@ -382,3 +382,17 @@ def test_a_pattern_nested_in_a_flow_streams_with_its_qualified_state():
     assert list(dict.fromkeys((d.agent, d.step) for d in seen)) == [("A", "round_robin.A"), ("Writer", "Writer")]
     by_agent = {m.role: m.content for m in result.transcript}
     assert "".join(d.text for d in seen if d.agent == "A") == by_agent["A"]
+
+
+def test_a_scripted_model_streams_its_reply_word_by_word():
+    """fsmchat.testing's scripted models stream as the offline model does, so a run with a token
+    sink (``fsmchat serve`` always has one) works with them."""
+    from fsmchat.testing import ScriptedModel
+    scripted = ScriptedModel({"alice": ["Bring sand, then  fruit."], "bob": ["Agreed."]})
+    seen: list = []
+    result = RoundRobinSwarm(agents=[scripted.agent("alice"), scripted.agent("bob")], max_loops=1).execute(
+        TASK, on_token=seen.append)
+    assert result.ok, result.error
+    assert [(d.agent, d.text) for d in seen] == [("alice", "Bring "), ("alice", "sand, "), ("alice", "then  "),
+                                                 ("alice", "fruit."), ("bob", "Agreed.")]
+    assert [m.content for m in result.transcript] == [TASK, "Bring sand, then  fruit.", "Agreed."]

@@ -26,6 +26,8 @@ from typing import Any, AsyncIterator
 
 from litellm import CustomLLM, ModelResponse
 
+from .chunks import stream_chunks, stream_pieces  # noqa: F401 - stream_pieces: the offline model's word by word
+
 _STOP = set("""a an the and or but if of to in on for with as at by from is are was were be been being it its
 this that these those you your yours we our us they their them i me my he she his her not no yes do does did
 so than then there here what which who whom how why when where can could should would will shall may might must
@@ -445,17 +447,6 @@ def _seconds_env(name: str) -> float:
         return 0.0
 
 
-def stream_pieces(text: str) -> list[str]:
-    """How the offline model streams a text: word by word, each word with the spaces after it.
-
-    Examples:
-        >>> from fsmchat.speakers.offline import stream_pieces
-        >>> stream_pieces("Ship it, then  watch.")
-        ['Ship ', 'it, ', 'then  ', 'watch.']
-    """
-    return re.findall(r"\S+\s*|\s+", text)
-
-
 class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
     """litellm provider ``fsmchat-offline``: deterministic simulated participants.
 
@@ -588,22 +579,7 @@ class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any (
             await asyncio.sleep(self.delay)
         whole = with_tools(self._compose(before_tools(messages), optional_params, litellm_params), messages,
                            optional_params)
-        message, finish = whole.choices[0].message, whole.choices[0].finish_reason
-        u = whole.usage
-        usage = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-                 "total_tokens": u.total_tokens}
-        chunks: list[dict[str, Any]] = [{"text": piece, "tool_use": None, "is_finished": False, "finish_reason": "",
-                                         "usage": None, "index": 0} for piece in stream_pieces(message.content or "")]
-        for i, call in enumerate(message.tool_calls or ()):
-            args = call.function.arguments or ""
-            half = len(args) // 2
-            for n, part in enumerate((args[:half], args[half:])):
-                chunks.append({"text": "", "is_finished": False, "finish_reason": "", "usage": None, "index": 0,
-                               "tool_use": {"index": i, "id": call.id if n == 0 else None, "type": "function",
-                                            "function": {"name": call.function.name if n == 0 else None,
-                                                         "arguments": part}}})
-        chunks.append({"text": "", "tool_use": None, "is_finished": True, "finish_reason": finish or "stop",
-                       "usage": usage, "index": 0})
+        chunks = stream_chunks(whole)
         for n, chunk in enumerate(chunks):
             if n and self.typing_delay and chunk["text"]:
                 await asyncio.sleep(self.typing_delay)
