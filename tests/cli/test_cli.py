@@ -20,7 +20,7 @@ import pytest
 from fsmchat.checkpoint import SqliteCheckpointer
 from fsmchat.cli import main, parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SLOW = '''\
 from pathlib import Path

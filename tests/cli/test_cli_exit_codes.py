@@ -16,7 +16,7 @@ import pytest
 
 from fsmchat.cli import EXIT_BUDGET, EXIT_DEADLINE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD = 600  # seconds before a hung CLI process is killed (never a verdict)
 
 PATTERNS = {

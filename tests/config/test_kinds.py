@@ -29,7 +29,7 @@ from fsmchat.testing import FunctionModel, ScriptedModel, assert_trace_is_path
 from fsmchat.trust import UntrustedReference
 from test_config import bid_fn, echo, shout  # module-level functions (the stored configs name them)
 
-GOLDEN = Path(__file__).parent / "golden" / "configs_v1.json"
+GOLDEN = Path(__file__).parents[1] / "golden" / "configs_v1.json"
 
 
 # ---- a toy pattern: its own model, its own state, its own graph; nothing in fsmchat names it ----

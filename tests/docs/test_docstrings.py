@@ -13,7 +13,7 @@ from pathlib import Path
 import griffe
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ["fsmchat", "fsmchat.graph", "fsmchat.speakers", "fsmchat.flow", "fsmchat.ui", "fsmchat.patterns",
             "fsmchat.network"]
 CONSTANTS = {"RESPOND_TOOL": "fsmchat.speakers.respond.RESPOND_TOOL"}  # values carry no __module__

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from test_readme import offline_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WAITS = {"human_review.py": 3, "tools.py": 3}  # wait for a person (a message, a tool call); `fsmchat resume` answers
 
 RUNNER = '''

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # imported first by every Python the build starts: any attempt to open a network connection fails it
 NO_NETWORK = textwrap.dedent('''

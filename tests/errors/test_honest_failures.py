@@ -268,7 +268,7 @@ def test_cli_run_without_a_key_prints_the_error_and_exits_non_zero(example, no_k
 
     monkeypatch.setenv("FSMCHAT_MODEL", "offline")  # restored after main() sets it
     monkeypatch.setattr("sys.argv", ["fsmchat"])
-    code = main(["run", str(Path(__file__).parent.parent / "examples" / example), "--model", "gpt-4o-mini"])
+    code = main(["run", str(Path(__file__).parents[2] / "examples" / example), "--model", "gpt-4o-mini"])
     err = capsys.readouterr().err
     assert code == 1
     assert "MissingCredentials" in err and "OPENAI_API_KEY" in err and "No request was sent" in err

@@ -12,7 +12,7 @@ from fsmchat.gallery import load_file
 from fsmchat.testing import FunctionModel, assert_trace_is_path
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TASK = "THE TASK"
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from fsmchat.testing import ScriptedModel, assert_trace_is_path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from council_meeting import council_meeting  # noqa: E402
 from mentorship_session import mentorship_session  # noqa: E402
 from negotiation_session import negotiation_session  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 from fsmchat.gallery import example_graph
 from fsmchat.graph.render import has_graphviz, render_svg
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 needs_dot = pytest.mark.skipif(not has_graphviz(), reason="Graphviz's dot is not installed (make test installs it)")
 
 

@@ -18,7 +18,7 @@ import pytest
 from fsmchat import AgentFlow, Discussion, loop, parallel, repeat
 from fsmchat.gallery import entries
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def a(ctx):
@@ -248,7 +248,7 @@ def mermaid_parser():
                            capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             pytest.fail(f"npm could not install {MERMAID} and {JSDOM}: {r.stderr[-2000:]}")
-    shutil.copy(Path(__file__).with_name("mermaid_parse.mjs"), cache / "mermaid_parse.mjs")
+    shutil.copy(Path(__file__).parents[1] / "mermaid_parse.mjs", cache / "mermaid_parse.mjs")
     return node, cache
 
 

@@ -12,8 +12,8 @@ import importlib
 
 render_mod = importlib.import_module("fsmchat.graph.render")
 
-GOLDEN = Path(__file__).parent / "golden"
-ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parents[1] / "golden"
+ROOT = Path(__file__).resolve().parents[2]
 UPDATE = False  # flip locally to rewrite the golden files after an intended change
 
 

@@ -692,7 +692,7 @@ def test_example_runs_offline(capsys):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "examples" / "discussion_channel.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "discussion_channel.py"
     spec = importlib.util.spec_from_file_location("discussion_channel_example", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

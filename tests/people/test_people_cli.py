@@ -24,7 +24,7 @@ from fsmchat.checkpoint import SqliteCheckpointer
 from fsmchat.cli import main
 from fsmchat.testing import answer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = '''\
 from fsmchat import Agent, GroupChat, Human, RoundRobinSwarm

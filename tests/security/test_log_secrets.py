@@ -13,7 +13,7 @@ import pytest
 
 from fsmchat.speakers.log_secrets import LOGGERS, SecretLogFilter, install, mask_log_text
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {"X-Api-Token": "tok-AAAA1111", "Cookie": "session=COOKIE2222", "X-Auth-Token": "auth-BBBB3333",
            "Proxy-Authorization": "Basic PROXY4444", "Authorization": "Bearer hdr-CCCC5555"}
 API_KEY = "plainkey-DDDD6666"  # no sk- prefix: masked by its name, not by its shape

@@ -28,7 +28,7 @@ from fsmchat.speakers import llm
 from fsmchat.ui import write_report
 from fsmchat.ui.server import start
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # no sk-/Bearer shape: each is masked because it is known (registered by its agent, or in the environment)
 API_KEY = "plantAPIKEY-1q2w3e4r"
 X_TOKEN = "plantXTOKEN-5t6y7u8i"

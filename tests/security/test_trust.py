@@ -269,7 +269,7 @@ def test_the_readme_security_table_is_the_allow_list():
 
     from fsmchat.trust import ALLOWED_REFERENCES
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("### What a config may name in fsmchat", 1)[1].split("\n#", 1)[0]
     rows = [line.split("|")[1].strip().strip("`") for line in section.splitlines()
             if line.startswith("| `")]

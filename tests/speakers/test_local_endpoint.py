@@ -22,7 +22,7 @@ except ImportError:  # tests/ became a package
 from fsmchat import Agent, RoundRobinSwarm
 from fsmchat.speakers import llm
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD = 600  # seconds before a hung process or server is stopped (never a verdict)
 TASK = "Plan a picnic for Saturday."
 

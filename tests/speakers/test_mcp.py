@@ -18,8 +18,8 @@ from fsmchat.speakers.tools import Tool, changed_tools, tool_digest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVER = Path(__file__).resolve().parent / "mcp_server.py"
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
 COMMAND = [sys.executable, str(SERVER), "stdio"]
 
 ADD_SCHEMA = {"type": "object", "title": "addArguments", "required": ["a", "b"],

@@ -194,7 +194,7 @@ def test_fsmchat_run_leaves_a_tool_call_waiting_and_resume_set_edits_its_argumen
     import json
     import shlex
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {k: v for k, v in os.environ.items() if k != "FSMCHAT_MODEL" and not k.endswith("_API_KEY")}
     env.update(PYTHONPATH=root, LITELLM_LOCAL_MODEL_COST_MAP="True", NO_COLOR="1", COLUMNS="200")
     example = os.path.join(root, "examples", "tools.py")

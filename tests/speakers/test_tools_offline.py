@@ -10,7 +10,7 @@ from pathlib import Path
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.speakers.offline import offline_tool_calls, offline_tool_results
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def spec(name, description, **props):

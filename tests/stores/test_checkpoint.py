@@ -16,7 +16,7 @@ from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.testing import assert_trace_is_path
 from stores import STORES, reopen
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def chat():

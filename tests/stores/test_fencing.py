@@ -21,7 +21,7 @@ from fsmchat.models import Message, TraceEvent
 from fsmchat.testing import FunctionModel
 from stores import STORES, reopen
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def reply(request):

@@ -191,7 +191,7 @@ def test_the_cli_serves_named_targets_and_refuses_a_public_address_without_a_tok
     import subprocess
     import sys
     here = os.path.abspath(__file__)
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(here))}
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(here)))}
     env.pop("FSMCHAT_SERVE_TOKEN", None)
     cmd = [sys.executable, "-m", "fsmchat.cli", "serve", "--store", str(tmp_path / "runs.db"),
            "--target", f"talk={here}:chat"]

@@ -34,7 +34,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 from fsmchat.ui import write_report  # noqa: E402
 from fsmchat.ui.server import start  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "viewer.png"
 RUNS_SHOT, RUN_SHOT = ROOT / "docs" / "viewer-runs.png", ROOT / "docs" / "viewer-run.png"
 WIDTH = 1400  # the browser window's width (the runs table must fit it)

@@ -20,7 +20,7 @@ from fsmchat.ui.report import run_data
 from fsmchat.ui.view import run_view
 from ui_runs import FLOW_TASK, TASK, XSS, group_chat_run, store_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
