@@ -1,7 +1,7 @@
 """The public API's docstrings: one style (Google), each name with an example, every example run.
 
 The public API is every name in ``fsmchat.__all__`` and its sub-packages' ``__all__``, plus every
-name the API reference pages (docs/reference/*.md, tests/test_site.py) list by hand."""
+name the API reference pages (docs/reference/*.md, tests/docs/test_site.py) list by hand."""
 import doctest
 import importlib
 import inspect

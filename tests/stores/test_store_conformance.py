@@ -1,6 +1,6 @@
 """One store protocol, every store: memory, SQLite and PostgreSQL (a throwaway server, tests/pg.py)
 run the same cases. Each case is written once and parametrised over ``STORES``; the lease and
-fencing cases are in tests/test_fencing.py, the several-messages commits in tests/test_checkpoint.py."""
+fencing cases are in tests/stores/test_fencing.py, the several-messages commits in tests/stores/test_checkpoint.py."""
 import os
 import signal
 import subprocess
