@@ -91,7 +91,7 @@ HARNESS = textwrap.dedent('''
     print(json.dumps(outcome), flush=True)
 ''')
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def harness(tmp_path, case, template, points):

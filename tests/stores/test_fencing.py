@@ -21,7 +21,7 @@ from fsmchat.models import Message, TraceEvent
 from fsmchat.testing import FunctionModel
 from stores import STORES, reopen
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def reply(request):
@@ -223,7 +223,7 @@ def test_a_paused_owner_wakes_to_lease_lost_in_memory(ttl, pause):
 
 OWNER = textwrap.dedent('''
     import os, signal, sys
-    sys.path.insert(0, sys.argv[4])
+    sys.path[:0] = [sys.argv[4], os.path.dirname(sys.argv[4])]  # this folder and tests/ (stores.py)
     from fsmchat.checkpoint import LEASE_TTL, SqliteCheckpointer
     from test_fencing import reply, swarm
 

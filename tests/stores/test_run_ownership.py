@@ -187,8 +187,8 @@ def test_a_read_only_store_loads_and_rebuilds_finished_runs(tmp_path):
 
 
 RESUMER = textwrap.dedent('''
-    import sys
-    sys.path.insert(0, sys.argv[2])
+    import os, sys
+    sys.path[:0] = [sys.argv[2], os.path.dirname(sys.argv[2])]  # this folder and tests/ (stores.py)
     from fsmchat.checkpoint import RunInProgress, SqliteCheckpointer
     from test_checkpoint import chat
     try:
@@ -206,7 +206,7 @@ def test_two_processes_resume_one_run_the_store_ends_with_the_uninterrupted_run(
     script = tmp_path / "resume.py"
     script.write_text(RESUMER)
     env = dict(os.environ, FSMCHAT_OFFLINE_DELAY="0.05")
-    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
     procs = [subprocess.Popen([sys.executable, str(script), str(db), tests_dir], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
