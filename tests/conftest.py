@@ -22,8 +22,8 @@ def environment_as_found():
         os.environ.update(saved)
 
 
-# The fast offline core, `pytest -m core`: whole folders of scripted-model tests (no HTTP server, no
-# subprocess, no browser, no database server). docs/testing.md lists the folders and what they hold.
+# The fast offline core, `pytest -m core`: whole folders of scripted-model tests (nothing beyond
+# 127.0.0.1, no database server, no browser). docs/testing.md lists the folders and what they hold.
 CORE = ("engine", "graph", "patterns", "flow", "config", "errors")
 TESTS = Path(__file__).resolve().parent
 
