@@ -34,7 +34,7 @@ graphviz:
 	  echo "installing Graphviz (dot) with apt-get"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; }
 
-# headless Chromium and its WebDriver, for the run viewer's browser tests (tests/test_ui_browser.py); when they
+# headless Chromium and its WebDriver, for the run viewer's browser tests (tests/ui/test_ui_browser.py); when they
 # cannot be installed those tests are skipped, saying why
 chromium:
 	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \

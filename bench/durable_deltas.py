@@ -2,7 +2,7 @@
 checkpoint costs per turn of each pattern, and what it writes.
 
 GroupChat (three instant callable bidders: a and b alternate, c stays quiet; the workload of
-``tests/test_flat_costs.py``), RoundRobinSwarm and an AgentFlow with a Discussion (three instant
+``tests/engine/test_flat_costs.py``), RoundRobinSwarm and an AgentFlow with a Discussion (three instant
 callables each), T = 100 / 1,000 / 3,000 turns, through ``pattern.execute`` (one ``asyncio.run``
 per run, as a script calls it), three ways interleaved in one process: no checkpoint,
 ``MemoryCheckpointer``, ``SqliteCheckpointer`` on a fresh temp file. Per turn = time of the run /

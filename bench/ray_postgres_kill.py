@@ -2,7 +2,7 @@
 (``checkpoint_dir="postgresql://..."``), one worker SIGKILLed mid-batch while a task of it is inside a
 model call: the batch's wall time, and the check that every chat finished exactly once (one run per
 task in the store, each transcript and stop reason that of an uninterrupted local run). The chats are
-those of ``tests/test_ray_requeue.py`` (3 agents on a ``FunctionModel``, ``max_loops=3``); the server
+those of ``tests/integrations/test_ray_requeue.py`` (3 agents on a ``FunctionModel``, ``max_loops=3``); the server
 is a throwaway local cluster (``tests/pg.py``, default durability: fsync on).
 
     .venv/bin/python bench/ray_postgres_kill.py [--chats N]

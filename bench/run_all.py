@@ -98,7 +98,7 @@ def summary() -> str:
                          f"`{r['command']}` |")
     lines += ["", "Row 7 (per-step work flat from T=100 to T=1,000) is a test, not a timing: "
               "`.venv/bin/python -m pytest "
-              "tests/test_perf_budget.py`.", f"Results dated {', '.join(sorted(dates)) or '-'}; each row's section "
+              "tests/engine/test_perf_budget.py`.", f"Results dated {', '.join(sorted(dates)) or '-'}; each row's section "
               "below has the machine line and the method."]
     return "\n".join(lines)
 

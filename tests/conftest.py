@@ -1,12 +1,9 @@
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.pop("FSMCHAT_MODEL", None)
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
+# tests/ is on sys.path (pyproject's `pythonpath`), so every folder imports the shared helpers by name
 from pg import pg_cluster, pg_dsn  # noqa: E402,F401  (a throwaway PostgreSQL server for the store tests)
 from stores import open_store  # noqa: E402,F401  (every store kind, for the store conformance tests)
 
@@ -23,3 +20,16 @@ def environment_as_found():
     if dict(os.environ) != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+# The fast offline core, `pytest -m core`: whole folders of scripted-model tests (nothing beyond
+# 127.0.0.1, no database server, no browser). docs/testing.md lists the folders and what they hold.
+CORE = ("engine", "graph", "patterns", "flow", "config", "errors")
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
+        if len(parts) > 1 and parts[0] in CORE:
+            item.add_marker(pytest.mark.core)

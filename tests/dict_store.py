@@ -2,7 +2,7 @@
 
 fsmchat's writer hands it each commit ready to keep (``fsmchat.store.Commit``: event rows with their
 transcript length and state delta, and the new messages), so the store never encodes state; it
-passes the store conformance suite (tests/test_store_conformance.py) with the capabilities it
+passes the store conformance suite (tests/stores/test_store_conformance.py) with the capabilities it
 declares. Written as the docs' "Writing a store" example would be."""
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def lean(lm: Any) -> None:
     the base64 scan: litellm walks and copies every request's messages to shorten base64 images in
     the payload it logs (18% of a call at 1,000 messages), unless ``MAX_BASE64_LENGTH_FOR_LOGGING``
     is 0; fsmchat sets it to 0 unless the user set the variable. It is read from a module global of
-    ``litellm.litellm_core_utils.logging_utils`` at call time; tests/test_litellm_cost.py pins that."""
+    ``litellm.litellm_core_utils.logging_utils`` at call time; tests/speakers/test_litellm_cost.py pins that."""
     if BASE64_LOG_ENV not in os.environ:
         from litellm.litellm_core_utils import logging_utils
 
