@@ -57,7 +57,8 @@ def uri(dsn):
 
 
 def serve(store, api_base):
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(HERE))), API_BASE_ENV: api_base}
+    tests = os.path.dirname(os.path.dirname(HERE))  # the helpers (openai_server) the target's module imports
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests]), API_BASE_ENV: api_base}
     env.pop("FSMCHAT_SERVE_TOKEN", None)
     proc = subprocess.Popen([sys.executable, "-m", "fsmchat.cli", "serve", "--store", store, "--port", "0",
                              "--target", f"talk={HERE}:swarm"], env=env, stdout=subprocess.PIPE,
