@@ -8,7 +8,6 @@ a field holding live objects (steps, callables, speakers) written and read by it
 """
 from __future__ import annotations
 
-import difflib
 import inspect
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Literal, Optional
@@ -17,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from ..config import REF, STEP_KINDS, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, jsonable, opt_ref
-from ..errors import ConfigTypeError, invalid_config
+from ..errors import invalid_config
+from ..patterns.declare import bind_arguments
 
 REQUIRED: Any = object()  # a config-form field with no default (its live default only says "missing")
 
@@ -239,20 +239,7 @@ class Declared:
         if model is None:
             raise TypeError(f"{owner}: a step kind declares its model in its class line (config=...) or defines "
                             "its own __init__")
-        names = list(model.model_fields)
-        if len(args) > len(names):
-            raise TypeError(f"{owner}() takes at most {len(names)} positional arguments ({len(args)} given)")
-        for name, value in zip(names, args):
-            if name in kwargs:
-                raise TypeError(f"{owner}() got multiple values for argument {name!r}")
-            kwargs[name] = value
-        for name in kwargs:
-            if name not in model.model_fields:
-                close = difflib.get_close_matches(name, names, n=1)
-                raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
-                                      + (f"; did you mean {close[0]}?" if close else "")
-                                      + f" (its options: {', '.join(names)})")
-        self.config = model(owner, **kwargs)
+        self.config = model(owner, **bind_arguments(owner, list(model.model_fields), args, kwargs))
 
     def to_spec(self, w: ConfigWriter) -> Any:
         """This step's config form (its kind's ``Spec``, derived from its model)."""

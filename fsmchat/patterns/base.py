@@ -15,7 +15,6 @@ The names pattern authors import from this module (``PatternConfig``, ``ChatCont
 from __future__ import annotations
 
 import asyncio
-import difflib
 from abc import ABC, abstractmethod
 from typing import Any, AsyncIterator, Callable, ClassVar, Coroutine, Sequence, TypeVar
 
@@ -40,7 +39,8 @@ from ..speakers.tool_loop import APPROVE_ALL, add_tool_loop
 from ..speakers.tools import calls_per_turn
 from .blocks import PERSON_NOTE, bind, people_in, speaker_states
 from .context import ChatContext, PatternState
-from .declare import ConfigField, OneParticipant, OutputType, Participants, PatternConfig, constructor_signature
+from .declare import (ConfigField, OneParticipant, OutputType, Participants, PatternConfig, bind_arguments,
+                      constructor_signature)
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
 from .runner import FailedRuns, PatternRun, fingerprint, set_pending
 from .streaming import RunStream
@@ -199,20 +199,7 @@ class Pattern(ABC):
             if args or kwargs:
                 raise TypeError(f"{owner}() takes no arguments: it declares no config model")
         else:
-            names = list(model.model_fields)
-            if len(args) > len(names):
-                raise TypeError(f"{owner}() takes at most {len(names)} positional arguments ({len(args)} given)")
-            for name, value in zip(names, args):
-                if name in kwargs:
-                    raise TypeError(f"{owner}() got multiple values for argument {name!r}")
-                kwargs[name] = value
-            for name in kwargs:
-                if name not in model.model_fields:
-                    close = difflib.get_close_matches(name, names, n=1)
-                    raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
-                                          + (f"; did you mean {close[0]}?" if close else "")
-                                          + f" (its options: {', '.join(names)})")
-            self.config = model.make(owner, **kwargs)
+            self.config = model.make(owner, **bind_arguments(owner, list(model.model_fields), args, kwargs))
         self._validate()
         self.set_interrupts(interrupt_before, interrupt_after)
 

@@ -12,18 +12,40 @@ of them, such as a moderator; required unless the field has a default), ``Output
 """
 from __future__ import annotations
 
+import difflib
 import inspect
-from typing import Annotated, Any
+from typing import Annotated, Any, Sequence
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from ..config import OneParticipant, Participants
-from ..errors import invalid_config
+from ..errors import ConfigTypeError, invalid_config
 from ..models import check_output_type
 
-__all__ = ["ConfigField", "OneParticipant", "OutputType", "Participants", "PatternConfig", "constructor_signature"]
+__all__ = ["ConfigField", "OneParticipant", "OutputType", "Participants", "PatternConfig",
+           "bind_arguments", "constructor_signature"]
 
 OutputType = Annotated[str, AfterValidator(check_output_type)]
+
+
+def bind_arguments(owner: str, names: Sequence[str], args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A declared constructor's arguments by name: ``args`` in the order of ``names`` (the model's
+    fields), then ``kwargs``; too many, a repeated one and an unknown name (with the closest
+    option) are refused in ``owner``'s name."""
+    if len(args) > len(names):
+        raise TypeError(f"{owner}() takes at most {len(names)} positional arguments ({len(args)} given)")
+    values = dict(kwargs)
+    for name, value in zip(names, args):
+        if name in values:
+            raise TypeError(f"{owner}() got multiple values for argument {name!r}")
+        values[name] = value
+    for name in values:
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
+                                  + (f"; did you mean {close[0]}?" if close else "")
+                                  + f" (its options: {', '.join(names)})")
+    return values
 
 
 class PatternConfig(BaseModel):
