@@ -25,11 +25,14 @@ def environment_as_found():
 # The fast offline core, `pytest -m core`: whole folders of scripted-model tests (nothing beyond
 # 127.0.0.1, no database server, no browser). docs/testing.md lists the folders and what they hold.
 CORE = ("engine", "graph", "patterns", "flow", "config", "errors")
+# the slow files of those folders (killed subprocesses, property searches, cold imports, counted
+# budgets at large T) run in the whole suite only
+NOT_CORE = ("test_branch_runs.py", "test_perf_budget.py", "test_bounds.py", "test_deadlines.py", "test_flat_costs.py")
 TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
-        if len(parts) > 1 and parts[0] in CORE:
+        if len(parts) > 1 and parts[0] in CORE and parts[-1] not in NOT_CORE:
             item.add_marker(pytest.mark.core)
