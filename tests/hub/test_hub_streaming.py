@@ -79,6 +79,26 @@ def test_with_tools_only_the_final_replys_text_streams_and_the_tool_round_runs_a
     assert [c["result"] for c in reply.data["tool_calls"]] == ["sunny in Oslo"]
 
 
+def test_an_agent_offered_the_close_tool_streams_its_reply_too():
+    async def body():
+        m = ScriptedModel({"bob": ["Sunny today."]})
+        heard = []
+        hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=ManualClock())
+        hub.on_token(heard.append)
+        alice = await hub.register("alice")
+        await hub.register(m.agent("bob", "You are bob."), close_tool=True)
+        ch = await alice.open(target=["bob"], knobs={"max_texts": 2})
+        await ch.send("Weather?")
+        await wait_for_text_count(hub, ch.channel_id, expected=2, timeout=30)
+        await hub.aclose()
+        return heard, m.requests_of("bob")[0].tools
+
+    heard, tools = asyncio.run(body())
+    assert [t["function"]["name"] for t in tools] == ["close_channel"]
+    assert heard == [TokenDelta("bob", "discussion-1|awaiting_bob", "Sunny ", 1),
+                     TokenDelta("bob", "discussion-1|awaiting_bob", "today.", 1)]
+
+
 def test_an_unsubscribed_listener_hears_nothing_and_a_failing_one_never_breaks_the_reply():
     async def body():
         m = ScriptedModel({"bob": ["Sunny today."]})
