@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-from ..engine import GraphRun
+from ..engine import STEP, GraphRun
 from ..graph.state_graph import StateGraph
-from ..speakers.llm import CallStats
+from ..speakers.llm import TOKENS, CallStats
 from ..speakers.tool_loop import CallRecord, ToolLoop, ToolRound, approval_request, decide_call
 from ..speakers.tools import has_tools
 from .adapter import DiscussionAdapter, DiscussionState
@@ -79,6 +80,8 @@ class HubLink:
         max_event_bytes: The cap on one custom event's size.
         tools: The hub's ``ToolLoop`` whose tool sources (MCP servers) every channel shares: each
             is started once per hub, on first use, and stopped by ``hub.aclose()``.
+        tokens: The hub's token sink now (``hub.on_token``), or None when no one listens: a reply
+            streams only to a sink.
 
     Examples:
         >>> from fsmchat.network import HubLink, MemoryKnowledgeStore
@@ -97,6 +100,7 @@ class HubLink:
     max_custom_events: int = MAX_CUSTOM_EVENTS
     max_event_bytes: int = MAX_EVENT_BYTES
     tools: ToolLoop | None = None  # the hub's tool sources: each started once per hub, stopped by aclose
+    tokens: Callable[[], Callable[[Any], None] | None] = lambda: None  # the hub's token sink, None unheard
 
 
 class _Events:
@@ -426,6 +430,19 @@ class ChannelRuntime:
         return task.result()
 
     # ---- the speaking block ----
+    @contextmanager
+    def streaming(self) -> Iterator[None]:
+        """While a reply is asked for in this channel: its deltas go to the hub's token listeners
+        (``hub.on_token``; none listening, the call asks for no stream), each named by the channel
+        and its turn state (``step`` ``"discussion-1|awaiting_bob"``)."""
+        sink = TOKENS.set(self._link.tokens())
+        step = STEP.set(f"{self.ctx.channel_id}|{self.adapter.turns.state}")
+        try:
+            yield
+        finally:
+            STEP.reset(step)
+            TOKENS.reset(sink)
+
     async def speak(self, agent_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
         """``speaker``'s reply to ``turn`` on ``agent_id``'s turn, through the run's speaking block
         (``ToolLoop.speak``): (the text, its tool calls). Without tools it is ``speaker.reply(turn)``.
@@ -436,10 +453,17 @@ class ChannelRuntime:
         (concurrently, results in call order), each result is committed (``EV_TOOL_RESULT``) and the
         graph moves back before the model is asked again.
 
+        The reply's deltas go to the hub's token listeners (``streaming``); only the final
+        reply's text streams, the tool calls are assembled whole.
+
         Raises:
             ToolError: A tool failed under ``on_tool_error="stop"``, a tool source failed, or the
                 model still asked for tools after ``max_tool_rounds``.
         """
+        with self.streaming():
+            return await self._speak(agent_id, speaker, turn)
+
+    async def _speak(self, agent_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
         if not has_tools(speaker):
             return str(await speaker.reply(turn)), []
         loop = self.tool_loop

@@ -244,8 +244,9 @@ class DefaultHandler:
         async def speak(who: Any, t: Turn) -> tuple[str, list[dict[str, Any]]]:
             return await svc.speak(cid, who, t)
 
-        task = asyncio.create_task(call_speaker(speaker, turn, self.close_tool, speak),
-                                   name=f"fsmchat-turn-{cid}-{me}")
+        with svc.streaming(cid):  # the task's context: the close tool's reply streams too
+            task = asyncio.create_task(call_speaker(speaker, turn, self.close_tool, speak),
+                                       name=f"fsmchat-turn-{cid}-{me}")
         try:
             outcome = await svc.track_turn(cid, task)
         except asyncio.CancelledError:

@@ -36,6 +36,7 @@ from .store import KnowledgeStore, MemoryKnowledgeStore
 __all__ = ["Hub", "HubClient", "Channel", "MAX_CUSTOM_EVENTS", "MAX_EVENT_BYTES", "wait_for_text_count"]
 
 Listener = Callable[[NetworkEvent], None]
+TokenListener = Callable[[Any], None]
 CHANNEL_TYPES = (DISCUSSION,)
 
 
@@ -108,13 +109,14 @@ class Hub:
         self._clients: dict[str, HubClient] = {}
         self._channels: dict[str, ChannelRuntime] = {}
         self._listeners: list[Listener] = []
+        self._token_listeners: list[TokenListener] = []
         self._ids = itertools.count(1)
         self._sweeper: asyncio.Task[None] | None = None
         self._deliveries = DeliveryCounter()
         self._closed = False
         self._tools = ToolLoop()  # the tool sources (MCP servers) of every channel: started once, stopped by aclose
         self._link = HubLink(self.store, self.clock, self._notify, self._route, self._client_stats, self._admit,
-                             self.max_custom_events, self.max_event_bytes, self._tools)
+                             self.max_custom_events, self.max_event_bytes, self._tools, self._token_sink)
 
     @classmethod
     async def open(cls, store: KnowledgeStore | None = None, *, ttl_sweep_interval: float = 0.0,
@@ -262,6 +264,34 @@ class Hub:
         """Call ``listener(NetworkEvent)`` on every hub happening; returns an unsubscribe function."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def on_token(self, listener: TokenListener) -> Callable[[], None]:
+        """Stream every channel reply to ``listener``: a ``TokenDelta(agent, step, text, attempt)``
+        per piece of text as the model writes it (``step`` names the channel and its turn state,
+        ``"discussion-1|awaiting_bob"``), and a ``StreamRetry`` when a stream broke after text was
+        shown and the call is tried again. The reply is still sent whole, after its deltas; with
+        tools only the final reply's text streams. While no token listener is registered no
+        request asks for a stream. Returns an unsubscribe function.
+
+        Raises:
+            TypeError: ``listener`` is not callable.
+        """
+        if not callable(listener):
+            raise TypeError(f"Hub.on_token: listener must be callable (it is given each TokenDelta and "
+                            f"StreamRetry), got {listener!r}")
+        self._token_listeners.append(listener)
+        return lambda: self._token_listeners.remove(listener) if listener in self._token_listeners else None
+
+    def _token_sink(self) -> TokenListener | None:
+        return self._tell_tokens if self._token_listeners else None
+
+    def _tell_tokens(self, item: Any) -> None:
+        for listener in list(self._token_listeners):
+            try:
+                listener(item)
+            except Exception as exc:  # a display that fails never breaks the reply
+                warnings.warn(f"fsmchat hub token listener {listener!r} raised {type(exc).__name__}: {exc}",
+                              RuntimeWarning, stacklevel=2)
 
     def _notify(self, event: NetworkEvent) -> None:
         for listener in list(self._listeners):

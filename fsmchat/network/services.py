@@ -12,6 +12,7 @@ The default handler does its bookkeeping only through this object, so a custom h
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from ..speakers.llm import CallStats
@@ -110,6 +111,12 @@ class HubServices:
         first (the call is then cancelled; so is it when the hub closes); the call's own exception
         is raised."""
         return await self._runtime(channel_id).track_turn(task)
+
+    def streaming(self, channel_id: str) -> AbstractContextManager[None]:
+        """Within it a model call that writes a reply streams its deltas to the hub's token
+        listeners, named by the channel's state (``speak`` is within it; a task started within it
+        is too)."""
+        return self._runtime(channel_id).streaming()
 
     async def speak(self, channel_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
         """``speaker``'s reply to ``turn`` on this agent's turn, through the channel's speaking block:
