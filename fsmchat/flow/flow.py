@@ -15,6 +15,7 @@ from ..models import RunResult, StopReason, check_output_type, format_output
 from ..patterns.base import Pattern, PatternConfig
 from ..speakers.agent import Agent
 from ..speakers.compaction import check_drawn, check_limits
+from ..speakers.context import counted_usage
 from ..speakers.llm import shown_events
 from ..patterns.interrupts import WaitPoint
 from .compile import Compiler, StepError, bound, check_templates, flow_point, walk_steps
@@ -268,7 +269,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
             ctx.status = "stopped"
         result.transcript = ctx.transcript.messages
         result.calls = ctx.stats.calls
-        result.usage = dict(ctx.stats.usage)
+        result.usage = counted_usage(dict(ctx.stats.usage), ctx.events)
         result.events = shown_events(ctx.events, ctx.stats)
         output = ctx.previous_result if self.config.output_type is None else \
             format_output(ctx.transcript.messages, self.config.output_type)
