@@ -14,6 +14,8 @@ from ..errors import ConfigError, attach_result, bad_value, fatal_error
 from ..models import RunResult, StopReason, check_output_type, format_output
 from ..patterns.base import Pattern, PatternConfig
 from ..speakers.agent import Agent
+from ..speakers.compaction import check_drawn, check_limits
+from ..speakers.context import counted_usage
 from ..speakers.llm import shown_events
 from ..patterns.interrupts import WaitPoint
 from .compile import Compiler, StepError, bound, check_templates, flow_point, walk_steps
@@ -267,7 +269,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
             ctx.status = "stopped"
         result.transcript = ctx.transcript.messages
         result.calls = ctx.stats.calls
-        result.usage = dict(ctx.stats.usage)
+        result.usage = counted_usage(dict(ctx.stats.usage), ctx.events)
         result.events = shown_events(ctx.events, ctx.stats)
         output = ctx.previous_result if self.config.output_type is None else \
             format_output(ctx.transcript.messages, self.config.output_type)
@@ -309,6 +311,13 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
 
     def _calls_by_speaker(self) -> list[tuple[Any, int]]:
         return [(a, 1) for a in _agents_in(self.config.steps)]  # for the fingerprint (flows bound calls by step)
+
+    def _check_context(self) -> None:
+        """A ``Summarize`` agent must speak where a compaction is drawn (a Discussion's turns) and
+        have a known input limit: refused before any call."""
+        states = [(b.name, b.compacted_agents()) for b in _blocks_in(self.config.steps) if isinstance(b, Block)]
+        check_limits(states, None, type(self).__name__)
+        check_drawn(states, self._calls_by_speaker(), None, type(self).__name__)
 
 
 Flow = AgentFlow

@@ -233,6 +233,10 @@ class Block(Declared):
         """The tasks this block runs itself (not those of the steps it holds)."""
         return []
 
+    def compacted_agents(self) -> list[Any]:
+        """The agents of this block whose turns draw a compaction (``Summarize``): none by default."""
+        return []
+
     def writes(self, var: str) -> bool:
         """Whether this block itself sets variable ``var`` (its own output variables)."""
         return False

@@ -33,6 +33,7 @@ from ..models import Message, RunResult, StopReason, TraceEvent, format_output, 
 from ..progress import ProgressBar, progress_wanted
 from ..speakers.human import Human, NeedsCheckpoint
 from ..speakers.compaction import add_compaction, check_drawn, check_limits, compaction_calls
+from ..speakers.context import counted_usage
 from ..speakers.images import image_part
 from ..speakers.llm import shown_events
 from ..speakers.tool_loop import APPROVE_ALL, add_tool_loop
@@ -244,7 +245,7 @@ class Pattern(ABC):
             ctx.events.append({"event": "budget", "limit": ctx.stats.limit_hit})
         result.transcript = ctx.transcript.messages
         result.calls = ctx.stats.calls
-        result.usage = dict(ctx.stats.usage)
+        result.usage = counted_usage(dict(ctx.stats.usage), ctx.events)
         result.events = shown_events(ctx.events, ctx.stats)
         result.output = self.output_of(ctx)
         return result

@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from .agent import Turn, conversation_view
 from .context import ACTIVE, Compaction, ContextPolicy, ContextState, Summarize, count_tokens, input_limit, \
-    policy_of, view
+    policy_of, summary_row, view
 from .llm import resolve_model
 
 COMPACTED = "compacted"  # the event a compaction records (its summary, what it covers)
@@ -57,39 +57,42 @@ def state_of(ctx: Any) -> ContextState:
     return st
 
 
-def visible_tokens(speaker: Any, rows: Sequence[Any], policy: Summarize, summary: Compaction | None) -> int:
+def visible_tokens(speaker: Any, rows: Sequence[Any], policy: Summarize, summary: Compaction | None,
+                   head: int = 1) -> int:
     """The tokens of the conversation ``speaker`` would see (its system prompt, the task, the
-    summary, the messages since): what a compaction is decided on."""
+    summary, the messages since): what a compaction is decided on. ``head`` is 1 where the
+    first row is the task, kept ahead of the summary; 0 where there is none (a flow's transcript)."""
     messages = [{"role": "system", "content": speaker.system_prompt}] if speaker.system_prompt.strip() else []
-    messages += conversation_view(speaker.name, view(rows, policy, summary))
+    shown = view(rows, policy, summary) if head else rows if summary is None else [summary_row(summary), *rows[summary.upto:]]
+    messages += conversation_view(speaker.name, shown)
     return count_tokens(resolve_model(speaker.model), messages)
 
 
-def due(ctx: Any, speakers: Sequence[Any], policy: ContextPolicy | None) -> Summarize | None:
+def due(ctx: Any, speakers: Sequence[Any], policy: ContextPolicy | None, head: int = 1) -> Summarize | None:
     """The ``Summarize`` whose compaction must run before the state speaks, or None: a speaker
     following it would see more than ``at`` of its input limit, and there are messages to fold."""
     st = state_of(ctx)
     rows = ctx.transcript.view()
-    start = st.summary.upto if st.summary is not None else 1
+    start = st.summary.upto if st.summary is not None else head
     for s in speakers:
         p = policy_of(s, policy)
         if not isinstance(p, Summarize) or len(rows) - p.keep_last <= start:
             continue
         limit = input_limit(s)
-        if limit is not None and visible_tokens(s, rows, p, st.summary) > p.at * limit[0]:
+        if limit is not None and visible_tokens(s, rows, p, st.summary, head) > p.at * limit[0]:
             return p
     return None
 
 
 def compacting_action(action: Callable[[Any], Any], speakers: Sequence[Any],
-                      policy: ContextPolicy | None) -> Callable[[Any], Any]:
+                      policy: ContextPolicy | None, head: int = 1) -> Callable[[Any], Any]:
     """``action`` as a state with a compaction: it ends at once (payload ``"compact"``) when a
     compaction is due; otherwise its calls read the pattern's policy and the run's summary."""
 
     async def speaking(ctx: Any) -> Any:
         st = state_of(ctx)
         st.policy = policy
-        st.due = due(ctx, speakers, policy)
+        st.due = due(ctx, speakers, policy, head)
         if st.due is not None:
             return "compact"
         token = ACTIVE.set(st)
@@ -112,15 +115,16 @@ def compaction_due(ctx: Any) -> bool:
     return isinstance(st, ContextState) and st.due is not None
 
 
-def make_compact(state: str, speakers: Sequence[Any], policy: ContextPolicy | None) -> Callable[[Any], Any]:
+def make_compact(state: str, speakers: Sequence[Any], policy: ContextPolicy | None,
+                 head: int = 1) -> Callable[[Any], Any]:
     async def compact(ctx: Any) -> dict[str, Any]:
         """summarise the older messages (one model call)"""
         st = state_of(ctx)
-        p = st.due or due(ctx, speakers, policy) or summarizers(speakers, policy)[0]  # a resume re-decides
+        p = st.due or due(ctx, speakers, policy, head) or summarizers(speakers, policy)[0]  # a resume re-decides
         rows = ctx.transcript.view()
-        start = st.summary.upto if st.summary is not None else 1
+        start = st.summary.upto if st.summary is not None else head
         cut = max(start, len(rows) - p.keep_last)
-        shown = [rows[0], *([] if st.summary is None else [view(rows, p, st.summary)[1]]), *rows[start:cut]]
+        shown = [*rows[:head], *([] if st.summary is None else [summary_row(st.summary)]), *rows[start:cut]]
         writer = p.agent
         text = ctx.transcript.admit(writer.name, await writer.reply(Turn(writer.name, shown, SUMMARY_INSTRUCTION,
                                                                          stats=ctx.stats)))
@@ -133,10 +137,12 @@ def make_compact(state: str, speakers: Sequence[Any], policy: ContextPolicy | No
     return compact
 
 
-def add_compaction(g: StateGraph, state: str, speakers: Sequence[Any], policy: ContextPolicy | None) -> StateGraph:
+def add_compaction(g: StateGraph, state: str, speakers: Sequence[Any], policy: ContextPolicy | None,
+                   head: int = 1) -> StateGraph:
     """Draw the compaction of ``state``, where ``speakers`` speak under the pattern's ``policy``:
     ``state -[compact]-> compact_<state> -> state`` (the new edge tried first). Nothing changes
-    when no speaker follows ``Summarize``. Returns the graph.
+    when no speaker follows ``Summarize``. ``head``: 1 where the transcript's first row is the
+    task (kept, never summarised), 0 where it has none (a flow's). Returns the graph.
 
     Raises:
         ConfigError: Speakers of one state follow different ``Summarize`` policies (a run keeps
@@ -151,9 +157,9 @@ def add_compaction(g: StateGraph, state: str, speakers: Sequence[Any], policy: C
                           "them one Summarize object (or set it once on the pattern: context=Summarize(...))")
     s = g.states[state]
     assert s.action is not None, f"state {state!r} speaks but has no action"
-    s.action = compacting_action(s.action, speakers, policy)
+    s.action = compacting_action(s.action, speakers, policy, head)
     (name,) = state_names([f"compact_{state}"], reserved=g.states)
-    g.state(name, make_compact(state, speakers, policy), f"{found[0].agent.name}: summarise the older messages")
+    g.state(name, make_compact(state, speakers, policy, head), f"{found[0].agent.name}: summarise the older messages")
     first = next((i for i, t in enumerate(g.transitions) if t.source == state), len(g.transitions))
     g.transitions.insert(first, Transition(state, name, compaction_due, "compact", first))
     g.edge(name, state)
@@ -188,11 +194,13 @@ def check_limits(states: Sequence[tuple[str, Sequence[Any]]], policy: ContextPol
 def check_drawn(states: Sequence[tuple[str, Sequence[Any]]], calls: Sequence[tuple[Any, int]],
                 policy: ContextPolicy | None, owner: str) -> None:
     """Refuse, before any model call, a speaker that follows ``Summarize`` where no compaction is
-    drawn for it (a flow's steps): it would send the whole conversation instead."""
+    drawn for it (a flow's ``Task`` step, whose prompt carries no conversation to compact)."""
     drawn = {id(s) for _state, speakers in states for s in speakers}
     for s, _n in calls:
         if id(s) not in drawn and isinstance(getattr(s, "context", None), Summarize):
             raise ConfigError(f"{owner}: agent {getattr(s, 'name', s)!r} follows Summarize, but {owner} draws no "
                               "compaction for it (compaction is drawn in the speaking states of GroupChat, "
-                              "RoundRobinSwarm, OneOnOneDebate and ExpertPanelDiscussion); give it "
-                              "context=LastMessages(n) here, or run its conversation as one of those patterns")
+                              "RoundRobinSwarm, OneOnOneDebate and ExpertPanelDiscussion, and in a flow's "
+                              "Discussion turns; a flow's Task step sends one prompt, no conversation to "
+                              "compact); give it context=LastMessages(n) here, or run its conversation as a "
+                              "Discussion or one of those patterns")

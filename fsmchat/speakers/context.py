@@ -262,6 +262,25 @@ def policy_name(policy: ContextPolicy) -> str:
         else "full"
 
 
+def counted_usage(usage: dict[str, Any], events: Sequence[Any]) -> dict[str, Any]:
+    """``usage`` with the prompt tokens counted before the calls (``prompt_tokens`` events):
+    ``counted_prompt_tokens`` (their sum) and ``max_prompt_tokens`` (the largest prompt), written
+    only when a call was counted (a run that counted nothing keeps its usage as it was).
+
+    Examples:
+        >>> from fsmchat.speakers.context import counted_usage
+        >>> counted_usage({"prompt_tokens": 140}, [{"event": "prompt_tokens", "agent": "a", "tokens": 90},
+        ...                                        {"event": "prompt_tokens", "agent": "b", "tokens": 60}])
+        {'prompt_tokens': 140, 'counted_prompt_tokens': 150, 'max_prompt_tokens': 90}
+        >>> counted_usage({"prompt_tokens": 140}, [])
+        {'prompt_tokens': 140}
+    """
+    counted = [int(e["tokens"]) for e in events if isinstance(e, dict) and e.get("event") == "prompt_tokens"]
+    if not counted:
+        return usage
+    return {**usage, "counted_prompt_tokens": sum(counted), "max_prompt_tokens": max(counted)}
+
+
 def token_summary(events: Sequence[Any]) -> dict[str, Any]:
     """What a run's ``prompt_tokens`` and ``compacted`` events add up to (the viewer's usage
     shows it): calls counted, the largest and the latest prompt, the limit, the compactions;

@@ -213,6 +213,79 @@ def test_an_agents_own_summarize_is_drawn_in_its_state_and_refused_where_nothing
     swarm = RoundRobinSwarm(agents=[m.agent("a", context=policy), m.agent("b")])
     assert list(swarm.graph.states) == ["seed", "a", "b", "stop", "compact_a"] and swarm.max_calls() == 3
     from fsmchat import AgentFlow
-    with pytest.raises(ConfigError, match=r"AgentFlow: agent 'a' follows Summarize, but AgentFlow draws no compaction"):
+    with pytest.raises(ConfigError, match=r"AgentFlow: agent 'a' follows Summarize, but AgentFlow draws no compaction "
+                                          r"for it .*a flow's Task step sends one prompt, no conversation to compact"):
         AgentFlow(steps=[m.agent("a", context=policy)]).execute("Plan.")
     assert m.calls() == 0
+
+
+def summarized_flow(m):
+    from fsmchat import AgentFlow
+    from fsmchat.flow import Discussion
+    policy = Summarize(agent=m.agent("scribe", system_prompt="You summarise."), keep_last=1, at=0.5)
+    return AgentFlow(steps=[Discussion(agents=[m.agent("a", context=policy), m.agent("b", context=policy)],
+                                       rounds=3, name="talk")])
+
+
+def turns(*names):
+    return [f"{n}{i} {ALPHA if n == 'a' else BETA}" for n in names for i in range(10)]
+
+
+def test_a_discussion_in_a_flow_compacts_and_its_speakers_see_the_summary():
+    m = ScriptedModel({"a": turns("a"), "b": turns("b"), "scribe": ["S1: a and b spoke."]}, max_input_tokens=200)
+    flow = summarized_flow(m)
+    talk = flow.graph.states["talk"].subgraph
+    assert list(talk.states) == ["begin", "turn", "done", "compact_turn"]
+    assert [(t.source, t.dest, t.label) for t in talk.transitions if "compact_turn" in (t.source, t.dest)] == \
+        [("turn", "compact_turn", "compact"), ("compact_turn", "turn", "next")]
+    assert flow.max_calls() == 12  # 3 rounds x 2 turns, and at most one compaction per turn
+    r = flow.execute("Plan.")
+    assert r.ok and r.path == ["talk.begin"] + ["talk.turn"] * 5 + ["talk.compact_turn"] + ["talk.turn"] * 2 + \
+        ["talk.done", "end"]
+    assert m.calls("scribe") == 1 and m.calls() == 7 and r.calls == 7  # 6 turns and the one compaction
+    assert m.requests_of("scribe")[0].messages == [
+        msg("system", "You summarise."), msg("user", f"a: a0 {ALPHA}"), msg("user", f"b: b0 {BETA}"),
+        msg("user", f"a: a1 {ALPHA}"),
+        msg("user", "Summarise the conversation above for the participants who continue it: keep every decision, "
+                    "open question, fact and name they need, in plain prose, as briefly as you can.")]
+    assert m.requests_of("a")[2].messages == [msg("user", (
+        f"Plan.\n\nSummary of the discussion so far:\nS1: a and b spoke.\n\nLatest turns:\nb: b1 {BETA}\n\n"
+        "You are a. Respond to the latest turn and move the discussion forward."))]
+    assert m.requests_of("b")[2].messages == [msg("user", (
+        f"Plan.\n\nSummary of the discussion so far:\nS1: a and b spoke.\n\nLatest turns:\nb: b1 {BETA}\n"
+        f"a: a2 {ALPHA}\n\nYou are b. Respond to the latest turn and move the discussion forward."))]
+    assert [e for e in r.events if e["event"] == "compacted"] == [
+        {"event": "compacted", "state": "turn", "by": "scribe", "covers": [1, 3], "upto": 3,
+         "summary": "S1: a and b spoke."}]
+    tokens = [e["tokens"] for e in r.events if e["event"] == "prompt_tokens"]
+    assert tokens == [17, 53, 78, 103, 135, 67, 92]  # the scribe's 135, then the turns shrink
+    assert r.usage["counted_prompt_tokens"] == 545 and r.usage["max_prompt_tokens"] == 135
+
+
+def test_a_flow_resumed_after_a_compaction_reuses_the_summary(tmp_path):
+    db = str(tmp_path / "runs.db")
+    m1 = ScriptedModel({"a": [f"a0 {ALPHA}", f"a1 {ALPHA}", Fail(401)], "b": turns("b"),
+                        "scribe": ["S1: a and b spoke."]}, id="flow-ctx-resume", max_input_tokens=200)
+    r1 = summarized_flow(m1).execute("Plan.", checkpoint=SqliteCheckpointer(db), run_id="long")
+    assert not r1.ok and r1.path[-2:] == ["talk.compact_turn", "talk.turn"] and m1.calls("scribe") == 1
+    m1.close()
+    m2 = ScriptedModel({"a": [f"a2 {ALPHA}"], "b": [f"b2 {BETA}"], "scribe": ["never asked"]}, id="flow-ctx-resume",
+                       max_input_tokens=200)
+    r2 = summarized_flow(m2).resume("long", SqliteCheckpointer(db))
+    assert r2.ok and r2.path.count("talk.compact_turn") == 1
+    assert m2.calls("scribe") == 0 and m2.calls() == 2  # the stored summary is read, not asked for again
+    assert m2.requests_of("a")[0].messages == [msg("user", (
+        f"Plan.\n\nSummary of the discussion so far:\nS1: a and b spoke.\n\nLatest turns:\nb: b1 {BETA}\n\n"
+        "You are a. Respond to the latest turn and move the discussion forward."))]
+    assert [x.content[:2] for x in r2.transcript] == ["a0", "b0", "a1", "b1", "a2", "b2"]
+
+
+def test_usage_holds_the_counted_prompt_tokens_only_when_calls_were_counted():
+    m = ScriptedModel({"a": [f"a0 {ALPHA}"], "b": [f"b0 {BETA}"]}, max_input_tokens=500)
+    r = RoundRobinSwarm(agents=[m.agent("a"), m.agent("b")], max_loops=1).execute("Discuss.")
+    assert r.ok and [e["tokens"] for e in r.events if e["event"] == "prompt_tokens"] == [89, 117]
+    assert r.usage == {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30,
+                       "counted_prompt_tokens": 206, "max_prompt_tokens": 117}
+    plain = ScriptedModel({"a": [f"a0 {ALPHA}"], "b": [f"b0 {BETA}"]})  # no window declared: nothing counted
+    r = RoundRobinSwarm(agents=[plain.agent("a"), plain.agent("b")], max_loops=1).execute("Discuss.")
+    assert r.ok and r.usage == {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}

@@ -16,6 +16,8 @@ from ...graph.state_graph import StateGraph
 from ...graph.turns import TurnOrder, add_turns
 from ...models import StopReason
 from ...speakers.agent import Agent
+from ...speakers.compaction import add_compaction, summarizers
+from ...speakers.context import ACTIVE, Summarize, policy_of
 from ...speakers.human import Human
 from ...speakers.tool_loop import add_tool_loop
 from ...statelog import AppendLog
@@ -163,6 +165,10 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         """The tasks this block runs itself (not those of the steps it holds)."""
         return list(self.tasks)
 
+    def compacted_agents(self) -> list[Any]:
+        """The speakers' agents: the ``turn`` state draws a compaction when one follows ``Summarize``."""
+        return [t.agent for t in self.tasks if t.agent is not None]
+
     def writes(self, var: str) -> bool:
         """Whether this block itself sets variable ``var`` (its own output variables)."""
         return var == "discussion_transcript"
@@ -172,7 +178,13 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         per_turn = [task_calls(t, requests) for t in self.tasks]
         # a selector may pick the costliest speaker on every one of the rounds x speakers turns
         rounds = int(self.config.rounds)
-        return rounds * (len(per_turn) * max(per_turn) if self.config.select is not None else sum(per_turn))
+        spoken = rounds * (len(per_turn) * max(per_turn) if self.config.select is not None else sum(per_turn))
+        # with a Summarize speaker, each turn may first compact the conversation (one call of its writer)
+        writers = summarizers(self.compacted_agents(), None)
+        if not writers:
+            return spoken
+        per_compaction = 1 + (writers[0].agent.num_retries if requests and hasattr(writers[0].agent, "model") else 0)
+        return spoken + rounds * len(per_turn) * per_compaction
 
     def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
@@ -202,7 +214,14 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
             if task.agent is not None or task.person is not None:
                 topic = ctx.fill(task.action, f"Discussion {cfg.name!r} speaker {task.name!r}") \
                     if task.action is not None else f.topic
-                prompt = discussion_prompt(task.name or "", topic, f.lines, ctx.previous_result)
+                lines, summary = f.lines, None
+                active = ACTIVE.get()  # set while the turn runs under a compaction
+                if task.agent is not None and active is not None and active.summary is not None \
+                        and isinstance(policy_of(task.agent, active.policy), Summarize):
+                    # the summary stands for the turns it covers: the lines posted after it are kept
+                    kept = min(max(len(ctx.transcript.view()) - active.summary.upto, 0), len(f.lines))
+                    lines, summary = f.lines[len(f.lines) - kept:], active.summary.text
+                prompt = discussion_prompt(task.name or "", topic, lines, ctx.previous_result, summary)
             status, out = await run_task(task, ctx, prompt, record_as=task.name)
             f.t = t + 1
             if status in ("completed", "stopped"):
@@ -243,17 +262,21 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         if cfg.until is not None:
             g.state("check_until", check_until, pure=True)  # committed with the next turn: one commit per turn
         g.final("done")
-        add_tool_loop(g, "turn", [t.agent for t in d.tasks if t.agent is not None])
+        add_tool_loop(g, "turn", d.compacted_agents())
+        add_compaction(g, "turn", d.compacted_agents(), None, head=0)  # a flow's transcript has no task row
         return add_turns(g, [("turn", "check_until") if cfg.until is not None else "turn"],
                          exits=bounded_exits(met if cfg.until is not None else None), more=turns_left,
                          exhausted=("done", StopReason.ROUNDS))
 
 
-def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any) -> str:
-    """What an agent speaker is asked on its Discussion turn."""
+def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any, summary: str | None = None) -> str:
+    """What an agent speaker is asked on its Discussion turn (with ``summary``: a compaction's
+    summary of the earlier turns, then the turns since)."""
     parts = [str(topic) if topic is not None else ""]
+    if summary is not None:
+        parts.append("Summary of the discussion so far:\n" + summary)
     if lines:
-        parts.append("Discussion so far:\n" + "\n".join(lines))
+        parts.append(("Latest turns:\n" if summary is not None else "Discussion so far:\n") + "\n".join(lines))
     parts.append(f"You are {name}. " + ("Respond to the latest turn and move the discussion forward."
-                                         if lines else "Open the discussion."))
+                                         if lines or summary is not None else "Open the discussion."))
     return "\n\n".join(p for p in parts if p)
