@@ -46,7 +46,7 @@ from .errors import CheckpointStoreError, FsmchatError, attach_result, result_of
 from .masking import redact, redact_chain
 from .progress import ProgressBar
 from .speakers.llm import INTERCEPTOR, get_litellm
-from .speakers.ratelimit import RateLimit, limits, rate_limit
+from .speakers.ratelimit import RateLimit, limits, rate_limit, wait_for_room
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple[int, str, str | None, str | None, bool]  # (index, task, run_id, resume_from, finished)
@@ -306,16 +306,11 @@ class SharedRateLimit(RateLimit):
         return (entry_id, 0.0) if entry_id is not None else (None, wait)
 
     async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[Any, float] | None:
-        waited = 0.0
-        while True:
-            entry_id, wait = await self.shared.reserve.remote(tokens)
-            if entry_id is not None:
-                return entry_id, waited
-            if within is not None and waited + wait > within:
-                await self.sleep(max(0.0, within - waited))
-                return None
-            waited += wait
-            await self.sleep(wait)
+        async def reserve(t: float) -> tuple[Any, float]:
+            entry_id, wait = await self.shared.reserve.remote(t)
+            return entry_id, wait
+
+        return await wait_for_room(reserve, self.sleep, tokens, within)
 
     def settle(self, entry: Any, tokens: float) -> None:
         self.shared.settle.remote(entry, tokens)

@@ -13,6 +13,24 @@ from typing import Any, Awaitable, Callable
 from ..errors import ConfigError, ConfigTypeError
 
 
+async def wait_for_room(reserve: Callable[[float], Awaitable[tuple[Any, float]]],
+                        sleep: Callable[[float], Awaitable[Any]], tokens: float,
+                        within: float | None) -> tuple[Any, float] | None:
+    """Ask ``reserve`` for room for a request of ``tokens`` until it gives an entry, sleeping the
+    wait it names between asks: (the entry, the seconds waited), or None once the next wait would
+    pass ``within`` seconds (after sleeping what was left of them)."""
+    waited = 0.0
+    while True:
+        entry, wait = await reserve(tokens)
+        if entry is not None:
+            return entry, waited
+        if within is not None and waited + wait > within:
+            await sleep(max(0.0, within - waited))
+            return None
+        waited += wait
+        await sleep(wait)
+
+
 class RateLimit:
     """At most ``rpm`` requests and ``tpm`` tokens in any ``window`` seconds (60: per minute).
 
@@ -93,16 +111,10 @@ class RateLimit:
     async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[Any, float] | None:
         """Wait until a request of ``tokens`` fits; return its entry (for ``settle``) and the seconds
         waited. None when it would not fit ``within`` seconds (a run's deadline): then it waited those."""
-        waited = 0.0
-        while True:
-            entry, wait = self.reserve(tokens)
-            if entry is not None:
-                return entry, waited
-            if within is not None and waited + wait > within:
-                await self.sleep(max(0.0, within - waited))
-                return None
-            waited += wait
-            await self.sleep(wait)
+        async def reserve(t: float) -> tuple[Any, float]:
+            return self.reserve(t)
+
+        return await wait_for_room(reserve, self.sleep, tokens, within)
 
     def settle(self, entry: Any, tokens: float) -> None:
         """The request of ``entry`` took ``tokens`` (its answer's usage), not its estimate."""
