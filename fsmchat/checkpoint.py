@@ -132,9 +132,9 @@ _INSERT_MESSAGE = "INSERT INTO messages VALUES (?, ?, ?, ?, ?)"
 _HOLDS = "SELECT 1 FROM leases WHERE run_id=? AND owner=? AND token=?"  # the writer still holds the lease
 
 
-def event_rows(run_id: str, seq: int, commit: Commit) -> list[tuple[Any, ...]]:
-    """The ``events`` rows of ``commit``, numbered from ``seq``."""
-    return [(run_id, seq + i, r.event.step, r.event.state, r.event.trigger, r.event.dest, r.event.t,
+def event_rows(run_id: str, commit: Commit) -> list[tuple[Any, ...]]:
+    """The ``events`` rows of ``commit``, numbered from its ``seq``."""
+    return [(run_id, commit.seq + i, r.event.step, r.event.state, r.event.trigger, r.event.dest, r.event.t,
              encode_value(r.event.payload), r.messages, r.delta) for i, r in enumerate(commit.rows)]
 
 
@@ -404,8 +404,7 @@ class SqliteCheckpointer(ReadsLog):
 
         def write(db: sqlite3.Connection) -> None:
             self._require(fence, db)
-            seq = db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
-            db.executemany(_INSERT_EVENT, event_rows(run_id, seq, commit))
+            db.executemany(_INSERT_EVENT, event_rows(run_id, commit))
             db.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))
             db.execute("UPDATE runs SET stop_reason=NULL WHERE run_id=? AND stop_reason IS NOT NULL", (run_id,))
 
