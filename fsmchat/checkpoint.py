@@ -19,10 +19,9 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from .checks import check_run_id
 from .errors import CheckpointStoreError, FsmchatError, bad_value
@@ -132,9 +131,9 @@ _INSERT_MESSAGE = "INSERT INTO messages VALUES (?, ?, ?, ?, ?)"
 _HOLDS = "SELECT 1 FROM leases WHERE run_id=? AND owner=? AND token=?"  # the writer still holds the lease
 
 
-def event_rows(run_id: str, seq: int, commit: Commit) -> list[tuple[Any, ...]]:
-    """The ``events`` rows of ``commit``, numbered from ``seq``."""
-    return [(run_id, seq + i, r.event.step, r.event.state, r.event.trigger, r.event.dest, r.event.t,
+def event_rows(run_id: str, commit: Commit) -> list[tuple[Any, ...]]:
+    """The ``events`` rows of ``commit``, numbered from its ``seq``."""
+    return [(run_id, commit.seq + i, r.event.step, r.event.state, r.event.trigger, r.event.dest, r.event.t,
              encode_value(r.event.payload), r.messages, r.delta) for i, r in enumerate(commit.rows)]
 
 
@@ -358,14 +357,14 @@ class SqliteCheckpointer(ReadsLog):
                                                                   fence.token)).fetchone() is None:
             raise _Refused
 
-    @contextmanager
-    def _transaction(self, begin: str, fence: Fence | None) -> Iterator[sqlite3.Connection]:
-        """One transaction opened with ``begin``, committed when the block ends, rolled back on any
-        exception; a write the fence refused (``_Refused``) becomes ``LeaseLost``."""
+    def _transaction(self, write: Callable[[sqlite3.Connection], None], fence: Fence | None) -> None:
+        """Run ``write`` in one transaction (``BEGIN IMMEDIATE``: one writer at a time, across
+        processes), committed when it returns, rolled back on any exception; a write the fence
+        refused (``_Refused``) becomes ``LeaseLost``. Under the store lock."""
         db = self._db
-        db.execute(begin)
+        db.execute("BEGIN IMMEDIATE")
         try:
-            yield db
+            write(db)
             db.execute("COMMIT")
         except _Refused:
             db.execute("ROLLBACK")
@@ -388,12 +387,15 @@ class SqliteCheckpointer(ReadsLog):
         ``LeaseLost`` (nothing written) when ``fence`` no longer holds the run's lease."""
         self._writable("start a run")
         now = time.time()
+
+        def write(db: sqlite3.Connection) -> None:
+            if db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
+                raise ValueError(already_used(run_id))
+            self._require(fence, db)
+            db.execute("INSERT INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
+
         with self._lock:
-            with self._transaction("BEGIN IMMEDIATE", fence) as db:
-                if db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
-                    raise ValueError(already_used(run_id))
-                self._require(fence)
-                db.execute("INSERT INTO runs VALUES (?, ?, NULL, ?, ?)", (run_id, _dumps(meta), now, now))
+            self._transaction(write, fence)
 
     def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> "Future[None] | None":
         """Store one commit in one transaction: its event rows, its messages, and the run marked
@@ -404,8 +406,7 @@ class SqliteCheckpointer(ReadsLog):
 
         def write(db: sqlite3.Connection) -> None:
             self._require(fence, db)
-            seq = db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
-            db.executemany(_INSERT_EVENT, event_rows(run_id, seq, commit))
+            db.executemany(_INSERT_EVENT, event_rows(run_id, commit))
             db.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))
             db.execute("UPDATE runs SET stop_reason=NULL WHERE run_id=? AND stop_reason IS NOT NULL", (run_id,))
 
@@ -433,8 +434,7 @@ class SqliteCheckpointer(ReadsLog):
         writer thread, whose transaction it shares with the other writes queued meanwhile."""
         if self.group is None:
             with self._lock:
-                with self._transaction("BEGIN IMMEDIATE", fence) as db:
-                    write(db)
+                self._transaction(write, fence)
             return None
 
         def fenced(db: sqlite3.Connection) -> None:

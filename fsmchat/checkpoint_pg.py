@@ -198,10 +198,7 @@ class PostgresCheckpointer(ReadsLog):
             try:
                 with db.transaction(), db.cursor() as cur:
                     self._check(fence)
-                    row = cur.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id=%s",
-                                      (run_id,)).fetchone()
-                    assert row is not None
-                    cur.executemany(_INSERT_EVENT, event_rows(run_id, int(row[0]), commit))
+                    cur.executemany(_INSERT_EVENT, event_rows(run_id, commit))
                     if commit.messages:
                         cur.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))
                     cur.execute("UPDATE runs SET stop_reason=NULL WHERE run_id=%s AND stop_reason IS NOT NULL",

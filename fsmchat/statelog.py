@@ -184,17 +184,24 @@ def _tracked(value: Any, text: str) -> Any:
     return _Leaf(text, value if t is str else None, len(value) if t is list or t is tuple else -1)
 
 
-def _change(path: list[Any], old: Any, value: Any, text: str) -> list[Any]:
-    """The op that turns ``old`` (what was last written at ``path``) into ``value`` (whose JSON is
-    ``text``): items appended to a list, text added to a long string, else the new value."""
+def _op(kind: str, path: list[Any], text: str | None = None) -> str:
+    """One change of a delta as JSON: ``[kind, path]`` and, when given, the value written as ``text``."""
+    end = "]" if text is None else f",{text}]"
+    return f'["{kind}",{encode_json(path)}{end}'
+
+
+def _change(path: list[Any], old: Any, value: Any, text: str) -> str:
+    """The change (as JSON) that turns ``old`` (what was last written at ``path``) into ``value``
+    (whose JSON is ``text``, used as it is): items appended to a list, text added to a long
+    string, else the new value."""
     if type(old) is _Leaf:
         if old.items > 0 and type(value) in (list, tuple) and len(value) > old.items and text.startswith(old.text[:-1]) \
                 and text[len(old.text) - 1] == ",":
-            return ["a", path, list(value[old.items:])]
+            return _op("a", path, encode_json(list(value[old.items:])))
         if old.string is not None and len(old.string) > EXTEND_CHARS and type(value) is str \
                 and len(value) > len(old.string) and value.startswith(old.string):
-            return ["x", path, value[len(old.string):]]
-    return ["s", path, value]
+            return _op("x", path, encode_json(value[len(old.string):]))
+    return _op("s", path, text)
 
 
 class _NotStrKey(FsmchatError):
@@ -221,7 +228,8 @@ class StateDiff:
     """One run's writer side: remembers what it last wrote (as JSON text, split into parts for
     large dicts and lists) and gives the delta of the next snapshot. JSON is compared as text, so
     ``1``, ``1.0`` and ``true`` stay distinct and what is folded back equals what was snapshotted.
-    A delta is built as a list of changes and written by ``encode_json``.
+    A delta is the JSON list of its changes, each written once as it is found (a changed value's
+    text, made to compare it, is the text written).
 
     A commit's work follows what changed, not the state's size: an ``AppendLog`` still the same
     list is written from where the last commit stopped (its earlier items are not looked at), and
@@ -238,14 +246,14 @@ class StateDiff:
         prev = self.prev
         if prev is None:
             return self.full(state)
-        ops: list[list[Any]] = []
+        ops: list[str] = []
         try:
             self._dict([], state, prev, ops)
         except _NotStrKey:  # JSON would rename such a key: every commit writes the whole state
             return self.full(state)
-        return encode_json(ops) if ops else None
+        return f"[{','.join(ops)}]" if ops else None
 
-    def _dict(self, path: list[Any], value: dict[str, Any], old: _Obj, ops: list[list[Any]]) -> None:
+    def _dict(self, path: list[Any], value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
         """Diff a dict key by key (``path``: the keys to it)."""
         for k, v in value.items():
             if type(v) in _FROZEN and old.src.get(k, _Obj) is v:  # (_Obj: never a value)
@@ -253,12 +261,12 @@ class StateDiff:
             old[k] = self._diff(old.key_path(path, k), v, old.get(k), ops)
             old.src[k] = v
         for k in [k for k in old if k not in value]:  # removed keys
-            ops.append(["d", old.key_path(path, k)])
+            ops.append(_op("d", old.key_path(path, k)))
             del old[k]
             old.src.pop(k, None)
             old.paths.pop(k, None)
 
-    def _diff(self, path: list[Any], value: Any, old: Any, ops: list[list[Any]]) -> Any:
+    def _diff(self, path: list[Any], value: Any, old: Any, ops: list[str]) -> Any:
         t, was = type(value), type(old)
         if t is AppendLog:
             return self._log(path, value, old, ops)
@@ -270,7 +278,7 @@ class StateDiff:
             for i in range(n):
                 old[i] = self._diff([*path, i], value[i], old[i], ops)
             if len(value) > n:
-                ops.append(["a", path, list(value[n:])])
+                ops.append(_op("a", path, encode_json(list(value[n:]))))
                 old.extend(_track(v) for v in value[n:])
             # a list that outgrew a few items is tracked whole again: appends are found on it as a whole
             return old if len(old) <= SPLIT_ITEMS else _track(value)
@@ -279,15 +287,15 @@ class StateDiff:
             ops.append(_change(path, old, value, text))
         return _tracked(value, text)
 
-    def _log(self, path: list[Any], value: AppendLog, old: Any, ops: list[list[Any]]) -> Any:
+    def _log(self, path: list[Any], value: AppendLog, old: Any, ops: list[str]) -> Any:
         """An ``AppendLog``: the items added since the last commit, when it is the same list and
         was only appended to; else the whole list (a new list, or one rewritten)."""
         if type(old) is _Log and old.items is value and old.rewrites == value.rewrites and len(value) >= old.n:
             if len(value) > old.n:
-                ops.append(["a", path, value[old.n:]])
+                ops.append(_op("a", path, encode_json(value[old.n:])))
                 old.n = len(value)
             return old
-        ops.append(["s", path, list(value)])
+        ops.append(_op("s", path, encode_json(list(value))))
         return _Log(value)
 
     def full(self, state: dict[str, Any]) -> str:

@@ -208,12 +208,15 @@ class Row:
 @dataclass(frozen=True)
 class Commit:
     """What one commit appends to a run, in one transaction: its event ``rows`` (held steps first,
-    the committed step last) and the ``messages`` posted since the last commit, the first of them
-    numbered ``first`` (the transcript's length before the commit)."""
+    the committed step last), the first of them numbered ``seq`` (how many event rows the run
+    holds before the commit), and the ``messages`` posted since the last commit, the first of them
+    numbered ``first`` (the transcript's length before the commit). The run's one writer (its
+    lease fences out any other) numbers both, so a store need not look the numbers up."""
 
     rows: tuple[Row, ...]
     messages: tuple[Message, ...]
     first: int
+    seq: int
 
     @property
     def state_delta(self) -> str | None:

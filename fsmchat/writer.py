@@ -30,12 +30,13 @@ def state_deltas(states: Sequence[dict[str, Any] | str | None]) -> list[str | No
 class RunWriter:
     """Writes one run's commits to ``store``: ``start``, ``commit`` (after each step) and ``finish``.
 
-    ``messages`` is how many of the run's messages the store already holds (a resume's writer
-    starts from there); ``fence`` the lease every write is made under (a store with leases)."""
+    ``messages`` and ``events`` are how many of the run's messages and event rows the store
+    already holds (a resume's writer numbers its rows from there); ``fence`` the lease every write
+    is made under (a store with leases)."""
 
-    def __init__(self, store: Store, run_id: str, fence: Fence | None = None, messages: int = 0):
+    def __init__(self, store: Store, run_id: str, fence: Fence | None = None, messages: int = 0, events: int = 0):
         self.store, self.run_id, self.fence = store, run_id, fence
-        self.messages = messages
+        self.messages, self.events = messages, events
         self.diff = StateDiff()  # what this writer last wrote of the run's state
 
     def start(self, meta: dict[str, Any]) -> None:
@@ -51,11 +52,12 @@ class RunWriter:
         after = self.messages + len(messages)
         rows = tuple(Row(e, self.messages, HELD) for e in earlier) + (Row(event, after, delta),)
         try:
-            pending = self.store.append(self.run_id, Commit(rows, tuple(messages), self.messages), self.fence)
+            pending = self.store.append(self.run_id, Commit(rows, tuple(messages), self.messages, self.events),
+                                        self.fence)
         except BaseException:
             self.lost()
             raise
-        self.messages = after
+        self.messages, self.events = after, self.events + len(rows)
         return pending
 
     def lost(self) -> None:
@@ -73,10 +75,10 @@ class Recorder:
     when the run ends. A branch run gets its own lane, ``<run id>/<step>:<branch>``."""
 
     def __init__(self, cp: Store, run_id: str, transcript: Any, snapshot: Callable[[], dict[str, Any]],
-                 saved_messages: int = 0, lease: "Lease | None" = None):
+                 saved_messages: int = 0, lease: "Lease | None" = None, saved_events: int = 0):
         self.cp, self.run_id, self.transcript, self.snapshot = cp, run_id, transcript, snapshot
         self.lease = lease
-        self.writer = RunWriter(cp, run_id, lease.fence if lease is not None else None, saved_messages)
+        self.writer = RunWriter(cp, run_id, lease.fence if lease is not None else None, saved_messages, saved_events)
         self.pending: list[TraceEvent] = []  # held steps (pure or hold states), committed with the next step
         self.unsynced: list[Future[None]] = []  # commits a store writes later (durability="fsync"), not yet on disk
 
@@ -144,7 +146,8 @@ class Recorder:
         ctx.transcript.restore(saved.messages)
         if saved.state is not None:
             ctx.restore(saved.state)
-        return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, len(saved.messages), self.lease), saved
+        return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, len(saved.messages), self.lease,
+                        len(saved.events)), saved
 
 
 class Lease:

@@ -66,4 +66,5 @@ def write(cp: Any, run_id: str, event: Any, messages: Any, state: Any, earlier: 
     new writer that starts from what the store holds (its first delta is the whole state)."""
     from fsmchat.writer import RunWriter
 
-    RunWriter(cp, run_id, fence, len(cp.load(run_id).messages)).commit(event, messages, state, earlier)
+    saved = cp.load(run_id)
+    RunWriter(cp, run_id, fence, len(saved.messages), len(saved.events)).commit(event, messages, state, earlier)

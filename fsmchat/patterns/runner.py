@@ -329,7 +329,8 @@ class PatternRun:
             recorder = None
             if checkpoint is not None:
                 assert run_id is not None and lease is not None
-                recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript), lease)
+                recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript), lease,
+                                    len(saved.events) if saved is not None else 0)
                 if saved is None:
                     recorder.start(meta or {})
                 ctx.stats.before_request = lease.check  # no request is sent once another owner took the run
