@@ -1,4 +1,4 @@
-"""Durable runs with per-step state deltas (issue 21 item 1, issue 18 time travel): what a
+"""Durable runs with per-step state deltas: what a
 checkpoint costs per turn of each pattern, and what it writes.
 
 GroupChat (three instant callable bidders: a and b alternate, c stays quiet; the workload of

@@ -1,4 +1,4 @@
-"""litellm's per-call cost (issue 21, item 3): CPU per model call through litellm, with litellm's
+"""litellm's per-call cost: CPU per model call through litellm, with litellm's
 defaults ("before") and with fsmchat's lean settings ("after", what fsmchat runs), in one process.
 
 - **per call**: ``llm.acomplete`` (a forced ``respond`` bid, what a GroupChat agent sends) with 100
@@ -109,7 +109,7 @@ def install_provider() -> None:
 def litellm_defaults() -> Iterator[None]:
     """fsmchat's lean settings undone for the block ("before"): litellm's base64 scan on (its
     default, 64), every response priced by litellm even from fsmchat's own providers, and fsmchat
-    pricing each response again (``completion_cost``), as fsmchat did before issue 21."""
+    pricing each response again (``completion_cost``), as fsmchat once did."""
     from litellm.litellm_core_utils import logging_utils
 
     from fsmchat.speakers import llm

@@ -1,4 +1,4 @@
-"""Batches on Ray (issue 10): N = 10,000 GroupChats whose scripted model answers after 50 ms,
+"""Batches on Ray: N = 10,000 GroupChats whose scripted model answers after 50 ms,
 ``run_batch`` in one process (asyncio, ``max_concurrency=C``) against ``executor="ray"`` with 2
 local workers (``max_concurrency_per_worker=C``), each side in a fresh interpreter.
 
@@ -108,7 +108,7 @@ def measure(n: int, c: int) -> tuple[str, list[dict[str, Any]]]:
              "the workers spread.",
              f"- Results identical (hash of the {n:,} outputs): {'yes' if same else '**no**'}."]
     speedup = local["wall"] / ray["wall"]
-    rows = [{"target": "Ray batches (issue 10)",
+    rows = [{"target": "Ray batches",
              "measure": f"{n:,} GroupChats, 50 ms scripted model: batch wall (chats/s), Ray with {WORKERS} local "
                         "workers vs local run_batch",
              "fsmchat": f"{ray['wall']:.1f} s ({n / ray['wall']:.0f}/s)",

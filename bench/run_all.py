@@ -1,4 +1,4 @@
-"""The benchmark suite (issue 9): every target's script, one after the other (each in its own
+"""The benchmark suite: every target's script, one after the other (each in its own
 interpreter, so one's imports and heap never weigh on the next), then the summary table built
 from ``bench/results/*.json``.
 

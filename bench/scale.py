@@ -128,7 +128,7 @@ def med(rs: list[dict[str, Any]], key: str) -> float:
 
 def measure(quick: bool) -> tuple[str, list[dict[str, Any]]]:
     reps = 5
-    C, L, ML = 1000, 0.1, 10  # issue 21: 1,000 chats with 100 ms callables <= 1.5x the latency floor
+    C, L, ML = 1000, 0.1, 10  # the goal: 1,000 chats with 100 ms callables <= 1.5x the latency floor
     LL = 0.05  # the litellm row: ScriptedModel answering after 50 ms
     GOAL = 1.5
     IC, IL, IML = (1000, 5.0, 4) if quick else (10_000, 5.0, 4)

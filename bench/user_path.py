@@ -1,4 +1,4 @@
-"""User path (issue 21, items 1, 2 and 5): what users run -- ``GroupChat(...).run(task)``,
+"""User path: what users run -- ``GroupChat(...).run(task)``,
 ``RoundRobinSwarm(...).run(task)``, ``AgentFlow([Discussion(...)]).run()`` -- per turn, against a
 plain asyncio floor doing the same conversation and against LangGraph's fastest idiomatic
 spelling of it, measured in the same run; then the same with checkpoints: fsmchat's
