@@ -24,6 +24,7 @@ import os
 import socket
 import time
 import uuid
+from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, cast
@@ -290,11 +291,12 @@ class LaneStore(Store, Protocol):
     def lanes(self, run_id: str) -> list[str]: ...
 
 
-class ReadsLog:
-    """``load`` and ``history`` of a store, read from its ``log``."""
+class ReadsLog(ABC):
+    """``load`` and ``history`` of a store, read from its ``log`` (which each store defines)."""
 
+    @abstractmethod
     def log(self, run_id: str) -> RunLog:
-        raise NotImplementedError(f"{type(self).__name__} must define log(run_id)")
+        """Every stored row of the run, as a ``RunLog`` (``KeyError`` if unknown)."""
 
     def load(self, run_id: str) -> Saved:
         """The run as a ``Saved``: its events, messages, latest state and stop reason (``KeyError`` if unknown)."""
