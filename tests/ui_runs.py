@@ -1,5 +1,7 @@
 """The runs the run viewer's tests look at: a scripted GroupChat and a flow with a Discussion, each
 checkpointed into a store, and a script that runs a GroupChat step by step on cue (a live run)."""
+import json
+
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat
 from fsmchat.checkpoint import SqliteCheckpointer
 from fsmchat.testing import ScriptedModel
@@ -62,3 +64,20 @@ chat = GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=8)
 result = chat.execute("Go live", checkpoint=SqliteCheckpointer(sys.argv[1]), run_id=sys.argv[2])
 print(result.stop_reason)
 '''
+
+
+def sse_events(client, run_id):
+    """A run's server-sent events from ``fsmchat serve`` (``/api/runs/ID/events``) as (event, data)
+    pairs, read line by line up to ``end``."""
+    out, kind = [], None
+    with client.stream("GET", f"/api/runs/{run_id}/events") as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                kind = line[len("event: "):]
+            elif line.startswith("data: "):
+                out.append((kind, json.loads(line[len("data: "):])))
+                if kind == "end":
+                    break
+    return out

@@ -9,6 +9,7 @@ import pytest
 
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.ui import serve as fserve
+from ui_runs import sse_events
 
 TOKEN = "s3cret-token"
 
@@ -45,22 +46,6 @@ def server(db, token=None, patterns=PATTERNS):
         running.stop()
 
 
-def stream(client, run_id):
-    """The run's SSE events as (event, data) pairs, read line by line up to ``end``."""
-    out, kind = [], None
-    with client.stream("GET", f"/api/runs/{run_id}/events") as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                kind = line[len("event: "):]
-            elif line.startswith("data: "):
-                out.append((kind, json.loads(line[len("data: "):])))
-                if kind == "end":
-                    break
-    return out
-
-
 def shape(events):
     """Each event as its kind, a trace event as "trace:STATE", a message as "message:ROLE"."""
     return [f"trace:{d['state']}" if k == "trace" else f"message:{d['role']}" if k == "message" else k
@@ -71,7 +56,7 @@ def test_a_started_run_streams_its_events_in_order_then_its_stop_reason(tmp_path
     with server(tmp_path / "runs.db") as client:
         started = client.post("/api/runs", json={"pattern": "chat", "task": "Cats or dogs?", "run_id": "r1"})
         assert started.status_code == 202 and started.json()["run_id"] == "r1"
-        events = stream(client, "r1")
+        events = sse_events(client, "r1")
         assert shape(events) == ["message:User", "trace:seed", "trace:bid", "trace:select", "message:a",
                                  "trace:post", "trace:penalize", "trace:stop", "end"]
         assert events[-1][1] == {"run_id": "r1", "stop_reason": "max_loops", "waiting": False}
@@ -81,20 +66,20 @@ def test_a_started_run_streams_its_events_in_order_then_its_stop_reason(tmp_path
         one = client.get("/api/runs/r1")
         assert one.status_code == 200 and one.json()["run"]["run_id"] == "r1"
         assert client.get("/").status_code == 200 and "r1" in client.get("/").text  # the viewer's page
-        again = stream(client, "r1")  # a finished run streams what it committed, then the same end
+        again = sse_events(client, "r1")  # a finished run streams what it committed, then the same end
         assert again[-1] == ("end", {"run_id": "r1", "stop_reason": "max_loops", "waiting": False})
 
 
 def test_a_waiting_run_is_answered_and_goes_on(tmp_path):
     with server(tmp_path / "runs.db") as client:
         assert client.post("/api/runs", json={"pattern": "review", "task": "Cats?", "run_id": "w"}).status_code == 202
-        waited = stream(client, "w")
+        waited = sse_events(client, "w")
         assert shape(waited)[-2:] == ["trace:before_post", "end"]
         assert waited[-1][1]["waiting"] is True and waited[-1][1]["stop_reason"] == "interrupted"
         assert waited[-1][1]["allowed"] == ["approve", "edit", "reject", "say"]
         answered = client.post("/api/runs/w/answer", json={"type": "edit", "text": "Birds, by a person."})
         assert answered.status_code == 202
-        went_on = stream(client, "w")
+        went_on = sse_events(client, "w")
         assert [d["content"] for k, d in went_on if k == "message"] == ["Birds, by a person."]
         assert went_on[-1] == ("end", {"run_id": "w", "stop_reason": "max_loops", "waiting": False})
         again = client.post("/api/runs/w/answer", json={"type": "approve"})
@@ -105,16 +90,16 @@ def test_runs_survive_a_server_restart(tmp_path):
     db = tmp_path / "runs.db"
     with server(db) as client:
         client.post("/api/runs", json={"pattern": "review", "task": "Cats?", "run_id": "kept"})
-        assert stream(client, "kept")[-1][1]["waiting"] is True
+        assert sse_events(client, "kept")[-1][1]["waiting"] is True
     with server(db) as client:  # a new server, a new event loop, the same store
         assert [r["run_id"] for r in client.get("/api/runs").json()["runs"]] == ["kept"]
-        assert stream(client, "kept")[-1][1]["stop_reason"] == "interrupted"
+        assert sse_events(client, "kept")[-1][1]["stop_reason"] == "interrupted"
         assert client.post("/api/runs/kept/answer", json={"type": "approve"}).status_code == 202
-        assert stream(client, "kept")[-1][1] == {"run_id": "kept", "stop_reason": "max_loops", "waiting": False}
+        assert sse_events(client, "kept")[-1][1] == {"run_id": "kept", "stop_reason": "max_loops", "waiting": False}
         forked = client.post("/api/runs/kept/fork", json={"at": 0, "fork_id": "kept-2"})
         assert forked.status_code == 201 and forked.json()["run_id"] == "kept-2"
         assert client.post("/api/runs/kept-2/resume").status_code == 202
-        assert stream(client, "kept-2")[-1][1]["stop_reason"] == "interrupted"
+        assert sse_events(client, "kept-2")[-1][1]["stop_reason"] == "interrupted"
 
 
 def test_the_token_is_required_when_set(tmp_path):
@@ -171,7 +156,7 @@ def test_unknown_patterns_and_runs(tmp_path):
         empty_edit = client.post("/api/runs/ghost/answer", json={"type": "edit"})
         assert empty_edit.status_code == 422 and "give the new text" in empty_edit.json()["error"]
         taken = client.post("/api/runs", json={"pattern": "review", "task": "x", "run_id": "t"})
-        assert taken.status_code == 202 and stream(client, "t")[-1][0] == "end"
+        assert taken.status_code == 202 and sse_events(client, "t")[-1][0] == "end"
         again = client.post("/api/runs", json={"pattern": "chat", "task": "x", "run_id": "t"})
         assert again.status_code == 409 and "already exists" in again.json()["error"]
 
@@ -196,7 +181,8 @@ def test_the_cli_serves_named_targets_and_refuses_a_public_address_without_a_tok
     import subprocess
     import sys
     here = os.path.abspath(__file__)
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(here)))}
+    tests = os.path.dirname(os.path.dirname(here))  # the helpers (ui_runs) this module imports
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests])}
     env.pop("FSMCHAT_SERVE_TOKEN", None)
     cmd = [sys.executable, "-m", "fsmchat.cli", "serve", "--store", str(tmp_path / "runs.db"),
            "--target", f"talk={here}:chat"]
@@ -213,7 +199,7 @@ def test_the_cli_serves_named_targets_and_refuses_a_public_address_without_a_tok
         with httpx.Client(base_url=url, headers=auth, timeout=60) as client:
             assert client.post("/api/runs", json={"pattern": "talk", "task": "Cats or dogs?",
                                                   "run_id": "c"}).status_code == 202
-            assert stream(client, "c")[-1][1]["stop_reason"] == "max_loops"
+            assert sse_events(client, "c")[-1][1]["stop_reason"] == "max_loops"
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait()
@@ -259,7 +245,7 @@ def test_a_running_run_streams_as_it_goes_and_is_cancelled(tmp_path):
 def test_a_streamed_reply_relays_its_tokens_before_its_message(tmp_path):
     with server(tmp_path / "runs.db", patterns={"relay": relay}) as client:
         assert client.post("/api/runs", json={"pattern": "relay", "task": "Cats or dogs?", "run_id": "t1"}).status_code == 202
-        events = stream(client, "t1")
+        events = sse_events(client, "t1")
         kinds = [k for k, _ in events]
         first, posted = kinds.index("token"), kinds.index("message", 1)
         tokens = [d for k, d in events if k == "token"]

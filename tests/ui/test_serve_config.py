@@ -10,24 +10,12 @@ from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.cli import main
 from fsmchat.trust import UntrustedReference
 from fsmchat.ui import serve as fserve
+from ui_runs import sse_events
 
 
 def host(turn):
     """A plain function agent: configs name it by its module path, which the trust rules must allow."""
     return f"Welcome, turn {len(turn.transcript)}."
-
-
-def events_of(client, run_id):
-    out, kind = [], None
-    with client.stream("GET", f"/api/runs/{run_id}/events") as response:
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                kind = line[len("event: "):]
-            elif line.startswith("data: "):
-                out.append((kind, json.loads(line[len("data: "):])))
-                if kind == "end":
-                    break
-    return out
 
 
 def test_a_config_is_served_and_its_runs_resume_by_it(tmp_path):
@@ -38,9 +26,9 @@ def test_a_config_is_served_and_its_runs_resume_by_it(tmp_path):
     try:
         with httpx.Client(base_url=running.url, timeout=60) as client:
             assert client.post("/api/runs", json={"pattern": "review", "task": "Cats?", "run_id": "c"}).status_code == 202
-            assert events_of(client, "c")[-1][1]["waiting"] is True
+            assert sse_events(client, "c")[-1][1]["waiting"] is True
             assert client.post("/api/runs/c/answer", json={"type": "say", "text": "Birds."}).status_code == 202
-            went_on = events_of(client, "c")  # resumed by the config that started it (its digest)
+            went_on = sse_events(client, "c")  # resumed by the config that started it (its digest)
             assert [d["content"] for k, d in went_on if k == "message"] == ["Birds."]
             assert went_on[-1][1] == {"run_id": "c", "stop_reason": "max_loops", "waiting": False}
             code = client.post("/api/runs", json={"pattern": "review", "task": "x", "config": cfg})
@@ -59,7 +47,7 @@ def test_a_config_naming_code_outside_the_allowed_modules_is_refused_before_serv
     try:
         with httpx.Client(base_url=running.url, timeout=60) as client:
             assert client.post("/api/runs", json={"pattern": "hosted", "task": "Hello?", "run_id": "h"}).status_code == 202
-            ev = events_of(client, "h")
+            ev = sse_events(client, "h")
             assert [d["content"] for k, d in ev if k == "message"] == ["Hello?", "Welcome, turn 1."]
     finally:
         running.stop()

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from openai_server import OpenAIServer, agent_of, text
+from ui_runs import sse_events
 from pg import pg_cluster, pg_dsn  # noqa: F401 - fixtures
 
 from fsmchat import Agent, RoundRobinSwarm, SqliteCheckpointer
@@ -71,20 +72,6 @@ def serve(store, api_base):
     return proc, found.group(1)
 
 
-def stream(client, run_id):
-    out, kind = [], None
-    with client.stream("GET", f"/api/runs/{run_id}/events") as response:
-        assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                kind = line[len("event: "):]
-            elif line.startswith("data: "):
-                out.append((kind, json.loads(line[len("data: "):])))
-                if kind == "end":
-                    break
-    return out
-
-
 FINAL = [("User", "Cats or dogs?"), ("x", "x after 2"), ("y", "y after 3"), ("x", "x after 4"), ("y", "y after 5")]
 
 
@@ -125,7 +112,7 @@ def test_a_run_in_flight_when_its_server_is_killed_is_resumed_by_the_next_and_fi
                 listed = {r["run_id"]: r["status"] for r in client.get("/api/runs").json()["runs"]}
                 assert listed == {"R": "unfinished"}
                 assert client.post("/api/runs/R/resume").status_code == 202  # its owner is dead: resumable at once
-                events = stream(client, "R")
+                events = sse_events(client, "R")
                 assert events[-1] == ("end", {"run_id": "R", "stop_reason": "max_loops", "waiting": False})
                 assert [(d["role"], d["content"]) for k, d in events if k == "message"] == FINAL[3:]
         finally:
