@@ -52,19 +52,6 @@ def waits(monkeypatch):
     return w
 
 
-@pytest.fixture(scope="module")
-def warm():
-    """One streamed reply on each path first, with a generous timeout: the first streamed call imports
-    litellm's and aiohttp's streaming code (seconds on a loaded machine), which a test whose
-    timeout or deadline cuts a stall must not spend inside that limit."""
-    for transport in ("litellm", "fast"):
-        with OpenAIServer([text("Warm.")], max_lifetime=120) as srv:
-            result = RoundRobinSwarm(agents=[Agent("warm", model="openai/test-model", api_base=srv.api_base,
-                                                   api_key="sk-test", timeout=120, transport=transport,
-                                                   stream=True)], max_loops=1).execute("Warm up.")
-            assert result.ok, result.error
-
-
 def agent(api_base: str, name: str, transport: str, **kw) -> Agent:
     opts = dict(system_prompt=f"You are {name}, a terse planner.", model="openai/test-model", api_base=api_base,
                 api_key="sk-test", tool_mode="native", num_retries=0, timeout=5, transport=transport)
