@@ -1,4 +1,5 @@
 import os
+import signal
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -36,3 +37,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
         if len(parts) > 1 and parts[0] in CORE and parts[-1] not in NOT_CORE:
             item.add_marker(pytest.mark.core)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_restored():
+    """A test that installs a Ctrl-C handler (a server run in-process, a CLI call) leaves Python's
+    own behind it, so a later test's real SIGINT still raises KeyboardInterrupt."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before:
+        signal.signal(signal.SIGINT, before)
