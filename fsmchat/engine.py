@@ -29,13 +29,14 @@ import gc
 import inspect
 import threading
 from time import perf_counter
-from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, NamedTuple, TypeVar
+from typing import Awaitable, Callable, Collection, Coroutine, Generic, Iterable, Iterator, NamedTuple, Protocol, \
+    Sequence, TypeVar
 
 from transitions import Machine
 
 from .errors import FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
 from .masking import redact, redact_chain
-from .graph.state_graph import StateGraph, callable_name, is_awaitable
+from .graph.state_graph import Action, C, Fork, Guard, Reason, StateGraph, callable_name, is_awaitable
 from .models import RunResult, StopReason, TraceEvent
 
 T = TypeVar("T")
@@ -43,10 +44,39 @@ Observer = Callable[[TraceEvent], None]
 DEFAULT_MAX_STEPS = 100_000
 
 
+class SavedLane(Protocol):
+    """What a checkpoint store holds for a branch run's lane, as the engine reads it to continue it."""
+
+    @property
+    def events(self) -> Sequence[TraceEvent]: ...
+
+    @property
+    def stop_reason(self) -> str | None: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+
+class RunRecorder(Protocol):
+    """The checkpoint observer a run commits to (``fsmchat.writer.Recorder``), as the engine calls it."""
+
+    @property
+    def unsynced(self) -> Collection[object]:
+        """Commits a store writes later, not yet durable (the engine awaits ``durable()`` when any)."""
+
+    def __call__(self, ev: TraceEvent, held: bool = False) -> None: ...
+
+    def finish(self, stop_reason: str) -> None: ...
+
+    async def durable(self) -> None: ...
+
+    def branch(self, key: str, ctx: object) -> tuple[RunRecorder, SavedLane | None]: ...
+
+
 class _Edge(NamedTuple):
     """An outgoing transition as the engine takes it."""
 
-    guard: Callable[[Any], Any] | None
+    guard: Guard | None
     label: str
     dest: str
 
@@ -56,8 +86,8 @@ class _Step:
 
     __slots__ = ("name", "action", "final", "reason", "out", "fork", "branches", "held")
 
-    def __init__(self, name: str, action: Any, final: bool, reason: Any, out: list[_Edge],
-                 fork: Any, branches: list[StateGraph], held: bool = False):
+    def __init__(self, name: str, action: Action | None, final: bool, reason: str | Reason | None, out: list[_Edge],
+                 fork: Fork | None, branches: list[StateGraph], held: bool = False):
         self.name = name
         self.action = action
         self.final = final
@@ -68,7 +98,7 @@ class _Step:
         self.held = held  # its step may be committed with the next one (a pure or hold state; see Recorder)
 
 
-def machine_class() -> Any:
+def machine_class() -> type[Machine]:
     """The ``transitions.Machine`` class every graph runs on (tests replace it with a recording
     subclass to check that every step goes through it)."""
     return Machine
@@ -112,8 +142,8 @@ def runnable_graph(graph: StateGraph) -> RunnableGraph:
 
     ("Compile" means one thing in fsmchat: a pattern or flow compiles itself to a ``StateGraph``;
     the engine only *prepares* that graph to run.)"""
-    runnable: RunnableGraph | None = graph.runnable
-    if runnable is None:
+    runnable = graph.runnable
+    if not isinstance(runnable, RunnableGraph):
         runnable = RunnableGraph(graph)
         graph.runnable = runnable
     return runnable
@@ -123,7 +153,7 @@ STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar("fsmchat_step"
 """The qualified name of the state whose action is running (in this task), None outside one."""
 
 
-class GraphRun:
+class GraphRun(Generic[C]):
     """One run of ``graph`` against ``context``: its current state, path and trace.
 
     ``await step(event=None)`` makes one step; ``run()`` steps until a final state and returns the
@@ -171,8 +201,9 @@ class GraphRun:
         (True, 'walk', ['closed', 'opened', 'gone'])
     """
 
-    def __init__(self, graph: StateGraph, context: Any = None, *, observers: Iterable[Observer] = (),
-                 recorder: Any = None, start: str | None = None, history: Iterable[TraceEvent] | None = None,
+    def __init__(self, graph: StateGraph[C], context: C | None = None, *, observers: Iterable[Observer] = (),
+                 recorder: RunRecorder | None = None, start: str | None = None,
+                 history: Iterable[TraceEvent] | None = None,
                  prefix: str = "", clock: Callable[[], float] = perf_counter, max_steps: int = DEFAULT_MAX_STEPS,
                  parent: "GraphRun | None" = None):
         self.graph = graph
@@ -191,7 +222,7 @@ class GraphRun:
                 raise ValueError(f"graph {graph.name!r}: cannot resume at {start!r}: no such state")
         self.state = start if start is not None else self.runnable.initial
         self.entered = False  # has the current state's action run in this visit?
-        self.payload: Any = None  # what it returned
+        self.payload: object = None  # what it returned
         self.error: BaseException | None = None
         self.stop_reason: StopReason | str | None = None
         self.max_steps = max_steps
@@ -233,7 +264,7 @@ class GraphRun:
                          graph=self.graph)
 
     # ---- stepping ----
-    async def step(self, event: str | None = None, payload: Any = None) -> TraceEvent:
+    async def step(self, event: str | None = None, payload: object = None) -> TraceEvent:
         """Run the current state's action (once per visit), then take one transition.
 
         An action that raises ``LimitReached`` ends the state through the edge it names (e.g. the
@@ -272,7 +303,7 @@ class GraphRun:
             raise NoTransitionError(self._no_choice(event))
         return self._advance(choice, self.payload if payload is None else payload)
 
-    def fire(self, event: str, payload: Any = None) -> TraceEvent:
+    def fire(self, event: str, payload: object = None) -> TraceEvent:
         """Take the first ``event`` transition whose guard passes, then run the new state's action.
 
         The synchronous step of an event-driven run (hub channels): actions must be plain
@@ -299,7 +330,7 @@ class GraphRun:
         self.enter_sync()
         return ev
 
-    def enter_sync(self) -> Any:
+    def enter_sync(self) -> object:
         """Run the current state's action now, synchronously (event-driven graphs), and return its result.
 
         Raises:
@@ -326,7 +357,7 @@ class GraphRun:
     async def _enter(self, st: _Step) -> None:
         """Run the state's action (sync or async) or its fork, keeping what it returned as the payload."""
         if st.fork is not None:
-            self.payload = await self._fork(st)
+            self.payload = await self._fork(st, st.fork)
         elif st.action is None:
             self.payload = None
         else:
@@ -337,7 +368,7 @@ class GraphRun:
             finally:
                 STEP.reset(entered)
 
-    def _choose(self, event: str | None, payload: Any) -> _Edge | None:
+    def _choose(self, event: str | None, payload: object) -> _Edge | None:
         for edge in self.runnable.steps[self.state].out:
             if (event is None or edge.label == event) and (edge.guard is None or edge.guard(self.context)):
                 return edge
@@ -363,7 +394,7 @@ class GraphRun:
         guards = ", ".join(callable_name(e.guard) for e in candidates)
         return f"{where}: no {event!r} transition out of state {self.qualified!r} passed its guard ({guards})"
 
-    def _advance(self, edge: _Edge, payload: Any) -> TraceEvent:
+    def _advance(self, edge: _Edge, payload: object) -> TraceEvent:
         source = self.state
         self.runnable.move(self, edge.dest)  # the Machine sets self.state
         self.entered, self.payload = False, None
@@ -443,7 +474,7 @@ class GraphRun:
                 self.stop_reason = StopReason.ERROR
         return self.result()
 
-    def _stop_with(self, reason: StopReason, payload: Any) -> None:
+    def _stop_with(self, reason: StopReason, payload: object) -> None:
         """End the run here for ``reason``, its last event labelled with it (carrying ``payload``)."""
         self.stop_reason = reason
         self.path.append(self.qualified)
@@ -466,15 +497,15 @@ class GraphRun:
                     self.stop_reason = StopReason.ERROR
 
     # ---- forks: branches as child runs ----
-    async def _fork(self, st: _Step) -> Any:
+    async def _fork(self, st: _Step, fork: Fork) -> object:
         """Run the fork state's branches as child runs, concurrently (at most ``limit`` at once,
         started in order: 1 runs them one after another), then join them.
 
         ``split(ctx)`` gives ``(branch index, child context, item index or None)`` per child run;
         ``join(ctx, [(child context, RunResult)])`` merges them in that order."""
-        split, join, limit = st.fork
+        split, join, limit = fork
         at = len(self.path)  # this visit's step number: names the children's checkpoint lanes
-        runs: list[tuple[Any, GraphRun | None, RunResult | None]] = []  # (context, child run, or its result)
+        runs: list[tuple[object, GraphRun | None, RunResult | None]] = []  # (context, child run, or its result)
         for index, child_ctx, item in split(self.context):
             name = f"{self.prefix}{st.name}|{index + 1}" + (f"[{item}]" if item is not None else "")
             recorder, saved = (self.recorder.branch(f"{at}:{name}", child_ctx) if self.recorder is not None
@@ -505,9 +536,9 @@ class _MaxSteps(FsmchatError):
     """The run reached ``max_steps`` (ends it with stop reason ``max_steps``)."""
 
 
-async def run_graph(graph: StateGraph, context: Any, *, max_steps: int = DEFAULT_MAX_STEPS,
+async def run_graph(graph: StateGraph, context: object, *, max_steps: int = DEFAULT_MAX_STEPS,
                     observers: Iterable[Observer] = (), start: str | None = None,
-                    history: list[TraceEvent] | None = None, recorder: Any = None) -> RunResult:
+                    history: list[TraceEvent] | None = None, recorder: RunRecorder | None = None) -> RunResult:
     """Run ``graph`` against ``context`` until a final state and return the ``RunResult``.
 
     An error in an action or guard does not raise: it ends the run with ``stop_reason="error"``
@@ -579,7 +610,7 @@ def batch_collector(runs: int) -> Iterator[None]:
                 gc.unfreeze()
 
 
-def run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def run_sync(make: Callable[[], Coroutine[object, object, T]]) -> T:
     """Run a coroutine to completion from sync code, also inside a running loop (Jupyter).
 
     With no loop in this thread it uses ``asyncio.run``; inside one, it runs the coroutine on a
@@ -606,14 +637,14 @@ def run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         running = False
     if not running:  # outside the except block, so run errors carry no stray exception context
         return asyncio.run(make())
-    box: dict[str, Any] = {}
+    box: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[T]]] = []  # the worker's loop and task, once started
     started = threading.Event()
 
     def worker() -> T:
         loop = asyncio.new_event_loop()
         try:
             task = loop.create_task(make())
-            box["loop"], box["task"] = loop, task
+            box.append((loop, task))
             started.set()
             return loop.run_until_complete(task)
         finally:
@@ -628,19 +659,21 @@ def run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         except BaseException:
             if not future.done():  # interrupted while waiting (KeyboardInterrupt): cancel the run
                 started.wait()
-                if "task" in box:
-                    box["loop"].call_soon_threadsafe(box["task"].cancel)
+                for loop, task in box:
+                    loop.call_soon_threadsafe(task.cancel)
                 concurrent.futures.wait([future])
             raise
 
 
-def run(graph: StateGraph, context: Any, **kw: Any) -> RunResult:
+def run(graph: StateGraph, context: object, *, max_steps: int = DEFAULT_MAX_STEPS, observers: Iterable[Observer] = (),
+        start: str | None = None, history: list[TraceEvent] | None = None,
+        recorder: RunRecorder | None = None) -> RunResult:
     """Run ``graph`` against ``context`` from sync code: ``run_graph`` through ``run_sync``.
 
     Args:
         graph: The graph to run.
         context: The object every action and guard is called with.
-        **kw: ``run_graph``'s other arguments (``max_steps``, ``observers``, ...).
+        max_steps, observers, start, history, recorder: As ``run_graph``'s.
 
     Examples:
         >>> from fsmchat import StateGraph, run
@@ -653,4 +686,5 @@ def run(graph: StateGraph, context: Any, **kw: Any) -> RunResult:
         >>> result.stop_reason, result.error
         ('error', ValueError('no'))
     """
-    return run_sync(lambda: run_graph(graph, context, **kw))
+    return run_sync(lambda: run_graph(graph, context, max_steps=max_steps, observers=observers, start=start,
+                                      history=history, recorder=recorder))

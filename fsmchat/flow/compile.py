@@ -196,8 +196,8 @@ class Compiler:
         return self._ids
 
     def sequence(self, steps: Sequence[Any], name: str, final: str = "done", reason: Any = None,
-                 description: str = "") -> StateGraph:
-        g = StateGraph(name, description=description)
+                 description: str = "") -> StateGraph[FlowContext]:
+        g = StateGraph(name, context=FlowContext, description=description)
         names = state_names(step_names(steps), reserved=[final], fallback="step")
         for state, step in zip(names, steps):
             self.add(g, state, step)
@@ -209,7 +209,7 @@ class Compiler:
             g.edge(state, nxt)
         return g
 
-    def add(self, g: StateGraph, state: str, step: Any) -> None:
+    def add(self, g: StateGraph[FlowContext], state: str, step: Any) -> None:
         """Declare ``step`` as ``state`` of ``g``: a block compiles itself; anything else runs as a ``Task``."""
         if isinstance(step, Block):
             step.compile(self, g, state)
@@ -256,7 +256,7 @@ def flow_point(where: str, qualified: str, g: StateGraph) -> WaitPoint:
         return answer.kind
 
     named(review, f"ask_{where}_{qualified}", f"a person reviews the flow {where} {short}")
-    exits: list[tuple[str, Guard | None, str]] = [("<final>", halted, "halt")]
+    exits: list[tuple[str, Guard[FlowContext] | None, str]] = [("<final>", halted, "halt")]
     if where == "before":
         exits.append((TARGET, None, "approved"))
     return WaitPoint(review, exits, f"waits for a person: go on {where} {short}? (approve, edit vars, say, reject)")
@@ -282,11 +282,11 @@ def task_notes(task: Task) -> str:
     return "".join("\n" + n for n in notes)
 
 
-def bounded_exits(met: Callable[[FlowContext], bool] | None = None) -> list[Exit]:
+def bounded_exits(met: Callable[[FlowContext], bool] | None = None) -> list[Exit[FlowContext]]:
     """The exits of a bounded loop's check state (Discussion, repeat) before its next pass
     (``fsmchat.graph.turns.add_turns``), in order: a halt, then ``until`` (only when the block has
     one: ``met(ctx)`` reads what the check action stored in the block's frame)."""
-    exits: list[Exit] = [("done", halted, "halt")]
+    exits: list[Exit[FlowContext]] = [("done", halted, "halt")]
     if met is None:
         return exits
 

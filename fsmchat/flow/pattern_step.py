@@ -134,7 +134,7 @@ class PatternStep(Block):
         """The most model calls one run of this block can make: the pattern's ``max_calls``."""
         return self.pattern.max_calls(requests=requests)
 
-    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+    def compile(self, c: Compiler, g: StateGraph[FlowContext], state: str) -> None:
         """Declare this block as ``state`` of ``g``: the pattern's graph, nested."""
         self._refuse()
         names = [getattr(s, "name", "?") for s in _speakers(self.pattern)]
@@ -202,7 +202,7 @@ class PatternStep(Block):
                 return out
             return functools.update_wrapper(action, fn) if fn is not None else action
 
-        def guarded(fn: Guard, label: str) -> Guard:
+        def guarded(fn: Guard[ChatContext], label: str) -> Guard[FlowContext]:
             """``fn`` on the pattern's context; remembers ``label`` when it passes."""
             def guard(ctx: FlowContext) -> bool:
                 ok = bool(fn(live(ctx)))

@@ -19,6 +19,7 @@ from ..speakers.human import Human
 if TYPE_CHECKING:
     from ..graph.state_graph import StateGraph
     from .compile import Compiler
+    from .context import FlowContext
 
 OnError = Literal["stop", "continue", "retry"]
 
@@ -217,7 +218,7 @@ class Block(Declared):
         return f"{type(self).__name__}({', '.join([repr(self.name), *self._repr_fields()])})"
 
     # ---- what a step kind supplies ----
-    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+    def compile(self, c: Compiler, g: StateGraph[FlowContext], state: str) -> None:
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
         raise TypeError(f"step {self.name!r}: a {type(self).__name__} does not compile (it defines no compile())")
 

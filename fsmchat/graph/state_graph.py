@@ -11,22 +11,33 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generic, Iterable, Sequence, TypeGuard
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, Sequence, TypeGuard, overload
 
 from typing_extensions import TypeVar
 
 from ..errors import GraphError
-from .render import (Drawing, Edge, Node, distinct_names, mime_bundle, overlay, render, to_dot, to_html, to_mermaid,
-                     to_svg)
+from ..models import RunResult
+from .render import (Drawing, Edge, Node, Trace, distinct_names, mime_bundle, overlay, render, to_dot, to_html,
+                     to_mermaid, to_svg)
 
-C = TypeVar("C", default=Any)  # the context a graph's actions and guards read: StateGraph[ChatContext]
+if TYPE_CHECKING:
+    import networkx as nx
+
+# The context a graph's actions and guards read: ``StateGraph("g", context=ChatContext)`` is a
+# ``StateGraph[ChatContext]``. Covariant, so ``StateGraph`` alone (``StateGraph[object]``) is "a graph
+# over some context": what nests, forks and runs graphs of every context (the engine calls their
+# steps with the run's context object; only building is checked against ``C``).
+C = TypeVar("C", covariant=True, default=object)
+K = TypeVar("K")  # a fork's child context: what its split makes and its join reads
 Action = Callable[[C], object]  # ``action(ctx)``, sync or async: its return value is the step's payload
 Guard = Callable[[C], bool]  # ``guard(ctx) -> bool``
 Reason = Callable[[C], str]  # a final state's ``reason(ctx)``
 # A fork state's work: ``split(ctx)`` -> [(branch index, child context, item index or None)], one per
 # child run; ``join(ctx, [(child context, RunResult)])`` merges them (in that order) and returns the payload;
 # then the most child runs at once (None: all).
-Fork = tuple[Callable[[Any], Any], Callable[[Any, list[Any]], Any], "int | None"]
+Split = Callable[[C], Iterable[tuple[int, object, "int | None"]]]
+Join = Callable[[C, list[tuple[Any, RunResult]]], object]  # type: ignore[explicit-any]  # a child context has the type its split made (``fork``'s K), which the stored form cannot name
+Fork = tuple[Split[C], Join[C], "int | None"]
 
 
 def state_names(labels: Sequence[str], reserved: Iterable[str] = (), prefix: str = "",
@@ -38,23 +49,23 @@ def state_names(labels: Sequence[str], reserved: Iterable[str] = (), prefix: str
     return distinct_names([prefix + (re.sub(r"\W+", "_", label).strip("_") or fallback) for label in labels], reserved)
 
 
-def first_line(obj: Any) -> str:
+def first_line(obj: object) -> str:
     doc = inspect.getdoc(obj) or ""
     return doc.strip().splitlines()[0].strip() if doc.strip() else ""
 
 
-def callable_name(fn: Any) -> str:
+def callable_name(fn: object) -> str:
     name = getattr(fn, "__name__", None) or type(fn).__name__
     return "guard" if name == "<lambda>" else name
 
 
-def is_awaitable(value: Any) -> TypeGuard[Awaitable[Any]]:
+def is_awaitable(value: object) -> TypeGuard[Awaitable[object]]:
     """``inspect.isawaitable(value)``, typed as a guard: whether an action's result must be awaited."""
     return inspect.isawaitable(value)
 
 
 @dataclass
-class State:
+class State(Generic[C]):
     """A declared state of a ``StateGraph``: its action, description and kind.
 
     Made by ``StateGraph.state``, ``final``, ``subgraph`` and ``fork``; read it from
@@ -83,20 +94,20 @@ class State:
     """
 
     name: str
-    action: Action | None = None
+    action: Action[C] | None = None
     description: str = ""
     final: bool = False
-    reason: "str | Callable[[Any], str] | None" = None  # stop reason when a run ends here
-    subgraph: "StateGraph | None" = None
-    branches: "list[StateGraph]" = field(default_factory=list)  # child runs of a fork state
-    fork: "Fork | None" = None  # (split, join) of a fork state
+    reason: str | Reason[C] | None = None  # stop reason when a run ends here
+    subgraph: StateGraph | None = None  # nested graphs and branches may read any context
+    branches: list[StateGraph] = field(default_factory=list)  # child runs of a fork state
+    fork: Fork[C] | None = None  # (split, join) of a fork state
     pure: bool = False  # the action only computes from the context: it may be committed with the next step
     hold: bool = False  # committed with the next step although its action may call models (see ``state``)
     waits: bool = False  # the run may stop here for a person (drawn in its own style)
 
 
 @dataclass
-class Transition:
+class Transition(Generic[C]):
     """A declared transition: taken when ``guard(ctx)`` is true (or always, when unguarded).
 
     A state's transitions are tried in declared order; an unguarded one is the fallback, declared
@@ -121,7 +132,7 @@ class Transition:
 
     source: str
     dest: str
-    guard: Guard | None = None
+    guard: Guard[C] | None = None
     label: str = ""
     order: int = 0
 
@@ -165,11 +176,11 @@ class FlatState:
     action: Action | None
     description: str
     final: bool
-    reason: "str | Callable[[Any], str] | None"
+    reason: str | Reason | None
     cluster: tuple[str, ...]  # enclosing subgraph states, outermost first
     out: list[Transition] = field(default_factory=list)
-    branches: "list[StateGraph]" = field(default_factory=list)
-    fork: "Fork | None" = None
+    branches: list[StateGraph] = field(default_factory=list)
+    fork: Fork | None = None
     pure: bool = False
     waits: bool = False
     hold: bool = False
@@ -242,28 +253,35 @@ class StateGraph(Generic[C]):
         StateGraph('door', 2 states (1 final), 2 transitions, initial 'knock')
     """
 
+    @overload
+    def __init__(self: StateGraph[Any], name: str, *, context: None = None,  # type: ignore[explicit-any]  # no context= given: its steps may read any context (untyped functions and lambdas included)
+                 description: str = "", initial: str | None = None): ...
+
+    @overload
+    def __init__(self, name: str, *, context: type[C], description: str = "", initial: str | None = None): ...
+
     def __init__(self, name: str, *, context: type[C] | None = None, description: str = "",
                  initial: str | None = None):
         self.name = name
         self.context = context
         self.description = description
         self._initial = initial
-        self.states: dict[str, State] = {}
-        self.transitions: list[Transition] = []
-        self._runnable: Any = None
+        self.states: dict[str, State[C]] = {}
+        self.transitions: list[Transition[C]] = []
+        self._runnable: object = None
         self._flat: FlatGraph | None = None
 
     @property
-    def runnable(self) -> Any:
+    def runnable(self) -> object:
         """The engine's prepared form: flat states and their machine (set by ``fsmchat.engine.runnable_graph``; reset on any change)."""
         return self._runnable
 
     @runnable.setter
-    def runnable(self, value: Any) -> None:
+    def runnable(self, value: object) -> None:
         self._runnable = value
 
     # ---- building ----
-    def _add(self, state: State) -> "StateGraph[C]":
+    def _add(self, state: State[C]) -> StateGraph[C]:
         if not state.name or "." in state.name or "|" in state.name:
             raise GraphError(f"graph {self.name!r}: state name {state.name!r} must be non-empty and "
                              "contain no '.' or '|' (dots join nested names, '|' names branch runs)")
@@ -274,7 +292,7 @@ class StateGraph(Generic[C]):
         return self
 
     def state(self, name: str, action: Action[C] | None = None, description: str | None = None, *,
-              pure: bool = False, waits: bool = False, hold: bool = False) -> "StateGraph[C]":
+              pure: bool = False, waits: bool = False, hold: bool = False) -> StateGraph[C]:
         """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
 
         Args:
@@ -301,9 +319,9 @@ class StateGraph(Generic[C]):
         desc = description if description is not None else (first_line(action) if action else "")
         return self._add(State(name, action, desc, pure=pure, hold=hold, waits=waits))
 
-    def fork(self, name: str, branches: "Sequence[StateGraph[Any]]", split: Callable[[C], Any],
-             join: Callable[[C, list[Any]], Any], description: str = "",
-             max_concurrency: int | None = None) -> "StateGraph[C]":
+    def fork(self, name: str, branches: Sequence[StateGraph], split: Callable[[C], Iterable[tuple[int, K, int | None]]],
+             join: Callable[[C, list[tuple[K, RunResult]]], object], description: str = "",
+             max_concurrency: int | None = None) -> StateGraph[C]:
         """Declare a fork state, whose branches run as concurrent child runs of the same run.
 
         Branch states are named ``<fork>|<n>.<state>`` (``<fork>|<n>[<item>].<state>``) in traces,
@@ -326,8 +344,7 @@ class StateGraph(Generic[C]):
         return self._add(State(name, None, description, branches=list(branches),
                                fork=(split, join, max_concurrency)))
 
-    def final(self, name: str, description: str = "", reason: "str | Reason[C] | None" = None
-              ) -> "StateGraph[C]":
+    def final(self, name: str, description: str = "", reason: str | Reason[C] | None = None) -> StateGraph[C]:
         """Declare a final state: a run that enters it ends.
 
         Args:
@@ -341,7 +358,7 @@ class StateGraph(Generic[C]):
         """
         return self._add(State(name, None, description, final=True, reason=reason))
 
-    def subgraph(self, name: str, graph: "StateGraph[Any]", description: str | None = None) -> "StateGraph[C]":
+    def subgraph(self, name: str, graph: StateGraph, description: str | None = None) -> StateGraph[C]:
         """Declare a state whose body is another graph, entered at its initial state.
 
         The nested graph's final states take on this state's outgoing transitions; diagrams draw
@@ -358,8 +375,7 @@ class StateGraph(Generic[C]):
         return self._add(State(name, None, description if description is not None else graph.description,
                                subgraph=graph))
 
-    def edge(self, source: str, dest: str, when: Guard[C] | None = None, label: str | None = None
-             ) -> "StateGraph[C]":
+    def edge(self, source: str, dest: str, when: Guard[C] | None = None, label: str | None = None) -> StateGraph[C]:
         """Declare a transition; a state's transitions are tried in declared order.
 
         Args:
@@ -392,14 +408,14 @@ class StateGraph(Generic[C]):
         self._initial = name
         self.changed()
 
-    def changed(self) -> "StateGraph[C]":
+    def changed(self) -> StateGraph[C]:
         """Drop the cached flat and runnable forms (rebuilt on next use) and return the graph. The
         building methods call it; a transform that replaces ``transitions``, or edits a nested
         graph in place (which the graphs around it cannot see), calls it on each graph it changed."""
         self._runnable = self._flat = None
         return self
 
-    def outgoing(self, name: str) -> list[Transition]:
+    def outgoing(self, name: str) -> list[Transition[C]]:
         """Return the transitions leaving state ``name``, in declared order.
 
         Args:
@@ -408,7 +424,7 @@ class StateGraph(Generic[C]):
         return [t for t in self.transitions if t.source == name]
 
     # ---- analysis ----
-    def to_networkx(self) -> Any:
+    def to_networkx(self) -> nx.MultiDiGraph:
         """Return this level of the graph as a networkx ``MultiDiGraph`` (node and edge data attached)."""
         import networkx as nx  # imported on use: it is a third of fsmchat's cold start otherwise
 
@@ -419,7 +435,7 @@ class StateGraph(Generic[C]):
             g.add_edge(t.source, t.dest, key=t.order, label=t.label, guard=t.guard_name)
         return g
 
-    def validate(self) -> "StateGraph[C]":
+    def validate(self) -> StateGraph[C]:
         """Check the graph (and nested ones) and return it.
 
         Every state is reachable from the initial one, a final state is reachable from every
@@ -514,13 +530,13 @@ class StateGraph(Generic[C]):
         return self._flat
 
     @staticmethod
-    def _entry(graph: "StateGraph", prefix: str) -> str:
+    def _entry(graph: StateGraph, prefix: str) -> str:
         s = graph.states[graph.initial]
         name = prefix + s.name
         return StateGraph._entry(s.subgraph, name + ".") if s.subgraph is not None else name
 
     @staticmethod
-    def _inline(graph: "StateGraph", prefix: str, cluster: tuple[str, ...],
+    def _inline(graph: StateGraph, prefix: str, cluster: tuple[str, ...],
                 states: dict[str, FlatState], clusters: dict[tuple[str, ...], str],
                 exits: list[Transition] | None) -> str:
         """Inline ``graph`` under ``prefix``; ``exits`` are the enclosing state's outgoing transitions
@@ -543,12 +559,12 @@ class StateGraph(Generic[C]):
         return StateGraph._entry(graph, prefix)
 
     @staticmethod
-    def _target(graph: "StateGraph", dest: str, prefix: str) -> str:
+    def _target(graph: StateGraph, dest: str, prefix: str) -> str:
         s = graph.states[dest]
         return StateGraph._entry(s.subgraph, prefix + dest + ".") if s.subgraph is not None else prefix + dest
 
     # ---- drawing (the plain Drawing that fsmchat.graph.render writes as DOT, Mermaid, SVG) ----
-    def drawing(self, trace: Any = None) -> Drawing:
+    def drawing(self, trace: Trace = None) -> Drawing:
         """Return the plain drawing of this graph: flattened, branch runs nested in their fork
         state's group, ``trace`` (a ``RunResult`` or trace list) overlaid when given."""
         flat = self.flatten()
@@ -588,7 +604,7 @@ class StateGraph(Generic[C]):
         level(flat, "", (), True)
         return overlay(d, trace) if trace is not None else d
 
-    def to_dot(self, trace: Any = None) -> str:
+    def to_dot(self, trace: Trace = None) -> str:
         """Return the graph as DOT text (``fsmchat.graph.render.to_dot``).
 
         Args:
@@ -596,7 +612,7 @@ class StateGraph(Generic[C]):
         """
         return to_dot(self, trace)
 
-    def to_mermaid(self, trace: Any = None) -> str:
+    def to_mermaid(self, trace: Trace = None) -> str:
         """Return the graph as Mermaid ``stateDiagram-v2`` text (``fsmchat.graph.render.to_mermaid``).
 
         Args:
@@ -604,7 +620,7 @@ class StateGraph(Generic[C]):
         """
         return to_mermaid(self, trace)
 
-    def render(self, path: str, trace: Any = None) -> str:
+    def render(self, path: str, trace: Trace = None) -> str:
         """Write the graph to ``path`` in the format its suffix names (``fsmchat.graph.render.render``).
 
         Args:
@@ -616,7 +632,7 @@ class StateGraph(Generic[C]):
         """
         return render(self, path, trace)
 
-    def to_svg(self, trace: Any = None) -> str:
+    def to_svg(self, trace: Trace = None) -> str:
         """Return the graph as SVG text (needs Graphviz's ``dot``).
 
         Args:
@@ -624,7 +640,7 @@ class StateGraph(Generic[C]):
         """
         return to_svg(self, trace)
 
-    def to_html(self, trace: Any = None) -> str:
+    def to_html(self, trace: Trace = None) -> str:
         """Return an HTML fragment: the SVG inline, or the Mermaid text when Graphviz is missing.
 
         Args:
@@ -632,7 +648,7 @@ class StateGraph(Generic[C]):
         """
         return to_html(self, trace)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
         """Jupyter shows the graph as SVG (Mermaid text when Graphviz is missing)."""
         return {**mime_bundle(self), "text/plain": repr(self)}
 

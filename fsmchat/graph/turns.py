@@ -13,12 +13,14 @@ Discussion's ``select=`` (a function names each turn's speaker).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Sequence, TypeVar, Union
 
-from .state_graph import Guard, StateGraph
+from .state_graph import C, Guard, StateGraph
 
-Exit = tuple[str, Guard, str]
-"""An exit checked after every turn, before the turn passes on: (destination, guard, label)."""
+K = TypeVar("K")  # the context of the graph the turns are drawn in
+Exit = tuple[str, Guard[C], str]
+"""An exit checked after every turn, before the turn passes on: (destination, guard, label);
+``Exit[ChannelContext]``'s guard reads a ``ChannelContext``."""
 TurnState = Union[str, tuple[str, str]]
 """A turn's state, or (the state it runs in, the state it is checked in)."""
 
@@ -93,9 +95,9 @@ class TurnOrder:
         return self.speaker(t + 1) if self.left(t + 1) else None
 
 
-def add_turns(g: StateGraph, turns: Sequence[TurnState], *, exits: Sequence[Exit] = (), more: Guard | None = None,
-              exhausted: tuple[str, str] | None = None, label: str | None = None,
-              every_turn: bool = False) -> StateGraph:
+def add_turns(g: StateGraph[K], turns: Sequence[TurnState], *, exits: Sequence[Exit[K]] = (),
+              more: Guard[K] | None = None, exhausted: tuple[str, str] | None = None, label: str | None = None,
+              every_turn: bool = False) -> StateGraph[K]:
     """Draw the edges that pass the turn on between states already declared in ``g``.
 
     After each turn, in this order: the ``exits``, then the next turn's state. From the last turn

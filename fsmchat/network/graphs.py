@@ -263,8 +263,8 @@ def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "
                 waits=p in people)
     g.final(TURNS_CLOSED, "channel closed or max_texts reached", reason="closed")
     g.final(TURNS_EXPIRED, "channel expired", reason="ttl")
-    exits: list[Exit] = [(TURNS_CLOSED, reaches_cap, "text")] if max_texts is not None else []
-    ends: list[Exit] = [(TURNS_CLOSED, channel_closed, "close"), (TURNS_EXPIRED, channel_expired, "expire")]
+    exits: list[Exit[ChannelContext]] = [(TURNS_CLOSED, reaches_cap, "text")] if max_texts is not None else []
+    ends: list[Exit[ChannelContext]] = [(TURNS_CLOSED, channel_closed, "close"), (TURNS_EXPIRED, channel_expired, "expire")]
     add_turns(g, states, exits=exits + ends, label="text")
     for p, s in zip(order, states):
         speaker = (speakers or {}).get(p)

@@ -27,7 +27,7 @@ class WaitPoint:
     own exits follow."""
 
     action: Callable[[Any], Any]
-    exits: list[tuple[str, Guard | None, str]]
+    exits: list[tuple[str, Guard[Any] | None, str]]
     description: str
 
 
@@ -173,7 +173,7 @@ def chat_point(where: str, qualified: str, g: StateGraph) -> WaitPoint:
         return answer.kind
 
     review.__name__ = f"ask_{where}_{qualified.replace('.', '_')}"
-    exits: list[tuple[str, Guard | None, str]] = [(stop_state(g), rejected, "rejected")]
+    exits: list[tuple[str, Guard[Any] | None, str]] = [(stop_state(g), rejected, "rejected")]
     if where == "before":
         exits.append((TARGET, None, "approved"))
     return WaitPoint(review, exits, f"waits for a person: go on {where} {short}? (approve, say or reject)")

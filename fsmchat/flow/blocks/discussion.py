@@ -186,7 +186,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         per_compaction = 1 + (writers[0].agent.num_retries if requests and hasattr(writers[0].agent, "model") else 0)
         return spoken + rounds * len(per_turn) * per_compaction
 
-    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+    def compile(self, c: Compiler, g: StateGraph[FlowContext], state: str) -> None:
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
         g.subgraph(state, self.graph(c), f"Discussion: {self.config.rounds} round(s) of "
                                          f"{', '.join(t.name or '' for t in self.tasks)}")

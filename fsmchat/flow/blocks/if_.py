@@ -7,7 +7,7 @@ from pydantic import model_validator
 
 from ...graph.state_graph import StateGraph
 from ..compile import Compiler, bound
-from ..context import compile_condition
+from ..context import FlowContext, compile_condition
 from ..declare import MORE_STEPS, STEPS, BlockConfig, condition_form
 from ..pattern_step import step_list
 from ..task import Block, fn_name, step_names
@@ -49,7 +49,7 @@ class If(Block, kind="if", config=IfConfig, owner="if_"):
         cfg = self.config
         return max(bound(cfg.then_steps, items, requests, known), bound(cfg.else_steps, items, requests, known))
 
-    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+    def compile(self, c: Compiler, g: StateGraph[FlowContext], state: str) -> None:
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
         cond = self.config.condition
         g.subgraph(state, self.graph(c), f"if {cond.__doc__ or cond.__name__}")

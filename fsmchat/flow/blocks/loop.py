@@ -97,7 +97,7 @@ class Loop(Block, kind="loop", config=LoopConfig):
                              f"loop starts) or give its length: max_calls({cfg.over}=N)")
         return int(n) * bound(cfg.steps, items, requests, known)
 
-    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+    def compile(self, c: Compiler, g: StateGraph[FlowContext], state: str) -> None:
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
         cfg = self.config
         if cfg.parallel:

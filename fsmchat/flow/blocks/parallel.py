@@ -9,6 +9,7 @@ from pydantic import model_validator
 from ...errors import bad_value
 from ...graph.state_graph import StateGraph
 from ..compile import Compiler, bound, branch_reason, join_to, split_into
+from ..context import FlowContext
 from ..declare import STEPS, BlockConfig
 from ..pattern_step import step_list
 from ..task import Block
@@ -46,7 +47,7 @@ class Parallel(Block, kind="parallel", config=ParallelConfig):
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         return sum(bound([x], items, requests, known) for x in self.config.steps)
 
-    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+    def compile(self, c: Compiler, g: StateGraph[FlowContext], state: str) -> None:
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
         branches = [c.sequence([s], f"{state}_{i + 1}", reason=branch_reason) for i, s in enumerate(self.config.steps)]
         limit = self.config.max_concurrency

@@ -58,7 +58,7 @@ class Repeat(Block, kind="repeat", config=RepeatConfig):
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         return int(self.config.max_iterations) * bound(self.config.steps, items, requests, known)
 
-    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+    def compile(self, c: Compiler, g: StateGraph[FlowContext], state: str) -> None:
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
         cfg = self.config
         g.subgraph(state, self.graph(c), f"until {getattr(cfg.until, '__name__', 'max')}, "

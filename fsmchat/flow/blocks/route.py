@@ -95,7 +95,7 @@ class Route(Block, kind="route", config=RouteConfig):
         return max([bound(v, items, requests, known) for v in cfg.routes.values()]
                    + [bound(cfg.default, items, requests, known)])
 
-    def compile(self, c: Compiler, g: StateGraph, state: str) -> None:
+    def compile(self, c: Compiler, g: StateGraph[FlowContext], state: str) -> None:
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
         g.subgraph(state, self.graph(c), "first key said in the previous output" if self.config.on is None
                    else f"the key equal to {self.config.on}")
