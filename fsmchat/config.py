@@ -34,14 +34,15 @@ import sys
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Optional, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, SerializerFunctionWrapHandler, ValidationError,
+from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, SerializerFunctionWrapHandler, SkipValidation,
+                      ValidationError,
                       create_model, model_serializer)
 from pydantic.fields import FieldInfo
 
 from .errors import ConfigError, bad_value
 from .kinds import Kinds, owner_module
 from .limits import Limits
-from .speakers.agent import Agent, CallableSpeaker
+from .speakers.agent import Agent, CallableSpeaker, Speaker, Turn
 from .speakers.context import LastMessages, Summarize
 from .speakers.human import Human
 from .speakers.llm import DEFAULT_MAX_RETRY_WAIT, DEFAULT_RETRIES, DEFAULT_TIMEOUT
@@ -286,7 +287,14 @@ def _load_data(r: ConfigReader, data: Any) -> Any:
     return json.loads(json.dumps(data))
 
 
-Participants = Annotated[Any, Travels(list[Participant], _dump_participants, _load_built)]
+ParticipantLike = Union[Speaker, Callable[[Turn], object]]
+"""A participant as a pattern takes it: a ``Speaker`` (an ``Agent``, a ``Human``, a ``CallableSpeaker``,
+anything with ``name``, ``reply`` and ``bid``) or a function of the ``Turn`` (sync or async)."""
+
+# The roster fields are typed for type checkers and left unchecked by pydantic (``SkipValidation``):
+# each pattern checks its roster itself (``AfterValidator``), with errors that name the pattern.
+Participants = Annotated[Optional[list[ParticipantLike]], SkipValidation,
+                         Travels(list[Participant], _dump_participants, _load_built)]
 """The type of a pattern's roster field: agents, callables and people, live in the pattern.
 
 In the pattern's config form (``to_config``) each participant is written as its spec (an
@@ -305,7 +313,12 @@ Examples:
     >>> [(a.kind, a.name) for a in cfg.agents]
     [('agent', 'Pro'), ('agent', 'Con'), ('human', 'host')]
 """
-OneParticipant = Annotated[Any, Travels(Participant, lambda w, v, what: w.participant(v, what), _load_built)]
+Speakers = Annotated[list[Speaker], SkipValidation, Travels(list[Participant], _dump_participants, _load_built)]
+"""The type of a roster field that its pattern checks into speakers: ``Participants`` as it travels,
+``list[Speaker]`` as it is read, for a field declared ``Annotated[Speakers, AfterValidator(check)]``
+where ``check`` returns ``check_roster(...)`` (and refuses None)."""
+OneParticipant = Annotated[Optional[ParticipantLike], SkipValidation,
+                           Travels(Participant, lambda w, v, what: w.participant(v, what), _load_built)]
 """The type of a field holding one participant (a moderator, a judge): an agent, a callable or a person.
 
 It travels in the pattern's config form as that participant's spec, as ``Participants`` does for a

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Sequence
 from pydantic import AfterValidator, Field, model_validator
 
 from ..checks import check_agents
-from ..config import ContextField, Participants
+from ..config import ContextField, Speakers
 from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
 from ..speakers.classify import grouped_failures
 from ..graph.state_graph import StateGraph, state_names
@@ -98,8 +98,8 @@ class GroupChatConfig(PatternConfig):
 
     name: str = "dynamic-groupchat"
     description: str = "Agents take turns; one speaker per turn."
-    agents: Annotated[Participants, AfterValidator(group_chat_roster)] = Field(None, validate_default=True,
-                                                                               title="agent")
+    agents: Annotated[Speakers, AfterValidator(group_chat_roster)] = Field(None, validate_default=True,
+                                                                           title="agent")
     max_loops: int = Field(20, ge=1, strict=True, description="cap on total messages, the task included")
     threshold: float = Field(0.5, ge=0.0, lt=1.0, allow_inf_nan=False, strict=True,
                              description="a bid must be strictly above it, so 1 or more would silence every bid")

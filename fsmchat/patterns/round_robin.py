@@ -19,7 +19,7 @@ from typing import Annotated, Any, Collection, Sequence
 from pydantic import AfterValidator, Field
 
 from ..checks import check_agents
-from ..config import Participants
+from ..config import Speakers
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, state_names
 from ..graph.turns import TurnOrder, add_turns
@@ -129,8 +129,8 @@ class RoundRobinConfig(PatternConfig):
 
     name: str = "RoundRobinSwarm"
     description: str = "A swarm implementation that executes tasks in a round-robin fashion."
-    agents: Annotated[Participants, AfterValidator(round_robin_roster)] = Field(None, validate_default=True,
-                                                                                title="agent")
+    agents: Annotated[Speakers, AfterValidator(round_robin_roster)] = Field(None, validate_default=True,
+                                                                            title="agent")
     verbose: bool = False
     max_loops: int = Field(1, ge=1, description="full passes over the roster")
     output_type: OutputType = "final"
