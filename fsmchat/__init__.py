@@ -67,26 +67,46 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
 
 
-if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from .checkpoint import MemoryCheckpointer, SqliteCheckpointer, resume
-    from .checkpoint_pg import PostgresCheckpointer
-    from .statelog import HistoryStep
-    from .timetravel import ForkEdit, ForkError, fork
-    from .config import from_config
-    from .engine import GraphRun, run, run_graph, run_sync
-    from .errors import ContextTooLong, FsmchatError, GraphError, MCPServerError, ModelCallError, NoTransitionError, \
-        RenderError, result_of
-    from .flow import (AgentFlow, Discussion, Flow, StepResult, Task, ask_human, flow_input, if_, loop, parallel,
-                       repeat, route, when)
-    from .graph import StateGraph
-    from .limits import Limits
-    from .trust import UntrustedReference
-    from .models import Bid, Message, RunResult, StopReason, ToolCallEntry, TraceEvent, Transcript, format_output
-    from .patterns import ChatContext, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, Pattern, \
-        RoundRobinSwarm, build_collaborative_task, build_turn_header, one_on_one_debate
-    from .network import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \
-        EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, \
-        ORDERING_ROUND_ROBIN, Channel, DiscussionState, Envelope, Hub, HubClient, ManualClock, \
-        MemoryKnowledgeStore, NetworkError, NotFoundError, ProtocolError, TurnFailed, turn_within, wait_for_text_count
-    from .speakers import RESPOND_TOOL, Agent, Approve, Edit, Human, LastMessages, MCPServer, Pending, Reject, Say, \
-        Summarize, Tool, ToolError, ToolSource, Turn
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly (``as``: re-exported)
+    from .checkpoint import (
+        MemoryCheckpointer as MemoryCheckpointer, SqliteCheckpointer as SqliteCheckpointer, resume as resume)
+    from .checkpoint_pg import PostgresCheckpointer as PostgresCheckpointer
+    from .config import from_config as from_config
+    from .engine import GraphRun as GraphRun, run as run, run_graph as run_graph, run_sync as run_sync
+    from .errors import (
+        ContextTooLong as ContextTooLong, FsmchatError as FsmchatError, GraphError as GraphError,
+        MCPServerError as MCPServerError, ModelCallError as ModelCallError, NoTransitionError as NoTransitionError,
+        RenderError as RenderError, result_of as result_of)
+    from .flow import (
+        AgentFlow as AgentFlow, Discussion as Discussion, Flow as Flow, StepResult as StepResult, Task as Task,
+        ask_human as ask_human, flow_input as flow_input, if_ as if_, loop as loop, parallel as parallel,
+        repeat as repeat, route as route, when as when)
+    from .graph import StateGraph as StateGraph
+    from .limits import Limits as Limits
+    from .models import (
+        Bid as Bid, Message as Message, RunResult as RunResult, StopReason as StopReason, StreamRetry as StreamRetry,
+        TokenDelta as TokenDelta, ToolCallEntry as ToolCallEntry, TraceEvent as TraceEvent, Transcript as Transcript,
+        format_output as format_output)
+    from .network import (
+        EV_CHANNEL_CLOSED as EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED as EV_CHANNEL_EXPIRED,
+        EV_CHANNEL_INVITE as EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK as EV_CHANNEL_INVITE_ACK,
+        EV_CHANNEL_INVITE_REJECT as EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED as EV_CHANNEL_OPENED,
+        EV_EXPECTATION_VIOLATED as EV_EXPECTATION_VIOLATED, EV_TEXT as EV_TEXT, EV_TURN_FAILED as EV_TURN_FAILED,
+        ORDERING_ROUND_ROBIN as ORDERING_ROUND_ROBIN, Channel as Channel, DiscussionState as DiscussionState,
+        Envelope as Envelope, Hub as Hub, HubClient as HubClient, ManualClock as ManualClock,
+        MemoryKnowledgeStore as MemoryKnowledgeStore, NetworkError as NetworkError, NotFoundError as NotFoundError,
+        ProtocolError as ProtocolError, TurnFailed as TurnFailed, turn_within as turn_within,
+        wait_for_text_count as wait_for_text_count)
+    from .patterns import (
+        ChatContext as ChatContext, ExpertPanelDiscussion as ExpertPanelDiscussion, GroupChat as GroupChat,
+        OneOnOneDebate as OneOnOneDebate, Pattern as Pattern, RoundRobinSwarm as RoundRobinSwarm,
+        build_collaborative_task as build_collaborative_task, build_turn_header as build_turn_header,
+        one_on_one_debate as one_on_one_debate)
+    from .speakers import (
+        RESPOND_TOOL as RESPOND_TOOL, Agent as Agent, Approve as Approve, Edit as Edit, Human as Human,
+        LastMessages as LastMessages, MCPServer as MCPServer, Pending as Pending, RateLimit as RateLimit,
+        Reject as Reject, Say as Say, Summarize as Summarize, Tool as Tool, ToolError as ToolError,
+        ToolSource as ToolSource, Turn as Turn, rate_limit as rate_limit)
+    from .statelog import HistoryStep as HistoryStep
+    from .timetravel import ForkEdit as ForkEdit, ForkError as ForkError, fork as fork
+    from .trust import UntrustedReference as UntrustedReference

@@ -194,7 +194,7 @@ def step_marks(d: Drawing, state: str, trigger: str | None, dest: str | None) ->
     return node, edge
 
 
-def drawing_data(d: Drawing) -> dict[str, Any]:  # type: ignore[explicit-any]  # JSON: asdict() rows
+def drawing_data(d: Drawing) -> dict[str, object]:
     """``d`` as JSON-able data (what a checkpoint stores so a viewer can draw the run's graph)."""
     return {"name": d.name, "title": d.title, "initial": d.initial,
             "nodes": [asdict(n) for n in d.nodes], "edges": [asdict(e) for e in d.edges],
