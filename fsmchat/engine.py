@@ -673,7 +673,11 @@ def run(graph: StateGraph, context: object, *, max_steps: int = DEFAULT_MAX_STEP
     Args:
         graph: The graph to run.
         context: The object every action and guard is called with.
-        max_steps, observers, start, history, recorder: As ``run_graph``'s.
+        max_steps: The most steps before the run ends with ``stop_reason="max_steps"``.
+        observers: Callables given each ``TraceEvent`` as it happens.
+        start: Resume here: the state to enter first.
+        history: The earlier events of a resumed run.
+        recorder: The checkpoint observer, or None.
 
     Examples:
         >>> from fsmchat import StateGraph, run

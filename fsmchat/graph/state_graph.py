@@ -147,7 +147,8 @@ class FlatState:
     """A state of the flattened graph, under its qualified name, with its outgoing transitions.
 
     In the flat form a nested state is named by its path (``loop.discussion.turn``) and a nested
-    graph's final states take on the enclosing state's transitions.
+    graph's final states take on the enclosing state's transitions. It is what the engine runs, so
+    its steps are typed over ``object``: the run's context, whatever graph they came from.
 
     Attributes:
         name: The qualified name.
@@ -230,7 +231,9 @@ class StateGraph(Generic[C]):
         name: The graph's name (diagrams' title, file names).
         context: The type of the context its actions and guards read: ``StateGraph("g",
             context=ChatContext)`` is a ``StateGraph[ChatContext]``, and a type checker refuses an
-            action or guard written for another context (at run time it is documentation only).
+            action, guard, stop reason or fork split written for another context (at run time it
+            is documentation only). Without it the graph is a ``StateGraph[Any]``, whose steps may
+            read any context.
         description: One line describing the graph (diagrams' title).
         initial: The state a run starts in, when not the first declared.
 
