@@ -295,7 +295,7 @@ class StateGraph(Generic[C]):
         return self
 
     def state(self, name: str, action: Action[C] | None = None, description: str | None = None, *,
-              pure: bool = False, waits: bool = False, hold: bool = False) -> StateGraph[C]:
+              pure: bool = False, waits: bool = False, hold: bool = False) -> "StateGraph[C]":
         """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
 
         Args:
