@@ -24,8 +24,8 @@ from .store import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, 
 
 
 COMMIT_MODES = {
-    "turn": "a step that posted nothing, did not stop the run and did only work that can be done again from the "
-            "last commit is committed with the next step (a GroupChat or Discussion turn is one commit)",
+    "turn": "the default: a step that posted nothing, did not stop the run and did only work that can be done "
+            "again is committed with the next step, so a GroupChat or Discussion turn is one commit",
     "step": "every step is its own commit",
 }
 """How a durable run batches its commits (``commit=`` where a checkpointed run starts), by name."""
@@ -38,8 +38,10 @@ def check_commit(value: object, owner: str, store: str | None = None) -> str:
     names the run's store argument when it was not given (``"checkpoint"``): a mode other than
     the default then has nothing to batch and is refused too."""
     if not (isinstance(value, str) and value in COMMIT_MODES):
-        allowed = "; ".join(f"{k!r} ({v})" for k, v in COMMIT_MODES.items())
-        raise bad_value(owner, "commit", value, f"one of {allowed}", type_error=not isinstance(value, str))
+        allowed = " or ".join(f"{k!r} ({v})" for k, v in COMMIT_MODES.items())
+        if not isinstance(value, str):
+            raise bad_value(owner, "commit", value, f"a str, {allowed}", type_error=True)
+        raise bad_value(owner, "commit", value, allowed)
     if store is not None and value != DEFAULT_COMMIT:
         raise bad_value(owner, "commit", value, f"it says how a checkpointed run commits its steps, and this run "
                         f"has no {store}= (pass one, or leave commit= out)")

@@ -203,6 +203,9 @@ def bid_instruction(name: str, others: Sequence[str], sender: str, text: str) ->
 
 async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     """every agent bids at once"""
+    # replayable: after a crash the round is asked again (its bids are posted by the turn: one commit), unless
+    # a bidder asks for tool calls (the tool loop then says its effects are pending: committed before they run)
+    mark_replayable()
     names = [s.name for s in ctx.speakers]
     last = ctx.transcript[-1]
 
@@ -239,7 +242,6 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
             ctx.events.append({"event": "invalid_bid", "turn": ctx.turn, "agent": s.name, "reason": b.reason})
     if bids and all(b.error is not None or b is PERSON_BID for b in bids):  # people never bid
         raise NoBidHeard(ctx.turn, [(s.name, b.error) for s, b in zip(ctx.speakers, bids) if b.error is not None])
-    mark_replayable()  # the round is asked again after a crash; its bids are posted by the turn: one commit
     return {s.name: b.score for s, b in zip(ctx.speakers, bids)}
 
 
