@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .checkpoint import SqliteCheckpointer
+from .checkpoint import DEFAULT_COMMIT, SqliteCheckpointer, check_commit
 from .checkpoint_pg import PostgresCheckpointer
 from .checks import check_tasks
 from .config import config_digest, from_config, to_config
@@ -47,7 +47,6 @@ from .masking import redact, redact_chain
 from .progress import ProgressBar
 from .speakers.llm import INTERCEPTOR, get_litellm
 from .speakers.ratelimit import RateLimit, limits, rate_limit, wait_for_room
-from .writer import DEFAULT_COMMIT, check_commit
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple[int, str, str | None, str | None, bool]  # (index, task, run_id, resume_from, finished)

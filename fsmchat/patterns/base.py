@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from .. import distributed
 from ..checkpoint import Checkpointer
 from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id, check_token_hooks
-from ..checkpoint import check_checkpoint, check_resume
+from ..checkpoint import DEFAULT_COMMIT, check_checkpoint, check_commit, check_resume
 from ..config import PatternSpec, pattern_spec, to_config
 from ..engine import batch_collector, run_sync
 from ..errors import ConfigTypeError, attach_result, invalid_config
@@ -38,7 +38,6 @@ from ..speakers.images import image_part
 from ..speakers.llm import shown_events
 from ..speakers.tool_loop import APPROVE_ALL, add_tool_loop
 from ..speakers.tools import calls_per_turn
-from ..writer import DEFAULT_COMMIT, check_commit
 from .blocks import PERSON_NOTE, bind, people_in, speaker_states
 from .context import ChatContext, PatternState
 from .declare import (ConfigField, OneParticipant, OutputType, Participants, PatternConfig, bind_arguments,

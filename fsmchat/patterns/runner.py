@@ -17,8 +17,8 @@ import hashlib
 import json
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from ..checkpoint import RUN_META, Checkpointer, CheckpointMismatch, Lease, Recorder, new_run_id
-from ..writer import COMMIT_MODES, DEFAULT_COMMIT
+from ..checkpoint import (COMMIT_MODES, DEFAULT_COMMIT, RUN_META, Checkpointer, CheckpointMismatch, Lease, Recorder,
+                          new_run_id)
 from ..engine import run_graph
 from ..errors import attach_result, result_of
 from ..graph.render import drawing_data
