@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..engine import mark_replayable
 from ..errors import ConfigError, bad_value
-from ..graph.state_graph import Guard, StateGraph, Transition, is_awaitable, state_names
+from ..graph.state_graph import Guard, StateGraph, Transition, state_names
 from ..models import StopReason
 from ..speakers.human import USER, Input, Reject, Say, request
 
@@ -101,19 +102,18 @@ def answered(action: Callable[[Any], Any]) -> Callable[[Any], Any]:
     replayable, so a durable run commits the answer together with the step after it (the answer
     and what it leads to land at once; a crash before that commit leaves the run waiting, and the
     answer is given again). A step that stops to wait, or posts, is committed at once anyway."""
-    @functools.wraps(action)
-    def wait(ctx: Any) -> Any:
-        out = action(ctx)
-        if not is_awaitable(out):
+    if inspect.iscoroutinefunction(action):
+        async def async_wait(ctx: Any) -> Any:
+            out = await action(ctx)
             mark_replayable()
             return out
+        return functools.update_wrapper(async_wait, action)
 
-        async def applied() -> Any:
-            got = await out
-            mark_replayable()
-            return got
-        return applied()
-    return wait
+    def wait(ctx: Any) -> Any:
+        out = action(ctx)
+        mark_replayable()
+        return out
+    return functools.update_wrapper(wait, action)
 
 
 def insert_before(g: StateGraph, target: str, wait: str, point: WaitPoint) -> str:
