@@ -3,6 +3,7 @@ step that posted nothing, did not stop the run and did only replayable work into
 ``commit="step"`` commits every step on its own. The mode is kept with the run (resume and fork
 use it), a wrong value is refused before any model call, and a crash between carried steps
 resumes to the same result. Commits are counted at the store."""
+import asyncio
 import sqlite3
 
 import pytest
@@ -12,7 +13,7 @@ from fsmchat.checkpoint import CheckpointMismatch, MemoryCheckpointer, SqliteChe
 from fsmchat.engine import GraphRun, StepWork, mark_effects_pending, mark_replayable
 from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.graph.state_graph import FlatState, State
-from fsmchat.models import Transcript
+from fsmchat.models import TraceEvent, Transcript
 from fsmchat.testing import ScriptedModel, ToolCall
 from fsmchat.writer import Recorder
 
@@ -336,8 +337,6 @@ def work(replayable=False, effects=False):
 ])
 def test_the_recorder_carries_only_a_replayable_step_that_posted_nothing_and_went_on(posts, dest, step_work,
                                                                                      carried):
-    from fsmchat.models import TraceEvent
-
     for mode in ("turn", "step"):
         store = CountingStore()
         ctx = Ctx()
@@ -364,7 +363,6 @@ def test_an_action_says_what_its_step_did_through_the_engine():
          .final("done").edge("choose", "plain").edge("plain", "tools").edge("tools", "done"))
     run = GraphRun(g, recorder=lambda ev, w=None: handed.append(
         (ev.state, None if w is None else (w.replayable, w.effects_pending))))
-    import asyncio
 
     async def walk():
         for _ in range(3):
