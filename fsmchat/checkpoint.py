@@ -32,13 +32,14 @@ from .store import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, NotSerial
                     RunInProgress, Saved, Store, already_used, check_lease_ttl, check_store, decode, encode, encode_fields,
                     lease_owner, lease_refusal, run_info, saved_of)
 from .trust import Trust
-from .writer import Lease, Recorder, RunWriter
+from .writer import COMMIT_MODES, DEFAULT_COMMIT, Lease, Recorder, RunWriter, check_commit
 
-__all__ = ["LEASE_TTL", "RUN_META", "Capabilities", "CheckpointMismatch", "CheckpointStoreError", "Checkpointer",
-           "Commit", "Fence", "Lease", "LeaseLost", "MemoryCheckpointer", "NotSerializable", "Recorder", "RunInProgress",
-           "RunInfo", "RunWriter", "Saved", "SqliteCheckpointer", "already_used", "check_checkpoint", "check_lease_ttl",
-           "check_resume", "decode", "encode", "encode_fields", "event_rows", "lease_owner", "lease_refusal",
-           "listed_meta", "log_of_rows", "message_rows", "new_run_id", "resume", "run_info", "saved_of"]
+__all__ = ["COMMIT_MODES", "DEFAULT_COMMIT", "LEASE_TTL", "RUN_META", "Capabilities", "CheckpointMismatch",
+           "CheckpointStoreError", "Checkpointer", "Commit", "Fence", "Lease", "LeaseLost", "MemoryCheckpointer",
+           "NotSerializable", "Recorder", "RunInProgress", "RunInfo", "RunWriter", "Saved", "SqliteCheckpointer",
+           "already_used", "check_checkpoint", "check_commit", "check_lease_ttl", "check_resume", "decode", "encode",
+           "encode_fields", "event_rows", "lease_owner", "lease_refusal", "listed_meta", "log_of_rows", "message_rows",
+           "new_run_id", "resume", "run_info", "saved_of"]
 
 # What a new checkpointed run stores in its metadata besides its own (``fsmchat.otel``: the run's
 # W3C trace context, so a resume or a fork continues the trace). A ContextVar: set around one run.

@@ -72,7 +72,7 @@ def check_agents(agents: Any, owner: str, field: str = "agents") -> Any:
 
 
 # the keywords every run method takes (a pattern's ``aexecute``): ``run``/``execute``/``arun`` check theirs
-RUN_KEYWORDS = ("checkpoint", "run_id", "observers", "on_message", "on_start", "on_token")
+RUN_KEYWORDS = ("checkpoint", "run_id", "observers", "on_message", "on_start", "on_token", "commit")
 
 
 def check_hooks(hooks: Any, owner: str, field: str) -> list[Any]:

@@ -624,8 +624,8 @@ def add_time_travel(sub: Any) -> None:
     hi = sub.add_parser("history", help="list the steps of a checkpointed run (what `fork --at K` takes)",
                         description="One line per step of a checkpointed run: its number, the state, the transition "
                         "taken, the messages, model calls and tokens so far, and whether its working state is stored "
-                        "on its own (a held step's, e.g. a pure one's, is committed with the next one; a fork there runs "
-                        "it again).")
+                        "on its own (a carried step's, e.g. GroupChat's bid or select with the default commit=\"turn\", is "
+                        "committed with the next one; a fork there runs it again).")
     hi.add_argument("run_id", metavar="RUN", help="the run id (`fsmchat runs` lists them)")
     _store_args(hi, "the steps", _history)
 

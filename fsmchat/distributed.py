@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .checkpoint import SqliteCheckpointer
+from .checkpoint import DEFAULT_COMMIT, SqliteCheckpointer, check_commit
 from .checkpoint_pg import PostgresCheckpointer
 from .checks import check_tasks
 from .config import config_digest, from_config, to_config
@@ -208,8 +208,9 @@ class ShardRunner:
     one PostgreSQL store a URI names."""
 
     def __init__(self, pattern: Any, max_concurrency: int, checkpoint_dir: str | None, slot: str,
-                 on_done: Callable[[TaskOutcome], None] | None = None):
+                 on_done: Callable[[TaskOutcome], None] | None = None, commit: str = DEFAULT_COMMIT):
         self.pattern, self.max_concurrency, self.slot, self.on_done = pattern, max_concurrency, slot, on_done
+        self.commit = commit  # how a new checkpointed run commits (a resumed one: as it was started)
         self.dir = Path(checkpoint_dir) if checkpoint_dir and not is_store_uri(checkpoint_dir) else None
         self.store = checkpoint_dir if is_store_uri(checkpoint_dir) else None
         self._gate: asyncio.Semaphore | None = None
@@ -262,7 +263,7 @@ class ShardRunner:
         try:
             own.load(run_id)  # started here earlier (a re-queued chunk): continue it, never append to it
         except KeyError:
-            return await self.pattern.aexecute(task, checkpoint=own, run_id=run_id)
+            return await self.pattern.aexecute(task, checkpoint=own, run_id=run_id, commit=self.commit)
         return await self.pattern.aresume(run_id, own)
 
 
@@ -329,7 +330,8 @@ class ShardWorker:
         return self.slot
 
     async def prepare(self, batch_id: str, config: str, max_concurrency: int, checkpoint_dir: str | None,
-                      shared: dict[str, tuple[Any, int | None, int | None, float]] | None = None) -> str:
+                      shared: dict[str, tuple[Any, int | None, int | None, float]] | None = None,
+                      commit: str = DEFAULT_COMMIT) -> str:
         # trusted: the driver made this config with to_config() from the pattern object its caller
         # holds (never from outside input), and a Ray cluster runs the driver's code anyway
         pattern = from_config(config, trusted=True)
@@ -337,7 +339,7 @@ class ShardWorker:
         self.shared[batch_id] = [(target, before.get(target)) for target in shared or {}]
         for target, (window, rpm, tpm, seconds) in (shared or {}).items():
             rate_limit(target, SharedRateLimit(window, rpm, tpm, seconds))
-        self.batches[batch_id] = ShardRunner(pattern, max_concurrency, checkpoint_dir, self.slot)
+        self.batches[batch_id] = ShardRunner(pattern, max_concurrency, checkpoint_dir, self.slot, commit=commit)
         return self.slot
 
     async def run_chunk(self, batch_id: str, items: list[Item]) -> list[TaskOutcome]:
@@ -436,15 +438,17 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
                   progress: bool | None = None, chunk_size: int | None = None,
                   runtime_env: dict[str, Any] | None = None, worker_options: dict[str, Any] | None = None,
                   on_progress: Callable[[BatchProgress], None] | None = None,
-                  max_chunk_attempts: int = 3) -> BatchReport:
+                  max_chunk_attempts: int = 3, commit: str = DEFAULT_COMMIT) -> BatchReport:
     """Run one conversation per task and report every outcome (see the module doc).
 
     ``workers``: Ray actors (default: the cluster's CPUs); ``progress``: the rich bar (default: when
     stderr is a terminal); ``chunk_size``: tasks per hand-out (default: enough for two chunks per
     worker in flight); ``runtime_env``: for a Ray this call starts or joins; ``worker_options``:
     ``.options()`` of each actor (default ``num_cpus=1``); ``on_progress``: called after each chunk;
-    a chunk whose worker dies is re-queued up to ``max_chunk_attempts`` times in all."""
+    a chunk whose worker dies is re-queued up to ``max_chunk_attempts`` times in all; ``commit``:
+    how each checkpointed run commits its steps (``fsmchat.writer.COMMIT_MODES``)."""
     tasks = check_tasks(tasks, type(pattern).__name__)
+    check_commit(commit, f"{type(pattern).__name__}.run_batch", "checkpoint_dir" if checkpoint_dir is None else None)
     if executor not in ("local", "ray"):
         raise ValueError(f"executor={executor!r}; choose from ['local', 'ray']")
     if isinstance(max_concurrency_per_worker, bool) or not isinstance(max_concurrency_per_worker, int) \
@@ -466,11 +470,11 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     bar = ProgressBar(len(tasks), progress, f"{type(pattern).__name__} batch")
     try:
         if executor == "local":
-            return _run_local(pattern, items, max_concurrency_per_worker, ckpt, bar)
+            return _run_local(pattern, items, max_concurrency_per_worker, ckpt, bar, commit)
         return _run_ray(config, items, address=address, workers=workers, per_worker=max_concurrency_per_worker,
                         checkpoint_dir=ckpt, chunk_size=chunk_size, runtime_env=runtime_env,
                         worker_options=worker_options, on_progress=on_progress, bar=bar,
-                        max_chunk_attempts=max_chunk_attempts)
+                        max_chunk_attempts=max_chunk_attempts, commit=commit)
     finally:
         bar.close()
 
@@ -505,9 +509,11 @@ def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
     return out
 
 
-def _run_local(pattern: Any, items: list[Item], per_worker: int, checkpoint_dir: str | None, bar: ProgressBar) -> BatchReport:
+def _run_local(pattern: Any, items: list[Item], per_worker: int, checkpoint_dir: str | None, bar: ProgressBar,
+               commit: str) -> BatchReport:
     start = time.perf_counter()
-    runner = ShardRunner(pattern, per_worker, checkpoint_dir, "local", on_done=lambda o: bar.add(o.ok, not o.ok))
+    runner = ShardRunner(pattern, per_worker, checkpoint_dir, "local", on_done=lambda o: bar.add(o.ok, not o.ok),
+                         commit=commit)
     try:
         outcomes = run_sync(lambda: runner.run_items(items))
     finally:
@@ -620,7 +626,7 @@ class _RayBatch:
 def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: int | None, per_worker: int,
              checkpoint_dir: str | None, chunk_size: int | None, runtime_env: dict[str, Any] | None,
              worker_options: dict[str, Any] | None, on_progress: Callable[[BatchProgress], None] | None,
-             bar: ProgressBar, max_chunk_attempts: int) -> BatchReport:
+             bar: ProgressBar, max_chunk_attempts: int, commit: str) -> BatchReport:
     ray = _ray()
     t0 = time.perf_counter()
     started = connect(address, runtime_env)
@@ -632,7 +638,7 @@ def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: in
         windows = {target: (ray.remote(SharedWindow).options(num_cpus=0).remote(lim.rpm, lim.tpm, lim.window),
                             lim.rpm, lim.tpm, lim.window) for target, lim in limits().items()}
         try:
-            ray.get([a.prepare.remote(batch_id, text, per_worker, checkpoint_dir, windows) for a in actors])
+            ray.get([a.prepare.remote(batch_id, text, per_worker, checkpoint_dir, windows, commit) for a in actors])
         except Exception as exc:
             cause = _cause(exc)
             raise RuntimeError(f"a Ray worker could not rebuild the pattern from its config: {type(cause).__name__}: "

@@ -5,7 +5,10 @@ A step: the current state's action runs (once per visit), then an outgoing trans
 labelled ``event`` whose guard passes), the pair of states is checked against the graph's legal
 ``(source, dest)`` pairs, the graph's ``transitions.Machine`` changes the run's state with its
 public ``set_state``, and a ``TraceEvent`` goes to the trace, the observers and the checkpoint
-recorder. Entering a final state records a terminal event and ends the run.
+recorder. Entering a final state records a terminal event and ends the run. An action may say
+what its step did (``mark_replayable``: it can be done again from the last commit;
+``mark_effects_pending``: tool calls are about to run): the recorder is handed that ``StepWork``
+with the step's event and decides how the step is committed; the graph carries no such flags.
 
 Patterns and flows are driven from the inside (``run_graph``: ``await step()`` until final); hub
 channels from the outside (``fire(label)`` on each acknowledged invite, accepted text, close or
@@ -64,7 +67,7 @@ class RunRecorder(Protocol):
     def unsynced(self) -> Collection[object]:
         """Commits a store writes later, not yet durable (the engine awaits ``durable()`` when any)."""
 
-    def __call__(self, ev: TraceEvent, held: bool = False) -> None: ...
+    def __call__(self, ev: TraceEvent, work: StepWork | None = None) -> None: ...
 
     def finish(self, stop_reason: str) -> None: ...
 
@@ -84,10 +87,10 @@ class _Edge(NamedTuple):
 class _Step:
     """A flat state prepared for running: its action (sync or async), fork, outgoing transitions."""
 
-    __slots__ = ("name", "action", "final", "reason", "out", "fork", "branches", "held")
+    __slots__ = ("name", "action", "final", "reason", "out", "fork", "branches")
 
     def __init__(self, name: str, action: Action | None, final: bool, reason: str | Reason | None, out: list[_Edge],
-                 fork: Fork | None, branches: list[StateGraph], held: bool = False):
+                 fork: Fork | None, branches: list[StateGraph]):
         self.name = name
         self.action = action
         self.final = final
@@ -95,7 +98,63 @@ class _Step:
         self.out = out
         self.fork = fork
         self.branches = branches
-        self.held = held  # its step may be committed with the next one (a pure or hold state; see Recorder)
+
+
+class StepWork:
+    """What a running step says about its own work, handed to the checkpoint recorder with the
+    step's event (the engine reads neither field; ``fsmchat.writer.Recorder`` decides how the step
+    is committed).
+
+    Attributes:
+        replayable: Everything the step did can be done again from the run's last commit (it only
+            computed from the context, or made model calls whose replies the next steps post, or
+            applied a person's answer that is asked again): ``mark_replayable()``.
+        effects_pending: The step leaves work with effects outside the run about to happen (tool
+            calls a model asked for): ``mark_effects_pending()``; it is committed before that work runs.
+    """
+
+    __slots__ = ("replayable", "effects_pending")
+
+    def __init__(self) -> None:
+        self.replayable = False
+        self.effects_pending = False
+
+
+WORK: contextvars.ContextVar[StepWork | None] = contextvars.ContextVar("fsmchat_step_work", default=None)
+"""The ``StepWork`` of the step whose action is running (in this task), None outside one."""
+
+
+def mark_replayable() -> None:
+    """Say, from inside a state's action, that everything its step did can be done again from the
+    run's last commit: a durable run (``commit="turn"``) may then commit the step together with the
+    next one, and after a crash in between it simply runs it again. Outside an action it does nothing.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import StateGraph
+        >>> from fsmchat.engine import GraphRun, mark_replayable
+        >>> def choose(ctx):
+        ...     mark_replayable()  # only reads the context
+        ...     return "left"
+        >>> g = StateGraph("g").state("choose", choose).final("done").edge("choose", "done")
+        >>> seen = []  # what a recorder is handed: each event with its step's work
+        >>> run = GraphRun(g, recorder=lambda ev, work=None: seen.append((ev.state, work and work.replayable)))
+        >>> _ = asyncio.run(run.step())
+        >>> seen
+        [('choose', True), ('done', None)]
+    """
+    work = WORK.get()
+    if work is not None:
+        work.replayable = True
+
+
+def mark_effects_pending() -> None:
+    """Say, from inside a state's action, that its step leaves work with effects outside the run
+    about to happen (the tool calls a model asked for): a durable run commits the step on its own,
+    before that work runs, whatever else the step said. Outside an action it does nothing."""
+    work = WORK.get()
+    if work is not None:
+        work.effects_pending = True
 
 
 def machine_class() -> type[Machine]:
@@ -122,7 +181,7 @@ class RunnableGraph:
         self.steps: dict[str, _Step] = {}
         for s in flat.states.values():
             out = [_Edge(t.guard, t.label, t.dest) for t in s.out]
-            self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out, s.fork, s.branches, s.pure or s.hold)
+            self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out, s.fork, s.branches)
         self.legal = {(t.source, t.dest) for s in flat.states.values() for t in s.out}
         # model=None: runs are not registered (no per-run set-up); each set_state names its model
         self.machine = machine_class()(model=None, states=list(self.steps), initial=self.initial,
@@ -164,7 +223,8 @@ class GraphRun(Generic[C]):
         graph: The graph to run (validated and its machine built on first use, then cached on it).
         context: The object every action and guard is called with.
         observers: Callables given each ``TraceEvent`` as it happens.
-        recorder: The checkpoint observer (``fsmchat.checkpoint.Recorder``), or None.
+        recorder: The checkpoint observer (``fsmchat.checkpoint.Recorder``), or None: called with
+            each event and its step's ``StepWork`` (None for the event of a stop).
         start: Resume here: the state to enter first (qualified names are accepted in a branch run).
         history: The earlier events of a resumed run, the start of its path and trace.
         prefix: Qualifies a branch run's state names (``par|1.``).
@@ -222,6 +282,7 @@ class GraphRun(Generic[C]):
                 raise ValueError(f"graph {graph.name!r}: cannot resume at {start!r}: no such state")
         self.state = start if start is not None else self.runnable.initial
         self.entered = False  # has the current state's action run in this visit?
+        self.work = StepWork()  # what this visit's action says about its work (for the recorder)
         self.payload: object = None  # what it returned
         self.error: BaseException | None = None
         self.stop_reason: StopReason | str | None = None
@@ -288,7 +349,7 @@ class GraphRun(Generic[C]):
         forced = None
         if not self.entered:
             st = self.runnable.steps[self.state]
-            self.entered = True
+            self.entered, self.work = True, StepWork()
             try:
                 await self._enter(st)
             except LimitReached as exc:
@@ -339,11 +400,15 @@ class GraphRun(Generic[C]):
         if self.entered or self.finished:
             return self.payload
         st = self.runnable.steps[self.state]
-        self.entered = True
+        self.entered, self.work = True, StepWork()
         if st.action is None:
             self.payload = None
             return None
-        out = st.action(self.context)
+        working = WORK.set(self.work)
+        try:
+            out = st.action(self.context)
+        finally:
+            WORK.reset(working)
         if inspect.isawaitable(out):  # refuse loudly: an event is applied atomically
             close = getattr(out, "close", None)
             if close is not None:
@@ -362,10 +427,12 @@ class GraphRun(Generic[C]):
             self.payload = None
         else:
             entered = STEP.set(self.qualified)  # a streamed reply's tokens name the state they are written in
+            working = WORK.set(self.work)
             try:
                 out = st.action(self.context)
                 self.payload = (await out) if is_awaitable(out) else out
             finally:
+                WORK.reset(working)
                 STEP.reset(entered)
 
     def _choose(self, event: str | None, payload: object) -> _Edge | None:
@@ -401,7 +468,7 @@ class GraphRun(Generic[C]):
         ev = TraceEvent(len(self.path), self.prefix + source, edge.label, self.prefix + self.state,
                         self.clock() - self._t0, payload)
         self.path.append(ev.state)
-        self._record(ev, self.runnable.steps[source].held)
+        self._record(ev, self.work)
         if self.runnable.steps[self.state].final:
             self._end()
         return ev
@@ -415,10 +482,11 @@ class GraphRun(Generic[C]):
         self.path.append(self.qualified)
         self._record(TraceEvent(len(self.path) - 1, self.qualified, None, None, self.clock() - self._t0))
 
-    def _record(self, ev: TraceEvent, held: bool = False) -> None:
+    def _record(self, ev: TraceEvent, work: StepWork | None = None) -> None:
+        """Trace ``ev``, hand it to the recorder with its step's ``work`` (None: a stop), tell the observers."""
         self.trace.append(ev)
         if self.recorder is not None:
-            self.recorder(ev, held)
+            self.recorder(ev, work)
         self._relay(ev)
 
     def _relay(self, ev: TraceEvent) -> None:

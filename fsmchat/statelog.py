@@ -10,7 +10,7 @@ writes what changed and never the whole state again. A delta is JSON text:
   end of a string) or ``["d", path]`` (removed). A dict (or a list of a few items) whose JSON is
   over ``SPLIT_CHARS`` is diffed part by part, so a private memory per agent or a discussion's
   lines grow by appends instead of being written again;
-- ``HELD`` (``"-"``): not stored at this step (a pure or hold step committed with the next one: a resume
+- ``HELD`` (``"-"``): not stored at this step (a step carried into the next commit: a resume
   or a fork runs it again from the state before it);
 - no delta (NULL): the state did not change.
 

@@ -121,9 +121,9 @@ def fork(run_id: str, at: int, checkpoint: ForkableCheckpointer, edit: ForkEdit 
     The new run has the original's events, messages and working state as they were after that
     step (and the branch lanes of parallel steps up to it); ``meta["forked_from"]`` records
     ``{"run_id", "step"}``. Resume it like any run (``pattern.resume(new_id, checkpoint)``). The
-    original is not touched. A step whose working state was committed with the next one (a pure
-    or hold step, ``stored=False`` in the history) forks from the step before it: the resume runs
-    the held steps again.
+    original is not touched. A step whose working state was committed with the next one (a step
+    carried by a ``commit="turn"`` run, ``stored=False`` in the history) forks from the step before
+    it: the resume runs the carried steps again.
 
     Args:
         run_id: The checkpointed run to fork.

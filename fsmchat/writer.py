@@ -4,9 +4,10 @@
 differ (``fsmchat.statelog.StateDiff``) and hands the store a ``Commit`` (``fsmchat.store``), so a
 store keeps what it is given and never encodes state itself. ``Recorder`` is the engine's
 checkpoint observer built on it: it commits each trace event with the messages posted since the
-last commit and the context's snapshot, holds back the steps of held states to commit them with
-the next one, and gives each branch run its own lane. ``Lease`` is one execute/resume's hold on a
-run in a store with leases.
+last commit and the context's snapshot, carries the steps that need no commit of their own into
+the next one (the run's ``commit`` mode, ``COMMIT_MODES``, decided from what each step did), and
+gives each branch run its own lane. ``Lease`` is one execute/resume's hold on a run in a store with
+leases.
 """
 from __future__ import annotations
 
@@ -15,14 +16,48 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
+from .engine import StepWork
+from .errors import bad_value
 from .models import Message, TraceEvent
 from .statelog import HELD, StateDiff
 from .store import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, Store, lease_owner, leases_of
 
 
+COMMIT_MODES = {
+    "turn": "the default: a step that posted nothing, did not stop the run and did only work that can be done "
+            "again is committed with the next step, so a GroupChat or Discussion turn is one commit",
+    "step": "every step is its own commit",
+}
+"""How a durable run batches its commits (``commit=`` where a checkpointed run starts), by name."""
+DEFAULT_COMMIT = "turn"
+
+
+def check_commit(value: object, owner: str, store: str | None = None) -> str:
+    """``commit=``: one of ``COMMIT_MODES`` (``ConfigTypeError`` for a value that is not a str,
+    ``ConfigError`` for another name), checked before the run makes any model call. ``store``
+    names the run's store argument when it was not given (``"checkpoint"``): a mode other than
+    the default then has nothing to batch and is refused too."""
+    if not (isinstance(value, str) and value in COMMIT_MODES):
+        allowed = " or ".join(f"{k!r} ({v})" for k, v in COMMIT_MODES.items())
+        if not isinstance(value, str):
+            raise bad_value(owner, "commit", value, f"a str, {allowed}", type_error=True)
+        raise bad_value(owner, "commit", value, allowed)
+    if store is not None and value != DEFAULT_COMMIT:
+        raise bad_value(owner, "commit", value, f"it says how a checkpointed run commits its steps, and this run "
+                        f"has no {store}= (pass one, or leave commit= out)")
+    return value
+
+
+def carried(work: StepWork | None) -> bool:
+    """Whether a step's ``work`` lets a ``commit="turn"`` run commit it with the next step (when it
+    also posted nothing and did not stop the run): it did only work that can be done again from the
+    last commit and left no effects pending."""
+    return work is not None and work.replayable and not work.effects_pending
+
+
 def state_deltas(states: Sequence[dict[str, Any] | str | None]) -> list[str | None]:
     """The deltas a new writer gives for a run's successive states (a str, ``HELD``, and None are
-    kept as they are: a held step, a step without state): what a fork writes."""
+    kept as they are: a carried step, a step without state): what a fork writes."""
     diff = StateDiff()
     return [diff.delta(s) if isinstance(s, dict) else s for s in states]
 
@@ -45,7 +80,7 @@ class RunWriter:
 
     def commit(self, event: TraceEvent, messages: Sequence[Message], state: dict[str, Any] | None,
                earlier: Sequence[TraceEvent] = ()) -> Future[None] | None:
-        """Append ``earlier`` (held steps, stored without a state of their own), then ``event`` with
+        """Append ``earlier`` (carried steps, stored without a state of their own), then ``event`` with
         ``messages`` and the delta of ``state`` (None: the step carries no state). Returns the
         store's future when it stores the commit later (see ``Store.append``)."""
         delta = None if state is None else self.diff.delta(state)
@@ -72,14 +107,17 @@ class RunWriter:
 class Recorder:
     """The engine's checkpoint observer for one run (or one branch run): commits each trace event
     with the messages posted since the last one and the context's snapshot, and the stop reason
-    when the run ends. A branch run gets its own lane, ``<run id>/<step>:<branch>``."""
+    when the run ends. A branch run gets its own lane, ``<run id>/<step>:<branch>``, committed in
+    the same ``commit`` mode (``COMMIT_MODES``)."""
 
     def __init__(self, cp: Store, run_id: str, transcript: Any, snapshot: Callable[[], dict[str, Any]],
-                 saved_messages: int = 0, lease: "Lease | None" = None, saved_events: int = 0):
+                 saved_messages: int = 0, lease: "Lease | None" = None, saved_events: int = 0,
+                 commit: str = DEFAULT_COMMIT):
         self.cp, self.run_id, self.transcript, self.snapshot = cp, run_id, transcript, snapshot
         self.lease = lease
+        self.commit = check_commit(commit, "Recorder")
         self.writer = RunWriter(cp, run_id, lease.fence if lease is not None else None, saved_messages, saved_events)
-        self.pending: list[TraceEvent] = []  # held steps (pure or hold states), committed with the next step
+        self.pending: list[TraceEvent] = []  # carried steps, committed with the next step
         self.unsynced: list[Future[None]] = []  # commits a store writes later (durability="fsync"), not yet on disk
 
     @property
@@ -91,20 +129,22 @@ class Recorder:
         """Record the new run (under the lease's fence)."""
         self.writer.start(meta)
 
-    def __call__(self, ev: TraceEvent, held: bool = False) -> None:
-        """Commit ``ev`` with the rows posted since the last commit and the snapshot. The step of a
-        ``held`` state (``pure`` or ``hold``: see ``StateGraph.state``) that posted nothing is held
-        back and committed in the same transaction as the next step: a GroupChat turn (bid, select,
-        post, penalize) is one commit, and after a crash the held steps are simply run again from
-        the previous snapshot."""
+    def __call__(self, ev: TraceEvent, work: StepWork | None = None) -> None:
+        """Commit ``ev`` with the rows posted since the last commit and the snapshot; ``work`` is
+        what its step said about itself (None: the event of a stop). With ``commit="turn"`` a step
+        that posted nothing, did not stop the run (``ev.dest`` is a state), did only work that can
+        be done again from the last commit and left no effects pending (``carried``) is carried:
+        committed in the same transaction as the next step. A GroupChat turn (bid, select, post,
+        penalize) is one commit, and after a crash the carried steps are simply run again from the
+        previous snapshot. With ``commit="step"`` every step is committed on its own."""
         if self.lease is not None:
             self.lease.renew()
         rows = self.transcript.since(self.saved)
-        if held and not rows and ev.dest is not None:
+        if self.commit == "turn" and not rows and ev.dest is not None and carried(work):
             self.pending.append(ev)
             return
         if ev.dest is None and ev.trigger not in (None, "interrupted"):
-            # a cancelled or failed step: the context may hold half of it, so the held-back
+            # a cancelled or failed step: the context may hold half of it, so the carried
             # steps are not committed with it; a resume runs them again from the last snapshot.
             # An interrupted step did nothing (it stopped to wait for a person): they are kept.
             self.pending = []
@@ -140,14 +180,14 @@ class Recorder:
         except KeyError:
             saved = None
         if saved is None:
-            child = Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, lease=self.lease)
+            child = Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, lease=self.lease, commit=self.commit)
             child.start({"parent": self.run_id, "branch": key})
             return child, None
         ctx.transcript.restore(saved.messages)
         if saved.state is not None:
             ctx.restore(saved.state)
         return Recorder(self.cp, lane, ctx.transcript, ctx.snapshot, len(saved.messages), self.lease,
-                        len(saved.events)), saved
+                        len(saved.events), self.commit), saved
 
 
 class Lease:

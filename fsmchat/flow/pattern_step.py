@@ -236,8 +236,7 @@ class PatternStep(Block):
                 raise ConfigError(f"{type(pattern).__name__} as a flow step: state {name!r} nests a graph, which "
                                   "a pattern step does not support")
             else:
-                g.state(name, on_pattern(s.action, _label(_fallback(inner, name))), s.description, pure=s.pure,
-                        waits=s.waits)
+                g.state(name, on_pattern(s.action, _label(_fallback(inner, name))), s.description, waits=s.waits)
         g.final(done_name)
         g.edge(begin_name, inner.initial)
         for t in inner.transitions:

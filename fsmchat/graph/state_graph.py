@@ -80,8 +80,6 @@ class State(Generic[C]):
         subgraph: The graph nested in this state, entered at its initial state.
         branches: A fork state's branch graphs, run as child runs.
         fork: A fork state's ``(split, join, max_concurrency)``.
-        pure: The action only computes from the context (a checkpoint may commit it with the next step).
-        hold: A checkpoint commits it with the next step although the action may call models.
         waits: The run may stop here for a person (drawn amber).
 
     Examples:
@@ -101,8 +99,6 @@ class State(Generic[C]):
     subgraph: StateGraph | None = None  # nested graphs and branches may read any context
     branches: list[StateGraph] = field(default_factory=list)  # child runs of a fork state
     fork: Fork[C] | None = None  # (split, join) of a fork state
-    pure: bool = False  # the action only computes from the context: it may be committed with the next step
-    hold: bool = False  # committed with the next step although its action may call models (see ``state``)
     waits: bool = False  # the run may stop here for a person (drawn in its own style)
 
 
@@ -160,9 +156,7 @@ class FlatState:
         out: Its outgoing transitions, in declared order, destinations qualified.
         branches: A fork state's branch graphs.
         fork: A fork state's ``(split, join, max_concurrency)``.
-        pure: The action only computes from the context.
         waits: The run may stop here for a person.
-        hold: A checkpoint commits it with the next step although the action may call models.
 
     Examples:
         >>> from fsmchat import StateGraph
@@ -182,9 +176,7 @@ class FlatState:
     out: list[Transition] = field(default_factory=list)
     branches: list[StateGraph] = field(default_factory=list)
     fork: Fork | None = None
-    pure: bool = False
     waits: bool = False
-    hold: bool = False
 
 
 @dataclass
@@ -295,21 +287,17 @@ class StateGraph(Generic[C]):
         return self
 
     def state(self, name: str, action: Action[C] | None = None, description: str | None = None, *,
-              pure: bool = False, waits: bool = False, hold: bool = False) -> "StateGraph[C]":
+              waits: bool = False) -> "StateGraph[C]":
         """Declare a state whose ``action(ctx)`` (sync or async) runs when the state is entered.
+
+        How a durable run commits the state's steps is not part of the graph: the run's ``commit=``
+        option decides, with what the action says about its step at run time
+        (``fsmchat.engine.mark_replayable``).
 
         Args:
             name: The state's name (non-empty, no ``.`` or ``|``, not declared before).
             action: ``action(ctx)``, run once per visit; its return value is the step's payload.
             description: One line for diagrams; by default the action's docstring's first line.
-            pure: The action only computes from the context (no model call, no post, no effect
-                outside the run): a checkpoint may commit the step together with the next one, and
-                after a crash it is simply run again.
-            hold: Commit the step with the next one although its action may call models: for a
-                step whose result the very next steps post (GroupChat's bid round, then select and
-                post: one commit per turn). A crash before that commit runs it again, calls
-                included (none of them was committed); a step that posted messages, failed or
-                stopped the run is committed at once.
             waits: The run may stop in this state for a person (its action raises ``Interrupted``
                 until it has their answer); diagrams draw it in the waiting style.
 
@@ -320,7 +308,7 @@ class StateGraph(Generic[C]):
             GraphError: The name is empty, holds ``.`` or ``|``, or is taken.
         """
         desc = description if description is not None else (first_line(action) if action else "")
-        return self._add(State(name, action, desc, pure=pure, hold=hold, waits=waits))
+        return self._add(State(name, action, desc, waits=waits))
 
     def fork(self, name: str, branches: Sequence[StateGraph], split: Callable[[C], Iterable[tuple[int, K, int | None]]],
              join: Callable[[C, list[tuple[K, RunResult]]], object], description: str = "",
@@ -558,7 +546,7 @@ class StateGraph(Generic[C]):
                                       [Transition(q, t.dest, t.guard, t.label, t.order) for t in exits])
             else:
                 states[q] = FlatState(q, s.action, s.description, s.final, s.reason, cluster, out, s.branches,
-                                      s.fork, s.pure, s.waits, s.hold)
+                                      s.fork, s.waits)
         return StateGraph._entry(graph, prefix)
 
     @staticmethod

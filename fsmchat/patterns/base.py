@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from .. import distributed
 from ..checkpoint import Checkpointer
 from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id, check_token_hooks
-from ..checkpoint import check_checkpoint, check_resume
+from ..checkpoint import DEFAULT_COMMIT, check_checkpoint, check_commit, check_resume
 from ..config import PatternSpec, pattern_spec, to_config
 from ..engine import batch_collector, run_sync
 from ..errors import ConfigTypeError, attach_result, invalid_config
@@ -411,16 +411,21 @@ class Pattern(ABC):
 
     async def aexecute(self, task: str, *, observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
                        checkpoint: Checkpointer | None = None, run_id: str | None = None,
-                       on_start: Sequence[Any] = (), on_token: Any = None) -> RunResult:
+                       on_start: Sequence[Any] = (), on_token: Any = None, commit: str = DEFAULT_COMMIT) -> RunResult:
         """Run once and return the ``RunResult`` (path, trace, stop reason, transcript, calls).
         With ``checkpoint=`` every step is committed under ``run_id`` (a new id if None); the run
         holds the id's lease meanwhile, so a concurrent run of the same id gets ``RunInProgress``.
+        ``commit`` says how (``"turn"``: a step that posted nothing and only did work that can be
+        done again rides along with the next step's commit, so a GroupChat turn is one commit;
+        ``"step"``: every step is its own commit); it is kept with the run, so its resumes and forks
+        commit the same way.
         ``observers`` get each ``TraceEvent``, ``on_message`` each posted ``Message``, ``on_start``
         the run's context before its first step (a live display reads ``ctx.stats`` from it),
         ``on_token`` (a callable or a list of them) each ``TokenDelta`` of a reply as the model
         writes it, and a ``StreamRetry`` when a shown stream is asked again (the replies then stream)."""
         owner = type(self).__name__
         check_checkpoint(checkpoint, owner)
+        check_commit(commit, owner, "checkpoint" if checkpoint is None else None)
         check_run_id(run_id, owner)
         observers, on_message, on_start = (check_hooks(observers, owner, "observers"),
                                            check_hooks(on_message, owner, "on_message"),
@@ -433,7 +438,7 @@ class Pattern(ABC):
             self._check_checkpointed()
         self._check_limits()
         task, repaired = self._admit_task(task)
-        run = PatternRun(self, checkpoint, run_id, on_cancel=self._keep_partial, on_token=tokens)
+        run = PatternRun(self, checkpoint, run_id, on_cancel=self._keep_partial, on_token=tokens, commit=commit)
         return await run.start(task, repaired, observers, on_message, on_start)
 
     async def aresume(self, run_id: str, checkpoint: Checkpointer, *, input: Any = None,
@@ -534,7 +539,8 @@ class Pattern(ABC):
 
     def run_batch(self, tasks: Sequence[str], max_concurrency: int = 16, *, executor: str = "local",
                   address: str | None = None, max_concurrency_per_worker: int | None = None,
-                  checkpoint_dir: Any = None, progress: bool | None = None, **options: Any) -> list[Any]:
+                  checkpoint_dir: Any = None, progress: bool | None = None, commit: str = DEFAULT_COMMIT,
+                  **options: Any) -> list[Any]:
         """One independent run per task, run concurrently (bounded); results in task order.
 
         ``progress``: a progress bar on stderr (done/total, failed, elapsed, ETA); by default shown
@@ -542,15 +548,17 @@ class Pattern(ABC):
         ``executor="ray"`` shards the tasks over Ray workers (``address=None`` starts a local Ray,
         ``"auto"``/``"ray://host:10001"`` joins a cluster), each running ``max_concurrency_per_worker``
         at once; a failed task's slot holds a ``TaskFailure`` instead of losing the batch. With
-        ``checkpoint_dir`` every run is checkpointed and a re-run skips the finished ones. More
-        options (``workers``, ``on_progress``, ...): ``fsmchat.distributed.execute_batch``."""
+        ``checkpoint_dir`` every run is checkpointed (``commit``: how, as for ``aexecute``) and a
+        re-run skips the finished ones. More options (``workers``, ``on_progress``, ...):
+        ``fsmchat.distributed.execute_batch``."""
         tasks = check_batch(tasks, max_concurrency, type(self).__name__)
+        check_commit(commit, f"{type(self).__name__}.run_batch", "checkpoint_dir" if checkpoint_dir is None else None)
         show = progress_wanted(progress)
         if executor == "local" and checkpoint_dir is None and address is None and not options:
             return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency, progress=show))
         return distributed.run_batch(self, tasks, executor=executor, address=address, checkpoint_dir=checkpoint_dir,
                                      max_concurrency_per_worker=max_concurrency_per_worker or max_concurrency,
-                                     progress=show, **options)
+                                     progress=show, commit=commit, **options)
 
     def to_config(self) -> Any:
         """This pattern as a JSON-able pydantic model (``fsmchat.config``); ``from_config`` rebuilds it.

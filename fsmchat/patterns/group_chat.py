@@ -30,6 +30,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from ..checks import check_agents
 from ..config import ContextField, Speakers
+from ..engine import mark_replayable
 from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
 from ..speakers.classify import grouped_failures
 from ..graph.state_graph import StateGraph, state_names
@@ -202,6 +203,9 @@ def bid_instruction(name: str, others: Sequence[str], sender: str, text: str) ->
 
 async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     """every agent bids at once"""
+    # replayable: after a crash the round is asked again (its bids are posted by the turn: one commit), unless
+    # a bidder asks for tool calls (the tool loop then says its effects are pending: committed before they run)
+    mark_replayable()
     names = [s.name for s in ctx.speakers]
     last = ctx.transcript[-1]
 
@@ -274,6 +278,7 @@ def pick_speaker(ctx: GroupChatContext) -> dict[str, Any]:
         if score > best:
             best_i, best = i, score
     ctx.state.winner = best_i
+    mark_replayable()  # computed from the context: committed with the turn's post
     # the turn's record (trace, checkpoints, the run viewer): every bid's message, not only the winner's
     return {"winner": ctx.speakers[best_i].name if best_i is not None else None, "adjusted": adjusted,
             "threshold": cfg.threshold, "messages": messages, "invalid": invalid}
@@ -299,6 +304,7 @@ def remember_speaker(ctx: GroupChatContext) -> None:
     assert i is not None, "penalize entered without a winner"
     recent.append(ctx.speakers[i].name)
     del recent[:-max(1, ctx.config.recency_window)]  # bounded: only the window is ever read
+    mark_replayable()  # computed from the context: committed with the next turn
 
 
 # ---- people in the loop ----
@@ -393,10 +399,10 @@ def compile_group_chat(name: str = "group_chat", description: str = "",
     """
     g = StateGraph(name, context=GroupChatContext, description=description)
     g.state("seed", post_task)
-    g.state("bid", collect_bids, hold=True)  # committed with select and post: one commit per turn
-    g.state("select", pick_speaker, pure=True)  # pure: committed with the next step
+    g.state("bid", collect_bids)
+    g.state("select", pick_speaker)
     g.state("post", post_winner)
-    g.state("penalize", remember_speaker, pure=True)
+    g.state("penalize", remember_speaker)
     g.final("stop")
     g.edge("seed", "bid", when=under_cap)
     g.edge("seed", "stop", label=StopReason.MAX_LOOPS)

@@ -8,9 +8,12 @@ action and exits (``WaitPoint``); this module only rewires the graph and checks 
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..engine import mark_replayable
 from ..errors import ConfigError, bad_value
 from ..graph.state_graph import Guard, StateGraph, Transition, state_names
 from ..models import StopReason
@@ -94,11 +97,30 @@ def _dest(g: StateGraph, dest: str, target: str) -> str:
     return target if dest == TARGET else _final_of(g) if dest == "<final>" else dest
 
 
+def answered(action: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``action`` as a wait state's: once it returns (it had the person's answer), its step says it is
+    replayable, so a durable run commits the answer together with the step after it (the answer
+    and what it leads to land at once; a crash before that commit leaves the run waiting, and the
+    answer is given again). A step that stops to wait, or posts, is committed at once anyway."""
+    if inspect.iscoroutinefunction(action):
+        async def async_wait(ctx: Any) -> Any:
+            out = await action(ctx)
+            mark_replayable()
+            return out
+        return functools.update_wrapper(async_wait, action)
+
+    def wait(ctx: Any) -> Any:
+        out = action(ctx)
+        mark_replayable()
+        return out
+    return functools.update_wrapper(wait, action)
+
+
 def insert_before(g: StateGraph, target: str, wait: str, point: WaitPoint) -> str:
     """A wait state ``wait`` that every edge into ``target`` (in level ``g``) now enters first."""
     wait = state_names([wait], g.states)[0]
     first = g.initial == target
-    g.state(wait, point.action, point.description, waits=True, hold=True)  # an answer: one commit with the next step
+    g.state(wait, answered(point.action), point.description, waits=True)
     if first:
         g.initial = wait
     g.transitions = [Transition(t.source, wait if t.dest == target else t.dest, t.guard, t.label, t.order)
@@ -113,7 +135,7 @@ def insert_after(g: StateGraph, target: str, wait: str, point: WaitPoint) -> str
     whose guard the target already has, a flow step's ``[halted]``, is not repeated), then the
     target's own, so they route on the context as the person left it."""
     wait = state_names([wait], g.states)[0]
-    g.state(wait, point.action, point.description, waits=True, hold=True)
+    g.state(wait, answered(point.action), point.description, waits=True)
     moved = [t for t in g.transitions if t.source == target]
     g.transitions = [t for t in g.transitions if t.source != target]
     g.edge(target, wait)

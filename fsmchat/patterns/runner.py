@@ -17,7 +17,8 @@ import hashlib
 import json
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from ..checkpoint import RUN_META, Checkpointer, CheckpointMismatch, Lease, Recorder, new_run_id
+from ..checkpoint import (COMMIT_MODES, DEFAULT_COMMIT, RUN_META, Checkpointer, CheckpointMismatch, Lease, Recorder,
+                          new_run_id)
 from ..engine import run_graph
 from ..errors import attach_result, result_of
 from ..graph.render import drawing_data
@@ -166,17 +167,21 @@ class PatternRun:
         on_cancel: Given the partial result when the run is cancelled (a Ctrl-C keeps it).
         on_token: The hooks each streamed reply's deltas go to (``fsmchat.speakers.llm.TOKENS``;
             empty: the replies stream to an enclosing run's hooks, if any).
+        commit: How a new checkpointed run batches its commits (``fsmchat.writer.COMMIT_MODES``,
+            checked by the caller), kept in the run's metadata; a resume reads the run's own.
     """
 
     def __init__(self, pattern: RunnablePattern, checkpoint: Checkpointer | None = None, run_id: str | None = None,
                  *, started_as: dict[str, Any] | None = None,
-                 on_cancel: Callable[[RunResult], None] | None = None, on_token: Sequence[Hook] = ()) -> None:
+                 on_cancel: Callable[[RunResult], None] | None = None, on_token: Sequence[Hook] = (),
+                 commit: str = DEFAULT_COMMIT) -> None:
         self.pattern = pattern
         self.checkpoint = checkpoint
         self.run_id = run_id if run_id is not None or checkpoint is None else new_run_id()
         self.started_as = started_as
         self.on_cancel = on_cancel
         self.on_token = on_token
+        self.commit = commit
         self.owner = type(pattern).__name__
 
     @property
@@ -195,6 +200,7 @@ class PatternRun:
             if self.checkpoint is not None:  # what a resume checks and the viewer shows; a plain run needs none
                 meta = {"pattern": self.owner, "name": self.pattern.name, "task": task,
                         "factory": self.pattern.factory, "fingerprint": fingerprint(self.pattern),
+                        "commit": self.commit,
                         **self.viewer_meta(), **(RUN_META.get() or {})}
             ctx = self.pattern.new_context(task)
         except BaseException:
@@ -223,6 +229,7 @@ class PatternRun:
         assert checkpoint is not None and run_id is not None, "a resume needs the run's checkpoint and id"
         saved = checkpoint.load(run_id)
         self.check_fingerprint(saved.meta)
+        self.commit = self.commit_of(saved.meta)
         forked = self.with_run_limits(saved.meta)
         if forked is not None:  # a fork changed the run's limits: a copy of the pattern runs with them
             return await forked.resume(input, observers, on_message, on_start)
@@ -257,6 +264,15 @@ class PatternRun:
                                      "; ".join(diffs) + ". Resume it with the pattern that started it (nothing was "
                                      "written)")
 
+    def commit_of(self, meta: dict[str, Any]) -> str:
+        """The commit mode the run was started with (a run stored before modes existed: the default,
+        ``"turn"``, what it was written with); ``CheckpointMismatch`` for a stored value no mode has."""
+        mode = meta.get("commit", DEFAULT_COMMIT)
+        if not isinstance(mode, str) or mode not in COMMIT_MODES:
+            raise CheckpointMismatch(f"run {self.run_id!r} stores commit={mode!r}, which is no commit mode of this "
+                                     f"fsmchat ({', '.join(map(repr, COMMIT_MODES))}); nothing was written")
+        return mode
+
     def with_run_limits(self, meta: dict[str, Any]) -> "PatternRun | None":
         """This run on a copy of the pattern with the limits ``fsmchat.fork(edit={"limits": ...})``
         stored with the run (None: the run has none, or the pattern already has them). The copy is
@@ -268,7 +284,7 @@ class PatternRun:
             raise CheckpointMismatch(f"the run's stored limits {limits!r} are not a dict of Limits fields")
         twin = copy.copy(self.pattern).with_limits(Limits(**limits))
         return PatternRun(twin, self.checkpoint, self.run_id, started_as=self.started_as or fingerprint(self.pattern),
-                          on_cancel=self.on_cancel, on_token=self.on_token)
+                          on_cancel=self.on_cancel, on_token=self.on_token, commit=self.commit)
 
     def answer_for(self, saved: Any, input: Any) -> Any:
         """(what the run waits for, the checked answer), None without ``input``; ``NotWaiting`` for
@@ -330,7 +346,7 @@ class PatternRun:
             if checkpoint is not None:
                 assert run_id is not None and lease is not None
                 recorder = Recorder(checkpoint, run_id, ctx.transcript, ctx.snapshot, len(ctx.transcript), lease,
-                                    len(saved.events) if saved is not None else 0)
+                                    len(saved.events) if saved is not None else 0, self.commit)
                 if saved is None:
                     recorder.start(meta or {})
                 ctx.stats.before_request = lease.check  # no request is sent once another owner took the run

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
+from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from .human import Approve, Edit, Reject, Say, request
@@ -529,7 +530,8 @@ def loop_of(ctx: Any) -> ToolLoop:
 
 def tool_action(action: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``action`` as the speaking state of a tool loop: its speaking block records tool calls and
-    ends it early (the step's payload is then ``"tool_calls"``); once it completes, the turns in
+    ends it early (the step's payload is then ``"tool_calls"``, and the step says its effects are
+    pending: a durable run commits the calls before they run); once it completes, the turns in
     progress are over."""
 
     async def speaking(ctx: Any) -> Any:
@@ -540,6 +542,7 @@ def tool_action(action: Callable[[Any], Any]) -> Callable[[Any], Any]:
             if is_awaitable(out):
                 out = await out
         except ToolRound:
+            mark_effects_pending()  # the calls it asked for are committed before they run
             return "tool_calls"
         finally:
             loop.active = False
@@ -671,8 +674,8 @@ def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve
 
     Args:
         g: The graph holding ``state``.
-        state: The speaking state (its action is wrapped by ``tool_action``; its step is committed
-            before the tools run, so it is never held back).
+        state: The speaking state (its action is wrapped by ``tool_action``; a step of it that asked
+            for tool calls is committed before the tools run, never carried into a later commit).
         speakers: Who may speak in it.
         approve_all: Every call waits for a person (``interrupt_before=["tools"]``).
         events: ``g`` is event-driven (a hub channel's turns, stepped by ``GraphRun.fire``): the
@@ -692,7 +695,6 @@ def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve
     s = g.states[state]
     assert s.action is not None, f"state {state!r} speaks but has no action"
     s.action = tool_action(s.action)
-    s.hold = s.pure = False  # the calls it asked for are committed before they run
     tools_state, wait_state = state_names([f"tools_{state}", f"approve_{state}"], reserved=g.states)
     g.state(tools_state, make_run_tools(tooled), f"{', '.join(x.name for x in tooled)}: run the tool calls")
     g.state(wait_state, make_decide(tooled), "a person decides on a tool call",

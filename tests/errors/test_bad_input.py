@@ -199,7 +199,7 @@ CASES = [
      "RoundRobinSwarm: on_start=<built-in function print> is invalid: a list of callables"),
     ("run keyword typo", lambda: RoundRobinSwarm(agents=[A]).run("t", chekpoint=MemoryCheckpointer()), TypeError,
      "RoundRobinSwarm.run() got an unexpected keyword argument 'chekpoint'; did you mean checkpoint? (its keywords: "
-     "checkpoint, run_id, observers, on_message, on_start, on_token)"),
+     "checkpoint, run_id, observers, on_message, on_start, on_token, commit)"),
     ("execute keyword typo", lambda: GroupChat(agents=[A, B]).execute("t", run_di="x"), TypeError,
      "GroupChat.execute() got an unexpected keyword argument 'run_di'; did you mean run_id?"),
     ("flow run keyword typo", lambda: AgentFlow(steps=[A]).run("go", observer=[print]), TypeError,

@@ -62,7 +62,7 @@ def test_cancel_mid_bid_keeps_transcript_and_checkpoint_and_leaves_no_tasks(tmp_
     assert [x.content for x in result.transcript] == ["t", "first"]
     saved = cp.load("c")
     assert saved.stop_reason == "cancelled" and [x.content for x in saved.messages] == ["t", "first"]
-    # penalize is a pure state, committed with the next step: the cancelled bid took it along, so a
+    # penalize is carried into the next commit (commit="turn"): the cancelled bid took it along, so a
     # resume runs penalize again (no model call) and then the bid round
     assert saved.resume_at == "penalize"
 

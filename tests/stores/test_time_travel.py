@@ -109,7 +109,7 @@ def test_held_steps_are_listed_as_not_stored_and_usage_so_far_is_given():
     cp = MemoryCheckpointer()
     res = chat().execute("pets?", checkpoint=cp, run_id="R")
     steps = cp.history("R")
-    # the bid round (a hold state), select and penalize (pure) are committed with the post
+    # the bid round, select and penalize are carried: committed with the post (commit="turn")
     assert {s.state for s in steps if not s.stored} == {"bid", "select", "penalize"}
     assert all(s.snapshot is None for s in steps if not s.stored)
     posts = [s for s in steps if s.state == "post"]

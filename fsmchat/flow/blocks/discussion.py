@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 
 from ...checks import check_agents
 from ...config import AgentSpec, CallableSpec, HumanSpec
+from ...engine import mark_replayable
 from ...errors import ConfigError, bad_value
 from ...graph.state_graph import StateGraph
 from ...graph.turns import TurnOrder, add_turns
@@ -243,6 +244,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
                 raise ValueError(f"Discussion until() raised {type(exc).__name__}: {exc}. It is checked after "
                                  "every turn, so a failing condition would run the full round budget.") from exc
             f.met = met
+            mark_replayable()  # computed from the context: committed with the next turn
             return met
 
         def turns_left(ctx: FlowContext) -> bool:
@@ -260,7 +262,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
                 waits=bool(people))
         g.edge("begin", "turn")
         if cfg.until is not None:
-            g.state("check_until", check_until, pure=True)  # committed with the next turn: one commit per turn
+            g.state("check_until", check_until)
         g.final("done")
         add_tool_loop(g, "turn", d.compacted_agents())
         add_compaction(g, "turn", d.compacted_agents(), None, head=0)  # a flow's transcript has no task row
