@@ -705,32 +705,35 @@ def run_sync(make: Callable[[], Coroutine[object, object, T]]) -> T:
         running = False
     if not running:  # outside the except block, so run errors carry no stray exception context
         return asyncio.run(make())
+    lock = threading.Lock()  # orders a Ctrl-C's cancel against the worker's start
     box: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[T]]] = []  # the worker's loop and task, once started
-    started = threading.Event()
+    stop: list[bool] = []  # a Ctrl-C came: the run is cancelled as soon as it exists
 
     def worker() -> T:
         loop = asyncio.new_event_loop()
         try:
             task = loop.create_task(make())
-            box.append((loop, task))
-            started.set()
+            with lock:
+                box.append((loop, task))
+                if stop:
+                    task.cancel()
             return loop.run_until_complete(task)
         finally:
-            started.set()
+            with lock:  # no cancel reaches a closed loop
+                box.clear()
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsmchat-run") as pool:
-        future = pool.submit(contextvars.copy_context().run, worker)  # the caller's context vars go along
-        try:
+        try:  # the submit too: a Ctrl-C may arrive before the wait starts, while the run already goes
+            future = pool.submit(contextvars.copy_context().run, worker)  # the caller's context vars go along
             return future.result()
-        except BaseException:
-            if not future.done():  # interrupted while waiting (KeyboardInterrupt): cancel the run
-                started.wait()
+        except BaseException:  # interrupted (KeyboardInterrupt), or the run failed: cancel it if it still goes
+            with lock:
+                stop.append(True)
                 for loop, task in box:
                     loop.call_soon_threadsafe(task.cancel)
-                concurrent.futures.wait([future])
-            raise
+            raise  # leaving the pool waits for the worker, which ends through its cancellation path
 
 
 def run(graph: StateGraph, context: object, *, max_steps: int = DEFAULT_MAX_STEPS, observers: Iterable[Observer] = (),

@@ -200,3 +200,45 @@ def test_ctrl_c_inside_a_running_loop_cancels_the_run():
         loop.close()
     assert cancelled.wait(300), "the Ctrl-C did not cancel the worker's run"  # a hang guard, not a verdict
     assert ctx["n"] == 3  # no step ran after the one interrupted
+
+
+def test_ctrl_c_before_the_wait_starts_still_cancels_the_run(monkeypatch):
+    """A Ctrl-C may land in the caller's thread after the run was handed to the worker but before
+    the caller waits for it (a loaded machine lets the worker reach its step first): the run is
+    cancelled all the same, and the KeyboardInterrupt goes on. The interrupt is raised right
+    after the submit, where a signal handler would raise it; nothing is timed."""
+    import concurrent.futures
+    import threading
+
+    sleeping, cancelled = threading.Event(), threading.Event()
+    submit = concurrent.futures.ThreadPoolExecutor.submit
+
+    def submit_then_ctrl_c(self, fn, *args, **kwargs):
+        submit(self, fn, *args, **kwargs)  # the run is handed over, then the Ctrl-C lands
+        assert sleeping.wait(300), "the run never reached its step"  # a hang guard, not a verdict
+        raise KeyboardInterrupt
+
+    async def slow(ctx):
+        ctx["n"] += 1
+        sleeping.set()
+        try:
+            await asyncio.sleep(300)  # ends early only when the run is cancelled
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    g = StateGraph("slow").state("s", slow).final("z").edge("s", "z")
+    ctx = {"n": 0}
+
+    async def cell():
+        with pytest.raises(KeyboardInterrupt):
+            run(g, ctx)
+
+    monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "submit", submit_then_ctrl_c)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(cell())
+    finally:
+        loop.close()
+    assert cancelled.is_set()  # the run was cancelled before run() gave the KeyboardInterrupt back
+    assert ctx["n"] == 1
