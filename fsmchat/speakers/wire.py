@@ -312,11 +312,17 @@ class Unreachable(FsmchatError, ConnectionError):
         self.__cause__ = cause
 
 
+def sent_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as litellm sends them: a message's key whose value is None (an assistant tool
+    call's ``"content": None``, a ``"name": None``) is left out; nested values are sent as given."""
+    return [m if None not in m.values() else {k: v for k, v in m.items() if v is not None} for m in messages]
+
+
 def _request(model: str, messages: list[dict[str, Any]], options: dict[str, Any]) -> tuple[str, dict[str, Any],
                                                                                            dict[str, str]]:
     """(url, body, headers) of a chat-completions request."""
     provider, _, name = model.partition("/")
-    body: dict[str, Any] = {"model": name, "messages": messages}
+    body: dict[str, Any] = {"model": name, "messages": sent_messages(messages)}
     for k, v in options.items():
         if k in SENT and v is not None:
             body[k] = v

@@ -15,11 +15,11 @@ import sys
 import pytest
 
 try:
-    from openai_server import (OpenAIServer, Reply, delayed, empty_choices, error, malformed_tool_call, per_agent,
-                               raw, respond, streamed, text, tool_call)
+    from openai_server import (OpenAIServer, Reply, completion, delayed, empty_choices, error, malformed_tool_call,
+                               per_agent, raw, respond, streamed, text, tool_call)
 except ImportError:  # tests/ became a package
-    from tests.openai_server import (OpenAIServer, Reply, delayed, empty_choices, error, malformed_tool_call,
-                                     per_agent, raw, respond, streamed, text, tool_call)
+    from tests.openai_server import (OpenAIServer, Reply, completion, delayed, empty_choices, error,
+                                     malformed_tool_call, per_agent, raw, respond, streamed, text, tool_call)
 
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.errors import ConfigError
@@ -209,14 +209,56 @@ def test_tool_calls_and_tool_results():
             got[t] = (srv.requests, msg.content, msg.role, call.type, call.function.name, call.function.arguments)
     assert got["fast"][1:] == got["litellm"][1:] == ("Checking.", "assistant", "function", "weather",
                                                      '{"city": "Bergen"}')
-    # the fast path sends the messages as given; litellm leaves out an assistant message's "content": None
-    # (the same request to an OpenAI-compatible server): everything else on the wire is the same
+    # the assistant message's "content": None is left out on both paths; everything else is sent as given
     fast_body, litellm_body = got["fast"][0][0], got["litellm"][0][0]
-    assert fast_body["messages"] == history
-    assert litellm_body["messages"][1] == {k: v for k, v in history[1].items() if k != "content"}
-    assert {**fast_body, "messages": None} == {**litellm_body, "messages": None}
-    assert fast_body["messages"][::2] == litellm_body["messages"][::2]
+    assert fast_body == litellm_body
+    assert fast_body["messages"] == [history[0], {k: v for k, v in history[1].items() if k != "content"}, history[2]]
     assert fast_body["tool_choice"] == "auto" and fast_body["tools"] == tools
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize("message, sent", [
+    ({"role": "assistant", "content": None, "tool_calls": [CALL]}, {"role": "assistant", "tool_calls": [CALL]}),
+    ({"role": "assistant", "content": None}, {"role": "assistant"}),
+    ({"role": "assistant", "content": "Sunny.", "tool_calls": None}, {"role": "assistant", "content": "Sunny."}),
+    ({"role": "user", "content": "And Bergen?", "name": None}, {"role": "user", "content": "And Bergen?"}),
+    ({"role": "tool", "tool_call_id": "call_1", "content": None}, {"role": "tool", "tool_call_id": "call_1"}),
+    ({"role": "assistant", "content": "", "tool_calls": [{**CALL, "index": None}]},  # nested: sent as given
+     {"role": "assistant", "content": "", "tool_calls": [{**CALL, "index": None}]}),
+], ids=["assistant-tool-call", "assistant-empty", "no-tool-calls", "user-name", "tool-result", "nested"])
+def test_a_message_key_set_to_none_is_sent_as_litellm_sends_it(message, sent):
+    got = {}
+    for t in PATHS:
+        with OpenAIServer([text("ok")]) as srv:
+            asyncio.run(llm.acomplete("openai/test-model", [{"role": "user", "content": "Weather?"}, message],
+                                      agent="alice", transport=t, kwargs={"api_base": srv.api_base, "api_key": "sk-test"},
+                                      timeout=5, num_retries=0))
+            got[t] = srv.requests[0]
+    assert got["fast"] == got["litellm"]
+    assert got["fast"]["messages"] == [{"role": "user", "content": "Weather?"}, sent]
+
+
+def test_a_tool_round_sends_the_same_requests_on_both_paths():
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    def script():  # the call's id is fixed, so both servers see the same second request
+        call = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_w", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]}
+        return [Reply(body=completion(call, "tool_calls")), text("Hats.")]
+
+    out = both(script, lambda base, t: RoundRobinSwarm(agents=[agent(base, "alice", t, tools=[weather])], max_loops=1))
+    assert wire_bodies(out["fast"][1]) == wire_bodies(out["litellm"][1])
+    second = out["fast"][1][1]["messages"]
+    assert second[-2:] == [{"role": "assistant", "tool_calls": [{"id": "call_w", "type": "function", "function": {
+        "name": "weather", "arguments": '{"city": "Oslo"}'}}]}, {"role": "tool", "tool_call_id": "call_w",
+                                                                  "content": "sunny in Oslo"}]
+    for transport in PATHS:
+        run = out[transport][0]
+        assert run["transcript"][1][1] == "Hats." and run["error"] is None and run["calls"] == 2
 
 
 # ---- which path a request takes --------------------------------------------------------------------
