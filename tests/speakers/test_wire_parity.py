@@ -300,20 +300,55 @@ def test_litellm_debug_logging_sends_through_litellm():
         log.setLevel(level)
 
 
+def route(model: str, options: dict) -> wire.Route:
+    return wire.Route.of(llm.get_litellm(), model, options)
+
+
 def test_streaming_takes_the_fast_path_without_an_event():
     stats = llm.CallStats(events=[])
-    assert wire.choose(llm.get_litellm(), "openai/m", {"api_base": "http://h/v1", "api_key": "k", "stream": True,
-                                                       "stream_options": {"include_usage": True}}, "auto", stats,
-                       "alice")
+    options = {"api_base": "http://h/v1", "api_key": "k", "stream": True, "stream_options": {"include_usage": True}}
+    assert wire.choose(llm.get_litellm(), route("openai/m", options), "auto", stats, "alice")
     assert stats.events == []
 
 
 def test_other_providers_stay_on_litellm_without_an_event():
     stats = llm.CallStats(events=[])
-    assert not wire.choose(llm.get_litellm(), "anthropic/claude", {"api_key": "k"}, "auto", stats, "a")
-    assert not wire.choose(llm.get_litellm(), "openai/m", {"api_key": "k"}, "auto", stats, "a")  # no api_base
+    assert not wire.choose(llm.get_litellm(), route("anthropic/claude", {"api_key": "k"}), "auto", stats, "a")
+    assert not wire.choose(llm.get_litellm(), route("openai/m", {"api_key": "k"}), "auto", stats, "a")  # no api_base
     assert stats.events == []
-    assert wire.choose(llm.get_litellm(), "hosted_vllm/m", {"api_base": "http://h/v1"}, "auto", stats, "a")
+    assert wire.choose(llm.get_litellm(), route("hosted_vllm/m", {"api_base": "http://h/v1"}), "auto", stats, "a")
+
+
+def test_each_agents_route_is_worked_out_once_per_run(monkeypatch):
+    made = []
+    of = wire.Route.of.__func__
+
+    def counted(cls, lm, model, options):
+        made.append(model)
+        return of(cls, lm, model, options)
+
+    monkeypatch.setattr(wire.Route, "of", classmethod(counted))
+    script = per_agent({"alice": [respond(0.9, "Sandwiches.")] * 3, "bob": [respond(0.2, "")] * 3})
+    with OpenAIServer(script) as srv:
+        result = GroupChat(agents=[agent(srv.api_base, "alice", "fast"), agent(srv.api_base, "bob", "fast")],
+                           max_loops=4).execute(TASK)
+    assert result.calls == 6 and [m.content for m in result.transcript[1:]] == ["Sandwiches."] * 3
+    assert made == ["openai/test-model", "openai/test-model"]  # one per agent, not one per call
+
+
+def test_a_route_is_kept_while_the_requests_options_stay_the_same():
+    lm, stats = llm.get_litellm(), llm.CallStats()
+    options = {"api_base": "http://h/v1", "api_key": "k", "temperature": 0.2}
+    first = stats.route(lm, "alice", "openai/m", options)
+    assert stats.route(lm, "alice", "openai/m", dict(options)) is first
+    assert (first.url, first.headers, first.name) == ("http://h/v1/chat/completions", {
+        "Content-Type": "application/json", "Authorization": "Bearer k"}, "m")
+    assert stats.lane().route(lm, "alice", "openai/m", options) is first  # a branch run shares the run's routes
+    moved = stats.route(lm, "alice", "openai/m", {**options, "api_base": "http://g/v1"})
+    assert moved is not first and moved.url == "http://g/v1/chat/completions"
+    assert stats.route(lm, "bob", "openai/m", options) is not moved
+    assert stats.route(lm, "bob", "openai/m", {**options, "top_k": 3}).blocked == \
+        "option(s) 'top_k' are litellm's to translate"
 
 
 def test_fast_refuses_what_it_cannot_send_before_any_call():
