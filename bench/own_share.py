@@ -7,14 +7,16 @@ fast path (``GroupChat.run_batch`` of ``Agent(model="openai/...", api_base=...)`
 aiohttp floor (the same requests posted with ``aiohttp`` and read with ``json``, the winner chosen
 in a few lines). A client runs one warm-up batch, a full collection (``gc.collect()``), then
 ``BATCHES`` measured batches, timed by its process's CPU clock (``time.process_time``); the
-collector's own CPU time is timed too (``gc.callbacks``), as part of that total. The two clients
-alternate in order within each repetition, and the server counts every client's requests (asserted
-equal). fsmchat's own share is ``1 - floor CPU per call / fsmchat CPU per call`` of the same
-repetition; the median over repetitions is shown. Before the timing, one chat of each client is
-sent to a recording server and their request bodies are asserted equal (same JSON, same length).
+collector's own CPU time is timed too (``gc.callbacks``), as part of that total. The clients run
+one after the other, each repetition starting with the next one, and the server counts every
+client's requests (asserted equal). fsmchat's own share is ``1 - floor CPU per call / fsmchat CPU
+per call`` of the same repetition (the median and the range over repetitions are shown), and the
+same from each client's least CPU per call. Before the timing, one chat of each client is sent to a
+recording server and their request bodies are asserted equal (same JSON, same length). With
+``--against REF`` fsmchat at a git ref runs beside this tree's, in the same repetitions.
 
 **Where it goes** (cProfile, an upper bound): the fast-path batch run under ``cProfile`` after a
-warm-up batch; every function's own time (``tottime``) is put in the group of the file it is
+warm-up batch (and the floor's, for its count of Python calls); every function's own time (``tottime``) is put in the group of the file it is
 defined in: ``fsmchat/``, ``aiohttp``/``yarl``/``multidict``, ``json``, ``asyncio`` (with
 ``selectors``/``socket``/``ssl``), pydantic, other. A builtin's time (``len``, ``dict.get``, a
 socket's ``send``, a collection the allocation triggered) goes to the group of its callers, in
