@@ -177,7 +177,7 @@ def _import_litellm() -> Any:
 def keep_out_of_collections() -> None:
     """Leave what exists now, litellm's import above all, out of every later garbage collection.
 
-    litellm's import leaves some 400,000 tracked objects (its cost map, modules and classes) that live
+    litellm's import leaves some 380,000 tracked objects (its cost map, modules and classes) that live
     as long as the process. A full collection walks every tracked object, about 0.2 s for these alone
     on a 2-core machine, and a busy batch of model calls starts one every few hundred calls (the
     requests in flight are what it promotes). After one collection (so no garbage is kept), everything

@@ -109,7 +109,7 @@ class Route:
     """Where the fast path sends the requests of one agent, worked out once from its model and its
     options (``Route.of``): ``blocked`` says why they can never go fast (None: they can); for those
     that can, the URL, the headers, the model name the body carries and litellm's price per token.
-    A run keeps each agent's route (``CallStats.route``) while the agent's options stay the same."""
+    A run keeps each agent's route (``CallStats.route``) while its requests' options stay the same."""
 
     model: str
     options: dict[str, Any] = field(repr=False)  # the options it was worked out from (keys and headers: no repr)
