@@ -155,6 +155,7 @@ def get_litellm() -> Any:
                     _litellm = _import_litellm()
                 finally:
                     _loading.clear()
+                keep_out_of_collections()  # after _litellm is set: a finalizer the collection runs finds it
     return _litellm
 
 
@@ -170,7 +171,6 @@ def _import_litellm() -> Any:
     _providers.setdefault(OFFLINE_PROVIDER, OfflineModel())
     for name, handler in _providers.items():
         _install(lm, name, handler)
-    keep_out_of_collections()
     return lm
 
 
