@@ -62,15 +62,15 @@ QUIET_ENV = {  # every library's telemetry and tracing off, litellm's cost map l
     "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "FSMCHAT_CHECK_KEYS": "0", "OPENAI_API_KEY": "sk-bench",
     "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
 }
-RESPOND_TOOL: dict[str, Any] = {  # the bid tool every client offers (fsmchat's and swarms' schema)
+RESPOND_TOOL: dict[str, Any] = {  # the bid tool every client offers (fsmchat's and swarms' schema, in fsmchat's key order)
     "type": "function",
     "function": {
         "name": "respond",
         "description": "Decide whether to reply in the groupchat. Set score 0..1 for how much you want to speak. "
                        "If you don't want to speak, set message to empty string.",
         "parameters": {"type": "object", "properties": {
-            "score": {"type": "number", "description": "How much you want to respond (0 = silent, 1 = strongly "
-                                                       "want to).", "minimum": 0, "maximum": 1},
+            "score": {"type": "number", "minimum": 0, "maximum": 1,
+                      "description": "How much you want to respond (0 = silent, 1 = strongly want to)."},
             "message": {"type": "string", "description": "Your reply to the group, or empty string if you don't "
                                                          "want to speak."}},
             "required": ["score", "message"]}}}
@@ -408,7 +408,7 @@ def main() -> None:
                         f"{status(vs_floor >= 0.7)}); {fast / rate[('fsmchat litellm', n)]:.1f}x fsmchat's own "
                         f"litellm path. fsmchat's CPU beyond the floor: {(1 / fast - 1 / floor) * 1e6:.0f} µs per "
                         f"model call, {1 - floor_share(fast, floor):.0%} of a fast-path turn (goal <= 5 %: "
-                        f"{status(1 - floor_share(fast, floor) <= 0.05)}; `bench/own_share.py` profiles it).")
+                        f"{status(1 - floor_share(fast, floor) <= 0.05)}; `bench/own_share.py` measures it on its own and profiles it).")
         rows.append({"target": "What users run (model-backed)", "measure": f"model calls per CPU-second, batches of "
                      f"{CHATS} GroupChats, N={n}, {TURNS} turns, local server ({LATENCY * 1e3:.0f} ms)",
                      "fsmchat": round(fast), "floor": round(floor), "langgraph": round(rate[("LangGraph", n)]),

@@ -1,40 +1,174 @@
-"""fsmchat's own share of a model-backed GroupChat turn on the fast path: where the CPU goes.
+"""fsmchat's own share of a model-backed GroupChat turn on the fast path: the figure, then where it goes.
 
-The batch of ``bench/compare.py`` (GroupChats of N=3 and N=8 agents, 5 turns, 20 at once, fsmchat's
-fast path to a local OpenAI-compatible server in a child process with a fixed latency), run under
-``cProfile`` after a warm-up batch. Every function's own time (``tottime``) is put in the group of
-the file it is defined in: ``fsmchat/``, ``aiohttp``/``yarl``/``multidict``, ``json``, ``asyncio``
-(with ``selectors``/``socket``/``ssl``), pydantic, other. A builtin's time (``len``, ``dict.get``,
-a socket's ``send``) goes to the group of its callers, in proportion to what each caller spent in
-it. The figure is fsmchat's share of the profiled CPU; cProfile inflates Python-heavy code more than
-C, so the share is an upper bound of the unprofiled one. The top fsmchat functions are listed.
+**The figure** (no profiler): the batch of ``bench/compare.py`` (GroupChats of N=3 and N=8 agents,
+5 turns, 20 at once, every agent bidding every turn, against a local OpenAI-compatible server in a
+child process answering after 50 ms) run by two clients, each in its own interpreter: fsmchat's
+fast path (``GroupChat.run_batch`` of ``Agent(model="openai/...", api_base=...)``) and the raw
+aiohttp floor (the same requests posted with ``aiohttp`` and read with ``json``, the winner chosen
+in a few lines). A client runs one warm-up batch, a full collection (``gc.collect()``), then
+``BATCHES`` measured batches, timed by its process's CPU clock (``time.process_time``); the
+collector's own CPU time is timed too (``gc.callbacks``), as part of that total. The clients run
+one after the other, each repetition starting with the next one, and the server counts every
+client's requests (asserted equal). fsmchat's own share is ``1 - floor CPU per call / fsmchat CPU
+per call`` of the same repetition (the median and the range over repetitions are shown), and the
+same from each client's least CPU per call. Before the timing, one chat of each client is sent to a
+recording server and their request bodies are asserted equal (same JSON, same length). With
+``--against REF`` fsmchat at a git ref runs beside this tree's, in the same repetitions.
 
-    .venv/bin/python bench/own_share.py [--quick] [--write]
+**Where it goes** (cProfile, an upper bound): the fast-path batch run under ``cProfile`` after a
+warm-up batch (and the floor's, for its count of Python calls); every function's own time (``tottime``) is put in the group of the file it is
+defined in: ``fsmchat/``, ``aiohttp``/``yarl``/``multidict``, ``json``, ``asyncio`` (with
+``selectors``/``socket``/``ssl``), pydantic, other. A builtin's time (``len``, ``dict.get``, a
+socket's ``send``, a collection the allocation triggered) goes to the group of its callers, in
+proportion to what each caller spent in it. cProfile inflates Python-heavy code more than C, so
+fsmchat's profiled share is larger than the measured one; it says which functions the CPU is in.
+
+    .venv/bin/python bench/own_share.py [--quick] [--write] [--against REF]
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import cProfile
+import gc
+import json
 import os
 import pstats
+import subprocess
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare  # noqa: E402
-from common import ROOT, finish, machine_line, status  # noqa: E402
+from common import PY, ROOT, finish, machine_line, median, status, trees_against  # noqa: E402
 
-sys.path.insert(0, str(ROOT))  # this checkout's fsmchat
+sys.path.insert(0, os.environ.get("FSMCHAT_TREE", str(ROOT)))  # this checkout's fsmchat (or --against's)
 GOAL = 0.05
+FAST, RAW = "fsmchat fast path", "raw aiohttp"
+BATCHES = 3  # measured batches per client process (after its warm-up batch)
 GROUPS = (("fsmchat", ("/fsmchat/",)), ("aiohttp", ("/aiohttp/", "/yarl/", "/multidict/", "/aiohappyeyeballs/",
                                                     "/frozenlist/", "/propcache/")),
           ("json", ("/json/",)), ("asyncio", ("/asyncio/", "selectors.py", "socket.py", "ssl.py")),
           ("pydantic", ("/pydantic/", "/pydantic_core/")))
 
 
+# ---- a client (its own interpreter) --------------------------------------------------------------
+class CollectorClock:
+    """The CPU time the garbage collector takes, and its collections by generation (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.cpu, self.started = 0.0, 0.0
+        self.collections = [0, 0, 0]
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self.started = time.process_time()
+        else:
+            self.cpu += time.process_time() - self.started
+            self.collections[info["generation"]] += 1
+
+
+def batch_of(case: str, api_base: str, n: int, tasks: list[str]) -> Callable[[str], Any]:
+    if case == FAST:
+        return lambda model: compare.run_fsmchat(api_base, model, n, tasks, "auto")
+    return lambda model: asyncio.run(compare.run_raw(api_base, model, n, tasks))
+
+
+def client(case: str, api_base: str, model: str, n: int, batches: int) -> dict[str, Any]:
+    """One warm-up batch, a full collection, then ``batches`` batches timed (CPU, and the collector's part)."""
+    go = batch_of(case, api_base, n, [compare.TASK.format(i=i) for i in range(compare.CHATS)])
+    if batches == 0:  # the request check: one chat, nothing timed
+        batch_of(case, api_base, n, [compare.TASK.format(i="check")])(model)
+        return {}
+    go("warm-" + model)
+    gc.collect()
+    clock = CollectorClock()
+    gc.callbacks.append(clock)
+    c0 = time.process_time()
+    for _ in range(batches):
+        go(model)
+    cpu = time.process_time() - c0
+    gc.callbacks.remove(clock)
+    return {"cpu": cpu, "gc": clock.cpu, "collections": clock.collections, "tracked": len(gc.get_objects()),
+            "litellm": "litellm" in sys.modules}
+
+
+def start_client(case: str, api_base: str, model: str, n: int, batches: int, tree: str) -> subprocess.Popen[str]:
+    """A client's interpreter, importing fsmchat from ``tree``."""
+    env = {**os.environ, **compare.QUIET_ENV, "PYTHONPATH": tree, "FSMCHAT_TREE": tree}
+    return subprocess.Popen([PY, __file__, "--client", case, "--api-base", api_base, "--model", model, "--n", str(n),
+                             "--batches", str(batches)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+
+
+def result_of(proc: subprocess.Popen[str], what: str) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=900)
+    if proc.returncode:
+        raise SystemExit(f"{what} failed:\n{err[-4000:]}")
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def run_client(case: str, api_base: str, model: str, n: int, batches: int) -> dict[str, Any]:
+    return result_of(start_client(case, api_base, model, n, batches, str(ROOT)), f"{case} N={n}")
+
+
+# ---- the same requests ---------------------------------------------------------------------------
+def same_requests() -> str:
+    """One chat of each client (N=3 and N=8) to a recording server: their request bodies must be the
+    same JSON, of the same length (fsmchat's model name and the floor's aside); returns what was checked."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from openai_server import OpenAIServer, respond
+
+    checked = []
+    with OpenAIServer(default=respond(0.9, compare.REPLY), max_requests=10_000) as srv:
+        for n in compare.SIZES:
+            for case in (FAST, RAW):
+                run_client(case, srv.api_base, f"same-{n}-{case.split()[0]}", n, 0)
+            bodies: dict[str, list[tuple[str, int]]] = {FAST: [], RAW: []}
+            for rec in srv.records:
+                model = str(rec.body.get("model", ""))
+                if model.startswith(f"same-{n}-"):
+                    case = FAST if model.endswith("fsmchat") else RAW
+                    text = json.dumps({**rec.body, "model": "m"}, sort_keys=True)
+                    bodies[case].append((text, int(rec.headers.get("content-length", 0)) - len(model)))
+            fast, raw = sorted(bodies[FAST]), sorted(bodies[RAW])
+            assert len(fast) == len(raw) == compare.TURNS * n, (n, len(fast), len(raw))
+            assert [b for b, _ in fast] == [b for b, _ in raw], f"N={n}: the clients' request bodies differ"
+            assert [size for _, size in fast] == [size for _, size in raw], f"N={n}: the bodies' lengths differ"
+            checked.append(f"N={n}: {len(fast)} requests")
+    return "; ".join(checked)
+
+
+# ---- the figure ----------------------------------------------------------------------------------
+def measure(api_base: str, reps: int, batches: int, counts: Callable[[], dict[str, int]],
+            trees: dict[str, str]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Each repetition runs every client of a size once, one after the other, starting with the next
+    one each time (the raw floor, and fsmchat from each of ``trees``)."""
+    cases = [*trees, RAW]
+    out: dict[tuple[str, int], list[dict[str, Any]]] = {(c, n): [] for c in cases for n in compare.SIZES}
+    for rep in range(reps):
+        for n in compare.SIZES:
+            for k in range(len(cases)):
+                case = cases[(rep + k) % len(cases)]
+                model = f"share-{rep}-{n}-{cases.index(case)}"
+                proc = start_client(FAST if case != RAW else RAW, api_base, model, n, batches, trees.get(case, str(ROOT)))
+                got = result_of(proc, f"{case} N={n}")
+                got["calls"] = counts().get(model, 0)
+                print(f"rep {rep + 1} N={n} {case}: {got['calls']} calls, {got['cpu'] / got['calls'] * 1e6:.0f} µs "
+                      f"CPU per call ({got['gc'] / got['calls'] * 1e6:.0f} µs collector, full collections "
+                      f"{got['collections'][2]})", flush=True)
+                out[(case, n)].append(got)
+    for (case, n), runs in out.items():  # the same model calls for every client, counted at the server
+        expected = batches * compare.CHATS * compare.TURNS * n
+        assert all(r["calls"] == expected for r in runs), (case, n, [r["calls"] for r in runs], expected)
+    return out
+
+
+# ---- where it goes -------------------------------------------------------------------------------
 def group_of(filename: str) -> str:
     for name, needles in GROUPS:
         if any(n in filename for n in needles):
@@ -61,52 +195,134 @@ def shares(stats: pstats.Stats) -> tuple[dict[str, float], list[tuple[float, str
     return dict(groups), sorted(((t, f) for f, t in own.items()), reverse=True)
 
 
-def profile(api_base: str, n: int) -> pstats.Stats:
-    tasks = [compare.TASK.format(i=i) for i in range(compare.CHATS)]
-    compare.run_fsmchat(api_base, "warm-share", n, tasks, "auto")
+def profile(api_base: str, n: int, case: str) -> pstats.Stats:
+    go = batch_of(case, api_base, n, [compare.TASK.format(i=i) for i in range(compare.CHATS)])
+    go(f"warm-profile-{n}-{case}")
+    gc.collect()
     prof = cProfile.Profile(time.process_time)  # CPU time: the waits for the server are not counted
     prof.enable()
-    compare.run_fsmchat(api_base, f"share-{n}", n, tasks, "auto")
+    go(f"profile-{n}-{case}")
     prof.disable()
     return pstats.Stats(prof)
 
 
+def python_calls(stats: pstats.Stats, where: str = "") -> int:
+    """Calls of Python functions (builtins aside) whose file path holds ``where``; a coroutine's resumption counts."""
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    return sum(nc for (filename, _line, _func), (_cc, nc, *_rest) in raw.items() if filename != "~" and where in filename)
+
+
+def where_it_goes(api_base: str) -> list[str]:
+    cols = ("fsmchat", "aiohttp", "json", "asyncio", "pydantic", "other")
+    lines = ["| N | " + " | ".join(cols) + " | Python calls per model call: fsmchat's / all / the floor's |",
+             "|---:|" + "---:|" * (len(cols) + 1)]
+    tops = []
+    for n in compare.SIZES:
+        stats, floor = profile(api_base, n, FAST), profile(api_base, n, RAW)
+        calls = compare.CHATS * compare.TURNS * n
+        groups, top = shares(stats)
+        total = sum(groups.values())
+        lines.append(f"| {n} | " + " | ".join(f"{groups.get(c, 0.0) / total:.1%}" for c in cols) +
+                     f" | {python_calls(stats, '/fsmchat/') / calls:.0f} / {python_calls(stats) / calls:.0f} / "
+                     f"{python_calls(floor) / calls:.0f} |")
+        tops.append(f"- N={n}, fsmchat's top functions (own time, share of the profiled batch): " +
+                    "; ".join(f"`{f}` {t / total:.1%}" for t, f in top[:8]) + ".")
+    return [*lines, "", *tops]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="one profiled batch per size (the default too)")
+    ap.add_argument("--quick", action="store_true", help="2 repetitions of 1 measured batch")
     ap.add_argument("--write", action="store_true", help="rewrite the marked section of docs/benchmarks.md")
+    ap.add_argument("--against", metavar="REF", help="also measure REF's fsmchat beside this tree's (git ref)")
+    ap.add_argument("--client", help=argparse.SUPPRESS)
+    ap.add_argument("--api-base", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--batches", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ.update(compare.QUIET_ENV)
-    head = machine_line(None, f"{compare.CHATS} chats at once, {compare.TURNS} turns, "
-                              f"{compare.LATENCY * 1e3:.0f} ms server")
-    results: dict[int, tuple[dict[str, float], list[tuple[float, str]]]] = {}
-    with compare.server(compare.LATENCY) as srv:
-        for n in compare.SIZES:
-            results[n] = shares(profile(srv.api_base, n))
-    cols = ("fsmchat", "aiohttp", "json", "asyncio", "pydantic", "other")
-    lines = ["| N | " + " | ".join(cols) + " | fsmchat's share | goal <= 5 % |", "|---:|" + "---:|" * (len(cols) + 2)]
-    rows, tops = [], []
-    for n, (groups, top) in results.items():
-        total = sum(groups.values())
-        share = groups.get("fsmchat", 0.0) / total
-        lines.append(f"| {n} | " + " | ".join(f"{groups.get(c, 0.0) / total:.1%}" for c in cols) +
-                     f" | {share:.1%} | {status(share <= GOAL)} |")
-        tops.append(f"- N={n}, fsmchat's top functions (own time, share of the batch): " +
-                    "; ".join(f"`{f}` {t / total:.1%}" for t, f in top[:8]) + ".")
-        rows.append({"target": "fsmchat-own CPU share", "measure": f"fsmchat's own CPU, share of a fast-path "
-                     f"GroupChat batch (cProfile), N={n}", "fsmchat": f"{share:.1%}", "floor": None,
-                     "langgraph": None, "ratio": f"aiohttp {groups.get('aiohttp', 0) / total:.0%}, asyncio "
-                     f"{groups.get('asyncio', 0) / total:.0%}, json {groups.get('json', 0) / total:.0%}",
-                     "goal": "<= 5 %", "ok": share <= GOAL, "command": ".venv/bin/python bench/own_share.py --write"})
+    if args.client:
+        print(json.dumps(client(args.client, args.api_base, args.model, args.n, args.batches)))
+        return
+    reps, batches = (2, 1) if args.quick else (5, BATCHES)
+    checked = same_requests()
+    head = machine_line(reps, f"{compare.CHATS} chats at once, {compare.TURNS} turns, "
+                              f"{compare.LATENCY * 1e3:.0f} ms server, {batches} measured batch(es) per client")
+    with contextlib.ExitStack() as stack:
+        trees = {FAST: str(ROOT)}
+        if args.against:
+            other = stack.enter_context(trees_against(args.against))[f"`{args.against}`"]
+            trees[f"{FAST} at `{args.against}`"] = other
+        srv = stack.enter_context(compare.server(compare.LATENCY))
+        runs = measure(srv.api_base, reps, batches, srv.counts, trees)
+        load_after = os.getloadavg()[0]
+        profiled = where_it_goes(srv.api_base)
+    lines = ["| client | N | model calls | CPU per call | beyond the floor | own share (range) | own share, least "
+             "CPU of each | of which the collector | goal <= 5 % |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    rows, vs_ref = [], []
+    for n in compare.SIZES:
+        raw = runs[(RAW, n)]
+        floor = [r["cpu"] / r["calls"] for r in raw]
+        for case in trees:
+            got = runs[(case, n)]
+            per = [r["cpu"] / r["calls"] for r in got]
+            shares_ = [1 - f / c for c, f in zip(per, floor)]  # against the floor of the same repetition
+            own = median(shares_)
+            collector = median((g["gc"] - r["gc"]) / g["cpu"] for g, r in zip(got, raw))
+            beyond = median(c - f for c, f in zip(per, floor))
+            least = 1 - min(floor) / min(per)
+            lines.append(f"| {case} | {n} | {got[0]['calls']:,} | {median(per) * 1e6:.0f} µs | {beyond * 1e6:.0f} µs | "
+                         f"{own:.1%} ({min(shares_):.0%} to {max(shares_):.0%}) | {least:.1%} | {collector:.1%} | "
+                         f"{status(own <= GOAL and least <= GOAL)} |")
+            if case == FAST:
+                rows.append({"target": "fsmchat-own CPU share", "measure": f"1 - floor CPU / fsmchat CPU per model "
+                             f"call, fast-path GroupChat batches, N={n} (no profiler, floor in the same run)",
+                             "fsmchat": f"{own:.1%} (least CPU of each: {least:.1%})",
+                             "floor": f"{median(floor) * 1e6:.0f} µs/call", "langgraph": None,
+                             "ratio": f"fsmchat {median(per) * 1e6:.0f} µs/call, {beyond * 1e6:.0f} µs beyond the floor",
+                             "goal": "<= 5 %", "ok": own <= GOAL and least <= GOAL,
+                             "command": ".venv/bin/python bench/own_share.py --write"})
+        lines.append(f"| {RAW} | {n} | {raw[0]['calls']:,} | {median(floor) * 1e6:.0f} µs | - | - | - | - |")
+        for case in trees:
+            if case != FAST:
+                ratio = median(r["cpu"] / o["cpu"] for r, o in zip(runs[(FAST, n)], runs[(case, n)]))
+                vs_ref.append(f"N={n}: this tree's fast path takes {ratio:.2f}x the CPU per call of {case.split(' at ')[1]}'s")
+    gcs = "; ".join(f"N={n}: {case} {median(r['gc'] / r['calls'] for r in runs[(case, n)]) * 1e6:.0f} µs per call "
+                    f"({median(r['collections'][2] for r in runs[(case, n)]):.0f} full collections, "
+                    f"{median(r['tracked'] for r in runs[(case, n)]):,.0f} objects tracked after)"
+                    for n in compare.SIZES for case in [*trees, RAW])
     text = "\n".join([
         "## fsmchat's own share of a model-backed turn (fast path)", "",
-        "`.venv/bin/python bench/own_share.py [--write]`. The fast-path batch of `bench/compare.py`, profiled "
-        "(cProfile on the process's CPU clock) after a warm-up batch; each function's own time is counted to the package its file belongs "
-        "to, a builtin's to its callers' packages. cProfile weighs Python-heavy code more than C, so fsmchat's "
-        "share is an upper bound.", "",
-        head, "",
+        "`.venv/bin/python bench/own_share.py [--write] [--against REF]`. fsmchat's fast path and the raw aiohttp "
+        f"floor run the batch of `bench/compare.py` ({compare.CHATS} GroupChats at once, {compare.TURNS} turns, every "
+        f"agent bidding every turn) against the same local server ({compare.LATENCY * 1e3:.0f} ms per request, a child "
+        f"process), each client in its own interpreter: a warm-up batch, a full collection, then {batches} measured "
+        "batch(es) on the process's CPU clock (every thread; the garbage collector's part timed by `gc.callbacks`). "
+        "In each repetition the clients of a size run one after the other, each repetition starting with the next "
+        "one; the server's request counts are asserted equal, and one chat of each client to a recording "
+        f"server first sends the same request bodies (same JSON, same length: {checked}). fsmchat's own share is "
+        "`1 - floor CPU per call / fsmchat CPU per call` of the same repetition: the median, and the range over the "
+        "repetitions; beside it the same figure from each client's least CPU per call over the repetitions (the run "
+        "the machine's other load disturbed least). \"Of which the collector\" is the collector's CPU in fsmchat's "
+        "process beyond the floor's, as a share of fsmchat's (median). The goal counts as met when both figures are "
+        "within it.", "",
+        "The floor does less than a client must: it sets no timeout, reads no status code, usage or cost, retries "
+        "nothing and keeps no run record (no events, no step records, no checkpoint); fsmchat does all of these, and "
+        "its process holds litellm's import (its cost map and error mapping).", "",
+        f"{head} Load average {load_after:.2f} after the timed runs.", "",
         *lines, "",
-        *tops,
+        *([f"Against the code before: {'; '.join(vs_ref)} (the median of the same repetitions' ratios).", ""]
+          if vs_ref else []),
+        f"The collector: {gcs}.", "",
+        "### Where it goes (cProfile, an upper bound)", "",
+        "The fast-path batch profiled (cProfile on the process's CPU clock) after a warm-up batch and a full "
+        "collection; each function's own time is counted to the package its file belongs to, a builtin's to its "
+        "callers' packages (a collection goes to the function whose allocation started it). The Python calls per "
+        "model call (cProfile's counts, a coroutine's resumption counting as a call; builtins aside) do not depend on "
+        "the machine's load: fsmchat's own functions, every Python function of fsmchat's process, and every one of the "
+        "floor's, profiled the same way.", "",
+        *profiled,
     ])
     finish("own_share", {"own_share": text}, rows, args.write)
 

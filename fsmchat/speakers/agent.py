@@ -10,7 +10,7 @@ import os
 import unicodedata
 from urllib.parse import urlsplit
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Callable, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Protocol, Sequence, runtime_checkable
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, \
     model_validator
@@ -278,10 +278,11 @@ class Agent(BaseModel):
         input limit (``fsmchat.speakers.context.fit``; ``ContextTooLong`` when over it)."""
         return contexts.fit(self, turn, extra)
 
-    async def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Any:
-        return await llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs,
-                                   timeout=self.timeout, num_retries=self.num_retries, stats=stats,
-                                   max_retry_wait=self.max_retry_wait_s, transport=self.transport, **request)
+    def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Awaitable[Any]:
+        """The model call with this agent's settings (``llm.acomplete``), for the caller to await."""
+        return llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs, timeout=self.timeout,
+                             num_retries=self.num_retries, stats=stats, max_retry_wait=self.max_retry_wait_s,
+                             transport=self.transport, **request)
 
     async def reply_message(self, turn: "Turn", **request: Any) -> Any:
         """Ask the model for this turn's reply and return its message (content and tool calls).

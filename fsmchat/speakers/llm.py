@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import os
 import random
 import re
@@ -39,6 +40,7 @@ DEFAULT_MAX_RETRY_WAIT = 60.0  # seconds: a provider asking for a longer wait (R
 
 # Set before anything imports litellm: its import otherwise fetches a price list over the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+GC_FREEZE_ENV = "FSMCHAT_GC_FREEZE"  # "0": litellm's import stays in every garbage collection
 BASE64_LOG_ENV = "MAX_BASE64_LENGTH_FOR_LOGGING"  # a user's own setting of it wins over ``lean``
 _lock = threading.Lock()
 _litellm: Any = None
@@ -153,6 +155,7 @@ def get_litellm() -> Any:
                     _litellm = _import_litellm()
                 finally:
                     _loading.clear()
+                keep_out_of_collections()  # after _litellm is set: a finalizer the collection runs finds it
     return _litellm
 
 
@@ -169,6 +172,23 @@ def _import_litellm() -> Any:
     for name, handler in _providers.items():
         _install(lm, name, handler)
     return lm
+
+
+def keep_out_of_collections() -> None:
+    """Leave what exists now, litellm's import above all, out of every later garbage collection.
+
+    litellm's import leaves some 380,000 tracked objects (its cost map, modules and classes) that live
+    as long as the process. A full collection walks every tracked object, about 0.2 s for these alone
+    on a 2-core machine, and a busy batch of model calls starts one every few hundred calls (the
+    requests in flight are what it promotes). After one collection (so no garbage is kept), everything
+    tracked is moved to the collector's permanent generation (``gc.freeze``): later collections walk
+    only what the program made since. A frozen object is still freed when its last reference goes;
+    a reference cycle among frozen objects is never collected, and ``gc.get_objects()`` and
+    ``gc.get_referrers()`` no longer list frozen objects. ``FSMCHAT_GC_FREEZE=0`` leaves them all in."""
+    if os.environ.get(GC_FREEZE_ENV, "1") == "0":
+        return
+    gc.collect()
+    gc.freeze()
 
 
 _tool_modes: dict[str, str] = {}  # resolved model -> "native" | "json" (litellm's knowledge, or a refusal)
@@ -415,6 +435,8 @@ class CallStats:
     # the text of each partial_reply event, beside it (checkpoints store the events without it)
     partials: list[tuple[dict[str, Any], str]] = field(default_factory=list, repr=False, compare=False)
     _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
+    # each agent's fast-path route to each model (the run's stats hold them): wire.Route
+    routes: dict[tuple[str, str], "wire.Route"] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def run(self) -> "CallStats":
@@ -436,6 +458,15 @@ class CallStats:
             chain.append(stats)
             stats = stats.parent
         return chain
+
+    def route(self, lm: Any, agent: str, model: str, options: dict[str, Any]) -> "wire.Route":
+        """Where ``agent``'s requests to ``model`` with ``options`` go (``wire.Route``): worked out on
+        its first request of the run and kept while its requests' options stay the same."""
+        routes = self.run.routes
+        found = routes.get((agent, model))
+        if found is None or found.options != options:
+            found = routes[(agent, model)] = wire.Route.of(lm, model, options)
+        return found
 
     def count_tools(self, n: int = 1) -> None:
         """``n`` tool calls run, on every level (``max_tool_calls`` is read on the run's stats)."""
@@ -687,7 +718,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     else:  # a cassette records and replays whole responses
         params.pop("stream", None)
         params.pop("stream_options", None)
-    fast = wire.choose(lm, resolved, params, transport, stats, agent)
+    route = stats.route(lm, agent, resolved, params) if stats is not None else wire.Route.of(lm, resolved, params)
+    fast = wire.choose(lm, route, transport, stats, agent)
     step = STEP.get()
 
     def failed(exc: BaseException, attempts: int, limit: float | None = None) -> ModelCallError:
@@ -725,10 +757,10 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                     sink(TokenDelta(agent, step, text, shown))
 
                 stream = Streamed(show if sink is not None else None)
-                coro = _stream(lm, stream, resolved, messages, meta, params, fast)
+                coro = _stream(lm, stream, resolved, messages, meta, params, route if fast else None)
             else:
                 coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
-                        else wire.acompletion(lm, resolved, messages, params) if fast
+                        else wire.acompletion(lm, route, messages, params) if fast
                         else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
             response = await within(coro, limit)
             if stats is not None:
@@ -794,9 +826,10 @@ def _retry_wait(exc: Exception, attempt: int, failed: Callable[..., ModelCallErr
 
 
 async def _stream(lm: Any, stream: Streamed, model: str, messages: list[dict[str, Any]], meta: dict[str, Any],
-                  params: dict[str, Any], fast: bool) -> Any:
-    """Open a streaming request (the fast path's, or litellm's) and read it whole (``Streamed.read``)."""
-    chunks = wire.astream(lm, model, messages, params) if fast else \
+                  params: dict[str, Any], route: "wire.Route | None") -> Any:
+    """Open a streaming request (the fast path's along ``route``, else litellm's) and read it whole
+    (``Streamed.read``)."""
+    chunks = wire.astream(lm, route, messages, params) if route is not None else \
         await lm.acompletion(model=model, messages=messages, metadata=meta, **params)
     return await stream.read(chunks, None if own_provider(model) else wire.price_of(lm, model))
 

@@ -71,15 +71,19 @@ def static_blocker(model: str, options: dict[str, Any]) -> str | None:
     return None
 
 
+def live_blocker(lm: Any) -> str | None:
+    """Why no request may take the fast path right now (litellm's callbacks or debug log expect to
+    see every call; either may be switched on at any time), or None."""
+    if any(getattr(lm, name, None) for name in CALLBACK_LISTS):
+        return "litellm callbacks are registered"
+    if lm.set_verbose or _LITELLM_LOG.isEnabledFor(logging.DEBUG):
+        return "litellm debug logging is on (its request log)"
+    return None
+
+
 def blocker(lm: Any, model: str, options: dict[str, Any]) -> str | None:
     """Why this request goes through litellm rather than the fast path, or None (it can go fast)."""
-    reason = static_blocker(model, options)
-    if reason is None:
-        if any(getattr(lm, name, None) for name in CALLBACK_LISTS):
-            reason = "litellm callbacks are registered"
-        elif lm.set_verbose or _LITELLM_LOG.isEnabledFor(logging.DEBUG):
-            reason = "litellm debug logging is on (its request log)"
-    return reason
+    return static_blocker(model, options) or live_blocker(lm)
 
 
 def check_transport(owner: str, transport: Any, model: str, options: dict[str, Any]) -> None:
@@ -100,18 +104,52 @@ class FastPathUnavailable(ConfigError):
     fsmchat_fatal = True  # no retry can fix it: the run ends with this error
 
 
-def choose(lm: Any, model: str, options: dict[str, Any], transport: str, stats: Any, agent: str) -> bool:
-    """True if this call takes the fast path. ``transport="auto"`` falls back to litellm for an
-    endpoint the fast path could serve but this request it cannot, noting why once per run, agent
-    and reason in the run's events (``stats``: its ``CallStats``, or None); ``"fast"`` raises
-    ``FastPathUnavailable`` instead."""
-    if transport == "litellm" or (transport == "auto" and not eligible(model, options)):
+@dataclass(frozen=True)
+class Route:
+    """Where the fast path sends the requests of one agent, worked out once from its model and its
+    options (``Route.of``): ``blocked`` says why they can never go fast (None: they can); for those
+    that can, the URL, the headers, the model name the body carries and litellm's price per token.
+    A run keeps each agent's route (``CallStats.route``) while its requests' options stay the same."""
+
+    model: str
+    options: dict[str, Any] = field(repr=False)  # the options it was worked out from (keys and headers: no repr)
+    eligible: bool
+    blocked: str | None
+    url: str = ""
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    name: str = ""
+    price: tuple[float, float] | None = None
+
+    @classmethod
+    def of(cls, lm: Any, model: str, options: dict[str, Any]) -> "Route":
+        """The route of requests to ``model`` with ``options`` (the agent's, or a request's own)."""
+        blocked = static_blocker(model, options)
+        if blocked is not None:
+            return cls(model, dict(options), eligible(model, options), blocked)
+        provider, _, name = model.partition("/")
+        headers = {"Content-Type": "application/json"}
+        key = options.get("api_key") or os.environ.get(KEY_ENV[provider])
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        headers.update(options.get("headers") or {})
+        headers.update(options.get("extra_headers") or {})
+        url = str(options.get("api_base") or options.get("base_url")).rstrip("/") + "/chat/completions"
+        return cls(model, dict(options), True, None, url, headers, name, price_of(lm, model))
+
+
+def choose(lm: Any, route: Route, transport: str, stats: Any, agent: str) -> bool:
+    """True if this call takes the fast path (``route``: where its requests go). ``transport="auto"``
+    falls back to litellm for an endpoint the fast path could serve but this request it cannot,
+    noting why once per run, agent and reason in the run's events (``stats``: its ``CallStats``, or
+    None); ``"fast"`` raises ``FastPathUnavailable`` instead."""
+    if transport == "litellm" or (transport == "auto" and not route.eligible):
         return False
-    reason = blocker(lm, model, options)
+    reason = route.blocked or live_blocker(lm)
     if reason is None:
         return True
     if transport == "fast":
         raise FastPathUnavailable(f"agent {agent!r}: transport='fast' cannot send this request: {reason}")
+    model = route.model
     if stats is not None and stats.events is not None and (agent, model, reason) not in stats.noted:
         stats.noted.add((agent, model, reason))
         stats.events.append({"event": "transport_fallback", "agent": agent, "model": model, "reason": reason})
@@ -312,40 +350,36 @@ class Unreachable(FsmchatError, ConnectionError):
         self.__cause__ = cause
 
 
-def _request(model: str, messages: list[dict[str, Any]], options: dict[str, Any]) -> tuple[str, dict[str, Any],
-                                                                                           dict[str, str]]:
-    """(url, body, headers) of a chat-completions request."""
-    provider, _, name = model.partition("/")
-    body: dict[str, Any] = {"model": name, "messages": messages}
+def sent_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as litellm sends them: a message's key whose value is None (an assistant tool
+    call's ``"content": None``, a ``"name": None``) is left out; nested values are sent as given."""
+    return [m if None not in m.values() else {k: v for k, v in m.items() if v is not None} for m in messages]
+
+
+def _body(route: Route, messages: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
+    """The body of a chat-completions request: the model name, the messages, the OpenAI options."""
+    body: dict[str, Any] = {"model": route.name, "messages": sent_messages(messages)}
     for k, v in options.items():
         if k in SENT and v is not None:
             body[k] = v
     body.update(options.get("extra_body") or {})
-    headers = {"Content-Type": "application/json"}
-    key = options.get("api_key") or os.environ.get(KEY_ENV[provider])
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    headers.update(options.get("headers") or {})
-    headers.update(options.get("extra_headers") or {})
-    url = str(options.get("api_base") or options.get("base_url")).rstrip("/") + "/chat/completions"
-    return url, body, headers
+    return body
 
 
-async def acompletion(lm: Any, model: str, messages: list[dict[str, Any]], options: dict[str, Any]) -> WireResponse:
-    """One request to the endpoint, raising litellm's exception for a failure."""
+async def acompletion(lm: Any, route: Route, messages: list[dict[str, Any]], options: dict[str, Any]) -> WireResponse:
+    """One request along ``route``, raising litellm's exception for a failure."""
     import aiohttp
 
-    name = model.partition("/")[2]
-    url, body, headers = _request(model, messages, options)
+    model, body = route.model, _body(route, messages, options)
     http = await session()
     try:  # the caller bounds the request by its timeout (acomplete's wait_for), as on litellm's path
-        async with http.post(url, data=json.dumps(body), headers=headers, timeout=_NO_LIMIT) as resp:
+        async with http.post(route.url, data=json.dumps(body), headers=route.headers, timeout=_NO_LIMIT) as resp:
             payload = await resp.read()
-            status, got = resp.status, dict(resp.headers)
+            status, headers = resp.status, resp.headers
     except aiohttp.ClientError as exc:
-        raise litellm_error(lm, model, 500, "Connection error.") from Unreachable(url, exc)
+        raise litellm_error(lm, model, 500, "Connection error.") from Unreachable(route.url, exc)
     if status >= 400:
-        raise _status_error(lm, model, status, payload.decode("utf-8", "replace").strip(), got)
+        raise _status_error(lm, model, status, payload.decode("utf-8", "replace").strip(), dict(headers))
     try:
         data = json.loads(payload)
     except ValueError as exc:
@@ -353,18 +387,18 @@ async def acompletion(lm: Any, model: str, messages: list[dict[str, Any]], optio
     if not isinstance(data, dict):
         raise litellm_error(lm, model, 500, f"Empty or invalid response from LLM endpoint. Received: {data!r}. "
                                             "Check the reverse proxy or model server configuration.")
-    return parse(data, name, price_of(lm, model))
+    return parse(data, route.name, route.price)
 
 
-async def astream(lm: Any, model: str, messages: list[dict[str, Any]], options: dict[str, Any]) -> AsyncIterator[Any]:
-    """One streamed request: each server-sent event's chunk (the JSON of a ``data:`` line) as it
-    arrives, until ``data: [DONE]`` or the end of the body; a failure raises litellm's exception."""
+async def astream(lm: Any, route: Route, messages: list[dict[str, Any]], options: dict[str, Any]) -> AsyncIterator[Any]:
+    """One streamed request along ``route``: each server-sent event's chunk (the JSON of a ``data:``
+    line) as it arrives, until ``data: [DONE]`` or the end of the body; a failure raises litellm's exception."""
     import aiohttp
 
-    url, body, headers = _request(model, messages, options)
+    model, body = route.model, _body(route, messages, options)
     http = await session()
     try:
-        async with http.post(url, data=json.dumps(body), headers=headers, timeout=_NO_LIMIT) as resp:
+        async with http.post(route.url, data=json.dumps(body), headers=route.headers, timeout=_NO_LIMIT) as resp:
             if resp.status >= 400:
                 payload = await resp.read()
                 raise _status_error(lm, model, resp.status, payload.decode("utf-8", "replace").strip(),
@@ -384,4 +418,4 @@ async def astream(lm: Any, model: str, messages: list[dict[str, Any]], options: 
                     raise litellm_error(lm, model, 500, str(said), body=chunk["error"])
                 yield chunk
     except aiohttp.ClientError as exc:
-        raise litellm_error(lm, model, 500, "Connection error.") from Unreachable(url, exc)
+        raise litellm_error(lm, model, 500, "Connection error.") from Unreachable(route.url, exc)

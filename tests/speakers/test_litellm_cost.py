@@ -9,9 +9,11 @@ custom providers. No timing assertions: counts only.
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -83,6 +85,30 @@ def price_of(lm: Any, model: str) -> float:
 
 
 # --------------------------------------------------------------------------- the knobs, pinned
+def test_litellms_import_is_left_out_of_later_collections_and_new_garbage_is_still_collected(lm):
+    # litellm's module namespace (made by its import) is in the collector's permanent generation:
+    # no collection walks it again
+    assert gc.get_freeze_count() > 100_000
+    assert not any(o is vars(lm) for o in gc.get_objects())
+
+    class Node:
+        me: Any = None
+
+    made = Node()
+    made.me = made  # a reference cycle made after the import
+    gone = weakref.ref(made)
+    del made
+    gc.collect()
+    assert gone() is None
+
+
+def test_fsmchat_gc_freeze_0_freezes_nothing(monkeypatch):
+    monkeypatch.setenv(llm.GC_FREEZE_ENV, "0")
+    before = gc.get_freeze_count()
+    llm.keep_out_of_collections()
+    assert gc.get_freeze_count() == before
+
+
 def test_base64_log_scan_is_off_through_the_module_global_litellm_reads(lm, monkeypatch):
     """litellm shortens long base64 images in the payload it logs by walking and copying every
     request (``truncate_base64_in_messages``, 18% of a call at 1,000 messages) unless

@@ -15,11 +15,11 @@ import sys
 import pytest
 
 try:
-    from openai_server import (OpenAIServer, Reply, delayed, empty_choices, error, malformed_tool_call, per_agent,
-                               raw, respond, streamed, text, tool_call)
+    from openai_server import (OpenAIServer, Reply, completion, delayed, empty_choices, error, malformed_tool_call,
+                               per_agent, raw, respond, streamed, text, tool_call)
 except ImportError:  # tests/ became a package
-    from tests.openai_server import (OpenAIServer, Reply, delayed, empty_choices, error, malformed_tool_call,
-                                     per_agent, raw, respond, streamed, text, tool_call)
+    from tests.openai_server import (OpenAIServer, Reply, completion, delayed, empty_choices, error,
+                                     malformed_tool_call, per_agent, raw, respond, streamed, text, tool_call)
 
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.errors import ConfigError
@@ -209,14 +209,56 @@ def test_tool_calls_and_tool_results():
             got[t] = (srv.requests, msg.content, msg.role, call.type, call.function.name, call.function.arguments)
     assert got["fast"][1:] == got["litellm"][1:] == ("Checking.", "assistant", "function", "weather",
                                                      '{"city": "Bergen"}')
-    # the fast path sends the messages as given; litellm leaves out an assistant message's "content": None
-    # (the same request to an OpenAI-compatible server): everything else on the wire is the same
+    # the assistant message's "content": None is left out on both paths; everything else is sent as given
     fast_body, litellm_body = got["fast"][0][0], got["litellm"][0][0]
-    assert fast_body["messages"] == history
-    assert litellm_body["messages"][1] == {k: v for k, v in history[1].items() if k != "content"}
-    assert {**fast_body, "messages": None} == {**litellm_body, "messages": None}
-    assert fast_body["messages"][::2] == litellm_body["messages"][::2]
+    assert fast_body == litellm_body
+    assert fast_body["messages"] == [history[0], {k: v for k, v in history[1].items() if k != "content"}, history[2]]
     assert fast_body["tool_choice"] == "auto" and fast_body["tools"] == tools
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize("message, sent", [
+    ({"role": "assistant", "content": None, "tool_calls": [CALL]}, {"role": "assistant", "tool_calls": [CALL]}),
+    ({"role": "assistant", "content": None}, {"role": "assistant"}),
+    ({"role": "assistant", "content": "Sunny.", "tool_calls": None}, {"role": "assistant", "content": "Sunny."}),
+    ({"role": "user", "content": "And Bergen?", "name": None}, {"role": "user", "content": "And Bergen?"}),
+    ({"role": "tool", "tool_call_id": "call_1", "content": None}, {"role": "tool", "tool_call_id": "call_1"}),
+    ({"role": "assistant", "content": "", "tool_calls": [{**CALL, "index": None}]},  # nested: sent as given
+     {"role": "assistant", "content": "", "tool_calls": [{**CALL, "index": None}]}),
+], ids=["assistant-tool-call", "assistant-empty", "no-tool-calls", "user-name", "tool-result", "nested"])
+def test_a_message_key_set_to_none_is_sent_as_litellm_sends_it(message, sent):
+    got = {}
+    for t in PATHS:
+        with OpenAIServer([text("ok")]) as srv:
+            asyncio.run(llm.acomplete("openai/test-model", [{"role": "user", "content": "Weather?"}, message],
+                                      agent="alice", transport=t, kwargs={"api_base": srv.api_base, "api_key": "sk-test"},
+                                      timeout=5, num_retries=0))
+            got[t] = srv.requests[0]
+    assert got["fast"] == got["litellm"]
+    assert got["fast"]["messages"] == [{"role": "user", "content": "Weather?"}, sent]
+
+
+def test_a_tool_round_sends_the_same_requests_on_both_paths():
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    def script():  # the call's id is fixed, so both servers see the same second request
+        call = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_w", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]}
+        return [Reply(body=completion(call, "tool_calls")), text("Hats.")]
+
+    out = both(script, lambda base, t: RoundRobinSwarm(agents=[agent(base, "alice", t, tools=[weather])], max_loops=1))
+    assert wire_bodies(out["fast"][1]) == wire_bodies(out["litellm"][1])
+    second = out["fast"][1][1]["messages"]
+    assert second[-2:] == [{"role": "assistant", "tool_calls": [{"id": "call_w", "type": "function", "function": {
+        "name": "weather", "arguments": '{"city": "Oslo"}'}}]}, {"role": "tool", "tool_call_id": "call_w",
+                                                                  "content": "sunny in Oslo"}]
+    for transport in PATHS:
+        run = out[transport][0]
+        assert run["transcript"][1][1] == "Hats." and run["error"] is None and run["calls"] == 2
 
 
 # ---- which path a request takes --------------------------------------------------------------------
@@ -258,20 +300,55 @@ def test_litellm_debug_logging_sends_through_litellm():
         log.setLevel(level)
 
 
+def route(model: str, options: dict) -> wire.Route:
+    return wire.Route.of(llm.get_litellm(), model, options)
+
+
 def test_streaming_takes_the_fast_path_without_an_event():
     stats = llm.CallStats(events=[])
-    assert wire.choose(llm.get_litellm(), "openai/m", {"api_base": "http://h/v1", "api_key": "k", "stream": True,
-                                                       "stream_options": {"include_usage": True}}, "auto", stats,
-                       "alice")
+    options = {"api_base": "http://h/v1", "api_key": "k", "stream": True, "stream_options": {"include_usage": True}}
+    assert wire.choose(llm.get_litellm(), route("openai/m", options), "auto", stats, "alice")
     assert stats.events == []
 
 
 def test_other_providers_stay_on_litellm_without_an_event():
     stats = llm.CallStats(events=[])
-    assert not wire.choose(llm.get_litellm(), "anthropic/claude", {"api_key": "k"}, "auto", stats, "a")
-    assert not wire.choose(llm.get_litellm(), "openai/m", {"api_key": "k"}, "auto", stats, "a")  # no api_base
+    assert not wire.choose(llm.get_litellm(), route("anthropic/claude", {"api_key": "k"}), "auto", stats, "a")
+    assert not wire.choose(llm.get_litellm(), route("openai/m", {"api_key": "k"}), "auto", stats, "a")  # no api_base
     assert stats.events == []
-    assert wire.choose(llm.get_litellm(), "hosted_vllm/m", {"api_base": "http://h/v1"}, "auto", stats, "a")
+    assert wire.choose(llm.get_litellm(), route("hosted_vllm/m", {"api_base": "http://h/v1"}), "auto", stats, "a")
+
+
+def test_each_agents_route_is_worked_out_once_per_run(monkeypatch):
+    made = []
+    of = wire.Route.of.__func__
+
+    def counted(cls, lm, model, options):
+        made.append(model)
+        return of(cls, lm, model, options)
+
+    monkeypatch.setattr(wire.Route, "of", classmethod(counted))
+    script = per_agent({"alice": [respond(0.9, "Sandwiches.")] * 3, "bob": [respond(0.2, "")] * 3})
+    with OpenAIServer(script) as srv:
+        result = GroupChat(agents=[agent(srv.api_base, "alice", "fast"), agent(srv.api_base, "bob", "fast")],
+                           max_loops=4).execute(TASK)
+    assert result.calls == 6 and [m.content for m in result.transcript[1:]] == ["Sandwiches."] * 3
+    assert made == ["openai/test-model", "openai/test-model"]  # one per agent, not one per call
+
+
+def test_a_route_is_kept_while_the_requests_options_stay_the_same():
+    lm, stats = llm.get_litellm(), llm.CallStats()
+    options = {"api_base": "http://h/v1", "api_key": "k", "temperature": 0.2}
+    first = stats.route(lm, "alice", "openai/m", options)
+    assert stats.route(lm, "alice", "openai/m", dict(options)) is first
+    assert (first.url, first.headers, first.name) == ("http://h/v1/chat/completions", {
+        "Content-Type": "application/json", "Authorization": "Bearer k"}, "m")
+    assert stats.lane().route(lm, "alice", "openai/m", options) is first  # a branch run shares the run's routes
+    moved = stats.route(lm, "alice", "openai/m", {**options, "api_base": "http://g/v1"})
+    assert moved is not first and moved.url == "http://g/v1/chat/completions"
+    assert stats.route(lm, "bob", "openai/m", options) is not moved
+    assert stats.route(lm, "bob", "openai/m", {**options, "top_k": 3}).blocked == \
+        "option(s) 'top_k' are litellm's to translate"
 
 
 def test_fast_refuses_what_it_cannot_send_before_any_call():
