@@ -228,15 +228,21 @@ def test_a_fork_of_a_step_run_commits_every_step():
     assert res.stop_reason == "max_loops" and store.commits == [1] * 13  # 3 turns of 4 steps, the end
 
 
-def test_a_run_stored_before_modes_resumes_as_turn(tmp_path):
-    """A run whose metadata has no commit mode (written by an earlier fsmchat) carries as "turn" does."""
+def crashed_run_with_meta(tmp_path, at, sql):
+    """A GroupChat run "R" crashed at its ``at``-th post, its stored metadata then edited by ``sql``."""
     store = SqliteCheckpointer(tmp_path / "runs.db")
     with pytest.raises(Crash):
-        group_chat().execute("go", checkpoint=store, run_id="R", observers=[crash_at("post", 2)])
+        group_chat().execute("go", checkpoint=store, run_id="R", observers=[crash_at("post", at)])
     db = sqlite3.connect(tmp_path / "runs.db")
-    db.execute("UPDATE runs SET meta = json_remove(meta, '$.commit') WHERE run_id = 'R'")
+    db.execute(f"UPDATE runs SET meta = {sql} WHERE run_id = 'R'")
     db.commit()
     db.close()
+    return store
+
+
+def test_a_run_stored_before_modes_resumes_as_turn(tmp_path):
+    """A run whose metadata has no commit mode (written by an earlier fsmchat) carries as "turn" does."""
+    store = crashed_run_with_meta(tmp_path, 2, "json_remove(meta, '$.commit')")
     assert "commit" not in store.load("R").meta
     res = group_chat().resume("R", store)
     assert res.stop_reason == "max_loops"
@@ -244,13 +250,7 @@ def test_a_run_stored_before_modes_resumes_as_turn(tmp_path):
 
 
 def test_a_stored_mode_fsmchat_does_not_know_is_refused_on_resume(tmp_path):
-    store = SqliteCheckpointer(tmp_path / "runs.db")
-    with pytest.raises(Crash):
-        group_chat().execute("go", checkpoint=store, run_id="R", observers=[crash_at("post", 1)])
-    db = sqlite3.connect(tmp_path / "runs.db")
-    db.execute("UPDATE runs SET meta = json_set(meta, '$.commit', 'often') WHERE run_id = 'R'")
-    db.commit()
-    db.close()
+    store = crashed_run_with_meta(tmp_path, 1, "json_set(meta, '$.commit', 'often')")
     with pytest.raises(CheckpointMismatch, match=r"^run 'R' stores commit='often', which is no commit mode of this "
                                                  r"fsmchat \('turn', 'step'\); nothing was written$"):
         group_chat().resume("R", store)
