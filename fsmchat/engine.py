@@ -645,6 +645,7 @@ _GC_LOCK = threading.Lock()
 class _BatchGC:
     running = 0  # batches running in this process
     thresholds = gc.get_threshold()  # what to restore after the last
+    froze = False  # the first froze what was alive (nothing was frozen before): the last unfreezes
 
 
 BATCH_GC_MIN_RUNS = 64  # smaller batches leave the collector alone
@@ -658,14 +659,18 @@ def batch_collector(runs: int) -> Iterator[None]:
     (``gc.freeze``) and generation 0 is collected every 50,000 allocations instead of 700, which
     the thousands of short-lived messages and trace events of a batch otherwise trigger over and
     over (bench/scale.py: GC time 0.45 -> 0.07 s for 1,000 chats). Nested or concurrent batches
-    share one tuning; the last to finish restores the thresholds and unfreezes."""
+    share one tuning; the last to finish restores the thresholds and unfreezes, unless something
+    else had frozen objects before the batch (fsmchat does after litellm's import:
+    ``fsmchat.speakers.llm.keep_out_of_collections``): that freeze is left as it was."""
     if runs < BATCH_GC_MIN_RUNS:
         yield
         return
     with _GC_LOCK:
         if _BatchGC.running == 0:
             _BatchGC.thresholds = gc.get_threshold()
-            gc.freeze()
+            _BatchGC.froze = gc.get_freeze_count() == 0
+            if _BatchGC.froze:
+                gc.freeze()
             gc.set_threshold(*BATCH_GC_THRESHOLD)
         _BatchGC.running += 1
     try:
@@ -675,7 +680,8 @@ def batch_collector(runs: int) -> Iterator[None]:
             _BatchGC.running -= 1
             if _BatchGC.running == 0:
                 gc.set_threshold(*_BatchGC.thresholds)
-                gc.unfreeze()
+                if _BatchGC.froze:
+                    gc.unfreeze()
 
 
 def run_sync(make: Callable[[], Coroutine[object, object, T]]) -> T:
