@@ -49,7 +49,9 @@ from common import PY, ROOT, finish, machine_line, median, status, trees_against
 sys.path.insert(0, os.environ.get("FSMCHAT_TREE", str(ROOT)))  # this checkout's fsmchat (or --against's)
 GOAL = 0.05
 FAST, RAW = "fsmchat fast path", "raw aiohttp"
+ENGINE = "fsmchat fast path, and its bids replayed"  # engine_client
 BATCHES = 3  # measured batches per client process (after its warm-up batch)
+REPLAYS = 5  # replayed batches per model-backed batch (an instant batch is short: several steady its timing)
 GROUPS = (("fsmchat", ("/fsmchat/",)), ("aiohttp", ("/aiohttp/", "/yarl/", "/multidict/", "/aiohappyeyeballs/",
                                                     "/frozenlist/", "/propcache/")),
           ("json", ("/json/",)), ("asyncio", ("/asyncio/", "selectors.py", "socket.py", "ssl.py")),
@@ -116,6 +118,148 @@ def run_client(case: str, api_base: str, model: str, n: int, batches: int) -> di
     return result_of(start_client(case, api_base, model, n, batches, str(ROOT)), f"{case} N={n}")
 
 
+# ---- the engine and pattern work: the same batch with the bids replayed --------------------------
+class Replayed:
+    """A participant that bids, at once and with no model call, what the model-backed agent of its
+    name bid at the same point of the same chat (``script``: (agent, task, transcript length) -> its
+    ``BidOutcome``). It is fsmchat's ``Speaker`` protocol (a name, ``reply``, ``bid``), nothing more."""
+
+    def __init__(self, name: str, script: dict[tuple[str, str, int], Any]):
+        self.name, self.script = name, script
+
+    async def reply(self, turn: Any) -> str:
+        raise AssertionError(f"{self.name}: a GroupChat bidder is never asked for a reply")
+
+    async def bid(self, turn: Any) -> Any:
+        return self.script[(self.name, turn.transcript[0].content, len(turn.transcript))]
+
+
+def recording_agents(api_base: str, model: str, n: int, script: dict[tuple[str, str, int], Any]) -> list[Any]:
+    """``compare.run_fsmchat``'s agents, each writing every bid it returns into ``script``."""
+    from fsmchat import Agent
+
+    class Recording(Agent):
+        async def bid(self, turn: Any) -> Any:
+            out = await super().bid(turn)
+            script[(self.name, turn.transcript[0].content, len(turn.transcript))] = out
+            return out
+
+    return [Recording(name, system_prompt=compare.SYSTEM[name], model="openai/" + model, api_base=api_base,
+                      api_key="sk-bench", tool_mode="native", num_retries=0, timeout=60) for name in compare.NAMES[:n]]
+
+
+def executed(agents: list[Any], tasks: list[str]) -> list[Any]:
+    """Every task's ``RunResult``, ``CHATS`` at once (``run_batch``'s concurrency), for the path check."""
+    from fsmchat import GroupChat
+
+    chat = GroupChat(agents=agents, max_loops=compare.TURNS + 1)
+
+    async def batch() -> list[Any]:
+        gate = asyncio.Semaphore(compare.CHATS)
+
+        async def one(task: str) -> Any:
+            async with gate:
+                return await chat.aexecute(task)
+
+        return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+    return asyncio.run(batch())
+
+
+def run_path(result: Any) -> tuple[Any, ...]:
+    """What must be the same in a model-backed run and its replay: the path, the stop reason, the
+    transcript (every message's role, text and metadata), the events and every step's record."""
+    return (result.path, result.stop_reason, [(m.role, m.content, m.metadata) for m in result.transcript],
+            result.events, [(e.state, e.trigger, e.dest, e.payload) for e in result.trace], result.error)
+
+
+def replay_batch(n: int, tasks: list[str], script: dict[tuple[str, str, int], Any]) -> list[Any]:
+    """``compare.run_fsmchat``'s batch with replayed bidders: the same ``run_batch``, the same check."""
+    from fsmchat import GroupChat
+
+    bidders = [Replayed(name, script) for name in compare.NAMES[:n]]
+    results = GroupChat(agents=bidders, max_loops=compare.TURNS + 1).run_batch(tasks, max_concurrency=compare.CHATS,
+                                                                              progress=False)
+    assert all(isinstance(r, str) and r.count(compare.REPLY) == compare.TURNS for r in results), results[:1]
+    return list(results)
+
+
+def bid_turns(agents: list[Any], recorded: list[Any]) -> list[tuple[Any, Any]]:
+    """(agent, the ``Turn`` GroupChat gave it) for every bid of the recorded batch, rebuilt from the transcripts;
+    each agent's prompt for it is checked against the floor's request messages (``compare.bid_messages``)."""
+    from fsmchat import Turn
+    from fsmchat.patterns.group_chat import bid_instruction
+
+    names = [a.name for a in agents]
+    out = []
+    for result in recorded:
+        for k in range(compare.TURNS):
+            rows = result.transcript[:k + 1]
+            last = rows[-1]
+            for a in agents:
+                turn = Turn(a.name, rows, bid_instruction(a.name, [x for x in names if x != a.name], last.role,
+                                                          last.content), "bid")
+                assert a.prompt(turn) == compare.bid_messages(a.name, names, [(m.role, m.content) for m in rows])
+                out.append((a, turn))
+    return out
+
+
+def engine_client(api_base: str, model: str, n: int, batches: int) -> dict[str, Any]:
+    """The model-backed batch and its replay in one interpreter, interleaved, after a recording batch.
+
+    One batch of recording agents (``executed``) writes every bid; the same tasks are run with
+    ``Replayed`` bidders and every run's path, stop reason, transcript, events and step records are
+    asserted equal. Then, after a warm-up of each and a full collection, ``batches`` times: the
+    model-backed batch (``compare.run_fsmchat``, as the fast-path client runs it) and ``REPLAYS``
+    replayed batches, in alternating order, each on the process's CPU clock; their outputs are
+    asserted equal. Last, each agent's prompt for every bid of a batch (``Agent.prompt``), ``REPLAYS``
+    times: the agent's own work the replay leaves out."""
+    tasks = [compare.TASK.format(i=i) for i in range(compare.CHATS)]
+    script: dict[tuple[str, str, int], Any] = {}
+    agents = recording_agents(api_base, "record-" + model, n, script)
+    recorded = executed(agents, tasks)
+    assert len(script) == compare.CHATS * compare.TURNS * n, len(script)
+    replayed = executed([Replayed(name, script) for name in compare.NAMES[:n]], tasks)
+    for a, b in zip(recorded, replayed):
+        assert run_path(a) == run_path(b), (run_path(a), run_path(b))
+    assert recorded[0].stop_reason == "max_loops" and len(recorded[0].transcript) == compare.TURNS + 1
+    turns = bid_turns(agents, recorded)
+
+    def model_backed() -> list[Any]:
+        return compare.run_fsmchat(api_base, model, n, tasks, "auto")
+
+    def replays() -> list[Any]:
+        return [replay_batch(n, tasks, script) for _ in range(REPLAYS)][-1]
+
+    def prompts() -> None:
+        for _ in range(REPLAYS):
+            for a, turn in turns:
+                a.prompt(turn)
+
+    compare.run_fsmchat(api_base, "warm-" + model, n, tasks, "auto")
+    replays()
+    prompts()
+    gc.collect()
+    clock = CollectorClock()
+    gc.callbacks.append(clock)
+    cpu, collector = {"model": 0.0, "replay": 0.0}, {"model": 0.0, "replay": 0.0}
+    outputs: dict[str, list[Any]] = {}
+    for b in range(batches):
+        for which in (("model", "replay") if b % 2 == 0 else ("replay", "model")):
+            c0, g0 = time.process_time(), clock.cpu
+            outputs[which] = model_backed() if which == "model" else replays()
+            cpu[which] += time.process_time() - c0
+            collector[which] += clock.cpu - g0
+        assert outputs["model"] == outputs["replay"], "the replayed batch's outputs differ from the model-backed one's"
+    c0 = time.process_time()
+    prompts()
+    prompt_cpu = time.process_time() - c0
+    gc.callbacks.remove(clock)
+    return {"cpu": cpu["model"], "replay": cpu["replay"] / REPLAYS, "gc": collector["model"],
+            "replay_gc": collector["replay"] / REPLAYS, "prompt": prompt_cpu / REPLAYS * batches,
+            "collections": clock.collections, "tracked": len(gc.get_objects()), "litellm": "litellm" in sys.modules}
+
+
 # ---- the same requests ---------------------------------------------------------------------------
 def same_requests() -> str:
     """One chat of each client (N=3 and N=8) to a recording server: their request bodies must be the
@@ -148,14 +292,14 @@ def measure(api_base: str, reps: int, batches: int, counts: Callable[[], dict[st
             trees: dict[str, str]) -> dict[tuple[str, int], list[dict[str, Any]]]:
     """Each repetition runs every client of a size once, one after the other, starting with the next
     one each time (the raw floor, and fsmchat from each of ``trees``)."""
-    cases = [*trees, RAW]
+    cases = [*trees, RAW, ENGINE]
     out: dict[tuple[str, int], list[dict[str, Any]]] = {(c, n): [] for c in cases for n in compare.SIZES}
     for rep in range(reps):
         for n in compare.SIZES:
             for k in range(len(cases)):
                 case = cases[(rep + k) % len(cases)]
                 model = f"share-{rep}-{n}-{cases.index(case)}"
-                proc = start_client(FAST if case != RAW else RAW, api_base, model, n, batches, trees.get(case, str(ROOT)))
+                proc = start_client(case if case in (RAW, ENGINE) else FAST, api_base, model, n, batches, trees.get(case, str(ROOT)))
                 got = result_of(proc, f"{case} N={n}")
                 got["calls"] = counts().get(model, 0)
                 print(f"rep {rep + 1} N={n} {case}: {got['calls']} calls, {got['cpu'] / got['calls'] * 1e6:.0f} µs "
@@ -243,7 +387,8 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.update(compare.QUIET_ENV)
     if args.client:
-        print(json.dumps(client(args.client, args.api_base, args.model, args.n, args.batches)))
+        run = engine_client if args.client == ENGINE else lambda *a: client(args.client, *a)
+        print(json.dumps(run(args.api_base, args.model, args.n, args.batches)))
         return
     reps, batches = (2, 1) if args.quick else (5, BATCHES)
     checked = same_requests()
