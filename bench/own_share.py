@@ -161,7 +161,7 @@ def recording_agents(api_base: str, model: str, n: int, script: dict[tuple[str, 
             script[(self.name, turn.transcript[0].content, len(turn.transcript))] = out
             return out
 
-    return [Recording(name, system_prompt=compare.SYSTEM[name], model="openai/" + model, api_base=api_base,
+    return [Recording(name=name, system_prompt=compare.SYSTEM[name], model="openai/" + model, api_base=api_base,
                       api_key="sk-bench", tool_mode="native", num_retries=0, timeout=60) for name in compare.NAMES[:n]]
 
 
@@ -487,7 +487,9 @@ def main() -> None:
         profiled = where_it_goes(srv.api_base)
     lines = ["| client | N | model calls | CPU per call | beyond the floor | client + engine over the floor (range) | "
              "the same, least CPU of each | of which the collector |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    rows, vs_ref, engine_rows = [], [], []
+    rows: list[dict[str, Any]] = []
+    vs_ref: list[str] = []
+    engine_rows: list[str] = []
     for n in compare.SIZES:
         raw = runs[(RAW, n)]
         floor = [r["cpu"] / r["calls"] for r in raw]
@@ -563,7 +565,10 @@ def main() -> None:
         "the model-backed batch's, per repetition: the median, the range, and the same from each one's least CPU "
         "over the repetitions. The model-backed side includes its agents' construction and the replay its "
         "bidders'; both include `run_batch`, each run's set-up, the collector and the event loop's task scheduling "
-        "for the bids (GroupChat gathers them).", "",
+        "for the bids (GroupChat gathers them). \"Of which the collector\" is the collector's part of the replayed "
+        "batch's CPU; the last column compares the replay interpreter's model-backed batch with the fast-path "
+        "client's of the same repetition (the same work in another process: near 1.00x, the process is a fair "
+        "one to take the ratio in).", "",
         "**What the replay leaves out.** An agent turning the transcript into its request messages "
         "(`Agent.prompt`: the context policy, the input-limit check, the roster line) is the agent's work and is "
         "counted with the agent and its model call, not in the engine + pattern share. It is measured on its own: "
