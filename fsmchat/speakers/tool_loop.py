@@ -301,12 +301,12 @@ class ToolLoop:
         tool round, a ``respond`` call is the bid; once ``max_tool_rounds`` are used ``respond`` is forced.
         A bidder with tools whose bids would go in JSON mode (the model's text, which cannot call
         tools) is a ``ToolError`` before its model call, never a bid without its tools."""
-        if has_tools(speaker) and hasattr(speaker, "tool_message") and \
-                getattr(speaker, "resolved_tool_mode", "native") != "native":
+        tooled = has_tools(speaker) and hasattr(speaker, "tool_message")
+        if tooled and getattr(speaker, "resolved_tool_mode", "native") != "native":
             raise json_bidder_with_tools(speaker.name, f"its model {getattr(speaker, 'model', None)!r} refused tools "
                                          "earlier in this process" if speaker.tool_mode is None
                                          else f"tool_mode={speaker.tool_mode!r}")
-        if not has_tools(speaker) or not hasattr(speaker, "tool_message"):
+        if not tooled:
             if self.active:
                 cached: BidOutcome = await self._cached(speaker, lambda: speaker.bid(turn))
                 return cached
