@@ -129,7 +129,12 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
         if store:
             checkpoint = _store(store, create=True)
             stack.callback(checkpoint.close)
-        return _follow(pattern, lambda hooks: pattern.aexecute(task, checkpoint=checkpoint, **hooks), checkpoint,
+        if args.commit and checkpoint is None:
+            print(f"fsmchat run: --commit {args.commit} says how a checkpointed run commits its steps; pass "
+                  "--checkpoint PATH too (nothing was run)", file=sys.stderr)
+            return 2
+        mode = {"commit": args.commit} if args.commit else {}
+        return _follow(pattern, lambda hooks: pattern.aexecute(task, checkpoint=checkpoint, **mode, **hooks), checkpoint,
                        store, args, ["--target", args.target, *_model_flags(args)], shown)
 
 
@@ -287,7 +292,7 @@ def said(exc: BaseException | None) -> str:
 
 def _run_script(path: Path, args: argparse.Namespace) -> int:
     needs = [flag for flag, on in (("--json", args.json), ("--quiet", args.quiet), ("--checkpoint", args.checkpoint),
-                                   ("--report", args.report),
+                                   ("--report", args.report), ("--commit", args.commit),
                                    ("--max-calls", args.max_calls), ("--deadline", args.deadline)) if on]
     if needs:
         print(f"fsmchat run: {', '.join(needs)} need(s) a pattern, and {path} is a plain script (no top-level "
@@ -671,8 +676,11 @@ def parser() -> argparse.ArgumentParser:
                    "they stream when stdout is a terminal); each message still prints when it is posted")
     r.add_argument("--json", action="store_true", help="print the RunResult as JSON on stdout (status line still on "
                    "a terminal's stderr)")
-    r.add_argument("--checkpoint", metavar="PATH", help="commit every step to this SQLite file (resumable; the run id "
-                   f"is printed on stderr); a pattern that may wait for a person uses {DEFAULT_STORE} by default")
+    r.add_argument("--checkpoint", metavar="PATH", help="commit the run to this SQLite file as it goes (resumable; the "
+                   f"run id is printed on stderr); a pattern that may wait for a person uses {DEFAULT_STORE} by default")
+    r.add_argument("--commit", choices=["turn", "step"], help="how the checkpointed run commits: 'turn' (the default: "
+                   "the steps of a turn that post nothing, e.g. a GroupChat's bids, are committed with the post) or "
+                   "'step' (every step its own commit)")
     r.add_argument("--no-input", action="store_true", help="when the run waits for a person, do not ask on the "
                    f"terminal: leave it waiting, print the resume command and exit {EXIT_WAITING} (the default "
                    "when stdin is not a terminal)")

@@ -213,6 +213,20 @@ def test_runs_history_and_fork_over_a_checkpoint_store(project, capsys):
     assert [(s["step"], s["state"], s["messages"]) for s in steps[:3]] == [(0, "seed", 1), (1, "x", 2), (2, "y", 3)]
 
 
+def test_run_commit_flag_sets_the_runs_commit_mode(project, capsys):
+    assert main(["run", "mychat:chat", "--task", "hello", "--checkpoint", "runs.db", "--commit", "step",
+                 "--quiet"]) == 0
+    run_id = capsys.readouterr().err.split("run id ")[1].split()[0]
+    assert SqliteCheckpointer(project / "runs.db").load(run_id).meta["commit"] == "step"
+    assert main(["run", "mychat:chat", "--task", "hello", "--commit", "step", "--quiet"]) == 2
+    assert ("--commit step says how a checkpointed run commits its steps; pass --checkpoint PATH too (nothing was "
+            "run)") in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "mychat:chat", "--checkpoint", "runs.db", "--commit", "turns"])
+    assert exc.value.code == 2
+    assert "argument --commit: invalid choice: 'turns' (choose from 'turn', 'step')" in capsys.readouterr().err
+
+
 def test_runs_history_and_fork_refuse_bad_input_with_exit_2(project, capsys):
     assert main(["runs", "--db", "none.db"]) == 2
     assert "no checkpoint store at none.db (`fsmchat run TARGET --checkpoint none.db` writes one)" in \
