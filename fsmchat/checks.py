@@ -97,12 +97,13 @@ def check_token_hooks(on_token: Any, owner: str) -> list[Any]:
     return check_hooks(on_token, owner, "on_token")
 
 
-def check_keywords(given: dict[str, Any], allowed: tuple[str, ...], owner: str) -> None:
-    """A run method's keywords: each one of ``allowed``, else the message a constructor gives an
-    unknown keyword (``"did you mean checkpoint?"``)."""
+def check_keywords(given: dict[str, Any], allowed: tuple[str, ...], owner: str, what: str = "keywords") -> None:
+    """A call's keyword arguments (a run method's, a declared constructor's): each one of
+    ``allowed``, else ``ConfigTypeError`` naming the closest (``"did you mean checkpoint?"``) and
+    listing ``allowed`` as the call's ``what``."""
     for name in given:
         if name not in allowed:
             close = difflib.get_close_matches(name, allowed, n=1)
             raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
                                   + (f"; did you mean {close[0]}?" if close else "")
-                                  + f" (its keywords: {', '.join(allowed)})")
+                                  + f" (its {what}: {', '.join(allowed)})")

@@ -17,7 +17,7 @@ from pydantic.fields import FieldInfo
 
 from ..config import REF, STEP_KINDS, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, jsonable, opt_ref
 from ..errors import invalid_config
-from ..patterns.declare import bind_arguments
+from ..patterns.declare import bind_arguments, field_parameters
 
 REQUIRED: Any = object()  # a config-form field with no default (its live default only says "missing")
 
@@ -222,10 +222,7 @@ class Declared:
             for name in config.model_fields:
                 if name not in cls.__dict__:
                     setattr(cls, name, DeclaredField(name))
-            params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.annotation,
-                                        default=inspect.Parameter.empty if f.is_required() else f.default)
-                      for n, f in config.model_fields.items()]
-            setattr(cls, "__signature__", inspect.Signature(params))
+            setattr(cls, "__signature__", inspect.Signature(field_parameters(config)))
         if kind is not None:
             if cls.Config is None:
                 raise TypeError(f"{cls.__name__}: kind={kind!r} needs config=, the block's model (a BlockConfig)")

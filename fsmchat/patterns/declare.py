@@ -12,18 +12,18 @@ of them, such as a moderator; required unless the field has a default), ``Output
 """
 from __future__ import annotations
 
-import difflib
 import inspect
 from typing import Annotated, Any, Sequence
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
+from ..checks import check_keywords
 from ..config import OneParticipant, Participants
-from ..errors import ConfigTypeError, invalid_config
+from ..errors import invalid_config
 from ..models import check_output_type
 
 __all__ = ["ConfigField", "OneParticipant", "OutputType", "Participants", "PatternConfig",
-           "bind_arguments", "constructor_signature"]
+           "bind_arguments", "constructor_signature", "field_parameters"]
 
 OutputType = Annotated[str, AfterValidator(check_output_type)]
 
@@ -39,12 +39,7 @@ def bind_arguments(owner: str, names: Sequence[str], args: Sequence[Any], kwargs
         if name in values:
             raise TypeError(f"{owner}() got multiple values for argument {name!r}")
         values[name] = value
-    for name in values:
-        if name not in names:
-            close = difflib.get_close_matches(name, names, n=1)
-            raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
-                                  + (f"; did you mean {close[0]}?" if close else "")
-                                  + f" (its options: {', '.join(names)})")
+    check_keywords(values, tuple(names), owner, "options")
     return values
 
 
@@ -118,18 +113,24 @@ class ConfigField:
         obj.forget_graph()
 
 
-def constructor_signature(config: type[PatternConfig]) -> inspect.Signature:
-    """The pattern's signature as ``help()`` and IDEs show it: the model's fields in order, then
-    the keyword-only ``interrupt_before``/``interrupt_after``. A required field after one with a
-    default (a moderator after the roster) is shown keyword-only from there on, as Python spells it."""
+def field_parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
+    """A declared constructor's parameters, as ``help()`` and IDEs show them: the model's fields in
+    order; a required field after one with a default (a moderator after the roster) is shown
+    keyword-only from there on, as Python spells it."""
     params: list[inspect.Parameter] = []
     keyword_only = False
-    for name, f in config.model_fields.items():
+    for name, f in model.model_fields.items():
         keyword_only = keyword_only or (f.is_required() and bool(params) and
                                         params[-1].default is not inspect.Parameter.empty)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY if keyword_only else
                                         inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.annotation,
                                         default=inspect.Parameter.empty if f.is_required() else f.default))
-    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
-               for name in ("interrupt_before", "interrupt_after")]
-    return inspect.Signature(params)
+    return params
+
+
+def constructor_signature(config: type[PatternConfig]) -> inspect.Signature:
+    """The pattern's signature: its fields (``field_parameters``), then the keyword-only
+    ``interrupt_before``/``interrupt_after``."""
+    return inspect.Signature(field_parameters(config) + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                                                             default=None)
+                                                           for name in ("interrupt_before", "interrupt_after")])

@@ -1,7 +1,6 @@
 """Flow blocks declared once, as patterns are: each kind's model is its constructor, attributes,
 checks and (derived) config form; each keeps its working state in a typed frame that a checkpoint
 stores as the same dict as before, and reads back from it."""
-import asyncio
 import inspect
 
 import pytest
@@ -10,6 +9,7 @@ from fsmchat import AgentFlow, MemoryCheckpointer
 from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.flow import Discussion, FlowContext, if_, loop, parallel, repeat, route
 from fsmchat.flow.blocks import DiscussionFrame, If, Loop, LoopFrame, Parallel, Repeat, RepeatFrame, Route
+from test_checkpoint import interrupt_after
 
 
 def alice(turn):
@@ -72,19 +72,7 @@ def test_a_block_s_checks_are_its_model_s_with_the_documented_errors(make, error
 def run_until(flow, task, state, k):
     """Run with a memory checkpoint; cancel once ``state`` has been left k times. Returns the store."""
     cp = MemoryCheckpointer()
-
-    async def go():
-        me, seen = asyncio.current_task(), []
-
-        def obs(ev):
-            if ev.state == state and ev.dest is not None:
-                seen.append(ev)
-                if len(seen) == k:
-                    me.cancel()
-
-        with pytest.raises(asyncio.CancelledError):
-            await flow.aexecute(task, checkpoint=cp, run_id="r", observers=[obs])
-    asyncio.run(go())
+    interrupt_after(flow, task, cp, "r", state, k)
     return cp
 
 

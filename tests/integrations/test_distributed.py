@@ -6,7 +6,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fsmchat import Agent, AgentFlow, Bid, Discussion, GroupChat, loop  # noqa: E402
-from fsmchat.distributed import TaskFailure, execute_batch, shutdown, start_local_ray  # noqa: E402
+from fsmchat.distributed import TaskFailure, execute_batch  # noqa: E402
 from fsmchat.testing import Delay, FunctionModel  # noqa: E402
 from test_config import bid_fn  # noqa: E402  (one scripted model for config and Ray tests)
 
@@ -24,11 +24,7 @@ def grumpy(turn):
     return Bid(0.1, "")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    start_local_ray(num_cpus=2, log_to_driver=False)
-    yield
-    shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # tests/integrations/conftest.py
 
 
 def chat(fn=bid_fn, extra=()):

@@ -16,17 +16,13 @@ from pg import pg_cluster, pg_dsn  # noqa: E402,F401 - fixtures
 from test_ray_requeue import HANG_GUARD, HOLD, chat  # noqa: E402
 
 from fsmchat import PostgresCheckpointer  # noqa: E402
-from fsmchat.distributed import execute_batch, run_id_for, shutdown, start_local_ray  # noqa: E402
+from fsmchat.distributed import execute_batch, run_id_for  # noqa: E402
 from fsmchat.config import config_digest  # noqa: E402
 
 N = 40
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    start_local_ray(num_cpus=2, log_to_driver=False)
-    yield
-    shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # tests/integrations/conftest.py
 
 
 def uri(dsn):

@@ -11,17 +11,13 @@ ray = pytest.importorskip("ray")
 from openai_server import OpenAIServer, text  # noqa: E402
 
 from fsmchat import Agent, RateLimit, RoundRobinSwarm, SqliteCheckpointer, rate_limit  # noqa: E402
-from fsmchat.distributed import execute_batch, shutdown, start_local_ray  # noqa: E402
+from fsmchat.distributed import execute_batch  # noqa: E402
 
 RPM = 3
 N = 8
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    start_local_ray(num_cpus=2, log_to_driver=False)
-    yield
-    shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # tests/integrations/conftest.py
 
 
 def test_two_workers_share_one_limit_and_a_waiting_call_is_an_event(tmp_path):

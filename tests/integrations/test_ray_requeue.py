@@ -13,7 +13,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fsmchat import GroupChat  # noqa: E402
-from fsmchat.distributed import execute_batch, shutdown, start_local_ray  # noqa: E402
+from fsmchat.distributed import execute_batch  # noqa: E402
 from fsmchat.testing import Delay, FunctionModel  # noqa: E402
 from test_config import bid_fn  # noqa: E402
 
@@ -42,11 +42,7 @@ def held_bid_fn(req):
     return wait
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    start_local_ray(num_cpus=2, log_to_driver=False)
-    yield
-    shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # tests/integrations/conftest.py
 
 
 def chat():

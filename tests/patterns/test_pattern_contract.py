@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 import pytest
 from pydantic import Field
-from test_honest_failures import Recorder
+from test_honest_failures import no_keys  # noqa: F401 (a fixture: missing credentials, requests recorded)
 
 from fsmchat import Agent, ChatContext, Pattern, RoundRobinSwarm, StateGraph
 from fsmchat.errors import ConfigError, MissingCredentials
 from fsmchat.patterns import FailedRuns, OneParticipant, Participants, PatternConfig
 from fsmchat.patterns.runner import PatternRun
-from fsmchat.speakers import check_roster, llm
+from fsmchat.speakers import check_roster
 
 
 class HostedConfig(PatternConfig):
@@ -49,16 +49,6 @@ class Hosted(Pattern, config=HostedConfig):
     def _context(self, task: str) -> HostedContext:
         speakers = check_roster([*(self.config.agents or []), self.config.host], "Hosted")
         return HostedContext(task, speakers, config=self.config)
-
-
-@pytest.fixture
-def no_keys(monkeypatch):
-    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "FSMCHAT_MODEL", "FSMCHAT_CHECK_KEYS"):
-        monkeypatch.delenv(var, raising=False)
-    rec = Recorder()
-    token = llm.INTERCEPTOR.set(rec)
-    yield rec
-    llm.INTERCEPTOR.reset(token)
 
 
 def test_the_base_class_sets_the_roster_so_credentials_are_checked_before_the_first_request(no_keys):
