@@ -93,29 +93,34 @@ def test_offline_replies_read_as_sentences():
             assert re.search(pattern, t, flags=re.I) is None, f"{what}: {t!r}"
 
 
-def test_an_offline_call_costs_the_same_at_10_and_at_2000_messages():
-    import sys
-
+def test_an_offline_call_reads_the_same_messages_at_10_and_at_2000():
+    # decided by which messages are read, not by time or a count of traced lines (that count moved
+    # with the reply's wording and with the interpreter: 914 locally, 1,487 in CI)
     from fsmchat.speakers.offline import OfflineModel
 
-    def lines(n):
-        msgs = [{"role": "system", "content": "You argue for cats."}, {"role": "user", "content": "pets?"}]
-        msgs += [{"role": "user", "content": f"bob{i % 3}: dogs are loyal friends number {i}"} for i in range(n)]
-        msgs.append({"role": "user", "content": "Your turn."})
-        count = 0
+    def read(n):
+        seen = set()
 
-        def tracer(frame, event, arg):
-            nonlocal count
-            count += event == "line"
-            return tracer
-        sys.settrace(tracer)
-        try:
-            out = OfflineModel()._compose(msgs, {}, {"metadata": {"fsmchat_agent": "cat"}})
-        finally:
-            sys.settrace(None)
+        class Message(dict):
+            def __getitem__(self, key):
+                seen.add(self.index)
+                return super().__getitem__(key)
+
+            def get(self, key, default=None):
+                seen.add(self.index)
+                return super().get(key, default)
+
+        raw = [{"role": "system", "content": "You argue for cats."}, {"role": "user", "content": "pets?"}]
+        raw += [{"role": "user", "content": f"bob{i % 3}: dogs are loyal friends number {i}"} for i in range(n)]
+        raw.append({"role": "user", "content": "Your turn."})
+        msgs = []
+        for i, m in enumerate(raw):
+            msgs.append(Message(m))
+            msgs[-1].index = i
+        out = OfflineModel()._compose(msgs, {}, {"metadata": {"fsmchat_agent": "cat"}})
         assert out.choices[0].message.content
-        return count
+        return seen
 
-    lines(10)  # first call: imports and caches
-    small, large = lines(10), lines(2000)
-    assert large <= small + 40, (small, large)  # measured: 914 and 874 (34,742 when the whole history is read)
+    # the system prompt, the task, the latest 8 turns and the prompt: 11 messages either way
+    assert read(10) == {0, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+    assert read(2000) == {0, 1, 1994, 1995, 1996, 1997, 1998, 1999, 2000, 2001, 2002}
