@@ -1,6 +1,7 @@
 # Two entry points, each doing all of its own set-up on a fresh clone (Python 3.11 + root):
 #   make demo   venv + the base package + Graphviz, regenerate graphs/, run the offline group chat live (messages whole: bids are decided whole), then an offline round robin whose replies stream (simulated typing)
-#   make test   venv + install + Graphviz + Chromium + PostgreSQL, then the whole test suite (python -m pytest)
+#   make test   venv + install + Graphviz + Chromium + PostgreSQL, then the whole test suite (python -m pytest on
+#               TEST_WORKERS processes, 2 by default: pytest-xdist, each test file in one worker)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -59,8 +60,11 @@ demo: demo-install graphviz
 	$(BIN)/fsmchat run examples/group_chat.py
 	FSMCHAT_OFFLINE_TYPING=0.02 $(BIN)/fsmchat run examples/round_robin.py
 
+# two workers on the 2-core CI machine: 420 s instead of 800 s for the suite, most of which is subprocesses
+# (each `fsmchat` process imports litellm); tests/conftest.py keeps a file's tests, and all Ray tests, in one worker
+TEST_WORKERS ?= 2
 test: install graphviz chromium postgresql
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # the documentation site (mkdocs.yml: README, docs/*.md, the API reference) into site/, strict as in the tests
 docs: install

@@ -37,6 +37,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
         if len(parts) > 1 and parts[0] in CORE and parts[-1] not in NOT_CORE:
             item.add_marker(pytest.mark.core)
+        # `make test` runs pytest-xdist with --dist loadgroup: a file's tests share one worker (and its
+        # module fixtures), and so do all tests on a local Ray cluster (one cluster at a time on 2 cores)
+        group = "ray" if "local_ray" in getattr(item, "fixturenames", ()) else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)
