@@ -17,29 +17,32 @@ from .errors import DeadlineExceeded
 from .graph.state_graph import is_awaitable
 
 
-async def call_within(fn: Callable[..., Any], *args: Any, deadline: float | None, what: str) -> Any:
-    """``fn(*args)`` (awaited if it returns an awaitable), bounded by ``deadline`` (monotonic)."""
+async def call_within(fn: Callable[..., Any], *args: Any, deadline: float | None, what: str,
+                      limit: str = "the run's deadline_s") -> Any:
+    """``fn(*args)`` (awaited if it returns an awaitable), bounded by ``deadline`` (monotonic);
+    ``limit`` names what set that deadline, for the error (a tool's own ``Tool(timeout_s=2)``)."""
     if deadline is None:
         out = fn(*args)
         return await out if is_awaitable(out) else out
     left = deadline - time.monotonic()
     if left <= 0:
-        raise DeadlineExceeded(f"{what} was not started: the run's deadline_s has passed")
+        raise DeadlineExceeded(f"{what} was not started: {limit} has passed")
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
         try:
             return await asyncio.wait_for(fn(*args), left)
         except asyncio.TimeoutError:
-            raise DeadlineExceeded(f"{what} was cancelled at the run's deadline_s") from None
-    out = await _in_daemon_thread(fn, args, left, what)
+            raise DeadlineExceeded(f"{what} was cancelled at {limit}") from None
+    out = await _in_daemon_thread(fn, args, left, what, limit)
     if inspect.isawaitable(out):
         try:
             return await asyncio.wait_for(out, max(deadline - time.monotonic(), 0.0))
         except asyncio.TimeoutError:
-            raise DeadlineExceeded(f"{what} was cancelled at the run's deadline_s") from None
+            raise DeadlineExceeded(f"{what} was cancelled at {limit}") from None
     return out
 
 
-async def _in_daemon_thread(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float, what: str) -> Any:
+async def _in_daemon_thread(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float, what: str,
+                            limit: str) -> Any:
     """``fn(*args)`` in a daemon thread of its own (not the loop's executor, which ``asyncio.run``
     joins on exit), waited for at most ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
@@ -63,5 +66,5 @@ async def _in_daemon_thread(fn: Callable[..., Any], args: tuple[Any, ...], timeo
     try:
         return await asyncio.wait_for(future, timeout)
     except asyncio.TimeoutError:
-        raise DeadlineExceeded(f"{what} was still running at the run's deadline_s; it was abandoned in its "
+        raise DeadlineExceeded(f"{what} was still running at {limit}; it was abandoned in its "
                                "worker thread (a sync callable cannot be stopped)") from None

@@ -231,6 +231,22 @@ def redact_data(value: _T, keep: Iterable[str] = ()) -> _T:
     return cast(_T, walk(value))
 
 
+def redact_json(text: str | None) -> str | None:
+    """A JSON text with every secret masked as ``redact_data`` masks its data: by value and shape
+    first on the text (the common case: nothing to mask, and the text is returned as it is), then,
+    when something matched, on the parsed data, so the masked text is still the same JSON
+    structure (a store reads it back as state).
+
+    Examples:
+        >>> from fsmchat.masking import redact_json
+        >>> redact_json('[["s",["x"],"tool failed: api_key=k-1"],["s",["n"],3]]')
+        '[["s", ["x"], "tool failed: api_key=***"], ["s", ["n"], 3]]'
+    """
+    if not isinstance(text, str) or _redact(text, known_secrets()) == text:
+        return text
+    return json.dumps(redact_data(json.loads(text)))
+
+
 def exception_chain(exc: BaseException | None) -> list[BaseException]:
     """``exc`` and every exception it carries, outermost first: ``__cause__``, ``__context__``,
     a wrapper's ``cause`` / ``original_exception``, an exception group's members."""

@@ -12,12 +12,14 @@ leases.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
 from .engine import StepWork
 from .errors import bad_value
+from .masking import redact_data, redact_json
 from .models import Message, TraceEvent
 from .statelog import HELD, StateDiff
 from .store import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, Store, lease_owner, leases_of
@@ -55,6 +57,21 @@ def carried(work: StepWork | None) -> bool:
     return work is not None and work.replayable and not work.effects_pending
 
 
+def masked_message(m: Message) -> Message:
+    """``m`` as a store keeps it: every secret in its text and metadata masked (``fsmchat.masking``)."""
+    row = m.row()
+    clean = redact_data(row)
+    return m if clean == row else Message(**clean)
+
+
+def masked_event(ev: TraceEvent) -> TraceEvent:
+    """``ev`` as a store keeps it: every secret in its payload masked."""
+    if ev.payload is None or isinstance(ev.payload, (int, float)):
+        return ev
+    clean = redact_data(ev.payload)
+    return ev if clean == ev.payload else dataclasses.replace(ev, payload=clean)
+
+
 def state_deltas(states: Sequence[dict[str, Any] | str | None]) -> list[str | None]:
     """The deltas a new writer gives for a run's successive states (a str, ``HELD``, and None are
     kept as they are: a carried step, a step without state): what a fork writes."""
@@ -75,17 +92,23 @@ class RunWriter:
         self.diff = StateDiff()  # what this writer last wrote of the run's state
 
     def start(self, meta: dict[str, Any]) -> None:
-        """Record the new run."""
-        self.store.start(self.run_id, meta, self.fence)
+        """Record the new run (its meta masked, as every text the writer stores)."""
+        self.store.start(self.run_id, redact_data(meta), self.fence)
 
     def commit(self, event: TraceEvent, messages: Sequence[Message], state: dict[str, Any] | None,
                earlier: Sequence[TraceEvent] = ()) -> Future[None] | None:
         """Append ``earlier`` (carried steps, stored without a state of their own), then ``event`` with
         ``messages`` and the delta of ``state`` (None: the step carries no state). Returns the
-        store's future when it stores the commit later (see ``Store.append``)."""
-        delta = None if state is None else self.diff.delta(state)
+        store's future when it stores the commit later (see ``Store.append``).
+
+        This is where every text enters a store, so every secret is masked here (by value: the
+        run's known credentials; and by shape, ``fsmchat.masking``): the messages, each event's
+        payload and the state's delta, whatever the store."""
+        delta = None if state is None else redact_json(self.diff.delta(state))
         after = self.messages + len(messages)
-        rows = tuple(Row(e, self.messages, HELD) for e in earlier) + (Row(event, after, delta),)
+        messages = [masked_message(m) for m in messages]
+        rows = tuple(Row(masked_event(e), self.messages, HELD) for e in earlier) + \
+            (Row(masked_event(event), after, delta),)
         try:
             pending = self.store.append(self.run_id, Commit(rows, tuple(messages), self.messages, self.events),
                                         self.fence)

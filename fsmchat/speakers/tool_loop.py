@@ -43,6 +43,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
+from ..masking import redact
 from .human import Approve, Edit, Reject, Say, request
 from .respond import BidOutcome, bid_from_arguments, silent
 from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, changed_tools, has_tools, \
@@ -468,6 +469,10 @@ class ToolLoop:
                     raised[rec.id] = exc
                 finally:
                     rec.duration_s = time.monotonic() - started
+                    # the one place a tool's text enters the run: its secrets masked before the
+                    # model, the transcript, a store or a trace sees it (fsmchat.masking)
+                    rec.result = redact(rec.result) if rec.result else rec.result
+                    rec.error = redact(rec.error) if rec.error else rec.error
 
         await asyncio.gather(*(one(c) for c in runnable))
         for rec in runnable:

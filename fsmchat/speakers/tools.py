@@ -330,10 +330,11 @@ class Tool:
             raise ToolError(f"tool {self.name!r} has no function: it was given as a JSON schema only, so fsmchat "
                             "cannot run it; pass the function (Agent(tools=[fn]) or Tool(fn, ...))", tool=self.name,
                             arguments=arguments)
-        limit = deadline
+        limit, fired = deadline, "the run's deadline_s"
         if self.timeout_s is not None:
             own = time.monotonic() + self.timeout_s
-            limit = own if limit is None else min(limit, own)
+            if limit is None or own < limit:
+                limit, fired = own, f"its timeout (Tool(timeout_s={self.timeout_s:g}))"
         fn = self.fn
 
         def call(kw: dict[str, Any]) -> Any:
@@ -342,9 +343,9 @@ class Tool:
         if inspect.iscoroutinefunction(fn):
             async def acall(kw: dict[str, Any]) -> Any:
                 return await fn(**kw)
-            out = await call_within(acall, arguments, deadline=limit, what=f"tool {self.name!r}")
+            out = await call_within(acall, arguments, deadline=limit, what=f"tool {self.name!r}", limit=fired)
         else:
-            out = await call_within(call, arguments, deadline=limit, what=f"tool {self.name!r}")
+            out = await call_within(call, arguments, deadline=limit, what=f"tool {self.name!r}", limit=fired)
         return result_text(out)
 
     def __repr__(self) -> str:

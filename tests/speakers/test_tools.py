@@ -1,6 +1,7 @@
 """Agents that call tools while they speak: one speaking block in every pattern, tool rounds as drawn
 graph states, schemas from plain Python, errors back to the model, budgets, and the wire format."""
 import asyncio
+import threading
 
 import pytest
 
@@ -220,7 +221,20 @@ def test_tools_run_under_the_runs_deadline_and_their_own_timeout():
 
     m, rr = swarm({"a": [ToolCall("hang", {}), "gave up"], "b": ["ok"]}, tools=[Tool(hang, timeout_s=0.01)])
     r = rr.execute("go")
-    assert r.ok and r.transcript[1].tool_calls[0].error.startswith("timed out: tool 'hang' was cancelled")
+    # the limit that fired is named: the tool's own timeout, not the run's deadline_s (none was set)
+    assert r.ok and r.transcript[1].tool_calls[0].error == \
+        "timed out: tool 'hang' was cancelled at its timeout (Tool(timeout_s=0.01))"
+
+    def stuck() -> str:
+        """Blocks its thread."""
+        threading.Event().wait(5)
+        return "never"
+
+    m, rr = swarm({"a": [ToolCall("stuck", {}), "gave up"], "b": ["ok"]}, tools=[Tool(stuck, timeout_s=0.01)])
+    r = rr.with_limits(deadline_s=60).execute("go")  # the earlier of the two limits fires, and is named
+    assert r.transcript[1].tool_calls[0].error == ("timed out: tool 'stuck' was still running at its timeout "
+                                                   "(Tool(timeout_s=0.01)); it was abandoned in its worker thread "
+                                                   "(a sync callable cannot be stopped)")
 
 
 def test_group_chat_bidder_calls_tools_before_it_bids():
