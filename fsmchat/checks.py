@@ -13,7 +13,9 @@ from .errors import ConfigTypeError, bad_value
 # A branch run's checkpoint lane is "<run id>/<step>:<branch>" (a branch such as "parallel|1"), so a
 # run id holding one of these could name another run's lane: they are reserved.
 LANE_CHARS = "/:|"
-RUN_ID_CHARS = "one line of printable characters other than '/', ':' and '|' (letters, digits, '-', '_', '.', ...)"
+MAX_RUN_ID_CHARS = 200
+RUN_ID_CHARS = ("one line of printable characters other than '/', ':' and '|' (letters, digits, '-', '_', '.', ...), "
+                f"at most {MAX_RUN_ID_CHARS} of them")
 
 
 def run_id_problem(run_id: Any) -> str | None:
@@ -21,6 +23,8 @@ def run_id_problem(run_id: Any) -> str | None:
     characters of a branch lane's name (``LANE_CHARS``)."""
     if not isinstance(run_id, str) or not run_id.strip() or any(ord(c) < 32 or ord(c) == 127 for c in run_id):
         return f"a non-empty string: {RUN_ID_CHARS}"
+    if len(run_id) > MAX_RUN_ID_CHARS:
+        return f"{RUN_ID_CHARS}; it has {len(run_id):,}"
     reserved = [c for c in LANE_CHARS if c in run_id]
     if reserved:
         return (f"{RUN_ID_CHARS}; it holds {' and '.join(map(repr, reserved))}, reserved for the names of a run's "

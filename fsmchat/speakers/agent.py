@@ -483,9 +483,20 @@ def is_http_url(value: Any) -> bool:
 _HIDDEN = ("Cc", "Cf", "Zl", "Zp", "Cs", "Co")
 
 
+MAX_NAME_CHARS = 64  # OpenAI's limit on a message's name, and long enough for any role
+
+
 def name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a speaker's name, or None: a name is one line of visible text, as it
-    is the role of the speaker's messages and its label in diagrams and reports."""
+    is the role of the speaker's messages and its label in diagrams and reports: at most
+    ``MAX_NAME_CHARS`` characters, and none of ``/``, ``:``, ``|`` (they separate run ids, branch
+    lanes and qualified state names, which a speaker's name becomes part of)."""
+    if len(name) > MAX_NAME_CHARS:
+        return f"a name has at most {MAX_NAME_CHARS} characters; it has {len(name):,}"
+    separators = [c for c in "/:|" if c in name]
+    if separators:
+        return (f"a name holds none of '/', ':' and '|' (they separate run ids, branch lanes and state names); "
+                f"it holds {' and '.join(map(repr, separators))}")
     for c in name:
         if unicodedata.category(c) in _HIDDEN:
             return (f"a name is one line of visible text; it holds {c!r} (U+{ord(c):04X}, "

@@ -31,7 +31,7 @@ from typing import IO, Any, Mapping, Sequence
 
 from ..errors import FsmchatError, MCPServerError, bad_value
 from .log_secrets import is_secret
-from .tools import Tool
+from .tools import DEFAULT_MAX_RESULT_CHARS, Tool
 
 STDERR_TAIL = 2000  # characters of a server's stderr an error quotes
 CONNECTION_CLOSED = -32000  # the JSON-RPC code the SDK raises when the server's end of the connection closed
@@ -114,6 +114,8 @@ class MCPServer:
         idempotent: Calls that may safely run twice (True, or a list of tool names): a call whose
             result was not committed when the run stopped is run again on resume without asking.
         timeout_s: Seconds one tool call may take (None: only the run's deadline bounds it).
+        max_result_chars: The most characters of one result the model reads (as
+            ``Tool(max_result_chars=...)``; default 50,000, None: no limit).
 
     Examples:
         >>> from fsmchat.speakers.mcp import MCPServer
@@ -129,7 +131,7 @@ class MCPServer:
                  env: Mapping[str, str] | None = None, cwd: str | Path | None = None, name: str | None = None,
                  headers: Mapping[str, str] | None = None, startup_timeout_s: float = 30.0,
                  approval: bool | Sequence[str] = False, idempotent: bool | Sequence[str] = False,
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, max_result_chars: int | None = DEFAULT_MAX_RESULT_CHARS):
         if (command is None) == (url is None):
             raise bad_value("MCPServer", "command", command, "exactly one of command=[...] (a subprocess over "
                             "stdio) or url='http://...' (streamable HTTP)")
@@ -164,6 +166,12 @@ class MCPServer:
                                       not timeout_s > 0):
             raise bad_value("MCPServer", "timeout_s", timeout_s, "a number of seconds > 0, or None")
         self.timeout_s = None if timeout_s is None else float(timeout_s)
+        if max_result_chars is not None and (isinstance(max_result_chars, bool) or
+                                             not isinstance(max_result_chars, int) or max_result_chars < 1):
+            raise bad_value("MCPServer", "max_result_chars", max_result_chars, "a positive int (the most characters "
+                            "of one result the model reads), or None for no limit",
+                            type_error=not isinstance(max_result_chars, int) or isinstance(max_result_chars, bool))
+        self.max_result_chars = max_result_chars
         self._loop: asyncio.AbstractEventLoop | None = None
         self._entries = 0
         self._lock = asyncio.Lock()
@@ -376,7 +384,8 @@ class MCPServer:
             try:
                 out.append(Tool(self._caller(t.name), name=t.name, description=t.description,
                                 parameters=t.input_schema, approval=_named(self.approval, t.name),
-                                idempotent=_named(self.idempotent, t.name), timeout_s=self.timeout_s))
+                                idempotent=_named(self.idempotent, t.name), timeout_s=self.timeout_s,
+                                max_result_chars=self.max_result_chars))
             except ValueError as exc:
                 raise self._error(f"lists a tool a model cannot call: {exc}") from None
         return out

@@ -435,6 +435,7 @@ class ToolLoop:
         deadline = getattr(stats, "deadline", None)
         on_error = getattr(speaker, "on_tool_error", "return")
         raised: dict[str, Exception] = {}  # a failed call's exception: the cause of the run's ToolError
+        cut: dict[str, int | None] = {}  # a result's length when it was cut to the tool's max_result_chars
 
         async def one(rec: CallRecord) -> None:
             tool = tools.get(rec.name)
@@ -471,11 +472,15 @@ class ToolLoop:
                     rec.duration_s = time.monotonic() - started
                     # the one place a tool's text enters the run: its secrets masked before the
                     # model, the transcript, a store or a trace sees it (fsmchat.masking)
-                    rec.result = redact(rec.result) if rec.result else rec.result
+                    if rec.result is not None and tool is not None:
+                        rec.result, cut[rec.id] = tool.for_model(rec.result)
                     rec.error = redact(rec.error) if rec.error else rec.error
 
         await asyncio.gather(*(one(c) for c in runnable))
         for rec in runnable:
+            if cut.get(rec.id) is not None and ctx is not None:
+                ctx.events.append({"event": "tool_result_truncated", "agent": speaker.name, "tool": rec.name,
+                                   "call_id": rec.id, "chars": cut[rec.id], "kept": tools[rec.name].max_result_chars})
             if rec.status == "error":
                 if ctx is not None:
                     ctx.events.append({"event": "tool_error", "agent": speaker.name, "tool": rec.name,

@@ -36,7 +36,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic import Field as PydanticField
 
 from ..deadline import call_within
-from ..errors import FsmchatError
+from ..errors import FsmchatError, bad_value
+from ..masking import redact
 
 DEFAULT_MAX_TOOL_ROUNDS = 5
 """The tool rounds one turn may take by default (``Agent.max_tool_rounds``): model calls with tool
@@ -209,6 +210,11 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return dict(out)
 
 
+DEFAULT_MAX_RESULT_CHARS = 50_000
+_MASK_MARGIN = 512  # characters past a cut that masking reads, so a secret across the cut is masked whole
+"""The most characters of one tool result a model reads, unless ``Tool(max_result_chars=...)`` says otherwise."""
+
+
 class Tool:
     """A function an agent may call while it speaks, with its schema and its options.
 
@@ -223,6 +229,9 @@ class Tool:
             the run stopped is run again on resume without asking.
         timeout_s: Seconds one call may take (None: only the run's deadline bounds it); a call that
             takes longer is an error result.
+        max_result_chars: The most characters of one result the model reads (default
+            ``DEFAULT_MAX_RESULT_CHARS``, 50,000; None: no limit). A longer result is cut there, the
+            cut said at its end, and the run records a ``tool_result_truncated`` event.
 
     Raises:
         TypeError: ``fn`` is not callable, has ``*args``/``**kwargs`` or hints pydantic cannot read.
@@ -247,7 +256,8 @@ class Tool:
 
     def __init__(self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
                  description: str | None = None, parameters: dict[str, Any] | None = None,
-                 approval: bool = False, idempotent: bool = False, timeout_s: float | None = None):
+                 approval: bool = False, idempotent: bool = False, timeout_s: float | None = None,
+                 max_result_chars: int | None = DEFAULT_MAX_RESULT_CHARS):
         if fn is not None and not callable(fn):
             raise TypeError(f"Tool: fn={fn!r} is not callable; pass a function (sync or async)")
         self.fn = fn
@@ -272,6 +282,23 @@ class Tool:
                                       or not timeout_s > 0):
             raise ValueError(f"Tool {self.name!r}: timeout_s={timeout_s!r} is invalid: seconds > 0, or None")
         self.timeout_s = timeout_s
+        if max_result_chars is not None and (isinstance(max_result_chars, bool) or
+                                             not isinstance(max_result_chars, int) or max_result_chars < 1):
+            raise bad_value(f"Tool {self.name!r}", "max_result_chars", max_result_chars,
+                            "a positive int (the most characters of one result the model reads), or None for no "
+                            "limit", type_error=not isinstance(max_result_chars, int) or isinstance(max_result_chars, bool))
+        self.max_result_chars = max_result_chars
+
+    def for_model(self, text: str) -> tuple[str, int | None]:
+        """A result as the model reads it: its secrets masked (``fsmchat.masking.redact``) and, past
+        ``max_result_chars``, cut there with the cut said at its end; and the length it had (None:
+        it was not cut). The cut is made after masking, so a secret across it is never half shown."""
+        limit = self.max_result_chars
+        if limit is None or len(text) <= limit:
+            return redact(text), None
+        kept = redact(text[:limit + _MASK_MARGIN])[:limit]
+        return (kept + f"\n[truncated by fsmchat: the result had {len(text):,} characters, the first {limit:,} are "
+                f"shown (Tool(max_result_chars={limit}))]", len(text))
 
     @classmethod
     def from_schema(cls, schema: dict[str, Any]) -> "Tool":

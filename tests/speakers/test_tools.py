@@ -511,3 +511,38 @@ def test_a_bidder_with_tools_whose_model_fell_back_to_json_mode_ends_the_run_wit
     assert not r.ok and isinstance(r.error, ToolError)
     assert str(r.error) == JSON_BIDDER.format(why=f"its model {a.model!r} refused tools earlier in this process")
     assert m.requests_of("a") == [] and RUNS == []
+
+
+def test_a_long_result_is_cut_at_max_result_chars_the_cut_said_and_an_event_recorded():
+    def dump() -> str:
+        """Dumps a lot."""
+        return "x" * 2_000_000
+
+    m, rr = swarm({"a": [ToolCall("dump", {}, id="d1"), "ok"], "b": ["ok"]}, tools=[Tool(dump, max_result_chars=1000)])
+    r = rr.execute("go")
+    sent = m.requests_of("a")[1].messages[-1]["content"]  # what the model read
+    assert sent == "x" * 1000 + ("\n[truncated by fsmchat: the result had 2,000,000 characters, the first 1,000 are "
+                                 "shown (Tool(max_result_chars=1000))]")
+    assert r.transcript[1].tool_calls[0].result == sent
+    assert [e for e in r.events if e["event"] == "tool_result_truncated"] == [
+        {"event": "tool_result_truncated", "agent": "a", "tool": "dump", "call_id": "d1", "chars": 2_000_000,
+         "kept": 1000}]
+    assert Tool(dump).max_result_chars == 50_000 and Tool(dump, max_result_chars=None).max_result_chars is None
+    for bad in ("1000", True, 0, 2.5):
+        with pytest.raises((TypeError, ValueError), match=r"Tool 'dump': max_result_chars=.* is invalid: a positive int"):
+            Tool(dump, max_result_chars=bad)
+
+
+def test_a_secret_across_the_cut_is_masked_whole():
+    key = "Q7w9E2r4T6y8U1i3"  # no shape: masked only as the agent's known credential, whole or not at all
+
+    def leak() -> str:
+        """Leaks."""
+        return "a" * 995 + key + "b" * 100
+
+    m = ScriptedModel({"a": [ToolCall("leak", {}), "ok"], "b": ["ok"]})
+    rr = RoundRobinSwarm(agents=[m.agent("a", api_key=key, tools=[Tool(leak, max_result_chars=1000)]), m.agent("b")],
+                         max_loops=1)
+    rr.execute("go")
+    sent = m.requests_of("a")[1].messages[-1]["content"]
+    assert sent.startswith("a" * 995 + "***bb") and "Q7w9E" not in sent
