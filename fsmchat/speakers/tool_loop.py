@@ -43,7 +43,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
-from ..masking import redact
+from ..masking import redact, redact_chain
 from .human import Approve, Edit, Reject, Say, request
 from .respond import BidOutcome, bid_from_arguments, silent
 from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, changed_tools, has_tools, \
@@ -437,6 +437,17 @@ class ToolLoop:
         raised: dict[str, Exception] = {}  # a failed call's exception: the cause of the run's ToolError
         cut: dict[str, int | None] = {}  # a result's length when it was cut to the tool's max_result_chars
 
+        async def masked_run(tool: Tool, args: dict[str, Any], call_id: str) -> str:
+            # the one place a tool's text enters the run: its secrets masked (and a long result
+            # cut) before a trace hook, the model, the transcript or a store sees it
+            try:
+                out = await tool.run(args, deadline)
+            except Exception as exc:
+                redact_chain(exc)
+                raise
+            text, cut[call_id] = tool.for_model(out)
+            return text
+
         async def one(rec: CallRecord) -> None:
             tool = tools.get(rec.name)
             started = time.monotonic()
@@ -451,9 +462,10 @@ class ToolLoop:
                         stats.count_tools()
                     hook = TOOL_HOOK.get()
                     if hook is None:
-                        rec.result = await tool.run(args, deadline)
+                        rec.result = await masked_run(tool, args, rec.id)
                     else:
-                        rec.result = await hook(lambda: tool.run(args, deadline), speaker.name, rec.name, rec.id, args)
+                        rec.result = await hook(lambda: masked_run(tool, args, rec.id), speaker.name, rec.name,
+                                                rec.id, args)
                     rec.status = "done"
                 except DeadlineExceeded as exc:
                     if deadline is not None and time.monotonic() >= deadline:
@@ -470,10 +482,6 @@ class ToolLoop:
                     raised[rec.id] = exc
                 finally:
                     rec.duration_s = time.monotonic() - started
-                    # the one place a tool's text enters the run: its secrets masked before the
-                    # model, the transcript, a store or a trace sees it (fsmchat.masking)
-                    if rec.result is not None and tool is not None:
-                        rec.result, cut[rec.id] = tool.for_model(rec.result)
                     rec.error = redact(rec.error) if rec.error else rec.error
 
         await asyncio.gather(*(one(c) for c in runnable))

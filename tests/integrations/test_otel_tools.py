@@ -110,3 +110,33 @@ def test_a_tool_call_in_a_fork_is_in_the_trace_of_the_run_it_was_forked_from():
     assert tool.context.trace_id == base.context.trace_id
     run = next(s for s in spans if s.name.startswith("invoke_agent"))
     assert run.attributes["fsmchat.forked_from"] == "base"
+
+
+KEY = "sk-live-9Ux3Wq7Rb2Zp5Kt8"
+
+
+def test_a_secret_a_tool_raises_with_is_masked_in_spans_and_in_the_next_request_at_a_local_server():
+    from openai_server import OpenAIServer, text, tool_call
+
+    def lookup(city: str) -> str:
+        """Look up a city.
+
+        Args:
+            city: Which.
+        """
+        raise RuntimeError(f"upstream refused {city} for key {KEY}")
+
+    exporter, tracing = memory_tracing(capture_content=True)
+    with OpenAIServer([tool_call("lookup", {"city": "Oslo"}), text("Sorry."), text("ok")], max_lifetime=60) as srv:
+        agents = [Agent(n, model="openai/test-model", api_base=srv.url + "/v1", api_key=KEY,
+                        **({"tools": [lookup]} if n == "a" else {})) for n in ("a", "b")]
+        r = tracing.execute(RoundRobinSwarm(agents=agents, max_loops=1), "Weather?")
+        bodies = json.dumps(srv.requests)  # what the server received, as JSON bodies
+    assert r.ok and len(srv.requests) == 3
+    assert "RuntimeError: upstream refused Oslo for key ***" in bodies and KEY not in bodies
+    spans = exporter.get_finished_spans()
+    (tool,) = tools_of(spans)
+    assert tool.status.description == "RuntimeError: upstream refused Oslo for key ***"
+    seen = json.dumps([[dict(s.attributes), s.status.description, [dict(e.attributes) for e in s.events]]
+                       for s in spans], default=str)
+    assert KEY not in seen and "upstream refused Oslo" in seen
