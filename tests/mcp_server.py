@@ -9,8 +9,8 @@ uvicorn accepts them): no fixed sleep, no race for the port.
 
 Tools: ``add`` (two integers), ``lookup`` (a capital city by country), ``fail`` (always an MCP
 error result), ``hang`` (never returns), ``crash`` (exits the server at once), ``whoami``
-(the request's Authorization header) and ``pid`` (the server's process id, so a test can
-kill it or check it is gone). ``MCP_TEST_VARIANT=v2`` changes ``lookup``'s description and drops
+(the request's Authorization header), ``pid`` (the server's process id, so a test can
+kill it or check it is gone) and ``big`` (a result of any size). ``MCP_TEST_VARIANT=v2`` changes ``lookup``'s description and drops
 ``fail``: the same server with changed tools. The server writes ``MCP_TEST_STDERR`` (when set)
 to its stderr at start, so a test can see its stderr tail in an error.
 """
@@ -80,6 +80,12 @@ def whoami(ctx: Context) -> str:
 def pid() -> str:
     """The server's process id."""
     return str(os.getpid())
+
+
+@server.tool()
+def big(chars: int) -> str:
+    """A result of ``chars`` characters (an oversized result)."""
+    return "x" * chars
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def test_lists_the_tools_with_their_descriptions_and_schemas():
             return await server.list_tools()
 
     tools = asyncio.run(main())
-    assert [t.name for t in tools] == ["add", "lookup", "fail", "hang", "crash", "whoami", "pid"]
+    assert [t.name for t in tools] == ["add", "lookup", "fail", "hang", "crash", "whoami", "pid", "big"]
     assert tools[0] == MCPTool("add", "Add two integers.", ADD_SCHEMA)
     assert tools[1] == MCPTool("lookup", "The capital city of a country.", LOOKUP_SCHEMA)
 
@@ -247,7 +247,7 @@ def test_over_http_lists_calls_and_reports_error_results(http_server):
 
     names, answer, failed, auth = asyncio.run(main())
     assert auth == "Bearer t0ken"  # the headers= reach the server
-    assert names == ["add", "lookup", "fail", "hang", "crash", "whoami", "pid"]
+    assert names == ["add", "lookup", "fail", "hang", "crash", "whoami", "pid", "big"]
     assert answer == "Nairobi"
     assert str(failed) == ("MCP tool 'fail' of server 'capitals' failed: "
                            "Error executing tool fail: fail was asked to fail: quota")
@@ -313,7 +313,7 @@ def test_as_a_tool_source_it_offers_tools_that_call_the_server():
     assert [(t.name, t.approval, t.idempotent, t.timeout_s) for t in tools] == [
         ("add", True, False, 5.0), ("lookup", False, True, 5.0), ("fail", False, False, 5.0),
         ("hang", False, False, 5.0), ("crash", False, False, 5.0), ("whoami", False, False, 5.0),
-        ("pid", False, False, 5.0)]
+        ("pid", False, False, 5.0), ("big", False, False, 5.0)]
     assert tools[0].spec() == {"type": "function", "function": {
         "name": "add", "description": "Add two integers.", "parameters": ADD_SCHEMA}}
     assert answer == "Paris"
@@ -326,7 +326,7 @@ def test_changed_tools_name_what_was_added_removed_or_changed():
 
     v1 = asyncio.run(digests(stdio()))
     v2 = asyncio.run(digests(stdio(env={"MCP_TEST_VARIANT": "v2"})))  # lookup's description changed, fail dropped
-    assert sorted(v1) == ["add", "crash", "fail", "hang", "lookup", "pid", "whoami"]
+    assert sorted(v1) == ["add", "big", "crash", "fail", "hang", "lookup", "pid", "whoami"]
     assert changed_tools(v1, v2) == ["'fail' removed", "'lookup' changed"]
     assert changed_tools(v2, v1) == ["'fail' added", "'lookup' changed"]
     assert changed_tools(v1, v1) == []

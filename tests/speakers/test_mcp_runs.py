@@ -20,7 +20,7 @@ from test_mcp import COMMAND, fifo, gone, http_server, wait_for_hang  # noqa: F4
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 
 TASK = "What is the capital of France?"
-TOOL_NAMES = ["add", "lookup", "fail", "hang", "crash", "whoami", "pid"]
+TOOL_NAMES = ["add", "lookup", "fail", "hang", "crash", "whoami", "pid", "big"]
 
 
 def capitals(**kw) -> MCPServer:
@@ -228,6 +228,21 @@ def test_a_call_past_its_timeout_is_an_error_result_and_the_server_serves_the_ne
     hang, add = calls_of(result, "a")
     assert hang["status"] == "error" and hang["error"].startswith("timed out: ")
     assert (add["status"], add["result"]) == ("done", "3")  # the cancelled request left the session usable
+
+
+def test_an_oversized_mcp_result_is_cut_at_the_servers_max_result_chars_and_the_run_goes_on():
+    model = ScriptedModel({"a": [ToolCall("big", {"chars": 3_000_000}, id="b1"), ToolCall("add", {"a": 1, "b": 2}),
+                                 "Done."], "b": ["OK."]})
+    result = swarm(model, capitals(max_result_chars=2000)).execute("Get it all.")
+    assert result.ok
+    big, add = calls_of(result, "a")
+    assert big["result"] == "x" * 2000 + ("\n[truncated by fsmchat: the result had 3,000,000 characters, the first "
+                                          "2,000 are shown (Tool(max_result_chars=2000))]")
+    assert model.requests_of("a")[1].messages[-1]["content"] == big["result"]  # what the model read
+    assert (add["status"], add["result"]) == ("done", "3")  # the server serves the next call
+    assert [(e["event"], e["chars"], e["kept"]) for e in result.events if e["event"] == "tool_result_truncated"] == [
+        ("tool_result_truncated", 3_000_000, 2000)]
+    assert MCPServer(command=COMMAND).max_result_chars == 50_000
 
 
 def test_parallel_flow_branches_share_the_runs_mcp_server_and_it_stops_with_the_run():
