@@ -267,6 +267,46 @@ def test_a_cancelled_run_keeps_the_partial_reply_in_its_events():
         ("Bring sand", "the run was cancelled")]
 
 
+def test_cancelling_mid_stream_loses_nothing_committed_and_a_resume_asks_the_cut_reply_again(tmp_path):
+    """alice's reply is committed; bob's stream is cancelled after "Bring sand": the run stops as
+    cancelled, the partial reply is an event marked partial (never a message), the stored run holds
+    User and alice, and a resume asks bob once more and finishes."""
+    from fsmchat.checkpoint import SqliteCheckpointer
+    from openai_server import per_agent
+
+    cp = SqliteCheckpointer(tmp_path / "runs.db")
+
+    async def main(srv):
+        seen = asyncio.Event()
+
+        def on_token(d):
+            if d.agent == "bob" and d.text == "sand":
+                seen.set()
+        pattern = RoundRobinSwarm(agents=[local(srv.api_base), local(srv.api_base, name="bob")], max_loops=1)
+        task = asyncio.ensure_future(pattern.aexecute(TASK, on_token=on_token, checkpoint=cp, run_id="cut"))
+        await seen.wait()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError as exc:
+            return pattern, exc.fsmchat_result
+        raise AssertionError("the run was not cancelled")
+
+    script = per_agent({"alice": [streamed(["Take ", "fruit."])],
+                        "bob": [streamed(["Bring ", "sand", "wiches."], stall_after=2), streamed(["Bring ", "tea."])]})
+    with OpenAIServer(script, max_lifetime=30) as srv:
+        pattern, result = asyncio.run(main(srv))
+        assert str(result.stop_reason) == "cancelled"
+        assert [(m.role, m.content) for m in result.transcript] == [("User", TASK), ("alice", "Take fruit.")]
+        assert [(e["agent"], e["text"], e["reason"]) for e in result.events if e["event"] == "partial_reply"] == [
+            ("bob", "Bring sand", "the run was cancelled")]
+        saved = cp.load("cut")
+        assert [m.content for m in saved.messages] == [TASK, "Take fruit."] and saved.stop_reason == "cancelled"
+        done = pattern.resume("cut", cp)
+        assert done.ok and [m.content for m in done.transcript] == [TASK, "Take fruit.", "Bring tea."]
+        assert [len(srv.requests_for(a)) for a in ("alice", "bob")] == [1, 2]  # alice never asked again
+
+
 # ---- the live CLI --------------------------------------------------------------------------------
 def test_live_view_prints_each_reply_as_it_is_written_once():
     import io
