@@ -225,3 +225,63 @@ def test_two_processes_resume_one_run_the_store_ends_with_the_uninterrupted_run(
     assert saved.stop_reason == full.stop_reason and counts(db, "R") == (len(full.trace) + 1, len(full.transcript))
     rebuilt = chat().resume("R", SqliteCheckpointer(db))
     assert rebuilt.path == full.path and rebuilt.calls == full.calls
+
+
+PG_HOLDER = textwrap.dedent('''
+    import sys, time
+    from fsmchat import RoundRobinSwarm
+    from fsmchat.checkpoint_pg import PostgresCheckpointer
+
+    def first(turn):
+        return "one"
+
+    def second(turn):
+        print("TURN", flush=True)  # "one" is committed: the test kills this process here
+        time.sleep(60)
+        return "never"
+
+    RoundRobinSwarm(agents=[first, second], max_loops=1).execute(
+        "go", checkpoint=PostgresCheckpointer(sys.argv[1]), run_id="pg-race")
+''')
+
+
+def test_two_competing_resumes_of_a_sigkilled_run_on_postgres_one_wins_once(tmp_path, pg_dsn):
+    from fsmchat.checkpoint_pg import PostgresCheckpointer
+
+    script = tmp_path / "holder.py"
+    script.write_text(PG_HOLDER)
+    proc = subprocess.Popen([sys.executable, str(script), pg_dsn], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "TURN"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    asked: list[str] = []
+
+    def first(turn):
+        asked.append("first")
+        return "one"
+
+    async def second(turn):
+        asked.append("second")
+        await asyncio.sleep(0.05)  # the winner is inside its turn while the other resume asks for the run
+        return "two"
+
+    def resume(cp):
+        return RoundRobinSwarm(agents=[first, second], max_loops=1).aresume("pg-race", cp)
+
+    async def both():
+        a, b = PostgresCheckpointer(pg_dsn), PostgresCheckpointer(pg_dsn)  # two connections, two owners
+        return await asyncio.gather(resume(a), resume(b), return_exceptions=True)
+
+    results = asyncio.run(both())
+    won = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, RunInProgress)]
+    assert len(won) == 1 and len(refused) == 1, results
+    assert "run 'pg-race' is in progress elsewhere" in str(refused[0])
+    assert [m.content for m in won[0].transcript] == ["go", "one", "two"] and won[0].ok
+    assert asked == ["second"]  # the committed turn was not asked again; the cut one once
+    saved = PostgresCheckpointer(pg_dsn).load("pg-race")
+    assert [m.content for m in saved.messages] == ["go", "one", "two"] and saved.stop_reason == won[0].stop_reason
