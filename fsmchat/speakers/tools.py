@@ -275,6 +275,8 @@ class Tool:
             parameters = _clean_schema(self._model.model_json_schema())
         if not isinstance(parameters, dict):
             raise TypeError(f"Tool {self.name!r}: parameters must be a JSON-schema dict, got {type(parameters).__name__}")
+        if self._model is None:
+            check_schema(parameters, f"Tool {self.name!r}")
         self.parameters = parameters
         self.approval = bool(approval)
         self.idempotent = bool(idempotent)
@@ -379,6 +381,33 @@ class Tool:
         opts = "".join(f", {k}=True" for k in ("approval", "idempotent") if getattr(self, k))
         timeout = f", timeout_s={self.timeout_s}" if self.timeout_s is not None else ""
         return f"Tool({self.name!r}{'' if self.runnable else ', no function'}{opts}{timeout})"
+
+
+def check_schema(schema: dict[str, Any], owner: str) -> None:
+    """A tool's ``parameters`` is a JSON schema of an object: checked against the JSON Schema
+    metaschema (draft 2020-12 unless its ``$schema`` names another; the ``jsonschema`` package),
+    and its top-level ``type`` is ``"object"`` (what a model fills in is an object of arguments).
+    ``ConfigError`` names the path of what is wrong and what the metaschema says.
+
+    Examples:
+        >>> check_schema({"type": "bogus"}, "Tool 'x'")
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: Tool 'x': parameters={'type': 'bogus'} is invalid: not a JSON schema: at type: 'bogus' is not valid under any of the given schemas (a type is one of string, integer, number, boolean, array, object, null, or a list of them)
+    """
+    from jsonschema import SchemaError, validators
+
+    try:
+        validators.validator_for(schema, default=validators.Draft202012Validator).check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path) or "(the schema)"
+        found = exc.message if len(exc.message) <= 200 else exc.message[:197] + "..."
+        if exc.path and exc.path[-1] == "type":
+            found += f" (a type is one of {', '.join(_JSON_TYPES)}, or a list of them)"
+        raise bad_value(owner, "parameters", schema, f"not a JSON schema: at {where}: {found}") from None
+    if schema.get("type", "object") != "object":
+        raise bad_value(owner, "parameters", schema, f"the schema of an object of arguments ({{\"type\": "
+                        f"\"object\", \"properties\": {{...}}}}); its type is {schema.get('type')!r}")
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),

@@ -546,3 +546,22 @@ def test_a_secret_across_the_cut_is_masked_whole():
     rr.execute("go")
     sent = m.requests_of("a")[1].messages[-1]["content"]
     assert sent.startswith("a" * 995 + "***bb") and "Q7w9E" not in sent
+
+
+@pytest.mark.parametrize("schema, problem", [
+    ({"type": "bogus"}, "not a JSON schema: at type: 'bogus' is not valid under any of the given schemas (a type is "
+                        "one of string, integer, number, boolean, array, object, null, or a list of them)"),
+    ({"type": "object", "properties": {"a": {"type": "strin"}}},
+     "not a JSON schema: at properties/a/type: 'strin' is not valid under any of the given schemas (a type is one of "
+     "string, integer, number, boolean, array, object, null, or a list of them)"),
+    ({"type": "object", "required": "a"}, "not a JSON schema: at required: 'a' is not of type 'array'"),
+    ({"type": "string"}, 'the schema of an object of arguments ({"type": "object", "properties": {...}}); its type '
+                         "is 'string'"),
+])
+def test_a_given_schema_is_checked_against_the_json_schema_metaschema_at_construction(schema, problem):
+    from fsmchat.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        Tool(lambda a: a, name="t", parameters=schema)
+    assert str(e.value) == f"Tool 't': parameters={schema!r} is invalid: {problem}"
+    assert Tool(None, name="t", parameters={"type": "object", "properties": {"a": {"type": "string"}}}).parameters
