@@ -312,13 +312,19 @@ _EXPRESSION = re.compile(r"\(?-?\d+(?:\.\d+)?(?:\s*[-+*/x×]\s*\(?-?\d+(?:\.\d+)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
-def _offered(tool: dict[str, Any]) -> tuple[str, set[str]]:
-    """A tool's name and the words of its name and description (what it offers)."""
+_NAME_NOISE = set("get set run make do has is can the and for put use new add_".split())
+
+
+def _offered(tool: dict[str, Any]) -> tuple[str, set[str], set[str]]:
+    """A tool's name, the words of its name, description and parameter names (what it offers),
+    and its name's short parts ("add" of ``add``, "sum" of ``sum_up``), which are matched whole."""
     fn = tool.get("function") or {}
     name = str(fn.get("name") or "")
-    words = {w for w in _words(" ".join(re.split(r"[_\-]", name)) + " " + str(fn.get("description") or ""))
-             if w not in _TOOL_NOISE}
-    return name, words
+    params = " ".join(re.split(r"[_\-]", " ".join((fn.get("parameters") or {}).get("properties") or {})))
+    words = {w for w in _words(" ".join(re.split(r"[_\-]", name)) + " " + str(fn.get("description") or "") + " "
+                                + params) if w not in _TOOL_NOISE}
+    parts = {p for p in re.split(r"[_\-]|(?<=[a-z])(?=[A-Z])", name.lower()) if len(p) == 3 and p not in _NAME_NOISE}
+    return name, words, parts
 
 
 def _argument(name: str, schema: dict[str, Any], text: str, matched: list[str]) -> Any:
@@ -359,9 +365,10 @@ def _argument(name: str, schema: dict[str, Any], text: str, matched: list[str]) 
 def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool calls the offline model makes for this request (``[]``: none), deterministically.
 
-    It calls every offered tool whose name or description shares a word with what it is asked (its
-    latest instruction, and the task; the same first five letters: "calculate" asks for
-    "calculator", "studies" for "study"), once per turn (not after tool results came back), never when
+    It calls every offered tool whose name, description or parameter names share a word with what
+    it is asked (its latest instruction, and the task; the same first five letters: "calculate"
+    asks for "calculator", "studies" for "study"; a three-letter part of the name whole: "Add 2 and
+    3" asks for ``add``), once per turn (not after tool results came back), never when
     ``tool_choice`` is ``"none"`` or forces ``respond``; arguments are read from that text by the
     tool's schema (``_argument``)."""
     tools = [t for t in optional_params.get("tools") or [] if (t.get("function") or {}).get("name") != "respond"]
@@ -373,17 +380,23 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
     users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
     asked_text = "\n".join(dict.fromkeys([*users[-1:], *users[:1]]))
     asked = _words(asked_text)
+    short = set(re.findall(r"[a-z]+", asked_text.lower()))
     calls = []
     for tool in tools:
-        name, words = _offered(tool)
+        name, words, parts = _offered(tool)
         stems = {w[:5] for w in words}
-        matched = [w for w in asked if w[:5] in stems]
+        matched = [w for w in asked if w[:5] in stems] + sorted(parts & short)
         if not matched:
             continue
         params = (tool.get("function") or {}).get("parameters") or {}
         props = params.get("properties") or {}
         required = params.get("required") or list(props)
         args = {k: _argument(k, props.get(k) or {}, asked_text, matched) for k in required}
+        numbers = _NUMBER.findall(asked_text)  # the n-th number parameter takes the text's n-th number
+        numeric = [k for k in required if (props.get(k) or {}).get("type") in ("integer", "number")
+                   and not (props.get(k) or {}).get("enum")]
+        for k, found in zip(numeric, numbers):
+            args[k] = int(float(found)) if props[k]["type"] == "integer" else float(found)
         digest = hashlib.sha1(json.dumps([name, args, len(messages)], sort_keys=True).encode()).hexdigest()[:12]
         calls.append({"id": f"call_{digest}", "type": "function",
                       "function": {"name": name, "arguments": json.dumps({k: v for k, v in args.items()

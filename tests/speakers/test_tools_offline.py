@@ -44,6 +44,17 @@ def test_it_calls_nothing_unasked_after_results_or_when_told_not_to():
     assert offline_tool_results(done) == " My tools say: calculate gave 482."
 
 
+def test_a_short_tool_name_or_a_parameter_name_asks_for_the_tool_with_the_numbers_in_order():
+    add = spec("add", "Add two integers.", a={"type": "integer"}, b={"type": "integer"})
+    calls = offline_tool_calls([{"role": "user", "content": "Add 2 and 3 please"}], {"tools": [add]})
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [("add", {"a": 2, "b": 3})]
+    convert = spec("convert", "Change units.", celsius={"type": "number"})
+    calls = offline_tool_calls([{"role": "user", "content": "What is 21.5 celsius in F?"}], {"tools": [convert]})
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"celsius": 21.5}]
+    assert offline_tool_calls([{"role": "user", "content": "Let's get started on the address book"}],
+                              {"tools": [add]}) == []  # "address" is not "add": short parts match whole words
+
+
 def calculate(expression: str) -> str:
     """Calculate an arithmetic expression.
 
