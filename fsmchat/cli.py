@@ -272,12 +272,24 @@ def parse_vars(items: list[str], flag: str = "--set") -> dict[str, Any]:
     return out
 
 
+def set_hint(pending: Any) -> str:
+    """The ``--set`` of an answer that edits: the waiting tool call's own arguments with their
+    proposed values (``--set summary='...'``: change what you want, the rest are kept), else
+    ``--set NAME=VALUE`` (a flow's variables)."""
+    proposed = pending.proposed if isinstance(pending.proposed, dict) else {}
+    arguments = proposed.get("arguments") if pending.edit == "arguments" else None
+    if not isinstance(arguments, dict) or not arguments:
+        return "--set NAME=VALUE"
+    return "--set " + " ".join(shlex.quote(f"{k}={v if isinstance(v, str) else json.dumps(v)}")
+                               for k, v in arguments.items())
+
+
 def waiting_note(pending: Any, run_id: str | None, store: str, how: list[str]) -> str:
     """Why the run stopped and the exact command that answers it."""
     base = ["fsmchat", "resume", str(run_id), "--db", store, *how]
     lines = describe(pending) + [f"fsmchat: the run waits (exit code {EXIT_WAITING}); answer it with one of:"]
     for kind, effect in pending.allowed.items():
-        flag = "--set NAME=VALUE" if kind == "edit" and pending.edit in ("vars", "arguments") else FLAGS[kind]
+        flag = set_hint(pending) if kind == "edit" and pending.edit in ("vars", "arguments") else FLAGS[kind]
         lines.append("  " + " ".join(shlex.quote(x) for x in base) + f" {flag}    # {effect}")
     return "\n".join(lines)
 
@@ -375,7 +387,9 @@ def _resume(args: argparse.Namespace) -> int:
     answer = given[0][1] if given else None
     pending = waiting_for(saved)
     if isinstance(answer, Edit) and answer.vars and pending is not None and pending.edit == "arguments":
-        answer = Edit(arguments=answer.vars)  # --set NAME=VALUE at a tool call: its arguments
+        # --set NAME=VALUE at a tool call: those arguments changed, the others kept as proposed
+        proposed = pending.proposed.get("arguments") if isinstance(pending.proposed, dict) else None
+        answer = Edit(arguments={**(proposed if isinstance(proposed, dict) else {}), **answer.vars})
     if answer is None and pending is not None and not args.no_input and sys.stdin.isatty():
         answer = ask_terminal(pending)
     return _follow(pattern, lambda hooks: pattern.aresume(args.run_id, checkpoint, input=answer, **hooks),

@@ -208,8 +208,15 @@ def test_fsmchat_run_leaves_a_tool_call_waiting_and_resume_set_edits_its_argumen
     assert "-- waiting for a person at approve_chair (tool_call): Chair asks to call publish_decision(" in \
         first.stdout + first.stderr
     lines = [ln for ln in first.stderr.splitlines() if ln.strip().startswith("fsmchat resume ")]
-    (set_line,) = [ln for ln in lines if "--set NAME=VALUE" in ln]
+    (set_line,) = [ln for ln in lines if " --set " in ln]
+    # the hint names the waiting call's own arguments, with the values proposed
+    assert set_line.split("#")[0].rstrip().endswith(
+        "--set 'summary=Should our 120-person team try a four-day week?'"), set_line
     base = shlex.split(set_line.split("#")[0])[1:-2]
+    wrong = cli(*base, "--set", "sumary=Try it.", "--no-input")  # a typo: refused, the run still waits
+    assert wrong.returncode == 3
+    assert "(the edited arguments were refused: invalid arguments for publish_decision: sumary: Extra inputs are " \
+           "not permitted)" in wrong.stderr
     done = cli(*base, "--set", "summary=Try it for one quarter.", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)
