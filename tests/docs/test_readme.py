@@ -114,3 +114,14 @@ def test_every_example_runs_offline_and_reports_what_it_ran():
         out = res["stdout"]
         assert len(out.strip().splitlines()) >= 3, (p.name, out)
         assert "Traceback" not in out and "{{" not in out, (p.name, out[-500:])
+
+
+def test_the_readmes_gallery_counts_are_what_fsmchat_graphs_prints():
+    """Each "graphs/: N drawings up to date (M files" the README quotes is the gallery as it is: one
+    .svg per drawing, and its .dot, .mmd and .svg files (graphs/ itself is checked up to date
+    by tests/graph)."""
+    quoted = re.findall(r"graphs/: (\d+) drawings up to date \((\d+) files", README)
+    files = [p for p in (ROOT / "graphs").iterdir() if p.is_file()]
+    assert len(quoted) == 2
+    for drawings, total in quoted:
+        assert (int(drawings), int(total)) == (sum(p.suffix == ".svg" for p in files), len(files))
