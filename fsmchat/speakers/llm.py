@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
-from ..errors import (BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, MissingCredentials,
-                      ModelCallError, fatal_error)
+from ..errors import (BudgetExceeded, ConfigError, DeadlineExceeded, FsmchatError, LimitReached,
+                      MissingCredentials, ModelCallError, fatal_error)
 from ..engine import STEP
 from ..masking import exception_chain, redact, secret_values
 from ..models import StreamRetry, TokenDelta
@@ -375,6 +375,53 @@ def missing_credentials(agents: Any) -> Any:
     return MissingCredentials(missing) if missing else None
 
 
+class UnknownModel(ConfigError):
+    """Agents whose model names no provider litellm can route (``"gpt4o"``): refused before the
+    run's first request, naming each agent, what a model name looks like and the closest names in
+    litellm's model map. Nothing was sent; the run ends with ``stop_reason="error"`` and this error.
+
+    Examples:
+        >>> from fsmchat.speakers.llm import UnknownModel
+        >>> print(UnknownModel([("writer", "gpt4o", ["gpt-4o", "gpt-4"])]))
+        agent 'writer': model='gpt4o' names no provider: a model name is 'provider/model' ('openai/gpt-4o-mini', 'anthropic/claude-sonnet-4-5', 'ollama/llama3', or 'openai/<name>' with an api_base for an OpenAI-compatible server) or a name litellm knows; the closest known: 'gpt-4o', 'gpt-4'
+    """
+
+    def __init__(self, unknown: list[tuple[str, str, list[str]]]):
+        self.unknown = unknown
+        lines = []
+        for agent, model, close in unknown:
+            near = f"; the closest known: {', '.join(map(repr, close))}" if close else ""
+            lines.append(f"agent {agent!r}: model={model!r} names no provider: a model name is 'provider/model' "
+                         "('openai/gpt-4o-mini', 'anthropic/claude-sonnet-4-5', 'ollama/llama3', or 'openai/<name>' "
+                         f"with an api_base for an OpenAI-compatible server) or a name litellm knows{near}")
+        super().__init__("\n".join(lines))
+
+
+def unknown_models(agents: Any) -> UnknownModel | None:
+    """``UnknownModel`` naming every model-backed agent whose model litellm cannot route to a
+    provider (``litellm.get_llm_provider``), or None; fsmchat's own providers are never asked
+    (litellm is imported only when some agent needs it)."""
+    import difflib
+
+    unknown = []
+    seen: set[int] = set()
+    for a in agents or ():
+        kwargs = getattr(a, "litellm_kwargs", None)
+        if kwargs is None or id(a) in seen or not hasattr(a, "model"):
+            continue
+        seen.add(id(a))
+        model = resolve_model(a.model)
+        if model.split("/", 1)[0] in _providers or model.startswith("fsmchat-"):
+            continue
+        lm = get_litellm()
+        try:
+            lm.get_llm_provider(model=model, custom_llm_provider=kwargs.get("custom_llm_provider"),
+                                api_base=kwargs.get("api_base") or kwargs.get("base_url"))
+        except Exception:
+            unknown.append((a.name, a.model or model, difflib.get_close_matches(model, list(lm.model_cost), 3, 0.6)))
+    return UnknownModel(unknown) if unknown else None
+
+
 def retry_after(exc: BaseException) -> float | None:
     """Seconds from a Retry-After header on the error's response, if any."""
     for holder in (getattr(exc, "response", None), exc):
@@ -422,7 +469,7 @@ class CallStats:
     limit_hit: str | None = None
     max_requests: int | None = None  # max_model_calls: no request past it is ever sent
     roster: list[Any] | None = None  # agents whose credentials the run's first request checks
-    refused: BaseException | None = None  # the run's MissingCredentials, once found
+    refused: BaseException | None = None  # the run's UnknownModel or MissingCredentials, once found
     over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
     parent: "CallStats | None" = field(default=None, repr=False, compare=False)  # the enclosing stats of a lane
     # called before each request; raising sends nothing (a checkpointed run's lease check)
@@ -491,7 +538,7 @@ class CallStats:
         run = self.run
         if run.roster is not None:
             roster, run.roster = run.roster, None
-            run.refused = missing_credentials(roster)
+            run.refused = unknown_models(roster) or missing_credentials(roster)
         if run.refused is not None:
             raise run.refused.with_traceback(None)  # the same error each time, with this raise's frames only
         if run.before_request is not None:
