@@ -28,6 +28,12 @@ Routes (``GET /openapi.json`` describes them, bodies included)::
 
 The viewer's Host check and anti-framing headers guard every response; with a token (required for
 any address but loopback) every request must carry ``Authorization: Bearer TOKEN``, else 401.
+
+Every request is bounded before it is accepted: a body over ``max_body_bytes`` (default 1 MiB) is 413,
+refused by its Content-Length before any of it is read, or (a chunked body) once more than the limit has
+arrived; any text in a body (the task, an answer's text, ...) over ``max_text_chars`` (default 100,000
+characters) is 422 naming the field. A resume of a finished run, or of a run executing in this server,
+is 409 saying why.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ import copy
 import hmac
 import ipaddress
 import json
+from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -59,6 +66,8 @@ from .store import is_dsn, open_checkpointer, store_label
 
 TOKEN_ENV = "FSMCHAT_SERVE_TOKEN"
 DEFAULT_SERVE_PORT = 8766
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # the largest request body (bytes of JSON) a request may send: 413 past it
+DEFAULT_MAX_TEXT_CHARS = 100_000  # the longest text (a task, an answer's text, ...) in a request body: 422 past it
 
 
 class ServeError(FsmchatError, ValueError):
@@ -66,7 +75,23 @@ class ServeError(FsmchatError, ValueError):
 
 
 class RunExists(FsmchatError, ValueError):
-    """The run id is taken, or the run is executing in this server (409)."""
+    """The run id is taken, or the run is executing in this server (409); ``details`` go into the
+    response's JSON next to its ``error`` (``run_id``, ``in_flight``, ...)."""
+
+    def __init__(self, message: str, **details: Any):
+        super().__init__(message)
+        self.details = details
+
+
+class RunFinished(RunExists):
+    """A resume of a run that has finished: there is nothing to continue (409, with its stop reason)."""
+
+
+def check_size_limit(name: str, value: Any, default: int) -> int:
+    """A size limit of the server (``max_body_bytes``, ``max_text_chars``): an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ServeError(f"{name}={value!r} is invalid: a whole number >= 1 (the default is {default})")
+    return value
 
 
 # ---- request bodies ----
@@ -194,11 +219,15 @@ def registry(patterns: Mapping[str, Any]) -> dict[str, Registered]:
 
 
 # ---- runs executing in this server ----
+IN_FLIGHT = {"start": "its start", "resume": "a resume of it", "answer": "an answer to it"}
+
+
 @dataclass
 class Live:
     """One execution (a start or a resume) of a run in this server: what it has emitted so far,
     and its end once it stopped. Readers wait on ``changed``, replaced at every emission."""
 
+    what: str = "start"  # what this execution is: "start", "resume" or "answer"
     items: list[tuple[str, Any]] = field(default_factory=list)
     end: dict[str, Any] | None = None
     task: "asyncio.Task[None] | None" = None
@@ -242,8 +271,8 @@ class Runs:
         live = self.live.get(run_id)
         return live is not None and live.end is None
 
-    def launch(self, run_id: str, go: Callable[[Live], Awaitable[Any]]) -> None:
-        live = Live()
+    def launch(self, run_id: str, what: str, go: Callable[[Live], Awaitable[Any]]) -> None:
+        live = Live(what)
 
         async def body() -> None:
             try:
@@ -276,14 +305,17 @@ class Runs:
         run_id = body.run_id or new_run_id()
         if run_id in self.checkpoint.runs() or run_id in self.live:
             raise RunExists(f"run {run_id!r} already exists in this store; resume, answer or fork it, or pick "
-                            "another run_id")
-        self.launch(run_id, lambda live: pattern.aexecute(body.task, checkpoint=self.checkpoint, run_id=run_id,
-                                                          **self.hooks(live)))
+                            "another run_id", run_id=run_id)
+        self.launch(run_id, "start", lambda live: pattern.aexecute(body.task, checkpoint=self.checkpoint,
+                                                                   run_id=run_id, **self.hooks(live)))
         return run_id
 
     def _saved(self, run_id: str) -> Any:
         if self.running(run_id):
-            raise RunExists(f"run {run_id!r} is running in this server; wait for its end event or cancel it")
+            what = self.live[run_id].what
+            raise RunExists(f"run {run_id!r} is running in this server ({IN_FLIGHT[what]} is in flight); wait for "
+                            f"its end event (GET /api/runs/{run_id}/events) or cancel it",
+                            run_id=run_id, in_flight=what)
         try:
             return self.checkpoint.load(run_id)
         except KeyError:
@@ -293,7 +325,7 @@ class Runs:
         """Refuse (409) a run another live process holds: its lease has not expired."""
         if any(info.run_id == run_id and info.leased for info in self.checkpoint.list_runs()):
             raise RunExists(f"run {run_id!r} is held by another live process (its lease has not expired); "
-                            f"resume it once that process has stopped or its lease has run out")
+                            f"resume it once that process has stopped or its lease has run out", run_id=run_id)
 
     def _pattern_for(self, run_id: str, saved: Any, name: str | None) -> Pattern:
         if name is not None:
@@ -313,15 +345,20 @@ class Runs:
         check_input(pending, answer)
         self._free(run_id)
         pattern = self._pattern_for(run_id, saved, None)
-        self.launch(run_id, lambda live: pattern.aresume(run_id, self.checkpoint, input=answer, **self.hooks(live)))
+        self.launch(run_id, "answer",
+                    lambda live: pattern.aresume(run_id, self.checkpoint, input=answer, **self.hooks(live)))
 
     def resume(self, run_id: str, name: str | None) -> None:
         saved = self._saved(run_id)
+        if saved.finished:
+            raise RunFinished(f"run {run_id!r} has finished (stop reason {saved.stop_reason!r}): a resume has "
+                              f"nothing to continue; fork it (POST /api/runs/{run_id}/fork) to go on from one of "
+                              "its steps", run_id=run_id, stop_reason=saved.stop_reason)
         if waiting_for(saved) is not None:
             raise NotWaiting(f"run {run_id!r} waits for a person: answer it (POST /api/runs/{run_id}/answer)")
         self._free(run_id)
         pattern = self._pattern_for(run_id, saved, name)
-        self.launch(run_id, lambda live: pattern.aresume(run_id, self.checkpoint, **self.hooks(live)))
+        self.launch(run_id, "resume", lambda live: pattern.aresume(run_id, self.checkpoint, **self.hooks(live)))
 
     def cancel(self, run_id: str) -> None:
         live = self.live.get(run_id)
@@ -421,7 +458,8 @@ def openapi(patterns: Iterable[str]) -> dict[str, Any]:
     schemas["Answer"] = answer
     schemas["StartRun"]["properties"]["pattern"]["enum"] = sorted(patterns)
     error = {"description": "what was wrong and what is allowed", "content": {"application/json": {"schema": {
-        "type": "object", "properties": {"error": {"type": "string"}, "errors": {"type": "array"}}}}}}
+        "type": "object", "properties": {"error": {"type": "string"}, "errors": {"type": "array"},
+                                         "limit": {"type": "integer"}}}}}}
     paths: dict[str, Any] = {}
     for method, path, summary, body, status in ROUTES:
         op: dict[str, Any] = {"summary": summary, "responses": {str(status): {"description": "ok"},
@@ -429,6 +467,7 @@ def openapi(patterns: Iterable[str]) -> dict[str, Any]:
                                                                  "404": error, "409": error, "422": error}}
         name = body.__name__ if body is not None else ("Answer" if path.endswith("/answer") else None)
         if name:
+            op["responses"]["413"] = error
             op["requestBody"] = {"required": name != "ResumeRun", "content": {"application/json": {
                 "schema": {"$ref": ref.format(model=name)}}}}
         if "{run_id}" in path:
@@ -448,6 +487,35 @@ class _BadBody(FsmchatError):
         self.message, self.errors = message, errors
 
 
+class _TooLarge(FsmchatError):
+    """A request body over ``max_body_bytes`` (413): ``size`` is its Content-Length, None when it came
+    chunked (it was read only up to just past the limit)."""
+
+    def __init__(self, size: int | None, limit: int):
+        told = f"is {size} bytes (its Content-Length)" if size is not None else "came chunked and passed"
+        super().__init__(f"the request body {told}, over the {limit} bytes this server accepts (max_body_bytes); "
+                         f"send a smaller body, or start the server with a larger max_body_bytes")
+        self.size, self.limit = size, limit
+
+
+def _too_long(data: Any, limit: int) -> list[dict[str, Any]]:
+    """Every text of a JSON body longer than ``limit`` characters, as ``{field, problem, size, limit}``
+    (``field`` is its path, as pydantic's errors name fields: ``task``, ``edit.replace.0``)."""
+    out: list[dict[str, Any]] = []
+    todo: deque[tuple[str, Any]] = deque([("", data)])
+    while todo:  # breadth first, without recursion: a deeply nested body cannot overflow the stack
+        at, value = todo.popleft()
+        if isinstance(value, str) and len(value) > limit:
+            out.append({"field": at or "(body)", "size": len(value), "limit": limit,
+                        "problem": f"{len(value)} characters, over the {limit} a text of a request may have "
+                                   f"(max_text_chars); shorten it, or start the server with a larger max_text_chars"})
+        elif isinstance(value, dict):
+            todo.extend((f"{at}.{k}" if at else str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            todo.extend((f"{at}.{i}" if at else str(i), v) for i, v in enumerate(value))
+    return out
+
+
 def _problem(error: Any) -> dict[str, Any]:
     """One pydantic error as ``{field, problem, allowed?}``."""
     out: dict[str, Any] = {"field": ".".join(str(p) for p in error["loc"]) or "(body)", "problem": error["msg"]}
@@ -462,9 +530,13 @@ def _sse(kind: str, data: Any) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n".encode()
 
 
-def app(db: str | Path, patterns: Mapping[str, Any]) -> Any:
+def app(db: str | Path, patterns: Mapping[str, Any], *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> Any:
     """The ASGI app of ``fsmchat serve`` over the store at ``db`` and ``patterns`` (``{name: pattern
-    or zero-argument factory}``); ``guarded`` and ``TokenCheck`` go in front of it (``server_app``)."""
+    or zero-argument factory}``); ``guarded`` and ``TokenCheck`` go in front of it (``server_app``).
+    A request body over ``max_body_bytes`` is 413; a text in it over ``max_text_chars``, 422."""
+    max_body_bytes = check_size_limit("max_body_bytes", max_body_bytes, DEFAULT_MAX_BODY_BYTES)
+    max_text_chars = check_size_limit("max_text_chars", max_text_chars, DEFAULT_MAX_TEXT_CHARS)
     try:
         from starlette.applications import Starlette
         from starlette.requests import Request
@@ -480,14 +552,31 @@ def app(db: str | Path, patterns: Mapping[str, Any]) -> Any:
     def fail(status: int, message: str, **more: Any) -> Response:
         return JSONResponse({"error": redact(message), **more}, status, headers)
 
+    async def read_body(request: Request) -> bytes:
+        """The body, refused (413) past ``max_body_bytes``: by its Content-Length before any of it is read,
+        else (a chunked body) as soon as more than the limit has arrived."""
+        declared = request.headers.get("content-length", "")
+        if declared.isascii() and declared.isdigit() and int(declared) > max_body_bytes:
+            raise _TooLarge(int(declared), max_body_bytes)
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > max_body_bytes:
+                raise _TooLarge(None, max_body_bytes)
+        return bytes(raw)
+
     async def body_of(request: Request, model: Any, optional: bool = False) -> Any:
-        raw = await request.body()
+        raw = await read_body(request)
         if not raw.strip() and optional:
             raw = b"{}"
         try:
             data = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise _BadBody(f"the body is not JSON ({exc}); send a JSON object", []) from None
+        too_long = _too_long(data, max_text_chars)
+        if too_long:
+            raise _BadBody("the body is not valid: " + "; ".join(f"{e['field']}: {e['problem']}" for e in too_long),
+                           too_long)
         adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
         try:
             return adapter.validate_python(data)
@@ -502,8 +591,13 @@ def app(db: str | Path, patterns: Mapping[str, Any]) -> Any:
                 return await fn(request)
             except _BadBody as exc:
                 return fail(422, exc.message, errors=exc.errors)
+            except _TooLarge as exc:  # the rest of the body is never read: the connection closes after this
+                return JSONResponse({"error": str(exc), "size": exc.size, "limit": exc.limit,
+                                     "setting": "max_body_bytes"}, 413, {**headers, "Connection": "close"})
             except (InputNotAllowed, FsmchatError, ValueError) as exc:
-                if isinstance(exc, (RunExists, RunInProgress, LeaseLost, NotWaiting, CheckpointMismatch)):
+                if isinstance(exc, RunExists):
+                    return fail(409, str(exc), **exc.details)
+                if isinstance(exc, (RunInProgress, LeaseLost, NotWaiting, CheckpointMismatch)):
                     return fail(409, str(exc))
                 return fail(422, str(exc))
             except LookupError as exc:
@@ -582,20 +676,21 @@ def app(db: str | Path, patterns: Mapping[str, Any]) -> Any:
 
 
 def server_app(db: str | Path, patterns: Mapping[str, Any], host: str, port: int, token: str | None,
-               allow_hosts: Iterable[str] = ()) -> Any:
-    """``app`` behind the viewer's Host check and the token check."""
-    return guarded(TokenCheck(app(db, patterns), token), host, port, allow_hosts)
+               allow_hosts: Iterable[str] = (), **limits: int) -> Any:
+    """``app`` behind the viewer's Host check and the token check (``limits``: ``app``'s
+    ``max_body_bytes``, ``max_text_chars``)."""
+    return guarded(TokenCheck(app(db, patterns, **limits), token), host, port, allow_hosts)
 
 
 def _server(db: str | Path, patterns: Mapping[str, Any], sock: Any, token: str | None,
-            allow: Iterable[str]) -> Any:
+            allow: Iterable[str], **limits: int) -> Any:
     try:
         import uvicorn
     except ImportError as exc:
         raise ImportError(MISSING_EXTRA) from exc
     host, port = sock.getsockname()[:2]
     try:
-        served = server_app(db, patterns, host, port, token, allow)
+        served = server_app(db, patterns, host, port, token, allow, **limits)
     except Exception:
         sock.close()
         raise
@@ -604,21 +699,27 @@ def _server(db: str | Path, patterns: Mapping[str, Any], sock: Any, token: str |
 
 
 def start(db: str | Path, patterns: Mapping[str, Any], host: str = DEFAULT_HOST, port: int = 0,
-          token: str | None = None, allow_hosts: Iterable[str] = ()) -> Running:
+          token: str | None = None, allow_hosts: Iterable[str] = (), *,
+          max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> Running:
     """Serve from a background thread (``port=0``: a free port); returns once it accepts requests.
-    ``stop()`` cancels the runs executing in it (each resumable from the store) and ends it."""
+    ``stop()`` cancels the runs executing in it (each resumable from the store) and ends it. A request
+    body over ``max_body_bytes`` is 413; a text in it over ``max_text_chars``, 422."""
     token = check_token(host, token)
     sock = listen(host, port)
-    return in_thread(_server(db, patterns, sock, token, allow_hosts), sock, "fsmchat-serve",
+    server = _server(db, patterns, sock, token, allow_hosts, max_body_bytes=max_body_bytes,
+                     max_text_chars=max_text_chars)
+    return in_thread(server, sock, "fsmchat-serve",
                      f"fsmchat serve stopped while starting on {host}:{port} (see the error above)")
 
 
 def serve(db: str | Path, patterns: Mapping[str, Any], host: str = DEFAULT_HOST, port: int = DEFAULT_SERVE_PORT,
-          token: str | None = None, allow_hosts: Iterable[str] = ()) -> None:
-    """Serve in the foreground until interrupted (``fsmchat serve``)."""
+          token: str | None = None, allow_hosts: Iterable[str] = (), *,
+          max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> None:
+    """Serve in the foreground until interrupted (``fsmchat serve``); the limits are ``start``'s."""
     token = check_token(host, token)
     sock = listen(host, port)
-    server = _server(db, patterns, sock, token, allow_hosts)
+    server = _server(db, patterns, sock, token, allow_hosts, max_body_bytes=max_body_bytes,
+                     max_text_chars=max_text_chars)
     sock.listen(2048)  # connections queue from now on: a client that read the banner is never refused
     print(f"fsmchat serve: {', '.join(sorted(registry(patterns)))} over {store_label(db)} at {url_of(sock)}/ "
           f"({'token required' if token else 'no token: loopback only'}; Ctrl-C stops it)", flush=True)
