@@ -29,8 +29,10 @@ from .graph.state_graph import StateGraph, branch_graph
 from .models import Bid, RunResult, split_branch
 from .errors import FsmchatError
 from .speakers.agent import Agent
-from .speakers.chunks import stream_chunks
-from .speakers.llm import INTERCEPTOR, get_litellm, register_provider
+from .speakers import modelmap
+from .speakers.chunks import completion, stream_chunks
+from .speakers.llm import INTERCEPTOR, own_provider, register_own
+from .speakers.wire import TRANSPORT_OPTIONS, body_of, parse, price_of
 from .trust import Trust
 
 SCRIPTED_PROVIDER = "fsmchat-scripted"
@@ -218,11 +220,11 @@ def _error(item: Fail, model: str) -> Exception:
 
 
 def _response(item: Any) -> Any:
-    from litellm import ModelResponse
-
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     if isinstance(item, Empty):
-        return ModelResponse(choices=[], usage=usage)
+        response = parse({"model": "scripted", "choices": [], "usage": usage}, "scripted", None)
+        response._hidden_params["response_cost"] = 0.0
+        return response
     if isinstance(item, (Bid, ToolCall)):
         item = [item]
     if isinstance(item, list) and item and all(isinstance(x, (Bid, ToolCall)) for x in item):  # one reply, its calls
@@ -233,53 +235,42 @@ def _response(item: Any) -> Any:
             raw = args if isinstance(args, str) else json.dumps(args)
             calls.append({"id": x.id if isinstance(x, ToolCall) else "call_1", "type": "function",
                           "function": {"name": name, "arguments": raw}})
-        msg = {"role": "assistant", "content": None, "tool_calls": calls}
-        return ModelResponse(choices=[{"message": msg, "finish_reason": "tool_calls"}], usage=usage)
-    return ModelResponse(choices=[{"message": {"role": "assistant", "content": str(item)}, "finish_reason": "stop"}],
-                         usage=usage)
+        return completion({"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls", usage, "scripted")
+    return completion({"role": "assistant", "content": str(item)}, "stop", usage, "scripted")
 
 
 class _Provider:
-    """The one registered litellm provider; dispatches to ScriptedModel instances by model id."""
+    """The one in-process provider of scripted models (``fsmchat.speakers.llm.register_own``);
+    dispatches to ScriptedModel instances by model id."""
 
     # Strong references: an agent names its model only by string, so the model must outlive any
     # temporary. Ids are unique, so instances never see each other's requests; close() drops one.
     _instances: "dict[str, ScriptedModel]" = {}
-    _handler: Any = None
+    _installed = False
 
     @classmethod
     def install(cls) -> None:
-        if cls._handler is not None:
-            return
-        CustomLLM: Any = get_litellm().CustomLLM
+        if not cls._installed:
+            register_own(SCRIPTED_PROVIDER, cls)
+            cls._installed = True
 
-        class Handler(CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
-            async def acompletion(self, model: str, messages: list[dict[str, Any]], api_base: Any,
-                                  custom_prompt_dict: Any, model_response: Any, print_verbose: Any, encoding: Any,
-                                  api_key: Any, logging_obj: Any, optional_params: dict[str, Any],
-                                  acompletion: Any = None, litellm_params: Any = None, logger_fn: Any = None,
-                                  headers: Any = {}, timeout: Any = None,
-                                  client: Any = None) -> Any:  # noqa: B006 (litellm's signature)
-                inst = cls._instances.get(model)
-                if inst is None:
-                    raise ScriptExhausted(f"no ScriptedModel is alive for model {model!r}")
-                return await inst._answer(model, messages, optional_params, litellm_params or {})
+    @classmethod
+    async def acompletion(cls, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                          meta: dict[str, Any]) -> Any:
+        model_id = model.split("/", 1)[1] if "/" in model else model
+        inst = cls._instances.get(model_id)
+        if inst is None:
+            raise ScriptExhausted(f"no ScriptedModel is alive for model {model_id!r}")
+        sent = {k: v for k, v in params.items() if k not in TRANSPORT_OPTIONS}
+        return await inst._answer(model_id, messages, sent, {"metadata": meta})
 
-            async def astreaming(self, model: str, messages: list[dict[str, Any]], api_base: Any,
-                                 custom_prompt_dict: Any, model_response: Any, print_verbose: Any, encoding: Any,
-                                 api_key: Any, logging_obj: Any, optional_params: dict[str, Any],
-                                 acompletion: Any = None, litellm_params: Any = None, logger_fn: Any = None,
-                                 headers: Any = {}, timeout: Any = None,
-                                 client: Any = None) -> AsyncIterator[dict[str, Any]]:  # noqa: B006
-                """The scripted reply streamed as the offline model streams one (word by word)."""
-                whole = await self.acompletion(model, messages, api_base, custom_prompt_dict, model_response,
-                                               print_verbose, encoding, api_key, logging_obj, optional_params,
-                                               acompletion, litellm_params, logger_fn, headers, timeout, client)
-                for chunk in stream_chunks(whole):
-                    yield chunk
-
-        cls._handler = Handler()
-        register_provider(SCRIPTED_PROVIDER, cls._handler)
+    @classmethod
+    async def astream(cls, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                      meta: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The scripted reply streamed as the offline model streams one (word by word)."""
+        whole = await cls.acompletion(model, messages, params, meta)
+        for chunk in stream_chunks(whole):
+            yield chunk
 
 
 _ids = itertools.count(1)
@@ -338,9 +329,8 @@ class ScriptedModel:
             if isinstance(max_input_tokens, bool) or not isinstance(max_input_tokens, int) or max_input_tokens < 1:
                 raise ValueError(f"ScriptedModel max_input_tokens={max_input_tokens!r}: expected None or a positive "
                                  "int (the model's input limit in tokens)")
-            get_litellm().register_model({self.model: {"max_input_tokens": max_input_tokens, "mode": "chat",
-                                                       "litellm_provider": SCRIPTED_PROVIDER,
-                                                       "input_cost_per_token": 0.0, "output_cost_per_token": 0.0}})
+            modelmap.register(self.model, {"max_input_tokens": max_input_tokens, "mode": "chat",
+                                           "input_cost_per_token": 0.0, "output_cost_per_token": 0.0})
         self.max_input_tokens = max_input_tokens
 
     def to_config(self) -> ScriptedModelSpec:
@@ -1002,9 +992,10 @@ class Cassette:
             item = queue.pop(0)
             if item.get("error"):
                 raise _error(Fail(item["error"]["status"], item["error"]["message"]), model)
-            from litellm import ModelResponse
-
-            return ModelResponse(**item["response"])
+            response = parse(item["response"], model, price_of(None, model))
+            if own_provider(model):
+                response._hidden_params["response_cost"] = 0.0
+            return response
         entry: dict[str, Any] = {"key": key, "agent": agent, "model": model, "request": {"messages": messages, **{
             k: params[k] for k in ("tools", "tool_choice", "response_format") if k in params}}}
         try:
@@ -1014,7 +1005,7 @@ class Cassette:
             entry["error"] = {"status": status if isinstance(status, int) else 500, "message": str(exc)[:500]}
             self.interactions.append(entry)
             raise
-        entry["response"] = response.model_dump(mode="json")
+        entry["response"] = body_of(response)
         self.interactions.append(entry)
         return response
 

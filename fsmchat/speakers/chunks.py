@@ -1,10 +1,35 @@
-"""Layer 10, speakers: how fsmchat's own model providers (the offline model, the scripted models
-of ``fsmchat.testing``) stream a whole reply: the chunks litellm's custom-provider streaming reads.
+"""Layer 10, speakers: the responses of fsmchat's own model providers (the offline model, the
+scripted models of ``fsmchat.testing``), answered in process: a whole reply as the fast path's
+``WireResponse`` (``completion``), and streamed as the chunks an OpenAI-compatible server sends
+(``stream_chunks``), which ``fsmchat.speakers.llm.Streamed`` reads as it reads the fast path's.
 """
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from .wire import WireResponse, parse
+
+OWN_MODEL = "offline"
+
+
+def completion(message: dict[str, Any], finish: str, usage: dict[str, int] | None,
+               model: str = OWN_MODEL) -> WireResponse:
+    """A whole reply of one of fsmchat's own providers: ``message`` (an OpenAI assistant message),
+    its finish reason and usage; it costs nothing.
+
+    Examples:
+        >>> from fsmchat.speakers.chunks import completion
+        >>> r = completion({"role": "assistant", "content": "Hi."}, "stop", {"prompt_tokens": 3, "completion_tokens": 1})
+        >>> r.choices[0].message.content, r.usage.total_tokens, r._hidden_params["response_cost"]
+        ('Hi.', 4, 0.0)
+    """
+    if usage is not None and not usage.get("total_tokens"):
+        usage = {**usage, "total_tokens": int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)}
+    response = parse({"model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                      "usage": usage}, model, None)
+    response._hidden_params["response_cost"] = 0.0
+    return response
 
 
 def stream_pieces(text: str) -> list[str]:
@@ -19,13 +44,38 @@ def stream_pieces(text: str) -> list[str]:
 
 
 def stream_chunks(whole: Any) -> list[dict[str, Any]]:
-    """The chunks litellm's custom-provider streaming reads for the whole response ``whole``: its
-    text piece by piece (``stream_pieces``), each tool call's arguments in two pieces, then the
-    finish with the usage."""
+    """The ``chat.completion.chunk`` objects an OpenAI-compatible server would stream for the whole
+    response ``whole``: its text piece by piece (``stream_pieces``), each tool call's arguments in
+    two pieces, then the finish, then the usage (as with ``stream_options.include_usage``)."""
+    message, finish = whole.choices[0].message, whole.choices[0].finish_reason
+    base = {"id": whole.id, "object": "chat.completion.chunk", "model": whole.model}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+
+    chunks = [chunk({"role": "assistant", "content": piece}) for piece in stream_pieces(message.content or "")]
+    for i, call in enumerate(message.tool_calls or ()):
+        args = call.function.arguments or ""
+        half = len(args) // 2
+        chunks.append(chunk({"tool_calls": [{"index": i, "id": call.id, "type": "function",
+                                             "function": {"name": call.function.name, "arguments": args[:half]}}]}))
+        chunks.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]}))
+    chunks.append(chunk({}, finish or "stop"))
+    u = whole.usage
+    if u is not None:
+        chunks.append({**base, "choices": [], "usage": {"prompt_tokens": u.prompt_tokens,
+                                                        "completion_tokens": u.completion_tokens,
+                                                        "total_tokens": u.total_tokens}})
+    return chunks
+
+
+def litellm_chunks(whole: Any) -> list[dict[str, Any]]:
+    """The chunks litellm's custom-provider streaming reads (``GenericStreamingChunk``) for the
+    whole response ``whole``: for an in-process provider called through litellm (callbacks)."""
     message, finish = whole.choices[0].message, whole.choices[0].finish_reason
     u = whole.usage
     usage = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-             "total_tokens": u.total_tokens}
+             "total_tokens": u.total_tokens} if u is not None else None
     chunks: list[dict[str, Any]] = [{"text": piece, "tool_use": None, "is_finished": False, "finish_reason": "",
                                      "usage": None, "index": 0} for piece in stream_pieces(message.content or "")]
     for i, call in enumerate(message.tool_calls or ()):

@@ -42,7 +42,7 @@ DEFAULT_MAX_RETRY_WAIT = 60.0  # seconds: a provider asking for a longer wait (R
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 GC_FREEZE_ENV = "FSMCHAT_GC_FREEZE"  # "0": litellm's import stays in every garbage collection
 BASE64_LOG_ENV = "MAX_BASE64_LENGTH_FOR_LOGGING"  # a user's own setting of it wins over ``lean``
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered: the import (under it) makes the offline provider (own_handler)
 _litellm: Any = None
 _loading = threading.Event()  # set while litellm's first import runs
 _providers: dict[str, Any] = {}
@@ -71,6 +71,59 @@ def resolve_model(model: str | None) -> str:
     if m == "offline" or m.startswith("offline/"):
         return f"{OFFLINE_PROVIDER}/{m.partition('/')[2] or 'default'}"
     return m
+
+
+_own: dict[str, Any] = {}  # fsmchat's own providers, answered in this process (never through litellm)
+
+
+def register_own(name: str, handler: Any) -> None:
+    """Add one of fsmchat's own providers (the offline model, the scripted models): requests to
+    ``name/<model>`` are answered in this process by ``handler.acompletion(model, messages, params,
+    meta)`` (a ``wire.WireResponse``) and, streamed, ``handler.astream(...)`` (OpenAI chunk dicts),
+    through the same retries, limits, streaming and usage as every call; litellm is not imported."""
+    with _lock:
+        _own[name] = handler
+        if _litellm is not None and name not in _providers:
+            _providers[name] = litellm_adapter(_litellm, handler)
+            _install(_litellm, name, _providers[name])
+
+
+def own_handler(resolved: str) -> Any:
+    """The in-process provider of ``resolved`` (``provider/model``), or None; the offline model
+    is made on first use."""
+    provider = resolved.split("/", 1)[0]
+    handler = _own.get(provider)
+    if handler is None and provider == OFFLINE_PROVIDER:
+        from .offline import OfflineModel
+
+        with _lock:
+            handler = _own.setdefault(OFFLINE_PROVIDER, OfflineModel())
+    return handler
+
+
+def litellm_adapter(lm: Any, own: Any) -> Any:
+    """One of fsmchat's own in-process providers as a litellm custom provider, for the calls that
+    go through litellm although their provider is in process: when litellm callbacks are
+    registered or its debug log is on (they expect to see every call)."""
+    from .chunks import litellm_chunks
+
+    class Adapter(lm.CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
+        async def acompletion(self, model: str, messages: list[dict[str, Any]], *args: Any,
+                              optional_params: dict[str, Any] | None = None, litellm_params: Any = None,
+                              **kwargs: Any) -> Any:
+            meta = (litellm_params or {}).get("metadata") or {}
+            whole = await own.acompletion(model, messages, dict(optional_params or {}), dict(meta))
+            return lm.ModelResponse(**wire.body_of(whole))
+
+        async def astreaming(self, model: str, messages: list[dict[str, Any]], *args: Any,
+                             optional_params: dict[str, Any] | None = None, litellm_params: Any = None,
+                             **kwargs: Any) -> Any:
+            meta = (litellm_params or {}).get("metadata") or {}
+            whole = await own.acompletion(model, messages, dict(optional_params or {}), dict(meta))
+            for chunk in litellm_chunks(whole):
+                yield chunk
+
+    return Adapter()
 
 
 def register_provider(name: str, handler: Any) -> None:
@@ -135,12 +188,25 @@ def loading() -> bool:
     return _loading.is_set()
 
 
+def needs_litellm(agent: Any) -> bool:
+    """Whether ``agent``'s requests go through litellm: a model-backed agent whose model is not
+    one of fsmchat's own providers and is not an OpenAI-compatible endpoint the fast path serves
+    (``wire.static_blocker``), or that asks for ``transport="litellm"``."""
+    kwargs = getattr(agent, "litellm_kwargs", None)
+    if kwargs is None or not hasattr(agent, "model"):
+        return False
+    resolved = resolve_model(agent.model)
+    if own_handler(resolved) is not None:
+        return False
+    return getattr(agent, "transport", "auto") == "litellm" or wire.static_blocker(resolved, kwargs) is not None
+
+
 async def load_litellm(agents: Any) -> None:
     """Import litellm now, in a worker thread (the event loop keeps running), if it is not yet
-    imported and any of ``agents`` reaches its model through it (every ``Agent``: the offline
-    model is a litellm provider too). A run calls this before its clock starts, so the import's
-    seconds (3 to 50 on a loaded machine) count neither against ``deadline_s`` nor in step times."""
-    if _litellm is None and any(getattr(a, "litellm_kwargs", None) is not None for a in agents or ()):
+    imported and any of ``agents`` reaches its model through it (``needs_litellm``: never the
+    offline or scripted models, nor the fast path). A run calls this before its clock starts, so the
+    import's seconds (3 to 50 on a loaded machine) count neither against ``deadline_s`` nor in step times."""
+    if _litellm is None and any(needs_litellm(a) for a in agents or ()):
         await asyncio.to_thread(get_litellm)
 
 
@@ -166,9 +232,9 @@ def _import_litellm() -> Any:
     lm.suppress_debug_info = True
     lean(lm)
     log_secrets.install()  # mask secrets in litellm's, the OpenAI SDK's, httpx's and fsmchat's log records
-    from .offline import OfflineModel
-
-    _providers.setdefault(OFFLINE_PROVIDER, OfflineModel())
+    own_handler(OFFLINE_PROVIDER)
+    for name, handler in _own.items():
+        _providers.setdefault(name, litellm_adapter(lm, handler))
     for name, handler in _providers.items():
         _install(lm, name, handler)
     return lm
@@ -202,7 +268,7 @@ def tool_mode_for(model: str | None) -> str:
     mode = _tool_modes.get(resolved)
     if mode is None:
         mode = "native"
-        if resolved.split("/", 1)[0] not in _providers and not resolved.startswith(OFFLINE_PROVIDER):
+        if resolved.split("/", 1)[0] not in _providers and own_handler(resolved) is None:
             try:
                 info = get_litellm().get_model_info(resolved)
             except Exception:  # a model litellm does not know: forced tool calls, as the page says
@@ -328,7 +394,8 @@ NO_KEY = "fsmchat-no-key"  # the api_key sent to an endpoint of the user's own t
 def own_provider(model: str | None) -> bool:
     """Whether ``model`` is answered by a provider registered in this process (fsmchat's own, a test's)."""
     resolved = resolve_model(model)
-    return resolved.split("/", 1)[0] in _providers or resolved.startswith("fsmchat-")
+    return resolved.split("/", 1)[0] in _providers or resolved.split("/", 1)[0] in _own or \
+        resolved.startswith("fsmchat-")
 
 
 def client_demands_key(model: str | None) -> bool:
@@ -411,7 +478,7 @@ def unknown_models(agents: Any) -> UnknownModel | None:
             continue
         seen.add(id(a))
         model = resolve_model(a.model)
-        if model.split("/", 1)[0] in _providers or model.startswith("fsmchat-"):
+        if own_provider(model) or wire.eligible(model, kwargs):
             continue
         lm = get_litellm()
         try:
@@ -747,7 +814,6 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     arrived in a ``partial_reply`` event, never in the transcript."""
     if stats is not None:
         stats.preflight()
-    lm = get_litellm()
     params = dict(kwargs)
     params.update(request)
     params["max_retries"] = 0  # litellm/openai SDK retries off: retries happen here only
@@ -765,8 +831,17 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     else:  # a cassette records and replays whole responses
         params.pop("stream", None)
         params.pop("stream_options", None)
-    route = stats.route(lm, agent, resolved, params) if stats is not None else wire.Route.of(lm, resolved, params)
-    fast = wire.choose(lm, route, transport, stats, agent)
+    own = own_handler(resolved)  # the offline or a scripted model: answered in this process
+    route: wire.Route | None = None
+    fast = False
+    lm: Any = None
+    if own is not None and wire.live_blocker(None) is not None:
+        own = None  # litellm callbacks or its debug log expect every call: through litellm (``litellm_adapter``)
+    if own is None:
+        route = stats.route(None, agent, resolved, params) if stats is not None else \
+            wire.Route.of(None, resolved, params)
+        fast = wire.choose(None, route, transport, stats, agent)
+        lm = None if fast else get_litellm()  # the fast path imports litellm only to word an error
     step = STEP.get()
 
     def failed(exc: BaseException, attempts: int, limit: float | None = None) -> ModelCallError:
@@ -804,9 +879,11 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                     sink(TokenDelta(agent, step, text, shown))
 
                 stream = Streamed(show if sink is not None else None)
-                coro = _stream(lm, stream, resolved, messages, meta, params, route if fast else None)
+                coro = _stream(lm, stream, resolved, messages, meta, params, route if fast else None, own)
             else:
-                coro = (send(lm.acompletion, agent, resolved, messages, meta, params) if send is not None
+                coro = (send(own_acompletion(own) if own is not None else (lm or get_litellm()).acompletion, agent,
+                             resolved, messages, meta, params) if send is not None
+                        else own.acompletion(resolved, wire.sent_messages(messages), params, meta) if own is not None
                         else wire.acompletion(lm, route, messages, params) if fast
                         else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
             response = await within(coro, limit)
@@ -872,10 +949,19 @@ def _retry_wait(exc: Exception, attempt: int, failed: Callable[..., ModelCallErr
     return wait
 
 
+def own_acompletion(own: Any) -> Callable[..., Awaitable[Any]]:
+    """An in-process provider's answer with ``litellm.acompletion``'s keywords (what a cassette calls)."""
+    async def acompletion(model: str, messages: list[dict[str, Any]], metadata: dict[str, Any] | None = None,
+                          **params: Any) -> Any:
+        return await own.acompletion(model, wire.sent_messages(messages), params, dict(metadata or {}))
+    return acompletion
+
+
 async def _stream(lm: Any, stream: Streamed, model: str, messages: list[dict[str, Any]], meta: dict[str, Any],
-                  params: dict[str, Any], route: "wire.Route | None") -> Any:
-    """Open a streaming request (the fast path's along ``route``, else litellm's) and read it whole
-    (``Streamed.read``)."""
+                  params: dict[str, Any], route: "wire.Route | None", own: Any = None) -> Any:
+    """One streamed attempt: in process (``own``), over the fast path (``route``) or through litellm."""
+    if own is not None:
+        return await stream.read(own.astream(model, wire.sent_messages(messages), params, meta), (0.0, 0.0))  # free
     chunks = wire.astream(lm, route, messages, params) if route is not None else \
         await lm.acompletion(model=model, messages=messages, metadata=meta, **params)
     return await stream.read(chunks, None if own_provider(model) else wire.price_of(lm, model))

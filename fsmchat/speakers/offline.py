@@ -1,4 +1,4 @@
-"""The built-in offline model: a litellm custom provider that simulates participants.
+"""The built-in offline model: an in-process provider (no litellm) that simulates participants.
 
 It is a simulation for demos and tests, not a language model. Replies are assembled from
 templates, the agent's system prompt (its role) and the latest messages; bids score how relevant
@@ -24,9 +24,8 @@ import re
 import time
 from typing import Any, AsyncIterator
 
-from litellm import CustomLLM, ModelResponse
-
-from .chunks import stream_chunks, stream_pieces  # noqa: F401 - stream_pieces: the offline model's word by word
+from .chunks import completion, stream_chunks, stream_pieces  # noqa: F401 - stream_pieces: word by word
+from .wire import WireResponse
 
 _STOP = set("""a an the and or but if of to in on for with as at by from is are was were be been being it its
 this that these those you your yours we our us they their them i me my he she his her not no yes do does did
@@ -392,7 +391,10 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
         props = params.get("properties") or {}
         required = params.get("required") or list(props)
         args = {k: _argument(k, props.get(k) or {}, asked_text, matched) for k in required}
-        numbers = _NUMBER.findall(asked_text)  # the n-th number parameter takes the text's n-th number
+        # the n-th number parameter takes the n-th number of the message that asked for the tool
+        asking = next((u for u in dict.fromkeys([*users[:1], *users[-1:]])  # the task first
+                       if any(re.search(rf"\b{re.escape(w)}\b", u.lower()) for w in matched)), asked_text)
+        numbers = _NUMBER.findall(asking)
         numeric = [k for k in required if (props.get(k) or {}).get("type") in ("integer", "number")
                    and not (props.get(k) or {}).get("enum")]
         for k, found in zip(numeric, numbers):
@@ -431,14 +433,15 @@ def before_tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages[:end] if end else messages
 
 
-def with_tools(response: ModelResponse, messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> Any:
+def with_tools(response: WireResponse, messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> Any:
     """``response`` (a composed reply or bid) as a turn with tools answers: tool calls when it is
     asked for what a tool offers, else the reply (the bid's message) ending with the tools' results."""
     calls = offline_tool_calls(messages, optional_params)
     if calls:
-        return ModelResponse(model="offline", choices=[{"message": {"role": "assistant", "content": None,
-                                                                    "tool_calls": calls},
-                                                        "finish_reason": "tool_calls"}], usage=response.usage)
+        u = response.usage
+        usage = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+                 "total_tokens": u.total_tokens} if u is not None else None
+        return completion({"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls", usage)
     said = offline_tool_results(messages)
     if said:
         message = response.choices[0].message
@@ -460,8 +463,10 @@ def _seconds_env(name: str) -> float:
         return 0.0
 
 
-class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
-    """litellm provider ``fsmchat-offline``: deterministic simulated participants.
+class OfflineModel:
+    """The provider ``fsmchat-offline``: deterministic simulated participants, answered in this
+    process (``fsmchat.speakers.llm.register_own``), with the response and chunk shapes of the
+    fast path; litellm is never imported for it.
 
     Asked to stream (``stream=True``, or a run with a token sink), it composes the reply whole, as
     always, and then sends it word by word (``stream_pieces``), ``typing_delay`` seconds apart: a
@@ -470,7 +475,6 @@ class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any (
     last chunk."""
 
     def __init__(self, delay: float | None = None, typing_delay: float | None = None):
-        super().__init__()
         self._delay = delay
         self._typing = typing_delay
 
@@ -489,7 +493,7 @@ class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any (
         return _seconds_env("FSMCHAT_OFFLINE_TYPING")
 
     def _compose(self, messages: list[dict[str, Any]], optional_params: dict[str, Any],
-                 litellm_params: dict[str, Any] | None) -> ModelResponse:
+                 litellm_params: dict[str, Any] | None) -> WireResponse:
         meta = (litellm_params or {}).get("metadata") or {}
         agent = str(meta.get("fsmchat_agent", "agent"))
         seed = optional_params.get("seed", meta.get("fsmchat_seed", 0))
@@ -541,8 +545,7 @@ class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any (
                  "completion_tokens": len(text.split())}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if not wants_bid:
-            return ModelResponse(model="offline", choices=[{"message": {"role": "assistant", "content": text},
-                                                            "finish_reason": "stop"}], usage=usage)
+            return completion({"role": "assistant", "content": text}, "stop", usage)
         role_words = set(_words(system))
         overlap = len(role_words & set(_words(last_text))) / max(1, min(len(role_words), 6))
         spoke_last = bool(convo) and convo[-1].get("role") == "assistant"
@@ -555,45 +558,27 @@ class OfflineModel(CustomLLM):  # type: ignore[misc]  # litellm is read as Any (
         score = round(min(1.0, max(0.0, score)), 2)
         args = json.dumps({"score": score, "message": text if score >= 0.3 else ""})
         if "response_format" in optional_params and not tools:
-            return ModelResponse(model="offline", choices=[{"message": {"role": "assistant", "content": args},
-                                                            "finish_reason": "stop"}], usage=usage)
+            return completion({"role": "assistant", "content": args}, "stop", usage)
         call = {"id": "call_" + hashlib.sha1(digest).hexdigest()[:12], "type": "function",
                 "function": {"name": "respond", "arguments": args}}
-        return ModelResponse(model="offline", choices=[{"message": {"role": "assistant", "content": None,
-                                                                    "tool_calls": [call]},
-                                                        "finish_reason": "tool_calls"}], usage=usage)
+        return completion({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", usage)
 
-    def completion(self, model: str, messages: list[dict[str, Any]], api_base: Any, custom_prompt_dict: Any,
-                   model_response: Any, print_verbose: Any, encoding: Any, api_key: Any, logging_obj: Any,
-                   optional_params: dict[str, Any], acompletion: Any = None, litellm_params: Any = None,
-                   logger_fn: Any = None, headers: Any = {}, timeout: Any = None,
-                   client: Any = None) -> Any:  # noqa: B006 (litellm's signature)
-        if self.delay:
-            time.sleep(self.delay)
-        return with_tools(self._compose(before_tools(messages), optional_params, litellm_params), messages,
-                          optional_params)
+    def answer(self, messages: list[dict[str, Any]], params: dict[str, Any], meta: dict[str, Any]) -> WireResponse:
+        """The whole reply to a request (``params``: its options, ``meta``: its metadata)."""
+        return with_tools(self._compose(before_tools(messages), params, {"metadata": meta}), messages, params)
 
-    async def acompletion(self, model: str, messages: list[dict[str, Any]], api_base: Any, custom_prompt_dict: Any,
-                          model_response: Any, print_verbose: Any, encoding: Any, api_key: Any, logging_obj: Any,
-                          optional_params: dict[str, Any], acompletion: Any = None, litellm_params: Any = None,
-                          logger_fn: Any = None, headers: Any = {}, timeout: Any = None,
-                          client: Any = None) -> Any:  # noqa: B006 (litellm's signature)
+    async def acompletion(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                          meta: dict[str, Any]) -> WireResponse:
         if self.delay:
             await asyncio.sleep(self.delay)
-        return with_tools(self._compose(before_tools(messages), optional_params, litellm_params), messages,
-                          optional_params)
+        return self.answer(messages, params, meta)
 
-    async def astreaming(self, model: str, messages: list[dict[str, Any]], api_base: Any, custom_prompt_dict: Any,
-                         model_response: Any, print_verbose: Any, encoding: Any, api_key: Any, logging_obj: Any,
-                         optional_params: dict[str, Any], acompletion: Any = None, litellm_params: Any = None,
-                         logger_fn: Any = None, headers: Any = {}, timeout: Any = None,
-                         client: Any = None) -> AsyncIterator[dict[str, Any]]:  # noqa: B006 (litellm's signature)
+    async def astream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                      meta: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The reply streamed word by word (``stream_chunks``), ``typing_delay`` seconds apart."""
         if self.delay:
             await asyncio.sleep(self.delay)
-        whole = with_tools(self._compose(before_tools(messages), optional_params, litellm_params), messages,
-                           optional_params)
-        chunks = stream_chunks(whole)
-        for n, chunk in enumerate(chunks):
-            if n and self.typing_delay and chunk["text"]:
+        for n, chunk in enumerate(stream_chunks(self.answer(messages, params, meta))):
+            if n and self.typing_delay and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                 await asyncio.sleep(self.typing_delay)
             yield chunk

@@ -25,14 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import json
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from ..errors import ConfigError, FsmchatError
+from . import modelmap
 
 TRANSPORTS = ("auto", "fast", "litellm")
 PROVIDERS = ("openai", "hosted_vllm")
@@ -73,7 +76,12 @@ def static_blocker(model: str, options: dict[str, Any]) -> str | None:
 
 def live_blocker(lm: Any) -> str | None:
     """Why no request may take the fast path right now (litellm's callbacks or debug log expect to
-    see every call; either may be switched on at any time), or None."""
+    see every call; either may be switched on at any time), or None. ``lm`` None: litellm as this
+    process has it (not imported: nobody registered a callback)."""
+    if lm is None:
+        lm = sys.modules.get("litellm")
+        if lm is None:
+            return None
     if any(getattr(lm, name, None) for name in CALLBACK_LISTS):
         return "litellm callbacks are registered"
     if lm.set_verbose or _LITELLM_LOG.isEnabledFor(logging.DEBUG):
@@ -204,6 +212,16 @@ class WireResponse:
     _hidden_params: dict[str, Any] = field(default_factory=dict)
 
 
+def body_of(response: Any) -> dict[str, Any]:
+    """A response as the JSON body of a chat completion (a cassette keeps it): a ``WireResponse``'s
+    fields, or a litellm ``ModelResponse``'s own dump."""
+    if isinstance(response, WireResponse):
+        out = dataclasses.asdict(response)
+        out.pop("_hidden_params", None)
+        return out
+    return dict(response.model_dump(mode="json"))
+
+
 def _message(m: dict[str, Any]) -> WireMessage:
     calls = m.get("tool_calls")
     tool_calls = [ToolCall(str(c.get("id") or ""), Function(str((c.get("function") or {}).get("name") or ""),
@@ -230,10 +248,14 @@ _prices: dict[str, tuple[float, float] | None] = {}
 
 
 def price_of(lm: Any, model: str) -> tuple[float, float] | None:
-    """(input, output) USD per token from litellm's local cost map, looked up once per model."""
+    """(input, output) USD per token from litellm's local cost map (``modelmap``: litellm need not
+    be imported; ``lm``, when given, is read instead), looked up once per model."""
     if model not in _prices:
-        name = model.partition("/")[2]
-        info = lm.model_cost.get(model) or lm.model_cost.get(name) or {}
+        if lm is not None:
+            name = model.partition("/")[2]
+            info = lm.model_cost.get(model) or lm.model_cost.get(name) or {}
+        else:
+            info = modelmap.info_of(model) or {}
         pin, pout = info.get("input_cost_per_token"), info.get("output_cost_per_token")
         _prices[model] = (float(pin), float(pout)) if isinstance(pin, (int, float)) and \
             isinstance(pout, (int, float)) else None

@@ -1,0 +1,63 @@
+"""The offline and scripted models answer in this process, through fsmchat's own speaking path:
+an offline run of every kind, and a fast-path run at a local OpenAI-compatible server, never
+import litellm (its import is seconds of every offline process otherwise)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent('''
+    import asyncio, json, sys
+    from fsmchat import (Agent, AgentFlow, Discussion, GroupChat, OneOnOneDebate, RoundRobinSwarm, Task, Tool,
+                         ExpertPanelDiscussion)
+    from fsmchat.testing import ScriptedModel, ToolCall
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    out = {}
+    pair = [Agent("Cat", system_prompt="You argue for cats."), Agent("Dog", system_prompt="You argue for dogs.")]
+    out["group_chat"] = GroupChat(agents=pair, max_loops=4).execute("Cats or dogs?").ok
+    out["round_robin"] = RoundRobinSwarm(agents=pair, max_loops=1).execute("Cats or dogs?").ok
+    out["debate"] = OneOnOneDebate(agents=pair, max_loops=2).execute("Cats or dogs?").ok
+    out["flow"] = AgentFlow(steps=[Task(agent=pair[0]), Discussion(agents=pair, rounds=1)]).execute("Pets?").ok
+    tools = RoundRobinSwarm(agents=[Agent("Calc", system_prompt="You add.", tools=[add])], max_loops=1)
+    r = tools.execute("Add 2 and 3 please")
+    out["tools"] = r.ok and r.transcript[1].tool_calls[0].result == "5"
+    seen = []
+    r = RoundRobinSwarm(agents=pair, max_loops=1).execute("Cats or dogs?", on_token=seen.append)
+    out["streaming"] = r.ok and len(seen) > 2
+    m = ScriptedModel({"a": [ToolCall("add", {"a": 1, "b": 2}), "3."], "b": ["ok"]})
+    out["scripted"] = RoundRobinSwarm(agents=[m.agent("a", tools=[add]), m.agent("b")]).execute("go").ok
+    if len(sys.argv) > 1:  # the fast path at a local server
+        fast = Agent("alice", model="openai/test-model", api_base=sys.argv[1], api_key="sk-test", num_retries=0)
+        out["fast_path"] = RoundRobinSwarm(agents=[fast], max_loops=1).execute("Hi").ok
+    out["litellm imported"] = "litellm" in sys.modules
+    print(json.dumps(out))
+''')
+
+
+def run(*args):
+    env = {k: v for k, v in os.environ.items() if k != "FSMCHAT_MODEL"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, *args], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_offline_runs_of_every_kind_never_import_litellm():
+    assert run() == {"group_chat": True, "round_robin": True, "debate": True, "flow": True, "tools": True,
+                     "streaming": True, "scripted": True, "litellm imported": False}
+
+
+def test_a_fast_path_run_at_a_local_server_never_imports_litellm():
+    from openai_server import OpenAIServer, text
+
+    with OpenAIServer([text("Hello.")], max_lifetime=60) as srv:
+        out = run(srv.url + "/v1")
+    assert out["fast_path"] is True and out["litellm imported"] is False
