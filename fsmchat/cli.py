@@ -441,7 +441,8 @@ def _serve(args: argparse.Namespace) -> int:
     if not patterns:
         raise ValueError("fsmchat serve needs a pattern to serve: --target NAME=TARGET or --config NAME=FILE.json")
     token = args.token or os.environ.get(serve_api.TOKEN_ENV) or None
-    serve_api.serve(args.store, patterns, args.host, args.port, token, args.allow_host or ())
+    serve_api.serve(args.store, patterns, args.host, args.port, token, args.allow_host or (),
+                    max_body_bytes=args.max_body_bytes, max_text_chars=args.max_text_chars)
     return 0
 
 
@@ -796,6 +797,11 @@ def parser() -> argparse.ArgumentParser:
                     f"${serve_api.TOKEN_ENV})")
     sv.add_argument("--allow-host", action="append", metavar="NAME", help="answer requests for this Host name too "
                     "(NAME or NAME:PORT; repeatable), e.g. behind a proxy")
+    sv.add_argument("--max-body-bytes", type=int, default=serve_api.DEFAULT_MAX_BODY_BYTES, metavar="N",
+                    help=f"the largest request body (default {serve_api.DEFAULT_MAX_BODY_BYTES:,}; 413 past it)")
+    sv.add_argument("--max-text-chars", type=int, default=serve_api.DEFAULT_MAX_TEXT_CHARS, metavar="N",
+                    help=f"the longest text in a request, a task or an answer (default "
+                         f"{serve_api.DEFAULT_MAX_TEXT_CHARS:,}; 422 past it)")
     sv.set_defaults(fn=_serve)
 
     rp = sub.add_parser("report", help="write one run as a self-contained HTML file (offline, for a review)",

@@ -494,7 +494,7 @@ class _TooLarge(FsmchatError):
     def __init__(self, size: int | None, limit: int):
         told = f"is {size} bytes (its Content-Length)" if size is not None else "came chunked and passed"
         super().__init__(f"the request body {told}, over the {limit} bytes this server accepts (max_body_bytes); "
-                         f"send a smaller body, or start the server with a larger max_body_bytes")
+                         f"send a smaller body, or start the server with a larger max_body_bytes (fsmchat serve --max-body-bytes N)")
         self.size, self.limit = size, limit
 
 
@@ -508,7 +508,7 @@ def _too_long(data: Any, limit: int) -> list[dict[str, Any]]:
         if isinstance(value, str) and len(value) > limit:
             out.append({"field": at or "(body)", "size": len(value), "limit": limit,
                         "problem": f"{len(value)} characters, over the {limit} a text of a request may have "
-                                   f"(max_text_chars); shorten it, or start the server with a larger max_text_chars"})
+                                   f"(max_text_chars); shorten it, or start the server with a larger max_text_chars (fsmchat serve --max-text-chars N)"})
         elif isinstance(value, dict):
             todo.extend((f"{at}.{k}" if at else str(k), v) for k, v in value.items())
         elif isinstance(value, list):

@@ -70,7 +70,8 @@ def raw_post(base_url, path, head, sent):
 def too_large(size, limit):
     told = f"is {size} bytes (its Content-Length)" if size is not None else "came chunked and passed"
     return {"error": f"the request body {told}, over the {limit} bytes this server accepts (max_body_bytes); "
-                     "send a smaller body, or start the server with a larger max_body_bytes",
+                     "send a smaller body, or start the server with a larger max_body_bytes (fsmchat serve "
+                     "--max-body-bytes N)",
             "size": size, "limit": limit, "setting": "max_body_bytes"}
 
 
@@ -103,7 +104,8 @@ def test_a_body_of_exactly_the_limit_is_accepted_and_one_byte_more_is_not(tmp_pa
 def too_long(field, size, limit):
     return {"field": field, "size": size, "limit": limit,
             "problem": f"{size} characters, over the {limit} a text of a request may have (max_text_chars); "
-                       "shorten it, or start the server with a larger max_text_chars"}
+                       "shorten it, or start the server with a larger max_text_chars (fsmchat serve "
+                       "--max-text-chars N)"}
 
 
 def test_a_task_over_the_default_text_limit_is_422_and_nothing_runs(tmp_path):
