@@ -1,13 +1,135 @@
-"""Run-argument checks every pattern's run API shares (``run``/``execute``/``run_batch``/``resume``;
-a checkpoint's own, ``check_checkpoint``/``check_resume``, are in ``fsmchat.checkpoint``):
-each refuses a bad argument before any model call with a ``ConfigError``/``ConfigTypeError`` in the
-one message style (``"{owner}: {field}={value!r} is invalid: {what is allowed}"``)."""
+"""Argument checks the constructors and run APIs share: the one rule for a number (``Number``:
+every count and limit of every pattern, flow step, ``Limits`` and ``Hub``), and the run arguments
+(``run``/``execute``/``run_batch``/``resume``; a checkpoint's own, ``check_checkpoint``/
+``check_resume``, are in ``fsmchat.checkpoint``). Each refuses a bad value before any model call
+with a ``ConfigError``/``ConfigTypeError`` in the one message style (``"{owner}: {field}={value!r}
+is invalid: {what is allowed}"``)."""
 from __future__ import annotations
 
 import difflib
+import numbers
+import sys
+import types
+import typing
+from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import ConfigTypeError, bad_value
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
+
+from .errors import REFUSED, ConfigTypeError, bad_value
+
+
+@dataclass(frozen=True)
+class Number:
+    """The one rule for a number a constructor takes: a count (``whole``: an int, ``max_loops``) or
+    an amount (an int or a float: seconds, dollars, a score), finite, within its bounds.
+
+    A bool, a string or None is not a number, whatever it would convert to (``max_loops="3"`` is
+    not 3 loops, ``max_loops=True`` is not 1), and no float is a count (2.5 turns; for 3.0, say 3):
+    each is a ``ConfigTypeError``; a number out of bounds is a ``ConfigError``. Both say the owner,
+    the keyword, the value, what is allowed and, for a wrong type, the type given. Declared on a
+    pydantic field, ``Annotated[int, Count(1)]`` (``None`` is allowed too when the field's type is
+    Optional), or checked directly, ``Count(1).check(value, "Hub", "max_event_bytes")``.
+
+    Attributes:
+        whole: A count: an int (``Count``), else an int or a float (``Amount``).
+        ge: The least value allowed, if any.
+        gt: A bound the value must be above, if any.
+        lt: A bound the value must be below, if any.
+        meaning: What the number is, in the refusal (``"full passes over the roster"``).
+        none: None is allowed too (set from an Optional field's type).
+
+    Examples:
+        >>> from fsmchat.checks import Amount, Count
+        >>> Count(1, "full passes over the roster").check("3", "RoundRobinSwarm", "max_loops")
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigTypeError: RoundRobinSwarm: max_loops='3' is invalid: an int >= 1 (full passes over the roster), not a str
+        >>> Amount(gt=0).check(0, "Limits", "deadline_s")
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: Limits: deadline_s=0 is invalid: a finite number > 0
+    """
+
+    whole: bool
+    ge: float | None = None
+    gt: float | None = None
+    lt: float | None = None
+    meaning: str = ""
+    none: bool = False
+
+    def allowed(self) -> str:
+        """What is allowed: ``"an int >= 1 (full passes over the roster)"``."""
+        bounds = " and ".join(f"{op} {b:g}" for op, b in ((">=", self.ge), (">", self.gt), ("<", self.lt))
+                              if b is not None)
+        return (("an int" if self.whole else "a finite number") + (f" {bounds}" if bounds else "")
+                + (" or None" if self.none else "") + (f" ({self.meaning})" if self.meaning else ""))
+
+    def problem(self, value: Any) -> tuple[str, bool] | None:
+        """Why ``value`` breaks the rule (what is allowed, and whether its type is what is wrong),
+        or None."""
+        if value is None and self.none:
+            return None
+        if not self.is_number(value):
+            given = "None" if value is None else f"a {type(value).__name__}"
+            return f"{self.allowed()}, not {given}", True
+        finite = self.whole or abs(value) <= sys.float_info.max  # not nan, inf, nor an int no float can hold
+        within = (self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt) and \
+            (self.lt is None or value < self.lt)
+        return None if finite and within else (self.allowed(), False)
+
+    def is_number(self, value: Any) -> bool:
+        """Whether ``value`` has a number's type: an int for a count, an int or a float for an
+        amount (never a bool)."""
+        return isinstance(value, numbers.Integral if self.whole else numbers.Real) and not isinstance(value, bool)
+
+    def check(self, value: Any, owner: str, field: str) -> Any:
+        """``value`` as an int (a count) or a float (an amount), or None when allowed; refused
+        (``ConfigTypeError``/``ConfigError``) in ``owner``'s name otherwise."""
+        problem = self.problem(value)
+        if problem is not None:
+            raise bad_value(owner, field, value, problem[0], type_error=problem[1])
+        return self._as_number(value)
+
+    def _field(self, value: Any) -> Any:
+        """The check as a pydantic field's: refused as a ``REFUSED`` error, which the model's
+        owner turns into the same refusal (``fsmchat.errors.invalid_config``)."""
+        problem = self.problem(value)
+        if problem is not None:
+            raise PydanticCustomError(REFUSED, "{allowed}", {"allowed": problem[0], "type_error": problem[1]})
+        return self._as_number(value)
+
+    def _as_number(self, value: Any) -> Any:
+        """A value the rule accepted as a plain int or float (a numpy int is an int), or None."""
+        return value if value is None else int(value) if self.whole else float(value)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        optional = typing.get_origin(source) in (typing.Union, types.UnionType) and type(None) in typing.get_args(source)
+        rule = replace(self, none=optional)
+        return core_schema.no_info_before_validator_function(rule._field, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        out = handler(schema)
+        target = handler.resolve_ref_schema(out)
+        number = next((s for s in target.get("anyOf", [target]) if s.get("type") in ("integer", "number")), target)
+        for key, bound in (("minimum", self.ge), ("exclusiveMinimum", self.gt), ("exclusiveMaximum", self.lt)):
+            if bound is not None:
+                number[key] = bound
+        return out
+
+
+def Count(ge: int = 1, meaning: str = "") -> Number:  # capitalised: it reads as a type, Annotated[int, Count(1)]
+    """The rule for a count: an int ``>= ge`` (``Number``)."""
+    return Number(True, ge=ge, meaning=meaning)
+
+
+def Amount(*, ge: float | None = None, gt: float | None = None, lt: float | None = None,
+           meaning: str = "") -> Number:
+    """The rule for an amount (seconds, dollars, a score): a finite int or float within the bounds
+    (``Number``)."""
+    return Number(False, ge=ge, gt=gt, lt=lt, meaning=meaning)
 
 
 # A branch run's checkpoint lane is "<run id>/<step>:<branch>" (a branch such as "parallel|1"), so a
@@ -52,11 +174,12 @@ def check_tasks(tasks: Any, owner: str) -> list[Any]:
     return list(tasks)
 
 
+RUNS_AT_ONCE = Count(1, "how many runs at once")
+
+
 def check_concurrency(n: Any, owner: str, field: str = "max_concurrency") -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise bad_value(f"{owner}.run_batch", field, n, "a positive int (how many runs at once)",
-                        type_error=not isinstance(n, int) or isinstance(n, bool))
-    return n
+    result: int = RUNS_AT_ONCE.check(n, f"{owner}.run_batch", field)
+    return result
 
 
 def check_batch(tasks: Any, max_concurrency: Any, owner: str) -> list[Any]:

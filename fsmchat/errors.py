@@ -147,28 +147,40 @@ class MCPServerError(FsmchatError, RuntimeError):
         super().__init__(f"MCP server {server!r}{where} {what}{tail}")
 
 
+def shown(value: Any) -> str:
+    """A refused value as a message shows it: its repr, at most 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def bad_value(owner: str, field: str, value: Any, allowed: str, type_error: bool = False) -> FsmchatError:
     """The one message style for a refused value: ``"{owner}: {field}={value!r} is invalid: {allowed}"``."""
-    shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return (ConfigTypeError if type_error else ConfigError)(f"{owner}: {field}={shown} is invalid: {allowed}")
+    return (ConfigTypeError if type_error else ConfigError)(f"{owner}: {field}={shown(value)} is invalid: {allowed}")
+
+
+# The pydantic error type of a value a field's own rule refused (``fsmchat.checks.Number``): its
+# context holds what is allowed and whether the value's type is what is wrong (``ConfigTypeError``).
+REFUSED = "fsmchat_refused"
 
 
 def invalid_config(owner: str, exc: Any) -> FsmchatError:
     """A pydantic ``ValidationError`` as one ``ConfigError`` in the style above (no pydantic URL):
-    ``"Limits: max_model_calls=0 is invalid: input should be greater than or equal to 1"``. When
+    ``"Relay: rounds=0 is invalid: input should be greater than or equal to 1"``. When
     the first error is an fsmchat error a validator raised, that error is returned as it is: it
-    already says everything (``"GroupChat requires at least 2 agents."``)."""
+    already says everything (``"GroupChat requires at least 2 agents."``). A value a field's rule
+    refused for its type (``REFUSED``) makes it a ``ConfigTypeError``."""
     errors = exc.errors()
     raised = (errors[0].get("ctx") or {}).get("error") if errors else None
     if isinstance(raised, FsmchatError):
         return raised
-    parts = []
+    parts, type_error = [], False
     for err in errors:
         where = ".".join(str(x) for x in err["loc"]) or "config"
         msg = str(err["msg"])
-        if err["type"] == "value_error":
+        if err["type"] == REFUSED:
+            parts.append(f"{where}={shown(err.get('input'))} is invalid: {msg}")
+            type_error = type_error or bool(err["ctx"]["type_error"])
+        elif err["type"] == "value_error":
             parts.append(msg.removeprefix("Value error, "))
         elif err["type"] == "extra_forbidden":
             parts.append(f"unknown option {where!r}")
@@ -176,7 +188,7 @@ def invalid_config(owner: str, exc: Any) -> FsmchatError:
             parts.append(f"{where} is missing: it is required")
         else:
             parts.append(f"{where}={err.get('input')!r} is invalid: {msg[:1].lower()}{msg[1:]}")
-    return ConfigError(f"{owner}: " + "; ".join(parts))
+    return (ConfigTypeError if type_error else ConfigError)(f"{owner}: " + "; ".join(parts))
 
 
 _HINTS = {"authentication": "the provider refused the credentials; check the API key",

@@ -9,10 +9,13 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
+from .checks import Amount, Count
 from .errors import invalid_config
-
 from .models import MAX_MESSAGE_CHARS, StopReason
 from .graph.state_graph import StateGraph, Transition
+
+
+PRICE = Amount(ge=0, meaning="US dollars per 1,000 prompt or completion tokens")
 
 
 class Limits(BaseModel):
@@ -38,7 +41,8 @@ class Limits(BaseModel):
         refuse_over_bound: Refuse, before any call, a run whose worst case exceeds ``max_model_calls``.
 
     Raises:
-        ConfigError: A field is invalid (the message names it).
+        ConfigError: A field is out of bounds (the message names it).
+        ConfigTypeError: A number is a bool, a string or (for a count) a float.
 
     Examples:
         >>> from fsmchat import Agent, Limits, RoundRobinSwarm
@@ -49,19 +53,23 @@ class Limits(BaseModel):
         >>> Limits(max_model_calls=0)
         Traceback (most recent call last):
         ...
-        fsmchat.errors.ConfigError: Limits: max_model_calls=0 is invalid: input should be greater than or equal to 1
+        fsmchat.errors.ConfigError: Limits: max_model_calls=0 is invalid: an int >= 1 or None (the most requests of the run, retries included)
+        >>> Limits(deadline_s="30")
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigTypeError: Limits: deadline_s='30' is invalid: a finite number > 0 or None (seconds the run may take), not a str
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    max_tokens: int | None = Field(None, ge=1, strict=True)
-    # strict: a bool or a numeric string is refused, never taken as 1 or 5 (an int is a number)
-    max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True)
-    max_model_calls: int | None = Field(None, ge=1, strict=True)
-    max_tool_calls: int | None = Field(None, ge=0, strict=True)
-    deadline_s: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True)
-    price_per_1k_tokens: tuple[Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)],
-                              Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]] | None = None
-    max_message_chars: int = Field(MAX_MESSAGE_CHARS, ge=1, strict=True)  # longer messages are cut (event)
+    # each number by the one rule (fsmchat.checks.Number): a bool or a numeric string is refused, never taken as 1 or 5
+    max_tokens: Annotated[int | None, Count(1, "the most tokens of the run, prompt and completion")] = None
+    max_cost_usd: Annotated[float | None, Amount(gt=0, meaning="US dollars the run's model calls may cost")] = None
+    max_model_calls: Annotated[int | None, Count(1, "the most requests of the run, retries included")] = None
+    max_tool_calls: Annotated[int | None, Count(0, "the most tool calls of the run")] = None
+    deadline_s: Annotated[float | None, Amount(gt=0, meaning="seconds the run may take")] = None
+    price_per_1k_tokens: tuple[Annotated[float, PRICE], Annotated[float, PRICE]] | None = None
+    max_message_chars: Annotated[int, Count(1, "the most characters one message keeps; longer ones are cut, "
+                                              "with an event")] = MAX_MESSAGE_CHARS
     refuse_over_bound: bool = Field(False, strict=True)  # refuse a run whose worst-case calls exceed max_model_calls
 
     def __init__(self, **data: Any):

@@ -154,6 +154,8 @@ def block_spec(block: Any, kind: str, owner: str) -> type[BlockSpec]:
         form = form_of(f)
         default = f.default if form is None or form.default is None else form.default
         data = f.annotation if form is None else form.data
+        if form is None and f.metadata:  # a plain field keeps its rules (a number's): a config is held to them too
+            data = Annotated.__class_getitem__((data, *f.metadata))  # type: ignore[attr-defined]  # Annotated[data, *rules]
         if default is REQUIRED:
             info = Field(description=f.description)
         elif default is list:
@@ -231,12 +233,18 @@ class Declared:
             STEP_KINDS.register(cls.Spec)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """The model's fields, in order or by name (see the class's signature)."""
+        """The model's fields, in order or by name (see the class's signature); a bad value is
+        refused in the step's name, as its kind's messages name it (``"loop 'each': max_items=-1
+        is invalid: ..."``)."""
         owner, model = type(self).__name__, type(self).Config
         if model is None:
             raise TypeError(f"{owner}: a step kind declares its model in its class line (config=...) or defines "
                             "its own __init__")
-        self.config = model(owner, **bind_arguments(owner, list(model.model_fields), args, kwargs))
+        values = bind_arguments(owner, list(model.model_fields), args, kwargs)
+        spec = getattr(type(self), "Spec", None)
+        kind = spec.owner if spec is not None else owner
+        name = values.get("name", getattr(model.model_fields.get("name"), "default", None))
+        self.config = model(f"{kind} {name!r}" if name is not None else kind, **values)
 
     def to_spec(self, w: ConfigWriter) -> Any:
         """This step's config form (its kind's ``Spec``, derived from its model)."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import warnings
-from typing import Any, Callable, Iterable, Sequence
+from typing import Annotated, Any, Callable, Iterable, Sequence
 
+from ..checks import Amount, Count
 from ..engine import GraphRun
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import as_speaker
@@ -40,10 +40,10 @@ TokenListener = Callable[[Any], None]
 CHANNEL_TYPES = (DISCUSSION,)
 
 
-def _limit(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}: {name} must be an int >= 1, got {value!r}")
-    return value
+# the hub's numbers, by the one rule (fsmchat.checks.Number): declared on the constructor's parameters, checked in it
+SWEEP_INTERVAL = Amount(ge=0, meaning="seconds between background sweeps; 0: none, call sweep() yourself")
+CUSTOM_EVENTS = Count(1, "custom events allowed per channel")
+EVENT_BYTES = Count(1, "the size allowed per custom event, type + JSON data, in bytes")
 
 
 class Hub:
@@ -66,7 +66,8 @@ class Hub:
         max_event_bytes: The size allowed per custom event, type + JSON data (default 64 KiB).
 
     Raises:
-        ValueError: A negative or non-finite ``ttl_sweep_interval``, or a limit below 1.
+        ValueError: A negative or non-finite ``ttl_sweep_interval``, or a limit below 1 (a ``ConfigError``).
+        TypeError: A number that is a bool or a string, or a limit that is not an int (a ``ConfigTypeError``).
 
     Examples:
         >>> import asyncio
@@ -94,18 +95,15 @@ class Hub:
         ('closed', 'max_texts')
     """
 
-    def __init__(self, store: KnowledgeStore | None = None, *, ttl_sweep_interval: float = 0.0,
-                 clock: Clock | None = None, max_custom_events: int = MAX_CUSTOM_EVENTS,
-                 max_event_bytes: int = MAX_EVENT_BYTES):
-        if isinstance(ttl_sweep_interval, bool) or not isinstance(ttl_sweep_interval, (int, float)) \
-                or not math.isfinite(ttl_sweep_interval) or ttl_sweep_interval < 0:
-            raise ValueError(f"ttl_sweep_interval must be a finite number >= 0 (0 = no background sweep), "
-                             f"got {ttl_sweep_interval!r}")
-        self.max_custom_events = _limit("Hub", "max_custom_events", max_custom_events)
-        self.max_event_bytes = _limit("Hub", "max_event_bytes", max_event_bytes)
+    def __init__(self, store: KnowledgeStore | None = None, *,
+                 ttl_sweep_interval: Annotated[float, SWEEP_INTERVAL] = 0.0, clock: Clock | None = None,
+                 max_custom_events: Annotated[int, CUSTOM_EVENTS] = MAX_CUSTOM_EVENTS,
+                 max_event_bytes: Annotated[int, EVENT_BYTES] = MAX_EVENT_BYTES):
+        self.ttl_sweep_interval: float = SWEEP_INTERVAL.check(ttl_sweep_interval, "Hub", "ttl_sweep_interval")
+        self.max_custom_events: int = CUSTOM_EVENTS.check(max_custom_events, "Hub", "max_custom_events")
+        self.max_event_bytes: int = EVENT_BYTES.check(max_event_bytes, "Hub", "max_event_bytes")
         self.store: KnowledgeStore = store if store is not None else MemoryKnowledgeStore()
         self.clock: Clock = clock or monotonic
-        self.ttl_sweep_interval = float(ttl_sweep_interval)
         self._clients: dict[str, HubClient] = {}
         self._channels: dict[str, ChannelRuntime] = {}
         self._listeners: list[Listener] = []

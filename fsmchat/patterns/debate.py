@@ -21,7 +21,7 @@ from typing import Annotated, Any, Collection, Sequence
 
 from pydantic import AfterValidator, Field
 
-from ..checks import check_agents
+from ..checks import Count, check_agents
 from ..config import Participants
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph
@@ -62,7 +62,7 @@ class DebateConfig(PatternConfig):
         (None, 'str-all-except-first', True)
     """
 
-    max_loops: int = Field(1, ge=1, description="turns in all, alternating from agents[0]")
+    max_loops: Annotated[int, Count(1, "turns in all, alternating from agents[0]")] = 1
     agents: Annotated[Participants, AfterValidator(debaters)] = Field(None, title="agent")
     img: str | None = None
     output_type: OutputType = "str-all-except-first"

@@ -8,7 +8,9 @@ naming the field); the pattern's attributes (``chat.max_loops``) read and write 
 A field that holds live objects says how it travels in a config, with one of the field types
 re-exported here: ``Participants`` (a roster: agents, callables, people), ``OneParticipant`` (one
 of them, such as a moderator; required unless the field has a default), ``OutputType`` (the
-``output_type`` names ``fsmchat.models.format_output`` knows).
+``output_type`` names ``fsmchat.models.format_output`` knows). A number field declares the one
+number rule, also re-exported here: ``Annotated[int, Count(1)]`` for a count,
+``Annotated[float, Amount(gt=0)]`` for seconds or any other amount (``fsmchat.checks.Number``).
 """
 from __future__ import annotations
 
@@ -17,12 +19,12 @@ from typing import Annotated, Any, Sequence
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
-from ..checks import check_keywords
+from ..checks import Amount, Count, check_keywords
 from ..config import OneParticipant, Participants
 from ..errors import invalid_config
 from ..models import check_output_type
 
-__all__ = ["ConfigField", "OneParticipant", "OutputType", "Participants", "PatternConfig",
+__all__ = ["Amount", "ConfigField", "Count", "OneParticipant", "OutputType", "Participants", "PatternConfig",
            "bind_arguments", "constructor_signature", "field_parameters"]
 
 OutputType = Annotated[str, AfterValidator(check_output_type)]
@@ -47,23 +49,30 @@ class PatternConfig(BaseModel):
     """Base of every pattern's one model: its fields are the pattern's parameters and attributes.
 
     The fields, in order, are the pattern's constructor parameters and its attributes; a bad
-    value is a ``ConfigError`` naming the field (``"GroupChat: max_loops=0 is invalid: input
-    should be greater than or equal to 1"``), whether passed to the pattern, set on it later
-    (``chat.max_loops = 0``) or given to the model itself. A field holding live objects says how
-    it travels in a config (``fsmchat.config.Participants``, ``FlowSteps``...). Unknown fields are
-    refused.
+    value is a ``ConfigError`` naming the field (``"GroupChat: max_loops=0 is invalid: an int >= 1
+    (cap on total messages, the task included)"``), or a ``ConfigTypeError`` for a value of the
+    wrong type, whether passed to the pattern, set on it later (``chat.max_loops = 0``) or given to
+    the model itself. A number field declares the one number rule (``Annotated[int, Count(1)]``,
+    ``fsmchat.checks.Number``): a bool or a string is never taken for a number. A field holding
+    live objects says how it travels in a config (``fsmchat.config.Participants``,
+    ``FlowSteps``...). Unknown fields are refused.
 
     Examples:
-        >>> from pydantic import Field
+        >>> from typing import Annotated
         >>> from fsmchat.patterns import PatternConfig
+        >>> from fsmchat.patterns.declare import Count
         >>> class RelayConfig(PatternConfig):
-        ...     rounds: int = Field(2, ge=1)
+        ...     rounds: Annotated[int, Count(1, "passes over the roster")] = 2
         >>> RelayConfig(rounds=3).rounds
         3
         >>> RelayConfig.make("Relay", rounds=0)
         Traceback (most recent call last):
         ...
-        fsmchat.errors.ConfigError: Relay: rounds=0 is invalid: input should be greater than or equal to 1
+        fsmchat.errors.ConfigError: Relay: rounds=0 is invalid: an int >= 1 (passes over the roster)
+        >>> RelayConfig.make("Relay", rounds="3")
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigTypeError: Relay: rounds='3' is invalid: an int >= 1 (passes over the roster), not a str
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)

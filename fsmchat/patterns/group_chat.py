@@ -28,7 +28,7 @@ from typing import Annotated, Any, Sequence
 
 from pydantic import AfterValidator, Field, model_validator
 
-from ..checks import check_agents
+from ..checks import Amount, Count, check_agents
 from ..config import ContextField, Speakers
 from ..engine import mark_replayable
 from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
@@ -94,24 +94,26 @@ class GroupChatConfig(PatternConfig):
         >>> GroupChatConfig(agents=[Agent("Pro"), Agent("Con")], threshold=1.0)
         Traceback (most recent call last):
         ...
-        fsmchat.errors.ConfigError: GroupChatConfig: threshold=1.0 is invalid: input should be less than 1
+        fsmchat.errors.ConfigError: GroupChatConfig: threshold=1.0 is invalid: a finite number >= 0 and < 1 (a bid must be strictly above it, so 1 or more would silence every bid)
     """
 
     name: str = "dynamic-groupchat"
     description: str = "Agents take turns; one speaker per turn."
     agents: Annotated[Speakers, AfterValidator(group_chat_roster)] = Field(None, validate_default=True,
                                                                            title="agent")
-    max_loops: int = Field(20, ge=1, strict=True, description="cap on total messages, the task included")
-    threshold: float = Field(0.5, ge=0.0, lt=1.0, allow_inf_nan=False, strict=True,
-                             description="a bid must be strictly above it, so 1 or more would silence every bid")
-    recency_penalty: float = Field(0.3, ge=0.0, allow_inf_nan=False, strict=True)
-    recency_window: int = Field(1, ge=1, strict=True, description="swarms treats 0 as 1")
-    idle_timeout: float = Field(8.0, ge=0.0, allow_inf_nan=False, strict=True)
+    max_loops: Annotated[int, Count(1, "cap on total messages, the task included")] = 20
+    threshold: Annotated[float, Amount(ge=0, lt=1, meaning="a bid must be strictly above it, so 1 or more would "
+                                                           "silence every bid")] = 0.5
+    recency_penalty: Annotated[float, Amount(ge=0, meaning="taken off the bid of an agent among the last "
+                                                           "recency_window speakers")] = 0.3
+    recency_window: Annotated[int, Count(1, "how many of the latest speakers the penalty applies to; swarms "
+                                            "treats 0 as 1")] = 1
+    idle_timeout: Annotated[float, Amount(ge=0, meaning="seconds; accepted for compatibility, unused")] = 8.0
     output_type: OutputType = "str-all-except-first"
     auto_equip: bool = Field(True, strict=True)
     verbose: bool = False
-    context_window: int | None = Field(None, ge=1, strict=True, description="fsmchat extension: bidders see the "
-                                                                             "task and only the last N messages")
+    context_window: Annotated[int | None, Count(1, "fsmchat extension: bidders see the task and only the last N "
+                                                   "messages; None: the context policy decides")] = None
     context: Annotated[ContextField, AfterValidator(lambda v: check_context(v, "GroupChat"))] = Field(
         None, description="fsmchat extension: the bidders' context policy (fsmchat.speakers.context)")
 

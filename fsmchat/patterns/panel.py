@@ -20,7 +20,7 @@ from typing import Annotated, Any, Collection, Sequence
 
 from pydantic import AfterValidator, Field
 
-from ..checks import check_agents
+from ..checks import Count, check_agents
 from ..config import OneParticipant, Participants
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, state_names
@@ -62,7 +62,7 @@ class PanelConfig(PatternConfig):
         (3, None, None, 'str-all-except-first')
     """
 
-    max_rounds: int = Field(3, ge=1, description="rounds of opener, expert answers and synthesis")
+    max_rounds: Annotated[int, Count(1, "rounds of opener, expert answers and synthesis")] = 3
     agents: Annotated[Participants, AfterValidator(experts_list)] = Field(None, title="expert")
     moderator: OneParticipant = None
     output_type: OutputType = "str-all-except-first"

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Collection, Sequence
 
 from pydantic import AfterValidator, Field
 
-from ..checks import check_agents
+from ..checks import Count, check_agents
 from ..config import Speakers
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, state_names
@@ -132,7 +132,7 @@ class RoundRobinConfig(PatternConfig):
     agents: Annotated[Speakers, AfterValidator(round_robin_roster)] = Field(None, validate_default=True,
                                                                             title="agent")
     verbose: bool = False
-    max_loops: int = Field(1, ge=1, description="full passes over the roster")
+    max_loops: Annotated[int, Count(1, "full passes over the roster")] = 1
     output_type: OutputType = "final"
 
 

@@ -208,19 +208,22 @@ def test_group_chat_config_errors_are_formatted_config_errors():
     a, b = Agent("a"), Agent("b")
     for make, message in [
         (lambda: GroupChatConfig(agents=[a, b], max_loops=0),
-         "GroupChatConfig: max_loops=0 is invalid: input should be greater than or equal to 1"),
-        (lambda: GroupChatConfig(agents=[a, b], threshold="high"),
-         "GroupChatConfig: threshold='high' is invalid: input should be a valid number"),  # strict: a string is not parsed
+         "GroupChatConfig: max_loops=0 is invalid: an int >= 1 (cap on total messages, the task included)"),
+        (lambda: GroupChatConfig(agents=[a, b], threshold="high"),  # strict: a string is not parsed (a ConfigTypeError)
+         "GroupChatConfig: threshold='high' is invalid: a finite number >= 0 and < 1 (a bid must be strictly above "
+         "it, so 1 or more would silence every bid), not a str"),
         (lambda: GroupChatConfig(agents=[a, b], colour="red"), "GroupChatConfig: unknown option 'colour'"),
         (lambda: GroupChatConfig(agents=[a]), "GroupChat requires at least 2 agents."),
         (lambda: GroupChat(agents=[a, b], recency_window=0),
-         "GroupChat: recency_window=0 is invalid: input should be greater than or equal to 1"),
+         "GroupChat: recency_window=0 is invalid: an int >= 1 (how many of the latest speakers the penalty applies "
+         "to; swarms treats 0 as 1)"),
         (lambda: setattr(GroupChat(agents=[a, b]), "threshold", 1.0),
-         "GroupChat: threshold=1.0 is invalid: input should be less than 1"),
+         "GroupChat: threshold=1.0 is invalid: a finite number >= 0 and < 1 (a bid must be strictly above it, so 1 or "
+         "more would silence every bid)"),
         (lambda: setattr(GroupChat(agents=[a, b]).config, "max_loops", -1),
-         "GroupChatConfig: max_loops=-1 is invalid: input should be greater than or equal to 1"),
+         "GroupChatConfig: max_loops=-1 is invalid: an int >= 1 (cap on total messages, the task included)"),
     ]:
-        with pytest.raises(ConfigError) as e:
+        with pytest.raises((ConfigError, ConfigTypeError)) as e:
             make()
         assert str(e.value) == message and not isinstance(e.value, pydantic.ValidationError)
     with pytest.raises(ConfigTypeError, match=r"^GroupChat\(\) got an unexpected keyword argument 'max_loop'; did you "

@@ -59,7 +59,8 @@ def test_over_counts_requests_and_stats_refuse_past_the_cap():
     assert issubclass(BudgetExceeded, RuntimeError) and BudgetExceeded.take_edge == "over_budget"
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 2.5])
-def test_bad_caps_are_refused(bad):
-    with pytest.raises(ValueError, match="max_model_calls"):
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (True, TypeError), (2.5, TypeError)])
+def test_bad_caps_are_refused(bad, error):
+    # out of bounds: a ValueError; a bool or a float is no count: a TypeError (the one number rule, fsmchat.checks)
+    with pytest.raises(error, match="max_model_calls"):
         Limits(max_model_calls=bad)

@@ -42,7 +42,8 @@ def test_discussion_construction_errors():
     for bad in (0, -1):
         with pytest.raises(ValueError) as e:
             Discussion([speaker("a")], rounds=bad)
-        assert str(e.value) == "Discussion rounds must be >= 1."
+        assert str(e.value) == f"Discussion 'discussion': rounds={bad} is invalid: an int >= 1 (full passes over the " \
+                               "speakers)"
     with pytest.raises(TypeError, match="until must be a callable"):
         Discussion([speaker("a")], until="AGREED")
 
@@ -423,7 +424,7 @@ def test_repeat_until_and_max_iterations():
     assert turns(r) == ["w", "w", "w"] and r.trace[-3].trigger == "until"
     r = run(AgentFlow(steps=[repeat(speaker("w"), max_iterations=4)]))
     assert turns(r) == ["w"] * 4 and r.trace[-3].trigger == "max_iterations"
-    with pytest.raises(ValueError, match="max_iterations must be an int >= 1"):
+    with pytest.raises(ValueError, match="max_iterations=0 is invalid: an int >= 1"):
         repeat(speaker("w"), max_iterations=0)
 
 

@@ -54,13 +54,13 @@ def test_a_block_s_attributes_are_its_model_s_fields_and_it_refuses_unknown_keyw
 
 @pytest.mark.parametrize("make, error, message", [
     (lambda: Discussion([]), ValueError, "Discussion needs at least one speaker"),
-    (lambda: Discussion([alice], rounds=0), ValueError, "Discussion rounds must be >= 1."),
+    (lambda: Discussion([alice], rounds=0), ValueError, "Discussion 'discussion': rounds=0 is invalid: an int >= 1"),
     (lambda: Discussion([alice], until="soon"), TypeError, "Discussion until must be a callable"),
     (lambda: loop(step, over=5), ValueError, "loop over= must name a variable holding a list"),
     (lambda: parallel([]), ValueError, "parallel needs at least one step"),
     (lambda: route({}), ValueError, "route needs routes="),
     (lambda: if_(5, [step]), TypeError, "if_ condition must be a callable"),
-    (lambda: repeat(step, max_iterations=0), ValueError, "repeat max_iterations must be an int >= 1, got 0"),
+    (lambda: repeat(step, max_iterations=0), ValueError, "repeat 'repeat': max_iterations=0 is invalid: an int >= 1"),
 ])
 def test_a_block_s_checks_are_its_model_s_with_the_documented_errors(make, error, message):
     with pytest.raises(error) as info:

@@ -158,12 +158,15 @@ def test_ttl_and_handshake_timeout_must_be_finite_and_positive(knob, value, show
 
 
 def test_hub_options_are_checked():
-    for bad in (float("nan"), float("inf"), -1, True):
-        with pytest.raises(ValueError, match="ttl_sweep_interval must be a finite number >= 0"):
+    # a number out of bounds is a ValueError, a bool, a string or (for a limit) a float a TypeError
+    # (the one number rule, fsmchat.checks.Number; tests/errors/test_strict_numbers.py)
+    for bad, error in ((float("nan"), ValueError), (float("inf"), ValueError), (-1, ValueError), (True, TypeError),
+                       ("5", TypeError)):
+        with pytest.raises(error, match=f"^Hub: ttl_sweep_interval={bad!r} is invalid: a finite number >= 0"):
             Hub(ttl_sweep_interval=bad)
     for name in ("max_custom_events", "max_event_bytes"):
-        for bad in (0, -5, True, 1.5):
-            with pytest.raises(ValueError, match=f"Hub: {name} must be an int >= 1, got {bad!r}"):
+        for bad, error in ((0, ValueError), (-5, ValueError), (True, TypeError), (1.5, TypeError)):
+            with pytest.raises(error, match=f"^Hub: {name}={bad!r} is invalid: an int >= 1"):
                 Hub(**{name: bad})
 
 

@@ -54,7 +54,8 @@ def test_exactly_two_agents_checked_at_construction_and_by_run(agents):
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"max_loops": 0}, "OneOnOneDebate: max_loops=0 is invalid: input should be greater than or equal to 1"),
+    ({"max_loops": 0}, "OneOnOneDebate: max_loops=0 is invalid: an int >= 1 (turns in all, alternating from "
+                       "agents[0])"),
     ({"output_type": "yaml"}, "OneOnOneDebate: output_type='yaml' is not supported"),
 ])
 def test_bad_config_refused(kw, message):

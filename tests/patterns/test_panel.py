@@ -50,8 +50,8 @@ def test_other_refusals_before_any_call():
     m = ScriptedModel(fn=reply)
     with pytest.raises(ValueError) as ei:
         ExpertPanelDiscussion(max_rounds=0)
-    assert str(ei.value) == ("ExpertPanelDiscussion: max_rounds=0 is invalid: input should be greater than or "
-                             "equal to 1")
+    assert str(ei.value) == ("ExpertPanelDiscussion: max_rounds=0 is invalid: an int >= 1 (rounds of opener, expert "
+                             "answers and synthesis)")
     with pytest.raises(ValueError, match="output_type='yaml' is not supported"):
         ExpertPanelDiscussion(output_type="yaml")
     with pytest.raises(ValueError, match="unique.*'E1'"):

@@ -34,6 +34,6 @@ def test_window_decides_the_third_speaker(window, third):
 
 def test_window_zero_is_refused_before_any_call():
     """recency_window counts the last posters penalized; 0 would silently mean 1, so it is refused."""
-    with pytest.raises(ValueError, match=r"GroupChat: recency_window=0 is invalid: input should be greater than "
-                                         r"or equal to 1"):
+    with pytest.raises(ValueError, match=r"GroupChat: recency_window=0 is invalid: an int >= 1 \(how many of the "
+                                         r"latest speakers the penalty applies to; swarms treats 0 as 1\)"):
         chat(0)

@@ -44,8 +44,8 @@ def test_no_agents(agents):
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"max_loops": 0}, "RoundRobinSwarm: max_loops=0 is invalid: input should be greater than or equal to 1"),
-    ({"max_loops": -2}, "RoundRobinSwarm: max_loops=-2 is invalid: input should be greater than or equal to 1"),
+    ({"max_loops": 0}, "RoundRobinSwarm: max_loops=0 is invalid: an int >= 1 (full passes over the roster)"),
+    ({"max_loops": -2}, "RoundRobinSwarm: max_loops=-2 is invalid: an int >= 1 (full passes over the roster)"),
     ({"output_type": "yaml"}, "RoundRobinSwarm: output_type='yaml' is not supported; choose from"),
 ])
 def test_bad_config_refused_before_any_call(kw, message):

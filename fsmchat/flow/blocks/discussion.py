@@ -9,10 +9,10 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, model_validator
 
-from ...checks import check_agents
+from ...checks import Count, check_agents
 from ...config import AgentSpec, CallableSpec, HumanSpec
 from ...engine import mark_replayable
-from ...errors import ConfigError, bad_value
+from ...errors import ConfigError
 from ...graph.state_graph import StateGraph
 from ...graph.turns import TurnOrder, add_turns
 from ...models import StopReason
@@ -38,22 +38,17 @@ class DiscussionConfig(BlockConfig):
     """A Discussion's parameters, declared once (see ``Discussion``)."""
 
     agents: Annotated[Any, SPEAKERS] = None
-    rounds: Any = 3
+    rounds: Annotated[int, Count(1, "full passes over the speakers")] = 3
     until: Annotated[Any, FUNCTION] = None
     select: Annotated[Any, FUNCTION] = None
     name: str = "discussion"
 
     @model_validator(mode="after")
     def _check(self) -> "DiscussionConfig":
-        name, rounds, until, select = self.name, self.rounds, self.until, self.select
+        name, until, select = self.name, self.until, self.select
         if not check_agents(self.agents, f"Discussion {name!r}"):
             raise ConfigError("Discussion needs at least one speaker; an empty discussion would run zero turns "
                               "and report success.")
-        if isinstance(rounds, bool) or not isinstance(rounds, int):
-            raise bad_value(f"Discussion {name!r}", "rounds", rounds, "an int >= 1, the full passes over the speakers "
-                            "(a bool or a string is not a count)", type_error=True)
-        if rounds < 1:
-            raise ConfigError("Discussion rounds must be >= 1.")
         if until is not None and not callable(until):
             raise TypeError(f"Discussion until must be a callable (ctx) -> bool, got {type(until).__name__}")
         if select is not None and not callable(select):
@@ -106,7 +101,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
 
     Raises:
         ValueError: No speakers, or ``rounds`` below 1 (a ``ConfigError``).
-        TypeError: ``until`` or ``select`` is not callable.
+        TypeError: ``until`` or ``select`` is not callable, or ``rounds`` is not an int (a ``ConfigTypeError``).
         ConfigError: A speaker is listed twice.
 
     Examples:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Callable
 
 from pydantic import model_validator
 
+from ...checks import Count
 from ...errors import ConfigError, bad_value
 from ...graph.state_graph import StateGraph
 from ..compile import Compiler, bound, branch_reason, forked, halted, join_to, may_write
@@ -25,11 +26,12 @@ class LoopConfig(BlockConfig):
     var_name: Any = "item"
     parallel: bool = False
     name: str = "loop"
-    max_items: Any = None
+    max_items: Annotated[int | None, Count(0, "the most items the loop accepts: a longer list is refused when the "
+                                              "loop starts; it bounds max_calls()")] = None
 
     @model_validator(mode="after")
     def _check(self) -> "LoopConfig":
-        over, var_name, max_items = self.over, self.var_name, self.max_items
+        over, var_name = self.over, self.var_name
         if isinstance(over, (list, tuple)):
             self.over = list(over)  # a literal list, fixed when the flow is built
         elif not isinstance(over, str) or not over:
@@ -37,10 +39,6 @@ class LoopConfig(BlockConfig):
         if not isinstance(var_name, str) or not var_name.isidentifier():
             raise bad_value("loop", "var_name", var_name, "a variable name such as 'item' (set to each item, "
                             "read as {{item}})", type_error=not isinstance(var_name, str))
-        if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 0):
-            raise bad_value("loop", "max_items", max_items, "an int >= 0: the most items the loop accepts (a longer "
-                            "list is refused when the loop starts); it bounds max_calls()",
-                            type_error=not isinstance(max_items, int))
         self.steps = step_list(self.steps, "loop")
         return self
 

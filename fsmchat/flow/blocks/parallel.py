@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import model_validator
 
-from ...errors import bad_value
+from ...checks import Count
 from ...graph.state_graph import StateGraph
 from ..compile import Compiler, bound, branch_reason, join_to, split_into
 from ..context import FlowContext
@@ -20,15 +20,11 @@ class ParallelConfig(BlockConfig):
 
     steps: Annotated[Any, STEPS] = None
     name: str = "parallel"
-    max_concurrency: Any = None
+    max_concurrency: Annotated[int | None, Count(1, "the most branches running at once; 1: one after another, in "
+                                                    "order; None: all")] = None
 
     @model_validator(mode="after")
     def _check(self) -> "ParallelConfig":
-        limit = self.max_concurrency
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise bad_value("parallel", "max_concurrency", limit, "an int >= 1, the most branches "
-                            "running at once (1: one after another, in order), or None for all",
-                            type_error=not isinstance(limit, int))
         self.steps = step_list(list(self.steps), "parallel")
         return self
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import model_validator
 
-from ...errors import ConfigError
+from ...checks import Count
 from ...graph.state_graph import StateGraph
 from ...graph.turns import add_turns
 from ..compile import Compiler, bound, bounded_exits, named
@@ -23,14 +23,11 @@ class RepeatConfig(BlockConfig):
 
     steps: Annotated[Any, STEPS] = None
     until: Annotated[Any, condition_form("until_expression")] = None
-    max_iterations: Any = 10
+    max_iterations: Annotated[int, Count(1, "the most passes")] = 10
     name: str = "repeat"
 
     @model_validator(mode="after")
     def _check(self) -> "RepeatConfig":
-        n = self.max_iterations
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"repeat max_iterations must be an int >= 1, got {n!r}")
         self.steps = step_list(self.steps, "repeat")
         self.until = compile_condition(self.until, "repeat until") if self.until is not None else None
         return self
