@@ -48,12 +48,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Mapping, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from ..checkpoint import CheckpointMismatch, LeaseLost, RunInProgress, new_run_id
 from ..checks import check_run_id
 from ..config import config_digest, from_config
-from ..errors import FsmchatError
+from ..errors import ConfigTypeError, FsmchatError
 from ..masking import redact, redact_data
 from ..limits import Limits
 from ..models import TokenDelta
@@ -106,6 +106,14 @@ class StartRun(_Body):
     task: str = Field(min_length=1, description="the task the run starts from")
     run_id: str | None = Field(None, description="the run's id (default: a new one)")
     limits: Limits | None = Field(None, description="budgets for this run, merged over the pattern's")
+
+    @field_validator("limits", mode="wrap")
+    @classmethod
+    def _limits(cls, value: Any, handler: Any) -> Any:
+        try:
+            return handler(value)
+        except ConfigTypeError as exc:  # Limits refuses a wrong type itself: the body's error, at "limits"
+            raise ValueError(str(exc)) from None
 
 
 class ApproveAnswer(_Body):

@@ -273,7 +273,7 @@ CASES = [
     ("run_id a lane name", lambda: GroupChat(agents=[A, B]).run("t", checkpoint=MemoryCheckpointer(),
                                                                  run_id="R/1:parallel|1"), ValueError,
      "GroupChat: run_id='R/1:parallel|1' is invalid: one line of printable characters other than '/', ':' and '|' "
-     "(letters, digits, '-', '_', '.', ...); it holds '/' and ':' and '|', reserved for the names of a run's branch "
+     "(letters, digits, '-', '_', '.', ...), at most 200 of them; it holds '/' and ':' and '|', reserved for the names of a run's branch "
      "lanes ('<run id>/<step>:<branch>', e.g. 'R/3:parallel|1') (or None for a new id)"),
     ("run_id with a bar", lambda: RoundRobinSwarm(agents=[A]).execute("t", checkpoint=MemoryCheckpointer(),
                                                                       run_id="R|2"), ValueError, "it holds '|'"),
