@@ -245,6 +245,11 @@ _ROOM_NAMES = re.compile(r"one-on-one debate against ([\w\-.]+)|in a group chat 
 _ROOM_SIZE = re.compile(r"\b(?:agent|expert) \d+ of (\d+)\b")  # round robin, panel: N participants
 
 
+def speakers_of(spoken: list[str]) -> list[str]:
+    """The speakers' names the texts show (``Name:`` lines)."""
+    return list(dict.fromkeys(w for t in spoken for w in _SPEAKER_LINE.findall(t)))
+
+
 def _others(agent: str, texts: list[str], spoken: list[str]) -> list[str]:
     """Who else is in the room, as far as the prompts tell: the names the patterns' briefs give in
     ``texts`` and every speaker of a ``name: ...`` line in ``spoken`` (the texts without the task's
@@ -529,7 +534,9 @@ class OfflineModel:
         said = _ROLE_CLAUSE.sub(" ", last_text)  # what the speaker said, not who it said it was
         found = {**_nouns(system), **_nouns(_ROLE_CLAUSE.sub(" ", task)), **_nouns(said)}
         keys = [k for k in _keywords(said, 6) + _keywords(_ROLE_CLAUSE.sub(" ", task), 4) if k not in noise]
-        keys += [k for k in _keywords(system, 4) if k not in noise - set(_words(role))]  # then its own subject
+        people = names | {part for n in (prev, agent, *others, *speakers_of(spoken)) for part in
+                          re.split(r"[_\-.]", n.lower()) + [n.lower()]}  # who speaks is never a topic
+        keys += [k for k in _keywords(system, 4) if k not in (noise - set(_words(role))) | people]  # its own subject
         phrases = [found[k][1] for k in dict.fromkeys(keys)] + _FALLBACKS
         k1, k2 = phrases[0], next(p for p in phrases[1:] if p != phrases[0])
         if k1.lower() in role.lower():  # its own subject second: "since I argue for remote work, ... to remote work"

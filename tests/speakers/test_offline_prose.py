@@ -122,3 +122,17 @@ def test_a_signal_is_given_only_when_the_prompt_asks_for_it():
     assert [m.role for m in res.transcript if "DONE" in m.content] == ["a", "a"]  # its 2nd and 3rd replies
     assert not any("DONE" in m.content for m in res.transcript if m.role == "b")
     assert not any(re.search(r"reply DONE|once finished", m.content, re.I) for m in res.transcript)  # never echoed
+
+
+def test_a_speakers_role_name_is_never_a_topic():
+    """The demo's round robin: agents named after the role their prompt gives ("You are a
+    strategist") once said "what getting the information wrong would cost us in the strategist" and
+    "the information and the implementer have to be judged together"."""
+    roster = [Agent("Analyst", system_prompt="You are a data analyst. Analyze information critically."),
+              Agent("Strategist", system_prompt="You are a strategist. Think about long-term implications."),
+              Agent("Implementer", system_prompt="You are an implementer. Focus on practical execution.")]
+    texts = [m.content for task in TASKS for m in RoundRobinSwarm(agents=roster, max_loops=2).execute(task).transcript[1:]]
+    assert len(texts) == 6 * len(TASKS)
+    for text in texts:
+        stripped = re.sub(r"\bI am (?:a|an) (?:data )?(?:analyst|strategist|implementer)\b", "", text)
+        assert not re.search(r"\b(?:the|a|an) (?:data )?(?:analyst|strategist|implementer)\b", stripped, re.I), text
