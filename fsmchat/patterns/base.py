@@ -33,7 +33,7 @@ from ..models import Message, RunResult, StopReason, TraceEvent, format_output, 
 from ..progress import ProgressBar, progress_wanted
 from ..speakers.human import Human, NeedsCheckpoint
 from ..speakers.compaction import add_compaction, check_drawn, check_limits, compaction_calls
-from ..speakers.context import counted_usage
+from ..speakers.context import LastMessages, Summarize, counted_usage, memory_summarize, policy_of, scoped
 from ..speakers.images import image_part
 from ..speakers.llm import shown_events
 from ..speakers.tool_loop import APPROVE_ALL, add_tool_loop
@@ -148,6 +148,8 @@ class Pattern(ABC):
     interrupt_before: tuple[str, ...] = ()  # states a person approves entering (wait states drawn before them)
     interrupt_after: tuple[str, ...] = ()  # states a person reviews once left
     approve_tools: bool = False  # interrupt_before=["tools"]: every tool call waits for a person
+    # its speakers answer from private memories (``ChatContext.ask_private``): no Summarize (``_check_context``)
+    speaks_from_memory: ClassVar[bool] = False
     _graph: StateGraph | None = None
     _last_partial: RunResult | None = None  # a cancelled run's result, kept for the KeyboardInterrupt
 
@@ -260,9 +262,13 @@ class Pattern(ABC):
                 g = self._compile()
             finally:
                 APPROVE_ALL.reset(token)
+            policy = self.context_policy
             for state, speakers in self._speaking_states(g):
                 add_tool_loop(g, state, speakers, approve_all=self.approve_tools)
-                add_compaction(g, state, speakers, self.context_policy)
+                add_compaction(g, state, speakers, policy)
+                s = g.states[state]
+                if isinstance(policy, LastMessages) and s.action is not None:  # its calls read it (``context.fit``)
+                    s.action = scoped(s.action, policy)
             if self.interrupt_before or self.interrupt_after:
                 add_interrupts(g, self.interrupt_before, self.interrupt_after, self._wait_point, type(self).__name__)
             if self.limits is not None:
@@ -315,11 +321,18 @@ class Pattern(ABC):
         return [s.name for s in self.graph.flatten().states.values() if s.waits]
 
     def _check_context(self) -> None:
-        """A ``Summarize`` speaker's model must have a known input limit: refused before any call."""
+        """A ``Summarize`` speaker's model must have a known input limit, and a pattern whose
+        speakers answer from private memories (``speaks_from_memory``) takes no ``Summarize``:
+        refused before any call."""
         try:
             states = self._speaking_states(self.graph)
         except (ValueError, TypeError):
             return
+        if self.speaks_from_memory:
+            for _state, speakers in states:
+                for s in speakers:
+                    if isinstance(policy_of(s, self.context_policy), Summarize):
+                        raise memory_summarize(type(self).__name__, f"agent {s.name!r}'s context={s.context!r}")
         check_limits(states, self.context_policy, type(self).__name__)
         try:
             calls = self._calls_by_speaker()

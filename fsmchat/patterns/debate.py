@@ -22,12 +22,13 @@ from typing import Annotated, Any, Collection, Sequence
 from pydantic import AfterValidator, Field
 
 from ..checks import Count, check_agents
-from ..config import Participants
+from ..config import ContextField, Participants
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph
 from ..graph.turns import TurnOrder, add_turns
 from ..models import StopReason
 from ..speakers.agent import Speaker, as_speaker, check_roster
+from ..speakers.context import check_memory_context
 from ..speakers.human import Human
 from .base import (PERSON_NOTE, ChatContext, OutputType, Pattern, PatternConfig, PatternState, bind, check_image,
                    check_task, people_in)
@@ -54,6 +55,10 @@ class DebateConfig(PatternConfig):
         output_type: Format for the returned conversation history.
         send_intros: Introduce each debater to its opponent first (not posted; one call each).
         verbose: Print each posted message.
+        context: fsmchat's extension: the speakers' context policy, ``"full"`` or ``LastMessages(n)``
+            (each private memory's first message and its last n); ``Summarize`` is refused (the
+            speakers answer from private memories, which a summary of the conversation does not
+            shorten). An agent's own ``context`` takes precedence; None: each agent's own, else ``"full"``.
 
     Examples:
         >>> from fsmchat.patterns import DebateConfig
@@ -68,6 +73,8 @@ class DebateConfig(PatternConfig):
     output_type: OutputType = "str-all-except-first"
     send_intros: bool = True
     verbose: bool = False
+    context: Annotated[ContextField, AfterValidator(lambda v: check_memory_context(v, "OneOnOneDebate"))] = Field(
+        None, description="fsmchat extension: the speakers' context policy (fsmchat.speakers.context)")
 
 
 @dataclass
@@ -213,6 +220,8 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
         output_type (str): Format for the returned conversation history.
         send_intros (bool): Introduce each debater to its opponent first (fsmchat's switch; default on).
         verbose (bool): Print each posted message.
+        context: The speakers' context policy (fsmchat's extension): ``"full"`` or ``LastMessages(n)``
+            (``fsmchat.speakers.context``).
 
     Args:
         *args: The attributes above by position (``max_loops``, ``agents``, ...).
@@ -243,6 +252,7 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
 
     name = "OneOnOneDebate"
     config: DebateConfig
+    speaks_from_memory = True  # each speaker answers from its private memory
 
     def _validate(self) -> None:
         if self.config.agents is not None:  # refused now; run() checks again (the roster may be set later)

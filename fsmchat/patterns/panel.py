@@ -21,12 +21,13 @@ from typing import Annotated, Any, Collection, Sequence
 from pydantic import AfterValidator, Field
 
 from ..checks import Count, check_agents
-from ..config import OneParticipant, Participants
+from ..config import ContextField, OneParticipant, Participants
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, state_names
 from ..graph.turns import add_turns
 from ..models import StopReason
 from ..speakers.agent import Speaker, check_roster
+from ..speakers.context import check_memory_context
 from ..speakers.human import Human
 from .base import (PERSON_NOTE, ChatContext, OutputType, Pattern, PatternConfig, PatternState, check_task, people_in,
                    speaker_states)
@@ -54,6 +55,10 @@ class PanelConfig(PatternConfig):
         moderator: The moderator agent who introduces each round and synthesises responses.
         output_type: Format for the returned conversation history.
         verbose: Print each posted message.
+        context: fsmchat's extension: the speakers' context policy, ``"full"`` or ``LastMessages(n)``
+            (each private memory's first message and its last n); ``Summarize`` is refused (the
+            speakers answer from private memories, which a summary of the conversation does not
+            shorten). An agent's own ``context`` takes precedence; None: each agent's own, else ``"full"``.
 
     Examples:
         >>> from fsmchat.patterns import PanelConfig
@@ -67,6 +72,8 @@ class PanelConfig(PatternConfig):
     moderator: OneParticipant = None
     output_type: OutputType = "str-all-except-first"
     verbose: bool = False
+    context: Annotated[ContextField, AfterValidator(lambda v: check_memory_context(v, "ExpertPanelDiscussion"))] = \
+        Field(None, description="fsmchat extension: the speakers' context policy (fsmchat.speakers.context)")
 
 
 @dataclass
@@ -263,6 +270,8 @@ class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
         moderator (Agent | None): The moderator agent who introduces each round and synthesises responses.
         output_type (str): Format for the returned conversation history.
         verbose (bool): Print each posted message.
+        context: The speakers' context policy (fsmchat's extension): ``"full"`` or ``LastMessages(n)``
+            (``fsmchat.speakers.context``).
 
     Args:
         *args: The attributes above by position (``max_rounds``, ``agents``, ...).
@@ -295,6 +304,7 @@ class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
 
     name = "ExpertPanelDiscussion"
     config: PanelConfig
+    speaks_from_memory = True  # each speaker answers from its private memory
 
     def _validate(self) -> None:
         if self.config.agents is not None or self.config.moderator is not None:  # run() checks again

@@ -19,12 +19,13 @@ from typing import Annotated, Any, Collection, Sequence
 from pydantic import AfterValidator, Field
 
 from ..checks import Count, check_agents
-from ..config import Speakers
+from ..config import ContextField, Speakers
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, state_names
 from ..graph.turns import TurnOrder, add_turns
 from ..models import StopReason
 from ..speakers.agent import Speaker, check_roster
+from ..speakers.context import check_context
 from .base import ChatContext, OutputType, Pattern, PatternConfig, people_in, speaker_states
 
 OPENING = "(none — you open the conversation)"
@@ -114,6 +115,9 @@ class RoundRobinConfig(PatternConfig):
             so with N agents and ``max_loops`` loops the swarm runs N * max_loops turns total.
         output_type: Output format applied to the conversation history: ``"final"`` (last message
             only), ``"list"``, ``"dict"``, ``"str"``, ``"json"``...
+        context: fsmchat's extension: the speakers' context policy, ``"full"``, ``LastMessages(n)``
+            or ``Summarize(agent=..., keep_last=k, at=0.8)`` (``fsmchat.speakers.context``); an
+            agent's own ``context`` takes precedence. None: each agent's own, else ``"full"``.
 
     Examples:
         >>> from fsmchat import Agent
@@ -134,6 +138,8 @@ class RoundRobinConfig(PatternConfig):
     verbose: bool = False
     max_loops: Annotated[int, Count(1, "full passes over the roster")] = 1
     output_type: OutputType = "final"
+    context: Annotated[ContextField, AfterValidator(lambda v: check_context(v, "RoundRobinSwarm"))] = Field(
+        None, description="fsmchat extension: the speakers' context policy (fsmchat.speakers.context)")
 
 
 @dataclass
@@ -251,6 +257,8 @@ class RoundRobinSwarm(Pattern, kind="round_robin", config=RoundRobinConfig):
         max_loops (int): Number of full passes over the roster.
         output_type (str): Output format applied to the conversation history (default ``"final"``, the
             last message only).
+        context: The speakers' context policy (fsmchat's extension): ``"full"``, ``LastMessages(n)`` or
+            ``Summarize(agent=..., keep_last=k, at=0.8)`` (``fsmchat.speakers.context``).
 
     Args:
         *args: The attributes above by position (``name``, ``description``, ``agents``, ...).

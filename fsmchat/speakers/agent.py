@@ -274,12 +274,14 @@ class Agent(BaseModel):
 
     def prompt(self, turn: "Turn", extra: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
         """The chat messages of this agent's call for ``turn`` (then ``extra``, the turn's tool
-        rounds): the conversation as its context policy shows it, counted against its model's
-        input limit (``fsmchat.speakers.context.fit``; ``ContextTooLong`` when over it)."""
+        rounds): the conversation as its context policy shows it (``fsmchat.speakers.context.fit``)."""
         return contexts.fit(self, turn, extra)
 
     def _call(self, messages: list[dict[str, Any]], stats: llm.CallStats | None, **request: Any) -> Awaitable[Any]:
-        """The model call with this agent's settings (``llm.acomplete``), for the caller to await."""
+        """The model call with this agent's settings (``llm.acomplete``), for the caller to await.
+        The request as it goes out (messages, tools, tool choice) is counted against the model's
+        input limit first (``context.check_prompt``: ``ContextTooLong`` when over it, nothing sent)."""
+        contexts.check_prompt(self, messages, stats, request.get("tools"), request.get("tool_choice"))
         return llm.acomplete(self.model, messages, agent=self.name, kwargs=self.litellm_kwargs, timeout=self.timeout,
                              num_retries=self.num_retries, stats=stats, max_retry_wait=self.max_retry_wait_s,
                              transport=self.transport, **request)

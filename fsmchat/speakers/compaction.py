@@ -199,8 +199,9 @@ def check_drawn(states: Sequence[tuple[str, Sequence[Any]]], calls: Sequence[tup
     for s, _n in calls:
         if id(s) not in drawn and isinstance(getattr(s, "context", None), Summarize):
             raise ConfigError(f"{owner}: agent {getattr(s, 'name', s)!r} follows Summarize, but {owner} draws no "
-                              "compaction for it (compaction is drawn in the speaking states of GroupChat, "
-                              "RoundRobinSwarm, OneOnOneDebate and ExpertPanelDiscussion, and in a flow's "
-                              "Discussion turns; a flow's Task step sends one prompt, no conversation to "
+                              "compaction for it (compaction is drawn in the speaking states of GroupChat and "
+                              "RoundRobinSwarm, and in a flow's Discussion turns; OneOnOneDebate's and "
+                              "ExpertPanelDiscussion's speakers answer from private memories, which it does "
+                              "not shorten; a flow's Task step sends one prompt, no conversation to "
                               "compact); give it context=LastMessages(n) here, or run its conversation as a "
                               "Discussion or one of those patterns")

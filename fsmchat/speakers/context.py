@@ -2,10 +2,13 @@
 of its tokens against the model's input limit.
 
 Before each model call of an ``Agent`` the speaking block builds the prompt (``fit``): the
-conversation as the agent's policy shows it, counted with the model's tokenizer against the
-model's input limit (``Agent(max_input_tokens=N)``, else ``max_input_tokens`` of litellm's model
-map; a model with neither is not counted). The policy is the agent's ``context``, else the
-pattern's (``GroupChat(context=...)``), else ``"full"``:
+conversation as the agent's policy shows it. Just before the request goes out, the request as it
+is sent (its messages, and the tools and tool choice it offers) is counted once with the model's
+tokenizer (``count_tokens``) against the model's input limit (``check_prompt``;
+``Agent(max_input_tokens=N)``, else ``max_input_tokens`` of litellm's model map; a model with
+neither is not counted). That one count is the ``prompt_tokens`` event, the figure of a refusal and
+what ``usage`` adds up (``counted_usage``). The policy is the agent's ``context``, else the
+pattern's (``GroupChat(context=...)``, ``RoundRobinSwarm(context=...)``...), else ``"full"``:
 
 - ``"full"`` (the default): the whole conversation; a prompt over the limit is refused before the
   call (``ContextTooLong``) and the run ends with ``ok`` False and the transcript so far.
@@ -20,12 +23,17 @@ litellm ships it (Anthropic's and DeepSeek's), and otherwise estimated with tikt
 ``cl100k_base``, which litellm ships too. That estimate is exact for GPT-4 and GPT-3.5 models and
 close for the rest (``o200k_base`` models such as GPT-4o, Llama, Mistral, Gemini), whose
 tokenizers tiktoken or Hugging Face would download: nothing is fetched. Give ``at`` (or the
-limit) some room for the difference. Each counted call is a ``prompt_tokens`` event of the run (agent,
-tokens, limit, policy).
+limit) some room for the difference. Each counted request is a ``prompt_tokens`` event of the run (agent,
+tokens, limit, policy; ``refused`` True on one over the limit, which was not sent).
+
+Where a speaker answers from a private memory instead of the shared conversation (the debaters of
+``OneOnOneDebate``, the panel of ``ExpertPanelDiscussion``), ``LastMessages(n)`` keeps the first
+message of the memory (the briefing, or the first prompt) and its last ``n`` messages.
 """
 from __future__ import annotations
 
 import contextvars
+import inspect
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Sequence, Union
 
@@ -33,7 +41,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConfigError, ContextTooLong, invalid_config
 from ..models import Message
+from . import modelmap
 from .llm import get_litellm, resolve_model
+from .wire import sent_messages
 
 BUNDLED_TOKENIZERS = frozenset({"anthropic", "deepseek"})
 """litellm's tokenizer kinds that ship with it: used as they are; every other model is estimated
@@ -152,6 +162,48 @@ def check_context(value: Any, owner: str, name: str = "context") -> ContextPolic
     raise ConfigError(f"{owner}: {name}={value!r} ({type(value).__name__}) is invalid: a context policy is {POLICIES}")
 
 
+def check_memory_context(value: Any, owner: str) -> ContextPolicy | None:
+    """``check_context`` for a pattern whose speakers answer from private memories
+    (``OneOnOneDebate``, ``ExpertPanelDiscussion``): ``Summarize`` is refused (``memory_summarize``).
+
+    Examples:
+        >>> from fsmchat.speakers.context import LastMessages, check_memory_context
+        >>> check_memory_context(LastMessages(4), "OneOnOneDebate")
+        LastMessages(n=4)
+    """
+    policy = check_context(value, owner)
+    if isinstance(policy, Summarize):
+        raise memory_summarize(owner, f"context={policy!r}")
+    return policy
+
+
+def memory_summarize(owner: str, what: str) -> ConfigError:
+    """The refusal of a ``Summarize`` policy where speakers answer from private memories."""
+    return ConfigError(f"{owner}: {what} is invalid here: {owner}'s speakers answer from private memories (their own "
+                       "prompts and replies), which a summary of the shared conversation does not shorten; give "
+                       "context=LastMessages(n) (each memory's first message and its last n) or \"full\"")
+
+
+def scoped(action: Any, policy: ContextPolicy) -> Any:
+    """``action`` (a speaking state's) with its calls following the pattern's ``policy``
+    (``ACTIVE`` while it runs): what a pattern's ``context=LastMessages(n)`` does in each of its
+    speaking states (``Summarize`` is drawn as a compaction: ``compaction.compacting_action``)."""
+
+    async def speaking(ctx: Any) -> Any:
+        token = ACTIVE.set(ContextState(policy=policy))
+        try:
+            out = action(ctx)
+            if inspect.isawaitable(out):
+                out = await out
+        finally:
+            ACTIVE.reset(token)
+        return out
+
+    speaking.__name__ = getattr(action, "__name__", "speak")
+    speaking.__doc__ = getattr(action, "__doc__", None)
+    return speaking
+
+
 def policy_of(speaker: Any, pattern: ContextPolicy | None) -> ContextPolicy:
     """The policy ``speaker``'s calls follow: its own ``context``, else the pattern's, else ``"full"``."""
     own = getattr(speaker, "context", None)
@@ -202,13 +254,17 @@ def summary_row(summary: Compaction) -> Message:
     return Message(role=SUMMARY_ROLE, content=summary.text)
 
 
-def count_tokens(model: str, messages: Sequence[dict[str, Any]]) -> int:
-    """The tokens of ``messages`` for ``model``: litellm's ``token_counter`` with the model's
+def count_tokens(model: str, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
+                 tool_choice: Any = None) -> int:
+    """The tokens of a request for ``model``: its ``messages`` as they are sent (``wire.sent_messages``)
+    and the ``tools`` and ``tool_choice`` it offers, by litellm's ``token_counter`` with the model's
     tokenizer where litellm ships it, else the ``cl100k_base`` estimate (never a download)."""
     lm = get_litellm()
     kind_of = getattr(getattr(lm, "utils", None), "huggingface_tokenizer_kind", None)
     kind = kind_of(model) if callable(kind_of) else None
-    return int(lm.token_counter(model=model if kind in BUNDLED_TOKENIZERS else "", messages=list(messages)))
+    return int(lm.token_counter(model=model if kind in BUNDLED_TOKENIZERS else "",
+                                messages=sent_messages(list(messages)), tools=list(tools) if tools else None,
+                                tool_choice=tool_choice if tools else None))
 
 
 def input_limit(speaker: Any) -> tuple[int, str] | None:
@@ -220,40 +276,63 @@ def input_limit(speaker: Any) -> tuple[int, str] | None:
     if not hasattr(speaker, "model"):
         return None
     model = resolve_model(speaker.model)
-    table = get_litellm().model_cost
-    info = table.get(model) or (table.get(model.split("/", 1)[1]) if "/" in model else None)
+    info = modelmap.info_of(model)  # litellm's map, read without importing litellm
     n = info.get("max_input_tokens") if isinstance(info, dict) else None
     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
         return n, f"max_input_tokens of {model!r} in litellm's model map"
     return None
 
 
+def active_policy(speaker: Any) -> ContextPolicy:
+    """The policy ``speaker``'s call follows now: its own, else the speaking state's pattern's
+    (``ACTIVE``), else ``"full"``."""
+    state = ACTIVE.get()
+    return policy_of(speaker, state.policy if state is not None else None)
+
+
 def fit(speaker: Any, turn: Any, extra: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """The chat messages of ``speaker``'s call for ``turn`` (then ``extra``, a turn's tool rounds):
-    the conversation as its policy shows it, counted against its model's input limit.
-
-    Raises:
-        ContextTooLong: The prompt has more tokens than the limit (nothing was sent).
-    """
+    the conversation as its policy shows it (``LastMessages`` on a private memory keeps the
+    memory's first message and its last n). Counting is ``check_prompt``'s, on the request as sent."""
     state = ACTIVE.get()
-    policy = policy_of(speaker, state.policy if state is not None else None)
-    if turn.history is None and policy != "full":
+    policy = active_policy(speaker)
+    if isinstance(policy, LastMessages) and turn.history is not None:
+        history = turn.history
+        if len(history) > policy.n + 1:
+            turn = replace(turn, history=[history[0], *history[-policy.n:]])
+    elif turn.history is None and policy != "full":
         rows = view(turn.transcript, policy, state.summary if state is not None else None)
         if rows is not turn.transcript:
             turn = replace(turn, transcript=rows)
     messages: list[dict[str, Any]] = turn.request_messages(speaker.system_prompt)
     messages += extra
+    return messages
+
+
+def check_prompt(speaker: Any, messages: Sequence[dict[str, Any]], stats: Any,
+                 tools: Sequence[dict[str, Any]] | None = None, tool_choice: Any = None) -> None:
+    """Count the request ``speaker`` is about to send (``messages``, ``tools``, ``tool_choice``:
+    what goes out) against its model's input limit, once: a ``prompt_tokens`` event of the run
+    (``refused`` True when over the limit), and over the limit the refusal, with that same figure.
+
+    Raises:
+        ContextTooLong: The request has more tokens than the limit (nothing was sent).
+    """
     limit = input_limit(speaker)
     if limit is None:
-        return messages
-    tokens = count_tokens(resolve_model(speaker.model), messages)
-    events = getattr(turn.stats, "events", None)
+        return
+    model = resolve_model(speaker.model)
+    tokens = count_tokens(model, messages, tools, tool_choice)
+    over = tokens > limit[0]
+    events = getattr(stats, "events", None)
     if events is not None:
-        events.append({"event": "prompt_tokens", "agent": speaker.name, "tokens": tokens, "limit": limit[0],
-                       "policy": policy_name(policy)})
-    if tokens > limit[0]:
-        raise ContextTooLong(speaker.name, tokens, limit[0], limit[1], resolve_model(speaker.model))
-    return messages
+        event = {"event": "prompt_tokens", "agent": speaker.name, "tokens": tokens, "limit": limit[0],
+                 "policy": policy_name(active_policy(speaker))}
+        if over:
+            event["refused"] = True
+        events.append(event)
+    if over:
+        raise ContextTooLong(speaker.name, tokens, limit[0], limit[1], model)
 
 
 def policy_name(policy: ContextPolicy) -> str:
@@ -263,28 +342,39 @@ def policy_name(policy: ContextPolicy) -> str:
 
 
 def counted_usage(usage: dict[str, Any], events: Sequence[Any]) -> dict[str, Any]:
-    """``usage`` with the prompt tokens counted before the calls (``prompt_tokens`` events):
-    ``counted_prompt_tokens`` (their sum) and ``max_prompt_tokens`` (the largest prompt), written
-    only when a call was counted (a run that counted nothing keeps its usage as it was).
+    """``usage`` with the prompt tokens counted before the requests (``prompt_tokens`` events):
+    ``counted_prompt_tokens`` (the sum of the prompts sent), ``max_prompt_tokens`` (the largest
+    prompt sent, so never over the limit) and, when a prompt was refused, ``refused_prompt_tokens``
+    (the run's first refusal: the figure its ``ContextTooLong`` names). Written only when a request
+    was counted (a run that counted nothing keeps its usage as it was).
 
     Examples:
         >>> from fsmchat.speakers.context import counted_usage
         >>> counted_usage({"prompt_tokens": 140}, [{"event": "prompt_tokens", "agent": "a", "tokens": 90},
         ...                                        {"event": "prompt_tokens", "agent": "b", "tokens": 60}])
         {'prompt_tokens': 140, 'counted_prompt_tokens': 150, 'max_prompt_tokens': 90}
+        >>> counted_usage({"prompt_tokens": 140}, [{"event": "prompt_tokens", "agent": "a", "tokens": 90},
+        ...                                        {"event": "prompt_tokens", "agent": "b", "tokens": 105,
+        ...                                         "refused": True}])
+        {'prompt_tokens': 140, 'counted_prompt_tokens': 90, 'max_prompt_tokens': 90, 'refused_prompt_tokens': 105}
         >>> counted_usage({"prompt_tokens": 140}, [])
         {'prompt_tokens': 140}
     """
-    counted = [int(e["tokens"]) for e in events if isinstance(e, dict) and e.get("event") == "prompt_tokens"]
+    counted = [e for e in events if isinstance(e, dict) and e.get("event") == "prompt_tokens"]
     if not counted:
         return usage
-    return {**usage, "counted_prompt_tokens": sum(counted), "max_prompt_tokens": max(counted)}
+    sent = [int(e["tokens"]) for e in counted if not e.get("refused")]
+    refused = [int(e["tokens"]) for e in counted if e.get("refused")]
+    out = {**usage, "counted_prompt_tokens": sum(sent), "max_prompt_tokens": max(sent, default=0)}
+    if refused:
+        out["refused_prompt_tokens"] = refused[0]
+    return out
 
 
 def token_summary(events: Sequence[Any]) -> dict[str, Any]:
     """What a run's ``prompt_tokens`` and ``compacted`` events add up to (the viewer's usage
-    shows it): calls counted, the largest and the latest prompt, the limit, the compactions;
-    empty when no call was counted.
+    shows it): prompts sent, the largest and the latest of them, the limit, the compactions, and
+    the first refused prompt's tokens when one was refused; empty when nothing was counted.
 
     Examples:
         >>> from fsmchat.speakers.context import token_summary
@@ -296,7 +386,11 @@ def token_summary(events: Sequence[Any]) -> dict[str, Any]:
     counted = [e for e in events if isinstance(e, dict) and e.get("event") == "prompt_tokens"]
     if not counted:
         return {}
-    return {"prompt_tokens": {"calls": len(counted), "max": max(int(e["tokens"]) for e in counted),
-                              "last": int(counted[-1]["tokens"]), "limit": counted[-1].get("limit"),
-                              "compactions": sum(1 for e in events if isinstance(e, dict)
-                                                 and e.get("event") == "compacted")}}
+    sent = [int(e["tokens"]) for e in counted if not e.get("refused")]
+    refused = [int(e["tokens"]) for e in counted if e.get("refused")]
+    summary = {"calls": len(sent), "max": max(sent, default=0), "last": sent[-1] if sent else None,
+               "limit": counted[-1].get("limit"),
+               "compactions": sum(1 for e in events if isinstance(e, dict) and e.get("event") == "compacted")}
+    if refused:
+        summary["refused"] = refused[0]
+    return {"prompt_tokens": summary}

@@ -26,13 +26,13 @@ def msg(role, content):
 
 
 def test_full_refuses_a_prompt_over_the_limit_before_it_is_sent():
-    m = ScriptedModel({"a": BIDS_A, "b": BIDS_B}, max_input_tokens=200)
+    m = ScriptedModel({"a": BIDS_A, "b": BIDS_B}, max_input_tokens=317)
     r = GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=8).execute("Discuss.")
     assert not r.ok and r.stop_reason == "error"
     assert isinstance(r.error, ContextTooLong)
-    assert (r.error.agent, r.error.tokens, r.error.limit) == ("a", 205, 200)
+    assert (r.error.agent, r.error.tokens, r.error.limit) == ("a", 322, 317)
     assert str(r.error) == (
-        "agent 'a': the prompt has 205 tokens, over the input limit of 200 tokens (max_input_tokens of "
+        "agent 'a': the prompt has 322 tokens, over the input limit of 317 tokens (max_input_tokens of "
         f"'{m.model}' in litellm's model map); it was not sent. Keep the prompt within the window with a context "
         "policy on the agent or the pattern: context=LastMessages(n) (the task and the last n messages) or "
         "context=Summarize(agent=..., keep_last=k, at=0.8) (older messages summarised by one model call); "
@@ -40,9 +40,10 @@ def test_full_refuses_a_prompt_over_the_limit_before_it_is_sent():
     # the transcript so far; the refused bids were never sent (4 turns of 2 bids)
     assert [x.content[:2] for x in r.transcript] == ["Di", "a0", "b1", "a2", "b3"]
     assert m.calls() == 8
-    tokens = [(e["agent"], e["tokens"]) for e in r.events if e["event"] == "prompt_tokens"]
-    assert tokens == [("a", 76), ("b", 76), ("a", 123), ("b", 125), ("a", 151), ("b", 151), ("a", 177),
-                      ("b", 179), ("a", 205), ("b", 205)]
+    # each bid counted as sent: its messages, the respond tool and the tool choice (117 tokens of them)
+    tokens = [(e["agent"], e["tokens"], e.get("refused", False)) for e in r.events if e["event"] == "prompt_tokens"]
+    assert tokens == [("a", 193, False), ("b", 193, False), ("a", 240, False), ("b", 242, False), ("a", 268, False),
+                      ("b", 268, False), ("a", 294, False), ("b", 296, False), ("a", 322, True), ("b", 322, True)]
 
 
 def test_an_agents_declared_limit_is_used_and_named():
@@ -80,13 +81,14 @@ def test_group_chats_context_window_is_last_messages():
 
 
 def summarized_chat(m, **kw):
-    policy = Summarize(agent=m.agent("scribe", system_prompt="You summarise."), keep_last=1, at=0.5)
+    # at 100 tokens of the conversation (0.3125 x 320); each bid also sends the respond tool (117 tokens)
+    policy = Summarize(agent=m.agent("scribe", system_prompt="You summarise."), keep_last=1, at=0.3125)
     return GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=8, context=policy, **kw)
 
 
 def test_summarize_compacts_in_a_drawn_state_and_the_agents_see_the_summary():
     m = ScriptedModel({"a": BIDS_A, "b": BIDS_B, "scribe": ["S1: a and b spoke.", "S2: still talking.", "S3."]},
-                      max_input_tokens=200)
+                      max_input_tokens=320)
     chat = summarized_chat(m)
     assert list(chat.graph.states) == ["seed", "bid", "select", "post", "penalize", "stop", "compact_bid"]
     assert [(t.source, t.dest, t.label) for t in chat.graph.transitions if "compact_bid" in (t.source, t.dest)] == \
@@ -114,18 +116,18 @@ def test_summarize_compacts_in_a_drawn_state_and_the_agents_see_the_summary():
     step = next(s for s in r.trace if s.state == "compact_bid")
     assert step.payload == {"by": "scribe", "covers": [2, 4]}
     tokens = [e["tokens"] for e in r.events if e["event"] == "prompt_tokens" and e["agent"] != "scribe"]
-    assert tokens == [76, 76, 123, 125, 151, 151, 177, 179, 139, 137, 165, 165, 137, 135]  # under 200, flat
+    assert tokens == [193, 193, 240, 242, 268, 268, 294, 296, 256, 254, 282, 282, 254, 252]  # under 320, flat
 
 
 def test_a_resume_after_a_compaction_reuses_the_summary(tmp_path):
     db = str(tmp_path / "runs.db")
     m1 = ScriptedModel({"a": BIDS_A[:4] + [Fail(401)], "b": BIDS_B, "scribe": ["S1: a and b spoke."]}, id="ctx-resume",
-                       max_input_tokens=200)
+                       max_input_tokens=320)
     r1 = summarized_chat(m1).execute("Discuss.", checkpoint=SqliteCheckpointer(db), run_id="long")
     assert not r1.ok and r1.path[-3:] == ["bid", "compact_bid", "bid"] and m1.calls("scribe") == 1
     m1.close()
     m2 = ScriptedModel({"a": BIDS_A[4:], "b": BIDS_B[4:], "scribe": ["S2: still talking."]}, id="ctx-resume",
-                       max_input_tokens=200)
+                       max_input_tokens=320)
     r2 = summarized_chat(m2).resume("long", SqliteCheckpointer(db))
     assert r2.ok and r2.stop_reason == "max_loops" and len(r2.transcript) == 8
     # the stored summary is read, not asked for again: the one compaction of the resume is the next one
@@ -138,7 +140,7 @@ def test_a_resume_after_a_compaction_reuses_the_summary(tmp_path):
 
 
 def test_max_calls_and_budgets_count_compactions():
-    m = ScriptedModel({"a": BIDS_A, "b": BIDS_B, "scribe": ["S1."] * 5}, max_input_tokens=200)
+    m = ScriptedModel({"a": BIDS_A, "b": BIDS_B, "scribe": ["S1."] * 5}, max_input_tokens=320)
     chat = summarized_chat(m)
     assert chat.max_calls() == 21 and GroupChat(agents=[m.agent("a"), m.agent("b")], max_loops=8).max_calls() == 14
     r = chat.with_limits(max_model_calls=11).execute("Discuss.")  # 8 bids, the compaction, 2 bids, then refused
@@ -198,10 +200,10 @@ def test_the_viewer_shows_the_counted_tokens_and_the_compaction(tmp_path):
     from fsmchat.ui.view import run_view
     db = str(tmp_path / "runs.db")
     m = ScriptedModel({"a": BIDS_A, "b": BIDS_B, "scribe": ["S1: a and b spoke.", "S2: still talking."]},
-                      max_input_tokens=200)
+                      max_input_tokens=320)
     summarized_chat(m).execute("Discuss.", checkpoint=SqliteCheckpointer(db), run_id="viewed")
     view = run_view(Store(db).run("viewed"), 0)
-    assert view["usage"]["prompt_tokens"] == {"calls": 16, "max": 179, "last": 135, "limit": 200, "compactions": 2}
+    assert view["usage"]["prompt_tokens"] == {"calls": 16, "max": 296, "last": 252, "limit": 320, "compactions": 2}
     assert [s["state"] for s in view["steps"]].count("compact_bid") == 2
     assert [e["summary"] for e in view["events"] if e["event"] == "compacted"] == ["S1: a and b spoke.",
                                                                                   "S2: still talking."]
