@@ -384,6 +384,9 @@ class ScriptedModel:
                 old = self.requests[-keep - 1]
                 if not isinstance(old.messages, DroppedMessages):
                     old.messages = DroppedMessages(len(old.messages), keep)
+        # a request is in flight once recorded: let the run's other concurrent requests (the other
+        # bidders of a round) be sent too before this one is answered, as over a network
+        await asyncio.sleep(0)
         if agent in self.scripts:
             script = self.scripts[agent]
             if n > len(script):
