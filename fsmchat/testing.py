@@ -32,7 +32,7 @@ from .speakers.agent import Agent
 from .speakers import modelmap
 from .speakers.chunks import completion, stream_chunks
 from .speakers.llm import INTERCEPTOR, own_provider, register_own
-from .speakers.wire import TRANSPORT_OPTIONS, body_of, parse, price_of
+from .speakers.wire import TRANSPORT_OPTIONS, body_of, parse, price_of, with_cost
 from .trust import Trust
 
 SCRIPTED_PROVIDER = "fsmchat-scripted"
@@ -222,9 +222,7 @@ def _error(item: Fail, model: str) -> Exception:
 def _response(item: Any) -> Any:
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     if isinstance(item, Empty):
-        response = parse({"model": "scripted", "choices": [], "usage": usage}, "scripted", None)
-        response._hidden_params["response_cost"] = 0.0
-        return response
+        return with_cost(parse({"model": "scripted", "choices": [], "usage": usage}, "scripted", None), 0.0)
     if isinstance(item, (Bid, ToolCall)):
         item = [item]
     if isinstance(item, list) and item and all(isinstance(x, (Bid, ToolCall)) for x in item):  # one reply, its calls
@@ -996,9 +994,7 @@ class Cassette:
             if item.get("error"):
                 raise _error(Fail(item["error"]["status"], item["error"]["message"]), model)
             response = parse(item["response"], model, price_of(None, model))
-            if own_provider(model):
-                response._hidden_params["response_cost"] = 0.0
-            return response
+            return with_cost(response, 0.0) if own_provider(model) else response
         entry: dict[str, Any] = {"key": key, "agent": agent, "model": model, "request": {"messages": messages, **{
             k: params[k] for k in ("tools", "tool_choice", "response_format") if k in params}}}
         try:

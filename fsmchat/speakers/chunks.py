@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .wire import WireResponse, parse
+from .wire import WireResponse, parse, with_cost
 
 OWN_MODEL = "offline"
 
@@ -26,10 +26,8 @@ def completion(message: dict[str, Any], finish: str, usage: dict[str, int] | Non
     """
     if usage is not None and not usage.get("total_tokens"):
         usage = {**usage, "total_tokens": int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)}
-    response = parse({"model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                      "usage": usage}, model, None)
-    response._hidden_params["response_cost"] = 0.0
-    return response
+    return with_cost(parse({"model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                            "usage": usage}, model, None), 0.0)
 
 
 def stream_pieces(text: str) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import difflib
 import gc
 import os
 import random
@@ -31,6 +32,7 @@ from ..models import StreamRetry, TokenDelta
 from .classify import plain_message, request_error_kind
 from ..statelog import Frozen
 from . import log_secrets, ratelimit, wire
+from .chunks import litellm_chunks
 
 T = TypeVar("T")
 OFFLINE_PROVIDER = "fsmchat-offline"
@@ -105,8 +107,6 @@ def litellm_adapter(lm: Any, own: Any) -> Any:
     """One of fsmchat's own in-process providers as a litellm custom provider, for the calls that
     go through litellm although their provider is in process: when litellm callbacks are
     registered or its debug log is on (they expect to see every call)."""
-    from .chunks import litellm_chunks
-
     class Adapter(lm.CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
         async def acompletion(self, model: str, messages: list[dict[str, Any]], *args: Any,
                               optional_params: dict[str, Any] | None = None, litellm_params: Any = None,
@@ -468,8 +468,6 @@ def unknown_models(agents: Any) -> UnknownModel | None:
     """``UnknownModel`` naming every model-backed agent whose model litellm cannot route to a
     provider (``litellm.get_llm_provider``), or None; fsmchat's own providers are never asked
     (litellm is imported only when some agent needs it)."""
-    import difflib
-
     unknown = []
     seen: set[int] = set()
     for a in agents or ():
@@ -884,7 +882,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                 coro = (send(own_acompletion(own) if own is not None else (lm or get_litellm()).acompletion, agent,
                              resolved, messages, meta, params) if send is not None
                         else own.acompletion(resolved, wire.sent_messages(messages), params, meta) if own is not None
-                        else wire.acompletion(lm, route, messages, params) if fast
+                        else wire.acompletion(lm, route, messages, params) if fast and route is not None
                         else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
             response = await within(coro, limit)
             if stats is not None:

@@ -572,7 +572,9 @@ class OfflineModel:
 
     def answer(self, messages: list[dict[str, Any]], params: dict[str, Any], meta: dict[str, Any]) -> WireResponse:
         """The whole reply to a request (``params``: its options, ``meta``: its metadata)."""
-        return with_tools(self._compose(before_tools(messages), params, {"metadata": meta}), messages, params)
+        whole: WireResponse = with_tools(self._compose(before_tools(messages), params, {"metadata": meta}), messages,
+                                         params)
+        return whole
 
     async def acompletion(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
                           meta: dict[str, Any]) -> WireResponse:

@@ -212,6 +212,12 @@ class WireResponse:
     _hidden_params: dict[str, Any] = field(default_factory=dict)
 
 
+def with_cost(response: WireResponse, cost: float | None) -> WireResponse:
+    """``response`` priced at ``cost`` USD (what ``llm.response_cost`` reads); returns it."""
+    response._hidden_params["response_cost"] = cost
+    return response
+
+
 def body_of(response: Any) -> dict[str, Any]:
     """A response as the JSON body of a chat completion (a cassette keeps it): a ``WireResponse``'s
     fields, or a litellm ``ModelResponse``'s own dump."""
