@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Optional, S
 
 from pydantic import model_validator
 
+from ..checks import Amount, Count
 from ..config import AgentSpec, ConfigReader, ConfigWriter, HumanSpec, human_spec
 from ..errors import ConfigError, bad_value
 from .declare import FUNCTION, BlockConfig, Declared, Form
@@ -48,9 +49,9 @@ class TaskConfig(BlockConfig):
     name: Optional[str] = None
     action: Optional[str] = None
     on_error: Any = "stop"
-    max_retries: Any = 0
+    max_retries: Annotated[int, Count(0, "retries under on_error='retry'")] = 0
     should_run: Annotated[Any, FUNCTION] = None
-    retry_delay: Any = 0.1
+    retry_delay: Annotated[float, Amount(ge=0, meaning="seconds before the first retry")] = 0.1
     post: Any = True
     save_as: Any = None
     append_to: Any = None
@@ -69,12 +70,6 @@ class TaskConfig(BlockConfig):
         if self.on_error not in ("stop", "continue", "retry"):
             raise ConfigError(f"Task on_error={self.on_error!r} is not allowed; choose from "
                               "['stop', 'continue', 'retry']")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ConfigError(f"Task max_retries must be an int >= 0, got {self.max_retries!r}")
-        if isinstance(self.retry_delay, bool) or not isinstance(self.retry_delay, (int, float)) or \
-                not 0 <= self.retry_delay < float("inf"):
-            raise bad_value("Task", "retry_delay", self.retry_delay, "seconds before the first retry, a finite "
-                            "number >= 0")
         if self.should_run is not None and not callable(self.should_run):
             raise bad_value("Task", "should_run", self.should_run, "a callable (ctx) -> bool, or None",
                             type_error=True)
