@@ -39,6 +39,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, SerializerFu
                       create_model, model_serializer)
 from pydantic.fields import FieldInfo
 
+from .checks import Number
 from .errors import ConfigError, bad_value
 from .kinds import Kinds, owner_module
 from .limits import Limits
@@ -391,6 +392,9 @@ def pattern_spec(pattern: Any, kind: str) -> type[PatternSpec]:
     for name, f in config.model_fields.items():
         t = travels(f)
         data = f.annotation if t is None else (Optional[t.data] if f.default is None else t.data)
+        rules = [m for m in f.metadata if isinstance(m, Number)]
+        if t is None and rules:  # a number keeps its rule: a config is held to it as the constructor is
+            data = Annotated.__class_getitem__((data, *rules))  # type: ignore[attr-defined]  # Annotated[data, *rules]
         info = Field(default_factory=f.default_factory, description=f.description) if f.default_factory \
             else Field(f.default, description=f.description)
         fields[name] = (data, info)

@@ -242,3 +242,13 @@ def test_setting_a_pattern_attribute_follows_the_same_rule():
     with pytest.raises(ConfigTypeError, match=r"^RoundRobinSwarm: max_loops='3' is invalid: an int >= 1 .*, not a str$"):
         swarm.max_loops = "3"
     assert swarm.max_loops == 2
+
+
+def test_a_config_is_held_to_the_same_rule_as_the_constructor():
+    from fsmchat import Agent, RoundRobinSwarm, from_config
+
+    cfg = RoundRobinSwarm(agents=[Agent("a")]).to_config().model_dump(mode="json")
+    assert from_config({**cfg, "max_loops": 3}).max_loops == 3
+    for bad in ("3", True, 3.0):
+        with pytest.raises(ValueError, match=r"\(max_loops: an int >= 1 \(full passes over the roster\)"):
+            from_config({**cfg, "max_loops": bad})  # it loaded "3" as 3 before
