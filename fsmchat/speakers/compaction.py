@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from ..errors import ConfigError
-from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
+from ..graph.state_graph import StateGraph, Transition, state_names
 from .agent import Turn, conversation_view
-from .context import ACTIVE, Compaction, ContextPolicy, ContextState, Summarize, count_tokens, input_limit, \
-    policy_of, summary_row, view
+from .context import Compaction, ContextPolicy, ContextState, Summarize, count_tokens, input_limit, \
+    act_under, policy_of, summary_row, view
 from .llm import resolve_model
 
 COMPACTED = "compacted"  # the event a compaction records (its summary, what it covers)
@@ -95,14 +95,7 @@ def compacting_action(action: Callable[[Any], Any], speakers: Sequence[Any],
         st.due = due(ctx, speakers, policy, head)
         if st.due is not None:
             return "compact"
-        token = ACTIVE.set(st)
-        try:
-            out = action(ctx)
-            if is_awaitable(out):
-                out = await out
-        finally:
-            ACTIVE.reset(token)
-        return out
+        return await act_under(st, action, ctx)
 
     speaking.__name__ = getattr(action, "__name__", "speak")
     speaking.__doc__ = getattr(action, "__doc__", None)

@@ -184,20 +184,26 @@ def memory_summarize(owner: str, what: str) -> ConfigError:
                        "context=LastMessages(n) (each memory's first message and its last n) or \"full\"")
 
 
+
+async def act_under(state: "ContextState", action: Any, ctx: Any) -> Any:
+    """``action(ctx)`` (awaited if it returns an awaitable) with ``state`` as the active context
+    state of the speaking it does (``ACTIVE``)."""
+    token = ACTIVE.set(state)
+    try:
+        out = action(ctx)
+        if inspect.isawaitable(out):
+            out = await out
+    finally:
+        ACTIVE.reset(token)
+    return out
+
 def scoped(action: Any, policy: ContextPolicy) -> Any:
     """``action`` (a speaking state's) with its calls following the pattern's ``policy``
     (``ACTIVE`` while it runs): what a pattern's ``context=LastMessages(n)`` does in each of its
     speaking states (``Summarize`` is drawn as a compaction: ``compaction.compacting_action``)."""
 
     async def speaking(ctx: Any) -> Any:
-        token = ACTIVE.set(ContextState(policy=policy))
-        try:
-            out = action(ctx)
-            if inspect.isawaitable(out):
-                out = await out
-        finally:
-            ACTIVE.reset(token)
-        return out
+        return await act_under(ContextState(policy=policy), action, ctx)
 
     speaking.__name__ = getattr(action, "__name__", "speak")
     speaking.__doc__ = getattr(action, "__doc__", None)
