@@ -222,7 +222,7 @@ def _error(item: Fail, model: str) -> Exception:
 def _response(item: Any) -> Any:
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     if isinstance(item, Empty):
-        return with_cost(parse({"model": "scripted", "choices": [], "usage": usage}, "scripted", None), 0.0)
+        return with_cost(parse({"model": "", "choices": [], "usage": usage}, "", None), 0.0)
     if isinstance(item, (Bid, ToolCall)):
         item = [item]
     if isinstance(item, list) and item and all(isinstance(x, (Bid, ToolCall)) for x in item):  # one reply, its calls
@@ -233,8 +233,8 @@ def _response(item: Any) -> Any:
             raw = args if isinstance(args, str) else json.dumps(args)
             calls.append({"id": x.id if isinstance(x, ToolCall) else "call_1", "type": "function",
                           "function": {"name": name, "arguments": raw}})
-        return completion({"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls", usage, "scripted")
-    return completion({"role": "assistant", "content": str(item)}, "stop", usage, "scripted")
+        return completion({"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls", usage, "")
+    return completion({"role": "assistant", "content": str(item)}, "stop", usage, "")  # no model name, as before
 
 
 class _Provider:

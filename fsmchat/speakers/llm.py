@@ -195,10 +195,10 @@ def needs_litellm(agent: Any) -> bool:
     kwargs = getattr(agent, "litellm_kwargs", None)
     if kwargs is None or not hasattr(agent, "model"):
         return False
+    if getattr(agent, "transport", "auto") == "litellm":
+        return True
     resolved = resolve_model(agent.model)
-    if own_handler(resolved) is not None:
-        return False
-    return getattr(agent, "transport", "auto") == "litellm" or wire.static_blocker(resolved, kwargs) is not None
+    return own_handler(resolved) is None and wire.static_blocker(resolved, kwargs) is not None
 
 
 async def load_litellm(agents: Any) -> None:
@@ -833,8 +833,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     route: wire.Route | None = None
     fast = False
     lm: Any = None
-    if own is not None and wire.live_blocker(None) is not None:
-        own = None  # litellm callbacks or its debug log expect every call: through litellm (``litellm_adapter``)
+    if own is not None and (transport == "litellm" or wire.live_blocker(None) is not None):
+        own = None  # asked for, or litellm callbacks or its debug log expect every call: through litellm (an adapter)
     if own is None:
         route = stats.route(None, agent, resolved, params) if stats is not None else \
             wire.Route.of(None, resolved, params)

@@ -8,7 +8,6 @@ model's ``max_input_tokens``), which litellm never needs to know.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -26,8 +25,8 @@ def _read_file() -> dict[str, Any]:
     if _file_map is None:
         with _lock:
             if _file_map is None:
-                spec = importlib.util.find_spec("litellm")
-                folders = list(spec.submodule_search_locations or ()) if spec is not None else []
+                # litellm's folder on sys.path, found without asking the import system for litellm
+                folders = [os.path.join(entry or ".", "litellm") for entry in sys.path]
                 found: dict[str, Any] = {}
                 for folder in folders:
                     path = os.path.join(folder, MAP_FILE)

@@ -134,7 +134,9 @@ COLD_PROCESS = textwrap.dedent('''
     def started(ctx):  # the run's clock has just started
         seen["litellm_at_start"] = "litellm" in sys.modules and not llm.loading()
 
-    chat = RoundRobinSwarm(agents=[Agent("A", system_prompt="You plan."), Agent("B", system_prompt="You build.")],
+    # transport="litellm": the offline model through litellm (it otherwise answers in process, without it)
+    chat = RoundRobinSwarm(agents=[Agent("A", system_prompt="You plan.", transport="litellm"),
+                                   Agent("B", system_prompt="You build.", transport="litellm")],
                            max_loops=1000).with_limits(deadline_s=float(sys.argv[1]))
     r = chat.execute("Ship it?", on_start=[started])
     print(json.dumps({**seen, "stop": r.stop_reason, "posts": len(r.transcript) - 1}))
