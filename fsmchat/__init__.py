@@ -31,13 +31,14 @@ _EXPORTS: dict[str, str] = {
     "Agent": "speakers", "Turn": "speakers", "RESPOND_TOOL": "speakers",
     "Human": "speakers", "Approve": "speakers", "Edit": "speakers", "Reject": "speakers", "Say": "speakers",
     "Pending": "speakers", "Tool": "speakers", "ToolError": "speakers", "ToolSource": "speakers",
-    "MCPServer": "speakers",
+    "MCPServer": "speakers", "Handoff": "speakers",
     "ToolCallEntry": "models",
     "RateLimit": "speakers", "rate_limit": "speakers", "LastMessages": "speakers", "Summarize": "speakers",
     # layer 15: patterns
     "Pattern": "patterns", "ChatContext": "patterns", "GroupChat": "patterns", "RoundRobinSwarm": "patterns",
     "build_turn_header": "patterns", "build_collaborative_task": "patterns", "OneOnOneDebate": "patterns",
-    "one_on_one_debate": "patterns", "ExpertPanelDiscussion": "patterns",
+    "one_on_one_debate": "patterns", "ExpertPanelDiscussion": "patterns", "SelectorGroupChat": "patterns",
+    "Handoffs": "patterns", "Swarm": "patterns",
     # layer 16: flow
     "AgentFlow": "flow", "Flow": "flow", "Discussion": "flow", "StepResult": "flow", "Task": "flow", "loop": "flow",
     "parallel": "flow", "route": "flow", "if_": "flow", "when": "flow", "repeat": "flow", "flow_input": "flow",
@@ -99,11 +100,13 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         wait_for_text_count as wait_for_text_count)
     from .patterns import (
         ChatContext as ChatContext, ExpertPanelDiscussion as ExpertPanelDiscussion, GroupChat as GroupChat,
-        OneOnOneDebate as OneOnOneDebate, Pattern as Pattern, RoundRobinSwarm as RoundRobinSwarm,
+        Handoffs as Handoffs, OneOnOneDebate as OneOnOneDebate, Pattern as Pattern,
+        RoundRobinSwarm as RoundRobinSwarm, SelectorGroupChat as SelectorGroupChat, Swarm as Swarm,
         build_collaborative_task as build_collaborative_task, build_turn_header as build_turn_header,
         one_on_one_debate as one_on_one_debate)
     from .speakers import (
-        RESPOND_TOOL as RESPOND_TOOL, Agent as Agent, Approve as Approve, Edit as Edit, Human as Human,
+        RESPOND_TOOL as RESPOND_TOOL, Agent as Agent, Approve as Approve, Edit as Edit, Handoff as Handoff,
+        Human as Human,
         LastMessages as LastMessages, MCPServer as MCPServer, Pending as Pending, RateLimit as RateLimit,
         Reject as Reject, Say as Say, Summarize as Summarize, Tool as Tool, ToolError as ToolError,
         ToolSource as ToolSource, Turn as Turn, rate_limit as rate_limit)

@@ -284,6 +284,19 @@ ContextField = Annotated[Any, Travels(ContextSpec, context_spec, _load_context)]
 """The type of a pattern's context policy field: written as a ``ContextSpec``."""
 
 
+def _dump_function(w: ConfigWriter, value: Any, what: str) -> str | None:
+    return opt_ref(value, what)
+
+
+def _load_function(r: ConfigReader, data: Any) -> Any:
+    return r.fn(data, "function")
+
+
+FunctionField = Annotated[Any, Travels(Annotated[Optional[str], REF], _dump_function, _load_function)]
+"""The type of a pattern field holding a plain function (``until``, ``candidates``): written as its
+import path, rebuilt through the reader's trust."""
+
+
 def _load_data(r: ConfigReader, data: Any) -> Any:
     return json.loads(json.dumps(data))
 

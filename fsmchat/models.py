@@ -414,6 +414,9 @@ class StopReason(str, Enum):
     STOPPED = "stopped"  # a person rejected going on, or a flow step stopped the workflow
     INTERRUPTED = "interrupted"  # the run waits for a person (resume it with input=)
     MAX_STEPS = "max_steps"  # the engine's step cap (a safety net against a runaway graph)
+    MAX_TURNS = "max_turns"  # SelectorGroupChat, Handoffs: the turn cap
+    LIVELOCK = "livelock"  # the same cycle of speakers said the same texts again (``repeated_cycle``)
+    ANSWERED = "answered"  # Handoffs: the active agent replied without handing off
     DONE = "done"  # a flow (or a branch of one) ran all its steps
     RUNNING = "running"  # not stopped yet: the result of a run still in progress
 

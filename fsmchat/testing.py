@@ -31,6 +31,8 @@ from .errors import FsmchatError
 from .speakers.agent import Agent
 from .speakers import modelmap
 from .speakers.chunks import completion, stream_chunks
+from .speakers.handoff import tool_name_for
+from .speakers.selector import SELECT_TOOL
 from .speakers.llm import INTERCEPTOR, own_provider, register_own
 from .speakers.wire import TRANSPORT_OPTIONS, body_of, parse, price_of, with_cost
 from .trust import Trust
@@ -80,6 +82,28 @@ class ToolCall:
     name: str
     arguments: Any
     id: str = "call_1"
+
+
+def Pick(speaker: str, id: str = "call_pick") -> ToolCall:  # noqa: N802 - a script item, spelled like the others
+    """A selector's pick: its forced ``select_speaker`` call naming ``speaker``.
+
+    Examples:
+        >>> from fsmchat.testing import Pick
+        >>> Pick("coder")
+        ToolCall(name='select_speaker', arguments={'speaker': 'coder'}, id='call_pick')
+    """
+    return ToolCall(SELECT_TOOL, {"speaker": speaker}, id)
+
+
+def Transfer(target: str, message: str = "", id: str = "call_handoff") -> ToolCall:  # noqa: N802 - a script item
+    """A handoff: the ``transfer_to_<target>`` call, with an optional ``message`` for the receiver.
+
+    Examples:
+        >>> from fsmchat.testing import Transfer
+        >>> Transfer("billing", "double charge")
+        ToolCall(name='transfer_to_billing', arguments={'message': 'double charge'}, id='call_handoff')
+    """
+    return ToolCall(tool_name_for(target), {"message": message} if message else {}, id)
 
 
 @dataclass(frozen=True)

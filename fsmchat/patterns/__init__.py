@@ -9,6 +9,9 @@ from .runner import FailedRuns
 from .debate import DebateConfig, DebateContext, DebateState, OneOnOneDebate, compile_debate, one_on_one_debate
 from .group_chat import GroupChat, GroupChatConfig, GroupChatContext, GroupChatState, compile_group_chat
 from .panel import ExpertPanelDiscussion, PanelConfig, PanelContext, PanelState, compile_panel
+from .handoffs import Handoffs, HandoffsConfig, HandoffsContext, HandoffsState, Swarm, compile_handoffs
+from .selector import SelectionError, SelectorConfig, SelectorContext, SelectorGroupChat, SelectorState, \
+    compile_selector
 from .round_robin import RoundRobinConfig, RoundRobinContext, RoundRobinSwarm, build_collaborative_task, \
     build_turn_header, compile_round_robin
 
@@ -17,4 +20,7 @@ __all__ = ["Pattern", "PatternConfig", "Participants", "OneParticipant", "Failed
            "GroupChatContext", "GroupChatState", "compile_group_chat", "RoundRobinSwarm", "RoundRobinConfig",
            "RoundRobinContext", "compile_round_robin", "build_turn_header", "build_collaborative_task",
            "OneOnOneDebate", "one_on_one_debate", "DebateConfig", "DebateContext", "DebateState", "compile_debate",
-           "ExpertPanelDiscussion", "PanelConfig", "PanelContext", "PanelState", "compile_panel"]
+           "ExpertPanelDiscussion", "PanelConfig", "PanelContext", "PanelState", "compile_panel",
+           "SelectorGroupChat", "SelectorConfig", "SelectorContext", "SelectorState", "SelectionError",
+           "compile_selector", "Handoffs", "Swarm", "HandoffsConfig", "HandoffsContext", "HandoffsState",
+           "compile_handoffs"]

@@ -20,6 +20,7 @@ from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
 from ..masking import HEADER_OPTIONS, register_secrets, secret_values
 from ..models import Bid, Message, shorten
 from . import context as contexts, llm, wire
+from .handoff import Handoff, as_handoffs
 from .images import image_part
 from .log_secrets import is_secret
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
@@ -83,6 +84,9 @@ class Agent(BaseModel):
             (the default) follows the pattern's policy, else ``"full"``.
         max_input_tokens: Its model's input limit in tokens (default: litellm's model map);
             each prompt is counted against it before it is sent.
+        handoffs: Who it may give the floor to (``fsmchat.speakers.handoff``): agents, people,
+            names or ``Handoff(target, description=..., input_filter=fn)``; each is offered as a
+            ``transfer_to_<name>`` tool, and a call of one ends its turn (``Handoffs`` runs them).
 
     Raises:
         ConfigError: A field is invalid (the message names it and says what is allowed).
@@ -126,6 +130,7 @@ class Agent(BaseModel):
     output_type: str | None = None
     context: Any = None
     max_input_tokens: int | None = Field(None, ge=1, strict=True)
+    handoffs: list[Handoff] = Field(default_factory=list)
     _held_tools: ToolLoop | None = PrivateAttr(default=None)  # tools_open(): the tool sources held open
 
     def __init__(self, name: str | None = None, /, **data: Any):
@@ -165,6 +170,20 @@ class Agent(BaseModel):
             raise ValueError(f"tools: two tools are named {dup!r}; a model calls a tool by its name, so names must "
                              "be unique (Tool(fn, name=...) renames one)")
         return out
+
+    @field_validator("handoffs", mode="before")
+    @classmethod
+    def _handoff_items(cls, v: Any) -> list[Handoff]:
+        try:
+            return [h if isinstance(h, Handoff) else Handoff(h) for h in
+                    (v if isinstance(v, (list, tuple)) else [] if v is None else [v])]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _handoffs(self) -> "Agent":
+        self.handoffs = as_handoffs(self.handoffs, self.name)
+        return self
 
     @field_validator("context")
     @classmethod
@@ -272,6 +291,16 @@ class Agent(BaseModel):
             raise llm_empty(self.name)
         return choices[0].message
 
+    async def choose(self, turn: "Turn", spec: dict[str, Any]) -> Any:
+        """One model call that must call the tool ``spec`` (a selector's pick: ``tool_choice`` names
+        it); its message. The call is every call's (``_call``: the prompt counted, limits, retries)."""
+        choice = {"type": "function", "function": {"name": spec["function"]["name"]}}
+        response = await self._call(self.prompt(turn), turn.stats, tools=[spec], tool_choice=choice)
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise llm_empty(self.name)
+        return choices[0].message
+
     def prompt(self, turn: "Turn", extra: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
         """The chat messages of this agent's call for ``turn`` (then ``extra``, the turn's tool
         rounds): the conversation as its context policy shows it (``fsmchat.speakers.context.fit``)."""
@@ -318,7 +347,7 @@ class Agent(BaseModel):
                 failed attempt: ``require_reply_text``).
             ToolError: The model called a tool that has no function.
         """
-        if has_tools(self):
+        if has_tools(self) or self.handoffs:
             held = self._held_tools
             loop = held if held is not None else ToolLoop()
             try:
@@ -351,8 +380,8 @@ class Agent(BaseModel):
         if content is not None and content.strip():
             return
         calls = getattr(message, "tool_calls", None) or []
-        if calls and self.tools:
-            return  # the agent's own tools were called: the speaking path handles them
+        if calls and (self.tools or self.handoffs):
+            return  # the agent's own tools (or a handoff) were called: the speaking path handles them
         if not calls and content is not None:
             return
         names = [getattr(getattr(c, "function", None), "name", None) for c in calls]

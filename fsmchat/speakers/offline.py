@@ -411,6 +411,37 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
     return calls
 
 
+def forced_tool_call(messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> dict[str, Any] | None:
+    """The call of a tool the request forces (``tool_choice`` names it; ``respond`` is a bid, composed
+    elsewhere), or None. A choice among allowed values (a selector's ``speaker`` enum) takes the
+    value the latest message of the conversation mentions first (its speaker's own "Name:" aside),
+    else the first allowed: the enum's order is the fallback (the next speaker in turn)."""
+    choice = optional_params.get("tool_choice")
+    name = ((choice or {}).get("function") or {}).get("name") if isinstance(choice, dict) else None
+    if not name or name == "respond":
+        return None
+    tool = next((t for t in optional_params.get("tools") or [] if (t.get("function") or {}).get("name") == name), None)
+    if tool is None:
+        return None
+    said = [m for m in messages if m.get("role") != "system"]
+    latest = _text(said[-2 if len(said) > 1 else -1].get("content")) if said else ""
+    latest = re.sub(r"^[^\n:]{1,64}:\s", "", latest)  # "Name: text" (another's message): who said it is no mention
+    props = ((tool.get("function") or {}).get("parameters") or {}).get("properties") or {}
+    args: dict[str, Any] = {}
+    for key, schema in props.items():
+        allowed = schema.get("enum") if isinstance(schema, dict) else None
+        if allowed:
+            hits = [(m.start(), v) for v in allowed
+                    for m in [re.search(rf"(?<![\w]){re.escape(str(v))}(?![\w])", latest, re.IGNORECASE)] if m]
+            args[key] = min(hits)[1] if hits else allowed[0]
+        else:
+            value = _argument(key, schema if isinstance(schema, dict) else {}, latest, [])
+            if value is not None:
+                args[key] = value
+    digest = hashlib.sha1(json.dumps([name, args, len(messages)], sort_keys=True).encode()).hexdigest()[:12]
+    return {"id": f"call_{digest}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
 def offline_tool_results(messages: list[dict[str, Any]]) -> str:
     """What the tools said this turn, as one sentence the reply ends with (``""``: no tool results)."""
     results: list[tuple[str, str]] = []
@@ -440,8 +471,10 @@ def before_tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def with_tools(response: WireResponse, messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> Any:
     """``response`` (a composed reply or bid) as a turn with tools answers: tool calls when it is
-    asked for what a tool offers, else the reply (the bid's message) ending with the tools' results."""
-    calls = offline_tool_calls(messages, optional_params)
+    asked for what a tool offers, else the reply (the bid's message) ending with the tools' results;
+    a forced tool (a selector's pick) is called."""
+    forced = forced_tool_call(messages, optional_params)
+    calls = [forced] if forced is not None else offline_tool_calls(messages, optional_params)
     if calls:
         u = response.usage
         usage = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,

@@ -44,6 +44,7 @@ from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from ..masking import redact, redact_chain
+from .handoff import HandoffCall, find_handoff, handoffs_of
 from .human import Approve, Edit, Reject, Say, request
 from .respond import BidOutcome, bid_from_arguments, silent
 from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, changed_tools, has_tools, \
@@ -184,6 +185,7 @@ class ToolLoop:
         self._starting: asyncio.Lock | None = None  # made in the run's loop on first use
         self.used = False
         self.last: dict[str, list[dict[str, Any]]] = {}  # the tool calls of the last state's answered turns
+        self.handoffs: dict[str, HandoffCall] = {}  # a turn that ended in a handoff, by speaker (the pattern pops it)
 
     def once(self, speaker: str, mark: str) -> bool:
         """Whether the state's action does ``mark`` with ``speaker``'s answer for the first time
@@ -268,7 +270,7 @@ class ToolLoop:
         ``speaker.reply(turn)``. With tools, inside a state drawn with its tool loop, a reply with
         tool calls records them and raises ``ToolRound`` (the loop runs them, the state runs again);
         outside one (a direct call) the calls are run inline until the model answers."""
-        if not has_tools(speaker):
+        if not has_tools(speaker) and not handoffs_of(speaker):
             if self.active:
                 return str(await self._cached(speaker, lambda: speaker.reply(turn)))
             return str(await speaker.reply(turn))
@@ -283,9 +285,13 @@ class ToolLoop:
             raise ToolRound(f"{speaker.name}: tool calls pending")
         tools = await self.tools_of(speaker)
         final = ex.rounds >= speaker.max_tool_rounds
-        message = await speaker.tool_message(turn, ex.tool_messages(), [t.spec() for t in tools], final=final)
+        message = await speaker.tool_message(turn, ex.tool_messages(), offered(speaker, tools), final=final)
         calls = _calls_of(message)
         text = (getattr(message, "content", None) or "").strip()
+        handed = self._handoff(speaker, calls, text)
+        if handed is not None:
+            ex.answer, ex.answered = handed, True
+            return handed
         if calls and not final:
             self._record(ex, speaker, tools, message, calls)
             raise ToolRound(f"{speaker.name}: {len(calls)} tool call(s)")
@@ -357,9 +363,12 @@ class ToolLoop:
         tools = await self.tools_of(speaker)
         while True:
             final = ex.rounds >= speaker.max_tool_rounds
-            message = await speaker.tool_message(turn, ex.tool_messages(), [t.spec() for t in tools], final=final)
+            message = await speaker.tool_message(turn, ex.tool_messages(), offered(speaker, tools), final=final)
             calls = _calls_of(message)
             text = (getattr(message, "content", None) or "").strip()
+            handed = self._handoff(speaker, calls, text)
+            if handed is not None:
+                return handed
             if not calls or final:
                 if calls and not text:
                     raise ToolError(f"agent {speaker.name!r} still asked for tools after max_tool_rounds="
@@ -368,6 +377,16 @@ class ToolLoop:
             self._record(ex, speaker, tools, message, calls)
             self._refuse_waiting(ex, speaker)
             await self.run_exchange(ex, speaker, turn.stats, None)
+
+    def _handoff(self, speaker: Any, calls: list[tuple[str, str, Any]], text: str) -> str | None:
+        """A reply that calls a ``transfer_to_<name>`` tool ends the turn in a handoff: it is kept
+        for the pattern (``handoffs``) and the reply's text is returned (its own text, else the
+        handoff's message, else "Transferred to <name>."); other calls of that reply do not run."""
+        call = find_handoff(speaker, calls)
+        if call is None:
+            return None
+        self.handoffs[speaker.name] = call
+        return text or call.message or f"Transferred to {call.target}."
 
     @staticmethod
     def _refuse_waiting(ex: Exchange, speaker: Any) -> None:
@@ -537,6 +556,11 @@ class ToolLoop:
 
 
 # ---- the graph block ----
+def offered(speaker: Any, tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    """The tool specs a turn of ``speaker`` offers: its tools, then a ``transfer_to_<name>`` per handoff."""
+    return [t.spec() for t in tools] + [h.spec() for h in handoffs_of(speaker)]
+
+
 def loop_of(ctx: Any) -> ToolLoop:
     """The run's ``ToolLoop`` on ``ctx`` (made on first use)."""
     loop = getattr(ctx, "tool_loop", None)

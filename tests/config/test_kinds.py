@@ -248,7 +248,7 @@ def test_a_pattern_takes_its_models_fields_in_order():
 def test_stop_reasons_are_one_enum_that_reads_as_plain_strings(tmp_path):
     assert [r.value for r in StopReason] == ["max_loops", "lull", "until", "rounds", "closed", "ttl", "budget",
                                              "deadline", "error", "cancelled", "stopped", "interrupted", "max_steps",
-                                             "done", "running"]
+                                             "max_turns", "livelock", "answered", "done", "running"]
     assert StopReason.LULL == "lull" and isinstance(StopReason.LULL, str)
     assert (f"{StopReason.LULL}", str(StopReason.LULL), repr(StopReason.LULL)) == ("lull", "lull", "'lull'")
     assert json.dumps({"stop": StopReason.LULL}) == '{"stop": "lull"}' and {"lull": 1}[StopReason.LULL] == 1
