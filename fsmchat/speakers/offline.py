@@ -394,7 +394,7 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
             continue
         params = (tool.get("function") or {}).get("parameters") or {}
         props = params.get("properties") or {}
-        required = params.get("required") or list(props)
+        required = params["required"] if "required" in params else list(props)  # optional ones are left out
         args = {k: _argument(k, props.get(k) or {}, asked_text, matched) for k in required}
         # the n-th number parameter takes the n-th number of the message that asked for the tool
         asking = next((u for u in dict.fromkeys([*users[:1], *users[-1:]])  # the task first
