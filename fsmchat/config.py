@@ -45,6 +45,7 @@ from .kinds import Kinds, owner_module
 from .limits import Limits
 from .speakers.agent import Agent, CallableSpeaker, Speaker, Turn
 from .speakers.context import LastMessages, Summarize
+from .speakers.handoff import Handoff
 from .speakers.human import Human
 from .speakers.llm import DEFAULT_MAX_RETRY_WAIT, DEFAULT_RETRIES, DEFAULT_TIMEOUT
 from .speakers.log_secrets import is_secret
@@ -115,7 +116,8 @@ LATER_PATTERN_FIELDS: dict[str, Any] = {"context": None}
 LATER_AGENT_FIELDS: dict[str, Any] = {"max_retry_wait_s": DEFAULT_MAX_RETRY_WAIT, "transport": "auto",
                                       "max_tool_rounds": DEFAULT_MAX_TOOL_ROUNDS,
                                       "max_parallel_tools": DEFAULT_MAX_PARALLEL_TOOLS, "on_tool_error": "return",
-                                      "share_tool_results": False, "context": None, "max_input_tokens": None}
+                                      "share_tool_results": False, "context": None, "max_input_tokens": None,
+                                      "handoffs": []}
 
 
 class AgentSpec(ConfigSpec):
@@ -143,6 +145,7 @@ class AgentSpec(ConfigSpec):
     agent_class: Annotated[str | None, REF] = None  # "module:qualname" of an Agent subclass
     context: "ContextSpec | None" = None
     max_input_tokens: int | None = None
+    handoffs: list["HandoffSpec"] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -158,6 +161,9 @@ class AgentSpec(ConfigSpec):
         yield from super().references()
         for t in filter(is_function_tool, self.tools):  # a tool's function, checked like every reference
             yield str(t.get("ref") or ""), self.tool_label(t)
+        for h in self.handoffs:
+            if h.input_filter:
+                yield h.input_filter, f"agent {self.name!r} handoff to {h.target!r} input_filter"
 
     def tool_label(self, entry: dict[str, Any]) -> str:
         return f"agent {self.name!r} tool {str(entry.get('ref') or '').rpartition(':')[2]!r}"
@@ -175,7 +181,21 @@ class AgentSpec(ConfigSpec):
                    persistent_memory=self.persistent_memory, output_type=self.output_type,
                    **({"context": self.context.build(r)} if self.context is not None else {}),
                    **({"max_input_tokens": self.max_input_tokens} if self.max_input_tokens is not None else {}),
+                   **({"handoffs": [h.build(r, self.name) for h in self.handoffs]} if self.handoffs else {}),
                    **self.litellm)
+
+
+class HandoffSpec(BaseModel):
+    """One of an agent's handoffs: its target, description and input filter (by import path)."""
+
+    model_config = ConfigDict(extra="forbid")
+    target: str
+    description: str = ""
+    input_filter: str | None = None
+
+    def build(self, r: "ConfigReader", agent: str) -> Handoff:
+        return Handoff(self.target, self.description,
+                       r.fn(self.input_filter, f"agent {agent!r} handoff to {self.target!r} input_filter"))
 
 
 class ContextSpec(ConfigSpec):
@@ -568,7 +588,10 @@ class ConfigWriter:
                          litellm=jsonable(extra, f"agent {a.name!r}'s litellm options"),
                          agent_class=None if type(a) is Agent else callable_ref(type(a), f"agent {a.name!r}"),
                          context=context_spec(self, a.context) if a.context is not None else None,
-                         max_input_tokens=a.max_input_tokens)
+                         max_input_tokens=a.max_input_tokens,
+                         handoffs=[HandoffSpec(target=h.target, description=h.description,
+                                               input_filter=opt_ref(h.input_filter, f"agent {a.name!r} handoff"))
+                                   for h in a.handoffs])
         self.model(a.model, a.name)
         return spec
 
