@@ -62,6 +62,13 @@ class HandoffsConfig(PatternConfig):
         context: The speakers' context policy (``fsmchat.speakers.context``).
         name: The conversation's name.
         description: What it is for.
+
+    Examples:
+        >>> from fsmchat import Agent
+        >>> from fsmchat.patterns import HandoffsConfig
+        >>> cfg = HandoffsConfig(participants=[Agent("triage", handoffs=["billing"]), Agent("billing")])
+        >>> cfg.first(), cfg.edges(), cfg.on_reply, cfg.max_turns
+        ('triage', [('triage', 'billing')], 'stop', 10)
     """
 
     participants: Annotated[Speakers, AfterValidator(handoffs_roster)] = Field(None, validate_default=True,
@@ -123,6 +130,11 @@ class HandoffsState(PatternState):
         source: Who handed the floor to it (None: it started, or a person gave it back).
         message: The handoff's message for it.
         handed: Where the last turn handed the floor (None: it kept it).
+
+    Examples:
+        >>> from fsmchat.patterns import HandoffsState
+        >>> HandoffsState(active=1, source=0, message="refund it", handed=1).snapshot()
+        {'active': 1, 'source': 0, 'message': 'refund it', 'handed': 1}
     """
 
     active: int = 0
@@ -133,7 +145,20 @@ class HandoffsState(PatternState):
 
 @dataclass
 class HandoffsContext(ChatContext):
-    """A Handoffs run's context."""
+    """A Handoffs run's context: its config and working state (who is active, who handed over).
+
+    Attributes:
+        config: The conversation's validated parameters.
+        state: The active speaker and the handoff that made it active.
+
+    Examples:
+        >>> from fsmchat import Agent, Handoffs
+        >>> seen = []
+        >>> chat = Handoffs([Agent("triage", handoffs=["billing"]), Agent("billing")])
+        >>> _ = chat.execute("Charged twice.", on_start=[seen.append])
+        >>> type(seen[0]).__name__, seen[0].names
+        ('HandoffsContext', ['triage', 'billing'])
+    """
 
     config: HandoffsConfig = field(kw_only=True)
     state: HandoffsState = field(default_factory=HandoffsState)
@@ -237,8 +262,10 @@ async def turn(ctx: HandoffsContext, i: int) -> dict[str, Any]:
 def compile_handoffs(names: Sequence[str], edges: Sequence[tuple[str, str]], *, first: str,
                      on_reply: str = "stop", until: bool = False, people: Sequence[str] = (),
                      description: str = "") -> StateGraph:
-    """Handoffs' graph: a state per participant, an edge per possible handoff (labelled with its
-    tool), and the stops.
+    """Handoffs' graph: a state per participant and an edge per possible handoff.
+
+    Each handoff edge is labelled with its tool (``transfer_to_<name>``); every state has the
+    stops (until, livelock, max_turns, answered).
 
     Args:
         names: The participants' names, in roster order.

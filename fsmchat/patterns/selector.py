@@ -38,7 +38,23 @@ from .next_speaker import AllowedField, check_allowed, named_guard, repeated_cyc
 
 
 class SelectionError(ConfigError):
-    """A ``selector`` or ``candidates`` function named a speaker that may not speak now."""
+    """A ``selector`` or ``candidates`` function named a speaker that may not speak now.
+
+    The run stops with ``"error"`` (the transcript so far is kept); the message names the
+    function's answer and the candidates allowed at that point.
+
+    Examples:
+        >>> from fsmchat import SelectorGroupChat
+        >>> def a(turn):
+        ...     return "one"
+        >>> def b(turn):
+        ...     return "two"
+        >>> def c(turn):
+        ...     return "three"
+        >>> r = SelectorGroupChat([a, b, c], selector=lambda messages: "a", start="a").execute("Go.")
+        >>> type(r.error).__name__, r.stop_reason
+        ('SelectionError', 'error')
+    """
 
 
 def selector_roster(agents: Any) -> list[Speaker]:
@@ -72,6 +88,13 @@ class SelectorConfig(PatternConfig):
         context: The speakers' context policy (``fsmchat.speakers.context``).
         name: The chat's name.
         description: What it is for.
+
+    Examples:
+        >>> from fsmchat import Agent
+        >>> from fsmchat.patterns import SelectorConfig
+        >>> cfg = SelectorConfig(participants=[Agent("planner"), Agent("coder")])
+        >>> cfg.max_turns, cfg.max_selector_attempts, cfg.allow_repeat, cfg.follows()
+        (10, 3, False, {'planner': ['coder'], 'coder': ['planner']})
     """
 
     participants: Annotated[Speakers, AfterValidator(selector_roster)] = Field(None, validate_default=True,
@@ -130,7 +153,17 @@ class SelectorConfig(PatternConfig):
 
 @dataclass
 class SelectorState(PatternState):
-    """The chat's working state: who spoke last and who was picked next (roster indexes)."""
+    """The chat's working state: who spoke last and who was picked next (roster indexes).
+
+    Attributes:
+        last: The latest speaker (None before the first reply).
+        next: The speaker the latest pick chose (None once it has spoken).
+
+    Examples:
+        >>> from fsmchat.patterns import SelectorState
+        >>> SelectorState(last=0, next=2).snapshot()
+        {'last': 0, 'next': 2}
+    """
 
     last: int | None = None
     next: int | None = None
@@ -138,7 +171,26 @@ class SelectorState(PatternState):
 
 @dataclass
 class SelectorContext(ChatContext):
-    """A SelectorGroupChat run's context."""
+    """A SelectorGroupChat run's context: its config, working state, selector and allowed pairs.
+
+    Attributes:
+        config: The chat's validated parameters.
+        state: Who spoke last, who was picked.
+        selector: The selector (an ``Agent`` or a function).
+        follows: Who may follow each speaker (``SelectorConfig.follows``).
+
+    Examples:
+        >>> from fsmchat import SelectorGroupChat
+        >>> def a(turn):
+        ...     return "one"
+        >>> def b(turn):
+        ...     return "two"
+        >>> seen = []
+        >>> _ = SelectorGroupChat([a, b], selector=lambda m: None, start="a", max_turns=2).execute(
+        ...     "Go.", on_start=[seen.append])
+        >>> type(seen[0]).__name__, seen[0].follows
+        ('SelectorContext', {'a': ['b'], 'b': ['a']})
+    """
 
     config: SelectorConfig = field(kw_only=True)
     state: SelectorState = field(default_factory=SelectorState)
@@ -262,8 +314,10 @@ async def take_turn(ctx: SelectorContext, i: int) -> str:
 
 def compile_selector(follows: dict[str, list[str]], *, start: str | None = None, until: bool = False,
                      people: Sequence[str] = (), description: str = "") -> StateGraph:
-    """SelectorGroupChat's graph over a known roster: a state per speaker, an ``after_<speaker>``
-    pick state per speaker with one edge per allowed pair.
+    """SelectorGroupChat's graph over a known roster, one edge per allowed pair.
+
+    A state per speaker, and after each an ``after_<speaker>`` pick state whose edges go to
+    who may follow it.
 
     Args:
         follows: Who may follow each speaker, the roster's order (``SelectorConfig.follows``).
@@ -324,6 +378,12 @@ class SelectorGroupChat(Pattern, kind="selector_group_chat", config=SelectorConf
     (``"max_turns"``). Model calls: at most ``max_turns`` per participant and ``max_turns x
     max_selector_attempts`` for the selector (``max_calls``). AutoGen's spellings are accepted:
     ``allow_repeated_speaker``, ``candidate_func``, ``selector_func``.
+
+    Args:
+        *args: The fields of ``SelectorConfig`` by position (``participants``, ``selector``, ...).
+        **kwargs: The fields by name, or by AutoGen's spellings.
+        interrupt_before: States where the run stops for a person before entering them.
+        interrupt_after: States where the run stops for a person after leaving them.
 
     Examples:
         >>> from fsmchat import SelectorGroupChat

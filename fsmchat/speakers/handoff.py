@@ -42,6 +42,11 @@ class Handoff:
         input_filter: ``fn(messages) -> messages``: what the receiver sees of the conversation while
             it is active (default: everything); a plain function, so it can travel in a config.
 
+    Attributes:
+        target: The receiver's name.
+        description: What the tool tells the model.
+        input_filter: What the receiver sees (None: everything).
+
     Examples:
         >>> from fsmchat import Handoff
         >>> h = Handoff("billing", description="Charges, invoices and refunds.")

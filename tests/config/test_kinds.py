@@ -165,8 +165,8 @@ def test_a_toy_step_kind_travels_bounds_and_runs():
 def test_unknown_kinds_are_config_errors_naming_the_known_ones():
     with pytest.raises(ConfigError) as e:
         from_config({"kind": "nope"})
-    assert "whose kind is one of ['echo_chain', 'expert_panel', 'factory', 'flow', 'group_chat', " \
-           "'one_on_one_debate', 'round_robin'] (kind='nope' is none of them)" in str(e.value)
+    assert "whose kind is one of ['echo_chain', 'expert_panel', 'factory', 'flow', 'group_chat', 'handoffs', " \
+           "'one_on_one_debate', 'round_robin', 'selector_group_chat'] (kind='nope' is none of them)" in str(e.value)
     flow = AgentFlow(steps=[shout]).to_config().model_dump(mode="json")
     flow["steps"] = [{"kind": "loop", "steps": [{"kind": "sing"}]}]
     with pytest.raises(ConfigError) as e:
