@@ -43,6 +43,8 @@ PATTERNS: dict[str, str] = {
     "one_on_one_debate": "fsmchat.patterns.debate:example_graph",
     "one_on_one_debate_function": "fsmchat.patterns.debate:example_function_graph",
     "expert_panel": "fsmchat.patterns.panel:example_graph",
+    "selector_group_chat": "fsmchat.patterns.selector:example_graph",
+    "handoffs": "fsmchat.patterns.handoffs:example_graph",
     "discussion_channel": "fsmchat.network.graphs:example_lifecycle_graph",
     "discussion_turns": "fsmchat.network.graphs:example_turn_graph",
 }

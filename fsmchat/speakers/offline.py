@@ -366,6 +366,32 @@ def _argument(name: str, schema: dict[str, Any], text: str, matched: list[str]) 
     return None
 
 
+HANDOFF_PREFIX = "transfer_to_"
+_HANDOFF_NOISE = set("hand handoff transfer conversation ask questions".split())
+
+
+def offline_handoff(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The handoff the offline model makes (``transfer_to_<name>``), or None: the first offered
+    target whose name or description shares a word with the conversation (the task and the
+    latest message, not the turn's own instruction, nor who wrote that message)."""
+    said = [m for m in messages if m.get("role") != "system"]
+    if len(said) < 2:
+        return None
+    latest = _text(said[-2].get("content")) if len(said) > 2 else ""
+    latest = re.sub(r"^[^\n:]{1,64}:\s", "", latest)  # "Name: text": who said it is no topic
+    asked = {w[:5] for w in _words(_text(said[0].get("content")) + " " + latest)}
+    for tool in tools:
+        fn = tool.get("function") or {}
+        name = str(fn.get("name") or "")
+        if not name.startswith(HANDOFF_PREFIX):
+            continue
+        offered = _words(name[len(HANDOFF_PREFIX):].replace("_", " ") + " " + str(fn.get("description") or ""))
+        if any(w[:5] in asked for w in offered if w not in _HANDOFF_NOISE and w not in _TOOL_NOISE):
+            digest = hashlib.sha1(json.dumps([name, len(messages)]).encode()).hexdigest()[:12]
+            return {"id": f"call_{digest}", "type": "function", "function": {"name": name, "arguments": "{}"}}
+    return None
+
+
 def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool calls the offline model makes for this request (``[]``: none), deterministically.
 
@@ -375,12 +401,13 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
     3" asks for ``add``), once per turn (not after tool results came back), never when
     ``tool_choice`` is ``"none"`` or forces ``respond``; arguments are read from that text by the
     tool's schema (``_argument``)."""
-    tools = [t for t in optional_params.get("tools") or [] if (t.get("function") or {}).get("name") != "respond"]
+    offered = [t for t in optional_params.get("tools") or [] if (t.get("function") or {}).get("name") != "respond"]
     choice = optional_params.get("tool_choice")
-    if not tools or choice == "none" or isinstance(choice, dict):
+    if not offered or choice == "none" or isinstance(choice, dict):
         return []
     if messages and messages[-1].get("role") == "tool":  # once per turn: the results are in
         return []
+    tools = [t for t in offered if not str((t.get("function") or {}).get("name") or "").startswith(HANDOFF_PREFIX)]
     users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
     asked_text = "\n".join(dict.fromkeys([*users[-1:], *users[:1]]))
     asked = _words(asked_text)
@@ -408,6 +435,9 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
         calls.append({"id": f"call_{digest}", "type": "function",
                       "function": {"name": name, "arguments": json.dumps({k: v for k, v in args.items()
                                                                           if v is not None})}})
+    if not calls:  # nothing to do with its own tools: it may hand the conversation on
+        handoff = offline_handoff(messages, offered)
+        calls = [handoff] if handoff is not None else []
     return calls
 
 

@@ -1,6 +1,6 @@
 """Every example runs with `fsmchat run examples/X.py` as it is: a pattern example finds its task in
 the module's TASK (or is a plain script, such as the hub channel), and each ends as the README says:
-exit 0, or 3 for the example that waits for a person (human_review and tools: `--no-input` leaves them waiting)."""
+exit 0, or 3 for the examples that wait for a person (human_review, tools, support_triage: `--no-input` leaves them waiting)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from pathlib import Path
 from test_readme import offline_env
 
 ROOT = Path(__file__).resolve().parents[2]
-WAITS = {"human_review.py": 3, "tools.py": 3}  # wait for a person (a message, a tool call); `fsmchat resume` answers
+WAITS = {"human_review.py": 3, "tools.py": 3, "support_triage.py": 3}  # wait for a person (a message, a tool call: the refund); `fsmchat resume` answers
 
 RUNNER = '''
 import contextlib, io, json, sys
