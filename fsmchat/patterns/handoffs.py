@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Sequence
 
-import networkx as nx
 from pydantic import AfterValidator, Field, model_validator
 
 from ..checks import Count, check_agents
@@ -32,7 +31,7 @@ from ..speakers.context import check_context
 from ..speakers.handoff import Handoff, handoffs_of
 from ..speakers.human import Human
 from .base import ChatContext, OutputType, Pattern, PatternConfig, PatternState, people_in, speaker_states
-from .next_speaker import named_guard, repeated_cycle
+from .next_speaker import named_guard, reached, repeated_cycle
 
 
 def handoffs_roster(agents: Any) -> list[Speaker]:
@@ -99,10 +98,9 @@ class HandoffsConfig(PatternConfig):
                 if h.target not in names:
                     raise ConfigError(f"Handoffs: agent {a.name!r} hands off to {h.target!r}, who is not a participant "
                                       f"(participants: {', '.join(map(repr, names))}); add it, or drop the handoff")
-        g = nx.DiGraph(self.edges())
-        g.add_nodes_from(names)
         first = self.first()
-        lost = [n for n in names if n != first and n not in nx.descendants(g, first)]
+        seen = reached(self.edges(), [first])
+        lost = [n for n in names if n not in seen]
         if lost:
             raise ConfigError(f"Handoffs: no handoff from {first!r} ever reaches {', '.join(map(repr, lost))}; give an "
                               "agent a handoff to it (Agent(handoffs=[...])), or leave it out")

@@ -14,9 +14,8 @@ rule over the transcript, never a timer.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Callable, Mapping, Optional, Sequence
-
-import networkx as nx
+import sys
+from typing import Annotated, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ..config import Travels
 from ..errors import ConfigError, ConfigTypeError
@@ -52,7 +51,7 @@ def check_allowed(allowed: Any, names: Sequence[str], owner: str, *, start: str 
     if allowed is None:
         return None
     what = f"{owner}: allowed"
-    if isinstance(allowed, nx.DiGraph):
+    if is_digraph(allowed):
         pairs = [(str(a), str(b)) for a, b in allowed.edges] if all(isinstance(n, str) for n in allowed.nodes) \
             else None
         if pairs is None:
@@ -84,15 +83,34 @@ def check_allowed(allowed: Any, names: Sequence[str], owner: str, *, start: str 
     if dead:
         raise ConfigError(f"{what}: no one may speak after {_names(dead)} (a dead end: the chat could not go on); "
                           "give each speaker at least one who may follow it (end a chat with until= or max_turns=)")
-    g = nx.DiGraph([(a, b) for a in names for b in follows[a]])
-    g.add_nodes_from(names)
     openers = [start] if start is not None else list(names)
-    reached = set(openers).union(*(nx.descendants(g, o) for o in openers))
-    lost = [n for n in names if n not in reached]
+    seen = reached([(a, b) for a in names for b in follows[a]], openers)
+    lost = [n for n in names if n not in seen]
     if lost:
         raise ConfigError(f"{what}: no run reaches {_names(lost)} from {start!r} (nobody may hand the floor to "
                           f"{'it' if len(lost) == 1 else 'them'}); add an edge to it, or leave it out")
     return follows
+
+
+def is_digraph(value: Any) -> bool:
+    """Whether ``value`` is a networkx ``DiGraph`` (networkx is not imported for it: a DiGraph
+    exists only once its user imported networkx)."""
+    nx = sys.modules.get("networkx")
+    return nx is not None and isinstance(value, nx.DiGraph)
+
+
+def reached(edges: Iterable[tuple[str, str]], openers: Sequence[str]) -> set[str]:
+    """Every node a path from ``openers`` along ``edges`` reaches (the openers included)."""
+    nxt: dict[str, list[str]] = {}
+    for a, b in edges:
+        nxt.setdefault(a, []).append(b)
+    seen, todo = set(openers), list(openers)
+    while todo:
+        for b in nxt.get(todo.pop(), ()):
+            if b not in seen:
+                seen.add(b)
+                todo.append(b)
+    return seen
 
 
 def _names(names: Sequence[str]) -> str:
@@ -125,7 +143,7 @@ def allowed_data(w: Any, value: Any, what: str) -> dict[str, list[str]] | None:
     """``allowed`` as a config holds it: ``{name: [names]}`` (a DiGraph's edges, in its order)."""
     if value is None:
         return None
-    if isinstance(value, nx.DiGraph):
+    if is_digraph(value):
         return {str(a): [str(b) for b in value.successors(a)] for a in value.nodes}
     return {str(a): [str(b) for b in follow] for a, follow in value.items()}
 
