@@ -349,8 +349,8 @@ def test_graphs_reads_the_projects_pyproject_from_a_subfolder(project, capsys):
 
 
 # ---------------------------------------------------------------- this repository's gallery
-BUILTINS = ["discussion_channel", "discussion_turns", "expert_panel", "group_chat", "one_on_one_debate",
-            "one_on_one_debate_function", "round_robin"]
+BUILTINS = ["discussion_channel", "discussion_turns", "expert_panel", "group_chat", "handoffs", "one_on_one_debate",
+            "one_on_one_debate_function", "round_robin", "selector_group_chat"]
 
 
 def test_the_repository_gallery_is_configured_current_and_complete():

@@ -290,8 +290,8 @@ CASES = [
      "fork('orig', at=1): fork_id='orig/1:x|1' is invalid: one line of printable characters other than '/', ':' "
      "and '|'"),
     ("from_config garbage", lambda: from_config({"kind": "chat"}), ValueError,
-     "'expert_panel', 'factory', 'flow', 'group_chat', 'one_on_one_debate', 'round_robin'] (kind='chat' is none "
-     "of them)"),  # after any kind a test module registered (test_kinds: 'echo_chain')
+     "'expert_panel', 'factory', 'flow', 'group_chat', 'handoffs', 'one_on_one_debate', 'round_robin', "
+     "'selector_group_chat'] (kind='chat' is none of them)"),  # after any kind a test module registered (test_kinds: 'echo_chain')
 ]
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c[0]) for c in CASES])

@@ -33,7 +33,7 @@ BASE: dict[str, dict[str, Any]] = {
     "RoundRobinSwarm": {"agents": [A]}, "GroupChat": {"agents": [A, B]}, "OneOnOneDebate": {"agents": [A, B]},
     "ExpertPanelDiscussion": {"agents": [A, B], "moderator": C}, "Discussion": {"agents": [A]},
     "Loop": {"steps": [A]}, "Parallel": {"steps": [A]}, "Repeat": {"steps": [A]}, "Task": {"handler": print},
-    "Limits": {}, "Hub": {},
+    "Limits": {}, "Hub": {}, "SelectorGroupChat": {"participants": [A, B]}, "Handoffs": {"participants": [M.agent("h", handoffs=["b"]), B]},
 }
 # numbers whose module this change could not touch (fsmchat/flow/task.py): Task(max_retries=True) is 1 retry
 KNOWN_GAPS: set[tuple[str, str]] = set()  # fields that do not use the rule yet (none)
