@@ -31,7 +31,7 @@ from ..speakers.context import check_context
 from ..speakers.handoff import Handoff, handoffs_of
 from ..speakers.human import Human
 from .base import ChatContext, OutputType, Pattern, PatternConfig, PatternState, people_in, speaker_states
-from .next_speaker import named_guard, reached, repeated_cycle
+from .next_speaker import livelocked, named_guard, reached, turns_used, until_met
 
 
 def handoffs_roster(agents: Any) -> list[Speaker]:
@@ -171,23 +171,6 @@ class HandoffsContext(ChatContext):
 
 
 # ---- guards ----
-def until_met(ctx: HandoffsContext) -> bool:
-    """the until condition holds"""
-    fn = ctx.config.until
-    return fn is not None and bool(fn(ctx.transcript.messages))
-
-
-def livelocked(ctx: HandoffsContext) -> bool:
-    """a cycle of speakers said the same texts livelock_repeats times"""
-    n = ctx.config.livelock_repeats
-    return n is not None and repeated_cycle(ctx.transcript.messages[1:], n, len(ctx.speakers)) is not None
-
-
-def turns_used(ctx: HandoffsContext) -> bool:
-    """max_turns turns were taken"""
-    return ctx.turn >= ctx.config.max_turns
-
-
 def handed_to(ctx: HandoffsContext, i: int) -> bool:
     """the floor went to this speaker"""
     return ctx.state.handed == i

@@ -169,3 +169,21 @@ def renamed(kwargs: dict[str, Any], aliases: Mapping[str, str], owner: str) -> d
                 raise ConfigTypeError(f"{owner}() got both {theirs}= and {ours}= (the same option); give one")
             out[ours] = out.pop(theirs)
     return out
+
+
+# ---- the stops both steered patterns check after each turn (their configs hold until, livelock_repeats, max_turns) ----
+def until_met(ctx: Any) -> bool:
+    """the until condition holds"""
+    fn = ctx.config.until
+    return fn is not None and bool(fn(ctx.transcript.messages))
+
+
+def livelocked(ctx: Any) -> bool:
+    """a cycle of speakers said the same texts livelock_repeats times"""
+    n = ctx.config.livelock_repeats
+    return n is not None and repeated_cycle(ctx.transcript.messages[1:], n, len(ctx.speakers)) is not None
+
+
+def turns_used(ctx: Any) -> bool:
+    """max_turns turns were taken"""
+    return bool(ctx.turn >= ctx.config.max_turns)

@@ -34,7 +34,7 @@ from ..speakers.human import Human
 from ..speakers.selector import (DEFAULT_SELECTOR_PROMPT, parse_pick, retry_instruction, select_spec,
                                  selector_instruction)
 from .base import ChatContext, OutputType, Pattern, PatternConfig, PatternState, bind, people_in, speaker_states
-from .next_speaker import AllowedField, check_allowed, named_guard, repeated_cycle, renamed
+from .next_speaker import AllowedField, check_allowed, livelocked, named_guard, renamed, turns_used, until_met
 
 
 class SelectionError(ConfigError):
@@ -196,24 +196,6 @@ class SelectorContext(ChatContext):
     state: SelectorState = field(default_factory=SelectorState)
     selector: Any = None
     follows: dict[str, list[str]] = field(default_factory=dict)
-
-
-# ---- guards ----
-def until_met(ctx: SelectorContext) -> bool:
-    """the until condition holds"""
-    fn = ctx.config.until
-    return fn is not None and bool(fn(ctx.transcript.messages))
-
-
-def livelocked(ctx: SelectorContext) -> bool:
-    """a cycle of speakers said the same texts livelock_repeats times"""
-    n = ctx.config.livelock_repeats
-    return n is not None and repeated_cycle(ctx.transcript.messages[1:], n, len(ctx.speakers)) is not None
-
-
-def turns_used(ctx: SelectorContext) -> bool:
-    """max_turns replies were posted"""
-    return ctx.turn >= ctx.config.max_turns
 
 
 # ---- actions ----
