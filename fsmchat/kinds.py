@@ -64,11 +64,14 @@ class Kinds:
         return spec
 
     def load(self) -> None:
-        """Import the ``loaders`` (fsmchat's modules defining the built-in kinds), once."""
+        """Import the ``loaders`` (fsmchat's packages defining the built-in kinds) and every name
+        they export (their facades load names on first use), once."""
         if not self._loaded:
             self._loaded = True
             for module in self.loaders:
-                importlib.import_module(module)
+                package = importlib.import_module(module)
+                for name in getattr(package, "__all__", ()):
+                    getattr(package, name)
 
     def known(self) -> list[str]:
         """Every registered kind, sorted."""

@@ -34,6 +34,18 @@ SCRIPT = textwrap.dedent('''
     out["streaming"] = r.ok and len(seen) > 2
     m = ScriptedModel({"a": [ToolCall("add", {"a": 1, "b": 2}), "3."], "b": ["ok"]})
     out["scripted"] = RoundRobinSwarm(agents=[m.agent("a", tools=[add]), m.agent("b")]).execute("go").ok
+    from fsmchat.network import EV_TEXT, ORDERING_ROUND_ROBIN, Hub, MemoryKnowledgeStore, wait_for_text_count
+
+    async def hub_run():
+        async with await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0) as hub:
+            a, b = [await hub.register(Agent(n, prompt="One short sentence.")) for n in ("alice", "bob")]
+            channel = await a.open(type="discussion", target=[b.agent_id],
+                                   knobs={"ordering": ORDERING_ROUND_ROBIN, "max_texts": 3}, ttl=3600)
+            await channel.send("Topic: tabs or spaces?")
+            await wait_for_text_count(hub, channel.channel_id, expected=3, timeout=60)
+            await hub.drain(timeout=60)
+            return [e.sender for e in hub.read_log(channel.channel_id) if e.event_type == EV_TEXT]
+    out["hub"] = asyncio.run(hub_run())
     if len(sys.argv) > 1:  # the fast path at a local server
         fast = Agent("alice", model="openai/test-model", api_base=sys.argv[1], api_key="sk-test", num_retries=0)
         out["fast_path"] = RoundRobinSwarm(agents=[fast], max_loops=1).execute("Hi").ok
@@ -52,7 +64,8 @@ def run(*args):
 
 def test_offline_runs_of_every_kind_never_import_litellm():
     assert run() == {"group_chat": True, "round_robin": True, "debate": True, "flow": True, "tools": True,
-                     "streaming": True, "scripted": True, "litellm imported": False}
+                     "streaming": True, "scripted": True, "hub": ["alice", "bob", "alice"],
+                     "litellm imported": False}
 
 
 def test_a_fast_path_run_at_a_local_server_never_imports_litellm():
@@ -61,3 +74,25 @@ def test_a_fast_path_run_at_a_local_server_never_imports_litellm():
     with OpenAIServer([text("Hello.")], max_lifetime=60) as srv:
         out = run(srv.url + "/v1")
     assert out["fast_path"] is True and out["litellm imported"] is False
+
+
+IMPORT = textwrap.dedent('''
+    import json, sys
+    from fsmchat import Agent, RoundRobinSwarm
+    print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in
+                            ("fsmchat", "litellm", "networkx", "aiohttp", "mcp", "graphviz", "rich"))))
+''')
+
+
+def test_importing_an_agent_and_a_round_robin_loads_neither_the_other_patterns_nor_a_heavy_dependency():
+    """The facades load a name's module on first use: ``from fsmchat import Agent, RoundRobinSwarm``
+    brings the round robin and what it runs on, not GroupChat, the selector, the batch runners on
+    Ray, litellm, networkx, aiohttp, the MCP SDK, Graphviz or rich (docs/benchmarks.md: its CPU)."""
+    done = subprocess.run([sys.executable, "-c", IMPORT], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = set(json.loads(done.stdout))
+    assert {"fsmchat.speakers.agent", "fsmchat.patterns.round_robin"} <= loaded
+    assert loaded.isdisjoint({"fsmchat.patterns.group_chat", "fsmchat.patterns.selector", "fsmchat.patterns.handoffs",
+                              "fsmchat.patterns.debate", "fsmchat.patterns.panel", "fsmchat.flow", "fsmchat.network",
+                              "fsmchat.testing", "litellm", "networkx", "aiohttp", "mcp", "graphviz", "rich"}), loaded
