@@ -64,6 +64,64 @@ def is_awaitable(value: object) -> TypeGuard[Awaitable[object]]:
     return inspect.isawaitable(value)
 
 
+def reached(edges: Iterable[tuple[str, str]], starts: Sequence[str]) -> set[str]:
+    """Every node a path from ``starts`` along ``edges`` reaches, the starts included.
+
+    Args:
+        edges: ``(source, dest)`` pairs.
+        starts: The nodes the paths start at.
+
+    Returns:
+        The nodes reached.
+
+    Examples:
+        >>> sorted(reached([("a", "b"), ("b", "c"), ("d", "a")], ["a"]))
+        ['a', 'b', 'c']
+    """
+    nxt: dict[str, list[str]] = {}
+    for a, b in edges:
+        nxt.setdefault(a, []).append(b)
+    seen, todo = set(starts), list(starts)
+    while todo:
+        for b in nxt.get(todo.pop(), ()):
+            if b not in seen:
+                seen.add(b)
+                todo.append(b)
+    return seen
+
+
+def forced_cycle(forced: dict[str, str], order: Sequence[str]) -> list[str]:
+    """A cycle of forced moves (each state's only, unguarded transition), or ``[]`` if there is none.
+
+    Args:
+        forced: Each state that has a single unguarded transition -> that transition's destination.
+        order: The states in declaration order: walks start in it, and the cycle found first is
+            returned starting at its state declared first (a stable message).
+
+    Returns:
+        The cycle's states, in order.
+
+    Examples:
+        >>> forced_cycle({"a": "b", "b": "c", "c": "b"}, ["a", "b", "c"])
+        ['b', 'c']
+        >>> forced_cycle({"a": "b"}, ["a", "b"])
+        []
+    """
+    done: set[str] = set()
+    for start in order:
+        walk: list[str] = []
+        node: str | None = start
+        while node is not None and node not in done and node not in walk:
+            walk.append(node)
+            node = forced.get(node)
+        if node is not None and node in walk:
+            cycle = walk[walk.index(node):]
+            first = min(range(len(cycle)), key=lambda i: order.index(cycle[i]))
+            return cycle[first:] + cycle[:first]
+        done.update(walk)
+    return []
+
+
 @dataclass
 class State(Generic[C]):
     """A declared state of a ``StateGraph``: its action, description and kind.
@@ -439,8 +497,6 @@ class StateGraph(Generic[C]):
         Raises:
             GraphError: The first problem found, naming the state(s) at fault and the fix.
         """
-        import networkx as nx
-
         where = f"graph {self.name!r}"
         if not self.states:
             raise GraphError(f"{where} has no states; declare at least an initial and a final state")
@@ -478,27 +534,20 @@ class StateGraph(Generic[C]):
                 s.subgraph.validate()
             for b in s.branches:
                 b.validate()
-        g = nx.DiGraph(self.to_networkx())
-        unreachable = [n for n in self.states if n != self.initial and not nx.has_path(g, self.initial, n)]
+        edges = [(t.source, t.dest) for t in self.transitions]
+        seen = reached(edges, [self.initial])
+        unreachable = [n for n in self.states if n not in seen]
         if unreachable:
             raise GraphError(f"{where}: state(s) {', '.join(map(repr, unreachable))} cannot be reached from "
                              f"the initial state {self.initial!r}")
-        forced = nx.DiGraph()
-        for s in self.states.values():
-            out = self.outgoing(s.name)
-            if len(out) == 1 and out[0].guard is None:
-                forced.add_edge(s.name, out[0].dest)
-        order = {n: i for i, n in enumerate(self.states)}
-        for cycle in nx.simple_cycles(forced):
-            k = min(range(len(cycle)), key=lambda i: order[cycle[i]])
-            cycle = cycle[k:] + cycle[:k]  # start at the state declared first: stable messages
+        forced = {s.name: out[0].dest for s in self.states.values()
+                  if len(out := self.outgoing(s.name)) == 1 and out[0].guard is None}
+        cycle = forced_cycle(forced, list(self.states))
+        if cycle:
             loop = " -> ".join(map(repr, cycle + cycle[:1]))
             raise GraphError(f"{where}: cycle {loop} has no guarded exit, so a run entering it never "
                              "ends; guard one of its transitions (e.g. with a turn counter) and add an exit")
-        finals = [n for n, s in self.states.items() if s.final]
-        reaches_final = set(finals)
-        for f in finals:
-            reaches_final |= nx.ancestors(g, f)
+        reaches_final = reached([(b, a) for a, b in edges], [n for n, s in self.states.items() if s.final])
         stuck = [n for n in self.states if n not in reaches_final]
         if stuck:
             raise GraphError(f"{where}: no final state can be reached from {', '.join(map(repr, stuck))}; "

@@ -24,14 +24,14 @@ from pydantic import AfterValidator, Field, model_validator
 from ..checks import Count, check_agents
 from ..config import ContextField, FunctionField, Speakers
 from ..errors import ConfigError
-from ..graph.state_graph import StateGraph, state_names
+from ..graph.state_graph import StateGraph, reached, state_names
 from ..models import StopReason
 from ..speakers.agent import Agent, Speaker, check_roster, conversation_view
 from ..speakers.context import check_context
 from ..speakers.handoff import Handoff, handoffs_of
 from ..speakers.human import Human
 from .base import ChatContext, OutputType, Pattern, PatternConfig, PatternState, people_in, speaker_states
-from .next_speaker import livelocked, named_guard, reached, turns_used, until_met
+from .next_speaker import livelocked, named_guard, turns_used, until_met
 
 
 def handoffs_roster(agents: Any) -> list[Speaker]:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Annotated, Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Annotated, Any, Callable, Mapping, Optional, Sequence
 
 from ..config import Travels
 from ..errors import ConfigError, ConfigTypeError
+from ..graph.state_graph import reached
 from ..models import Message
 
 
@@ -97,20 +98,6 @@ def is_digraph(value: Any) -> bool:
     exists only once its user imported networkx)."""
     nx = sys.modules.get("networkx")
     return nx is not None and isinstance(value, nx.DiGraph)
-
-
-def reached(edges: Iterable[tuple[str, str]], openers: Sequence[str]) -> set[str]:
-    """Every node a path from ``openers`` along ``edges`` reaches (the openers included)."""
-    nxt: dict[str, list[str]] = {}
-    for a, b in edges:
-        nxt.setdefault(a, []).append(b)
-    seen, todo = set(openers), list(openers)
-    while todo:
-        for b in nxt.get(todo.pop(), ()):
-            if b not in seen:
-                seen.add(b)
-                todo.append(b)
-    return seen
 
 
 def _names(names: Sequence[str]) -> str:

@@ -50,6 +50,7 @@ SCRIPT = textwrap.dedent('''
         fast = Agent("alice", model="openai/test-model", api_base=sys.argv[1], api_key="sk-test", num_retries=0)
         out["fast_path"] = RoundRobinSwarm(agents=[fast], max_loops=1).execute("Hi").ok
     out["litellm imported"] = "litellm" in sys.modules
+    out["networkx imported"] = "networkx" in sys.modules  # validate() walks the graphs itself
     print(json.dumps(out))
 ''')
 
@@ -65,7 +66,7 @@ def run(*args):
 def test_offline_runs_of_every_kind_never_import_litellm():
     assert run() == {"group_chat": True, "round_robin": True, "debate": True, "flow": True, "tools": True,
                      "streaming": True, "scripted": True, "hub": ["alice", "bob", "alice"],
-                     "litellm imported": False}
+                     "litellm imported": False, "networkx imported": False}
 
 
 def test_a_fast_path_run_at_a_local_server_never_imports_litellm():
@@ -73,7 +74,7 @@ def test_a_fast_path_run_at_a_local_server_never_imports_litellm():
 
     with OpenAIServer([text("Hello.")], max_lifetime=60) as srv:
         out = run(srv.url + "/v1")
-    assert out["fast_path"] is True and out["litellm imported"] is False
+    assert out["fast_path"] is True and out["litellm imported"] is False and out["networkx imported"] is False
 
 
 IMPORT = textwrap.dedent('''
