@@ -20,7 +20,6 @@ from typing import Any, AsyncIterator, Callable, ClassVar, Coroutine, Sequence, 
 
 from pydantic import ValidationError
 
-from .. import distributed
 from ..checkpoint import Checkpointer
 from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id, check_token_hooks
 from ..checkpoint import DEFAULT_COMMIT, check_checkpoint, check_commit, check_resume
@@ -569,6 +568,8 @@ class Pattern(ABC):
         show = progress_wanted(progress)
         if executor == "local" and checkpoint_dir is None and address is None and not options:
             return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency, progress=show))
+        from .. import distributed  # checkpointed and Ray batches only: a plain run never loads them
+
         return distributed.run_batch(self, tasks, executor=executor, address=address, checkpoint_dir=checkpoint_dir,
                                      max_concurrency_per_worker=max_concurrency_per_worker or max_concurrency,
                                      progress=show, commit=commit, **options)
