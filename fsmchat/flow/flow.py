@@ -318,7 +318,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
         blocks = [b for b in _blocks_in(self.config.steps) if isinstance(b, Block)]
         states = [(b.name, b.compacted_agents()) for b in blocks]
         for b, state in zip(blocks, states):  # each under its own policy (a Discussion's context=)
-            check_limits([state], getattr(b.config, "context", None), type(self).__name__)
+            check_limits([state], getattr(getattr(b, "config", None), "context", None), type(self).__name__)
         check_drawn(states, self._calls_by_speaker(), None, type(self).__name__)
 
 
