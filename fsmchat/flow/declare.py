@@ -12,7 +12,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, create_model, \
+    model_serializer
 from pydantic.fields import FieldInfo
 
 from ..config import REF, STEP_KINDS, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, jsonable, opt_ref
@@ -127,10 +128,25 @@ def form_of(field: FieldInfo) -> Form | None:
     return next((m for m in field.metadata if isinstance(m, Form)), None)
 
 
+LATER_BLOCK_FIELDS: dict[str, Any] = {"context": None}
+"""A block's config fields added after version 1 (a Discussion's ``context``), with the value that
+leaves them out of a config."""
+
+
 class BlockSpec(ConfigSpec):
     """What every block kind's config form is: its fields, and ``build`` (the block again)."""
 
     block_type: ClassVar[Any] = None  # the block class the kind builds
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Block fields added after version 1 are written only when set (``LATER_BLOCK_FIELDS``):
+        a config written before them reads back equal."""
+        out: dict[str, Any] = handler(self)
+        for name, default in LATER_BLOCK_FIELDS.items():
+            if name in out and out[name] == default:
+                del out[name]
+        return out
 
     def build(self, r: ConfigReader) -> Any:
         """The block, built from the fields (each live one loaded by its ``Form``)."""

@@ -315,8 +315,10 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
     def _check_context(self) -> None:
         """A ``Summarize`` agent must speak where a compaction is drawn (a Discussion's turns) and
         have a known input limit: refused before any call."""
-        states = [(b.name, b.compacted_agents()) for b in _blocks_in(self.config.steps) if isinstance(b, Block)]
-        check_limits(states, None, type(self).__name__)
+        blocks = [b for b in _blocks_in(self.config.steps) if isinstance(b, Block)]
+        states = [(b.name, b.compacted_agents()) for b in blocks]
+        for b, state in zip(blocks, states):  # each under its own policy (a Discussion's context=)
+            check_limits([state], getattr(getattr(b, "config", None), "context", None), type(self).__name__)
         check_drawn(states, self._calls_by_speaker(), None, type(self).__name__)
 
 

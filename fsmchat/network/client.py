@@ -90,15 +90,19 @@ class HubClient:
     async def open(self, type: str = DISCUSSION, target: Sequence[Any] | str = (),
                    knobs: dict[str, Any] | None = None, ttl: float | str | None = None, *,
                    expectations: Iterable[Expectation] | None = None,
-                   handshake_timeout: float | None = 30.0) -> "Channel":
+                   handshake_timeout: float | None = 30.0, context: Any = None) -> "Channel":
         """Open a channel with this agent as creator; returns once every invitee acked (active).
 
         ``knobs``: ``ordering`` (``"round_robin"``) and ``max_texts`` (close at exactly N texts).
         ``ttl`` in seconds of the hub's clock. ``expectations`` default to ``turn_within(120s, warn)``
-        and ``turn_within(600s, hide)``. Raises ``ProtocolError`` if refused, rejected or timed out.
+        and ``turn_within(600s, hide)``. ``context``: what each participant's model is sent, as a
+        pattern's policy (``fsmchat.speakers.context``): ``"full"`` (every text), ``LastMessages(n)``
+        (the first text and the last ``n``) or None (the recent window, older texts folded into one
+        ``[summary]`` line); an agent's own ``context`` takes precedence. Raises ``ProtocolError`` if
+        refused, rejected or timed out, ``ConfigError`` for a ``context`` that is not one of those.
         """
         runtime = await self.hub.open_channel(self, type, target, knobs, ttl, expectations=expectations,
-                                              handshake_timeout=handshake_timeout)
+                                              handshake_timeout=handshake_timeout, context=context)
         return Channel(self, runtime.channel_id)
 
     def channel(self, channel_id: str) -> "Channel":

@@ -64,6 +64,8 @@ class ChannelContext:
         speakers: The participants whose speakers have tools, and those speakers (their turn
             states are drawn with their tool loops).
         tool_loop: The channel's ``ToolLoop`` (its speaking block; the tool loop's guards read it).
+        context: The channel's context policy (``client.open(context=...)``): what its participants'
+            models are sent of it (None: the recent window, older texts folded into one line).
         lifecycle: The lifecycle graph's run.
         turns: The turn graph's run.
 
@@ -95,6 +97,7 @@ class ChannelContext:
     people: frozenset[str] = frozenset()  # participants that are people (Human clients)
     speakers: dict[str, Any] = field(default_factory=dict)  # participants whose speakers have tools
     tool_loop: Any = None  # the channel's ToolLoop (the tool_calls / needs_person guards read it)
+    context: Any = None  # the channel's context policy: "full", LastMessages(n) or None (the recent window)
     lifecycle: "GraphRun | None" = None
     turns: "GraphRun | None" = None
 

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..models import Message
 from ..speakers.agent import Agent, Turn
+from ..speakers.context import ContextPolicy, LastMessages
 from ..speakers.human import Human
 from ..speakers.llm import CallStats
 from ..speakers.tools import Tool, has_tools
 from .errors import ProtocolError
 from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED, EV_TEXT, Envelope
-from .view import WindowedSummary, texts_of, window_size
+from .view import policy_view, texts_of
 
 if TYPE_CHECKING:
     from .client import HubClient
@@ -72,31 +73,34 @@ def instruction_for(me: str, order: list[str], can_close: bool) -> str:
     return text
 
 
-def framing(channel_id: str, order: list[str]) -> str:
-    """The channel's context line (a system message after the agent's own system prompt)."""
+def framing(channel_id: str, order: list[str], context: ContextPolicy | None = None) -> str:
+    """The channel's context line (a system message after the agent's own system prompt); how
+    older texts are shown follows the channel's ``context`` (None: folded into one line)."""
+    shown = (" Every text so far is shown." if context == "full" else
+             f" Only its first text and its latest {context.n} are shown; the texts between are left out."
+             if isinstance(context, LastMessages) else
+             " Texts older than the recent window are folded into one [summary] line.")
     return (f"Discussion channel '{channel_id}': {', '.join(order[:-1])} and {order[-1]} take turns in this "
             "order on the topic of its first text. Texts are labelled [name]: ... (a text's further lines are "
-            "indented; only an unindented [name]: starts a text); texts older than the recent window are folded "
-            "into one [summary] line.")
+            "indented; only an unindented [name]: starts a text)." + shown)
 
 
 def build_turn(me: str, order: list[str], log: list[Envelope], *, channel_id: str, turn: int,
-               stats: CallStats | None, can_close: bool) -> Turn:
-    """The request for ``me``'s turn: a channel framing (system), the windowed view (one user
-    message), then the instruction.
+               stats: CallStats | None, can_close: bool, context: ContextPolicy | None = None) -> Turn:
+    """The request for ``me``'s turn: a channel framing (system), the view (one user message),
+    then the instruction. The view follows ``context`` (``policy_view``): None is the recent
+    window with older texts folded into one line, ``"full"`` every text, ``LastMessages(n)`` the
+    first text and the last ``n``.
 
     Callables get the same ``Turn``: ``turn.history[-1]["content"]`` is the view,
-    ``turn.transcript`` the windowed texts as messages, and ``turn.variables`` holds ``channel_id``,
-    ``participants``, ``turn``, ``view`` (lines) and, when the close tool is offered,
+    ``turn.transcript`` the texts it shows whole, as messages, and ``turn.variables`` holds
+    ``channel_id``, ``participants``, ``turn``, ``view`` (lines) and, when the close tool is offered,
     ``close_channel(reason)`` (installed by ``call_speaker``).
     """
-    texts = texts_of(log)
-    window = WindowedSummary(window_size(len(order)))
-    lines = window.lines(texts)
-    recent = texts[-window.recent_n:]
+    lines, recent = policy_view(texts_of(log), context, len(order))
     variables: dict[str, Any] = {"channel_id": channel_id, "participants": list(order), "turn": turn,
                                  "view": lines}
-    history = [{"role": "system", "content": framing(channel_id, order)},
+    history = [{"role": "system", "content": framing(channel_id, order, context)},
                {"role": "user", "content": "\n".join(lines)}]
     return Turn(me, [Message(role=s, content=t) for s, t in recent], instruction_for(me, order, can_close),
                 stats=stats, variables=variables, history=history)
@@ -235,11 +239,13 @@ class DefaultHandler:
             return
         self._attempted[cid] = turn_no
         channel = client.channel(cid)
+        speaker = client.speaker
+        own = getattr(speaker, "context", None)  # an agent's own policy takes precedence, as in a pattern
+        policy = own if own == "full" or isinstance(own, LastMessages) else hub.runtime(cid).ctx.context
         turn = build_turn(me, hub.adapter_state(cid).participant_order, hub.read_log(cid), channel_id=cid,
-                          turn=turn_no, stats=svc.call_stats(cid), can_close=self.close_tool)
+                          turn=turn_no, stats=svc.call_stats(cid), can_close=self.close_tool, context=policy)
         svc.count(cid, "model_calls")
         svc.notify("model_call", cid, data={"turn": turn_no})
-        speaker = client.speaker
 
         async def speak(who: Any, t: Turn) -> tuple[str, list[dict[str, Any]]]:
             return await svc.speak(cid, who, t)

@@ -32,6 +32,7 @@ from .graphs import ChannelContext
 from .handler import DefaultHandler
 from .stats import TurnStats
 from .store import KnowledgeStore, MemoryKnowledgeStore
+from .view import check_channel_context
 
 __all__ = ["Hub", "HubClient", "Channel", "MAX_CUSTOM_EVENTS", "MAX_EVENT_BYTES", "wait_for_text_count"]
 
@@ -309,13 +310,14 @@ class Hub:
     async def open_channel(self, creator: HubClient, type: str = DISCUSSION, target: Sequence[Any] | str = (),
                            knobs: dict[str, Any] | None = None, ttl: float | str | None = None, *,
                            expectations: Iterable[Expectation] | None = None,
-                           handshake_timeout: float | None = 30.0) -> ChannelRuntime:
+                           handshake_timeout: float | None = 30.0, context: Any = None) -> ChannelRuntime:
         """Create a channel with ``creator`` first, invite the targets, and return its runtime once
         every invitee acked (what ``creator.open(...)`` does; its docstring has the arguments)."""
         self._admit(creator)
         if type not in CHANNEL_TYPES:
             raise ProtocolError(f"channel type {type!r} not supported; choose from {list(CHANNEL_TYPES)}")
         knobs = check_knobs(knobs)
+        context = check_channel_context(context)
         targets = [target] if isinstance(target, str) else list(target or ())
         targets = [t.agent_id if isinstance(t, HubClient) else t for t in targets]
         order = participant_order(creator.agent_id, targets, self._clients)
@@ -333,7 +335,7 @@ class Hub:
         cid = f"{type}-{next(self._ids)}"
         ctx = ChannelContext(cid, creator.agent_id, order, knobs.get("max_texts"), expires_at, self.clock,
                              expectations=tuple(DEFAULT_EXPECTATIONS if expectations is None else expectations),
-                             type=type, knobs=knobs,
+                             type=type, knobs=knobs, context=context,
                              people=frozenset(p for p in order if isinstance(self._clients[p].speaker, Human)),
                              speakers={p: self._clients[p].speaker for p in order
                                        if self._clients[p].speaker is not None and has_tools(self._clients[p].speaker)})

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+from ..errors import ConfigError
+from ..models import Message
+from ..speakers.context import ContextPolicy, LastMessages, Summarize, check_context, view
 from .events import EV_TEXT, Envelope
 
 SUMMARY_PREFIX = "[summary]"
@@ -111,3 +114,50 @@ def windowed_view(log: Iterable[Envelope], n_participants: int) -> list[str]:
         ['[alice]: Topic: should every developer learn Rust?\n  One line each.']
     """
     return WindowedSummary(window_size(n_participants)).lines(texts_of(log))
+
+
+def check_channel_context(value: Any) -> ContextPolicy | None:
+    """A discussion channel's ``context`` (``client.open(context=...)``), checked as a pattern's:
+    ``"full"``, ``LastMessages(n)`` or None (the recent window, older texts folded into one line).
+
+    Raises:
+        ConfigError: Not a context policy (the patterns' refusal), or ``Summarize``: a channel's
+            turns are the texts its participants send, with no state where a compaction could run.
+
+    Examples:
+        >>> from fsmchat.network.view import check_channel_context
+        >>> from fsmchat.speakers.context import LastMessages
+        >>> check_channel_context(LastMessages(3))
+        LastMessages(n=3)
+        >>> check_channel_context("last3")
+        Traceback (most recent call last):
+        ...
+        fsmchat.errors.ConfigError: discussion channel: context='last3' (str) is invalid: a context policy is "full" (the whole conversation; refused when over the input limit), LastMessages(n) (the task and the last n messages), Summarize(agent=..., keep_last=k, at=0.8) (older messages summarised by one model call), or None (the pattern's policy)
+    """
+    policy = check_context(value, "discussion channel")
+    if isinstance(policy, Summarize):
+        raise ConfigError(f"discussion channel: context={policy!r} is invalid here: a channel draws no compaction "
+                          "(its turns are the texts its participants send); give context=LastMessages(n) (its "
+                          "first text and its last n), \"full\" (every text) or None (the recent window, older "
+                          "texts folded into one [summary] line)")
+    return policy
+
+
+def policy_view(texts: Sequence[tuple[str, str]], policy: ContextPolicy | None,
+                n_participants: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """(the view's lines, the texts shown whole) of a channel under ``policy``: None is the
+    default window (``windowed_view``); ``"full"`` every text; ``LastMessages(n)`` the first text
+    (the topic) and the last ``n``, as a pattern's policy shows its conversation (``context.view``).
+
+    Examples:
+        >>> from fsmchat.network.view import policy_view
+        >>> from fsmchat.speakers.context import LastMessages
+        >>> texts = [("alice", "Topic: Rust?"), ("bob", "For systems."), ("alice", "And tools."), ("bob", "Agreed.")]
+        >>> policy_view(texts, LastMessages(1), 2)[0]
+        ['[alice]: Topic: Rust?', '[bob]: Agreed.']
+    """
+    if policy is None:
+        window = WindowedSummary(window_size(n_participants))
+        return window.lines(texts), list(texts[-window.recent_n:])
+    shown = [(m.role, m.content) for m in view([Message(role=s, content=t) for s, t in texts], policy)]
+    return [label(s, t) for s, t in shown], shown

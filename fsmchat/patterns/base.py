@@ -412,6 +412,41 @@ class Pattern(ABC):
                              f"with_limits(max_message_chars=...)")
         return task, repaired
 
+    def check_task(self, task: Any) -> tuple[str, int]:
+        """Refuse ``task`` before a run starts, with the error a run of it would raise.
+
+        The checks ``aexecute`` makes of the task before anything runs (one code path): a task of
+        the pattern's kind (a non-empty string; a flow's ``_check_run`` also checks its declared
+        variables) and no longer than ``max_message_chars`` (a message cap never cuts the user's own
+        task). ``fsmchat serve`` calls it before it accepts a run, so a refused task is 422, never
+        a 202 whose run then fails.
+
+        Args:
+            task: The task a run would start from.
+
+        Returns:
+            (the task as it enters the run, with lone surrogates repaired so it can be stored; how
+            many were repaired).
+
+        Raises:
+            ValueError: The task is empty, not a string (a flow's is a ``TypeError``), or longer
+                than ``max_message_chars``.
+
+        Examples:
+            >>> from fsmchat import RoundRobinSwarm
+            >>> def echo(turn):
+            ...     return "ok"
+            >>> swarm = RoundRobinSwarm(agents=[echo]).with_limits(max_message_chars=50)
+            >>> swarm.check_task("Plan the launch.")
+            ('Plan the launch.', 0)
+            >>> swarm.check_task("x" * 60)
+            Traceback (most recent call last):
+            ...
+            ValueError: RoundRobinSwarm.run(task): the task has 60 characters, over max_message_chars=50; shorten it or raise the cap with with_limits(max_message_chars=...)
+        """
+        self._check_run(task)
+        return self._admit_task(task)
+
     def _check_limits(self) -> None:
         lim = self.limits
         if lim is not None and lim.refuse_over_bound and lim.max_model_calls is not None:
@@ -443,13 +478,12 @@ class Pattern(ABC):
                                            check_hooks(on_message, owner, "on_message"),
                                            check_hooks(on_start, owner, "on_start"))
         tokens = check_token_hooks(on_token, owner)
-        self._check_run(task)
+        task, repaired = self.check_task(task)
         self._check_waits(checkpoint)
         self._check_context()
         if checkpoint is not None:
             self._check_checkpointed()
         self._check_limits()
-        task, repaired = self._admit_task(task)
         run = PatternRun(self, checkpoint, run_id, on_cancel=self._keep_partial, on_token=tokens, commit=commit)
         return await run.start(task, repaired, observers, on_message, on_start)
 

@@ -32,7 +32,9 @@ any address but loopback) every request must carry ``Authorization: Bearer TOKEN
 Every request is bounded before it is accepted: a body over ``max_body_bytes`` (default 1 MiB) is 413,
 refused by its Content-Length before any of it is read, or (a chunked body) once more than the limit has
 arrived; any text in a body (the task, an answer's text, ...) over ``max_text_chars`` (default 100,000
-characters) is 422 naming the field. A resume of a finished run, or of a run executing in this server,
+characters) is 422 naming the field. A task the pattern would refuse (``Pattern.check_task``: longer than
+its ``max_message_chars``, the request's ``limits`` merged in, or empty) is 422 with the pattern's error,
+before any run is created. A resume of a finished run, or of a run executing in this server,
 is 409 saying why.
 """
 from __future__ import annotations
@@ -310,6 +312,7 @@ class Runs:
         if body.limits is not None:
             current = pattern.limits.model_dump(exclude_defaults=True) if pattern.limits is not None else {}
             pattern.with_limits(**{**current, **body.limits.model_dump(exclude_defaults=True)})
+        pattern.check_task(body.task)  # a task the run would refuse is 422 now, not a 202 whose run then fails
         run_id = body.run_id or new_run_id()
         if run_id in self.checkpoint.runs() or run_id in self.live:
             raise RunExists(f"run {run_id!r} already exists in this store; resume, answer or fork it, or pick "

@@ -29,7 +29,7 @@ def agreed(ctx):
 
 
 @pytest.mark.parametrize("block, fields", [
-    (Discussion, ["kind", "agents", "rounds", "until", "select", "name"]),
+    (Discussion, ["kind", "agents", "rounds", "until", "select", "name", "context"]),  # context: written when set
     (Loop, ["kind", "steps", "over", "var_name", "parallel", "name", "max_items"]),
     (Parallel, ["kind", "steps", "name", "max_concurrency"]),
     (Route, ["kind", "routes", "default", "name", "on"]),

@@ -1,6 +1,7 @@
 """``fsmchat serve`` bounds every request before accepting it: a body over ``max_body_bytes`` is 413
 (by its Content-Length, before any of it is read; a chunked one once it passes the limit), a text in a
-body over ``max_text_chars`` is 422 naming the field, and a resume that has nothing to do is 409 saying
+body over ``max_text_chars`` is 422 naming the field, a task over the pattern's ``max_message_chars`` is 422
+with the pattern's own refusal (no run is created), and a resume that has nothing to do is 409 saying
 why. The 413 tests talk raw HTTP over a socket with a timeout: a server that waited for the rest of the
 body would make them fail by that timeout, never by measuring time."""
 import json
@@ -11,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from fsmchat import Agent, Bid, GroupChat
+from fsmchat import Agent, AgentFlow, Bid, GroupChat
 from fsmchat.testing import Delay, ScriptedModel
 from fsmchat.ui import serve as fserve
 from ui_runs import sse_events
@@ -35,7 +36,17 @@ def held():
     return GroupChat(agents=[model.agent("a"), model.agent("b")], max_loops=2)
 
 
-PATTERNS = {"chat": chat, "held": held}
+def capped():
+    """The chat with a 50-character message cap: a longer task is refused as a run of it would refuse it."""
+    return chat().with_limits(max_message_chars=50)
+
+
+def capped_flow():
+    """An offline flow of one step, under the same cap."""
+    return AgentFlow(steps=[Agent("a", system_prompt="You argue for cats.")]).with_limits(max_message_chars=50)
+
+
+PATTERNS = {"chat": chat, "held": held, "capped": capped, "capped_flow": capped_flow}
 
 
 @contextmanager
@@ -116,6 +127,24 @@ def test_a_task_over_the_default_text_limit_is_422_and_nothing_runs(tmp_path):
         assert refused.json() == {"error": f"the body is not valid: task: {problem['problem']}", "errors": [problem]}
         assert client.get("/api/runs").json()["runs"] == []
         assert client.get("/api/runs/big/events").status_code == 404  # never accepted, so never started
+
+
+@pytest.mark.parametrize("body, owner", [
+    ({"pattern": "capped"}, "GroupChat"),
+    ({"pattern": "capped_flow"}, "AgentFlow"),
+    ({"pattern": "chat", "limits": {"max_message_chars": 50}}, "GroupChat"),  # the request's own limits
+])
+def test_a_task_over_the_patterns_message_cap_is_422_before_any_run_is_created(tmp_path, body, owner):
+    with server(tmp_path / "runs.db") as client:
+        refused = client.post("/api/runs", json={**body, "task": "x" * 60, "run_id": "long"})
+        assert refused.status_code == 422
+        assert refused.json() == {"error": f"{owner}.run(task): the task has 60 characters, over max_message_chars=50; "
+                                           "shorten it or raise the cap with with_limits(max_message_chars=...)"}
+        assert client.get("/api/runs").json()["runs"] == []
+        assert client.get("/api/runs/long/events").status_code == 404  # never accepted, so never started
+        at_cap = client.post("/api/runs", json={**body, "task": "x" * 50, "run_id": "fifty"})
+        assert at_cap.status_code == 202 and sse_events(client, "fifty")[-1][0] == "end"
+        assert [r["run_id"] for r in client.get("/api/runs").json()["runs"]] == ["fifty"]
 
 
 @pytest.mark.parametrize("path, body, field", [

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Optional, Union
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from ...checks import Count, check_agents
-from ...config import AgentSpec, CallableSpec, HumanSpec
+from ...config import AgentSpec, CallableSpec, ContextSpec, HumanSpec, context_spec
 from ...engine import mark_replayable
 from ...errors import ConfigError
 from ...graph.state_graph import StateGraph
@@ -18,7 +18,7 @@ from ...graph.turns import TurnOrder, add_turns
 from ...models import StopReason
 from ...speakers.agent import Agent
 from ...speakers.compaction import add_compaction, summarizers
-from ...speakers.context import ACTIVE, Summarize, policy_of
+from ...speakers.context import ACTIVE, LastMessages, Summarize, active_policy, check_context, scoped
 from ...speakers.human import Human
 from ...speakers.tool_loop import add_tool_loop
 from ...statelog import AppendLog
@@ -32,6 +32,9 @@ SpeakerSpec: Any = Annotated[Union[AgentSpec, CallableSpec, TaskSpec, HumanSpec]
 SPEAKERS = Form(list[SpeakerSpec],
                 lambda w, v, what: [a.to_spec(w) if isinstance(a, Task) else w.participant(a, what) for a in v],
                 lambda r, d, what: [a.build(r) for a in d], default=REQUIRED, label="speaker")
+# the speakers' context policy: travels as a pattern's does (a ContextSpec)
+CONTEXT = Form(Optional[ContextSpec], lambda w, v, what: None if v is None else context_spec(w, v, what),
+               lambda r, d, what: None if d is None else d.build(r))
 
 
 class DiscussionConfig(BlockConfig):
@@ -42,6 +45,7 @@ class DiscussionConfig(BlockConfig):
     until: Annotated[Any, FUNCTION] = None
     select: Annotated[Any, FUNCTION] = None
     name: str = "discussion"
+    context: Annotated[Any, CONTEXT, AfterValidator(lambda v: check_context(v, "Discussion"))] = None
 
     @model_validator(mode="after")
     def _check(self) -> "DiscussionConfig":
@@ -94,6 +98,10 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         until (Callable | None): ``until(ctx) -> bool``, checked after every turn; true ends the discussion.
         select (Callable | None): ``select(turn, ctx)`` returns the speaker of turn ``turn`` (one of ``agents``).
         name (str): The step's name (its states are ``<name>.turn``, ...).
+        context: The speakers' context policy, as a pattern's (``fsmchat.speakers.context``):
+            ``"full"`` (every turn so far), ``LastMessages(n)`` (the topic and the last ``n`` turns) or
+            ``Summarize(agent=..., keep_last=k, at=0.8)`` (a drawn ``compact_turn`` state); an agent's
+            own ``context`` takes precedence. None: each agent's own, else ``"full"``.
 
     Args:
         *args: The attributes above by position (``agents``, ``rounds``, ...).
@@ -102,7 +110,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
     Raises:
         ValueError: No speakers, or ``rounds`` below 1 (a ``ConfigError``).
         TypeError: ``until`` or ``select`` is not callable, or ``rounds`` is not an int (a ``ConfigTypeError``).
-        ConfigError: A speaker is listed twice.
+        ConfigError: A speaker is listed twice, or ``context`` is not a context policy.
 
     Examples:
         >>> from fsmchat import AgentFlow, Discussion
@@ -132,7 +140,8 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         until, select = self.config.until, self.config.select
         return [f"speakers={step_names(self.tasks)!r}", f"rounds={self.config.rounds}"] + \
             ([f"until={fn_name(until)}"] if until is not None else []) + \
-            ([f"select={fn_name(select)}"] if select is not None else [])
+            ([f"select={fn_name(select)}"] if select is not None else []) + \
+            ([f"context={self.config.context!r}"] if self.config.context is not None else [])
 
     def task_for(self, speaker: Any) -> Task:
         """Return the step of one of this discussion's speakers (what ``select`` returned).
@@ -176,7 +185,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         rounds = int(self.config.rounds)
         spoken = rounds * (len(per_turn) * max(per_turn) if self.config.select is not None else sum(per_turn))
         # with a Summarize speaker, each turn may first compact the conversation (one call of its writer)
-        writers = summarizers(self.compacted_agents(), None)
+        writers = summarizers(self.compacted_agents(), self.config.context)
         if not writers:
             return spoken
         per_compaction = 1 + (writers[0].agent.num_retries if requests and hasattr(writers[0].agent, "model") else 0)
@@ -211,13 +220,16 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
                 topic = ctx.fill(task.action, f"Discussion {cfg.name!r} speaker {task.name!r}") \
                     if task.action is not None else f.topic
                 lines, summary = f.lines, None
-                active = ACTIVE.get()  # set while the turn runs under a compaction
-                if task.agent is not None and active is not None and active.summary is not None \
-                        and isinstance(policy_of(task.agent, active.policy), Summarize):
+                active = ACTIVE.get()  # set while the turn runs under the step's policy or a compaction
+                policy = active_policy(task.agent) if task.agent is not None else "full"
+                if isinstance(policy, LastMessages):  # the topic and the last n turns
+                    lines = f.lines[-policy.n:]
+                elif active is not None and active.summary is not None and isinstance(policy, Summarize):
                     # the summary stands for the turns it covers: the lines posted after it are kept
                     kept = min(max(len(ctx.transcript.view()) - active.summary.upto, 0), len(f.lines))
                     lines, summary = f.lines[len(f.lines) - kept:], active.summary.text
-                prompt = discussion_prompt(task.name or "", topic, lines, ctx.previous_result, summary)
+                prompt = discussion_prompt(task.name or "", topic, lines, ctx.previous_result, summary,
+                                           latest=len(lines) < len(f.lines))
             status, out = await run_task(task, ctx, prompt, record_as=task.name)
             f.t = t + 1
             if status in ("completed", "stopped"):
@@ -260,20 +272,23 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
             g.state("check_until", check_until)
         g.final("done")
         add_tool_loop(g, "turn", d.compacted_agents())
-        add_compaction(g, "turn", d.compacted_agents(), None, head=0)  # a flow's transcript has no task row
+        add_compaction(g, "turn", d.compacted_agents(), cfg.context, head=0)  # a flow's transcript has no task row
+        if isinstance(cfg.context, LastMessages):  # the turn's calls read it, as a pattern's (``context.fit``)
+            g.states["turn"].action = scoped(g.states["turn"].action, cfg.context)
         return add_turns(g, [("turn", "check_until") if cfg.until is not None else "turn"],
                          exits=bounded_exits(met if cfg.until is not None else None), more=turns_left,
                          exhausted=("done", StopReason.ROUNDS))
 
 
-def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any, summary: str | None = None) -> str:
+def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any, summary: str | None = None,
+                      latest: bool = False) -> str:
     """What an agent speaker is asked on its Discussion turn (with ``summary``: a compaction's
-    summary of the earlier turns, then the turns since)."""
+    summary of the earlier turns, then the turns since; ``latest``: earlier turns are left out)."""
     parts = [str(topic) if topic is not None else ""]
     if summary is not None:
         parts.append("Summary of the discussion so far:\n" + summary)
     if lines:
-        parts.append(("Latest turns:\n" if summary is not None else "Discussion so far:\n") + "\n".join(lines))
+        parts.append(("Latest turns:\n" if summary is not None or latest else "Discussion so far:\n") + "\n".join(lines))
     parts.append(f"You are {name}. " + ("Respond to the latest turn and move the discussion forward."
                                          if lines or summary is not None else "Open the discussion."))
     return "\n\n".join(p for p in parts if p)
