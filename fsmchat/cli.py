@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__, gallery
+from . import __version__, evals, gallery
 from .checkpoint import Checkpointer, SqliteCheckpointer
 from .checks import check_run_id
 from .engine import run_sync
@@ -626,6 +626,17 @@ def _fork(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    if args.model:
+        os.environ["FSMCHAT_MODEL"] = args.model
+    store = open_checkpointer(args.db) if args.db else None
+    code: int = evals.run_eval_file(
+        args.file, thresholds=args.threshold or [], variants=args.variant or [], checkpoint=store, verbose=args.verbose,
+        repeat=args.repeat, max_concurrency=args.concurrency, max_calls=args.max_calls, max_cost_usd=args.max_cost,
+        cassette=args.cassette, rescore=args.rescore or None, progress=sys.stderr.isatty())
+    return code
+
+
 def _store_args(p: argparse.ArgumentParser, what: str, fn: Any) -> None:
     p.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store, or a PostgreSQL URI "
                    "(postgresql://...)")
@@ -811,6 +822,32 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store holding the run, or a PostgreSQL URI")
     rp.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write, e.g. run.html")
     rp.set_defaults(fn=_report)
+
+    ev = sub.add_parser("eval", help="score conversations over a dataset, side by side across variants; exit 1 when a "
+                        "threshold fails", description="Run the eval FILE.py defines (EVAL = fsmchat.evals.Eval(...) or "
+                        "build_eval()): every case under every variant, each run scored by the dataset's evaluators; "
+                        "print each variant's report (the first as the others' baseline) and a summary (mean and 95%% "
+                        "interval per evaluator). Exit codes: 0 every case ran and every threshold holds (the file's "
+                        "THRESHOLDS and --threshold), 1 a case failed or a threshold was missed, 2 bad input (nothing run).")
+    ev.add_argument("file", metavar="FILE.py", help="the file defining EVAL or build_eval()")
+    ev.add_argument("--threshold", action="append", metavar="NAME=VALUE", help="fail (exit 1) when an evaluator's mean "
+                    "is under VALUE (0 to 1) in any variant, e.g. 'ToolCalled(refund)=0.9'; repeatable")
+    ev.add_argument("--variant", action="append", metavar="NAME", help="run only this variant; repeatable")
+    ev.add_argument("--repeat", type=int, metavar="N", help="runs per case and variant (the mean and interval are over them)")
+    ev.add_argument("--concurrency", type=int, metavar="N", help="runs at once")
+    ev.add_argument("--max-calls", type=int, metavar="N", help="the most model calls of the whole eval (a run starts "
+                    "only when its worst case fits what is left)")
+    ev.add_argument("--max-cost", type=float, metavar="USD", help="the most the eval may spend (no run starts once spent)")
+    ev.add_argument("--cassette", metavar="PATH", help="a JSONL file of recorded runs: re-scored without a model call, "
+                    "and appended as new runs end (a killed eval goes on from the runs it finished)")
+    ev.add_argument("--rescore", action="store_true", help="only score the cassette's runs: no model call (a case "
+                    "without a recording fails)")
+    ev.add_argument("--db", metavar="PATH", help="keep every run in this checkpoint store (SQLite file or "
+                    "postgresql://...), for fsmchat ui")
+    ev.add_argument("--model", help="litellm model for every agent without its own (sets FSMCHAT_MODEL; default: "
+                    "the offline simulation)")
+    ev.add_argument("-v", "--verbose", action="store_true", help="show each case's output and the evaluators' reasons")
+    ev.set_defaults(fn=_eval)
 
     pl = sub.add_parser("plan", help="print a graph's states and transitions")
     pl.add_argument("target", metavar="TARGET", help=f"a StateGraph, a pattern or a factory of one: {TARGET_HELP}")

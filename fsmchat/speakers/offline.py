@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -331,6 +332,14 @@ def _offered(tool: dict[str, Any]) -> tuple[str, set[str], set[str]]:
     return name, words, parts
 
 
+def _number(schema: dict[str, Any], found: list[str]) -> int | float:
+    """The first of ``found`` within the schema's ``minimum``/``maximum``, else 1 brought into them
+    (a score from 0 to 1 is never an order number the text mentions)."""
+    low, high = schema.get("minimum", -math.inf), schema.get("maximum", math.inf)
+    value = next((float(f) for f in found if low <= float(f) <= high), min(max(1.0, low), high))
+    return int(value) if schema.get("type") == "integer" else value
+
+
 def _argument(name: str, schema: dict[str, Any], text: str, matched: list[str]) -> Any:
     """A value for parameter ``name`` read from ``text`` by its schema: the first allowed value, a
     number, a sentence (a summary or message), an arithmetic expression, a capitalized name (a
@@ -341,9 +350,7 @@ def _argument(name: str, schema: dict[str, Any], text: str, matched: list[str]) 
     kind = schema.get("type")
     about = f"{name} {schema.get('description') or ''}".lower()
     if kind in ("integer", "number"):
-        found = _NUMBER.search(text)
-        value = float(found.group()) if found else 1.0
-        return int(value) if kind == "integer" else value
+        return _number(schema, _NUMBER.findall(text))
     if kind == "boolean":
         return True
     if kind in (None, "string"):
@@ -430,7 +437,7 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
         numeric = [k for k in required if (props.get(k) or {}).get("type") in ("integer", "number")
                    and not (props.get(k) or {}).get("enum")]
         for k, found in zip(numeric, numbers):
-            args[k] = int(float(found)) if props[k]["type"] == "integer" else float(found)
+            args[k] = _number(props[k], [found])
         digest = hashlib.sha1(json.dumps([name, args, len(messages)], sort_keys=True).encode()).hexdigest()[:12]
         calls.append({"id": f"call_{digest}", "type": "function",
                       "function": {"name": name, "arguments": json.dumps({k: v for k, v in args.items()

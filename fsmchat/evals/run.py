@@ -1,0 +1,449 @@
+"""Run a dataset across variants, score every run, and say whether it passed.
+
+``Eval(dataset, build, variants)`` builds one conversation per case and variant with
+``build(**variant, **case.inputs)``, runs it on the case's task (``repeat`` times), and has
+pydantic-evals score it with the dataset's evaluators. Each variant's result is pydantic-evals'
+``EvaluationReport``; ``EvalResult`` puts them side by side (mean and a 95% confidence interval per
+evaluator) and checks thresholds.
+
+Runs are recorded in a cassette (a JSONL file, one finished run a line, written as each ends): a
+later eval with the same cassette re-scores those runs without a model call, and an eval that was
+killed goes on from the runs it finished. ``max_calls`` and ``max_cost_usd`` bound the whole eval:
+a run starts only when its worst-case calls fit what is left.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+import statistics
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from pydantic_evals import Dataset
+from pydantic_evals.dataset import increment_eval_metric, set_eval_attribute
+from pydantic_evals.evaluators import Evaluator
+from pydantic_evals.reporting import EvaluationReport
+
+from ..checks import Count
+from ..checkpoint import Checkpointer, check_checkpoint
+from ..engine import run_sync
+from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError
+from .cassette import ACTIVE, Cassette
+from .dataset import CaseInputs, cases_of, load_dataset
+from .trajectory import Trajectory
+
+
+class EvalError(FsmchatError):
+    """A case could not be run: no recording to re-score, the eval's budget spent, or the run failed.
+
+    Examples:
+        >>> str(EvalError("no recording"))
+        'no recording'
+    """
+
+
+def case_key(variant: str, settings: Mapping[str, Any], inputs: CaseInputs) -> str:
+    """The cassette key of one case under one variant: its task, inputs and the variant's settings.
+
+    Args:
+        variant: The variant's name.
+        settings: The variant's keywords for the factory.
+        inputs: The case's inputs.
+
+    Returns:
+        A hex digest; changing the task, an input or a setting changes it.
+
+    Examples:
+        >>> a = case_key("fast", {"model": "offline"}, CaseInputs(task="Hi"))
+        >>> a == case_key("fast", {"model": "gpt-4o"}, CaseInputs(task="Hi"))
+        False
+    """
+    data = json.dumps([variant, dict(settings), inputs.task, inputs.inputs], sort_keys=True, default=repr)
+    return hashlib.sha256(data.encode()).hexdigest()[:32]
+
+
+@dataclass
+class Spent:
+    """What an eval has used so far: model calls made and reserved (runs in flight), cost, recordings taken.
+
+    Attributes:
+        calls: Model calls made.
+        reserved: The worst-case calls of the runs in flight.
+        cost_usd: What the calls cost.
+        recorded: Runs taken from the cassette.
+
+    Examples:
+        >>> Spent().calls
+        0
+    """
+
+    calls: int = 0
+    reserved: int = 0
+    cost_usd: float = 0.0
+    recorded: int = 0
+
+
+@dataclass
+class Stat:
+    """One evaluator's results over a variant's runs: the mean and a 95% confidence interval.
+
+    Attributes:
+        mean: The mean (an assertion counts 1 when it passed).
+        low: The interval's lower end (normal approximation, clipped to the values' range).
+        high: Its upper end.
+        n: How many results.
+
+    Examples:
+        >>> Stat.of([1, 1, 0, 1]).mean
+        0.75
+    """
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Stat":
+        """The mean and interval of ``values``.
+
+        Args:
+            values: One number per run.
+
+        Returns:
+            Their ``Stat``.
+
+        Examples:
+            >>> s = Stat.of([0.0, 1.0])
+            >>> round(s.low, 3), round(s.high, 3)
+            (0.0, 1.0)
+        """
+        n = len(values)
+        mean = statistics.fmean(values)
+        half = 1.96 * statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0
+        lo, hi = min(values), max(values)
+        return cls(mean, max(lo, mean - half), min(hi, mean + half), n)
+
+    def __str__(self) -> str:
+        return f"{self.mean:.2f}" if self.n < 2 or self.low == self.high else \
+            f"{self.mean:.2f} [{self.low:.2f}, {self.high:.2f}]"
+
+
+@dataclass
+class EvalResult:
+    """An eval's results: one pydantic-evals report per variant, side by side.
+
+    Attributes:
+        name: The dataset's name.
+        reports: Variant name -> its ``EvaluationReport`` (cases, scores, assertions, failures).
+        calls: Model calls the eval made (0 when every run came from the cassette).
+        recorded: Runs taken from the cassette.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> ds = load_dataset([{"task": "Ship it?", "evaluators": [{"Contains": "yet"}]}])
+        >>> result = Eval(ds, lambda: RoundRobinSwarm(agents=[lambda turn: "Not yet."], max_loops=1)).run()
+        >>> result.ok, str(result.summary()["default"]["Contains"])
+        (True, '1.00')
+    """
+
+    name: str
+    reports: dict[str, EvaluationReport[Any, Any, Any]]
+    calls: int = 0
+    recorded: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Every case of every variant ran (no run failed, no evaluator raised)."""
+        return not self.failures()
+
+    def failures(self) -> list[str]:
+        """What did not run: ``variant / case: error``, one line each.
+
+        Returns:
+            The failed cases and evaluators.
+
+        Examples:
+            >>> EvalResult("d", {}).failures()
+            []
+        """
+        out = [f"{v} / {f.name}: {f.error_message}" for v, r in self.reports.items() for f in r.failures]
+        out += [f"{v} / {c.name}: evaluator {e.name} raised {e.error_message}" for v, r in self.reports.items()
+                for c in r.cases for e in c.evaluator_failures]
+        return out
+
+    def summary(self) -> dict[str, dict[str, Stat]]:
+        """Per variant, each evaluator's mean and 95% interval over all its runs (cases x repeats).
+
+        Returns:
+            Variant -> evaluator name -> ``Stat``.
+
+        Examples:
+            >>> EvalResult("d", {}).summary()
+            {}
+        """
+        out: dict[str, dict[str, Stat]] = {}
+        for variant, report in self.reports.items():
+            values: dict[str, list[float]] = defaultdict(list)
+            for case in report.cases:
+                for name, r in {**case.assertions, **case.scores}.items():
+                    values[name].append(float(r.value))
+            out[variant] = {name: Stat.of(v) for name, v in values.items()}
+        return out
+
+    def table(self) -> str:
+        """The summary as a plain-text table: one row per evaluator, one column per variant.
+
+        Returns:
+            The table.
+
+        Examples:
+            >>> EvalResult("d", {}).table()
+            'evaluator'
+        """
+        summary = self.summary()
+        names = list(dict.fromkeys(n for stats in summary.values() for n in stats))
+        rows = [["evaluator", *summary]] + [[n, *(str(s[n]) if n in s else "-" for s in summary.values())]
+                                            for n in names]
+        if self.reports:
+            rows.append(["failed runs", *(str(len(r.failures)) for r in self.reports.values())])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+    def print(self, **options: Any) -> None:
+        """Print each variant's pydantic-evals report (the first variant as the others' baseline:
+        score deltas per case), then the summary table.
+
+        Args:
+            **options: pydantic-evals' ``EvaluationReport.print`` options (``include_output=True``, ...).
+
+        Examples:
+            >>> EvalResult("d", {}).print()
+            evaluator
+        """
+        first = next(iter(self.reports.values()), None)
+        options = {"include_durations": False, **options}  # a duration's delta between variants is noise
+        for report in self.reports.values():
+            report.print(baseline=None if report is first else first, **options)
+        print(self.table())
+
+    def below(self, thresholds: Mapping[str, float]) -> list[str]:
+        """The thresholds a variant misses (its mean under the threshold, or the evaluator absent).
+
+        Args:
+            thresholds: Evaluator name -> the lowest mean that passes.
+
+        Returns:
+            ``variant: name mean < threshold``, one line each; empty when all pass.
+
+        Examples:
+            >>> EvalResult("d", {}).below({"Contains": 0.9})
+            []
+        """
+        out = []
+        for variant, stats in self.summary().items():
+            for name, low in thresholds.items():
+                s = stats.get(name)
+                if s is None:
+                    out.append(f"{variant}: {name} has no results (evaluators: {', '.join(stats) or 'none'})")
+                elif s.mean < low:
+                    out.append(f"{variant}: {name} {s.mean:.2f} < {low}")
+        return out
+
+    def assert_passes(self, thresholds: Mapping[str, float] | None = None) -> None:
+        """For your own tests: every case ran, and every threshold holds (``AssertionError`` saying which not).
+
+        Args:
+            thresholds: Evaluator name -> the lowest mean that passes.
+
+        Raises:
+            AssertionError: A case failed or a threshold was missed.
+
+        Examples:
+            >>> EvalResult("d", {}).assert_passes({})
+        """
+        problems = self.failures() + self.below(thresholds or {})
+        assert not problems, f"eval {self.name!r}:\n" + "\n".join(problems) + "\n" + self.table()
+
+
+@dataclass
+class Eval:
+    """A dataset run across variants of a conversation, each run scored by the dataset's evaluators.
+
+    Attributes:
+        dataset: pydantic-evals' ``Dataset`` (``load_dataset``), or what ``load_dataset`` takes.
+        build: The factory: ``build(**variant_settings, **case.inputs)`` returns the pattern or flow
+            a case runs (anything with ``aexecute(task)``).
+        variants: Name -> the factory's keywords (``{"default": {}}`` when left out).
+        repeat: Runs per case and variant (the mean and interval are over them).
+        max_concurrency: Runs at once.
+        cassette: A JSONL file of recorded runs: read first, appended as runs end (None: memory only).
+        rescore: Only score recorded runs; a case without a recording fails, and no model is called.
+        max_calls: The most model calls of the whole eval (a run starts when its worst case fits).
+        max_cost_usd: The most the eval may spend (no run starts once it is spent).
+        checkpoint: A store to keep every run in (``SqliteCheckpointer``/``PostgresCheckpointer``);
+            each case's trajectory then carries its ``run_id``, for ``fsmchat ui``.
+        evaluators: More evaluators for every case (``Check(fn)``, a ``Judge``, ...).
+        progress: Show pydantic-evals' progress bar.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.evals import SpeakersInOrder
+        >>> ds = load_dataset([{"task": "Ship it?"}], evaluators=[SpeakersInOrder(["critic"])])
+        >>> def build(reply="Not yet."):
+        ...     def critic(turn):
+        ...         return reply
+        ...     return RoundRobinSwarm(agents=[critic], max_loops=1)
+        >>> result = Eval(ds, build, variants={"no": {}, "yes": {"reply": "Yes."}}, repeat=2).run()
+        >>> result.ok, [len(r.cases) for r in result.reports.values()]
+        (True, [2, 2])
+    """
+
+    dataset: Any
+    build: Callable[..., Any]
+    variants: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: {"default": {}})
+    repeat: int = 1
+    max_concurrency: int = 4
+    cassette: str | Path | None = None
+    rescore: bool = False
+    max_calls: int | None = None
+    max_cost_usd: float | None = None
+    checkpoint: Checkpointer | None = None
+    evaluators: Sequence[Evaluator[Any, Any, Any]] = ()
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dataset, Dataset):
+            self.dataset = load_dataset(self.dataset)
+        self.cases = cases_of(self.dataset)
+        if not callable(self.build):
+            raise ConfigTypeError(f"Eval(build={self.build!r:.80}) is invalid: a factory build(**settings) that "
+                                  "returns a pattern or flow")
+        if not isinstance(self.variants, Mapping) or not self.variants or not all(
+                isinstance(k, str) and k and isinstance(v, Mapping) for k, v in self.variants.items()):
+            raise ConfigTypeError(f"Eval(variants={self.variants!r:.120}) is invalid: a dict of name -> the "
+                                  "factory's keywords, e.g. {'small': {'model': 'gpt-4o-mini'}}")
+        for name, value, low in (("repeat", self.repeat, 1), ("max_concurrency", self.max_concurrency, 1),
+                                 ("max_calls", self.max_calls, 0)):
+            if value is not None or name != "max_calls":
+                Count(low).check(value, "Eval", name)
+        if self.max_cost_usd is not None and (isinstance(self.max_cost_usd, bool) or
+                                              not isinstance(self.max_cost_usd, (int, float)) or self.max_cost_usd < 0):
+            raise ConfigTypeError(f"Eval(max_cost_usd={self.max_cost_usd!r}) is invalid: a number >= 0, or None")
+        check_checkpoint(self.checkpoint, "Eval")
+        for variant, settings in self.variants.items():  # every variant builds, before any model call
+            for case in self.cases[:1]:
+                self._build(variant, settings, case.inputs)
+
+    def _build(self, variant: str, settings: Mapping[str, Any], inputs: CaseInputs) -> Any:
+        try:
+            pattern = self.build(**{**settings, **inputs.inputs})
+        except TypeError as exc:
+            raise ConfigTypeError(f"Eval: variant {variant!r}: build(**{dict(settings)!r:.120}) failed: {exc}") from None
+        if not callable(getattr(pattern, "aexecute", None)):
+            raise ConfigTypeError(f"Eval: build() returned {type(pattern).__name__}: a pattern or flow "
+                                  "(something with aexecute(task))")
+        return pattern
+
+    def run(self) -> EvalResult:
+        """Run the eval (see the class).
+
+        Returns:
+            The ``EvalResult``.
+
+        Examples:
+            >>> from fsmchat import RoundRobinSwarm
+            >>> Eval([{"task": "Hi"}], lambda: RoundRobinSwarm(agents=[lambda t: "Hi."], max_loops=1)).run().ok
+            True
+        """
+        return run_sync(self.arun)
+
+    async def arun(self) -> EvalResult:
+        """Run the eval in the running event loop (see the class).
+
+        Returns:
+            The ``EvalResult``.
+
+        Examples:
+            >>> import asyncio
+            >>> from fsmchat import RoundRobinSwarm
+            >>> e = Eval([{"task": "Hi"}], lambda: RoundRobinSwarm(agents=[lambda t: "Hi."], max_loops=1))
+            >>> asyncio.run(e.arun()).ok
+            True
+        """
+        cassette = Cassette(self.cassette)
+        token = ACTIVE.set(cassette)  # a Judge keeps its grades in it too
+        names = {case_key("", {}, c.inputs): c.name or "case" for c in self.cases}
+        state = Spent()
+        lock = asyncio.Lock()
+        reports: dict[str, EvaluationReport[Any, Any, Any]] = {}
+        dataset = Dataset[CaseInputs, Any, Any](name=self.dataset.name, cases=self.cases,
+                                                evaluators=[*self.dataset.evaluators, *self.evaluators])
+        try:
+            for variant, settings in self.variants.items():
+                reports[variant] = await dataset.evaluate(
+                    self._task(variant, settings, cassette, names, state, lock), name=variant,
+                    max_concurrency=self.max_concurrency, progress=self.progress, repeat=self.repeat)
+        finally:
+            ACTIVE.reset(token)
+            cassette.close()
+        return EvalResult(self.dataset.name, reports, calls=state.calls, recorded=state.recorded)
+
+    def _task(self, variant: str, settings: Mapping[str, Any], cassette: Cassette, names: dict[str, str],
+              state: Spent, lock: asyncio.Lock) -> Callable[[CaseInputs], Any]:
+        async def task(inputs: CaseInputs) -> str:
+            key = case_key(variant, settings, inputs)
+            run = cassette.take(key)
+            if run is not None:
+                state.recorded += 1
+            else:
+                if self.rescore:
+                    raise EvalError(f"no recorded run of this case under variant {variant!r} in "
+                                    f"{self.cassette or 'the cassette'} (rescore=True makes no model call)")
+                case = names.get(case_key("", {}, inputs), "case")
+                run = await self._run_one(variant, settings, inputs, case, state, lock)
+                cassette.record(key, variant, case, run)
+            set_eval_attribute("fsmchat", run)
+            increment_eval_metric("calls", run.calls)
+            increment_eval_metric("tokens", run.tokens)
+            if not run.ok:
+                raise EvalError(f"the run failed: {run.error}")
+            return run.output
+
+        return task
+
+    async def _run_one(self, variant: str, settings: Mapping[str, Any], inputs: CaseInputs, case: str,
+                       state: Spent, lock: asyncio.Lock) -> Trajectory:
+        pattern = self._build(variant, settings, inputs)
+        worst = 0
+        async with lock:  # reserve the run's worst case out of what the budget has left
+            if self.max_cost_usd is not None and state.cost_usd >= self.max_cost_usd:
+                raise BudgetExceeded(f"the eval's max_cost_usd={self.max_cost_usd} is spent "
+                                     f"(${state.cost_usd:.4f}); this case did not run")
+            if self.max_calls is not None:
+                bound = getattr(pattern, "max_calls", None)
+                worst = int(bound()) if callable(bound) else 0
+                left = self.max_calls - state.calls - state.reserved
+                if not callable(bound) or worst > left:
+                    raise BudgetExceeded(f"the eval's max_calls={self.max_calls}: {left} call(s) left, and this run "
+                                         f"may make up to {worst if callable(bound) else 'an unknown number of'}; "
+                                         "this case did not run")
+                state.reserved += worst
+        run_id = None
+        if self.checkpoint is not None:
+            run_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"eval-{self.dataset.name}-{variant}-{case}")[:80] + \
+                f"-{uuid.uuid4().hex[:8]}"
+        try:
+            result = await pattern.aexecute(inputs.task, checkpoint=self.checkpoint, run_id=run_id) \
+                if self.checkpoint is not None else await pattern.aexecute(inputs.task)
+        finally:
+            state.reserved -= worst
+        state.calls += result.calls
+        state.cost_usd += result.cost_usd or 0.0
+        return Trajectory.of(result)
