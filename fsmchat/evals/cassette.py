@@ -43,13 +43,20 @@ class Cassette:
     grades are kept too, by rubric, model and conversation: re-scoring recorded runs with the same
     judge makes no model call.
 
+    Args:
+        path: The JSONL file (read when it exists, appended to), or None for memory only.
+
     Attributes:
         path: The file, or None for memory only.
 
     Examples:
-        >>> c = Cassette()
-        >>> c.record("k", "fast", "refund", Trajectory(output="Done."))
-        >>> c.take("k").output, c.take("k")
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"
+        >>> first = Cassette(path)
+        >>> first.record("k", "fast", "refund", Trajectory(output="Done."))
+        >>> first.close()
+        >>> again = Cassette(path)  # a later eval: the recorded run is taken once
+        >>> again.take("k").output, again.take("k")
         ('Done.', None)
     """
 

@@ -19,6 +19,12 @@ from ..targets import load_file
 from .run import Eval
 
 EXIT_PASSED, EXIT_FAILED = 0, 1
+EXAMPLE = """from fsmchat import RoundRobinSwarm
+from fsmchat.evals import Eval
+EVAL = Eval([{"task": "Hi"}], lambda: RoundRobinSwarm(agents=[lambda turn: "Hi."], max_loops=1),
+            evaluators=[__import__("fsmchat.evals").evals.PathInGraph()])
+THRESHOLDS = {"PathInGraph": 1}
+"""  # the file the examples below write (a tiny eval)
 
 
 def eval_of(path: str | Path) -> tuple[Eval, dict[str, float]]:
@@ -34,8 +40,12 @@ def eval_of(path: str | Path) -> tuple[Eval, dict[str, float]]:
         ConfigError: The file defines neither, or its thresholds are not name -> number.
 
     Examples:
-        >>> eval_of("examples/evals/support_triage.py")[1]
-        {'ToolCalled(refund)': 0.9, 'PathInGraph': 1.0}
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "ev.py"
+        >>> _ = path.write_text(EXAMPLE)
+        >>> ev, thresholds = eval_of(path)
+        >>> list(ev.variants), thresholds
+        (['default'], {'PathInGraph': 1.0})
     """
     module = load_file(Path(path))
     found = getattr(module, "EVAL", None)
@@ -103,9 +113,13 @@ def run_eval_file(path: str | Path, *, thresholds: Sequence[str] = (), variants:
         ConfigError: Bad input (the file, a threshold, a variant, an override), before any model call.
 
     Examples:
-        >>> run_eval_file("examples/evals/support_triage.py", rescore=True,
-        ...               cassette="examples/evals/support_triage.cassette.jsonl")  # doctest: +SKIP
-        0
+        >>> import contextlib, io, pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "ev.py"
+        >>> _ = path.write_text(EXAMPLE)
+        >>> with contextlib.redirect_stdout(io.StringIO()) as out:
+        ...     code = run_eval_file(path, repeat=2)
+        >>> code, out.getvalue().splitlines()[-1]
+        (0, 'passed: PathInGraph >= 1.0')
     """
     ev, limits = eval_of(path)
     limits.update(parse_thresholds(thresholds))

@@ -223,8 +223,10 @@ def load_dataset(source: str | Path | dict[str, Any] | list[dict[str, Any]],
     try:
         dataset: Dataset[CaseInputs, Any, Any] = Dataset[CaseInputs, Any, Any].from_dict(
             data, custom_evaluator_types=EVALUATORS)
-    except (ValueError, TypeError, ValidationError, ConfigError) as exc:
-        raise ConfigError(f"{where}: an evaluator is invalid: {exc}; fsmchat's evaluators: "
+    except Exception as exc:  # pydantic-evals raises a ValueError, or an ExceptionGroup of them (3.11+)
+        first = (getattr(exc, "exceptions", None) or [exc])[0]
+        raise ConfigError(f"{where}: an evaluator is invalid: {str(first).split('. Valid choices')[0]}; "
+                          "fsmchat's evaluators: "
                           f"{', '.join(e.__name__ for e in EVALUATORS)} (and pydantic-evals' Equals, "
                           "EqualsExpected, Contains, IsInstance, MaxDuration)") from None
     dataset.evaluators = [*dataset.evaluators, *evaluators]

@@ -101,6 +101,7 @@ class Regex(_Named, Evaluator[Any, Any, Any]):
                               "expression") from None
 
     def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Score one case (pydantic-evals calls it with the case's context)."""
         found = re.search(self.pattern, str(ctx.output), re.I if self.ignore_case else 0)
         return EvaluationReason(found is not None,
                                 reason=None if found else f"no match for {self.pattern!r} in {str(ctx.output)[:100]!r}")
@@ -132,6 +133,7 @@ class MatchesSchema(_Named, Evaluator[Any, Any, Any]):
             raise ConfigError(f"MatchesSchema(schema=...) is invalid at {where}: {exc.message}") from None
 
     def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Score one case (pydantic-evals calls it with the case's context)."""
         try:
             data = json.loads(str(ctx.output))
         except json.JSONDecodeError as exc:
@@ -167,9 +169,11 @@ class Check(_Named, Evaluator[Any, Any, Any]):
             raise ConfigError(f"Check(fn={self.fn!r:.80}) is invalid: a function fn(output, run)")
 
     def get_default_evaluation_name(self) -> str:
+        """The name in reports: ``evaluation_name``, else the function's name."""
         return self.evaluation_name or str(getattr(self.fn, "__name__", "Check"))
 
     def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Score one case (pydantic-evals calls it with the case's context)."""
         value = self.fn(str(ctx.output), trajectory_of(ctx))
         if isinstance(value, tuple) and len(value) == 2:
             return EvaluationReason(value[0], reason=str(value[1]))
@@ -199,6 +203,7 @@ class SpeakersInOrder(_Named, Evaluator[Any, Any, Any]):
     key = "names"
 
     def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Score one case (pydantic-evals calls it with the case's context)."""
         spoke = trajectory_of(ctx).speakers
         if self.exact:
             ok = spoke == list(self.names)
@@ -226,6 +231,7 @@ class SpeakersAre(_Named, Evaluator[Any, Any, Any]):
     key = "names"
 
     def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Score one case (pydantic-evals calls it with the case's context)."""
         spoke = set(trajectory_of(ctx).speakers)
         ok = spoke == set(self.names)
         return EvaluationReason(ok, reason=None if ok else f"spoke: {sorted(spoke)}")
@@ -270,6 +276,7 @@ class ToolCalled(_Named, Evaluator[Any, Any, Any]):
     key = "name"
 
     def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Score one case (pydantic-evals calls it with the case's context)."""
         tools = trajectory_of(ctx).tools
         hits = [t for t in tools if t.name == self.name and (self.speaker is None or t.speaker == self.speaker)
                 and (self.arguments is None or _matches(t.arguments, self.arguments))]
@@ -299,9 +306,11 @@ class Visited(_Named, Evaluator[Any, Any, Any]):
     key = "state"
 
     def get_default_evaluation_name(self) -> str:
+        """The name in reports: ``evaluation_name``, else ``Visited(<state>)`` or ``Avoided(<state>)``."""
         return self.evaluation_name or f"{'Avoided' if self.avoided else 'Visited'}({self.state})"
 
     def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Score one case (pydantic-evals calls it with the case's context)."""
         path = trajectory_of(ctx).path
         ok = (self.state in path) != self.avoided
         return EvaluationReason(ok, reason=None if ok else f"path: {' -> '.join(path)}")
@@ -325,6 +334,7 @@ class StoppedBecause(_Named, Evaluator[Any, Any, Any]):
     key = "reason"
 
     def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Score one case (pydantic-evals calls it with the case's context)."""
         got = trajectory_of(ctx).stop_reason
         ok = got in ([self.reason] if isinstance(self.reason, str) else self.reason)
         return EvaluationReason(ok, reason=None if ok else f"stopped: {got}")
@@ -355,6 +365,7 @@ class WithinBudget(_Named, Evaluator[Any, Any, Any]):
             raise ConfigError("WithinBudget() is invalid: give max_calls, max_tokens or max_cost_usd")
 
     def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Score one case (pydantic-evals calls it with the case's context)."""
         run = trajectory_of(ctx)
         over = [f"{run.calls} calls > {self.max_calls}" for _ in [0] if self.max_calls is not None and
                 run.calls > self.max_calls]
@@ -381,6 +392,7 @@ class PathInGraph(_Named, Evaluator[Any, Any, Any]):
     evaluation_name: str | None = field(default=None)
 
     def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Score one case (pydantic-evals calls it with the case's context)."""
         run = trajectory_of(ctx)
         if not run.edges:
             return EvaluationReason(False, reason="the run kept no graph to check its path against")
@@ -450,6 +462,7 @@ class Judge(_Named, Evaluator[Any, Any, Any]):
                      system_prompt="You grade conversations against a rubric, strictly and briefly.")
 
     async def evaluate(self, ctx: Context) -> EvaluationReason:
+        """Grade one case (pydantic-evals calls it with the case's context)."""
         run = trajectory_of(ctx)
         cassette = ACTIVE.get()
         key = "judge-" + hashlib.sha256(json.dumps([self.rubric, self.model, self.api_base, run.transcript],
