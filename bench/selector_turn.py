@@ -417,19 +417,71 @@ def versions(venv: Path) -> str:
     return f"fsmchat's venv: aiohttp {version('aiohttp')}; selector venv: {third}"
 
 
-def profile_case(case: str, srv: compare.Server, venv: Path, top: int = 25) -> None:
-    """Run ``case`` once under cProfile and print its top functions by own time."""
+PROFILED = ("fsmchat SelectorGroupChat", "AutoGen SelectorGroupChat", "raw aiohttp (selector)", "fsmchat Handoffs",
+            "langgraph-swarm", "AutoGen Swarm", "raw aiohttp (handoffs)")
+GROUPS = ("fsmchat engine + pattern", "fsmchat agent + client", "the library", "openai + httpx", "aiohttp",
+          "asyncio + sockets", "json", "pydantic", "typing", "other")
+
+
+def group_of(path: str) -> str | None:
+    """The column a function's own time goes to, by its file (None: a builtin)."""
+    if path == "~":
+        return None
+    if "/fsmchat/" in path and "site-packages" not in path:
+        return "fsmchat agent + client" if "/fsmchat/speakers/" in path else "fsmchat engine + pattern"
+    parts = path.split("site-packages/")
+    top = parts[1].split("/")[0] if len(parts) > 1 else ""
+    if top.startswith(("autogen", "langgraph", "langchain")):
+        return "the library"
+    if top in ("openai", "httpx", "httpcore", "httpx2", "httpcore2", "h11", "anyio", "sniffio"):
+        return "openai + httpx"
+    if top in ("aiohttp", "yarl", "multidict", "propcache", "aiohappyeyeballs", "aiosignal", "frozenlist"):
+        return "aiohttp"
+    if top.startswith(("pydantic", "typing_inspection")):
+        return "pydantic"
+    if "/asyncio/" in path or path.endswith(("/selectors.py", "/socket.py")):
+        return "asyncio + sockets"
+    if "/json/" in path:
+        return "json"
+    if path.endswith(("/typing.py", "/typing_extensions.py")):
+        return "typing"
+    return "other"
+
+
+def profile_shares(case: str, srv: compare.Server, venv: Path, top: int = 0) -> dict[str, Any]:
+    """One batch of ``case`` under cProfile (on the CPU clock, the batch only): each group's share of
+    the own time (a builtin's goes to its callers' groups), and the Python calls per model call;
+    ``top``: print that many functions by own time too."""
     import pstats
     import tempfile
 
     env = {**os.environ, **compare.QUIET_ENV, "PYTHONPATH": str(ROOT)}
+    model = f"profile-{CASES.index(case)}"
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "prof")
         subprocess.run([interpreter(case, venv), __file__, "--client", case, "--api-base", srv.api_base, "--model",
-                        "profile", "--chats", str(CHATS), "--profile-to", out], check=True, env=env, cwd=ROOT)
+                        model, "--chats", str(CHATS), "--profile-to", out], check=True, env=env, cwd=ROOT,
+                       capture_output=True, timeout=900)
         stats = pstats.Stats(out)
-        stats.sort_stats("tottime").print_stats(top)
-        stats.sort_stats("cumulative").print_stats(top)
+        if top:
+            stats.sort_stats("tottime").print_stats(top)
+    own: Counter[str] = Counter()
+    python_calls = 0
+    for (path, _, _), (_, nc, tt, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
+        group = group_of(path)
+        if group is not None:
+            own[group] += tt
+            python_calls += nc
+            continue
+        edges = {group_of(c[0]) or "other": 0.0 for c in callers}
+        spent = sum(v[2] for v in callers.values())
+        for c, v in callers.items():
+            edges[group_of(c[0]) or "other"] += tt * (v[2] / spent if spent else 1 / len(callers))
+        for g, t in (edges or {"other": tt}).items():
+            own[g] += t
+    total = sum(own.values()) or 1.0
+    calls = srv.counts().get(model, 0)
+    return {"shares": {g: own[g] / total for g in GROUPS}, "calls_per_model_call": python_calls / max(calls, 1)}
 
 
 def main() -> None:
@@ -463,12 +515,15 @@ def main() -> None:
         if args.profile not in CASES:
             raise SystemExit(f"--profile: one of {', '.join(CASES)}")
         with compare.server(LATENCY, __file__) as srv:
-            return profile_case(args.profile, srv, venv)
+            got = profile_shares(args.profile, srv, venv, top=30)
+        print(json.dumps(got, indent=1))
+        return
     reps = 2 if args.quick else 5
     sent = check_bodies()
     head = machine_line(reps, versions(venv))
     with compare.server(LATENCY, __file__) as srv:
         runs = measure(srv, venv, reps)
+        profiles = {case: profile_shares(case, srv, venv) for case in PROFILED}
     turns = CHATS * TURNS
     per_turn = {c: median(r["cpu"] for r in rs) / turns * 1e3 for c, rs in runs.items()}  # ms
     wall = {c: median(r["wall"] for r in rs) for c, rs in runs.items()}
@@ -488,9 +543,11 @@ def main() -> None:
         mine, floor = per_turn[FSMCHAT[kind]], per_turn[KINDS[kind]["cases"][-1]]
         best = min(others[kind], key=lambda c: per_turn[c])
         ratio = per_turn[best] / mine
+        paired = sorted(b["cpu"] / m["cpu"] for b, m in zip(runs[best], runs[FSMCHAT[kind]]))  # the same repetition
         verdicts.append(f"- {kind.capitalize()} turn: fsmchat's {FSMCHAT[kind].split()[1]} {mine:.2f} ms CPU per turn, "
                         f"{ratio:.1f}x less than the best other library's same turn ({best}, {per_turn[best]:.2f} ms; "
-                        f"goal >= 5x: {status(ratio >= 5)}); {floor / mine:.0%} of the raw floor's rate "
+                        f"goal >= 5x: {status(ratio >= 5)}; {paired[0]:.1f}x to {paired[-1]:.1f}x within a "
+                        f"repetition); {floor / mine:.0%} of the raw floor's rate "
                         f"({(mine - floor) * 1e3 / KINDS[kind]['calls']:.0f} µs per model call beyond it).")
         rows.append({"target": "Who speaks next (model-backed)",
                      "measure": f"CPU ms per {kind} turn ({KINDS[kind]['calls']} model call(s)), batches of {CHATS} "
@@ -505,9 +562,16 @@ def main() -> None:
     cross = per_turn[best_of] / sel
     verdicts.append(f"- A selector turn (2 model calls) against the best of all the other libraries' turns, whatever "
                     f"their kind: {best_of} {per_turn[best_of]:.2f} ms per turn ({KINDS[KIND_OF[best_of]]['calls']} "
-                    f"model call(s)), {cross:.1f}x fsmchat's selector turn (goal >= 5x: {status(cross >= 5)}).")
+                    f"model call(s)), {cross:.1f}x fsmchat's selector turn (goal >= 5x: {status(cross >= 5)}); the raw "
+                    f"floor's selector turn is {per_turn[best_of] / per_turn[KINDS['selector']['cases'][-1]]:.1f}x "
+                    "below it (two HTTP calls against one: what any aiohttp client making a selector turn can reach).")
     verdicts.append(f"- For reference, a GroupChat bid turn ({len(NAMES)} bids, then the post): "
                     f"{per_turn[FSMCHAT['bids']]:.2f} ms, {per_turn[FSMCHAT['bids']] / sel:.2f}x a selector turn.")
+    prof = ["| client | " + " | ".join(GROUPS) + " | Python calls per model call |",
+            "|---|" + "---:|" * (len(GROUPS) + 1)]
+    for case, got in profiles.items():
+        prof.append(f"| {case} | " + " | ".join(f"{got['shares'][g]:.0%}" if got["shares"][g] >= 0.005 else "-"
+                                                for g in GROUPS) + f" | {got['calls_per_model_call']:,.0f} |")
     what = "\n".join(f"- **{kind}** ({k['calls']} model call(s) per turn: {k['turn']}): "
                      + ", ".join(f"*{c}*" for c in k["cases"]) + "." for kind, k in KINDS.items())
     text = "\n".join([
@@ -529,7 +593,17 @@ def main() -> None:
         what, "",
         head, "",
         *lines, "",
-        *verdicts,
+        *verdicts, "",
+        "### Where the CPU goes (cProfile, an upper bound)", "",
+        "One more batch of each case under cProfile on the process's CPU clock (the batch only): each group's share "
+        "of the own time, a builtin's counted to its callers' groups; *the library* is autogen-agentchat / "
+        "autogen-core / autogen-ext, or langgraph / langchain / langgraph-swarm; *openai + httpx* the OpenAI SDK and "
+        "its HTTP stack (httpx, httpcore, h11, anyio), which AutoGen and langchain-openai both call through; "
+        "*typing* is `typing.py`'s introspection, called by the libraries. The Python calls per model call "
+        "(cProfile's counts, builtins aside) do not depend on the machine's load. The server closes every "
+        "connection after its answer (`Connection: close`), so every model call of every client opens one: the "
+        "sockets' part is alike for all.", "",
+        *prof,
     ])
     finish("selector_turn", {"selector_turn": text}, rows, args.write)
 
