@@ -518,7 +518,7 @@ def main() -> None:
             got = profile_shares(args.profile, srv, venv, top=30)
         print(json.dumps(got, indent=1))
         return
-    reps = 2 if args.quick else 5
+    reps = 2 if args.quick else 7
     sent = check_bodies()
     head = machine_line(reps, versions(venv))
     with compare.server(LATENCY, __file__) as srv:
@@ -565,6 +565,14 @@ def main() -> None:
                     f"model call(s)), {cross:.1f}x fsmchat's selector turn (goal >= 5x: {status(cross >= 5)}); the raw "
                     f"floor's selector turn is {per_turn[best_of] / per_turn[KINDS['selector']['cases'][-1]]:.1f}x "
                     "below it (two HTTP calls against one: what any aiohttp client making a selector turn can reach).")
+    rows.append({"target": "Who speaks next (model-backed)",
+                 "measure": f"CPU ms per selector turn (2 model calls) against the best other library's turn of either "
+                            f"kind, the same batches", "fsmchat": round(sel, 2),
+                 "floor": round(per_turn[KINDS["selector"]["cases"][-1]], 2), "langgraph": None,
+                 "ratio": f"{cross:.1f}x less than {best_of} ({per_turn[best_of]:.2f} ms, "
+                          f"{KINDS[KIND_OF[best_of]]['calls']} model call(s) per turn); the floor's selector turn "
+                          f"{per_turn[best_of] / per_turn[KINDS['selector']['cases'][-1]]:.1f}x",
+                 "goal": ">= 5x less CPU per turn than the best other library", "ok": cross >= 5, "command": cmd})
     verdicts.append(f"- For reference, a GroupChat bid turn ({len(NAMES)} bids, then the post): "
                     f"{per_turn[FSMCHAT['bids']]:.2f} ms, {per_turn[FSMCHAT['bids']] / sel:.2f}x a selector turn.")
     prof = ["| client | " + " | ".join(GROUPS) + " | Python calls per model call |",
