@@ -467,11 +467,18 @@ def profile_shares(case: str, srv: compare.Server, venv: Path, top: int = 0) -> 
             stats.sort_stats("tottime").print_stats(top)
     own: Counter[str] = Counter()
     python_calls = 0
-    for (path, _, _), (_, nc, tt, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
+    mine: Counter[str] = Counter()  # fsmchat's functions, and the pattern's own files (the selector's, the handoffs')
+    for (path, line, fn), (_, nc, tt, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
         group = group_of(path)
         if group is not None:
             own[group] += tt
             python_calls += nc
+            if group.startswith("fsmchat"):
+                short = path.split("/fsmchat/", 1)[1]
+                mine[f"{short}:{line} {fn}"] += tt
+                if short in ("patterns/selector.py", "speakers/selector.py", "patterns/handoffs.py",
+                             "speakers/handoff.py"):
+                    mine["pattern files"] += tt
             continue
         edges = {group_of(c[0]) or "other": 0.0 for c in callers}
         spent = sum(v[2] for v in callers.values())
@@ -481,7 +488,9 @@ def profile_shares(case: str, srv: compare.Server, venv: Path, top: int = 0) -> 
             own[g] += t
     total = sum(own.values()) or 1.0
     calls = srv.counts().get(model, 0)
-    return {"shares": {g: own[g] / total for g in GROUPS}, "calls_per_model_call": python_calls / max(calls, 1)}
+    top = [(f, t / total) for f, t in mine.most_common() if f != "pattern files"][:1]
+    return {"shares": {g: own[g] / total for g in GROUPS}, "calls_per_model_call": python_calls / max(calls, 1),
+            "top": top[0] if top else None, "pattern_files": mine["pattern files"] / total}
 
 
 def main() -> None:
@@ -548,7 +557,9 @@ def main() -> None:
                         f"{ratio:.1f}x less than the best other library's same turn ({best}, {per_turn[best]:.2f} ms; "
                         f"goal >= 5x: {status(ratio >= 5)}; {paired[0]:.1f}x to {paired[-1]:.1f}x within a "
                         f"repetition); {floor / mine:.0%} of the raw floor's rate "
-                        f"({(mine - floor) * 1e3 / KINDS[kind]['calls']:.0f} µs per model call beyond it).")
+                        f"({(mine - floor) * 1e3 / KINDS[kind]['calls']:.0f} µs per model call beyond it). The floor "
+                        f"itself is {per_turn[best] / floor:.1f}x below {best}: the goal leaves a client "
+                        f"{per_turn[best] / 5 / floor - 1:.0%} above the floor, fsmchat is {mine / floor - 1:.0%} above.")
         rows.append({"target": "Who speaks next (model-backed)",
                      "measure": f"CPU ms per {kind} turn ({KINDS[kind]['calls']} model call(s)), batches of {CHATS} "
                                 f"conversations, 3 agents, {TURNS} turns, local server ({LATENCY * 1e3:.0f} ms)",
@@ -580,6 +591,17 @@ def main() -> None:
     for case, got in profiles.items():
         prof.append(f"| {case} | " + " | ".join(f"{got['shares'][g]:.0%}" if got["shares"][g] >= 0.005 else "-"
                                                 for g in GROUPS) + f" | {got['calls_per_model_call']:,.0f} |")
+    spread = []
+    for kind, files in (("selector", "`patterns/selector.py`, `speakers/selector.py`"),
+                        ("handoffs", "`patterns/handoffs.py`, `speakers/handoff.py`")):
+        got = profiles.get(FSMCHAT[kind])
+        if got and got["top"]:
+            spread.append(f"{FSMCHAT[kind]}: its largest function `{got['top'][0]}` {got['top'][1]:.1%} of the "
+                          f"profiled batch, the pattern's own files ({files}) {got['pattern_files']:.1%}")
+    prof_note = ("fsmchat's own time is spread thin, no hot spot: " + "; ".join(spread) + ". What fsmchat spends "
+                 "beyond the floor is the rest of its agent, client and engine (the request's checks, usage, events, "
+                 "step records), a little per call; most of a turn's CPU is the HTTP exchange itself (aiohttp, "
+                 "asyncio, sockets), which the floor spends too.") if spread else ""
     what = "\n".join(f"- **{kind}** ({k['calls']} model call(s) per turn: {k['turn']}): "
                      + ", ".join(f"*{c}*" for c in k["cases"]) + "." for kind, k in KINDS.items())
     text = "\n".join([
@@ -611,7 +633,8 @@ def main() -> None:
         "(cProfile's counts, builtins aside) do not depend on the machine's load. The server closes every "
         "connection after its answer (`Connection: close`), so every model call of every client opens one: the "
         "sockets' part is alike for all.", "",
-        *prof,
+        *prof, "",
+        prof_note,
     ])
     finish("selector_turn", {"selector_turn": text}, rows, args.write)
 
