@@ -66,8 +66,10 @@ def headline() -> str:
     if sel:
         out.append("**Who speaks next, model-backed** (selector and handoff turns against AutoGen's SelectorGroupChat "
                    "and Swarm and langgraph-swarm, CPU per turn of the client process, local server): " + "; ".join(
-                       f"{str(r['measure']).split(' (')[0].removeprefix('CPU ms per ')}: fsmchat {r['fsmchat']} ms, "
-                       f"{r['ratio']}" for r in sel) + ".")
+                       f"{str(r['measure']).split(' (')[0].removeprefix('CPU ms per ')}"
+                       f"{' against either kind' if 'either kind' in str(r['measure']) else ''}: fsmchat "
+                       f"{r['fsmchat']} ms, {r['ratio']} (goal >= 5x: {'met' if r.get('ok') else 'missed'})"
+                       for r in sel) + ".")
     eng = _rows("engine_overhead")
     if eng:
         r = eng[-1]
