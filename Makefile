@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.fsmchat-installed
 DEMO_STAMP := $(VENV)/.fsmchat-demo-installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test install demo-install bytecode graphviz chromium postgresql graphs docs layers bench bench-compare clean
+.PHONY: demo test install demo-install bytecode graphviz chromium postgresql graphs docs layers bench bench-compare bench-selector clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -93,5 +93,16 @@ $(COMPARE_VENV)/.installed: bench/requirements-compare.txt
 bench-compare: install $(COMPARE_VENV)/.installed
 	$(BIN)/python bench/compare.py --write --venv $(COMPARE_VENV)
 
+# selector and handoff turns against AutoGen's SelectorGroupChat and Swarm and langgraph-swarm, and the raw aiohttp
+# floors (bench/selector_turn.py): the other libraries in a venv of their own, from pinned versions, as above
+SELECTOR_VENV ?= .venv-selector
+$(SELECTOR_VENV)/.installed: bench/requirements-selector.txt
+	$(PYTHON) -m venv $(SELECTOR_VENV)
+	$(SELECTOR_VENV)/bin/python -m pip install -q -r bench/requirements-selector.txt
+	touch $@
+
+bench-selector: install $(SELECTOR_VENV)/.installed
+	$(BIN)/python bench/selector_turn.py --write --venv $(SELECTOR_VENV)
+
 clean:
-	rm -rf $(VENV) .venv-compare build site *.egg-info
+	rm -rf $(VENV) .venv-compare .venv-selector build site *.egg-info

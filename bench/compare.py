@@ -40,7 +40,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PY, ROOT, finish, machine_line, median, status  # noqa: E402
@@ -79,12 +79,22 @@ RESPOND_CHOICE = {"type": "function", "function": {"name": "respond"}}
 
 # ---- the server (a child process: its CPU is not counted) --------------------------------------
 def serve(latency: float) -> None:
-    """Child side: answers every bid with ``respond(0.9, REPLY)`` after ``latency`` seconds and counts
-    requests by the body's ``model`` (each measured batch has its own); a line on stdin prints the
-    counts as JSON, end of stdin stops it."""
+    """Child side: answers every bid with ``respond(0.9, REPLY)`` after ``latency`` seconds (any
+    other request with ``REPLY`` as text)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from openai_server import respond, text
+
+    bid, other = respond(0.9, REPLY).after(latency), text(REPLY).after(latency)
+    serve_with(lambda req: bid if req.get("tools") else other)
+
+
+def serve_with(answer: Callable[[dict[str, Any]], Any]) -> None:
+    """Child side: ``tests/openai_server.py`` answering every request with ``answer(body)`` (a
+    ``Reply``), counting requests by the body's ``model`` (each measured batch has its own); a line
+    on stdin prints the counts as JSON, end of stdin stops it. Nothing is recorded."""
     sys.path.insert(0, str(ROOT / "tests"))
     import openai_server
-    from openai_server import OpenAIServer, respond, text
+    from openai_server import OpenAIServer
 
     class Forget(list):  # type: ignore[type-arg]
         def append(self, item: Any) -> None:
@@ -92,15 +102,14 @@ def serve(latency: float) -> None:
 
     counts: Counter[str] = Counter()
     lock = threading.Lock()
-    bid, other = respond(0.9, REPLY).after(latency), text(REPLY).after(latency)
 
-    def answer(req: dict[str, Any]) -> Any:
+    def counted(req: dict[str, Any]) -> Any:
         with lock:
             counts[str(req.get("model"))] += 1
-        return bid if req.get("tools") else other
+        return answer(req)
 
     openai_server._HTTPServer.request_queue_size = 1024  # a batch opens hundreds of connections at once
-    srv = OpenAIServer(answer, max_requests=10 ** 9, max_lifetime=24 * 3600)
+    srv = OpenAIServer(counted, max_requests=10 ** 9, max_lifetime=24 * 3600)
     srv.requests, srv.records = Forget(), Forget()
     srv.start()
     print(srv.api_base, flush=True)
@@ -122,8 +131,9 @@ class Server:
 
 
 @contextlib.contextmanager
-def server(latency: float) -> Iterator[Server]:
-    proc = subprocess.Popen([PY, __file__, "--serve", str(latency)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def server(latency: float, script: str = __file__) -> Iterator[Server]:
+    """The server child: ``script --serve latency`` (a script whose ``--serve`` calls ``serve_with``)."""
+    proc = subprocess.Popen([PY, script, "--serve", str(latency)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True, cwd=ROOT)
     try:
         assert proc.stdout is not None

@@ -19,7 +19,7 @@ import time
 from common import PY, RESULTS, ROOT, write_doc
 
 SCRIPTS = ["user_path", "engine_overhead", "durable_overhead", "durable_deltas", "fanout", "litellm_cost", "scale", "cold_start", "tokens", "ray_batch", "whatif", "wire", "compare",
-           "own_share"]  # compare needs the comparison venv: make bench-compare builds it
+           "own_share", "selector_turn"]  # compare and selector_turn need their venvs: make bench-compare / bench-selector
 
 
 def fmt(v: object) -> str:
@@ -62,6 +62,14 @@ def headline() -> str:
                    "a raw aiohttp floor in the same run): " + "; ".join(
                        f"{str(r['measure']).split(', ')[2]}: fsmchat's fast path {r['fsmchat']}/s, {r['ratio']}"
                        for r in comp) + ".")
+    sel = _rows("selector_turn")
+    if sel:
+        out.append("**Who speaks next, model-backed** (selector and handoff turns against AutoGen's SelectorGroupChat "
+                   "and Swarm and langgraph-swarm, CPU per turn of the client process, local server): " + "; ".join(
+                       f"{str(r['measure']).split(' (')[0].removeprefix('CPU ms per ')}"
+                       f"{' against either kind' if 'either kind' in str(r['measure']) else ''}: fsmchat "
+                       f"{r['fsmchat']} ms, {r['ratio']} (goal >= 5x: {'met' if r.get('ok') else 'missed'})"
+                       for r in sel) + ".")
     eng = _rows("engine_overhead")
     if eng:
         r = eng[-1]
