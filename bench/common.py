@@ -50,6 +50,12 @@ def version(dist: str) -> str:
         return "not installed"
 
 
+def venv_versions(venv: Path, dists: tuple[str, ...]) -> str:
+    """``dist version, ...`` of the given distributions as installed in another venv (a benchmark's peers)."""
+    code = (f"from importlib.metadata import version as v; print(', '.join(f'{{d}} {{v(d)}}' for d in {dists!r}))")
+    return subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True).stdout.strip()
+
+
 def write_doc(sections: dict[str, str]) -> None:
     """Replace (or append) each marked section of docs/benchmarks.md."""
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PY, ROOT, finish, machine_line, median, status  # noqa: E402
+from common import PY, ROOT, finish, machine_line, median, status, venv_versions  # noqa: E402
 
 NAMES = ("Analyst", "Critic", "Writer", "Planner", "Skeptic", "Editor", "Scout", "Judge")
 SYSTEM = {name: f"You are {name}, one of a small team planning an event. Be brief." for name in NAMES}
@@ -357,9 +357,7 @@ def measure(srv: Server, venv: Path, reps: int) -> dict[tuple[str, int], list[di
 
 
 def versions(venv: Path) -> str:
-    code = ("from importlib.metadata import version as v; print(', '.join(f'{d} {v(d)}' for d in "
-            "('swarms', 'langgraph', 'langchain-openai', 'litellm')))")
-    third = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True).stdout.strip()
+    third = venv_versions(venv, ('swarms', 'langgraph', 'langchain-openai', 'litellm'))
     from common import version
     return f"fsmchat's venv: litellm {version('litellm')}, aiohttp {version('aiohttp')}; comparison venv: {third}"
 

@@ -58,7 +58,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare  # noqa: E402
-from common import PY, ROOT, finish, machine_line, median, status  # noqa: E402
+from common import PY, ROOT, finish, machine_line, median, status, venv_versions  # noqa: E402
 
 NAMES = list(compare.NAMES[:3])  # Analyst, Critic, Writer
 SYSTEM = compare.SYSTEM
@@ -410,9 +410,8 @@ def measure(srv: compare.Server, venv: Path, reps: int) -> dict[str, list[dict[s
 
 
 def versions(venv: Path) -> str:
-    code = ("from importlib.metadata import version as v; print(', '.join(f'{d} {v(d)}' for d in "
-            "('autogen-agentchat', 'autogen-ext', 'openai', 'langgraph', 'langgraph-swarm', 'langchain-openai')))")
-    third = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True).stdout.strip()
+    third = venv_versions(venv, ('autogen-agentchat', 'autogen-ext', 'openai', 'langgraph', 'langgraph-swarm',
+                                 'langchain-openai'))
     from common import version
     return f"fsmchat's venv: aiohttp {version('aiohttp')}; selector venv: {third}"
 

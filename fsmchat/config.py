@@ -32,7 +32,7 @@ import json
 import re
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Optional, Union
+from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Mapping, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, SerializerFunctionWrapHandler, SkipValidation,
                       ValidationError,
@@ -110,6 +110,27 @@ class ConfigSpec(BaseModel):
                 yield from references(value)
 
 
+def without_later_defaults(out: dict[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
+    """``out`` (a config's dumped fields) without the fields added after version 1 that hold the
+    value that leaves them out (``later``): a config written before them reads back equal.
+
+    Args:
+        out: The dumped fields (changed in place).
+        later: Each later field -> the value that leaves it out.
+
+    Returns:
+        ``out``.
+
+    Examples:
+        >>> without_later_defaults({"name": "chat", "context": None}, {"context": None})
+        {'name': 'chat'}
+    """
+    for name, default in later.items():
+        if name in out and out[name] == default:
+            del out[name]
+    return out
+
+
 # ---- participants ----
 LATER_PATTERN_FIELDS: dict[str, Any] = {"context": None}
 """A pattern's config fields added after version 1, with the value that leaves them out of a config."""
@@ -151,11 +172,7 @@ class AgentSpec(ConfigSpec):
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Fields added after version 1 are written only when set: a config written before them
         reads back equal."""
-        out: dict[str, Any] = handler(self)
-        for name, default in LATER_AGENT_FIELDS.items():
-            if out.get(name) == default:
-                out.pop(name, None)
-        return out
+        return without_later_defaults(handler(self), LATER_AGENT_FIELDS)
 
     def references(self) -> Iterator[tuple[str, str]]:
         yield from super().references()
@@ -398,11 +415,7 @@ class PatternSpec(ConfigSpec):
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Pattern fields added after version 1 are written only when set (``LATER_PATTERN_FIELDS``):
         a config written before them reads back equal."""
-        out: dict[str, Any] = handler(self)
-        for name, default in LATER_PATTERN_FIELDS.items():
-            if name in out and out[name] == default:
-                del out[name]
-        return out
+        return without_later_defaults(handler(self), LATER_PATTERN_FIELDS)
 
     def build(self, r: ConfigReader) -> Any:
         """The pattern (of ``pattern_class`` when it names a subclass), built from the fields."""

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
     model_serializer
 from pydantic.fields import FieldInfo
 
-from ..config import REF, STEP_KINDS, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, jsonable, opt_ref
+from ..config import REF, STEP_KINDS, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, jsonable, opt_ref, \
+    without_later_defaults
 from ..errors import invalid_config
 from ..patterns.declare import bind_arguments, field_parameters
 
@@ -142,11 +143,7 @@ class BlockSpec(ConfigSpec):
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Block fields added after version 1 are written only when set (``LATER_BLOCK_FIELDS``):
         a config written before them reads back equal."""
-        out: dict[str, Any] = handler(self)
-        for name, default in LATER_BLOCK_FIELDS.items():
-            if name in out and out[name] == default:
-                del out[name]
-        return out
+        return without_later_defaults(handler(self), LATER_BLOCK_FIELDS)
 
     def build(self, r: ConfigReader) -> Any:
         """The block, built from the fields (each live one loaded by its ``Form``)."""
