@@ -518,9 +518,9 @@ class OpenAIServer:
             for k, v in reply.headers.items():
                 h.send_header(k, v)
             h.end_headers()
+            rec.status = reply.status  # before the body: the client may finish its run as soon as it reads it
             h.wfile.write(payload)
             h.wfile.flush()
-            rec.status = reply.status
         except OSError as exc:  # the client gave up (timeout) before we answered
             rec.note = rec.note or f"client went away: {type(exc).__name__}"
 

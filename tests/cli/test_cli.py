@@ -264,7 +264,8 @@ def test_module_attr_targets_resolve_from_the_current_folder(project, capsys):
 def test_every_argument_has_help_and_there_is_a_version(capsys):
     p = parser()
     subs = next(a for a in p._actions if a.dest == "cmd").choices
-    assert sorted(subs) == ["fork", "graphs", "history", "plan", "render", "report", "resume", "run", "runs", "serve", "ui"]
+    assert sorted(subs) == ["eval", "fork", "graphs", "history", "plan", "render", "report", "resume", "run", "runs", "serve",
+                            "ui"]
     missing = [f"{name} {a.dest}" for name, sp in subs.items() for a in sp._actions if not a.help]
     assert missing == []
     with pytest.raises(SystemExit) as e:
