@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from common import child_in, cli_args, finish, machine_line, status, trees_against
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, OneOnOneDebate, RoundRobinSwarm, statelog
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 
 TURNS = (100, 1000, 3000)
 RATIO_GOALS = {("GroupChat", "memory"): 2.0, ("GroupChat", "sqlite"): 2.5}  # checkpointed / uncheckpointed CPU

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from common import cli_args, finish, machine_line, median
 
 from fsmchat import Bid, GroupChat
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 
 SCORES = {"a": 0.9, "b": 0.8, "c": 0.05}
 

@@ -3,10 +3,10 @@
 
 Here each agent posts a ``Message`` to a ``Transcript`` (what a checkpoint stores as deltas).
 Measured in the same run, interleaved, fresh context, event loop and database file per run:
-- **fsmchat + SqliteCheckpointer**: ``run_graph`` with the ``fsmchat.checkpoint.Recorder``
+- **fsmchat + SqliteCheckpointer**: ``run_graph`` with the ``fsmchat.store.checkpoint.Recorder``
   observer on a ``SqliteCheckpointer`` file: after every transition, the trace event, the
   messages posted since the last commit and the working state, in one transaction (this is what
-  ``Pattern.aexecute(checkpoint=...)`` wires up). Skipped while ``fsmchat.checkpoint`` is not
+  ``Pattern.aexecute(checkpoint=...)`` wires up). Skipped while ``fsmchat.store.checkpoint`` is not
   importable; see ``fsmchat_durable`` (the hook).
 - **RoundRobinSwarm + SqliteCheckpointer**: the same through the pattern API
   (``RoundRobinSwarm(agents=3 instant callables).aexecute(task, checkpoint=...)``), and the same
@@ -63,9 +63,9 @@ def build_graph() -> StateGraph:
 
 # ---- fsmchat (HOOK for the lead) ---------------------------------------------------------
 def checkpoint_module() -> Any:
-    """``fsmchat.checkpoint`` if it is importable, else None (the fsmchat columns are skipped)."""
+    """``fsmchat.store.checkpoint`` if it is importable, else None (the fsmchat columns are skipped)."""
     try:
-        import fsmchat.checkpoint as cpm
+        import fsmchat.store.checkpoint as cpm
         cpm.SqliteCheckpointer, cpm.Recorder  # noqa: B018 - the names the hook uses
     except (ImportError, AttributeError):
         return None
@@ -252,7 +252,7 @@ def measure(reps: int) -> tuple[str, list[dict[str, Any]]]:
              "|---|" + "---:|" * (len(TURNS) + 3)]
     if not has_fsm:
         lines.append("| fsmchat engine + SqliteCheckpointer | " + " | ".join("n/a" for _ in TURNS) +
-                     " | n/a | n/a | n/a (`fsmchat.checkpoint` not importable) |")
+                     " | n/a | n/a | n/a (`fsmchat.store.checkpoint` not importable) |")
     for k in R:
         lines.append(f"| {LABELS[k]} | " + " | ".join(f"{us[k, T]:.1f}" for T in TURNS) +
                      f" | {flat[k]:.2f} | {mem[k] / 2**20:.1f} | {mem[k] / own[k]:.1f}x |")
@@ -277,7 +277,8 @@ def measure(reps: int) -> tuple[str, list[dict[str, Any]]]:
                      "and creating its schema).")
     lines.append(f"- Goal (fsmchat median <= 150 µs/turn at T={hi}, no growth above 10% on the fastest runs, "
                  f"peak <= 2x the transcript): " +
-                 (status(ok) if has_fsm else "not measured: `fsmchat.checkpoint.SqliteCheckpointer` is not importable yet") + ".")
+                 (status(ok) if has_fsm else
+                  "not measured: `fsmchat.store.checkpoint.SqliteCheckpointer` is not importable yet") + ".")
     rows = []
     for T in TURNS:
         rows.append({"target": "2. Durable overhead", "measure": f"µs/turn, engine round robin + checkpointer, T={T}",

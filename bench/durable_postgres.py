@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from durable_deltas import group_chat  # noqa: E402
 from pg import Cluster, _bin_dir  # noqa: E402
 
-from fsmchat.checkpoint import SqliteCheckpointer  # noqa: E402
-from fsmchat.checkpoint_pg import PostgresCheckpointer  # noqa: E402
+from fsmchat.store.checkpoint import SqliteCheckpointer  # noqa: E402
+from fsmchat.store.postgres import PostgresCheckpointer  # noqa: E402
 
 TURNS = (100, 1000)
 

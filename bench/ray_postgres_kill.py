@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from pg import Cluster, _bin_dir  # noqa: E402
 from test_ray_requeue import chat  # noqa: E402
 
-from fsmchat.checkpoint_pg import PostgresCheckpointer  # noqa: E402
+from fsmchat.store.postgres import PostgresCheckpointer  # noqa: E402
 from fsmchat.config import config_digest  # noqa: E402
 from fsmchat.distributed import execute_batch, run_id_for, shutdown, start_local_ray  # noqa: E402
 

@@ -41,7 +41,7 @@ import engine_overhead as eo
 from common import cli_args, finish, machine_line, version
 from floors import group_chat_floor
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, RoundRobinSwarm
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.models import Message
 
 try:  # the [bench] extra

@@ -24,9 +24,10 @@ _EXPORTS: dict[str, str] = {
     "RenderError": "errors", "result_of": "errors", "MCPServerError": "errors", "ContextTooLong": "errors",
     "StateGraph": "graph",
     "run": "engine", "run_graph": "engine", "GraphRun": "engine", "run_sync": "engine",
-    "SqliteCheckpointer": "checkpoint", "MemoryCheckpointer": "checkpoint", "resume": "checkpoint",
-    "PostgresCheckpointer": "checkpoint_pg",
-    "fork": "timetravel", "ForkEdit": "timetravel", "ForkError": "timetravel", "HistoryStep": "statelog",
+    "SqliteCheckpointer": "store.checkpoint", "MemoryCheckpointer": "store.checkpoint", "resume": "store.checkpoint",
+    "PostgresCheckpointer": "store.postgres",
+    "fork": "store.timetravel", "ForkEdit": "store.timetravel", "ForkError": "store.timetravel",
+    "HistoryStep": "store.statelog",
     "Limits": "limits", "from_config": "config", "UntrustedReference": "trust",
     # layer 10: speakers
     "Agent": "speakers", "Turn": "speakers", "RESPOND_TOOL": "speakers",
@@ -60,9 +61,9 @@ __getattr__, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, modu
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly (``as``: re-exported)
-    from .checkpoint import (
+    from .store.checkpoint import (
         MemoryCheckpointer as MemoryCheckpointer, SqliteCheckpointer as SqliteCheckpointer, resume as resume)
-    from .checkpoint_pg import PostgresCheckpointer as PostgresCheckpointer
+    from .store.postgres import PostgresCheckpointer as PostgresCheckpointer
     from .config import from_config as from_config
     from .engine import GraphRun as GraphRun, run as run, run_graph as run_graph, run_sync as run_sync
     from .errors import (
@@ -101,6 +102,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         LastMessages as LastMessages, MCPServer as MCPServer, Pending as Pending, RateLimit as RateLimit,
         Reject as Reject, Say as Say, Summarize as Summarize, Tool as Tool, ToolError as ToolError,
         ToolSource as ToolSource, Turn as Turn, rate_limit as rate_limit)
-    from .statelog import HistoryStep as HistoryStep
-    from .timetravel import ForkEdit as ForkEdit, ForkError as ForkError, fork as fork
+    from .store.statelog import HistoryStep as HistoryStep
+    from .store.timetravel import ForkEdit as ForkEdit, ForkError as ForkError, fork as fork
     from .trust import UntrustedReference as UntrustedReference

@@ -1,7 +1,7 @@
 """Argument checks the constructors and run APIs share: the one rule for a number (``Number``:
 every count and limit of every pattern, flow step, ``Limits`` and ``Hub``), and the run arguments
 (``run``/``execute``/``run_batch``/``resume``; a checkpoint's own, ``check_checkpoint``/
-``check_resume``, are in ``fsmchat.checkpoint``). Each refuses a bad value before any model call
+``check_resume``, are in ``fsmchat.store.checkpoint``). Each refuses a bad value before any model call
 with a ``ConfigError``/``ConfigTypeError`` in the one message style (``"{owner}: {field}={value!r}
 is invalid: {what is allowed}"``)."""
 from __future__ import annotations

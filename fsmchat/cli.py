@@ -20,24 +20,24 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__, evals, gallery
-from .checkpoint import Checkpointer, SqliteCheckpointer
 from .checks import check_run_id
 from .engine import run_sync
 from .errors import FsmchatError
-from .masking import redact, redact_chain, redact_data
 from .live import LiveRun, summary
+from .masking import redact, redact_chain, redact_data
 from .models import StopReason, shorten
 from .patterns.base import FailedRuns, Pattern
 from .speakers import llm
 from .speakers.human import Approve, Edit, InputNotAllowed, Reject, check_input, waiting_for
-from .statelog import history_of
+from .store.checkpoint import Checkpointer, SqliteCheckpointer
+from .store.statelog import history_of
+from .store.timetravel import fork
 from .targets import BUILD, defines_build, load_target_with_module, resolve_graph, split_target, use_cwd
-from .timetravel import fork
 from .trust import Trust, UntrustedReference, is_file_ref
 from .ui import RunNotFound, write_report
-from .ui.store import is_dsn, open_checkpointer, open_view
 from .ui import serve as serve_api
 from .ui.server import serve
+from .ui.store import is_dsn, open_checkpointer, open_view
 
 TARGET_HELP = ("MODULE:ATTR (e.g. mychat:chat, found from the current directory), path/file.py:ATTR, "
                f"or path/file.py (its top-level {BUILD}() function)")

@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .checkpoint import DEFAULT_COMMIT, SqliteCheckpointer, check_commit
-from .checkpoint_pg import PostgresCheckpointer
 from .checks import check_tasks
 from .config import config_digest, from_config, to_config
 from .engine import run_sync
@@ -47,6 +45,8 @@ from .masking import redact, redact_chain
 from .progress import ProgressBar
 from .speakers.llm import INTERCEPTOR, get_litellm
 from .speakers.ratelimit import RateLimit, limits, rate_limit, wait_for_room
+from .store.checkpoint import DEFAULT_COMMIT, SqliteCheckpointer, check_commit
+from .store.postgres import PostgresCheckpointer
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple[int, str, str | None, str | None, bool]  # (index, task, run_id, resume_from, finished)
@@ -446,7 +446,7 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     worker in flight); ``runtime_env``: for a Ray this call starts or joins; ``worker_options``:
     ``.options()`` of each actor (default ``num_cpus=1``); ``on_progress``: called after each chunk;
     a chunk whose worker dies is re-queued up to ``max_chunk_attempts`` times in all; ``commit``:
-    how each checkpointed run commits its steps (``fsmchat.writer.COMMIT_MODES``)."""
+    how each checkpointed run commits its steps (``fsmchat.store.writer.COMMIT_MODES``)."""
     tasks = check_tasks(tasks, type(pattern).__name__)
     check_commit(commit, f"{type(pattern).__name__}.run_batch", "checkpoint_dir" if checkpoint_dir is None else None)
     if executor not in ("local", "ray"):

@@ -38,8 +38,8 @@ from typing import Awaitable, Callable, Collection, Coroutine, Generic, Iterable
 from transitions import Machine
 
 from .errors import FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
-from .masking import redact, redact_chain
 from .graph.state_graph import Action, C, Fork, Guard, Reason, StateGraph, callable_name, is_awaitable
+from .masking import redact, redact_chain
 from .models import RunResult, StopReason, TraceEvent
 
 T = TypeVar("T")
@@ -61,7 +61,7 @@ class SavedLane(Protocol):
 
 
 class RunRecorder(Protocol):
-    """The checkpoint observer a run commits to (``fsmchat.writer.Recorder``), as the engine calls it."""
+    """The checkpoint observer a run commits to (``fsmchat.store.writer.Recorder``), as the engine calls it."""
 
     @property
     def unsynced(self) -> Collection[object]:
@@ -102,7 +102,7 @@ class _Step:
 
 class StepWork:
     """What a running step says about its own work, handed to the checkpoint recorder with the
-    step's event (the engine reads neither field; ``fsmchat.writer.Recorder`` decides how the step
+    step's event (the engine reads neither field; ``fsmchat.store.writer.Recorder`` decides how the step
     is committed).
 
     Attributes:
@@ -223,7 +223,7 @@ class GraphRun(Generic[C]):
         graph: The graph to run (validated and its machine built on first use, then cached on it).
         context: The object every action and guard is called with.
         observers: Callables given each ``TraceEvent`` as it happens.
-        recorder: The checkpoint observer (``fsmchat.checkpoint.Recorder``), or None: called with
+        recorder: The checkpoint observer (``fsmchat.store.checkpoint.Recorder``), or None: called with
             each event and its step's ``StepWork`` (None for the event of a stop).
         start: Resume here: the state to enter first (qualified names are accepted in a branch run).
         history: The earlier events of a resumed run, the start of its path and trace.

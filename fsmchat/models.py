@@ -12,6 +12,9 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
+SEED_ROLE = "User"
+"""The role of a run's first message, the task (no participant may take this name)."""
+
 
 class Message(BaseModel):
     """One row of a shared conversation: who spoke, what they said, and facts about it.

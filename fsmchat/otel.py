@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from .checkpoint import RUN_META
 from .engine import run_sync
 from .errors import result_of
 from .models import RunResult, TraceEvent
 from .speakers.llm import INTERCEPTOR
 from .speakers.tool_loop import TOOL_HOOK
+from .store.checkpoint import RUN_META
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context

@@ -23,18 +23,18 @@ from typing import Any, AsyncIterator, Callable, Iterator, Literal, NamedTuple, 
 
 from pydantic import Field
 
-from .checkpoint import Checkpointer, MemoryCheckpointer
 from .config import MODEL_KINDS, MODEL_SOURCES, ConfigReader, ConfigSpec, callable_ref, jsonable, opt_ref
+from .errors import FsmchatError
 from .graph.state_graph import StateGraph, branch_graph
 from .models import Bid, RunResult, split_branch
-from .errors import FsmchatError
-from .speakers.agent import Agent
 from .speakers import modelmap
+from .speakers.agent import Agent
 from .speakers.chunks import completion, stream_chunks
 from .speakers.handoff import tool_name_for
-from .speakers.selector import SELECT_TOOL
 from .speakers.llm import INTERCEPTOR, own_provider, register_own
+from .speakers.selector import SELECT_TOOL
 from .speakers.wire import TRANSPORT_OPTIONS, body_of, parse, price_of, with_cost
+from .store.checkpoint import Checkpointer, MemoryCheckpointer
 from .trust import Trust
 
 SCRIPTED_PROVIDER = "fsmchat-scripted"

@@ -1,6 +1,6 @@
 """A third-party store in one small file: runs kept in plain dicts of lists, no leases, no history.
 
-fsmchat's writer hands it each commit ready to keep (``fsmchat.store.Commit``: event rows with their
+fsmchat's writer hands it each commit ready to keep (``fsmchat.store.protocol.Commit``: event rows with their
 transcript length and state delta, and the new messages), so the store never encodes state; it
 passes the store conformance suite (tests/stores/test_store_conformance.py) with the capabilities it
 declares. Written as the docs' "Writing a store" example would be."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from fsmchat.models import Message, TraceEvent
-from fsmchat.statelog import RunLog
-from fsmchat.store import Capabilities, Commit, Fence, ReadsLog, already_used
+from fsmchat.store.statelog import RunLog
+from fsmchat.store.protocol import Capabilities, Commit, Fence, ReadsLog, already_used
 
 
 class DictStore(ReadsLog):

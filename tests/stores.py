@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 
 STORES = ("memory", "sqlite", "postgres")
 CONFORMANCE = STORES + ("dict",)
@@ -16,7 +16,7 @@ CONFORMANCE = STORES + ("dict",)
 
 
 def needs(cp: Any, *capabilities: str) -> None:
-    """Skip the case on a store that does not declare ``capabilities`` (``fsmchat.store.Capabilities``)."""
+    """Skip the case on a store that does not declare ``capabilities`` (``fsmchat.store.protocol.Capabilities``)."""
     missing = [c for c in capabilities if not getattr(cp.capabilities, c)]
     if missing:
         pytest.skip(f"{type(cp).__name__} does not declare {', '.join(missing)}")
@@ -47,7 +47,7 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Any, store: str) -> Ite
         elif store == "sqlite":
             cp = SqliteCheckpointer(tmp_path / "runs.db", **kw)
         else:
-            from fsmchat.checkpoint_pg import PostgresCheckpointer
+            from fsmchat.store.postgres import PostgresCheckpointer
 
             if not dsn:
                 dsn.append(request.getfixturevalue("pg_dsn"))
@@ -62,9 +62,9 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Any, store: str) -> Ite
 
 
 def write(cp: Any, run_id: str, event: Any, messages: Any, state: Any, earlier: Any = (), fence: Any = None) -> None:
-    """One commit of ``run_id`` as fsmchat's writer makes it (``fsmchat.writer.RunWriter``), by a
+    """One commit of ``run_id`` as fsmchat's writer makes it (``fsmchat.store.writer.RunWriter``), by a
     new writer that starts from what the store holds (its first delta is the whole state)."""
-    from fsmchat.writer import RunWriter
+    from fsmchat.store.writer import RunWriter
 
     saved = cp.load(run_id)
     RunWriter(cp, run_id, fence, len(saved.messages), len(saved.events)).commit(event, messages, state, earlier)

@@ -3,7 +3,7 @@ checkpointed into a store, and a script that runs a GroupChat step by step on cu
 import json
 
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.testing import ScriptedModel
 
 TASK = "Cats or dogs?"
@@ -49,7 +49,7 @@ def store_of(path, runs=(group_chat_run, flow_run)):
 LIVE_SCRIPT = '''
 import sys
 from fsmchat import Bid, GroupChat
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.testing import ScriptedModel
 
 def on_cue(text):

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..checkpoint import Checkpointer
 from ..errors import ConfigError, ConfigTypeError
+from ..store.checkpoint import Checkpointer
 from ..targets import load_file
 from .run import Eval
 

@@ -31,9 +31,9 @@ from pydantic_evals.evaluators import Evaluator
 from pydantic_evals.reporting import EvaluationReport
 
 from ..checks import Count
-from ..checkpoint import Checkpointer, check_checkpoint
 from ..engine import run_sync
 from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError
+from ..store.checkpoint import Checkpointer, check_checkpoint
 from .cassette import ACTIVE, Cassette
 from .dataset import CaseInputs, cases_of, load_dataset
 from .trajectory import Trajectory

@@ -8,11 +8,11 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, TypeVar, Union
 
-from ..checkpoint import NotSerializable, decode, encode
 from ..errors import ConfigError
 from ..patterns.run_context import RunContext
-from ..statelog import AppendLog, Frozen
 from ..speakers.llm import CallStats
+from ..store.checkpoint import NotSerializable, decode, encode
+from ..store.statelog import AppendLog, Frozen
 
 _VAR = re.compile(r"\{\{\s*([\w.]+)\s*(\[\s*-?\d*\s*(?::\s*-?\d*\s*)?\])?\s*\}\}")
 

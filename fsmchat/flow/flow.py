@@ -6,18 +6,18 @@ from typing import Annotated, Any, Sequence
 
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, model_validator
 
-from ..graph.state_graph import StateGraph
 from ..checks import RUN_KEYWORDS, check_agents, check_keywords
-from ..checkpoint import NotSerializable, encode
 from ..config import AgentRoster, FlowSteps, JsonData
 from ..errors import ConfigError, attach_result, bad_value, fatal_error
+from ..graph.state_graph import StateGraph
 from ..models import RunResult, StopReason, check_output_type, format_output
 from ..patterns.base import Pattern, PatternConfig
+from ..patterns.interrupts import WaitPoint
 from ..speakers.agent import Agent
 from ..speakers.compaction import check_drawn, check_limits
 from ..speakers.context import counted_usage
 from ..speakers.llm import shown_events
-from ..patterns.interrupts import WaitPoint
+from ..store.checkpoint import NotSerializable, encode
 from .compile import Compiler, StepError, bound, check_templates, flow_point, walk_steps
 from .context import FlowContext
 from .pattern_step import as_step

@@ -33,9 +33,9 @@ from typing import Any, Callable
 from ..config import ConfigWriter, PatternSpec, pattern_config
 from ..errors import ConfigError
 from ..graph.state_graph import Guard, StateGraph, is_awaitable, state_names
-from ..models import Message, StopReason
+from ..models import SEED_ROLE, Message, StopReason
 from ..patterns.base import ChatContext, Pattern
-from ..speakers.agent import SEED_ROLE, Agent
+from ..speakers.agent import Agent
 from ..speakers.human import Human
 from .compile import Compiler
 from .context import FlowContext, Frame

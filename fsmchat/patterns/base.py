@@ -20,9 +20,7 @@ from typing import Any, AsyncIterator, Callable, ClassVar, Coroutine, Sequence, 
 
 from pydantic import ValidationError
 
-from ..checkpoint import Checkpointer
 from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id, check_token_hooks
-from ..checkpoint import DEFAULT_COMMIT, check_checkpoint, check_commit, check_resume
 from ..config import PatternSpec, pattern_spec, to_config
 from ..engine import batch_collector, run_sync
 from ..errors import ConfigTypeError, attach_result, invalid_config
@@ -30,13 +28,15 @@ from ..graph.state_graph import StateGraph
 from ..limits import Limits, add_limit_edges
 from ..models import Message, RunResult, StopReason, TraceEvent, format_output, safe_text, shorten
 from ..progress import ProgressBar, progress_wanted
-from ..speakers.human import Human, NeedsCheckpoint
 from ..speakers.compaction import add_compaction, check_drawn, check_limits, compaction_calls
 from ..speakers.context import LastMessages, Summarize, counted_usage, memory_summarize, policy_of, scoped
+from ..speakers.human import Human, NeedsCheckpoint
 from ..speakers.images import image_part
 from ..speakers.llm import shown_events
 from ..speakers.tool_loop import APPROVE_ALL, add_tool_loop
 from ..speakers.tools import calls_per_turn
+from ..store.checkpoint import Checkpointer
+from ..store.checkpoint import DEFAULT_COMMIT, check_checkpoint, check_commit, check_resume
 from .blocks import PERSON_NOTE, bind, people_in, speaker_states
 from .context import ChatContext, PatternState
 from .declare import (ConfigField, OneParticipant, OutputType, Participants, PatternConfig, bind_arguments,

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from ..checkpoint import decode, encode_fields
-from ..models import Message
-from ..speakers.agent import SEED_ROLE, Speaker, Turn
+from ..models import SEED_ROLE, Message
+from ..speakers.agent import Speaker, Turn
 from ..speakers.human import Human, Say, request
-from ..statelog import AppendLog
+from ..store.checkpoint import decode, encode_fields
+from ..store.statelog import AppendLog
 from .run_context import RunContext
 
 

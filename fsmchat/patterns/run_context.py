@@ -14,7 +14,7 @@ from ..models import Transcript
 from ..speakers.human import People
 from ..speakers.llm import CallStats
 from ..speakers.tool_loop import ToolLoop
-from ..statelog import AppendLog
+from ..store.statelog import AppendLog
 
 
 @dataclass(kw_only=True, eq=False)  # a flow context compares (and hashes) by identity

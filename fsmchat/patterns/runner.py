@@ -17,8 +17,6 @@ import hashlib
 import json
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from ..checkpoint import (COMMIT_MODES, DEFAULT_COMMIT, RUN_META, Checkpointer, CheckpointMismatch, Lease, Recorder,
-                          new_run_id)
 from ..engine import run_graph
 from ..errors import attach_result, result_of
 from ..graph.render import drawing_data
@@ -30,6 +28,8 @@ from ..speakers.agent import mask_secrets
 from ..speakers.human import NotWaiting, check_input, pending_of, waiting_for
 from ..speakers.llm import TOKENS, load_litellm
 from ..speakers.tool_loop import loop_of
+from ..store.checkpoint import (COMMIT_MODES, DEFAULT_COMMIT, RUN_META, Checkpointer, CheckpointMismatch, Lease,
+                                Recorder, new_run_id)
 
 Hook = Callable[..., Any]
 
@@ -167,7 +167,7 @@ class PatternRun:
         on_cancel: Given the partial result when the run is cancelled (a Ctrl-C keeps it).
         on_token: The hooks each streamed reply's deltas go to (``fsmchat.speakers.llm.TOKENS``;
             empty: the replies stream to an enclosing run's hooks, if any).
-        commit: How a new checkpointed run batches its commits (``fsmchat.writer.COMMIT_MODES``,
+        commit: How a new checkpointed run batches its commits (``fsmchat.store.writer.COMMIT_MODES``,
             checked by the caller), kept in the run's metadata; a resume reads the run's own.
     """
 

@@ -18,7 +18,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, Va
 from ..deadline import call_within
 from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
 from ..masking import HEADER_OPTIONS, register_secrets, secret_values
-from ..models import Bid, Message, shorten
+from ..models import SEED_ROLE, Bid, Message, shorten
 from . import context as contexts, llm, wire
 from .handoff import Handoff, as_handoffs
 from .images import image_part
@@ -29,7 +29,6 @@ from .tool_loop import ToolLoop
 from .tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS, Tool, ToolError, as_tool_entry, has_tools, \
     is_schema_dict
 
-SEED_ROLE = "User"
 
 
 class Agent(BaseModel):

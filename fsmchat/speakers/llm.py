@@ -24,15 +24,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
+from ..engine import STEP
 from ..errors import (BudgetExceeded, ConfigError, DeadlineExceeded, FsmchatError, LimitReached,
                       MissingCredentials, ModelCallError, fatal_error)
-from ..engine import STEP
 from ..masking import exception_chain, redact, secret_values
 from ..models import StreamRetry, TokenDelta
-from .classify import plain_message, request_error_kind
-from ..statelog import Frozen
+from ..store.statelog import Frozen
 from . import log_secrets, ratelimit, wire
 from .chunks import litellm_chunks
+from .classify import plain_message, request_error_kind
 
 T = TypeVar("T")
 OFFLINE_PROVIDER = "fsmchat-offline"

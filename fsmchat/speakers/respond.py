@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..store import register_codec
+from ..store.protocol import register_codec
 
 RESPOND_TOOL: dict[str, Any] = {
     "type": "function",

@@ -52,16 +52,16 @@ from typing import Annotated, Any, AsyncIterator, Awaitable, Callable, Iterable,
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from ..checkpoint import CheckpointMismatch, LeaseLost, RunInProgress, new_run_id
 from ..checks import check_run_id
 from ..config import config_digest, from_config
 from ..errors import ConfigTypeError, FsmchatError
-from ..masking import redact, redact_data
 from ..limits import Limits
+from ..masking import redact, redact_data
 from ..models import TokenDelta
 from ..patterns.base import Pattern
 from ..speakers.human import Approve, Edit, Input, InputNotAllowed, NotWaiting, Reject, Say, check_input, waiting_for
-from ..timetravel import fork
+from ..store.checkpoint import CheckpointMismatch, LeaseLost, RunInProgress, new_run_id
+from ..store.timetravel import fork
 from .server import (DEFAULT_HOST, MISSING_EXTRA, ASGI, Running, Scope, app as viewer_app, guarded, in_thread, listen,
                      url_of)
 from .store import is_dsn, open_checkpointer, store_label
@@ -157,7 +157,7 @@ class ResumeRun(_Body):
 
 
 class ForkRun(_Body):
-    """Start a new run from step ``at`` of a run, optionally edited (``fsmchat.timetravel.fork``)."""
+    """Start a new run from step ``at`` of a run, optionally edited (``fsmchat.store.timetravel.fork``)."""
 
     at: int = Field(ge=0, description="the step to fork after (the run's history numbers them)")
     edit: dict[str, Any] | None = Field(None, description="replace, drop, variables, limits")

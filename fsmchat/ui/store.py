@@ -1,7 +1,7 @@
 """The run viewer's reading side: the runs of a checkpoint store and one run's steps, read-only.
 
 An SQLite store (a file path): the tables are the checkpoint module's
-(``fsmchat.checkpoint.SqliteCheckpointer.SCHEMA``); this module only reads them, through SQLite's
+(``fsmchat.store.checkpoint.SqliteCheckpointer.SCHEMA``); this module only reads them, through SQLite's
 ``mode=ro``, so the viewer can never change a store. (Like any reader of a WAL database, SQLite may
 create the ``-wal``/``-shm`` side files next to it; the database file itself is untouched.) A store
 another process is writing is read as of its last commit.
@@ -23,10 +23,10 @@ from typing import Any, Iterator
 
 from urllib.parse import urlsplit, urlunsplit
 
-from ..checkpoint import SqliteCheckpointer, lease_refusal, saved_of
-from ..checkpoint_pg import PostgresCheckpointer
 from ..errors import CheckpointStoreError, FsmchatError
 from ..models import StopReason
+from ..store.checkpoint import SqliteCheckpointer, lease_refusal, saved_of
+from ..store.postgres import PostgresCheckpointer
 
 DSN_SCHEMES = ("postgresql://", "postgres://")
 

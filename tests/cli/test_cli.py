@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.cli import main, parser
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from fsmchat import Agent
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.flow import AgentFlow, Discussion, loop, parallel
 from fsmchat.testing import ScriptedModel, assert_trace_is_path
 
@@ -90,7 +90,7 @@ def test_checkpoint_records_each_branch_in_its_own_lane():
 KILLED_FLOW = textwrap.dedent('''
     import os, signal, sys, threading
     from fsmchat import Agent
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     from fsmchat.flow import AgentFlow, Discussion, parallel
     from fsmchat.testing import Delay, FunctionModel
 
@@ -145,7 +145,7 @@ def test_resume_after_a_kill_mid_fork_repeats_no_model_call(tmp_path):
 KILLED_AT_CALL = textwrap.dedent('''
     import json, os, signal, sys
     from fsmchat import Agent
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     from fsmchat.flow import AgentFlow, Discussion, loop, parallel
     from fsmchat.testing import FunctionModel
 

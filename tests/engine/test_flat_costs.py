@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from fsmchat import Bid, GroupChat, RoundRobinSwarm
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 
 
 def speaker(name, score):
@@ -252,13 +252,14 @@ class CountingCommits(SqliteCheckpointer):
 def store_lines_per_commit(pattern, path):
     """Python lines executed per commit in the checkpoint modules (the recorder, the store, the
     state delta), other code left untraced."""
-    import fsmchat.checkpoint
-    import fsmchat.statelog
-    import fsmchat.store
-    import fsmchat.writer
+    import fsmchat.store.checkpoint
+    import fsmchat.store.statelog
+    import fsmchat.store.protocol
+    import fsmchat.store.writer
 
     CountingCommits.commits = 0
-    files = {m.__file__ for m in (fsmchat.checkpoint, fsmchat.statelog, fsmchat.store, fsmchat.writer)}
+    files = {m.__file__ for m in (fsmchat.store.checkpoint, fsmchat.store.statelog, fsmchat.store.protocol,
+                                  fsmchat.store.writer)}
     count, _ = traced_lines(pattern, CountingCommits(path), files)
     return count / CountingCommits.commits
 
@@ -289,7 +290,7 @@ class Work:
 
 def checkpoint_work(make, turns, kind, tmp_path):
     """(Work per posted message, messages posted) of one checkpointed run of ``make(turns)``."""
-    from fsmchat import statelog
+    from fsmchat.store import statelog
 
     work = Work()
     base = MemoryCheckpointer if kind == "memory" else SqliteCheckpointer

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import pytest
 
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, RoundRobinSwarm
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.engine import run_graph
 from fsmchat.graph import StateGraph
 

@@ -10,7 +10,7 @@ except ImportError:  # tests/ became a package
     from tests.openai_server import OpenAIServer, per_agent, respond
 
 from fsmchat import Agent, AgentFlow, Bid, GroupChat, Limits, RoundRobinSwarm, Task
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.testing import ScriptedModel
 
 BAD = "bad \udc80 reply"

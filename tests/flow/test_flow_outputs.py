@@ -162,7 +162,7 @@ def test_config_round_trip_keeps_the_new_options():
 def test_a_resumed_run_keeps_the_memories_of_the_steps_before_the_interrupt(tmp_path):
     import asyncio
 
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
 
     def make(m):
         a = m.agent("a")

@@ -9,7 +9,7 @@ import pytest
 
 from fsmchat import Agent, AgentFlow, Approve, Bid, GroupChat, Human, RoundRobinSwarm, from_config, loop
 from fsmchat.errors import ConfigError
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.flow import PatternStep
 from fsmchat.testing import ScriptedModel, answer, assert_calls, assert_path, assert_stop, assert_trace_is_path
 from test_checkpoint import interrupt_after  # cancels a checkpointed run mid-way, as a kill would

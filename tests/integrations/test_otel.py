@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from fsmchat import Approve, Bid, GroupChat, RoundRobinSwarm, fork
-from fsmchat.checkpoint import MemoryCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer
 from fsmchat.otel import TRACE_META, Tracing
 from fsmchat.testing import Fail, ScriptedModel
 

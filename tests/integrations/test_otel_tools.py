@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from fsmchat import Agent, MemoryCheckpointer, RoundRobinSwarm  # noqa: E402
 from fsmchat.otel import Tracing  # noqa: E402
 from fsmchat.speakers.human import Approve  # noqa: E402
-from fsmchat.timetravel import fork  # noqa: E402
+from fsmchat.store.timetravel import fork  # noqa: E402
 
 TASK = "Calculate 12 * 40 for the budget."
 

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from fsmchat import Agent, AgentFlow, Handoff, Handoffs, Human, MemoryCheckpointer, Say, Swarm, Tool
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.errors import ConfigError
 from fsmchat.testing import Pick, ScriptedModel, ToolCall, Transfer, assert_path, assert_stop, assert_trace_is_path
 
@@ -189,7 +189,7 @@ def test_bad_input_is_refused_naming_what_is_wrong(build, message):
 KILL_SCRIPT = textwrap.dedent('''
     import os, sys
     from fsmchat import Handoffs
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     from fsmchat.testing import FunctionModel, Transfer
     db, log = sys.argv[1], sys.argv[2]
     def answer(req):

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from fsmchat import Agent, Approve, Edit, GroupChat, Human, RoundRobinSwarm
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.speakers.human import NotWaiting
 
 EDITED = "EDITED BY A PERSON: cats, with a caveat."
@@ -42,7 +42,7 @@ HARNESS = textwrap.dedent('''
     import json, os, signal, sqlite3, sys, traceback
     sys.path.insert(0, sys.argv[4])
     from fsmchat import Approve, Edit
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     import test_answer_atomic as cases
 
     make, task, answer, _later, _posted = cases.CASES[sys.argv[1]]
@@ -186,7 +186,7 @@ def test_a_sigkill_anywhere_in_an_answered_resume_leaves_the_waiting_or_the_cont
 def test_a_run_cut_between_its_wait_and_its_end_takes_the_answer(tmp_path, store):
     """A crash after a wait's commit but before the run's end (its stop reason never written):
     the run waits all the same, and takes the answer."""
-    from fsmchat.checkpoint import MemoryCheckpointer
+    from fsmchat.store.checkpoint import MemoryCheckpointer
 
     cp = MemoryCheckpointer() if store == "memory" else SqliteCheckpointer(tmp_path / "cut.db")
     waiting = review_chat().execute("pets?", checkpoint=cp, run_id="R")

@@ -7,7 +7,7 @@ import pytest
 
 from fsmchat import (AgentFlow, Approve, Bid, Discussion, Edit, ExpertPanelDiscussion, GroupChat, Human,
                      OneOnOneDebate, Reject, RoundRobinSwarm, Say, ask_human, from_config, parallel)
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.errors import ConfigError
 from fsmchat.speakers.human import InputNotAllowed, NeedsCheckpoint, NotWaiting, Pending
 from fsmchat.testing import AnswerScriptError, ScriptedModel, answer, assert_calls, assert_path, \

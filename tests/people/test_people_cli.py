@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fsmchat import EV_TEXT, Agent, Approve, Edit, Human, Hub
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.cli import main
 from fsmchat.testing import answer
 

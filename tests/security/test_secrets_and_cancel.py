@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from fsmchat import Agent, Bid, GroupChat
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.testing import Delay, ScriptedModel, cassette
 
 SECRET = "sk-SECRET-4f9a2c"
@@ -70,7 +70,7 @@ def test_cancel_mid_bid_keeps_transcript_and_checkpoint_and_leaves_no_tasks(tmp_
 CTRL_C = textwrap.dedent('''
     import os, sys
     from fsmchat import Agent, GroupChat
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     chat = GroupChat(agents=[Agent("a", system_prompt="You argue for cats."),
                              Agent("b", system_prompt="You argue for dogs.")], max_loops=20)
     try:

@@ -227,7 +227,7 @@ def test_a_checkpoint_never_holds_a_partial_reply_s_text(warm, tmp_path):
     flow goes on to a step that is committed: the result shows the partial text, the SQLite file (and
     its WAL) holds the event without it (its length only), and so does the stored run."""
     from fsmchat import Task
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     db = tmp_path / "runs.db"
     with OpenAIServer([streamed(["Bring ", "sand", "wiches."], stall_after=2), streamed(["Bring ", "fruit."])],
                       max_lifetime=30) as srv:
@@ -271,7 +271,7 @@ def test_cancelling_mid_stream_loses_nothing_committed_and_a_resume_asks_the_cut
     """alice's reply is committed; bob's stream is cancelled after "Bring sand": the run stops as
     cancelled, the partial reply is an event marked partial (never a message), the stored run holds
     User and alice, and a resume asks bob once more and finishes."""
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     from openai_server import per_agent
 
     cp = SqliteCheckpointer(tmp_path / "runs.db")

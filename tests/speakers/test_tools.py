@@ -356,7 +356,7 @@ def test_stream_shows_the_tool_step_and_the_reply_with_its_calls():
 
 
 def test_the_viewer_and_the_report_show_the_call_block(tmp_path):
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     from fsmchat.ui import Store, write_report
     from fsmchat.ui.view import run_view
 
@@ -388,7 +388,7 @@ def test_the_live_view_prints_a_line_per_call():
 
 
 def test_the_viewers_bid_table_shows_a_bidders_tool_calls(tmp_path):
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     from fsmchat.ui import Store
     from fsmchat.ui.view import run_view
 

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from fsmchat import Approve, Edit, MemoryCheckpointer, Reject, RoundRobinSwarm, Say, Tool
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.speakers.human import NeedsCheckpoint
 from fsmchat.testing import ScriptedModel, ToolCall, assert_trace_is_path
 
@@ -87,7 +87,7 @@ def test_interrupt_before_tools_makes_every_call_wait():
 KILL_SCRIPT = textwrap.dedent('''
     import os, sys
     from fsmchat import RoundRobinSwarm, Tool
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     from fsmchat.testing import FunctionModel, ToolCall
     db, log, idempotent, where = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
     def pay(amount: int) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fsmchat import Agent, AgentFlow, Discussion, GroupChat, RoundRobinSwarm, loop
-from fsmchat.checkpoint import MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.testing import assert_trace_is_path
 from stores import STORES, reopen, write
 
@@ -100,7 +100,7 @@ def test_unknown_run_id():
 CRASH_SCRIPT = textwrap.dedent('''
     import sys
     from fsmchat import Agent, GroupChat
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     chat = GroupChat(agents=[Agent("a", system_prompt="You argue for cats."),
                              Agent("b", system_prompt="You argue for dogs."),
                              Agent("c", system_prompt="You love birds and feathers.")], max_loops=8)
@@ -147,7 +147,7 @@ def test_sigkill_mid_run_then_resume(tmp_path, k):
 MID_TURN_SCRIPT = textwrap.dedent('''
     import os, sys
     from fsmchat import Agent, GroupChat
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     chat = GroupChat(agents=[Agent("a", system_prompt="You argue for cats."),
                              Agent("b", system_prompt="You argue for dogs."),
                              Agent("c", system_prompt="You love birds and feathers.")], max_loops=8)

@@ -9,13 +9,13 @@ import sqlite3
 import pytest
 
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, RoundRobinSwarm, StateGraph, Task, fork
-from fsmchat.checkpoint import CheckpointMismatch, MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store.checkpoint import CheckpointMismatch, MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.engine import GraphRun, StepWork, mark_effects_pending, mark_replayable
 from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.graph.state_graph import FlatState, State
 from fsmchat.models import TraceEvent, Transcript
 from fsmchat.testing import ScriptedModel, ToolCall
-from fsmchat.writer import Recorder
+from fsmchat.store.writer import Recorder
 
 TURN_TEXT = ("'turn' (the default: a step that posted nothing, did not stop the run and did only work that can be "
              "done again is committed with the next step, so a GroupChat or Discussion turn is one commit) or 'step' "

@@ -14,8 +14,8 @@ import threading
 import pytest
 
 from fsmchat import RoundRobinSwarm
-from fsmchat.checkpoint import (LEASE_TTL, Fence, LeaseLost, MemoryCheckpointer, RunInProgress, SqliteCheckpointer,
-                                lease_owner)
+from fsmchat.store.checkpoint import (LEASE_TTL, Fence, LeaseLost, MemoryCheckpointer, RunInProgress,
+                                      SqliteCheckpointer, lease_owner)
 from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.models import Message, TraceEvent
 from fsmchat.testing import FunctionModel
@@ -84,7 +84,7 @@ def test_tokens_only_grow_and_a_replaced_owner_writes_nothing(open_store):
 
 @pytest.mark.parametrize("store", STORES)
 def test_a_lease_given_back_is_never_taken_again_by_its_holder(open_store):
-    from fsmchat.checkpoint import Lease
+    from fsmchat.store.checkpoint import Lease
 
     cp = open_store()
     lease = Lease(cp, "R")
@@ -224,7 +224,7 @@ def test_a_paused_owner_wakes_to_lease_lost_in_memory(ttl, pause):
 OWNER = textwrap.dedent('''
     import os, signal, sys
     sys.path[:0] = [sys.argv[4], os.path.dirname(sys.argv[4])]  # this folder and tests/ (stores.py)
-    from fsmchat.checkpoint import LEASE_TTL, SqliteCheckpointer
+    from fsmchat.store.checkpoint import LEASE_TTL, SqliteCheckpointer
     from test_fencing import reply, swarm
 
     db, pause, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3])

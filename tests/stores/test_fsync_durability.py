@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from fsmchat import RoundRobinSwarm
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.errors import ConfigError
 
 CALLS = {"n": 0}
@@ -98,7 +98,7 @@ def test_concurrent_runs_share_fsyncs(tmp_path):
 KILLED = textwrap.dedent('''
     import asyncio, sys
     from fsmchat import RoundRobinSwarm
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
 
     store = SqliteCheckpointer(sys.argv[1], durability="fsync")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fsmchat import Approve
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "checkpoints"
 sys.path.insert(0, str(GOLDEN))

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from fsmchat import Agent, AgentFlow, GroupChat, RoundRobinSwarm
-from fsmchat.checkpoint import (CheckpointMismatch, CheckpointStoreError, MemoryCheckpointer, RunInProgress,
+from fsmchat.store.checkpoint import (CheckpointMismatch, CheckpointStoreError, MemoryCheckpointer, RunInProgress,
                                 SqliteCheckpointer)
 from test_checkpoint import chat, interrupt_after
 
@@ -82,7 +82,7 @@ def test_a_second_execute_of_a_running_id_is_refused_before_any_call():
 HOLDER = textwrap.dedent('''
     import sys
     from fsmchat import RoundRobinSwarm
-    from fsmchat.checkpoint import SqliteCheckpointer
+    from fsmchat.store.checkpoint import SqliteCheckpointer
     import time
 
     def slow(turn):
@@ -189,7 +189,7 @@ def test_a_read_only_store_loads_and_rebuilds_finished_runs(tmp_path):
 RESUMER = textwrap.dedent('''
     import os, sys
     sys.path[:0] = [sys.argv[2], os.path.dirname(sys.argv[2])]  # this folder and tests/ (stores.py)
-    from fsmchat.checkpoint import RunInProgress, SqliteCheckpointer
+    from fsmchat.store.checkpoint import RunInProgress, SqliteCheckpointer
     from test_checkpoint import chat
     try:
         res = chat().resume("R", SqliteCheckpointer(sys.argv[1]))
@@ -230,7 +230,7 @@ def test_two_processes_resume_one_run_the_store_ends_with_the_uninterrupted_run(
 PG_HOLDER = textwrap.dedent('''
     import sys, time
     from fsmchat import RoundRobinSwarm
-    from fsmchat.checkpoint_pg import PostgresCheckpointer
+    from fsmchat.store.postgres import PostgresCheckpointer
 
     def first(turn):
         return "one"
@@ -246,7 +246,7 @@ PG_HOLDER = textwrap.dedent('''
 
 
 def test_two_competing_resumes_of_a_sigkilled_run_on_postgres_one_wins_once(tmp_path, pg_dsn):
-    from fsmchat.checkpoint_pg import PostgresCheckpointer
+    from fsmchat.store.postgres import PostgresCheckpointer
 
     script = tmp_path / "holder.py"
     script.write_text(PG_HOLDER)

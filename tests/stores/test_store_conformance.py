@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from fsmchat import Agent, Bid, GroupChat, Human, RoundRobinSwarm, fork
-from fsmchat.checkpoint import RunInProgress, lease_owner
+from fsmchat.store.checkpoint import RunInProgress, lease_owner
 from fsmchat.errors import CheckpointStoreError, ConfigTypeError
 from fsmchat.models import Message, TraceEvent
 from stores import CONFORMANCE, needs, reopen, write
@@ -170,7 +170,7 @@ def test_a_group_chat_cut_by_a_failure_resumes_to_the_uncut_transcript(open_stor
 
 
 def test_a_postgres_store_refuses_a_non_str_dsn_and_an_unreachable_server(pg_cluster):
-    from fsmchat.checkpoint_pg import PostgresCheckpointer
+    from fsmchat.store.postgres import PostgresCheckpointer
 
     with pytest.raises(ConfigTypeError, match=r"dsn=5 is invalid: a libpq connection string or URI"):
         PostgresCheckpointer(5)
@@ -191,7 +191,7 @@ def chat():
 KILLED = textwrap.dedent('''
     import os, sys
     from fsmchat import Agent, GroupChat
-    from fsmchat.checkpoint_pg import PostgresCheckpointer
+    from fsmchat.store.postgres import PostgresCheckpointer
     chat = GroupChat(agents=[Agent("a", system_prompt="You argue for cats."),
                              Agent("b", system_prompt="You argue for dogs."),
                              Agent("c", system_prompt="You love birds and feathers.")], max_loops=8)
@@ -208,7 +208,7 @@ KILLED = textwrap.dedent('''
 
 @pytest.mark.parametrize("k", [1, 3])
 def test_a_group_chat_killed_mid_turn_on_postgres_resumes_to_the_same_transcript(tmp_path, pg_dsn, k):
-    from fsmchat.checkpoint_pg import PostgresCheckpointer
+    from fsmchat.store.postgres import PostgresCheckpointer
 
     full = chat().execute("pets?")
     script = tmp_path / "killed.py"
@@ -233,8 +233,8 @@ def test_a_postgres_takeover_waits_for_a_write_in_flight_then_refuses_the_old_ow
     the old owner's next write is refused."""
     import psycopg
 
-    from fsmchat.checkpoint import Fence, LeaseLost
-    from fsmchat.checkpoint_pg import _HOLDS, PostgresCheckpointer  # the check every write opens with
+    from fsmchat.store.checkpoint import Fence, LeaseLost
+    from fsmchat.store.postgres import _HOLDS, PostgresCheckpointer  # the check every write opens with
 
     cp = PostgresCheckpointer(pg_dsn)
     a = lease_owner()
@@ -262,7 +262,7 @@ def test_a_postgres_takeover_waits_for_a_write_in_flight_then_refuses_the_old_ow
 
 
 def test_a_store_is_checked_against_the_protocol_and_the_capabilities_it_declares():
-    from fsmchat.store import Capabilities
+    from fsmchat.store.protocol import Capabilities
     from dict_store import DictStore
 
     class OldProtocol:  # start, commit, finish, load: what stores implemented before the writer made the rows

@@ -7,13 +7,13 @@ from hypothesis import example, given, settings, strategies as st
 
 import fsmchat
 from fsmchat import AgentFlow, Bid, Discussion, GroupChat, OneOnOneDebate, RoundRobinSwarm, parallel
-from fsmchat.checkpoint import CheckpointMismatch, CheckpointStoreError, MemoryCheckpointer, SqliteCheckpointer
-from fsmchat import statelog
-from fsmchat.statelog import HELD, AppendLog, Frozen, StateDiff, apply_ops, parse_delta
+from fsmchat.store.checkpoint import CheckpointMismatch, CheckpointStoreError, MemoryCheckpointer, SqliteCheckpointer
+from fsmchat.store import statelog
+from fsmchat.store.statelog import HELD, AppendLog, Frozen, StateDiff, apply_ops, parse_delta
 from fsmchat.testing import ScriptedModel, assert_path, assert_stop, assert_trace_is_path
-from fsmchat.store import Capabilities
-from fsmchat.timetravel import ForkEdit, ForkError, fork
-from fsmchat.writer import RunWriter
+from fsmchat.store.protocol import Capabilities
+from fsmchat.store.timetravel import ForkEdit, ForkError, fork
+from fsmchat.store.writer import RunWriter
 
 
 def speaker(name, score=0.0):
@@ -655,7 +655,7 @@ def test_held_rows_and_counts_are_on_the_event_rows(tmp_path):
 
 @pytest.mark.parametrize("store", STORES)
 def test_list_runs_says_how_each_run_stands(tmp_path, store):
-    from fsmchat.checkpoint import lease_owner
+    from fsmchat.store.checkpoint import lease_owner
 
     cp = STORES[store](tmp_path)
     chat().execute("pets?", checkpoint=cp, run_id="done")

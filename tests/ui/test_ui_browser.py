@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fsmchat import Bid, GroupChat, RoundRobinSwarm
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.testing import ScriptedModel
 from ui_runs import LIVE_SCRIPT, XSS, flow_run, group_chat_run, store_of
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from fsmchat import cli
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.graph.render import drawing_data, drawing_from_data, dot_source, to_dot
 from fsmchat.ui import RunNotFound, Store, StoreUnreadable, write_report
 from fsmchat.ui.page import data_json

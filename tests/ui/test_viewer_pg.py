@@ -10,7 +10,7 @@ from pg import pg_cluster, pg_dsn  # noqa: F401 - fixtures
 
 from fsmchat import Agent, GroupChat, PostgresCheckpointer, RoundRobinSwarm, SqliteCheckpointer
 from fsmchat.cli import main
-from fsmchat.timetravel import fork
+from fsmchat.store.timetravel import fork
 from fsmchat.ui import Store, serve as fserve
 from fsmchat.ui.server import start as start_viewer
 from fsmchat.ui.store import open_view, store_label

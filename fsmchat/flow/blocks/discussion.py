@@ -21,7 +21,7 @@ from ...speakers.compaction import add_compaction, summarizers
 from ...speakers.context import ACTIVE, LastMessages, Summarize, active_policy, check_context, scoped
 from ...speakers.human import Human
 from ...speakers.tool_loop import add_tool_loop
-from ...statelog import AppendLog
+from ...store.statelog import AppendLog
 from ..compile import Compiler, bounded_exits, named, run_task, task_calls
 from ..context import FlowContext, LinesFrame
 from ..declare import FUNCTION, REQUIRED, BlockConfig, Form

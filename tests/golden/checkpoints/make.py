@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmchat import Agent, GroupChat, Human, RoundRobinSwarm
-from fsmchat.checkpoint import SqliteCheckpointer
+from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.flow import AgentFlow, Discussion, parallel
 from fsmchat.testing import Fail, ScriptedModel
 

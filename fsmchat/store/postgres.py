@@ -14,12 +14,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..errors import CheckpointStoreError, FsmchatError, bad_value
+from ..models import Message, TraceEvent
 from .checkpoint import RunInfo, event_rows, listed_meta, log_of_rows, message_rows, run_info
-from .errors import CheckpointStoreError, FsmchatError, bad_value
-from .models import Message, TraceEvent
+from .protocol import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, ReadsLog, already_used, check_lease_ttl,
+                       lease_refusal)
 from .statelog import RunLog, encode_json
-from .store import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, ReadsLog, already_used, check_lease_ttl,
-                    lease_refusal)
 
 if TYPE_CHECKING:
     import psycopg

@@ -1,7 +1,7 @@
 """The store protocol: what a checkpoint store is given and what it must give back.
 
 A store keeps runs, each a row of metadata, a list of event rows and a list of messages. It never
-looks inside the working state: the writer (``fsmchat.writer``) runs the state differ and hands the
+looks inside the working state: the writer (``fsmchat.store.writer``) runs the state differ and hands the
 store each commit ready to append (``Commit``: the event rows, each with its transcript length and
 state delta, and the messages posted since the last commit). So a store is four methods, ``start``,
 ``append``, ``finish`` and ``log``, plus ``load`` and ``history`` (``ReadsLog`` gives both).
@@ -29,8 +29,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, cast
 
-from .errors import FsmchatError, bad_value
-from .models import Message, StopReason, TraceEvent
+from ..errors import FsmchatError, bad_value
+from ..models import Message, StopReason, TraceEvent
 from .statelog import AppendLog, HistoryStep, RunLog, history_of
 
 LEASE_TTL = 30.0
@@ -198,7 +198,7 @@ def run_info(run_id: str, meta: dict[str, Any], stop_reason: str | None, message
 @dataclass(frozen=True)
 class Row:
     """One event row of a commit: the event, the transcript's length after it and the state delta
-    committed with it (``fsmchat.statelog``: None when the state did not change or the step carries
+    committed with it (``fsmchat.store.statelog``: None when the state did not change or the step carries
     none, ``HELD`` for a step committed with the next one)."""
 
     event: TraceEvent
@@ -303,7 +303,7 @@ class ReadsLog(ABC):
         return saved_of(self.log(run_id))
 
     def history(self, run_id: str) -> list[HistoryStep]:
-        """Every step of the run, in order (``fsmchat.statelog.HistoryStep``): its state, transition,
+        """Every step of the run, in order (``fsmchat.store.statelog.HistoryStep``): its state, transition,
         time, the messages and usage so far and the working state after it."""
         return history_of(self.log(run_id))
 
@@ -332,13 +332,13 @@ def check_store(store: object, owner: str, field: str = "checkpoint") -> Store |
         hint = (f"a store, e.g. checkpoint=SqliteCheckpointer({store!r}) (from fsmchat import "
                 "SqliteCheckpointer)")
     elif callable(getattr(store, "commit", None)) and not callable(getattr(store, "append", None)):
-        hint = ("a store of the protocol fsmchat.store.Store (start, append, finish, log, load, history and "
+        hint = ("a store of the protocol fsmchat.store.protocol.Store (start, append, finish, log, load, history and "
                 "capabilities); this one has commit(run_id, event, messages, state), the older protocol: its "
                 "append(run_id, commit, fence) gets the rows fsmchat's writer made, state deltas included")
     elif "capabilities" in missing:
         hint = "a store such as SqliteCheckpointer('runs.db') or MemoryCheckpointer()"
     else:
-        hint = (f"a store (see fsmchat.store.Store): it lacks {', '.join(missing)} for the capabilities it "
+        hint = (f"a store (see fsmchat.store.protocol.Store): it lacks {', '.join(missing)} for the capabilities it "
                 "declares")
     raise bad_value(owner, field, store, hint, type_error=True)
 

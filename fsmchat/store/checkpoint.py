@@ -1,6 +1,6 @@
 """Durable runs: after every transition the new trace event, the messages posted since the last
 commit, the transcript's length and a delta of the run's working state (what changed since the
-previous commit: ``fsmchat.statelog``) are appended, in one transaction, keyed by run id; never
+previous commit: ``fsmchat.store.statelog``) are appended, in one transaction, keyed by run id; never
 the whole transcript or state again. ``pattern.resume(run_id, checkpoint=...)`` continues from
 the last committed state; ``checkpoint.history(run_id)`` lists every step with the state after it
 (``fsmchat.fork`` starts a new run from one).
@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .checks import check_run_id
-from .errors import CheckpointStoreError, FsmchatError, bad_value
+from ..checks import check_run_id
+from ..errors import CheckpointStoreError, FsmchatError, bad_value
+from ..models import Message, StopReason, TraceEvent
+from ..trust import Trust
 from .group_commit import GroupCommit
-from .models import Message, StopReason, TraceEvent
+from .protocol import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, NotSerializable, ReadsLog, RunInfo,
+                       RunInProgress, Saved, Store, already_used, check_lease_ttl, check_store, decode, encode,
+                       encode_fields, lease_owner, lease_refusal, run_info, saved_of)
 from .statelog import HELD, RunLog, copy_state, encode_json, encode_value
-from .store import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, NotSerializable, ReadsLog, RunInfo,
-                    RunInProgress, Saved, Store, already_used, check_lease_ttl, check_store, decode, encode, encode_fields,
-                    lease_owner, lease_refusal, run_info, saved_of)
-from .trust import Trust
 from .writer import COMMIT_MODES, DEFAULT_COMMIT, Lease, Recorder, RunWriter, check_commit
 
 __all__ = ["COMMIT_MODES", "DEFAULT_COMMIT", "LEASE_TTL", "RUN_META", "Capabilities", "CheckpointMismatch",
@@ -52,7 +52,7 @@ class CheckpointMismatch(FsmchatError, ValueError):
 _dumps = encode_json
 
 Checkpointer = Store
-"""A store of runs (``fsmchat.store.Store``): the one protocol every store implements."""
+"""A store of runs (``fsmchat.store.protocol.Store``): the one protocol every store implements."""
 
 
 def check_checkpoint(checkpoint: object, owner: str, field: str = "checkpoint") -> Store | None:
@@ -151,7 +151,7 @@ class SqliteCheckpointer(ReadsLog):
     """Checkpoints in one SQLite file (WAL mode; ``synchronous=NORMAL`` survives a killed process).
 
     A commit is one transaction: the trace event(s), the messages posted since the last commit,
-    and on the event's row the transcript's length and the state delta (``fsmchat.statelog``).
+    and on the event's row the transcript's length and the state delta (``fsmchat.store.statelog``).
     Event and message tables are ``WITHOUT ROWID`` (one b-tree each, so a commit writes about half
     the pages a rowid table with its key index would). A store written by an older fsmchat (one
     whole snapshot per run in ``states``) is read as it is, and gains the two event columns when it

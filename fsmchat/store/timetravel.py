@@ -17,14 +17,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
+from ..checks import run_id_problem
+from ..errors import ConfigError, FsmchatError
+from ..limits import Limits
+from ..models import SEED_ROLE, Message, TraceEvent
 from .checkpoint import NotSerializable, encode
-from .checks import run_id_problem
-from .errors import ConfigError, FsmchatError
-from .limits import Limits
-from .models import Message, TraceEvent
-from .speakers.agent import SEED_ROLE
+from .protocol import HistoryStore, LaneStore
 from .statelog import HELD, RunLog, copy_state, full_delta, is_full
-from .store import HistoryStore, LaneStore
 from .writer import state_deltas
 
 

@@ -29,8 +29,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, SupportsIndex
 
-from .errors import CheckpointStoreError, FsmchatError
-from .models import Message, TraceEvent
+from ..errors import CheckpointStoreError, FsmchatError
+from ..models import Message, TraceEvent
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is Python 3.11+

@@ -1,7 +1,7 @@
 """The one writer of checkpoints: it turns a run's steps into the rows a store appends.
 
 ``RunWriter`` is one run's (or one branch lane's) writer: it numbers the messages, runs the state
-differ (``fsmchat.statelog.StateDiff``) and hands the store a ``Commit`` (``fsmchat.store``), so a
+differ (``fsmchat.store.statelog.StateDiff``) and hands the store a ``Commit`` (``fsmchat.store.protocol``), so a
 store keeps what it is given and never encodes state itself. ``Recorder`` is the engine's
 checkpoint observer built on it: it commits each trace event with the messages posted since the
 last commit and the context's snapshot, carries the steps that need no commit of their own into
@@ -17,12 +17,12 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
-from .engine import StepWork
-from .errors import bad_value
-from .masking import redact_data, redact_json
-from .models import Message, TraceEvent
+from ..engine import StepWork
+from ..errors import bad_value
+from ..masking import redact_data, redact_json
+from ..models import Message, TraceEvent
+from .protocol import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, Store, lease_owner, leases_of
 from .statelog import HELD, StateDiff
-from .store import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, Store, lease_owner, leases_of
 
 
 COMMIT_MODES = {
