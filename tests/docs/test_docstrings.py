@@ -60,7 +60,7 @@ def test_the_scope_is_the_exported_api_and_the_reference_pages():
     assert API["fsmchat.patterns.base.Pattern"] == ["fsmchat.Pattern", "fsmchat.patterns.Pattern"]
     assert API["fsmchat.network.EV_TEXT"] == ["fsmchat.EV_TEXT", "fsmchat.network.EV_TEXT"]  # a constant: its package
     assert API["fsmchat.config.to_config"] == ["docs/reference/config.md"]  # listed by a page, not exported
-    assert API["fsmchat.testing.cassette"] == ["docs/reference/testing.md"]
+    assert API["fsmchat.testing.replay.cassette"] == ["docs/reference/testing.md"]
 
 
 def sections(obj, caplog) -> dict[str, list]:

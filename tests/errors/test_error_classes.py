@@ -34,7 +34,7 @@ def test_every_fsmchat_exception_is_an_fsmchat_error():
 @pytest.mark.parametrize("name, builtin", [("fsmchat.flow.compile.StepError", RuntimeError),
                                            ("fsmchat.gallery.GalleryConfigError", ValueError),
                                            ("fsmchat.store.protocol.NotSerializable", TypeError),
-                                           ("fsmchat.testing.ScriptExhausted", AssertionError),
+                                           ("fsmchat.testing.models.ScriptExhausted", AssertionError),
                                            ("fsmchat.errors.ConfigError", ValueError),
                                            ("fsmchat.errors.ConfigTypeError", TypeError),
                                            ("fsmchat.trust.UntrustedReference", PermissionError),

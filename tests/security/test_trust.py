@@ -112,7 +112,7 @@ def test_one_refused_reference_refuses_the_whole_config_first(evil):
     cfg = chat_config(kind="callable", ref="evil_mod:x")
     cfg["agents"][0] = {"kind": "callable", "ref": "test_trust:speak"}
     cfg["models"] = [{"kind": "function", "id": "never-registered", "fn": "test_trust:speak"}]
-    from fsmchat.testing import _Provider
+    from fsmchat.testing.models import _Provider
 
     with pytest.raises(UntrustedReference, match="evil_mod:x"):
         from_config(cfg, allow=["test_trust"])

@@ -1,41 +1,33 @@
-"""Helpers for state-transition tests of fsmchat graphs and of users' own workflows.
+"""Scripted models: a model per test, scripted per agent (replies, bids, tool calls, errors, delays), as data too.
 
-- ``ScriptedModel``: a litellm custom provider scripted per agent (replies, bids, malformed tool
-  calls, errors, delays) that records every request, so tests exercise the real litellm path.
-  It fails loudly, naming the agent and call number, when a script runs out.
-- ``assert_trace_is_path``, ``assert_path``, ``assert_stop``, ``assert_calls``.
-- ``answer(pattern, task, answers=[...])``: run and answer every interrupt (people in the loop).
+``ScriptedModel`` and ``FunctionModel`` answer in process through fsmchat's own speaking path and
+record every request; ``Pick``/``Transfer`` are a selector's and a handoff's script items; their
+config form (``ScriptedModelSpec``) is registered with ``fsmchat.config.MODEL_KINDS``.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
-import difflib
-import fnmatch
-import hashlib
 import itertools
 import json
-import os
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator, Literal, NamedTuple, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Literal, Sequence
 
 from pydantic import Field
 
-from .config import MODEL_KINDS, MODEL_SOURCES, ConfigReader, ConfigSpec, callable_ref, jsonable, opt_ref
-from .errors import FsmchatError
-from .graph.state_graph import StateGraph, branch_graph
-from .models import Bid, RunResult, split_branch
-from .speakers import modelmap
-from .speakers.agent import Agent
-from .speakers.chunks import completion, stream_chunks
-from .speakers.handoff import tool_name_for
-from .speakers.llm import INTERCEPTOR, own_provider, register_own
-from .speakers.selector import SELECT_TOOL
-from .speakers.wire import TRANSPORT_OPTIONS, body_of, parse, price_of, with_cost
-from .store.checkpoint import Checkpointer, MemoryCheckpointer
-from .trust import Trust
+from ..config import MODEL_KINDS, MODEL_SOURCES, ConfigReader, ConfigSpec, callable_ref, jsonable, opt_ref
+from ..errors import FsmchatError
+from ..models import Bid
+from ..speakers import modelmap
+from ..speakers.agent import Agent
+from ..speakers.chunks import completion, stream_chunks
+from ..speakers.handoff import tool_name_for
+from ..speakers.llm import register_own
+from ..speakers.selector import SELECT_TOOL
+from ..speakers.wire import TRANSPORT_OPTIONS, parse, with_cost
+from ..trust import Trust
+
 
 SCRIPTED_PROVIDER = "fsmchat-scripted"
 
@@ -53,7 +45,7 @@ class ScriptExhausted(FsmchatError, AssertionError):
         >>> RoundRobinSwarm(agents=[model.agent("critic")], max_loops=2).run("Review the draft.")
         Traceback (most recent call last):
         ...
-        fsmchat.testing.ScriptExhausted: ScriptedModel: agent 'critic' made call #2 but its script has only 1 item(s); ...
+        fsmchat.testing.models.ScriptExhausted: ScriptedModel: agent 'critic' made call #2 but its script has only 1 item(s); ...
     """
 
     fsmchat_fatal = True
@@ -230,7 +222,20 @@ class DroppedMessages(Sequence[Any]):
         return f"<{self.n} messages dropped>"
 
 
-def _error(item: Fail, model: str) -> Exception:
+def fail_error(item: Fail, model: str) -> Exception:
+    """The exception a scripted ``Fail`` raises: litellm's class for its status, as a provider's error would be.
+
+    Args:
+        item: The script item.
+        model: The model id the request named.
+
+    Returns:
+        The exception (``litellm.RateLimitError`` for 429, ...), not raised.
+
+    Examples:
+        >>> type(fail_error(Fail(429), "fsmchat-scripted/m")).__name__
+        'RateLimitError'
+    """
     import litellm
 
     kw = {"message": item.message, "llm_provider": SCRIPTED_PROVIDER, "model": model}
@@ -430,256 +435,10 @@ class ScriptedModel:
                 continue
             break
         if isinstance(item, Fail):
-            raise _error(item, model)
+            raise fail_error(item, model)
         return _response(item)
 
 
-# ---- assertions ----
-def _path_of(run: Any) -> list[str]:
-    return list(getattr(run, "path", run))
-
-
-def assert_trace_is_path(graph: StateGraph, run: RunResult) -> None:
-    """Every step of the run's trace follows a declared transition of ``graph`` (flattened).
-
-    The steps of each branch run (``fork|n.state``) follow a transition of that branch's graph. A
-    fork entered again (a ``parallel`` in a loop) reuses its branch ids: each visit's branch run
-    starts at the branch's initial state after the previous one reached its final state.
-
-    Args:
-        graph: The graph the run ran (``pattern.graph``).
-        run: The run's result.
-
-    Raises:
-        AssertionError: A step that is not a transition of the graph, saying which.
-
-    Examples:
-        >>> from fsmchat import RoundRobinSwarm
-        >>> from fsmchat.testing import assert_trace_is_path
-        >>> def writer(turn):
-        ...     return "Draft: we launch in May."
-        >>> swarm = RoundRobinSwarm(agents=[writer], max_loops=2)
-        >>> assert_trace_is_path(swarm.graph, swarm.execute("Announce the launch."))
-    """
-    trace = run.trace
-    assert trace, "the run has an empty trace"
-    runs: dict[str, list[Any]] = {}
-    for ev in trace:
-        runs.setdefault(split_branch(ev.state)[0], []).append(ev)
-    assert "" in runs, "the trace has no step of the top-level run"
-    for branch, events in runs.items():
-        flat = graph.flatten() if not branch else branch_graph(graph, branch)
-        where = f"{graph.name!r}" + (f" branch {branch!r}" if branch else "")
-        prefix = branch + "." if branch else ""
-        edges = {(prefix + t.source, prefix + t.dest, t.label) for t in flat.transitions}
-        assert events[0].state == prefix + flat.initial, (
-            f"{where}: trace starts at {events[0].state!r}, the graph's initial state is {prefix + flat.initial!r}")
-        for prev, ev in zip(events, events[1:]):
-            if branch and prev.dest is None and ev.state == prefix + flat.initial:
-                continue  # the fork's next visit: a new run of this branch
-            assert prev.dest == ev.state, f"{where}: trace jumps: step {prev.step} went to {prev.dest!r} but " \
-                                          f"step {ev.step} is in {ev.state!r}"
-        for ev in events:
-            assert ev.state[len(prefix):] in flat.states, f"trace visits {ev.state!r}, which is not a state of {where}"
-            if ev.dest is not None:
-                assert (ev.state, ev.dest, ev.trigger) in edges, (
-                    f"step {ev.step}: {ev.state!r} -[{ev.trigger}]-> {ev.dest!r} is not a transition of {where}")
-    assert [e.state for e in runs[""]] == list(run.path), "trace states differ from run.path"
-
-
-def _match(pattern: Sequence[str], path: Sequence[str]) -> bool:
-    """Glob match per state; ``"*"`` alone matches any run of states (also none), ``"x+"``
-    one or more of x."""
-    if not pattern:
-        return not path
-    head, rest = pattern[0], pattern[1:]
-    if head == "*":
-        return any(_match(rest, path[i:]) for i in range(len(path) + 1))
-    if head.endswith("+") and len(head) > 1:
-        i = 0
-        while i < len(path) and fnmatch.fnmatchcase(path[i], head[:-1]):
-            i += 1
-            if _match(rest, path[i:]):
-                return True
-        return False
-    return bool(path) and fnmatch.fnmatchcase(path[0], head) and _match(rest, path[1:])
-
-
-def assert_path(run: Any, expected: Sequence[str]) -> None:
-    """The run's path equals ``expected``; entries may be globs, ``"*"`` or ``"state+"``.
-
-    ``"*"`` alone matches any run of states (also none), ``"state+"`` one or more of that state.
-
-    Args:
-        run: The run's result (or a path).
-        expected: The states, in order.
-
-    Raises:
-        AssertionError: The paths differ; both are shown side by side.
-
-    Examples:
-        >>> from fsmchat import RoundRobinSwarm
-        >>> from fsmchat.testing import assert_path
-        >>> def writer(turn):
-        ...     return "Draft: we launch in May."
-        >>> result = RoundRobinSwarm(agents=[writer], max_loops=3).execute("Announce the launch.")
-        >>> assert_path(result, ["seed", "writer+", "stop"])
-        >>> assert_path(result, ["seed", "stop"])
-        Traceback (most recent call last):
-        ...
-        AssertionError: path mismatch
-        expected: ['seed', 'stop']
-        actual:   ['seed', 'writer', 'writer', 'writer', 'stop']
-        ...
-    """
-    actual = _path_of(run)
-    if not _match(list(expected), actual):
-        diff = "\n".join(difflib.unified_diff(list(expected), actual, "expected", "actual", lineterm=""))
-        raise AssertionError(f"path mismatch\nexpected: {list(expected)}\nactual:   {actual}\n{diff}")
-
-
-def assert_stop(run: RunResult, reason: str) -> None:
-    """The run stopped for ``reason`` (its error shown when it did not).
-
-    Args:
-        run: The run's result.
-        reason: The expected stop reason (``"max_loops"``, ``"lull"``, ``"rounds"``...).
-
-    Raises:
-        AssertionError: Another stop reason.
-
-    Examples:
-        >>> from fsmchat import RoundRobinSwarm
-        >>> from fsmchat.testing import assert_stop
-        >>> def writer(turn):
-        ...     return "Draft: we launch in May."
-        >>> result = RoundRobinSwarm(agents=[writer]).execute("Announce the launch.")
-        >>> assert_stop(result, "max_loops")
-        >>> assert_stop(result, "lull")
-        Traceback (most recent call last):
-        ...
-        AssertionError: stop reason 'max_loops', expected 'lull'...
-    """
-    assert run.stop_reason == reason, f"stop reason {run.stop_reason!r}, expected {reason!r}" + (
-        f" (error: {run.error!r})" if run.error else "")
-
-
-def assert_calls(model: ScriptedModel, n: int, agent: str | None = None) -> None:
-    """The scripted model got ``n`` requests (from ``agent``, or from every agent when None).
-
-    Args:
-        model: The scripted model.
-        n: The expected number of requests, retries included.
-        agent: Count only this agent's.
-
-    Raises:
-        AssertionError: Another count.
-
-    Examples:
-        >>> from fsmchat import RoundRobinSwarm
-        >>> from fsmchat.testing import ScriptedModel, assert_calls
-        >>> model = ScriptedModel({"critic": ["Looks good.", "Ship it."]})
-        >>> _ = RoundRobinSwarm(agents=[model.agent("critic")], max_loops=2).run("Review the draft.")
-        >>> assert_calls(model, 2, "critic")
-        >>> assert_calls(model, 1)
-        Traceback (most recent call last):
-        ...
-        AssertionError: all agents made 2 model call(s), expected 1...
-    """
-    got = model.calls(agent)
-    who = f"agent {agent!r}" if agent else "all agents"
-    assert got == n, f"{who} made {got} model call(s), expected {n}"
-
-
-# ---- people in the loop ----
-class AnswerScriptError(FsmchatError, AssertionError):
-    """The answers given to ``answer()`` do not fit the run: it waited with none left, or some were left over.
-
-    Examples:
-        >>> from fsmchat import Human, RoundRobinSwarm
-        >>> from fsmchat.testing import answer
-        >>> def writer(turn):
-        ...     return "Draft: we launch in May."
-        >>> swarm = RoundRobinSwarm(agents=[writer, Human("editor")])
-        >>> answer(swarm, "Announce the launch.", ["Approved: ship it.", "And again."])
-        Traceback (most recent call last):
-        ...
-        fsmchat.testing.AnswerScriptError: the run ended (max_loops) after 1 interrupt(s); 1 scripted answer(s) were not used: ['And again.']
-    """
-
-
-class Answered(NamedTuple):
-    """What ``answer()`` returns: the final result and every request the run stopped at, in order.
-
-    Attributes:
-        result: The run's final result.
-        asked: What the run waited for at each stop (``Pending``), in order.
-
-    Examples:
-        >>> from fsmchat import Human, RoundRobinSwarm
-        >>> from fsmchat.testing import answer
-        >>> def writer(turn):
-        ...     return "Draft: we launch in May."
-        >>> result, asked = answer(RoundRobinSwarm(agents=[writer, Human("editor")]), "Announce the launch.",
-        ...                        ["Approved: ship it."])
-        >>> result.stop_reason, [p.person for p in asked]
-        ('max_loops', ['editor'])
-    """
-
-    result: RunResult
-    asked: list[Any]
-
-
-def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any], *,
-           checkpoint: Checkpointer | None = None, run_id: str | None = None) -> Answered:
-    """Run ``pattern`` on ``task`` and answer each interrupt, resuming until the run ends.
-
-    The run stops for real at each interrupt (checkpointed) and goes on through
-    ``pattern.resume(run_id, checkpoint, input=...)``, exactly as a person's later answer would.
-
-    Args:
-        pattern: The pattern or flow to run.
-        task: Its task.
-        answers: The inputs in order (``Approve()``, ``Edit(...)``, ``Reject(...)``, ``Say(...)``
-            or a str), or a function ``(pending) -> input``.
-        checkpoint: Where the run is checkpointed (a ``MemoryCheckpointer`` by default).
-        run_id: The run's id (a new one by default).
-
-    Returns:
-        The final result and the ``Pending`` requests seen (an ``Answered``).
-
-    Raises:
-        AnswerScriptError: The run waits with no answer left, or a list of answers is not used up.
-
-    Examples:
-        >>> from fsmchat import Human, RoundRobinSwarm
-        >>> from fsmchat.testing import answer
-        >>> def writer(turn):
-        ...     return "Draft: we launch in May."
-        >>> swarm = RoundRobinSwarm(agents=[writer, Human("editor")])
-        >>> out = answer(swarm, "Announce the launch.", ["Approved: ship it."])
-        >>> out.result.stop_reason, [m.role for m in out.result.transcript], len(out.asked)
-        ('max_loops', ['User', 'writer', 'editor'], 1)
-    """
-    cp = checkpoint if checkpoint is not None else MemoryCheckpointer()
-    reply = answers if callable(answers) else None
-    script = [] if callable(answers) else list(answers)
-    result = pattern.execute(task, checkpoint=cp, run_id=run_id)
-    asked: list[Any] = []
-    while result.waiting:
-        asked.append(result.pending)
-        if reply is not None:
-            given = reply(result.pending)
-        elif len(asked) <= len(script):
-            given = script[len(asked) - 1]
-        else:
-            raise AnswerScriptError(f"the run waits for a person ({result.pending}) but all {len(script)} "
-                                    "scripted answer(s) are used; add answers")
-        result = pattern.resume(result.run_id, cp, input=given)
-    if reply is None and len(asked) < len(script):
-        raise AnswerScriptError(f"the run ended ({result.stop_reason}) after {len(asked)} interrupt(s); "
-                                f"{len(script) - len(asked)} scripted answer(s) were not used: {script[len(asked):]!r}")
-    return Answered(result, asked)
 
 
 class FunctionModel(ScriptedModel):
@@ -825,251 +584,3 @@ def _live_model_spec(mid: str, agent: str) -> ScriptedModelSpec:
 MODEL_SOURCES[SCRIPTED_PROVIDER] = _live_model_spec
 
 
-# ---- matchers for trace and id comparisons ----
-class _Matcher:
-    def __init__(self, name: str, test: Callable[[Any], bool]):
-        self.name, self.test = name, test
-
-    def __eq__(self, other: Any) -> bool:
-        return self.test(other)
-
-    def __ne__(self, other: Any) -> bool:
-        return not self.test(other)
-
-    def __repr__(self) -> str:
-        return self.name
-
-    __hash__ = None  # type: ignore[assignment]  # unhashable, as == here is a match, not equality
-
-
-ANY = _Matcher("ANY", lambda x: True)
-ANY_TIME = _Matcher("ANY_TIME", lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0)
-ANY_ID = _Matcher("ANY_ID", lambda x: isinstance(x, str) and bool(x) and " " not in x)
-
-
-def assert_trace(run: RunResult, expected: Sequence[dict[str, Any]]) -> None:
-    """Compare ``run.trace`` (as dicts) with ``expected``, step by step.
-
-    Use ``ANY``, ``ANY_TIME``, ``ANY_ID`` (from ``fsmchat.testing``) for volatile fields, and leave
-    out keys you do not care about.
-
-    Args:
-        run: The run's result.
-        expected: One dict per trace event (``step``, ``state``, ``trigger``, ``dest``, ``t``,
-            ``payload``), each with the keys to compare.
-
-    Raises:
-        AssertionError: The traces differ (or differ in length).
-
-    Examples:
-        >>> from fsmchat import RoundRobinSwarm
-        >>> from fsmchat.testing import ANY_TIME, assert_trace
-        >>> def writer(turn):
-        ...     return "Draft: we launch in May."
-        >>> result = RoundRobinSwarm(agents=[writer]).execute("Announce the launch.")
-        >>> assert_trace(result, [{"state": "seed", "dest": "writer"},
-        ...                       {"state": "writer", "trigger": "max_loops", "payload": "writer", "t": ANY_TIME},
-        ...                       {"state": "stop", "dest": None}])
-    """
-    actual = [e.to_dict() for e in run.trace]
-    trimmed = [{k: a[k] for k in e} for a, e in zip(actual, expected)]
-    if len(actual) != len(expected) or trimmed != list(expected):
-        raise AssertionError(f"trace mismatch\nexpected: {list(expected)}\nactual:   {actual}")
-
-
-# ---- graph snapshots ----
-UPDATE_GRAPHS = {"on": False}  # set by pytest --fsmchat-update-graphs (fsmchat.pytest_plugin)
-
-
-def update_graphs_enabled() -> bool:
-    return UPDATE_GRAPHS["on"] or os.environ.get("FSMCHAT_UPDATE_GRAPHS", "") not in ("", "0")
-
-
-def assert_graph_matches(graph: Any, path: Any) -> None:
-    """The graph's DOT equals the snapshot at ``path``; a missing snapshot is created.
-
-    Rewrite the snapshots with ``pytest --fsmchat-update-graphs`` or ``FSMCHAT_UPDATE_GRAPHS=1``
-    when a change is intended.
-
-    Args:
-        graph: A ``StateGraph`` or a pattern (its ``graph``).
-        path: The snapshot file (``.dot``).
-
-    Raises:
-        AssertionError: The graph no longer matches; the diff is shown.
-
-    Examples:
-        >>> from fsmchat import RoundRobinSwarm
-        >>> from fsmchat.testing import assert_graph_matches
-        >>> def writer(turn):
-        ...     return "Draft."
-        >>> def editor(turn):
-        ...     return "Approved."
-        >>> assert_graph_matches(RoundRobinSwarm(agents=[writer, editor]), "graphs/review.dot")  # written
-        >>> assert_graph_matches(RoundRobinSwarm(agents=[writer, editor]), "graphs/review.dot")  # compared
-        >>> assert_graph_matches(RoundRobinSwarm(agents=[writer]), "graphs/review.dot")
-        Traceback (most recent call last):
-        ...
-        AssertionError: graph 'round_robin' no longer matches graphs/review.dot; if the change is intended, rerun with --fsmchat-update-graphs
-        ...
-    """
-    g = graph if isinstance(graph, StateGraph) else graph.graph
-    p = Path(path)
-    dot = g.to_dot()
-    if update_graphs_enabled() or not p.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(dot)
-        return
-    old = p.read_text()
-    if old != dot:
-        diff = "\n".join(difflib.unified_diff(old.splitlines(), dot.splitlines(), str(p), "current graph",
-                                              lineterm=""))
-        raise AssertionError(f"graph {g.name!r} no longer matches {p}; if the change is intended, rerun with "
-                             f"--fsmchat-update-graphs\n{diff}")
-
-
-# ---- record and replay ----
-class CassetteMiss(FsmchatError, AssertionError):
-    """A replayed run sent a request the cassette does not hold.
-
-    A broken test double, never a run's outcome (it is raised with the run's result attached).
-
-    Examples:
-        >>> from fsmchat import RoundRobinSwarm
-        >>> from fsmchat.testing import ScriptedModel, cassette
-        >>> model = ScriptedModel({"critic": ["Looks good."]})
-        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic")])
-        >>> with cassette("review.json", mode="record"):
-        ...     swarm.run("Review the draft.")
-        'Looks good.'
-        >>> with cassette("review.json", mode="replay"):
-        ...     swarm.run("Review the other draft.")
-        Traceback (most recent call last):
-        ...
-        fsmchat.testing.CassetteMiss: cassette review.json: no recorded response for agent 'critic''s request ...
-    """
-
-    fsmchat_fatal = True
-
-
-def request_key(model: str, messages: Any, params: dict[str, Any]) -> str:
-    body = {"model": model, "messages": messages, **{k: params.get(k) for k in
-                                                    ("tools", "tool_choice", "response_format")}}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:32]
-
-
-class Cassette:
-    """Records every model request/response of a run to JSON, or replays them offline.
-
-    Use it as a context manager (``cassette(path)`` is the same). Only the model name, messages,
-    tools, tool_choice and response_format are stored: never keys.
-
-    Args:
-        path: The cassette file (JSON).
-        mode: ``"record"`` (call the real model, write the file), ``"replay"`` (never call out; a
-            request not in the file raises ``CassetteMiss``), ``"auto"`` (replay when the file
-            exists, else record).
-
-    Raises:
-        ValueError: Another mode.
-        FileNotFoundError: Replay of a cassette that does not exist.
-
-    Examples:
-        >>> from fsmchat import RoundRobinSwarm
-        >>> from fsmchat.testing import Cassette, ScriptedModel
-        >>> model = ScriptedModel({"critic": ["Looks good."]})
-        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic")])
-        >>> with Cassette("critic.json") as tape:  # no file yet: records
-        ...     swarm.run("Review the draft."), tape.mode
-        ('Looks good.', 'record')
-        >>> with Cassette("critic.json") as tape:  # replays: the model is not called again
-        ...     swarm.run("Review the draft."), tape.mode, tape.unused
-        ('Looks good.', 'replay', 0)
-        >>> model.calls()
-        1
-    """
-
-    def __init__(self, path: Any, mode: str = "auto"):
-        if mode not in ("auto", "record", "replay"):
-            raise ValueError(f"cassette mode={mode!r}; choose from ['auto', 'record', 'replay']")
-        self.path = Path(path)
-        self.mode = "replay" if mode == "auto" and self.path.exists() else ("record" if mode == "auto" else mode)
-        self.interactions: list[dict[str, Any]] = []
-        self._pending: dict[str, list[dict[str, Any]]] = {}
-        self._token: Any = None
-        if self.mode == "replay":
-            if not self.path.exists():
-                raise FileNotFoundError(f"cassette {self.path} does not exist; record it first (mode='record')")
-            data = json.loads(self.path.read_text())
-            for item in data["interactions"]:
-                self._pending.setdefault(item["key"], []).append(item)
-
-    async def _send(self, acompletion: Any, agent: str, model: str, messages: Any, meta: dict[str, Any],
-                    params: dict[str, Any]) -> Any:
-        key = request_key(model, messages, params)
-        if self.mode == "replay":
-            queue = self._pending.get(key)
-            if not queue:
-                last = messages[-1].get("content") if messages else None
-                raise CassetteMiss(f"cassette {self.path.name}: no recorded response for agent {agent!r}'s request "
-                                   f"to {model} (key {key}); last message: {str(last)[:200]!r}. Re-record with "
-                                   "mode='record' if the workflow changed on purpose.")
-            item = queue.pop(0)
-            if item.get("error"):
-                raise _error(Fail(item["error"]["status"], item["error"]["message"]), model)
-            response = parse(item["response"], model, price_of(None, model))
-            return with_cost(response, 0.0) if own_provider(model) else response
-        entry: dict[str, Any] = {"key": key, "agent": agent, "model": model, "request": {"messages": messages, **{
-            k: params[k] for k in ("tools", "tool_choice", "response_format") if k in params}}}
-        try:
-            response = await acompletion(model=model, messages=messages, metadata=meta, **params)
-        except Exception as exc:
-            status = getattr(exc, "status_code", 500)
-            entry["error"] = {"status": status if isinstance(status, int) else 500, "message": str(exc)[:500]}
-            self.interactions.append(entry)
-            raise
-        entry["response"] = body_of(response)
-        self.interactions.append(entry)
-        return response
-
-    def __enter__(self) -> "Cassette":
-        self._token = INTERCEPTOR.set(self._send)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        INTERCEPTOR.reset(self._token)
-        if self.mode == "record":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps({"version": 1, "interactions": self.interactions}, indent=1,
-                                            sort_keys=True) + "\n")
-
-    @property
-    def unused(self) -> int:
-        """Recorded interactions a replay did not consume."""
-        return sum(len(v) for v in self._pending.values())
-
-
-def cassette(path: Any, mode: str = "auto") -> Cassette:
-    """Record a run's model calls once, then replay them: ``with cassette("tests/cassettes/x.json"): chat.run(task)``.
-
-    Args:
-        path: The cassette file (JSON).
-        mode: ``"auto"``, ``"record"`` or ``"replay"`` (see ``Cassette``).
-
-    Returns:
-        The ``Cassette``, a context manager.
-
-    Examples:
-        >>> from fsmchat import RoundRobinSwarm
-        >>> from fsmchat.testing import ScriptedModel, cassette
-        >>> model = ScriptedModel({"critic": ["Looks good."]})
-        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic")])
-        >>> for _ in range(2):  # the first run records, the second replays
-        ...     with cassette("tests/cassettes/review.json"):
-        ...         print(swarm.run("Review the draft."))
-        Looks good.
-        Looks good.
-        >>> model.calls()
-        1
-    """
-    return Cassette(path, mode)

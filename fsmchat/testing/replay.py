@@ -1,0 +1,159 @@
+"""Record and replay: a cassette keeps every model request's answer, so a test replays a real run with no model."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import FsmchatError
+from ..speakers.llm import INTERCEPTOR, own_provider
+from ..speakers.wire import body_of, parse, price_of, with_cost
+from .models import Fail, fail_error
+
+
+# ---- record and replay ----
+class CassetteMiss(FsmchatError, AssertionError):
+    """A replayed run sent a request the cassette does not hold.
+
+    A broken test double, never a run's outcome (it is raised with the run's result attached).
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import ScriptedModel, cassette
+        >>> model = ScriptedModel({"critic": ["Looks good."]})
+        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic")])
+        >>> with cassette("review.json", mode="record"):
+        ...     swarm.run("Review the draft.")
+        'Looks good.'
+        >>> with cassette("review.json", mode="replay"):
+        ...     swarm.run("Review the other draft.")
+        Traceback (most recent call last):
+        ...
+        fsmchat.testing.replay.CassetteMiss: cassette review.json: no recorded response for agent 'critic''s request ...
+    """
+
+    fsmchat_fatal = True
+
+
+def request_key(model: str, messages: Any, params: dict[str, Any]) -> str:
+    body = {"model": model, "messages": messages, **{k: params.get(k) for k in
+                                                    ("tools", "tool_choice", "response_format")}}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+class Cassette:
+    """Records every model request/response of a run to JSON, or replays them offline.
+
+    Use it as a context manager (``cassette(path)`` is the same). Only the model name, messages,
+    tools, tool_choice and response_format are stored: never keys.
+
+    Args:
+        path: The cassette file (JSON).
+        mode: ``"record"`` (call the real model, write the file), ``"replay"`` (never call out; a
+            request not in the file raises ``CassetteMiss``), ``"auto"`` (replay when the file
+            exists, else record).
+
+    Raises:
+        ValueError: Another mode.
+        FileNotFoundError: Replay of a cassette that does not exist.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import Cassette, ScriptedModel
+        >>> model = ScriptedModel({"critic": ["Looks good."]})
+        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic")])
+        >>> with Cassette("critic.json") as tape:  # no file yet: records
+        ...     swarm.run("Review the draft."), tape.mode
+        ('Looks good.', 'record')
+        >>> with Cassette("critic.json") as tape:  # replays: the model is not called again
+        ...     swarm.run("Review the draft."), tape.mode, tape.unused
+        ('Looks good.', 'replay', 0)
+        >>> model.calls()
+        1
+    """
+
+    def __init__(self, path: Any, mode: str = "auto"):
+        if mode not in ("auto", "record", "replay"):
+            raise ValueError(f"cassette mode={mode!r}; choose from ['auto', 'record', 'replay']")
+        self.path = Path(path)
+        self.mode = "replay" if mode == "auto" and self.path.exists() else ("record" if mode == "auto" else mode)
+        self.interactions: list[dict[str, Any]] = []
+        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self._token: Any = None
+        if self.mode == "replay":
+            if not self.path.exists():
+                raise FileNotFoundError(f"cassette {self.path} does not exist; record it first (mode='record')")
+            data = json.loads(self.path.read_text())
+            for item in data["interactions"]:
+                self._pending.setdefault(item["key"], []).append(item)
+
+    async def _send(self, acompletion: Any, agent: str, model: str, messages: Any, meta: dict[str, Any],
+                    params: dict[str, Any]) -> Any:
+        key = request_key(model, messages, params)
+        if self.mode == "replay":
+            queue = self._pending.get(key)
+            if not queue:
+                last = messages[-1].get("content") if messages else None
+                raise CassetteMiss(f"cassette {self.path.name}: no recorded response for agent {agent!r}'s request "
+                                   f"to {model} (key {key}); last message: {str(last)[:200]!r}. Re-record with "
+                                   "mode='record' if the workflow changed on purpose.")
+            item = queue.pop(0)
+            if item.get("error"):
+                raise fail_error(Fail(item["error"]["status"], item["error"]["message"]), model)
+            response = parse(item["response"], model, price_of(None, model))
+            return with_cost(response, 0.0) if own_provider(model) else response
+        entry: dict[str, Any] = {"key": key, "agent": agent, "model": model, "request": {"messages": messages, **{
+            k: params[k] for k in ("tools", "tool_choice", "response_format") if k in params}}}
+        try:
+            response = await acompletion(model=model, messages=messages, metadata=meta, **params)
+        except Exception as exc:
+            status = getattr(exc, "status_code", 500)
+            entry["error"] = {"status": status if isinstance(status, int) else 500, "message": str(exc)[:500]}
+            self.interactions.append(entry)
+            raise
+        entry["response"] = body_of(response)
+        self.interactions.append(entry)
+        return response
+
+    def __enter__(self) -> "Cassette":
+        self._token = INTERCEPTOR.set(self._send)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        INTERCEPTOR.reset(self._token)
+        if self.mode == "record":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps({"version": 1, "interactions": self.interactions}, indent=1,
+                                            sort_keys=True) + "\n")
+
+    @property
+    def unused(self) -> int:
+        """Recorded interactions a replay did not consume."""
+        return sum(len(v) for v in self._pending.values())
+
+
+def cassette(path: Any, mode: str = "auto") -> Cassette:
+    """Record a run's model calls once, then replay them: ``with cassette("tests/cassettes/x.json"): chat.run(task)``.
+
+    Args:
+        path: The cassette file (JSON).
+        mode: ``"auto"``, ``"record"`` or ``"replay"`` (see ``Cassette``).
+
+    Returns:
+        The ``Cassette``, a context manager.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.testing import ScriptedModel, cassette
+        >>> model = ScriptedModel({"critic": ["Looks good."]})
+        >>> swarm = RoundRobinSwarm(agents=[model.agent("critic")])
+        >>> for _ in range(2):  # the first run records, the second replays
+        ...     with cassette("tests/cassettes/review.json"):
+        ...         print(swarm.run("Review the draft."))
+        Looks good.
+        Looks good.
+        >>> model.calls()
+        1
+    """
+    return Cassette(path, mode)
