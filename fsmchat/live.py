@@ -11,6 +11,10 @@ the turn's ``select`` step, before the winner's message, one line per agent with
 recency-adjusted score, whether it cleared the threshold, and the winner (``bids=False`` hides
 them). The ``bid`` step's payload holds the raw scores, the ``select`` step's the decision.
 
+A turn the offline model answered without calling any of the tools it was offered (an
+``offline_no_tool_call`` event of the run) gets a dim note under its message: ``(offline: no tool
+matched "<first words of the request>"; tools: add, search)``.
+
 Replies stream (``tokens``; by default when stdout is a terminal, ``fsmchat run --no-stream``
 turns it off): the speaking agent's text is shown as the model writes it (above the status line on
 a terminal, as a growing ``role: text`` line otherwise), then its message is posted whole. A
@@ -44,6 +48,7 @@ class LiveRun:
         self.bids = bids
         self._raw: dict[str, dict[str, float]] = {}  # a GroupChat's latest raw scores, by its state prefix
         self._turns: dict[str, int] = {}  # GroupChat turns shown, by state prefix
+        self._seen = 0  # the run's events read so far (``offline_no_tool_call`` notes)
         self.out, self.err = out, err
         err_stream = err or sys.stderr
         self.status = err_stream.isatty() if status is None else status
@@ -59,6 +64,7 @@ class LiveRun:
     def on_start(self, ctx: Any) -> None:
         self.ctx = ctx
         self.started = time.monotonic()
+        self._seen = len(getattr(ctx, "events", None) or ())  # a resumed run's earlier events are not news
 
     def on_event(self, ev: TraceEvent) -> None:
         self.state = ev.dest or ev.state
@@ -110,16 +116,26 @@ class LiveRun:
             out.flush()
             self._raw_open = None
 
+    def _notes(self, msg: Message) -> list[str]:
+        """The notes under ``msg``: its speaker's ``offline_no_tool_call`` since the last message
+        (the events of others, such as a GroupChat's losing bidders, are passed over)."""
+        events = getattr(self.ctx, "events", None)
+        if events is None:
+            return []
+        new, self._seen = events[self._seen:], len(events)
+        return [offline_note(e) for e in new if isinstance(e, dict) and e.get("event") == "offline_no_tool_call"
+                and e.get("agent") == msg.role]
+
     def on_message(self, msg: Message) -> None:
         if not self.messages:
             return
         out = self.out or sys.stdout
+        notes = self._notes(msg)
         shown = self._writing.pop(msg.role, None)
         if shown is not None and self._live is None and self._raw_open == msg.role:
             if shown == msg.content:  # its text is on the line already: end the line, add its tool calls
                 self._end_raw()
-                for line in call_lines(msg):
-                    self._print_lines([line], style="dim")
+                self._print_lines(call_lines(msg) + notes, style="dim")
                 return
             self._end_raw()
         if self._console is not None:  # a terminal: a titled panel per message
@@ -130,11 +146,11 @@ class LiveRun:
             title = Text(msg.role, style="bold") + (
                 Text(f"  bid {score:.2f}", style="dim") if isinstance(score, (int, float)) else Text(""))
             self._console.print(Panel(Text(msg.content), title=title, title_align="left"))
-            for line in call_lines(msg):
+            for line in call_lines(msg) + notes:
                 self._console.print(Text(line, style="dim"))
         else:
             out.write(f"{msg.role}: {msg.content}\n")
-            for line in call_lines(msg):
+            for line in call_lines(msg) + notes:
                 out.write(line + "\n")
             out.flush()
 
@@ -310,6 +326,14 @@ def call_lines(msg: Message) -> list[str]:
         took = f" ({c.duration_s:.2f}s)" if c.duration_s is not None else ""
         lines.append(f"  tool {c.name}({args}) -> {outcome}{took}")
     return lines
+
+
+def offline_note(event: dict[str, Any]) -> str:
+    """Why a turn of the offline model ran no tool (an ``offline_no_tool_call`` event)::
+
+        (offline: no tool matched "Write a haiku about the sea"; tools: add, search)
+    """
+    return f'  (offline: no tool matched "{event.get("request", "")}"; tools: {", ".join(event.get("tools") or [])})'
 
 
 def summary(result: RunResult, elapsed: float | None = None, worst: int | None = None) -> str:
