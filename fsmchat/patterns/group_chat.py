@@ -23,8 +23,9 @@ the forced ``respond`` call as before, and the graph is unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, Callable, Sequence
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -203,6 +204,14 @@ def bid_instruction(name: str, others: Sequence[str], sender: str, text: str) ->
             "you want the floor, message is your reply to the group, or an empty string to stay silent.")
 
 
+BIDS: contextvars.ContextVar[Callable[[str, BidOutcome], None] | None] = contextvars.ContextVar("fsmchat_bids",
+                                                                                              default=None)
+"""Given each bid of a GroupChat turn as that bidder's call returns, before the round closes:
+``fn(agent, bid)`` (``fsmchat run``'s live view shows it while it streams). The round is decided
+whole all the same: the same calls, the same winner, the same posts. A bid kept from before a
+bidder's tool round is given once, when it came."""
+
+
 async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     """every agent bids at once"""
     # replayable: after a crash the round is asked again (its bids are posted by the turn: one commit), unless
@@ -224,7 +233,18 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     if not ctx.stats.fits(callers):  # a round that could cross max_model_calls is not started
         raise ctx.stats.refuse_over_cap(f"a bid round of {callers} request(s)")
     loop = ctx.tool_loop  # the speaking block: a bidder with tools may call them before it bids
-    got = await asyncio.gather(*(loop.bid(s, turn(s)) for s in ctx.speakers), return_exceptions=True)
+    shown = BIDS.get()
+
+    async def heard(s: Any) -> BidOutcome:  # each bid handed to ``shown`` as it comes
+        kept = loop.exchanges.get(s.name)
+        new = kept is None or not kept.answered  # one kept from before a tool round was given when it came
+        b = await loop.bid(s, turn(s))
+        if new and shown is not None and b is not PERSON_BID:
+            shown(s.name, b)
+        return b
+
+    got = await asyncio.gather(*((heard(s) if shown is not None else loop.bid(s, turn(s))) for s in ctx.speakers),
+                               return_exceptions=True)
     for out in got:  # a run limit first (the engine takes its stop edge), then errors in roster order
         if isinstance(out, BaseException) and isinstance(fatal_error(out), LimitReached):
             raise out

@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from fsmchat import Agent, RoundRobinSwarm
+from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.cli import main
 from fsmchat.live import LiveRun
 from fsmchat.testing import ScriptedModel
 
 BROKER = '''\
-from fsmchat import Agent, RoundRobinSwarm
+from fsmchat import Agent, GroupChat, RoundRobinSwarm
 
 
 def stock_price(ticker: str) -> str:
@@ -85,8 +85,8 @@ def printed(pattern, task: str, **kw) -> tuple[str, list[dict]]:
     return out.getvalue(), result.events
 
 
-def broker(name: str = "Broker", **kw) -> Agent:
-    return Agent(name, model="offline", tools=[stock_price], system_prompt="You help.", **kw)
+def broker(name: str = "Broker", system_prompt: str = "You help.") -> Agent:
+    return Agent(name, model="offline", tools=[stock_price], system_prompt=system_prompt)
 
 
 def test_the_note_comes_from_the_runs_event_and_follows_a_streamed_reply_too():
@@ -111,3 +111,18 @@ def test_a_real_model_that_calls_no_tool_has_no_note():
     out, events = printed(RoundRobinSwarm(agents=[agent], max_loops=1), HAIKU)
     assert out == f"User: {HAIKU}\nBroker: A haiku, no tools needed.\n"
     assert not any(e.get("event") == "offline_no_tool_call" for e in events)
+
+
+def test_a_groupchat_bidder_with_tools_that_won_without_a_call_gets_the_note_and_a_losing_bid_none():
+    poet = Agent("Poet", model="offline", system_prompt="You write poems.")
+    chat = GroupChat(agents=[broker(system_prompt="You help with poems."), poet], max_loops=4)
+    out, events = printed(chat, "Write a haiku about the quiet autumn sea")
+    lines = out.splitlines()
+    note = '  (offline: no tool matched "Write a haiku about the quiet autumn sea"; tools: stock_price)'
+    posted = [i for i, ln in enumerate(lines) if ln.startswith(("Broker: ", "Poet: "))]
+    assert posted and any(lines[i].startswith("Broker: ") for i in posted)
+    for i in posted:  # under each of the Broker's messages, and under no other line
+        assert (lines[i + 1:i + 2] == [note]) == lines[i].startswith("Broker: ")
+    assert lines.count(note) == sum(lines[i].startswith("Broker: ") for i in posted)
+    bids = sum(ln.startswith("bids, turn ") for ln in lines)
+    assert [e["agent"] for e in events if e["event"] == "offline_no_tool_call"] == ["Broker"] * bids  # one a bid
