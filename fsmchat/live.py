@@ -21,9 +21,9 @@ a terminal, as a growing ``role: text`` line otherwise), then its message is pos
 stream that broke after text was shown and is asked again says so (``StreamRetry``), and the text
 starts over. A GroupChat's bids are decided whole (see docs/streaming.md), so no bid streams word
 by word; while the view streams it shows each bid as its bidder's call returns, before the round
-closes (``  TechCritic (bid 0.89): ...`` under ``bidding, turn 2:``, given by
-``fsmchat.patterns.group_chat.BIDS``, which the view sets while it is entered), then the round's
-bids with the winner marked as above.
+closes (``  TechCritic (bid 0.89): ...`` under ``bidding, turn 2:``; ``on_bid``, which ``fsmchat run``
+sets as ``fsmchat.patterns.group_chat.BIDS``: ``fsmchat.cli.showing_bids``), then the round's bids
+with the winner marked as above.
 
 A ``LiveRun`` plugs into any pattern run: ``aexecute(task, observers=[view.on_event],
 on_message=[view.on_message], on_start=[view.on_start], on_token=[view.on_token])``.
@@ -35,7 +35,6 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from .engine import STEP
 from .models import Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from .speakers import llm
 
@@ -65,7 +64,6 @@ class LiveRun:
         self._live: Any = None
         self._console: Any = None
         self._spinner: Any = None
-        self._bids_hook: Any = None  # the BIDS setting this view made on entering (reset on leaving)
 
     # ---- the run's hooks ----
     def on_start(self, ctx: Any) -> None:
@@ -85,13 +83,14 @@ class LiveRun:
             turn = self._turns[prefix] = self._turns.get(prefix, 0) + 1
             self._print_lines(bid_lines(turn, self._raw.pop(prefix), ev.payload), style="dim")
 
-    def on_bid(self, agent: str, bid: Any) -> None:
-        """A GroupChat bid as its bidder's call returns (``group_chat.BIDS``), before the round closes:
-        ``  TechCritic (bid 0.89): <its message>`` (``, silent`` without one)."""
+    def on_bid(self, agent: str, step: str | None, bid: Any) -> None:
+        """A GroupChat bid as its bidder's call returns, before the round closes (``fsmchat run``
+        sets ``fsmchat.patterns.group_chat.BIDS`` to it while it streams): ``  TechCritic (bid
+        0.89): <its message>`` (``, silent`` without one), the round's first under ``bidding, turn 2:``."""
         if not (self.messages and self.bids and self.tokens):
             return
         self._end_raw()
-        prefix = (STEP.get() or "").rpartition(".")[0]  # the bid state's GroupChat (one nested in a flow too)
+        prefix = (step or "").rpartition(".")[0]  # the bid state's GroupChat (one nested in a flow too)
         lines = [] if prefix in self._bidding else [f"bidding, turn {self._turns.get(prefix, 0) + 1}:"]
         self._bidding.add(prefix)
         lines.append(f"  {agent} (bid {bid.score:.2f}): {bid.message}" if bid.message else
@@ -207,10 +206,6 @@ class LiveRun:
     # ---- showing ----
     def __enter__(self) -> "LiveRun":
         out = self.out or sys.stdout
-        if self.tokens and self.bids:  # streaming: each GroupChat bid is shown as it comes
-            from .patterns.group_chat import BIDS
-
-            self._bids_hook = BIDS.set(self.on_bid)
         if self.messages and out.isatty():
             from rich.console import Console
 
@@ -230,11 +225,6 @@ class LiveRun:
 
     def __exit__(self, *exc: Any) -> None:
         self._end_raw()
-        if self._bids_hook is not None:
-            from .patterns.group_chat import BIDS
-
-            BIDS.reset(self._bids_hook)
-            self._bids_hook = None
         if self._live is not None:
             self._live.stop()
             self._live = None

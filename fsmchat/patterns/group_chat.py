@@ -31,7 +31,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from ..checks import Amount, Count, check_agents
 from ..config import ContextField, Speakers
-from ..engine import mark_replayable
+from ..engine import STEP, mark_replayable
 from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
 from ..speakers.classify import grouped_failures
 from ..graph.state_graph import StateGraph, state_names
@@ -204,12 +204,13 @@ def bid_instruction(name: str, others: Sequence[str], sender: str, text: str) ->
             "you want the floor, message is your reply to the group, or an empty string to stay silent.")
 
 
-BIDS: contextvars.ContextVar[Callable[[str, BidOutcome], None] | None] = contextvars.ContextVar("fsmchat_bids",
-                                                                                              default=None)
+BIDS: contextvars.ContextVar[Callable[[str, str | None, BidOutcome], None] | None] = \
+    contextvars.ContextVar("fsmchat_bids", default=None)
 """Given each bid of a GroupChat turn as that bidder's call returns, before the round closes:
-``fn(agent, bid)`` (``fsmchat run``'s live view shows it while it streams). The round is decided
-whole all the same: the same calls, the same winner, the same posts. A bid kept from before a
-bidder's tool round is given once, when it came."""
+``fn(agent, step, bid)``, ``step`` the state it was asked in (``bid``; ``review.bid`` in a flow).
+``fsmchat run`` sets it to its live view while the run streams. The round is decided whole all the
+same: the same calls, the same winner, the same posts. A bid kept from before a bidder's tool
+round is given once, when it came."""
 
 
 async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
@@ -240,7 +241,7 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
         new = kept is None or not kept.answered  # one kept from before a tool round was given when it came
         b = await loop.bid(s, turn(s))
         if new and shown is not None and b is not PERSON_BID:
-            shown(s.name, b)
+            shown(s.name, STEP.get(), b)
         return b
 
     got = await asyncio.gather(*((heard(s) if shown is not None else loop.bid(s, turn(s))) for s in ctx.speakers),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 
 from fsmchat import AgentFlow, Bid, GroupChat
+from fsmchat.cli import showing_bids
 from fsmchat.live import LiveRun
 from fsmchat.testing import Delay, FunctionModel, ScriptedModel, ToolCall
 
@@ -19,7 +20,7 @@ def printed(pattern, task, out=None, **kw):
     out = out or io.StringIO()
     view = LiveRun(status=False, out=out, **kw)
     hooks = {"on_token": [view.on_token]} if view.tokens else {}  # as `fsmchat run` wires it
-    with view:
+    with view, showing_bids(view):
         pattern.execute(task, observers=[view.on_event], on_message=[view.on_message], on_start=[view.on_start],
                         **hooks)
     return out.getvalue()
@@ -139,7 +140,7 @@ bids, turn 3 (threshold 0.50):
     for tokens in (True, False):
         pattern = chat()
         view = LiveRun(status=False, out=io.StringIO(), tokens=tokens)
-        with view:
+        with view, showing_bids(view):
             result = pattern.execute("pick a name", on_message=[view.on_message], on_token=[view.on_token])
         runs.append((result.path, [(m.role, m.content) for m in result.transcript], result.calls, result.events))
     assert runs[0] == runs[1]
