@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from . import __version__, evals, gallery
 from .checks import check_run_id
@@ -27,6 +27,7 @@ from .live import LiveRun, summary
 from .masking import redact, redact_chain, redact_data
 from .models import StopReason, shorten
 from .patterns.base import FailedRuns, Pattern
+from .patterns.group_chat import BIDS
 from .speakers import llm
 from .speakers.human import Approve, Edit, InputNotAllowed, Reject, check_input, waiting_for
 from .store.checkpoint import Checkpointer, SqliteCheckpointer
@@ -148,6 +149,18 @@ def _store(path: str, create: bool = False) -> Any:
     return SqliteCheckpointer(path)
 
 
+@contextlib.contextmanager
+def showing_bids(view: LiveRun) -> Iterator[LiveRun]:
+    """While ``view`` streams, the GroupChat bids of the runs started in this block are handed to it
+    as each bidder's call returns (``group_chat.BIDS`` = ``view.on_bid``), before the round closes."""
+    token = BIDS.set(view.on_bid) if view.tokens and view.bids and view.messages else None
+    try:
+        yield view
+    finally:
+        if token is not None:
+            BIDS.reset(token)
+
+
 def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: str | None, args: argparse.Namespace,
             how: list[str], shown: bool = True) -> int:
     """Run ``start`` live; while the run waits for a person and stdin is a terminal (and not
@@ -162,7 +175,7 @@ def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: st
         if view.tokens:
             hooks["on_token"] = [view.on_token]
         try:
-            with view:
+            with view, showing_bids(view):
                 result = run_sync(lambda: start(hooks))
         except KeyboardInterrupt:
             print(f"fsmchat {args.cmd}: interrupted", file=sys.stderr)

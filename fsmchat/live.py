@@ -11,11 +11,19 @@ the turn's ``select`` step, before the winner's message, one line per agent with
 recency-adjusted score, whether it cleared the threshold, and the winner (``bids=False`` hides
 them). The ``bid`` step's payload holds the raw scores, the ``select`` step's the decision.
 
+A turn the offline model answered without calling any of the tools it was offered (an
+``offline_no_tool_call`` event of the run) gets a dim note under its message: ``(offline: no tool
+matched "<first words of the request>"; tools: add, search)``.
+
 Replies stream (``tokens``; by default when stdout is a terminal, ``fsmchat run --no-stream``
 turns it off): the speaking agent's text is shown as the model writes it (above the status line on
 a terminal, as a growing ``role: text`` line otherwise), then its message is posted whole. A
 stream that broke after text was shown and is asked again says so (``StreamRetry``), and the text
-starts over. A GroupChat streams nothing: its bids are decided whole (see docs/streaming.md).
+starts over. A GroupChat's bids are decided whole (see docs/streaming.md), so no bid streams word
+by word; while the view streams it shows each bid as its bidder's call returns, before the round
+closes (``  TechCritic (bid 0.89): ...`` under ``bidding, turn 2:``; ``on_bid``, which ``fsmchat run``
+sets as ``fsmchat.patterns.group_chat.BIDS``: ``fsmchat.cli.showing_bids``), then the round's bids
+with the winner marked as above.
 
 A ``LiveRun`` plugs into any pattern run: ``aexecute(task, observers=[view.on_event],
 on_message=[view.on_message], on_start=[view.on_start], on_token=[view.on_token])``.
@@ -44,6 +52,8 @@ class LiveRun:
         self.bids = bids
         self._raw: dict[str, dict[str, float]] = {}  # a GroupChat's latest raw scores, by its state prefix
         self._turns: dict[str, int] = {}  # GroupChat turns shown, by state prefix
+        self._bidding: set[str] = set()  # GroupChats whose round's bids are being shown as they come
+        self._seen = 0  # the run's events read so far (``offline_no_tool_call`` notes)
         self.out, self.err = out, err
         err_stream = err or sys.stderr
         self.status = err_stream.isatty() if status is None else status
@@ -59,6 +69,7 @@ class LiveRun:
     def on_start(self, ctx: Any) -> None:
         self.ctx = ctx
         self.started = time.monotonic()
+        self._seen = len(getattr(ctx, "events", None) or ())  # a resumed run's earlier events are not news
 
     def on_event(self, ev: TraceEvent) -> None:
         self.state = ev.dest or ev.state
@@ -68,8 +79,23 @@ class LiveRun:
         if short == "bid" and ev.payload and all(isinstance(v, (int, float)) for v in ev.payload.values()):
             self._raw[prefix] = dict(ev.payload)
         elif short == "select" and "adjusted" in ev.payload and prefix in self._raw:
+            self._bidding.discard(prefix)
             turn = self._turns[prefix] = self._turns.get(prefix, 0) + 1
             self._print_lines(bid_lines(turn, self._raw.pop(prefix), ev.payload), style="dim")
+
+    def on_bid(self, agent: str, step: str | None, bid: Any) -> None:
+        """A GroupChat bid as its bidder's call returns, before the round closes (``fsmchat run``
+        sets ``fsmchat.patterns.group_chat.BIDS`` to it while it streams): ``  TechCritic (bid
+        0.89): <its message>`` (``, silent`` without one), the round's first under ``bidding, turn 2:``."""
+        if not (self.messages and self.bids and self.tokens):
+            return
+        self._end_raw()
+        prefix = (step or "").rpartition(".")[0]  # the bid state's GroupChat (one nested in a flow too)
+        lines = [] if prefix in self._bidding else [f"bidding, turn {self._turns.get(prefix, 0) + 1}:"]
+        self._bidding.add(prefix)
+        lines.append(f"  {agent} (bid {bid.score:.2f}): {bid.message}" if bid.message else
+                     f"  {agent} (bid {bid.score:.2f}, silent)")
+        self._print_lines(lines, style="dim")
 
     def _print_lines(self, lines: list[str], style: str) -> None:
         if self._console is not None:
@@ -110,16 +136,26 @@ class LiveRun:
             out.flush()
             self._raw_open = None
 
+    def _notes(self, msg: Message) -> list[str]:
+        """The notes under ``msg``: its speaker's ``offline_no_tool_call`` since the last message
+        (the events of others, such as a GroupChat's losing bidders, are passed over)."""
+        events = getattr(self.ctx, "events", None)
+        if events is None:
+            return []
+        new, self._seen = events[self._seen:], len(events)
+        return [offline_note(e) for e in new if isinstance(e, dict) and e.get("event") == "offline_no_tool_call"
+                and e.get("agent") == msg.role]
+
     def on_message(self, msg: Message) -> None:
         if not self.messages:
             return
         out = self.out or sys.stdout
+        notes = self._notes(msg)
         shown = self._writing.pop(msg.role, None)
         if shown is not None and self._live is None and self._raw_open == msg.role:
             if shown == msg.content:  # its text is on the line already: end the line, add its tool calls
                 self._end_raw()
-                for line in call_lines(msg):
-                    self._print_lines([line], style="dim")
+                self._print_lines(call_lines(msg) + notes, style="dim")
                 return
             self._end_raw()
         if self._console is not None:  # a terminal: a titled panel per message
@@ -130,11 +166,11 @@ class LiveRun:
             title = Text(msg.role, style="bold") + (
                 Text(f"  bid {score:.2f}", style="dim") if isinstance(score, (int, float)) else Text(""))
             self._console.print(Panel(Text(msg.content), title=title, title_align="left"))
-            for line in call_lines(msg):
+            for line in call_lines(msg) + notes:
                 self._console.print(Text(line, style="dim"))
         else:
             out.write(f"{msg.role}: {msg.content}\n")
-            for line in call_lines(msg):
+            for line in call_lines(msg) + notes:
                 out.write(line + "\n")
             out.flush()
 
@@ -310,6 +346,14 @@ def call_lines(msg: Message) -> list[str]:
         took = f" ({c.duration_s:.2f}s)" if c.duration_s is not None else ""
         lines.append(f"  tool {c.name}({args}) -> {outcome}{took}")
     return lines
+
+
+def offline_note(event: dict[str, Any]) -> str:
+    """Why a turn of the offline model ran no tool (an ``offline_no_tool_call`` event)::
+
+        (offline: no tool matched "Write a haiku about the sea"; tools: add, search)
+    """
+    return f'  (offline: no tool matched "{event.get("request", "")}"; tools: {", ".join(event.get("tools") or [])})'
 
 
 def summary(result: RunResult, elapsed: float | None = None, worst: int | None = None) -> str:

@@ -23,14 +23,15 @@ the forced ``respond`` call as before, and the graph is unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, Callable, Sequence
 
 from pydantic import AfterValidator, Field, model_validator
 
 from ..checks import Amount, Count, check_agents
 from ..config import ContextField, Speakers
-from ..engine import mark_replayable
+from ..engine import STEP, mark_replayable
 from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
 from ..speakers.classify import grouped_failures
 from ..graph.state_graph import StateGraph, state_names
@@ -203,6 +204,15 @@ def bid_instruction(name: str, others: Sequence[str], sender: str, text: str) ->
             "you want the floor, message is your reply to the group, or an empty string to stay silent.")
 
 
+BIDS: contextvars.ContextVar[Callable[[str, str | None, BidOutcome], None] | None] = \
+    contextvars.ContextVar("fsmchat_bids", default=None)
+"""Given each bid of a GroupChat turn as that bidder's call returns, before the round closes:
+``fn(agent, step, bid)``, ``step`` the state it was asked in (``bid``; ``review.bid`` in a flow).
+``fsmchat run`` sets it to its live view while the run streams. The round is decided whole all the
+same: the same calls, the same winner, the same posts. A bid kept from before a bidder's tool
+round is given once, when it came."""
+
+
 async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     """every agent bids at once"""
     # replayable: after a crash the round is asked again (its bids are posted by the turn: one commit), unless
@@ -224,7 +234,18 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     if not ctx.stats.fits(callers):  # a round that could cross max_model_calls is not started
         raise ctx.stats.refuse_over_cap(f"a bid round of {callers} request(s)")
     loop = ctx.tool_loop  # the speaking block: a bidder with tools may call them before it bids
-    got = await asyncio.gather(*(loop.bid(s, turn(s)) for s in ctx.speakers), return_exceptions=True)
+    shown = BIDS.get()
+
+    async def heard(s: Any) -> BidOutcome:  # each bid handed to ``shown`` as it comes
+        kept = loop.exchanges.get(s.name)
+        new = kept is None or not kept.answered  # one kept from before a tool round was given when it came
+        b = await loop.bid(s, turn(s))
+        if new and shown is not None and b is not PERSON_BID:
+            shown(s.name, STEP.get(), b)
+        return b
+
+    got = await asyncio.gather(*((heard(s) if shown is not None else loop.bid(s, turn(s))) for s in ctx.speakers),
+                               return_exceptions=True)
     for out in got:  # a run limit first (the engine takes its stop edge), then errors in roster order
         if isinstance(out, BaseException) and isinstance(fatal_error(out), LimitReached):
             raise out

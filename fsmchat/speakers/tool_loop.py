@@ -44,8 +44,9 @@ from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from ..masking import redact, redact_chain
+from . import llm
 from .handoff import HandoffCall, find_handoff, handoffs_of
-from .human import Approve, Edit, Reject, Say, request
+from .human import USER, Approve, Edit, Reject, Say, request
 from .respond import BidOutcome, bid_from_arguments, silent
 from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, changed_tools, has_tools, \
     is_schema_dict, json_bidder_with_tools, needs_approval, tool_digest
@@ -169,6 +170,26 @@ def _calls_of(message: Any) -> list[tuple[str, str, Any]]:
             name, raw, cid = getattr(fn, "name", None), getattr(fn, "arguments", None), getattr(call, "id", None)
         out.append((str(cid or f"call_{i + 1}"), str(name or ""), raw if raw is not None else "{}"))
     return out
+
+
+def note_offline_unmatched(speaker: Any, turn: Any, tools: Sequence[Tool]) -> None:
+    """The offline model answered a turn it was offered ``tools`` in without calling one (none of
+    their words matched what it was asked): an ``offline_no_tool_call`` event (``agent``,
+    ``tools``: their names, ``request``: the first words of what was asked), which ``fsmchat run``
+    shows under the message. A real model choosing not to call a tool is no event."""
+    events = getattr(getattr(turn, "stats", None), "events", None)
+    if events is None or not tools or not hasattr(speaker, "model") or \
+            not llm.resolve_model(speaker.model).startswith(llm.OFFLINE_PROVIDER + "/"):
+        return
+    history = getattr(turn, "history", None) or []
+    asked = next((str(m.get("content") or "") for m in history if m.get("role") == "user"), None) or \
+        next((m.content for m in turn.transcript if m.role == USER), None) or turn.instruction
+    words = str(asked).split()
+    events.append({"event": "offline_no_tool_call", "agent": speaker.name, "tools": [t.name for t in tools],
+                   "request": " ".join(words[:REQUEST_WORDS]) + ("..." if len(words) > REQUEST_WORDS else "")})
+
+
+REQUEST_WORDS = 8  # the words of the request an offline_no_tool_call event keeps
 
 
 class ToolLoop:
@@ -299,6 +320,8 @@ class ToolLoop:
             raise ToolError(f"agent {speaker.name!r} still asked for tools ({', '.join(n for _, n, _ in calls)}) "
                             f"after max_tool_rounds={speaker.max_tool_rounds}; raise max_tool_rounds or tell it to "
                             "answer", agent=speaker.name, tool=calls[0][1], arguments=calls[0][2])
+        if not calls and not final and not ex.rounds:
+            note_offline_unmatched(speaker, turn, tools)
         ex.answer, ex.answered = text, True
         return text
 
@@ -334,6 +357,8 @@ class ToolLoop:
         respond = [c for c in calls if c[1] == "respond"]
         if respond:
             outcome = bid_from_arguments(respond[0][2])
+            if len(calls) == 1 and not final and not ex.rounds:
+                note_offline_unmatched(speaker, turn, tools)
         elif calls and not final:
             self._record(ex, speaker, tools, message, calls)
             if not self.active:  # a direct call (no tool loop drawn): the rounds run in place
