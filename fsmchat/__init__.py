@@ -7,13 +7,22 @@ set, fetches a price list over the network; fsmchat sets it unless you did).
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
-from .facade import lazy_exports
+from .facade import MovedModules, lazy_exports
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __version__ = "0.1.0"
+
+# modules that moved into packages keep their old import paths (and the MODULE:ATTR references
+# stored before the move)
+MOVED = {"fsmchat.checkpoint": "fsmchat.store.checkpoint", "fsmchat.checkpoint_pg": "fsmchat.store.postgres",
+         "fsmchat.writer": "fsmchat.store.writer", "fsmchat.group_commit": "fsmchat.store.group_commit",
+         "fsmchat.statelog": "fsmchat.store.statelog", "fsmchat.timetravel": "fsmchat.store.timetravel"}
+if not any(isinstance(f, MovedModules) for f in sys.meta_path):
+    sys.meta_path.append(MovedModules(MOVED))
 
 _EXPORTS: dict[str, str] = {
     # layers 2-11 (the rows of docs/architecture.md's table): models, errors, graphs, engine, stores, config

@@ -7,6 +7,9 @@ needs, not every other pattern.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import sys
 from typing import Any, Callable, Mapping
 
@@ -43,3 +46,37 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
         return sorted(set(vars(sys.modules[package])) | set(exports))
 
     return __getattr__, __dir__
+
+
+class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Old import paths of modules that moved into packages: importing one gives the module at its new path.
+
+    ``sys.meta_path`` holds one (``fsmchat/__init__.py`` installs it), so ``import fsmchat.checkpoint``
+    and ``from fsmchat.live import LiveRun`` keep working, as do ``MODULE:ATTR`` references stored
+    in configs and checkpoints before the move; ``fsmchat.checkpoint`` is then the very module
+    ``fsmchat.store.checkpoint``.
+
+    Args:
+        moves: Each old dotted path -> its new one.
+
+    Examples:
+        >>> import sys
+        >>> finder = MovedModules({"fsmchat.old_models": "fsmchat.models"})
+        >>> sys.meta_path.append(finder)
+        >>> import fsmchat.old_models, fsmchat.models
+        >>> fsmchat.old_models is fsmchat.models
+        True
+        >>> sys.meta_path.remove(finder)
+    """
+
+    def __init__(self, moves: Mapping[str, str]):
+        self.moves = dict(moves)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        """A spec for an old path (this finder loads it), else None (other finders look)."""
+        return importlib.util.spec_from_loader(fullname, self) if fullname in self.moves else None
+
+    def exec_module(self, module: Any) -> None:
+        """Import the new path and stand it in for the old one (the import system returns what
+        ``sys.modules`` holds under the old name once this returns)."""
+        sys.modules[module.__name__] = importlib.import_module(self.moves[module.__name__])

@@ -53,3 +53,14 @@ def test_the_pages_show_import_paths():
 @pytest.mark.parametrize("page, path", shown())
 def test_every_import_path_a_page_shows_resolves(page, path):
     assert resolves(path), f"{page} shows {path}, which does not import"
+
+
+@pytest.mark.parametrize("old, new", [("fsmchat.checkpoint", "fsmchat.store.checkpoint"),
+                                      ("fsmchat.checkpoint_pg", "fsmchat.store.postgres"),
+                                      ("fsmchat.statelog", "fsmchat.store.statelog"),
+                                      ("fsmchat.timetravel", "fsmchat.store.timetravel"),
+                                      ("fsmchat.writer", "fsmchat.store.writer")])
+def test_a_module_moved_into_a_package_keeps_its_old_import_path(old, new):
+    """Users' imports and MODULE:ATTR references stored before a move resolve to the same module."""
+    assert importlib.import_module(old) is importlib.import_module(new)
+    assert importlib.import_module(old).__name__ == new
