@@ -95,8 +95,11 @@ twelve twenty hundred thousand million""".split())  # numbers too: "the three ru
 _DETERMINERS = set("the a an this that these those our their its your my his her some any each every no".split())
 _PREPOSITIONS = set("of for about on with in against from over between into toward towards around behind".split())
 _AUX = set("is are was were has have had should would will can could must may might does do".split())
-_NOT_SUBJECT_OF = set("to will would should can could must may might we you they i let please not don't "
+_NOT_SUBJECT_OF = set("to will would should can could must may might we you they i let let's please not don't "
                       "never also".split())  # a word after these is a verb ("to develop", "we ship")
+# someone named by what they practise ("the analyst should weigh the evidence", "economists"): a speaker
+# or a role, never a topic
+_PERSON = re.compile(r"^\w{3,}(?:ist|lyst)s?$")
 # endings that make a word a noun whatever precedes it
 _NOUN_END = re.compile(r"(?:tion|sion|ment|ness|ity|ance|ence|ship|ism|ists?|ogy|ergy|ure|ery|ics|dom|hood)s?$")
 # a keyword should be a noun: verbs, adjectives and adverbs by their endings read badly in the templates
@@ -176,7 +179,8 @@ def _nouns(text: str) -> dict[str, tuple[int, str]]:
     carried: dict[str, tuple[str, str]] = {}  # a noun -> (the modifier said before it, the word before that)
     for i, tok in enumerate(toks):
         w = re.sub(r"'s?$", "", tok.lower()).strip("-'")
-        if (len(w) <= 3 or not w.isalpha() or w in _STOP or _singular(w) in _STOP or w in _ADJECTIVES or w in _DETERMINERS
+        if (len(w) <= 3 or not w.isalpha() or w in _STOP or _singular(w) in _STOP or w in _ADJECTIVES
+                or _PERSON.search(w) or w in _DETERMINERS
                 or w in _AUX or (_NOT_NOUN.search(w) and not _NOUN_END.search(w))):
             continue
         before = toks[i - 1] if i else "."
