@@ -7,10 +7,13 @@ conversation grows, so a demo shows the floor moving and ends on a lull or on ``
 Everything is deterministic for a given seed and conversation.
 
 A reply's topics are noun phrases the conversation uses as nouns (``_nouns``: "AI regulation",
-"the draft", never the verb of "develop a plan"); it is worded for the room (``_others``: "you"
-to one other, the speaker's name and "the others" with several, neither when it cannot tell);
-and ``_reply`` honours a system prompt's "say WORD when satisfied" from the agent's second reply
-on (``AGREE_AFTER``), and a summarizer's role with a summary. ``OfflineModel._compose`` reads
+"the draft", never the verb of "develop a plan"), never who speaks (a speaker's name or its parts, a
+name a brief gives, the role a speaker says it is: "I am a strategist") nor what a brief or an
+instruction's lead tells it to do (``_material``: "Party Union, please share your perspective on:
+..."); it is worded for the room (``_others``: "you" to one other, the speaker's name and "the
+others" with several, neither when it cannot tell); and ``_reply`` honours a system prompt's
+"say WORD when satisfied" from the agent's second reply on (``AGREE_AFTER``), and a summarizer's
+role with a summary. ``OfflineModel._compose`` reads
 the messages, writes the text, then answers as a reply, a bid tool call or a JSON bid.
 """
 from __future__ import annotations
@@ -327,6 +330,9 @@ def _self_nouns(text: str) -> set[str]:
     return out
 
 
+_ADDRESS: list[re.Pattern[str]] = []  # the openers as regexes, the addressed name a group (made once)
+
+
 def _addressed(text: str) -> set[str]:
     """The names a reply of this model addresses ("I hear Economist on ...", "I take Manager's point"):
     speakers, even where no ``Name:`` line shows them (a summarizer reading bare replies)."""
@@ -335,10 +341,7 @@ def _addressed(text: str) -> set[str]:
             pat = re.escape(t).replace(re.escape("{your}"), r"(?P<your>[A-Z][\w\-.]*)'s")
             pat = pat.replace(re.escape("{you}"), r"(?P<you>[A-Z][\w\-.]*)").replace(re.escape("{k1}"), ".+?")
             _ADDRESS.append(re.compile(pat))
-    return {m.group(m.lastgroup or 0) for r in _ADDRESS for m in r.finditer(text) if m.lastgroup}
-
-
-_ADDRESS: list[re.Pattern[str]] = []
+    return {m.group(m.lastgroup) for r in _ADDRESS for m in r.finditer(text) if m.lastgroup}
 
 
 def speakers_of(spoken: list[str]) -> list[str]:
@@ -714,7 +717,8 @@ class OfflineModel:
         def heard(k: str, known: set[str]) -> bool:  # "perspectives" is "perspective"
             return k in known or _singular(k) in known
         keys = [k for k in _keywords(said, 6) + _keywords(task, 4) if not heard(k, noise)]
-        keys += [k for k in _keywords(system, 4) if not heard(k, (noise - set(_words(role))) | people)]  # its own subject
+        # its own subject: the words of its system prompt, its role's among them, but never a person
+        keys += [k for k in _keywords(system, 4) if not heard(k, (noise - set(_words(role))) | people)]
         phrases = [found[k][1] for k in dict.fromkeys(keys)] + _FALLBACKS
         k1, k2 = phrases[0], next(p for p in phrases[1:] if p != phrases[0])
         if k1.lower() in role.lower():  # its own subject second: "since I argue for remote work, ... to remote work"

@@ -240,7 +240,8 @@ class Run:
         # "Since I am an experienced, impartial workplace mediator, I want ...": every word up to "who",
         # "with", ... or the clause's end (not a possessive: "I am the paper's author")
         self.roles = {w.lower() for _, t in self.replies
-                      for m in re.finditer(r"\bI am (?:a|an|the) (.+?)(?= who | with | focused | that | about | to |, I )", t)
+                      for m in re.finditer(r"\bI am (?:a|an|the) (.+?)(?= who | with | focused | that | about | to "
+                                           r"|, I )", t)
                       for w in re.findall(r"[A-Za-z][A-Za-z\-]*(?:'s)?", m.group(1))
                       if not w.endswith("'s") and w not in ("and", "or")}
 
