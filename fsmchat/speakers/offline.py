@@ -7,10 +7,13 @@ conversation grows, so a demo shows the floor moving and ends on a lull or on ``
 Everything is deterministic for a given seed and conversation.
 
 A reply's topics are noun phrases the conversation uses as nouns (``_nouns``: "AI regulation",
-"the draft", never the verb of "develop a plan"); it is worded for the room (``_others``: "you"
-to one other, the speaker's name and "the others" with several, neither when it cannot tell);
-and ``_reply`` honours a system prompt's "say WORD when satisfied" from the agent's second reply
-on (``AGREE_AFTER``), and a summarizer's role with a summary. ``OfflineModel._compose`` reads
+"the draft", never the verb of "develop a plan"), never who speaks (a speaker's name or its parts, a
+name a brief gives, the role a speaker says it is: "I am a strategist") nor what a brief or an
+instruction's lead tells it to do (``_material``: "Party Union, please share your perspective on:
+..."); it is worded for the room (``_others``: "you" to one other, the speaker's name and "the
+others" with several, neither when it cannot tell); and ``_reply`` honours a system prompt's
+"say WORD when satisfied" from the agent's second reply on (``AGREE_AFTER``), and a summarizer's
+role with a summary. ``OfflineModel._compose`` reads
 the messages, writes the text, then answers as a reply, a bid tool call or a JSON bid.
 """
 from __future__ import annotations
@@ -90,13 +93,16 @@ new old right wrong real true false full whole main major minor key only other s
 likely certain clear open free public private remote local global social human final early late next last first
 second third renewable unchecked balanced careful concrete practical ethical critical total overall common current
 several many much more most less least certain various entire relevant significant recent urgent efficient
-sufficient independent consistent present absent two three four five six seven eight nine ten
+sufficient independent consistent present absent empty two three four five six seven eight nine ten
 twelve twenty hundred thousand million""".split())  # numbers too: "the three rules" is about the rules
 _DETERMINERS = set("the a an this that these those our their its your my his her some any each every no".split())
 _PREPOSITIONS = set("of for about on with in against from over between into toward towards around behind".split())
 _AUX = set("is are was were has have had should would will can could must may might does do".split())
-_NOT_SUBJECT_OF = set("to will would should can could must may might we you they i let please not don't "
+_NOT_SUBJECT_OF = set("to will would should can could must may might we you they i let let's please not don't "
                       "never also".split())  # a word after these is a verb ("to develop", "we ship")
+# someone named by what they practise ("the analyst should weigh the evidence", "economists"): a speaker
+# or a role, never a topic
+_PERSON = re.compile(r"^\w{3,}(?:ist|lyst)s?$")
 # endings that make a word a noun whatever precedes it
 _NOUN_END = re.compile(r"(?:tion|sion|ment|ness|ity|ance|ence|ship|ism|ists?|ogy|ergy|ure|ery|ics|dom|hood)s?$")
 # a keyword should be a noun: verbs, adjectives and adverbs by their endings read badly in the templates
@@ -112,8 +118,37 @@ _FALLBACKS = ["the issue at hand", "the trade-offs"]  # when the conversation of
 _TEMPLATE_WORDS: set[str] = set()
 # the words of the patterns' own briefs ("a one-on-one debate", "your latest argument"): never a topic
 _FRAME = set("debate debates argument arguments discussion panel experts expert moderator chat conversation "
-             "participant participants floor score replies member members".split())
-_TOKEN = re.compile(r"[A-Za-z][A-Za-z\-']*|[.,;:!?()\"\n]")
+             "participant participants floor score replies member members tool string".split())
+# a word may hold digits, hyphens and underscores ("120-person", "Research_Team", "Philosopher1"): such a
+# token is never a noun itself (a number compound is an adjective, an identifier is a name)
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*%?(?![\w\-])|[A-Za-z0-9][A-Za-z0-9_\-']*|[.,;:!?()\"\n]")
+_NUMBER_WORDS = set("one two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty "
+                    "hundred thousand million".split())
+# a name as written in a prompt: with an underscore or a digit, or capitals inside ("Research_Team",
+# "Philosopher1", "TechOptimist"); its parts name the same speaker ("Team", "Philosopher")
+_IDENT = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b|\b[A-Za-z]+[0-9]+\b|\b[A-Z][a-z]+[A-Z][A-Za-z]*\b")
+# set phrases whose noun is no topic ("3x faster than the state of the art", "the night in question"), and a
+# case's name ("The State v. Doe": the parties, not a subject)
+_IDIOM = re.compile(r"\b(?:the )?state of the art\b|\bin question\b|\bon track\b|\bat (?:hand|stake)\b|"
+                    r"\b(?:[Tt]he )?[A-Z][a-z]+ vs?\. [A-Z][a-z]+\b")
+
+
+def _name_parts(name: str) -> set[str]:
+    """A speaker's name and its parts, lower case: "Defense_Attorney" -> defense_attorney, defense, attorney;
+    "Philosopher1" -> philosopher; "TechOptimist" -> tech, optimist."""
+    parts = re.split(r"[_\-.\s\d]+|(?<=[a-z])(?=[A-Z])", name)
+    return {p.lower() for p in [name, *parts] if p}
+
+
+def _singular(w: str) -> str:
+    return w[:-1] if len(w) > 4 and w.endswith("s") and not w.endswith("ss") else w
+
+
+def _is_adjective(w: str) -> bool:
+    """An adjective before a noun: a listed one, a number ("64 cores") or a number compound ("120-person");
+    not a share or a decimal ("a 0.5% sales tax": it measures the tax, not the sales)."""
+    return (w in _ADJECTIVES or w in _NUMBER_WORDS or w.isdigit()
+            or bool(re.fullmatch(rf"(?:\d+|{'|'.join(_NUMBER_WORDS)})-[a-z]+", w)))
 
 
 def _words(text: str) -> list[str]:
@@ -141,13 +176,14 @@ def _nouns(text: str) -> dict[str, tuple[int, str]]:
     or a pronoun ("to develop", "we ship"), at the start of a sentence (an imperative: "Analyze the
     market"), or when it is an adjective or an adverb. The phrase is "the <noun>", the noun with an
     acronym before it ("AI regulation"), or a name as written ("Rust")."""
-    toks = _TOKEN.findall(text)
+    toks = _TOKEN.findall(_IDIOM.sub(" ", text))
     votes: dict[str, int] = {}
     phrase: dict[str, str] = {}
     carried: dict[str, tuple[str, str]] = {}  # a noun -> (the modifier said before it, the word before that)
     for i, tok in enumerate(toks):
         w = re.sub(r"'s?$", "", tok.lower()).strip("-'")
-        if (len(w) <= 3 or not w.isalpha() or w in _STOP or w in _ADJECTIVES or w in _DETERMINERS
+        if (len(w) <= 3 or not w.isalpha() or w in _STOP or _singular(w) in _STOP or w in _ADJECTIVES
+                or _PERSON.search(w) or w in _DETERMINERS
                 or w in _AUX or (_NOT_NOUN.search(w) and not _NOUN_END.search(w))):
             continue
         before = toks[i - 1] if i else "."
@@ -155,34 +191,42 @@ def _nouns(text: str) -> dict[str, tuple[int, str]]:
         after = toks[i + 1].lower() if i + 1 < len(toks) else "."
         two_back = toks[i - 2].lower() if i > 1 else "."
         opening = before in ".!?:;\n\"(" or i == 0
-        proper = tok[0].isupper() and not opening and not tok.isupper()
+        if (before_l.isdigit() or before_l in _NUMBER_WORDS) and after == "of":
+            continue  # "ten years of experience": a measure; the noun is what follows "of"
+        # "the State", "our Board": capitalised after a determiner, a common noun (said "the state")
+        proper = tok[0].isupper() and not opening and not tok.isupper() and before_l not in _DETERMINERS
         vote = 1 if w in carried else 0
-        if before_l in _NOT_SUBJECT_OF or (opening and not _NOUN_END.search(w)):
+        relative = before_l in ("that", "which", "who") and _is_content(toks[i - 2] if i > 1 else ".")
+        if (before_l in _NOT_SUBJECT_OF or (opening and not _NOUN_END.search(w))
+                or (relative and w.endswith("s") and not _NOUN_END.search(w))):  # "a team that needs GPUs"
             vote = -1
         elif (before_l in _DETERMINERS or before_l in _PREPOSITIONS or before.endswith("'s") or proper
-              or _NOUN_END.search(w) or (before_l in _ADJECTIVES and two_back in _DETERMINERS)
-              or (before_l in _ADJECTIVES | _STOP and after in _AUX)
+              or _NOUN_END.search(w) or (_is_adjective(before_l) and two_back in _DETERMINERS)
+              or ((_is_adjective(before_l) or before_l in _STOP) and after in _AUX)
               or (after in _AUX and w not in _BASE_VERBS)):
             vote = 1
-        if before_l in _ADJECTIVES:
+        if _is_adjective(before_l):
             vote = max(vote, 1)  # "remote work", "the careful review": an adjective makes a noun of it
         elif w in _BASE_VERBS and not (before_l in _DETERMINERS or before.endswith("'s")):
             vote = -1  # a verb unless the text puts a determiner before it
         nxt = toks[i + 1] if i + 1 < len(toks) else "."
         then = toks[i + 2].lower() if i + 2 < len(toks) else "."
         if (vote > 0 and _is_content(nxt) and not _NOUN_END.search(w) and w not in phrase
-                and then not in _DETERMINERS | _PREPOSITIONS | {"to"}):  # "replies goes to": a verb
+                and (then not in _DETERMINERS | _PREPOSITIONS | {"to"}  # "replies goes to": a verb
+                     or _NOUN_END.search(nxt.lower()) or not nxt.endswith("s"))):  # "wage agreement for"
             carried[nxt.lower()] = (w, before_l)  # "backend services": a modifier, the next word is the noun
             continue
         votes[w] = votes.get(w, 0) + vote
         if vote > 0 and w not in phrase:
-            mod, det = carried.get(w) or ((before_l, two_back) if before_l in _ADJECTIVES else ("", ""))
+            mod, det = carried.get(w) or ((before_l, two_back) if _is_adjective(before_l) else ("", ""))
+            if mod and (mod.isdigit() or mod in _NUMBER_WORDS):
+                det = "the"  # "two teams" -> "the two teams": a number is said with its article
             if proper:
                 phrase[w] = tok
             elif before.isupper() and before.isalpha() and 2 <= len(before) <= 5 and not opening:
                 phrase[w] = f"{before} {w}"  # "AI regulation"
             elif mod:
-                phrase[w] = f"the {mod} {w}" if det in _DETERMINERS else f"{mod} {w}"
+                phrase[w] = f"the {mod} {w}" if det in _DETERMINERS or _is_adjective(det) else f"{mod} {w}"
             else:
                 phrase[w] = f"the {w}"
     return {w: (n, phrase[w]) for w, n in votes.items() if n > 0 and w in phrase}
@@ -208,6 +252,7 @@ def _role_phrase(system_prompt: str) -> str:
     first = re.split(r"(?<=[.!?])\s|[;:\n]| - ", system_prompt.strip(), maxsplit=1)[0].rstrip(".!?, ")
     first = re.split(r",?\s+(?:and|then)\s+(?:say|reply|respond|answer|write|output|end)\b|,\s*(?:say|reply)\b",
                      first, maxsplit=1, flags=re.I)[0].strip()
+    told = re.match(r"(?i:you)\s+(?!are\b)[a-z]", first) is not None  # "You look for the risks": a verb follows "You"
     first = re.sub(r"^(you are|you're|you)\s+", "", first, flags=re.I)
     if not first or "{{" in first or re.match(r"(?:say|reply|respond|answer|write|output|end|finish)\b", first, re.I):
         return "bring my own perspective"
@@ -215,7 +260,7 @@ def _role_phrase(system_prompt: str) -> str:
     if lead in ("am", "a", "an", "the") or re.match(r"^(a|an|the)\s", first, flags=re.I):
         return ("am " if lead != "am" else "") + first[0].lower() + first[1:]
     then = (first.split()[1:2] or [""])[0].lower()
-    if (lead in _BASE_VERBS or re.search(r"(?:ize|ise|ate)$", lead)
+    if (told or lead in _BASE_VERBS or re.search(r"(?:ize|ise|ate)$", lead)
             or then in _DETERMINERS or then.endswith("ly")):  # "guard the budget", "preside impartially"
         return first[0].lower() + first[1:]
     return "care most about " + first[0].lower() + first[1:]
@@ -244,6 +289,59 @@ _ROOM_NAMES = re.compile(r"one-on-one debate against ([\w\-.]+)|in a group chat 
                          r"Other participants: ([^.\n]+)\.|panel discussion with the experts ([^.\n]+)\.|"
                          r"on a panel moderated by ([\w\-.]+)|Other experts: ([^.\n]+)\.")
 _ROOM_SIZE = re.compile(r"\b(?:agent|expert) \d+ of (\d+)\b")  # round robin, panel: N participants
+
+
+# a pattern's brief, addressed to the speaker by name ("You are Mediator, a neutral mediator. ..."), and the
+# lead of an instruction ("Reviewer Methods_Reviewer, please review this work: <the work>")
+_BRIEF = re.compile(r"^You are (?!(?:a|an|the)\s)[A-Za-z]")
+_LEAD = re.compile(r"^([^\n:.!?\[\]]{2,80}?):[ \t]+(?=\S)")
+# who a speaker says it is ("since I am a data analyst,", "You are an experienced, impartial workplace mediator.")
+_SELF = re.compile(r"\b(?:I am|I'm|you are|you're)\s+(?:a|an|the)\s+([^.;:!?\n]+)", re.I)
+_SELF_END = re.compile(r"\s(?:who|that|which|with|for|of|in|on|at|about|to|focused|and|but|so)\s|,\s*(?:I|we)\s")
+
+
+def _material(text: str, task: str = "") -> tuple[str, str]:
+    """(what ``text`` gives to talk about, the words that only say what to do): a pattern's brief
+    paragraph ("You are Candidate, interviewed by Interviewer. Answer in detail.") and the lead of an
+    instruction before its colon ("Party Union, please share your perspective on: ...", "Session 1:
+    ...") say what to do, not what about. A one-word lead is a speaker or a label ("Draft: ...") and
+    stays, and so does the task's (``task``: its first line; "Plan a launch for a small team: scope, date")."""
+    kept, frame = [], []
+    for n, para in enumerate(text.split("\n\n")):
+        if _BRIEF.match(para):
+            frame.append(para)
+            continue
+        lead = _LEAD.match(para) if n == 0 and not (task and para.startswith(task)) else None
+        if lead and 2 <= len(lead.group(1).split()) <= 10:
+            frame.append(lead.group(1))
+            para = para[lead.end():]
+        kept.append(para)
+    return "\n\n".join(kept), " ".join(frame)
+
+
+def _self_nouns(text: str) -> set[str]:
+    """The words a speaker says it is ("I am a data analyst" -> data, analyst; "You are a backend
+    engineer with ten years of experience" -> backend, engineer): the phrase up to its first "who",
+    "with", "focused", ... They name a speaker, never a topic ("the backend", "the analyst")."""
+    out: set[str] = set()
+    for m in _SELF.finditer(text):
+        phrase = _SELF_END.split(" " + m.group(1) + " ", maxsplit=1)[0]
+        out |= {w.lower() for w in re.findall(r"[A-Za-z][A-Za-z\-']*", phrase) if not w.endswith("'s")}
+    return out
+
+
+_ADDRESS: list[re.Pattern[str]] = []  # the openers as regexes, the addressed name a group (made once)
+
+
+def _addressed(text: str) -> set[str]:
+    """The names a reply of this model addresses ("I hear Economist on ...", "I take Manager's point"):
+    speakers, even where no ``Name:`` line shows them (a summarizer reading bare replies)."""
+    if not _ADDRESS:
+        for t in _OPENERS:
+            pat = re.escape(t).replace(re.escape("{your}"), r"(?P<your>[A-Z][\w\-.]*)'s")
+            pat = pat.replace(re.escape("{you}"), r"(?P<you>[A-Z][\w\-.]*)").replace(re.escape("{k1}"), ".+?")
+            _ADDRESS.append(re.compile(pat))
+    return {m.group(m.lastgroup) for r in _ADDRESS for m in r.finditer(text) if m.lastgroup}
 
 
 def speakers_of(spoken: list[str]) -> list[str]:
@@ -585,28 +683,42 @@ class OfflineModel:
         # own reply (private-memory patterns: debates, panels), then the prompt it was just given
         own_last = not convo or convo[-1].get("role") == "assistant"
         last = _text(messages[-1].get("content")) if own_last else _text(convo[-1]["content"])
-        prev, last_text = _latest_turn(last, is_task=not convo or (not own_last and n_convo == 1))
-        task = next((_text(m["content"]) for m in convo if m.get("role") == "user"), last_text)
+        # the prompt after its own reply is what it is told ("Phase: OPENING. Case: ..."), not a "name: ..." turn
+        prev, last_text = _latest_turn(last, is_task=not convo or own_last or n_convo == 1)
         texts = [_text(m.get("content")) for m in convo] + [last]
         first = _text(messages[start].get("content")) if len(messages) > start else ""
         topic = first.split("\n", 1)[0]  # "Draft: ...": the task's first line names no speaker
         spoken = [t[len(topic):] if topic and t.startswith(topic) else t
                   for t in [system, *texts, _text(messages[-1].get("content"))]]
-        names = {part for t in spoken for w in _SPEAKER_LINE.findall(t)
-                 for part in re.split(r"[_\-.]", w.lower()) + [w.lower()]}
+        names = {part for t in spoken for w in _SPEAKER_LINE.findall(t) for part in _name_parts(w)}
         role = _role_phrase(system)
-        others = _others(agent, [system, *texts, _text(messages[-1].get("content"))], spoken)
-        if not prev and len(others) == 1 and others[0] and any(m.get("role") == "assistant" for m in convo):
-            prev = others[0]  # private memory (a debate): the message after its own reply is the other's
-        # its own role's words are not news to it (the rest of a system prompt may hold the material)
-        noise = (_template_words() | _FRAME | names | set(_words(role))
-                 | {part for n in (prev, agent, *others) for part in re.split(r"[_\-.]", n.lower()) + [n.lower()]})
-        said = _ROLE_CLAUSE.sub(" ", last_text)  # what the speaker said, not who it said it was
-        found = {**_nouns(system), **_nouns(_ROLE_CLAUSE.sub(" ", task)), **_nouns(said)}
-        keys = [k for k in _keywords(said, 6) + _keywords(_ROLE_CLAUSE.sub(" ", task), 4) if k not in noise]
-        people = names | {part for n in (prev, agent, *others, *speakers_of(spoken)) for part in
-                          re.split(r"[_\-.]", n.lower()) + [n.lower()]}  # who speaks is never a topic
-        keys += [k for k in _keywords(system, 4) if k not in (noise - set(_words(role))) | people]  # its own subject
+        everything = [system, *texts, _text(messages[-1].get("content"))]
+        frames = " ".join(_material(t, topic)[1] for t in everything)  # briefs and instructions: what to do
+        others = _others(agent, everything, spoken)
+        if (not prev and len(others) == 1 and others[0] and any(m.get("role") == "assistant" for m in convo)
+                and re.search(rf"\b{re.escape(others[0])}\b", frames)):
+            prev = others[0]  # private memory (a debate): the message after its own reply is the other's, when
+            # a brief names that other ("a debate against Skeptic"), not when a label looks like a speaker ("Phase:")
+        # who speaks is never a topic: the speakers, their names' parts, the names a prompt writes as
+        # names ("Research_Team"), a brief capitalises ("interviewing Candidate", "Party 1") or a reply
+        # addresses ("I hear Economist on ..."), and what a speaker says it is ("I am a strategist")
+        named = {w for t in everything for w in [*_IDENT.findall(t), *_addressed(t)]}
+        named |= set(re.findall(r"(?<=[\w,;:] )[A-Z][A-Za-z]+", frames))
+        people = names | _self_nouns("\n".join(everything)) | {
+            part for n in (prev, agent, *others, *speakers_of(spoken), *named) for part in _name_parts(n)}
+        # its own role's words are not news to it (the rest of a system prompt may hold the material), nor
+        # are the words of what it is told to do ("please share your perspective on: ...")
+        noise = _template_words() | _FRAME | people | set(_words(role)) | set(_words(frames))
+        said = _material(_ROLE_CLAUSE.sub(" ", last_text), topic)[0]  # what the speaker said, not who it said it was
+        task = next((t for t in (_material(_ROLE_CLAUSE.sub(" ", _text(m["content"])), topic)[0] for m in convo
+                                 if m.get("role") == "user") if t.strip()), said)
+        found = {**_nouns(system), **_nouns(task), **_nouns(said)}
+
+        def heard(k: str, known: set[str]) -> bool:  # "perspectives" is "perspective"
+            return k in known or _singular(k) in known
+        keys = [k for k in _keywords(said, 6) + _keywords(task, 4) if not heard(k, noise)]
+        # its own subject: the words of its system prompt, its role's among them, but never a person
+        keys += [k for k in _keywords(system, 4) if not heard(k, (noise - set(_words(role))) | people)]
         phrases = [found[k][1] for k in dict.fromkeys(keys)] + _FALLBACKS
         k1, k2 = phrases[0], next(p for p in phrases[1:] if p != phrases[0])
         if k1.lower() in role.lower():  # its own subject second: "since I argue for remote work, ... to remote work"
