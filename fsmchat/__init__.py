@@ -20,7 +20,8 @@ __version__ = "0.1.0"
 # stored before the move)
 MOVED = {"fsmchat.checkpoint": "fsmchat.store.checkpoint", "fsmchat.checkpoint_pg": "fsmchat.store.postgres",
          "fsmchat.writer": "fsmchat.store.writer", "fsmchat.group_commit": "fsmchat.store.group_commit",
-         "fsmchat.statelog": "fsmchat.store.statelog", "fsmchat.timetravel": "fsmchat.store.timetravel"}
+         "fsmchat.statelog": "fsmchat.store.statelog", "fsmchat.timetravel": "fsmchat.store.timetravel",
+         "fsmchat.live": "fsmchat.cli.live"}
 if not any(isinstance(f, MovedModules) for f in sys.meta_path):
     sys.meta_path.append(MovedModules(MOVED))
 

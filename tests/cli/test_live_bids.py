@@ -10,7 +10,7 @@ import io
 
 from fsmchat import AgentFlow, Bid, GroupChat
 from fsmchat.cli import showing_bids
-from fsmchat.live import LiveRun
+from fsmchat.cli.live import LiveRun
 from fsmchat.testing import Delay, FunctionModel, ScriptedModel, ToolCall
 
 HANG_GUARD = 3_000  # polls of 0.01 s before a gate gives up (a bid not shown as it came would hold the round)

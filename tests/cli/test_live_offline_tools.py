@@ -13,7 +13,7 @@ import pytest
 
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.cli import main
-from fsmchat.live import LiveRun
+from fsmchat.cli.live import LiveRun
 from fsmchat.testing import ScriptedModel
 
 BROKER = '''\

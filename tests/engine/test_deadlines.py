@@ -117,7 +117,7 @@ COLD_PROCESS = textwrap.dedent('''
     import json, sys
     import fsmchat
     from fsmchat import Agent, RoundRobinSwarm
-    from fsmchat.live import LiveRun
+    from fsmchat.cli.live import LiveRun
     from fsmchat.speakers import llm
 
     assert "litellm" not in sys.modules, "import fsmchat imported litellm"

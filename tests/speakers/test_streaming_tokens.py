@@ -311,7 +311,7 @@ def test_cancelling_mid_stream_loses_nothing_committed_and_a_resume_asks_the_cut
 def test_live_view_prints_each_reply_as_it_is_written_once():
     import io
 
-    from fsmchat.live import LiveRun
+    from fsmchat.cli.live import LiveRun
 
     out = io.StringIO()
     lines_at_first_token: list = []
@@ -334,7 +334,7 @@ def test_live_view_prints_each_reply_as_it_is_written_once():
 def test_live_view_says_when_a_shown_stream_is_asked_again():
     import io
 
-    from fsmchat.live import LiveRun
+    from fsmchat.cli.live import LiveRun
 
     out = io.StringIO()
     view = LiveRun(status=False, out=out, tokens=True)
@@ -349,7 +349,7 @@ def test_live_view_says_when_a_shown_stream_is_asked_again():
 def test_live_view_streams_only_on_a_terminal_by_default():
     import io
 
-    from fsmchat.live import LiveRun
+    from fsmchat.cli.live import LiveRun
 
     assert LiveRun(status=False, out=io.StringIO()).tokens is False
     assert LiveRun(status=False, out=io.StringIO(), tokens=True).tokens is True
@@ -366,7 +366,7 @@ def test_fsmchat_run_no_stream_turns_token_display_off(capsys):
 
 
 def test_the_notebook_view_grows_with_the_tokens_then_holds_the_message():
-    from fsmchat.live import NotebookLive
+    from fsmchat.cli.live import NotebookLive
 
     shown: list = []
 

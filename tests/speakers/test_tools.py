@@ -376,7 +376,7 @@ def test_the_viewer_and_the_report_show_the_call_block(tmp_path):
 def test_the_live_view_prints_a_line_per_call():
     import io
 
-    from fsmchat.live import LiveRun
+    from fsmchat.cli.live import LiveRun
 
     m, rr = swarm({"a": [ToolCall("weather", {"city": "Oslo"}), "Sunny."], "b": ["ok"]})
     out = io.StringIO()

@@ -35,8 +35,8 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from .models import Message, RunResult, StreamRetry, TokenDelta, TraceEvent
-from .speakers import llm
+from ..models import Message, RunResult, StreamRetry, TokenDelta, TraceEvent
+from ..speakers import llm
 
 
 class LiveRun:
@@ -242,7 +242,7 @@ class NotebookLive:
 
     Examples:
         >>> from fsmchat import Message, TokenDelta
-        >>> from fsmchat.live import NotebookLive
+        >>> from fsmchat.cli.live import NotebookLive
         >>> shown = []
         >>> class Handle:
         ...     def update(self, obj):
