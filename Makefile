@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.fsmchat-installed
 DEMO_STAMP := $(VENV)/.fsmchat-demo-installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test install demo-install bytecode graphviz chromium postgresql graphs docs layers bench bench-compare bench-selector clean
+.PHONY: demo test install demo-install bytecode graphviz chromium postgresql graphs docs layers bench bench-compare bench-selector bench-evals clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -104,5 +104,16 @@ $(SELECTOR_VENV)/.installed: bench/requirements-selector.txt
 bench-selector: install $(SELECTOR_VENV)/.installed
 	$(BIN)/python bench/selector_turn.py --write --venv $(SELECTOR_VENV)
 
+# an eval of 200 cases: fsmchat's Eval against pydantic-evals alone driving the same calls with a plain aiohttp client,
+# inspect-ai and a raw aiohttp floor (bench/evals_cpu.py): inspect-ai in a venv of its own, from pinned versions, as above
+EVALS_VENV ?= .venv-evals
+$(EVALS_VENV)/.installed: bench/requirements-evals.txt
+	$(PYTHON) -m venv $(EVALS_VENV)
+	$(EVALS_VENV)/bin/python -m pip install -q -r bench/requirements-evals.txt
+	touch $@
+
+bench-evals: install $(EVALS_VENV)/.installed
+	$(BIN)/python bench/evals_cpu.py --write --venv $(EVALS_VENV)
+
 clean:
-	rm -rf $(VENV) .venv-compare .venv-selector build site *.egg-info
+	rm -rf $(VENV) .venv-compare .venv-selector .venv-evals build site *.egg-info

@@ -19,7 +19,8 @@ import time
 from common import PY, RESULTS, ROOT, write_doc
 
 SCRIPTS = ["user_path", "engine_overhead", "durable_overhead", "durable_deltas", "fanout", "litellm_cost", "scale", "cold_start", "tokens", "ray_batch", "whatif", "wire", "compare",
-           "own_share", "selector_turn"]  # compare and selector_turn need their venvs: make bench-compare / bench-selector
+           "own_share", "selector_turn", "evals_cpu"]  # compare, selector_turn and evals_cpu need their venvs: make
+# bench-compare / bench-selector / bench-evals
 
 
 def fmt(v: object) -> str:
@@ -70,6 +71,13 @@ def headline() -> str:
                        f"{' against either kind' if 'either kind' in str(r['measure']) else ''}: fsmchat "
                        f"{r['fsmchat']} ms, {r['ratio']} (goal >= 5x: {'met' if r.get('ok') else 'missed'})"
                        for r in sel) + ".")
+    evals = _rows("evals_cpu")
+    if evals:
+        out.append("**Evaluations** (an eval of 200 cases, one model call each, against pydantic-evals alone driving "
+                   "the same calls with a plain aiohttp client and inspect-ai, CPU per case of the client process, "
+                   "local server): " + "; ".join(
+                       f"fsmchat's `Eval` {r['fsmchat']} ms, {r['ratio']} (goal {r['goal']}: "
+                       f"{'met' if r.get('ok') else 'missed'})" for r in evals) + ".")
     eng = _rows("engine_overhead")
     if eng:
         r = eng[-1]
