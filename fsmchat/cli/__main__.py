@@ -3,4 +3,5 @@ import sys
 
 from .main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing this module (a walk over fsmchat's modules) runs nothing
+    sys.exit(main())

@@ -135,7 +135,7 @@ class Stat:
             f"{self.mean:.2f} [{self.low:.2f}, {self.high:.2f}]"
 
 
-@dataclass
+@dataclass(repr=False)
 class EvalResult:
     """An eval's results: one pydantic-evals report per variant, side by side.
 
@@ -157,6 +157,10 @@ class EvalResult:
     reports: dict[str, EvaluationReport[Any, Any, Any]]
     calls: int = 0
     recorded: int = 0
+
+    def __repr__(self) -> str:  # one short line (asyncio.run computes it as the eval ends)
+        return (f"EvalResult(name={self.name!r}, variants={list(self.reports)}, "
+                f"runs={sum(len(r.cases) for r in self.reports.values())}, calls={self.calls})")
 
     @property
     def ok(self) -> bool:

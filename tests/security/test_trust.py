@@ -71,13 +71,13 @@ REFUSED = [  # (what the config names, config, the refusal's text)
      "participant: refused 'fsmchat.speakers.agent:Agent': it is a class, not a function", ["fsmchat"]),
     ("a dunder attribute", chat_config(kind="callable", ref="fsmchat.config:callable_ref.__globals__"),
      "attribute 'callable_ref.__globals__' is not a plain public name"),
-    ("an os function re-exported by an fsmchat module", chat_config(kind="callable", ref="fsmchat.cli:os.system"),
-     "refused 'fsmchat.cli:os.system': it is defined in 'posix', which is not allowed", ["fsmchat.cli"]),
-    ("a module as a participant", chat_config(kind="callable", ref="fsmchat.cli:os"),
-     "refused 'fsmchat.cli:os': it is module 'os', which is not allowed", ["fsmchat.cli"]),
+    ("an os function re-exported by an fsmchat module", chat_config(kind="callable", ref="fsmchat.cli.run:os.system"),
+     "refused 'fsmchat.cli.run:os.system': it is defined in 'posix', which is not allowed", ["fsmchat.cli.run"]),
+    ("a module as a participant", chat_config(kind="callable", ref="fsmchat.cli.run:os"),
+     "refused 'fsmchat.cli.run:os': it is module 'os', which is not allowed", ["fsmchat.cli.run"]),
     ("an os function re-exported by an fsmchat module, by default",
-     chat_config(kind="callable", ref="fsmchat.cli:os.system"),
-     "refused 'fsmchat.cli:os.system': it is fsmchat's own code, not one of the callables a config may name"),
+     chat_config(kind="callable", ref="fsmchat.cli.run:os.system"),
+     "refused 'fsmchat.cli.run:os.system': it is fsmchat's own code, not one of the callables a config may name"),
     ("a pattern_class that is not a GroupChat",
      {**GroupChat(agents=[Agent("a"), Agent("b")]).to_config().model_dump(),
       "pattern_class": "fsmchat.flow.flow:AgentFlow"},
@@ -171,7 +171,7 @@ def _dump(path):
 
 
 @pytest.mark.parametrize("tampered", ["os:system", "subprocess:getoutput", "evil_mod:x", "{dir}/evil.py:x",
-                                      "fsmchat.cli:os.system"])
+                                      "fsmchat.cli.run:os.system"])
 def test_a_tampered_checkpoint_factory_is_refused_and_nothing_is_written(tmp_path, evil, tampered):
     db = str(tmp_path / "runs.db")
     cp = SqliteCheckpointer(db)
@@ -205,7 +205,7 @@ def test_a_tampered_checkpoint_factory_is_refused_and_nothing_is_written(tmp_pat
 
 # fsmchat's own code is trusted to import, not to run: a default from_config may name only the callables
 # of the allow-list (the README's Security table), never the CLI, a file loader, a report writer, a store...
-INTERNALS = ["fsmchat.cli:main", "fsmchat.targets:load_file", "fsmchat.ui.report:write_report",
+INTERNALS = ["fsmchat.cli.main:main", "fsmchat.targets:load_file", "fsmchat.ui.report:write_report",
              "fsmchat.store.checkpoint:SqliteCheckpointer", "fsmchat.gallery:write", "fsmchat.distributed:run_id_for",
              "fsmchat.store.timetravel:fork"]
 ALLOWED_NOW = "and of its code only ['fsmchat.flow.context:flow_input', 'fsmchat:flow_input']"
@@ -248,8 +248,8 @@ def test_the_allowed_callables_load_by_default_and_allow_opens_an_internal_modul
     public = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": "fsmchat:flow_input"}]}
     assert from_config(public).agents[0].fn is flow_input
     from fsmchat.cli import main
-    cfg = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": "fsmchat.cli:main"}]}
-    assert from_config(cfg, allow=["fsmchat.cli"]).agents[0].fn is main  # the caller said so
+    cfg = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": "fsmchat.cli.main:main"}]}
+    assert from_config(cfg, allow=["fsmchat.cli.main"]).agents[0].fn is main  # the caller said so
     assert from_config(cfg, trusted=True).agents[0].fn is main
 
 
