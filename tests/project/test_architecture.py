@@ -386,3 +386,11 @@ def test_the_import_and_private_checks_catch_what_they_forbid(tmp_path):
     assert private_reads(pkg) == ["toy/sub/high.py:2: from ..low import _cache",
                                   "toy/sub/high.py:11: store._rows", "toy/sub/high.py:11: self_like()._rows",
                                   "toy/sub/high.py:11: low._cache"]
+
+
+def test_the_folder_list_names_every_package_and_only_packages_that_exist():
+    """docs/architecture.md's "Folders" table: one row per package of fsmchat/, none missing, none extra."""
+    section = ARCH.split("## Folders", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `fsmchat/(\w+)/` \|", section, re.M))
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert listed == packages, (sorted(listed - packages), sorted(packages - listed))
