@@ -370,10 +370,6 @@ class Human:
         return f"Human({self.name!r}" + (f", answers={len(self.answers)}" if self.answers else "") + ")"
 
 
-def is_person(x: Any) -> bool:
-    return isinstance(x, Human)
-
-
 @dataclass
 class People:
     """The run's side of its people: the answer a resume brings (for the request it waits on) and

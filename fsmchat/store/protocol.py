@@ -348,14 +348,6 @@ def leases_of(store: Store) -> LeaseStore | None:
     return cast(LeaseStore, store) if store.capabilities.leases else None
 
 
-def lanes_of(store: Store) -> LaneStore | None:
-    return cast(LaneStore, store) if store.capabilities.lanes else None
-
-
-def history_store(store: Store) -> HistoryStore | None:
-    return cast(HistoryStore, store) if store.capabilities.history else None
-
-
 # ---- the working state's values as JSON data ----
 class NotSerializable(FsmchatError, TypeError):
     pass
