@@ -257,6 +257,21 @@ def test_fsmchat_eval_exits_1_naming_the_missed_threshold_0_when_met_and_2_on_ba
     assert typo.returncode == 2 and "--variant yse: no such variant; " in typo.stderr and "has no, yes" in typo.stderr
 
 
+def test_fsmchat_eval_keeps_every_run_in_a_store_for_the_viewer(tmp_path):
+    path = tmp_path / "ev.py"
+    path.write_text(EVAL_FILE)
+    done = cli(str(path), "--db", str(tmp_path / "runs.db"), "--variant", "no")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == (f"-- every run is kept in {tmp_path / 'runs.db'} (run ids eval-<dataset>-"
+                                            f"<variant>-<case>-<id>); review them with: fsmchat ui --db "
+                                            f"{tmp_path / 'runs.db'}")
+    listed = subprocess.run([sys.executable, "-m", "fsmchat.cli", "runs", "--db", str(tmp_path / "runs.db"), "--json"],
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    runs = json.loads(listed.stdout)
+    assert sorted(r["run_id"].rsplit("-", 1)[0] for r in runs) == [f"eval-dataset-no-c{i}" for i in range(4)]
+    assert {(r["status"], r["stop_reason"]) for r in runs} == {("finished", "max_loops")}
+
+
 KILLABLE = textwrap.dedent('''
     import sys
     from fsmchat import Agent, RoundRobinSwarm
