@@ -214,3 +214,26 @@ def round_robin_graph(name: str, names: Any, agents: list[Callable[[Any], Any]])
         g.edge(n, names[(i + 1) % len(names)], when=more, label="more")
         g.edge(n, "stop", label="turns")
     return g
+
+
+class Clock:
+    """This process's CPU and wall clocks over a ``with`` block (under cProfile when ``profile``
+    names a file to write the stats to)."""
+
+    def __init__(self, profile: str | None = None):
+        self.profile = profile
+        self.prof: Any = None
+
+    def __enter__(self) -> "Clock":
+        if self.profile:
+            import cProfile
+            self.prof = cProfile.Profile(time.process_time)
+            self.prof.enable()
+        self.c0, self.t0 = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cpu, self.wall = time.process_time() - self.c0, time.perf_counter() - self.t0
+        if self.prof is not None:
+            self.prof.disable()
+            self.prof.dump_stats(self.profile)

@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare  # noqa: E402
-from common import PY, ROOT, finish, machine_line, median, shorten, status, venv_versions  # noqa: E402
+from common import PY, ROOT, Clock, finish, machine_line, median, shorten, status, venv_versions  # noqa: E402
 
 N_CASES = 200  # cases in the measured eval
 WARM = 5  # cases in the warm-up eval
@@ -209,28 +209,6 @@ def run_inspect(task: Any, api_base: str, model: str, log_dir: str) -> Any:
     accuracy = log.results.scores[0].metrics["accuracy"].value
     assert accuracy == 1.0, accuracy
     return log
-
-
-class Clock:
-    """This process's CPU and wall clocks over a ``with`` block (under cProfile when ``profile`` names a file)."""
-
-    def __init__(self, profile: str | None = None):
-        self.profile = profile
-        self.prof: Any = None
-
-    def __enter__(self) -> "Clock":
-        if self.profile:
-            import cProfile
-            self.prof = cProfile.Profile(time.process_time)
-            self.prof.enable()
-        self.c0, self.t0 = time.process_time(), time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.cpu, self.wall = time.process_time() - self.c0, time.perf_counter() - self.t0
-        if self.prof is not None:
-            self.prof.disable()
-            self.prof.dump_stats(self.profile)
 
 
 def client(case: str, api_base: str, model: str, n: int, warm: int, profile: str | None = None) -> dict[str, Any]:

@@ -58,7 +58,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare  # noqa: E402
-from common import PY, ROOT, finish, machine_line, median, status, venv_versions  # noqa: E402
+from common import PY, ROOT, Clock, finish, machine_line, median, status, venv_versions  # noqa: E402
 
 NAMES = list(compare.NAMES[:3])  # Analyst, Critic, Writer
 SYSTEM = compare.SYSTEM
@@ -301,28 +301,6 @@ async def run_swarm(app: Any, tasks: list[str]) -> list[Any]:
         ai = [m for m in r["messages"] if type(m).__name__ == "AIMessage"]
         assert len(ai) == TURNS and ai[-1].content == REPLY, [str(m)[:80] for m in r["messages"]]
     return results
-
-
-class Clock:
-    """This process's CPU and wall clocks over a ``with`` block (under cProfile when ``profile``
-    names a file to write the stats to)."""
-
-    def __init__(self, profile: str | None = None):
-        self.profile, self.prof = profile, None
-
-    def __enter__(self) -> "Clock":
-        if self.profile:
-            import cProfile
-            self.prof = cProfile.Profile(time.process_time)
-            self.prof.enable()
-        self.c0, self.t0 = time.process_time(), time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.cpu, self.wall = time.process_time() - self.c0, time.perf_counter() - self.t0
-        if self.prof is not None:
-            self.prof.disable()
-            self.prof.dump_stats(self.profile)
 
 
 def client(case: str, api_base: str, model: str, profile: str | None = None) -> dict[str, Any]:
