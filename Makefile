@@ -65,8 +65,8 @@ demo: demo-install graphviz bytecode
 	$(BIN)/fsmchat run examples/group_chat.py
 	FSMCHAT_OFFLINE_TYPING=0.02 $(BIN)/fsmchat run examples/round_robin.py
 
-# two workers on the 2-core CI machine: 420 s instead of 800 s for the suite, most of which is subprocesses
-# (each `fsmchat` process imports litellm); tests/conftest.py keeps a file's tests, and all Ray tests, in one worker
+# two workers on the 2-core CI machine: 205-280 s for the suite on a fresh clone (2,372 tests; 320-670 s when the
+# machine is loaded), most of it subprocesses; tests/conftest.py keeps a file's tests, and all Ray tests, in one worker
 TEST_WORKERS ?= 2
 test: install graphviz chromium postgresql bytecode
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
