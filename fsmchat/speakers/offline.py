@@ -503,7 +503,7 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
     It calls every offered tool whose name, description or parameter names share a word with what
     it is asked (its latest instruction, and the task; the same first five letters: "calculate"
     asks for "calculator", "studies" for "study"; a three-letter part of the name whole: "Add 2 and
-    3" asks for ``add``), once per turn (not after tool results came back), never when
+    3" asks for ``add``, from the task only), once per turn (not after tool results came back), never when
     ``tool_choice`` is ``"none"`` or forces ``respond``; arguments are read from that text by the
     tool's schema (``_argument``)."""
     offered = [t for t in optional_params.get("tools") or [] if (t.get("function") or {}).get("name") != "respond"]
@@ -516,7 +516,9 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
     users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
     asked_text = "\n".join(dict.fromkeys([*users[-1:], *users[:1]]))
     asked = _words(asked_text)
-    short = set(re.findall(r"[a-z]+", asked_text.lower()))
+    # a three-letter name part counts whole, and only from the task: a pattern's own instruction
+    # ("Add your own perspective") never asks for a tool named ``add``
+    short = set(re.findall(r"[a-z]+", "\n".join(users[:1]).lower()))
     calls = []
     for tool in tools:
         name, words, parts = _offered(tool)

@@ -95,3 +95,18 @@ def test_the_tools_example_runs_offline_and_asks_for_its_approval():
     assert "    tool find_study({'topic': 'pilot'}) -> the 2024 pilot study found output held steady and sick days " \
            "fell by a third [done]" in lines
     assert lines[-1].startswith("-- stopped: done; published: ['Should our 120-person team try a four-day week?']")
+
+
+def test_a_patterns_own_instruction_never_asks_the_offline_model_for_a_tool():
+    """The round robin's turn prompt says "Add your own perspective": the offline model calls a tool
+    named ``add`` only when the task asks for it."""
+    from fsmchat import Agent, RoundRobinSwarm
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    poem = RoundRobinSwarm(agents=[Agent("Poet", system_prompt="You write.", tools=[add])], max_loops=1)
+    assert [m.tool_calls for m in poem.execute("Write a haiku about the sea").transcript[1:]] == [[]]
+    calc = RoundRobinSwarm(agents=[Agent("Calc", system_prompt="You add.", tools=[add])], max_loops=1)
+    assert [c.result for m in calc.execute("Add 2 and 3 please").transcript[1:] for c in m.tool_calls] == ["5"]
