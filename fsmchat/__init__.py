@@ -67,7 +67,8 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-__getattr__, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in _EXPORTS.items()})
+__getattr__, __dir__ = lazy_exports(__name__, {f".{module}": [n for n, m in _EXPORTS.items() if m == module]
+                                               for module in set(_EXPORTS.values())})
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly (``as``: re-exported)

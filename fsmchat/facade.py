@@ -11,15 +11,16 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 
-def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(package: str, modules: Mapping[str, Iterable[str]]) -> tuple[Callable[[str], Any],
+                                                                             Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of a package whose public names load on first use.
 
     Args:
         package: The package's ``__name__``.
-        exports: Each public name -> the module (relative to ``package``, e.g. ``".agent"``) that defines it.
+        modules: Each module (relative to ``package``, e.g. ``".agent"``) -> the public names it defines.
 
     Returns:
         ``(__getattr__, __dir__)``: assign them in the package's ``__init__``. A loaded name is kept
@@ -28,12 +29,14 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
         (importing the submodule would set the package's attribute to the module).
 
     Examples:
-        >>> getattr_, dir_ = lazy_exports("fsmchat", {"Message": ".models"})
+        >>> getattr_, dir_ = lazy_exports("fsmchat", {".models": ["Message"]})
         >>> getattr_("Message").__name__
         'Message'
         >>> "Message" in dir_()
         True
     """
+    exports = {name: module for module, names in modules.items() for name in names}
+
     def __getattr__(name: str) -> Any:
         module = exports.get(name)
         if module is None:

@@ -22,7 +22,7 @@ _MODULES = {  # each module -> the public names it defines
 }
 __all__ = ["main", "parser", "EXIT_BUDGET", "EXIT_DEADLINE", "EXIT_WAITING", "ask_terminal", "showing_bids", "LiveRun",
            "NotebookLive", "summary"]
-__getattr__, __dir__ = lazy_exports(__name__, {name: module for module, names in _MODULES.items() for name in names})
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES)
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly (``__all__`` re-exports them)
     from .live import LiveRun, NotebookLive, summary

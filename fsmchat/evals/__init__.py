@@ -26,7 +26,7 @@ _MODULES = {  # each module -> the public names it defines
 __all__ = ["eval_of", "parse_thresholds", "run_eval_file", "Cassette", "Grade", "CaseInputs", "load_dataset", "Check",
            "Judge", "MatchesSchema", "PathInGraph", "Regex", "SpeakersAre", "SpeakersInOrder", "StoppedBecause",
            "ToolCalled", "Visited", "WithinBudget", "Eval", "EvalError", "EvalResult", "Stat", "ToolUse", "Trajectory"]
-__getattr__, __dir__ = lazy_exports(__name__, {name: module for module, names in _MODULES.items() for name in names})
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES)
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly (``__all__`` re-exports them)
     from .command import eval_of, parse_thresholds, run_eval_file

@@ -20,9 +20,9 @@ from .run import Eval
 
 EXIT_PASSED, EXIT_FAILED = 0, 1
 EXAMPLE = """from fsmchat import RoundRobinSwarm
-from fsmchat.evals import Eval
+from fsmchat.evals import Eval, PathInGraph
 EVAL = Eval([{"task": "Hi"}], lambda: RoundRobinSwarm(agents=[lambda turn: "Hi."], max_loops=1),
-            evaluators=[__import__("fsmchat.evals").evals.PathInGraph()])
+            evaluators=[PathInGraph()])
 THRESHOLDS = {"PathInGraph": 1}
 """  # the file the examples below write (a tiny eval)
 

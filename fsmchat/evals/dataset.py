@@ -194,11 +194,10 @@ def load_dataset(source: str | Path | dict[str, Any] | list[dict[str, Any]],
                     specs.append(CaseSpec.model_validate(row))
                 except ValidationError as exc:
                     raise _invalid(where, exc, {}, line=i) from None
+                lines[("cases", len(specs) - 1)] = i
             if not specs:
                 raise ConfigError(f"{path}: no cases (one JSON object per line)")
             spec = DatasetSpec(name=name, cases=specs)
-            lines = {("cases", k): n for k, n in enumerate(
-                i for i, line in enumerate(text.splitlines(), 1) if line.strip())}
         else:
             try:
                 data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

@@ -367,10 +367,11 @@ class WithinBudget(_Named, Evaluator[Any, Any, Any]):
     def evaluate(self, ctx: Context) -> EvaluationReason:
         """Score one case (pydantic-evals calls it with the case's context)."""
         run = trajectory_of(ctx)
-        over = [f"{run.calls} calls > {self.max_calls}" for _ in [0] if self.max_calls is not None and
-                run.calls > self.max_calls]
-        over += [f"{run.tokens} tokens > {self.max_tokens}" for _ in [0] if self.max_tokens is not None and
-                 run.tokens > self.max_tokens]
+        over = []
+        if self.max_calls is not None and run.calls > self.max_calls:
+            over.append(f"{run.calls} calls > {self.max_calls}")
+        if self.max_tokens is not None and run.tokens > self.max_tokens:
+            over.append(f"{run.tokens} tokens > {self.max_tokens}")
         if self.max_cost_usd is not None and (run.cost_usd is None or run.cost_usd > self.max_cost_usd):
             over.append(f"cost {'unknown' if run.cost_usd is None else f'${run.cost_usd:.4f}'} > "
                         f"${self.max_cost_usd:.4f}")

@@ -445,7 +445,7 @@ class Eval:
                 f"-{uuid.uuid4().hex[:8]}"
         try:
             result = await pattern.aexecute(inputs.task, checkpoint=self.checkpoint, run_id=run_id) \
-                if self.checkpoint is not None else await pattern.aexecute(inputs.task)
+                if self.checkpoint is not None else await pattern.aexecute(inputs.task)  # any aexecute(task) runs
         finally:
             state.reserved -= worst
         state.calls += result.calls

@@ -32,7 +32,7 @@ __all__ = ["Pattern", "PatternConfig", "Participants", "OneParticipant", "Failed
            "SelectorGroupChat", "SelectorConfig", "SelectorContext", "SelectorState", "SelectionError",
            "compile_selector", "Handoffs", "Swarm", "HandoffsConfig", "HandoffsContext", "HandoffsState",
            "compile_handoffs"]
-__getattr__, __dir__ = lazy_exports(__name__, {name: module for module, names in _MODULES.items() for name in names})
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES)
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly (``__all__`` re-exports them)
     from .base import ChatContext, Pattern, PatternState

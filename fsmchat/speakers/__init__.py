@@ -19,7 +19,7 @@ __all__ = ["Agent", "CallableSpeaker", "Turn", "as_speaker", "check_roster", "co
            "RESPOND_TOOL", "BidOutcome", "parse_bid", "Human", "Approve", "Edit", "Reject", "Say", "Pending",
            "Tool", "ToolError", "ToolSource", "MCPServer", "Handoff", "RateLimit", "rate_limit",
            "LastMessages", "Summarize"]
-__getattr__, __dir__ = lazy_exports(__name__, {name: module for module, names in _MODULES.items() for name in names})
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES)
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly (``__all__`` re-exports them)
     from .agent import Agent, CallableSpeaker, Turn, as_speaker, check_roster, conversation_view

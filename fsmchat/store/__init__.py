@@ -34,7 +34,7 @@ __all__ = ["LEASE_TTL", "Capabilities", "Codec", "Commit", "Fence", "HistoryStor
            "check_store", "decode", "encode", "register_codec", "HistoryStep", "RunLog", "Recorder", "RunWriter",
            "Checkpointer", "MemoryCheckpointer", "SqliteCheckpointer", "resume", "PostgresCheckpointer", "ForkEdit",
            "ForkError", "fork"]
-__getattr__, __dir__ = lazy_exports(__name__, {name: module for module, names in _MODULES.items() for name in names})
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES)
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly (``__all__`` re-exports them)
     from .checkpoint import Checkpointer, MemoryCheckpointer, SqliteCheckpointer, resume
