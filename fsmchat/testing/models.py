@@ -307,9 +307,11 @@ KEEP_MESSAGES = 256  # requests that keep their whole message list (the rest kee
 
 
 class ScriptedModel:
-    """A scripted model reached through litellm. Give each agent ``model=scripted.model``.
+    """A scripted model, answered in process. Give each agent ``model=scripted.model``.
 
-    It is a litellm custom provider, so tests exercise the real litellm path; it records every
+    It answers through fsmchat's own speaking path (the fast path's request, streaming, tool-call
+    and usage shapes; through litellm, as a custom provider, when litellm callbacks are
+    registered or ``transport="litellm"``), so litellm is not imported; it records every
     request and fails loudly (``ScriptExhausted``), naming the agent and call number, when a
     script runs out.
 
