@@ -6,11 +6,15 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fsmchat-installed
-# the demo needs only the base package (an offline chat): its own stamp, so `make demo` on a fresh
-# clone skips ray, mypy, mkdocs, selenium and jupyter; `make test` still installs every extra, with
-# or without this stamp (its pip run upgrades the same editable install in place). --no-compile: the
-# demo imports a small part of litellm, so compiling all of it at install time costs more than it saves
+# the demo needs only what an offline chat imports: its own stamp, so `make demo` on a fresh clone
+# installs the base package's dependencies except litellm (an offline run never imports it; pip
+# installing it and its own dependencies is 10-15 s of the demo's ~20) and none of the extras;
+# `make install` and `make test` install everything, litellm included, with or without this stamp
+# (their pip run upgrades the same editable install in place). In the demo's venv alone, a call that
+# needs litellm fails saying it is not installed and how to install it.
 DEMO_STAMP := $(VENV)/.fsmchat-demo-installed
+DEMO_REQUIREMENTS := import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
+	print('\n'.join(d for d in deps if not d.startswith('litellm')))
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test install demo-install bytecode graphviz chromium postgresql graphs docs layers bench bench-compare bench-selector bench-evals clean
@@ -25,7 +29,9 @@ install: $(STAMP)
 
 $(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	[ -f $(STAMP) ] || $(BIN)/python -m pip install -q --no-compile -e .
+	[ -f $(STAMP) ] || { $(BIN)/python -c "$(DEMO_REQUIREMENTS)" > $(VENV)/demo-requirements.txt && \
+	  $(BIN)/python -m pip install -q --no-compile -r $(VENV)/demo-requirements.txt && \
+	  $(BIN)/python -m pip install -q --no-compile --no-deps -e .; }
 	touch $(DEMO_STAMP)
 
 demo-install: $(DEMO_STAMP)

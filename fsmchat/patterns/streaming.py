@@ -54,7 +54,7 @@ class RunStream:
         return self._iter()
 
     def _iter(self) -> Iterator[Any]:
-        items: queue.Queue[Any] = queue.Queue()
+        items: queue.SimpleQueue[Any] = queue.SimpleQueue()  # C-level put/get: one item per token
         done = object()
         box: dict[str, Any] = {}
         started = threading.Event()
