@@ -38,6 +38,8 @@ _SHAPES = re.compile(r"(?i)(bearer\s+)(?!\*\*\*)[^\s'\",]+|\b((?:sk|pk|rk|gsk|xa
 # every name is_secret accepts, and every shape of _SHAPES, contains one of these
 _NAME_WORDS = ("key", "token", "secret", "passw", "auth", "credential", "cookie", "bearer")
 _SHAPE_WORDS = ("bearer", "sk-", "sk_", "pk-", "pk_", "rk-", "rk_", "xai-", "xai_", "hf-", "hf_", "aiza")  # gsk_: sk_
+_SHAPE_WORD = re.compile("|".join(map(re.escape, _SHAPE_WORDS)))  # one search of a lowercased text
+_ANY_WORD = re.compile("|".join(map(re.escape, _SHAPE_WORDS + _NAME_WORDS)))
 # 'name': 'value'  "name": "value"  'name'='value'  (b'name', b'value')
 _QUOTED = re.compile(r"""(?P<q>['"])(?P<name>[^'"\n]{1,80})(?P=q)(?P<sep>\s*[:=,]\s*)(?P<b>b?)(?P<vq>['"])"""
                      r"""(?P<value>(?:\\.|(?!(?P=vq))[^\\\n])*)(?P=vq)""")
@@ -128,14 +130,36 @@ def register_secrets(values: Iterable[Any]) -> None:
             _registered = tuple(dict.fromkeys([*_registered, *fresh]))
 
 
-def known_secrets() -> list[str]:
-    """Every secret value ``redact`` masks now, longest first: the registered ones and the values
-    of the credential-named environment variables (read afresh: the environment may change)."""
+_known: tuple[Any, dict[Any, Any] | None, list[str], bool] = ((), None, [], True)
+# (registered, environment, their secrets longest first, whether each is written as itself in JSON)
+_ESCAPED_IN_JSON = re.compile(r'["\\\x00-\x1f]')  # what json.dumps writes as an escape
+
+
+def _secrets() -> tuple[list[str], bool]:
+    """(``known_secrets()``, whether each appears in a JSON text as itself: no quote, backslash or
+    control character). The environment may change at any time, so it is compared with the one the
+    list was made from on every call (its raw entries: a C-level comparison of a few dozen pairs),
+    and the list is made again when it or the registered values changed."""
+    global _known
+    raw = getattr(os.environ, "_data", None)  # CPython's encoded entries; else a decoded copy
+    environment = raw if isinstance(raw, dict) else dict(os.environ)
+    registered, seen, secrets, plain = _known
+    if registered is _registered and seen == environment:
+        return secrets, plain
     found = dict.fromkeys(_registered)
     for name, value in list(os.environ.items()):
         if is_secret(name) and len(value.strip()) >= MIN_SECRET_CHARS:
             found[value] = None
-    return sorted(found, key=len, reverse=True)
+    secrets = sorted(found, key=len, reverse=True)
+    plain = not any(_ESCAPED_IN_JSON.search(x) for x in secrets)
+    _known = (_registered, dict(environment), secrets, plain)
+    return secrets, plain
+
+
+def known_secrets() -> list[str]:
+    """Every secret value ``redact`` masks now, longest first: the registered ones and the values
+    of the credential-named environment variables (as they are now: the environment may change)."""
+    return list(_secrets()[0])
 
 
 def _quoted(m: re.Match[str]) -> str:
@@ -190,9 +214,9 @@ def _redact(text: str, values: list[str]) -> str:
         if s in text:
             text = text.replace(s, MASK)
     low = text.lower()
-    shaped = any(w in low for w in _SHAPE_WORDS)
-    if not shaped and not any(w in low for w in _NAME_WORDS):  # no secret name, no key shape: nothing below matches
+    if _ANY_WORD.search(low) is None:  # no secret name, no key shape: nothing below matches
         return text
+    shaped = _SHAPE_WORD.search(low) is not None
     if "'" in text or '"' in text:
         text = _QUOTED.sub(_quoted, text)
     if "=" in text:
@@ -214,7 +238,9 @@ def redact_data(value: _T, keep: Iterable[str] = ()) -> _T:
         >>> redact_data({"error": "denied for api_key=k-1", "headers": {"X-Token": "t-2"}, "n": 3})
         {'error': 'denied for api_key=***', 'headers': {'X-Token': '***'}, 'n': 3}
     """
-    known, kept = known_secrets(), frozenset(keep)
+    (known, plain), kept = _secrets(), frozenset(keep)
+    if plain and not kept and _nothing_to_mask(value, known):
+        return value
 
     def walk(v: Any) -> Any:
         if isinstance(v, str):
@@ -231,6 +257,35 @@ def redact_data(value: _T, keep: Iterable[str] = ()) -> _T:
     return cast(_T, walk(value))
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
+
+
+def _nothing_to_mask(value: Any, known: list[str]) -> bool:
+    """Whether ``redact_data`` would leave ``value`` as it is, judged on its JSON text in one pass:
+    no known secret value in it, and none of the words every secret name and shape contains
+    (``_ANY_WORD``). False when it is not plain JSON data (then the data is walked)."""
+    try:
+        text = _JSON.encode(value)
+    except (TypeError, ValueError):
+        return False
+    return _ANY_WORD.search(text.lower()) is None and not any(s in text for s in known)
+
+
+def clean(value: Any) -> bool:
+    """Whether ``value`` (JSON-like data; its texts, a JSON text among them, too) holds nothing
+    ``redact_data`` or ``redact_json`` would mask, judged in one pass over its JSON text; False
+    also when that cannot be told so (then mask its parts one by one). A store's writer asks it
+    once for a whole commit.
+
+    Examples:
+        >>> from fsmchat.masking import clean
+        >>> clean([{"score": 0.9, "message": "Ship it."}, "[1, 2]"]), clean({"error": "api_key=k-1"})
+        (True, False)
+    """
+    known, plain = _secrets()
+    return plain and _nothing_to_mask(value, known)
+
+
 def redact_json(text: str | None) -> str | None:
     """A JSON text with every secret masked as ``redact_data`` masks its data: by value and shape
     first on the text (the common case: nothing to mask, and the text is returned as it is), then,
@@ -242,7 +297,7 @@ def redact_json(text: str | None) -> str | None:
         >>> redact_json('[["s",["x"],"tool failed: api_key=k-1"],["s",["n"],3]]')
         '[["s", ["x"], "tool failed: api_key=***"], ["s", ["n"], 3]]'
     """
-    if not isinstance(text, str) or _redact(text, known_secrets()) == text:
+    if not isinstance(text, str) or _redact(text, _secrets()[0]) == text:
         return text
     return json.dumps(redact_data(json.loads(text)))
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from ..engine import StepWork
 from ..errors import bad_value
-from ..masking import redact_data, redact_json
+from ..masking import clean, redact_data, redact_json
 from ..models import Message, TraceEvent
 from .protocol import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, Store, lease_owner, leases_of
 from .statelog import HELD, StateDiff
@@ -104,11 +104,14 @@ class RunWriter:
         This is where every text enters a store, so every secret is masked here (by value: the
         run's known credentials; and by shape, ``fsmchat.masking``): the messages, each event's
         payload and the state's delta, whatever the store."""
-        delta = None if state is None else redact_json(self.diff.delta(state))
+        delta = None if state is None else self.diff.delta(state)
         after = self.messages + len(messages)
-        messages = [masked_message(m) for m in messages]
-        rows = tuple(Row(masked_event(e), self.messages, HELD) for e in earlier) + \
-            (Row(masked_event(event), after, delta),)
+        if not clean([delta, [e.payload for e in earlier], event.payload, [m.row() for m in messages]]):
+            delta = redact_json(delta)  # something may need masking: each part is masked on its own
+            messages = [masked_message(m) for m in messages]
+            earlier = [masked_event(e) for e in earlier]
+            event = masked_event(event)
+        rows = tuple(Row(e, self.messages, HELD) for e in earlier) + (Row(event, after, delta),)
         try:
             pending = self.store.append(self.run_id, Commit(rows, tuple(messages), self.messages, self.events),
                                         self.fence)
