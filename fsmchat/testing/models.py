@@ -23,7 +23,7 @@ from ..speakers import modelmap
 from ..speakers.agent import Agent
 from ..speakers.chunks import completion, stream_chunks
 from ..speakers.handoff import tool_name_for
-from ..speakers.llm import register_own
+from ..speakers.providers import register_own
 from ..speakers.selector import SELECT_TOOL
 from ..speakers.wire import TRANSPORT_OPTIONS, parse, with_cost
 from ..trust import Trust
