@@ -112,9 +112,9 @@ def litellm_defaults() -> Iterator[None]:
     pricing each response again (``completion_cost``), as fsmchat once did."""
     from litellm.litellm_core_utils import logging_utils
 
-    from fsmchat.speakers import llm
+    from fsmchat.speakers import llm, providers
 
-    saved = (logging_utils.MAX_BASE64_LENGTH_FOR_LOGGING, llm.priced_free, llm.response_cost)
+    saved = (logging_utils.MAX_BASE64_LENGTH_FOR_LOGGING, providers.priced_free, llm.response_cost)
 
     def price_again(response: Any) -> float | None:
         try:
@@ -123,11 +123,11 @@ def litellm_defaults() -> Iterator[None]:
             return None
 
     logging_utils.MAX_BASE64_LENGTH_FOR_LOGGING = 64
-    llm.priced_free, llm.response_cost = (lambda r: r), price_again
+    providers.priced_free, llm.response_cost = (lambda r: r), price_again
     try:
         yield
     finally:
-        logging_utils.MAX_BASE64_LENGTH_FOR_LOGGING, llm.priced_free, llm.response_cost = saved
+        logging_utils.MAX_BASE64_LENGTH_FOR_LOGGING, providers.priced_free, llm.response_cost = saved
 
 
 def conversation(n: int) -> list[dict[str, Any]]:

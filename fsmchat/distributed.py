@@ -43,7 +43,8 @@ from .engine import run_sync
 from .errors import CheckpointStoreError, FsmchatError, attach_result, result_of
 from .masking import redact, redact_chain
 from .progress import ProgressBar
-from .speakers.llm import INTERCEPTOR, get_litellm
+from .speakers.llm import INTERCEPTOR
+from .speakers.providers import get_litellm
 from .speakers.ratelimit import RateLimit, limits, rate_limit, wait_for_room
 from .store.checkpoint import DEFAULT_COMMIT, SqliteCheckpointer, check_commit
 from .store.postgres import PostgresCheckpointer

@@ -26,7 +26,8 @@ from ..masking import redact
 from ..models import MAX_MESSAGE_CHARS, Message, RunResult, StopReason
 from ..speakers.agent import mask_secrets
 from ..speakers.human import NotWaiting, check_input, pending_of, waiting_for
-from ..speakers.llm import TOKENS, load_litellm
+from ..speakers.llm import TOKENS
+from ..speakers.providers import load_litellm
 from ..speakers.tool_loop import loop_of
 from ..store.checkpoint import (COMMIT_MODES, DEFAULT_COMMIT, RUN_META, Checkpointer, CheckpointMismatch, Lease,
                                 Recorder, new_run_id)

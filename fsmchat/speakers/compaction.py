@@ -24,7 +24,7 @@ from ..graph.state_graph import StateGraph, Transition, state_names
 from .agent import Turn, conversation_view
 from .context import Compaction, ContextPolicy, ContextState, Summarize, count_tokens, input_limit, \
     act_under, policy_of, summary_row, view
-from .llm import resolve_model
+from .providers import resolve_model
 
 COMPACTED = "compacted"  # the event a compaction records (its summary, what it covers)
 

@@ -16,14 +16,15 @@ from typing import Any, AsyncIterator, Callable, Iterator, Literal, Sequence
 
 from pydantic import Field
 
-from ..config import MODEL_KINDS, MODEL_SOURCES, ConfigReader, ConfigSpec, callable_ref, jsonable, opt_ref
+from ..config import MODEL_KINDS, MODEL_SOURCES, ConfigReader, ConfigSpec
+from ..config_values import callable_ref, jsonable, opt_ref
 from ..errors import FsmchatError
 from ..models import Bid
 from ..speakers import modelmap
 from ..speakers.agent import Agent
 from ..speakers.chunks import completion, stream_chunks
 from ..speakers.handoff import tool_name_for
-from ..speakers.llm import register_own
+from ..speakers.providers import register_own
 from ..speakers.selector import SELECT_TOOL
 from ..speakers.wire import TRANSPORT_OPTIONS, parse, with_cost
 from ..trust import Trust

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FsmchatError
-from ..speakers.llm import INTERCEPTOR, own_provider
+from ..speakers.llm import INTERCEPTOR
+from ..speakers.providers import own_provider
 from ..speakers.wire import body_of, parse, price_of, with_cost
 from .models import Fail, fail_error
 
