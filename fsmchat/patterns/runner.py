@@ -144,10 +144,10 @@ def print_post(msg: Message) -> None:
     Console().print(Panel(msg.content, title=title, title_align="left"))
 
 
-def token_sink(hooks: Sequence[Any]) -> Callable[[Any], None]:
+def token_sink(hooks: Sequence[Hook]) -> Callable[[Any], None]:
     """One callable handing each token item to every hook, in order (the hook itself when there is one)."""
     if len(hooks) == 1:
-        return hooks[0]  # type: ignore[no-any-return]
+        return hooks[0]
 
     def sink(item: Any) -> None:
         for hook in hooks:

@@ -210,7 +210,7 @@ def get_litellm() -> Any:
 
 def _import_litellm() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm as lm
+    lm = wire.import_litellm_part("litellm")
 
     lm.suppress_debug_info = True
     lean(lm)

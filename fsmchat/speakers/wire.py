@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -269,12 +270,32 @@ def price_of(lm: Any, model: str) -> tuple[float, float] | None:
 
 
 # ---- errors, as litellm raises them ------------------------------------------------------------
+LITELLM_MISSING = ("litellm is not installed in this environment, and this call needs it (a provider the fast path "
+                   "does not serve, transport='litellm', litellm callbacks, or the error of a failed request, which "
+                   "is litellm's). Install it with pip install -e . (in this repository: make install); make demo "
+                   "installs only what an offline run imports.")
+
+
+def import_litellm_part(name: str) -> Any:
+    """``importlib.import_module(name)`` for a part of litellm, or ``ImportError(LITELLM_MISSING)``
+    when litellm is not installed (the demo's environment)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ("litellm", "httpx"):
+            raise
+        raise ImportError(LITELLM_MISSING) from None
+
+
 def litellm_error(lm: Any, model: str, status: int, message: str, headers: dict[str, str] | None = None,
                   body: Any = None) -> BaseException:
     """The exception litellm raises for this failure of an OpenAI-compatible endpoint (its own mapping)."""
-    import httpx
-    from litellm.litellm_core_utils.exception_mapping_utils import exception_type
-    from litellm.llms.openai.common_utils import OpenAIError
+    try:
+        exception_type = import_litellm_part("litellm.litellm_core_utils.exception_mapping_utils").exception_type
+        OpenAIError = import_litellm_part("litellm.llms.openai.common_utils").OpenAIError
+    except ImportError as exc:  # what failed comes first, then why it is not litellm's exception
+        return ImportError(f"the request failed ({message}); {exc}")
+    import httpx  # litellm's own dependency
 
     provider, _, name = model.partition("/")
     request = httpx.Request("POST", "https://api.openai.com/v1")
