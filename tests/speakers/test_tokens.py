@@ -149,6 +149,16 @@ def test_the_count_is_litellms(name, lm):
     assert tokens.count_request(messages, tools, tool_choice) == litellm_count(lm, messages, tools, tool_choice)
 
 
+def test_the_tools_are_written_out_as_litellm_writes_them_to_count_them(lm):
+    """The text, not only its count (``b?: number`` and ``b: number`` may count the same)."""
+    from litellm.litellm_core_utils import token_counter as tc
+
+    offered = [tools for _, tools, _ in CASES.values() if tools]
+    assert len(offered) >= 8
+    for tools in offered:
+        assert tokens.function_definitions(tools) == tc._format_function_definitions(tools)
+
+
 def test_a_few_counts_written_out():
     """The numbers themselves (litellm's as of its 1.110 release): a change in either count shows here."""
     written = {name: tokens.count_request(*CASES[name]) for name in
