@@ -82,7 +82,16 @@ _encoding: tiktoken.Encoding | None = None
 
 
 class Uncounted(Exception):
-    """A request (or a part of one) outside the rule written here: litellm counts it."""
+    """A request (or a part of one) outside the rule written here: litellm counts it.
+
+    Examples:
+        >>> from fsmchat.speakers.tokens import Uncounted, function_definitions
+        >>> try:
+        ...     function_definitions([{"function_declarations": [{"name": "add"}]}])
+        ... except Uncounted as exc:
+        ...     print(exc)
+        a tool not in the OpenAI form
+    """
 
 
 def tokenizer_kind(model: str, listed: bool = True) -> str | None:
