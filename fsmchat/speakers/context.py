@@ -18,9 +18,11 @@ pattern's (``GroupChat(context=...)``, ``RoundRobinSwarm(context=...)``...), els
   summarise the older messages (``fsmchat.speakers.compaction``); the agents then see the task, the
   summary and the messages since (at least the last ``k``).
 
-Tokens are counted with litellm's ``token_counter``, offline: with the model's own tokenizer where
-litellm ships it (Anthropic's and DeepSeek's), and otherwise estimated with tiktoken's
-``cl100k_base``, which litellm ships too. That estimate is exact for GPT-4 and GPT-3.5 models and
+Tokens are counted as litellm's ``token_counter`` counts them, offline: with the model's own
+tokenizer where litellm ships it (Anthropic's and DeepSeek's: litellm counts those, so it is
+imported), and otherwise estimated with tiktoken's ``cl100k_base``, which litellm ships too, by
+fsmchat's own copy of litellm's rule (``fsmchat.speakers.tokens``: the same number, without
+importing litellm). That estimate is exact for GPT-4 and GPT-3.5 models and
 close for the rest (``o200k_base`` models such as GPT-4o, Llama, Mistral, Gemini), whose
 tokenizers tiktoken or Hugging Face would download: nothing is fetched. Give ``at`` (or the
 limit) some room for the difference. Each counted request is a ``prompt_tokens`` event of the run (agent,
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import sys
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Sequence, Union
 
@@ -41,13 +44,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConfigError, ContextTooLong, invalid_config
 from ..models import Message
-from . import modelmap
-from .llm import get_litellm, resolve_model
+from . import modelmap, tokens
+from .llm import get_litellm, own_handler, resolve_model
 from .wire import sent_messages
-
-BUNDLED_TOKENIZERS = frozenset({"anthropic", "deepseek"})
-"""litellm's tokenizer kinds that ship with it: used as they are; every other model is estimated
-with tiktoken's ``cl100k_base``, which also ships with litellm (no tokenizer is ever downloaded)."""
 
 SUMMARY_ROLE = "Summary"
 """The role of the summary row agents see in place of the messages it covers."""
@@ -263,14 +262,27 @@ def summary_row(summary: Compaction) -> Message:
 def count_tokens(model: str, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
                  tool_choice: Any = None) -> int:
     """The tokens of a request for ``model``: its ``messages`` as they are sent (``wire.sent_messages``)
-    and the ``tools`` and ``tool_choice`` it offers, by litellm's ``token_counter`` with the model's
-    tokenizer where litellm ships it, else the ``cl100k_base`` estimate (never a download)."""
-    lm = get_litellm()
-    kind_of = getattr(getattr(lm, "utils", None), "huggingface_tokenizer_kind", None)
-    kind = kind_of(model) if callable(kind_of) else None
-    return int(lm.token_counter(model=model if kind in BUNDLED_TOKENIZERS else "",
-                                messages=sent_messages(list(messages)), tools=list(tools) if tools else None,
-                                tool_choice=tool_choice if tools else None))
+    and the ``tools`` and ``tool_choice`` it offers, as litellm's ``token_counter`` counts them: with
+    the model's tokenizer where litellm ships it (litellm counts those), else the ``cl100k_base``
+    count of ``fsmchat.speakers.tokens``, without importing litellm (never a download).
+
+    Examples:
+        >>> from fsmchat.speakers.context import count_tokens
+        >>> count_tokens("gpt-4o-mini", [{"role": "user", "content": "Hello there, how are you today?"}])
+        15
+    """
+    sent, offered = sent_messages(list(messages)), list(tools) if tools else None
+    choice = tool_choice if tools else None
+    loaded = sys.modules.get("litellm")
+    if loaded is not None and getattr(loaded, "disable_token_counter", False) is True:
+        return 0  # litellm's switch: its count is 0 then
+    bundled = tokens.tokenizer_kind(model, listed=own_handler(model) is None) in tokens.BUNDLED_TOKENIZERS
+    if not bundled:
+        counted = tokens.count_request(sent, offered, choice)
+        if counted is not None:
+            return counted
+    return int(get_litellm().token_counter(model=model if bundled else "", messages=sent, tools=offered,
+                                           tool_choice=choice))
 
 
 def input_limit(speaker: Any) -> tuple[int, str] | None:

@@ -20,7 +20,7 @@ MISSING = ("litellm is not installed in this environment, and this call needs it
 
 SCRIPT = textwrap.dedent('''
     import json, sys
-    sys.modules["litellm"] = None  # as if it were not installed: importing it raises ModuleNotFoundError
+    sys.modules["litellm"] = sys.modules["tiktoken"] = None  # as if not installed: importing them raises
     from fsmchat import Agent, RoundRobinSwarm
 
     def outcome(agent):
@@ -31,6 +31,7 @@ SCRIPT = textwrap.dedent('''
         return ["result", r.ok, r.stop_reason, type(r.error).__name__, str(r.error), r.output]
 
     out = {"offline": outcome(Agent("A", system_prompt="You are A."))}
+    out["counted"] = outcome(Agent("A", system_prompt="You are A.", max_input_tokens=1000))  # no tokenizer
     out["other provider"] = outcome(Agent("A", model="anthropic/claude-3-haiku-20240307", api_key="sk-ant-12345678"))
     out["fast path"] = outcome(Agent("A", model="openai/m", api_base=sys.argv[1], api_key="sk-12345678",
                                      num_retries=0))
@@ -58,6 +59,7 @@ def test_without_litellm_offline_and_fast_path_runs_work_and_a_call_that_needs_i
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["offline"][:3] == ["result", True, "max_loops"]
     assert out["other provider"] == ["raised", "ImportError", MISSING]  # before any request
+    assert out["counted"][:5] == ["result", False, "error", "ImportError", MISSING]  # its prompt cannot be counted
     assert out["fast path"] == ["result", True, "max_loops", "NoneType", "None", "Hi from the server."]
     assert out["fast path failing"][:3] == ["result", False, "error"]
     assert out["fast path failing"][3:5] == [  # what failed, then why it is not litellm's exception

@@ -1,5 +1,6 @@
 """The offline and scripted models answer in this process, through fsmchat's own speaking path:
-an offline run of every kind, and a fast-path run at a local OpenAI-compatible server, never
+an offline run of every kind (agents whose prompts are counted against ``max_input_tokens`` among
+them: fsmchat counts tokens itself), and a fast-path run at a local OpenAI-compatible server, never
 import litellm (its import is seconds of every offline process otherwise)."""
 import json
 import os
@@ -46,6 +47,15 @@ SCRIPT = textwrap.dedent('''
             await hub.drain(timeout=60)
             return [e.sender for e in hub.read_log(channel.channel_id) if e.event_type == EV_TEXT]
     out["hub"] = asyncio.run(hub_run())
+    from fsmchat.speakers.context import LastMessages  # counted prompts: fsmchat's own count, not litellm's
+    capped = [Agent("Cat", system_prompt="You argue for cats.", max_input_tokens=4000, context=LastMessages(2)),
+              Agent("Dog", system_prompt="You argue for dogs.", max_input_tokens=4000)]
+    counted = []
+    for pattern in (GroupChat(agents=capped, max_loops=4, context="full"), RoundRobinSwarm(agents=capped, max_loops=2)):
+        r = pattern.execute("Cats or dogs?")
+        counted.append(r.ok and sum(e["event"] == "prompt_tokens" for e in r.events) > 0
+                       and r.usage["max_prompt_tokens"] > 20)
+    out["max_input_tokens"] = counted
     if len(sys.argv) > 1:  # the fast path at a local server
         fast = Agent("alice", model="openai/test-model", api_base=sys.argv[1], api_key="sk-test", num_retries=0)
         out["fast_path"] = RoundRobinSwarm(agents=[fast], max_loops=1).execute("Hi").ok
@@ -66,7 +76,7 @@ def run(*args):
 def test_offline_runs_of_every_kind_never_import_litellm():
     assert run() == {"group_chat": True, "round_robin": True, "debate": True, "flow": True, "tools": True,
                      "streaming": True, "scripted": True, "hub": ["alice", "bob", "alice"],
-                     "litellm imported": False, "networkx imported": False}
+                     "max_input_tokens": [True, True], "litellm imported": False, "networkx imported": False}
 
 
 def test_a_fast_path_run_at_a_local_server_never_imports_litellm():
