@@ -7,14 +7,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fsmchat-installed
 # the demo needs only what an offline chat imports: its own stamp, so `make demo` on a fresh clone
-# installs the base package's dependencies except litellm (an offline run never imports it; pip
-# installing it and its own dependencies is 10-15 s of the demo's ~20) and none of the extras;
+# installs the base package's dependencies except litellm and tiktoken (an offline run imports
+# neither; pip installing them is 10-15 s of the demo's ~20; tiktoken reads litellm's copy of its
+# encoding) and none of the extras;
 # `make install` and `make test` install everything, litellm included, with or without this stamp
 # (their pip run upgrades the same editable install in place). In the demo's venv alone, a call that
 # needs litellm fails saying it is not installed and how to install it.
 DEMO_STAMP := $(VENV)/.fsmchat-demo-installed
 DEMO_REQUIREMENTS := import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
-	print('\n'.join(d for d in deps if not d.startswith('litellm')))
+	print('\n'.join(d for d in deps if not d.startswith(('litellm', 'tiktoken'))))
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test install demo-install bytecode graphviz chromium postgresql graphs docs layers bench bench-compare bench-selector bench-evals clean

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..errors import ConfigError, ContextTooLong, invalid_config
 from ..models import Message
 from . import modelmap, tokens
-from .llm import get_litellm, own_handler, resolve_model
+from .providers import get_litellm, own_handler, resolve_model
 from .wire import sent_messages
 
 SUMMARY_ROLE = "Summary"
