@@ -9,6 +9,7 @@ and posted ``Message``s in order, then the ``RunResult``; leaving the loop early
 from __future__ import annotations
 
 import asyncio
+import collections
 import queue
 import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
@@ -34,13 +35,13 @@ class RunStream:
         return self._aiter()
 
     async def _aiter(self) -> AsyncIterator[Any]:
-        items: asyncio.Queue[Any] = asyncio.Queue()
+        items = _Items()
         done = object()
-        runner = asyncio.ensure_future(self._start(items.put_nowait))
-        runner.add_done_callback(lambda _: items.put_nowait(done))
+        runner = asyncio.ensure_future(self._start(items.put))
+        runner.add_done_callback(lambda _: items.put(done))
         try:
             while True:
-                item = await items.get()
+                item = items.take() if items else await items.get()
                 if item is done:
                     break
                 yield item
@@ -90,3 +91,32 @@ class RunStream:
                 if "task" in box:
                     box["loop"].call_soon_threadsafe(box["task"].cancel)
                 thread.join()
+
+
+class _Items:
+    """The items of a run for its one reader on the same event loop (one per streamed token, so
+    lighter than an ``asyncio.Queue``): a deque, and a future only while the reader waits on it empty."""
+
+    __slots__ = ("items", "waiter")
+
+    def __init__(self) -> None:
+        self.items: collections.deque[Any] = collections.deque()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def take(self) -> Any:
+        return self.items.popleft()
+
+    async def get(self) -> Any:
+        while not self.items:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+        return self.items.popleft()

@@ -19,7 +19,7 @@ import re
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from ..engine import STEP
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, ModelCallError, fatal_error
@@ -420,34 +420,40 @@ class Streamed:
         return "".join(self.parts)
 
     async def read(self, chunks: Any, price: tuple[float, float] | None) -> "wire.WireResponse":
+        """Read ``chunks`` (each a chunk's JSON data, as the server sent it: untrusted, so every
+        part is taken only when it has the expected type) into the response."""
         calls: dict[int, dict[str, str]] = {}
         usage: wire.Usage | None = None
         finish: str | None = None
         model = rid = ""
+        parts, show = self.parts, self.show
         async for chunk in chunks:
-            model, rid = model or str(_field(chunk, "model") or ""), rid or str(_field(chunk, "id") or "")
-            u = _field(chunk, "usage")
-            if u is not None and _field(u, "total_tokens"):
-                usage = wire.Usage(int(_field(u, "prompt_tokens") or 0), int(_field(u, "completion_tokens") or 0),
-                                   int(_field(u, "total_tokens") or 0))
-            for choice in _field(chunk, "choices") or ():
-                delta = _field(choice, "delta")
-                text = _field(delta, "content") if delta is not None else None
-                if text:
-                    self.parts.append(text)
-                    if self.show is not None:
-                        self.show(text)
-                for i, call in enumerate(_field(delta, "tool_calls") or () if delta is not None else ()):
-                    index = _field(call, "index")
-                    slot = calls.setdefault(index if isinstance(index, int) else i, {"id": "", "name": "",
-                                                                                      "arguments": ""})
-                    fn = _field(call, "function")
-                    slot["id"] = slot["id"] or str(_field(call, "id") or "")
-                    slot["name"] = slot["name"] or str(_field(fn, "name") or "")
-                    slot["arguments"] += str(_field(fn, "arguments") or "")
-                finish = _field(choice, "finish_reason") or finish
+            if type(chunk) is not dict:
+                continue
+            if not model or not rid:
+                model, rid = model or str(chunk.get("model") or ""), rid or str(chunk.get("id") or "")
+            u = chunk.get("usage")
+            if type(u) is dict and u.get("total_tokens"):
+                usage = wire.Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
+                                   int(u.get("total_tokens") or 0))
+            choices = chunk.get("choices")
+            for choice in choices if type(choices) is list else ():
+                if type(choice) is not dict:
+                    continue
+                delta = choice.get("delta")
+                if type(delta) is dict:
+                    text = delta.get("content")
+                    if text and type(text) is str:
+                        parts.append(text)
+                        if show is not None:
+                            show(text)
+                    deltas = delta.get("tool_calls")
+                    for i, call in enumerate(deltas if type(deltas) is list else ()):
+                        if type(call) is dict:
+                            self._assemble(calls, i, call)
+                finish = choice.get("finish_reason") or finish
         tool_calls = [wire.ToolCall(c["id"], wire.Function(c["name"], c["arguments"])) for _, c in sorted(calls.items())]
-        message = wire.WireMessage("".join(self.parts) if self.parts or not tool_calls else None,
+        message = wire.WireMessage("".join(parts) if parts or not tool_calls else None,
                                    tool_calls=tool_calls or None)
         cost = None
         if price is not None and usage is not None:
@@ -455,14 +461,22 @@ class Streamed:
         return wire.WireResponse(rid, model, [wire.Choice(0, message, finish)], usage,
                                  _hidden_params={"response_cost": cost})
 
+    @staticmethod
+    def _assemble(calls: dict[int, dict[str, str]], i: int, call: dict[str, Any]) -> None:
+        """Add one tool-call delta to the call of its index (the ``i``-th of its chunk without one)."""
+        index = call.get("index")
+        slot = calls.setdefault(index if type(index) is int else i, {"id": "", "name": "", "arguments": ""})
+        fn = call.get("function")
+        fn = fn if type(fn) is dict else {}
+        slot["id"] = slot["id"] or str(call.get("id") or "")
+        slot["name"] = slot["name"] or str(fn.get("name") or "")
+        slot["arguments"] += str(fn.get("arguments") or "")
 
-def _field(obj: Any, name: str) -> Any:
-    """``obj.name`` or ``obj[name]`` (litellm's chunks are objects, some of their parts dicts)."""
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
+
+async def _as_data(chunks: Any) -> AsyncIterator[Any]:
+    """litellm's stream chunks (pydantic objects) as the JSON data the other paths give."""
+    async for chunk in chunks:
+        yield chunk.model_dump() if hasattr(chunk, "model_dump") else chunk
 
 
 def _reason(exc: BaseException) -> str:
@@ -657,7 +671,7 @@ async def _stream(lm: Any, stream: Streamed, model: str, messages: list[dict[str
     if own is not None:
         return await stream.read(own.astream(model, wire.sent_messages(messages), params, meta), (0.0, 0.0))  # free
     chunks = wire.astream(lm, route, messages, params) if route is not None else \
-        await lm.acompletion(model=model, messages=messages, metadata=meta, **params)
+        _as_data(await lm.acompletion(model=model, messages=messages, metadata=meta, **params))
     return await stream.read(chunks, None if own_provider(model) else wire.price_of(lm, model))
 
 

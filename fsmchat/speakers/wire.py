@@ -399,6 +399,9 @@ class Unreachable(FsmchatError, ConnectionError):
         self.__cause__ = cause
 
 
+_JSON = json.JSONDecoder()  # a body is UTF-8 JSON: decoded as such, without json.loads' encoding detection
+
+
 def sent_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The messages as litellm sends them: a message's key whose value is None (an assistant tool
     call's ``"content": None``, a ``"name": None``) is left out; nested values are sent as given."""
@@ -430,7 +433,7 @@ async def acompletion(lm: Any, route: Route, messages: list[dict[str, Any]], opt
     if status >= 400:
         raise _status_error(lm, model, status, payload.decode("utf-8", "replace").strip(), dict(headers))
     try:
-        data = json.loads(payload)
+        data = _JSON.decode(payload.decode("utf-8-sig"))
     except ValueError as exc:
         raise litellm_error(lm, model, 500, str(exc)) from exc
     if not isinstance(data, dict):
@@ -459,7 +462,7 @@ async def astream(lm: Any, route: Route, messages: list[dict[str, Any]], options
                 if data == b"[DONE]":
                     return
                 try:
-                    chunk = json.loads(data)
+                    chunk = _JSON.decode(data.decode("utf-8"))
                 except ValueError as exc:
                     raise litellm_error(lm, model, 500, f"a streamed chunk is not JSON: {exc}") from exc
                 if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
