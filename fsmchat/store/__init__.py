@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from ..facade import lazy_exports
 
 _MODULES = {  # each module -> the public names it defines
-    ".protocol": ("LEASE_TTL", "Capabilities", "Codec", "Commit", "Fence", "HistoryStore", "LaneStore", "LeaseLost",
-                  "LeaseStore", "NotSerializable", "ReadsLog", "Row", "RunInProgress", "RunInfo", "Saved", "Store",
+    ".protocol": ("LEASE_TTL", "Capabilities", "Codec", "Commit", "EvalInfo", "EvalRecord", "EvalStore", "Fence",
+                  "HistoryStore", "LaneStore", "LeaseLost", "LeaseStore", "NotSerializable", "ReadsLog", "Row", "RunInProgress", "RunInfo", "Saved", "Store",
                   "check_store", "decode", "encode", "register_codec"),
     ".statelog": ("HistoryStep", "RunLog"),
     ".writer": ("Recorder", "RunWriter"),
@@ -29,8 +29,8 @@ _MODULES = {  # each module -> the public names it defines
     ".postgres": ("PostgresCheckpointer",),
     ".timetravel": ("ForkEdit", "ForkError", "fork"),
 }
-__all__ = ["LEASE_TTL", "Capabilities", "Codec", "Commit", "Fence", "HistoryStore", "LaneStore", "LeaseLost",
-           "LeaseStore", "NotSerializable", "ReadsLog", "Row", "RunInProgress", "RunInfo", "Saved", "Store",
+__all__ = ["LEASE_TTL", "Capabilities", "Codec", "Commit", "EvalInfo", "EvalRecord", "EvalStore", "Fence",
+           "HistoryStore", "LaneStore", "LeaseLost", "LeaseStore", "NotSerializable", "ReadsLog", "Row", "RunInProgress", "RunInfo", "Saved", "Store",
            "check_store", "decode", "encode", "register_codec", "HistoryStep", "RunLog", "Recorder", "RunWriter",
            "Checkpointer", "MemoryCheckpointer", "SqliteCheckpointer", "resume", "PostgresCheckpointer", "ForkEdit",
            "ForkError", "fork"]
@@ -39,8 +39,8 @@ __getattr__, __dir__ = lazy_exports(__name__, _MODULES)
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly (``__all__`` re-exports them)
     from .checkpoint import Checkpointer, MemoryCheckpointer, SqliteCheckpointer, resume
     from .postgres import PostgresCheckpointer
-    from .protocol import (LEASE_TTL, Capabilities, Codec, Commit, Fence, HistoryStore, LaneStore, LeaseLost,
-                           LeaseStore, NotSerializable, ReadsLog, Row, RunInfo, RunInProgress, Saved, Store,
+    from .protocol import (LEASE_TTL, Capabilities, Codec, Commit, EvalInfo, EvalRecord, EvalStore, Fence,
+                           HistoryStore, LaneStore, LeaseLost, LeaseStore, NotSerializable, ReadsLog, Row, RunInfo, RunInProgress, Saved, Store,
                            check_store, decode, encode, register_codec)
     from .statelog import HistoryStep, RunLog
     from .timetravel import ForkEdit, ForkError, fork
