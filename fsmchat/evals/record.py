@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
 
-from ..store.protocol import EvalRecord
+from ..store.checkpoint import EvalRecord
 from .dataset import CaseInputs
 from .trajectory import Trajectory
 

@@ -38,8 +38,7 @@ from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFai
 from ..checks import Count
 from ..engine import run_sync
 from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError
-from ..store.checkpoint import Checkpointer, check_checkpoint
-from ..store.protocol import evals_of
+from ..store.checkpoint import Checkpointer, check_checkpoint, evals_of
 from .cassette import ACTIVE, Cassette
 from .dataset import CaseInputs, cases_of, load_dataset
 from .record import eval_record
@@ -422,7 +421,6 @@ class Eval:
 
         Examples:
             >>> import asyncio
-import functools
             >>> from fsmchat import RoundRobinSwarm
             >>> e = Eval([{"task": "Hi"}], lambda: RoundRobinSwarm(agents=[lambda t: "Hi."], max_loops=1))
             >>> asyncio.run(e.arun()).ok

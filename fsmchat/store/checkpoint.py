@@ -30,17 +30,17 @@ from ..trust import Trust
 from .group_commit import GroupCommit
 from .protocol import (LEASE_TTL, Capabilities, Commit, EvalInfo, EvalRecord, Fence, LeaseLost, NotSerializable,
                        ReadsLog, RunInfo, RunInProgress, Saved, Store, already_used, check_lease_ttl, check_store,
-                       decode, encode, encode_fields, lease_owner, lease_refusal, run_info, saved_of)
+                       decode, encode, encode_fields, evals_of, lease_owner, lease_refusal, run_info, saved_of)
 from .statelog import HELD, RunLog, copy_state, encode_json, encode_value
 from .writer import COMMIT_MODES, DEFAULT_COMMIT, Lease, Recorder, RunWriter, check_commit
 
 __all__ = ["COMMIT_MODES", "DEFAULT_COMMIT", "EVAL_COLUMNS", "LEASE_TTL", "RUN_META", "Capabilities",
-           "CheckpointMismatch", "CheckpointStoreError", "Checkpointer", "Commit", "Fence", "Lease", "LeaseLost",
-           "MemoryCheckpointer", "NotSerializable", "Recorder", "RunInProgress", "RunInfo", "RunWriter", "Saved",
-           "SqliteCheckpointer", "already_kept", "already_used", "check_checkpoint", "check_commit", "check_lease_ttl",
-           "check_resume", "decode", "encode", "encode_fields", "eval_info_of_row", "eval_of_row", "eval_row",
-           "event_rows", "lease_owner", "lease_refusal", "listed_meta", "log_of_rows", "message_rows", "new_run_id",
-           "resume", "run_info", "saved_of"]
+           "CheckpointMismatch", "CheckpointStoreError", "Checkpointer", "Commit", "EvalInfo", "EvalRecord", "Fence",
+           "Lease", "LeaseLost", "MemoryCheckpointer", "NotSerializable", "Recorder", "RunInProgress", "RunInfo",
+           "RunWriter", "Saved", "SqliteCheckpointer", "already_kept", "already_used", "check_checkpoint",
+           "check_commit", "check_lease_ttl", "check_resume", "decode", "encode", "encode_fields", "eval_info_of_row",
+           "eval_of_row", "eval_row", "evals_of", "event_rows", "lease_owner", "lease_refusal", "listed_meta",
+           "log_of_rows", "message_rows", "new_run_id", "resume", "run_info", "saved_of"]
 
 # What a new checkpointed run stores in its metadata besides its own (``fsmchat.otel``: the run's
 # W3C trace context, so a resume or a fork continues the trace). A ContextVar: set around one run.

@@ -14,7 +14,7 @@ import re
 from itertools import zip_longest
 from typing import Any, Callable, Sequence
 
-from ..store.protocol import EvalInfo, EvalRecord
+from ..store.checkpoint import EvalInfo, EvalRecord
 from .store import EvalNotFound, RunNotFound, RunRecord
 
 KINDS = ("assertions", "scores", "labels")  # a case's results, each evaluator name -> {"value", "reason"}

@@ -213,7 +213,8 @@ def app(db: str | Path) -> Any:
                              Route("/api/runs", runs_api), Route("/api/runs/{run_id:path}", run_api),
                              Route("/evals", evals_of), Route("/evals/{eval_id}", eval_of),
                              Route("/evals/{eval_id}/case", case_of), Route("/api/evals", api(evals_of)),
-                             Route("/api/evals/{eval_id}", api(eval_of)), Route("/api/evals/{eval_id}/case", api(case_of))])
+                             Route("/api/evals/{eval_id}", api(eval_of)),
+                             Route("/api/evals/{eval_id}/case", api(case_of))])
 
 
 @dataclass

@@ -29,9 +29,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import CheckpointStoreError, FsmchatError
 from ..models import StopReason
-from ..store.checkpoint import EVAL_COLUMNS, SqliteCheckpointer, eval_info_of_row, eval_of_row, lease_refusal, saved_of
+from ..store.checkpoint import (EVAL_COLUMNS, EvalInfo, EvalRecord, SqliteCheckpointer, eval_info_of_row, eval_of_row,
+                                evals_of, lease_refusal, saved_of)
 from ..store.postgres import PostgresCheckpointer
-from ..store.protocol import EvalInfo, EvalRecord, evals_of
 
 DSN_SCHEMES = ("postgresql://", "postgres://")
 

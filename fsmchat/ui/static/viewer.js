@@ -260,6 +260,11 @@
     return evalLink(id) + "/case?" + q.toString();
   }
   function mean(x) { return typeof x === "number" ? x.toFixed(2) : dash; }
+  function text(x) { return x === null || x === undefined ? "" : typeof x === "string" ? x : JSON.stringify(x); }
+  function resultText(x) {  // an evaluator's result: an assertion passed or failed, a score, a label
+    if (x.kind === "assertions") return x.value ? "passed" : "failed";
+    return x.kind === "scores" ? mean(x.value) : String(x.value);
+  }
   function delta(d) {  // a difference from the baseline: signed, coloured by its direction
     if (typeof d !== "number") return null;
     const text = Math.abs(d) < 5e-10 ? "±0" : (d > 0 ? "+" : "−") + Math.abs(d).toFixed(2);
@@ -285,36 +290,38 @@
                                      "started"].map((h, i) => el("th", {class: i >= 2 && i <= 5 ? "num" : null}, h)))),
       el("tbody", {}, data.evals.map((e) => el("tr", {"data-eval-id": e.eval_id},
         el("td", {}, el("a", {href: evalLink(e.eval_id)}, e.name), el("div", {class: "muted"}, e.eval_id)),
-        el("td", {}, e.variants.join(", ")), el("td", {class: "num"}, num(e.cases)), el("td", {class: "num"}, num(e.runs)),
-        el("td", {class: "num"}, num(e.failed)), el("td", {class: "num"}, num(e.calls)),
+        el("td", {}, e.variants.join(", ")),
+        [e.cases, e.runs, e.failed, e.calls].map((n) => el("td", {class: "num"}, num(n))),
         el("td", {class: "means"}, Object.entries(e.means).map(([v, stats]) => el("div", {},
           el("b", {}, v + ": "), Object.entries(stats).map(([k, m]) => `${k} ${mean(m)}`).join(", ")))),
         el("td", {class: "when"}, when(e.created))))));
     fill(app, el("h1", {}, "Evaluations"),
-      data.evals.length ? table : el("p", {id: "no-evals"}, "No evaluations in this store yet: Eval(..., checkpoint=store) " +
-        "or fsmchat eval FILE.py --db STORE keeps one beside its runs."));
+      data.evals.length ? table : el("p", {id: "no-evals"}, "No evaluations in this store yet: " +
+        "Eval(..., checkpoint=store) or fsmchat eval FILE.py --db STORE keeps one beside its runs."));
   }
 
   function renderEval() {
     const e = data.eval, base = data.baseline;
     where(data.store);
     document.title = `evaluation ${e.name} ${e.eval_id}`;
-    const pick = el("select", {id: "baseline"}, data.variants.map((v) => el("option", {value: v, selected: v === base}, v)));
+    const pick = el("select", {id: "baseline"},
+      data.variants.map((v) => el("option", {value: v, selected: v === base}, v)));
+    const baseMark = (v) => v === base ? el("span", {class: "muted"}, " (baseline)") : null;
     pick.addEventListener("change", () => navigate({baseline: pick.value}));
     const summary = el("table", {id: "eval-summary"}, el("thead", {}, el("tr", {}, el("th", {}, "evaluator"),
-        data.variants.map((v) => el("th", {class: "num", "data-variant": v}, v,
-          v === base ? el("span", {class: "muted"}, " (baseline)") : null)))),
+        data.variants.map((v) => el("th", {class: "num", "data-variant": v}, v, baseMark(v))))),
       el("tbody", {}, data.summary.map((row) => el("tr", {"data-evaluator": row.evaluator},
         el("td", {}, row.evaluator), data.variants.map((v) => {
           const st = row.cells[v];
           return el("td", {class: "num", "data-variant": v}, st ? mean(st.mean) : dash,
-            st && st.n > 1 && st.low !== st.high ? el("span", {class: "muted"}, ` [${mean(st.low)}, ${mean(st.high)}]`) : null,
+            st && st.n > 1 && st.low !== st.high ?
+              el("span", {class: "muted"}, ` [${mean(st.low)}, ${mean(st.high)}]`) : null,
             st ? delta(st.delta) : null);
         }))),
         el("tr", {"data-evaluator": "failed runs"}, el("td", {}, "failed runs"),
           data.variants.map((v) => el("td", {class: "num", "data-variant": v}, num(data.failed[v]))))));
     const cases = el("table", {id: "eval-cases"}, el("thead", {}, el("tr", {}, el("th", {}, "case"),
-        data.variants.map((v) => el("th", {"data-variant": v}, v, v === base ? el("span", {class: "muted"}, " (baseline)") : null)),
+        data.variants.map((v) => el("th", {"data-variant": v}, v, baseMark(v))),
         el("th", {}, "transcripts"))),
       el("tbody", {}, data.cases.map((c) => el("tr", {"data-case": c.case},
         el("td", {class: "case"}, el("b", {}, c.case), el("div", {class: "muted task"}, c.task || "")),
@@ -332,7 +339,8 @@
       el("div", {class: "filter"}, el("label", {}, "baseline ", pick),
         el("span", {class: "muted"}, " each variant's difference is from the baseline's mean")),
       el("h2", {}, "Summary ", el("span", {class: "muted"}, "(mean over cases × repeats, 95% interval)")), summary,
-      el("h2", {}, "Cases ", el("span", {class: "muted"}, `(${data.cases.length}; each value the mean over the case's repeats)`)),
+      el("h2", {}, "Cases ",
+        el("span", {class: "muted"}, `(${data.cases.length}; each value the mean over the case's repeats)`)),
       cases);
   }
 
@@ -344,7 +352,7 @@
         el("span", {class: "muted"}, ev.name + " "),
         cell.labels[ev.name] ? cell.labels[ev.name].join(", ") : mean(cell.values[ev.name]),
         delta(cell.deltas[ev.name])))),
-      el("div", {class: "output", title: "the first run's output"}, cell.runs[0].output === null ? "" : String(cell.runs[0].output)),
+      el("div", {class: "output", title: "the first run's output"}, text(cell.runs[0].output)),
       cell.runs.filter((r) => !r.ok).slice(0, 1).map((r) => el("div", {class: "error"}, r.error || "failed")),
       el("div", {class: "runs"}, cell.runs.map(runMark)));
   }
@@ -354,20 +362,22 @@
     where(data.store);
     document.title = `case ${data.case} of evaluation ${e.name}`;
     const select = (id, values, chosen, key) => {
-      const s = el("select", {id}, values.map((v) => el("option", {value: v, selected: String(v) === String(chosen)}, String(v))));
+      const s = el("select", {id},
+        values.map((v) => el("option", {value: v, selected: String(v) === String(chosen)}, String(v))));
       s.addEventListener("change", () => navigate({[key]: s.value}));
       return s;
     };
     const runs = el("table", {id: "case-runs"}, el("thead", {}, el("tr", {},
-        ["variant", "repeat", "run", "status", "output", "evaluators"].map((h) => el("th", {class: h === "repeat" ? "num" : null}, h)))),
+        ["variant", "repeat", "run", "status", "output", "evaluators"].map((h) =>
+          el("th", {class: h === "repeat" ? "num" : null}, h)))),
       el("tbody", {}, data.runs.map((r) => el("tr", {"data-variant": r.variant, "data-repeat": r.repeat},
         el("td", {}, r.variant), el("td", {class: "num"}, num(r.repeat)), el("td", {}, runMark(r)),
         el("td", {}, r.ok ? el("span", {class: "badge finished"}, "ran") : el("span", {class: "badge failed"}, "failed"),
           r.error ? el("div", {class: "error"}, r.error) : null),
-        el("td", {class: "output"}, r.output === null ? "" : String(r.output)),
+        el("td", {class: "output"}, text(r.output)),
         el("td", {}, el("ul", {class: "values"}, r.results.map((x) => el("li", {"data-evaluator": x.evaluator},
-          el("b", {}, x.evaluator + " "), x.kind === "assertions" ? (x.value ? "passed" : "failed") :
-            x.kind === "scores" ? mean(x.value) : String(x.value), x.reason ? el("div", {class: "muted reason"}, x.reason) : null))))))));
+          el("b", {}, x.evaluator + " "), resultText(x),
+          x.reason ? el("div", {class: "muted reason"}, x.reason) : null))))))));
     const side = (s) => el("th", {}, `${s.variant}, repeat ${s.repeat} `,
       s.run_id ? el("a", {href: runLink(s.run_id)}, s.run_id) : null);
     const cellOf = (side, cls) => side === null ? el("td", {class: cls + " empty"}) :
