@@ -76,6 +76,27 @@ def check_variant(record: EvalRecord, name: str | None, what: str) -> str:
     return name
 
 
+def _cell(runs: Sequence[dict[str, Any]], evaluators: Sequence[str]) -> dict[str, Any]:
+    """One case under one variant: each evaluator's mean over the runs (a label: its values), the runs."""
+    values: dict[str, float | None] = {}
+    labels: dict[str, list[str]] = {}
+    for name in evaluators:
+        got = [r[name]["value"] for r in map(_results, runs) if name in r]
+        values[name] = _mean([n for n in map(_number, got) if n is not None])
+        if any(_number(v) is None for v in got):
+            labels[name] = [str(v) for v in got]
+    return {"values": values, "labels": labels,
+            "runs": [{k: r.get(k) for k in ("repeat", "run_id", "ok", "error", "output")} for r in runs]}
+
+
+def _stat(summary: dict[str, Any], variant: str, evaluator: str) -> dict[str, Any] | None:
+    """The summary's mean, interval and count of one evaluator under one variant (None: no results)."""
+    means = summary.get("means")
+    stats = means.get(variant) if isinstance(means, dict) else None
+    stat = stats.get(evaluator) if isinstance(stats, dict) else None
+    return dict(stat) if isinstance(stat, dict) else None
+
+
 def eval_view(record: EvalRecord, baseline: str | None = None) -> dict[str, Any]:
     """The evaluation page: per case, each variant's runs and each evaluator's mean over them, and
     its difference from ``baseline`` (the first variant by default); the summary per variant."""
@@ -83,42 +104,25 @@ def eval_view(record: EvalRecord, baseline: str | None = None) -> dict[str, Any]
     base = check_variant(record, baseline, "the baseline") if baseline is not None else \
         (variants[0] if variants else None)
     evaluators: dict[str, str] = {}  # name -> kind, in the order first seen
-    by_case: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for c in record.cases:
-        by_case.setdefault(str(c.get("case")), {}).setdefault(str(c.get("variant")), []).append(c)
         for name, r in _results(c).items():
             evaluators.setdefault(name, r["kind"])
     rows = []
-    for case, runs_of in by_case.items():
-        cells: dict[str, Any] = {}
-        for variant in variants:
-            runs = runs_of.get(variant, [])
-            values: dict[str, float | None] = {}
-            labels: dict[str, list[str]] = {}
-            for name in evaluators:
-                got = [_results(r).get(name) for r in runs]
-                values[name] = _mean([n for g in got if g is not None and (n := _number(g["value"])) is not None])
-                shown = [str(g["value"]) for g in got if g is not None and _number(g["value"]) is None]
-                if shown:
-                    labels[name] = shown
-            cells[variant] = {"values": values, "labels": labels,
-                              "runs": [{k: r.get(k) for k in ("repeat", "run_id", "ok", "error", "output")}
-                                       for r in runs]}
-        base_values = cells[base]["values"] if base is not None else {}
+    for case in dict.fromkeys(str(c.get("case")) for c in record.cases):  # the record's order: the dataset's
+        runs = [c for c in record.cases if str(c.get("case")) == case]
+        cells = {v: _cell([r for r in runs if r.get("variant") == v], list(evaluators)) for v in variants}
         for variant, cell in cells.items():
-            cell["deltas"] = {} if variant == base else {n: _delta(v, base_values.get(n))
-                                                         for n, v in cell["values"].items()}
-        task = next((r.get("task") for rs in runs_of.values() for r in rs), None)
-        rows.append({"case": case, "task": task, "cells": cells})
-    means = m if isinstance(m := record.summary.get("means"), dict) else {}
+            cell["deltas"] = {} if base is None or variant == base else \
+                {n: _delta(x, cells[base]["values"].get(n)) for n, x in cell["values"].items()}
+        rows.append({"case": case, "task": runs[0].get("task"), "cells": cells})
     summary = []
     for name, kind in evaluators.items():
-        stats = {v: m.get(name) if isinstance(m := means.get(v), dict) and isinstance(m.get(name), dict) else None
-                 for v in variants}
+        stats = {v: _stat(record.summary, v, name) for v in variants}
         base_mean = (stats.get(base) or {}).get("mean") if base is not None else None
-        summary.append({"evaluator": name, "kind": kind, "cells": {
-            v: None if st is None else {**st, "delta": None if v == base else _delta(st.get("mean"), base_mean)}
-            for v, st in stats.items()}})
+        for variant, st in stats.items():
+            if st is not None:
+                st["delta"] = None if variant == base else _delta(st.get("mean"), base_mean)
+        summary.append({"evaluator": name, "kind": kind, "cells": stats})
     failed = {v: sum(1 for c in record.cases if c.get("variant") == v and not c.get("ok")) for v in variants}
     s = record.summary
     return {"kind": "eval", "eval": {"eval_id": record.eval_id, "name": record.name, "created": record.created,
@@ -198,12 +202,10 @@ def case_view(record: EvalRecord, case: str, a: str | None, b: str | None, repea
     if repeat not in repeats:
         raise EvalNotFound(f"no repeat {repeat} of case {case!r} in evaluation {record.eval_id!r}; its repeats: "
                            f"{', '.join(map(str, repeats))}")
-    shown = []
-    for c in sorted(runs, key=lambda c: (variants.index(c["variant"]) if c.get("variant") in variants
-                                         else len(variants), c.get("repeat") or 0)):
-        shown.append({**{k: c.get(k) for k in ("variant", "repeat", "run_id", "ok", "error", "output", "stop_reason",
-                                                 "calls", "tokens", "cost_usd")},
-                      "results": [{"evaluator": n, **r} for n, r in _results(c).items()]})
+    shown = [{**{k: c.get(k) for k in ("variant", "repeat", "run_id", "ok", "error", "output", "stop_reason", "calls",
+                                        "tokens", "cost_usd")},
+              "results": [{"evaluator": n, **r} for n, r in _results(c).items()]}
+             for c in runs]  # the record's order: by variant, then repeat
     sides = {}
     for key, variant in (("a", a), ("b", b)):
         run = next((c for c in runs if c.get("variant") == variant and c.get("repeat") == repeat), None)
@@ -218,8 +220,8 @@ def case_view(record: EvalRecord, case: str, a: str | None, b: str | None, repea
             try:
                 side["messages"] = [{"role": m["role"], "content": m["content"]} for m in read(run_id).messages]
             except RunNotFound:
-                side["note"] = (f"run {run_id} is not in this store (its eval re-scored runs recorded in another "
-                                "store's cassette?)")
+                side["note"] = (f"run {run_id} is not in this store (a run re-scored from a cassette is kept in "
+                                "the store that recorded it)")
         sides[key] = side
     ma, mb = sides["a"]["messages"], sides["b"]["messages"]
     rows = transcript_diff(ma, mb) if ma is not None and mb is not None else []

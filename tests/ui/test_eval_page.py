@@ -292,3 +292,44 @@ def test_a_failed_case_links_its_kept_run_and_diffs_it(browser, served):
     rows = browser.execute_script("""return [...document.querySelectorAll('#diff tbody tr')].map((tr) =>
         [tr.dataset.op, ...[...tr.children].map((td) => td.textContent)]);""")
     assert rows == [["equal", "Userboom", "Userboom"], ["delete", "criticNot yet.", ""]]
+
+
+def test_a_hand_written_record_shows_labels_a_missing_cell_and_why_a_transcript_is_missing():
+    from fsmchat.store.checkpoint import EvalRecord
+    from fsmchat.ui import EvalNotFound
+    from fsmchat.ui.evalview import case_view, eval_view
+
+    def case(name, variant, run_id, ok, mood, score):
+        return {"case": name, "variant": variant, "repeat": 1, "run_id": run_id, "task": "Hi?", "output": mood,
+                "ok": ok, "error": None if ok else "EvalError: no recording", "labels": {"mood": {"value": mood}},
+                "scores": {"polite": {"value": score, "reason": "r"}}, "assertions": {}}
+
+    record = EvalRecord("hand-1", "hand", 0.0, {"variants": {"a": {}, "b": {}}, "means": {
+        "a": {"polite": {"mean": 0.25, "low": 0.25, "high": 0.25, "n": 1}},
+        "b": {"polite": {"mean": 1.0, "low": 1.0, "high": 1.0, "n": 1}}}},
+        [case("one", "a", "gone-run", True, "calm", 0.25), case("one", "b", None, False, "cross", 1.0),
+         case("two", "a", "gone-run", True, "calm", 0.5)])
+    view = eval_view(record, "b")
+    assert [(r["case"], {v: (c["values"], c["labels"], c["deltas"]) for v, c in r["cells"].items()})
+            for r in view["cases"]] == [
+        ("one", {"a": ({"mood": None, "polite": 0.25}, {"mood": ["calm"]}, {"mood": None, "polite": -0.75}),
+                 "b": ({"mood": None, "polite": 1.0}, {"mood": ["cross"]}, {})}),
+        ("two", {"a": ({"mood": None, "polite": 0.5}, {"mood": ["calm"]}, {"mood": None, "polite": None}),
+                 "b": ({"mood": None, "polite": None}, {}, {})})]
+    assert [(r["evaluator"], r["cells"]["a"], r["cells"]["b"]) for r in view["summary"]] == [
+        ("polite", {"mean": 0.25, "low": 0.25, "high": 0.25, "n": 1, "delta": -0.75},
+         {"mean": 1.0, "low": 1.0, "high": 1.0, "n": 1, "delta": None}),
+        ("mood", None, None)]
+    assert view["failed"] == {"a": 0, "b": 1}
+    shown = case_view(record, "one", None, None, None, missing_run)
+    assert (shown["a"]["note"], shown["b"]["note"], shown["diff"]) == (
+        "run gone-run is not in this store (a run re-scored from a cassette is kept in the store that recorded it)",
+        "variant b's run of this case is not kept in the store (it failed before it ran: EvalError: no recording)", [])
+    with pytest.raises(EvalNotFound, match="no variant 'c' \\(variant B\\) in evaluation 'hand-1'; its variants: a, b"):
+        case_view(record, "one", "a", "c", None, missing_run)
+
+
+def missing_run(run_id):
+    from fsmchat.ui import RunNotFound
+
+    raise RunNotFound(f"no run {run_id!r}")
