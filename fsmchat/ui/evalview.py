@@ -107,9 +107,11 @@ def eval_view(record: EvalRecord, baseline: str | None = None) -> dict[str, Any]
     for c in record.cases:
         for name, r in _results(c).items():
             evaluators.setdefault(name, r["kind"])
+    by_case: dict[str, list[dict[str, Any]]] = {}  # in the record's order: the dataset's
+    for c in record.cases:
+        by_case.setdefault(str(c.get("case")), []).append(c)
     rows = []
-    for case in dict.fromkeys(str(c.get("case")) for c in record.cases):  # the record's order: the dataset's
-        runs = [c for c in record.cases if str(c.get("case")) == case]
+    for case, runs in by_case.items():
         cells = {v: _cell([r for r in runs if r.get("variant") == v], list(evaluators)) for v in variants}
         for variant, cell in cells.items():
             cell["deltas"] = {} if base is None or variant == base else \
