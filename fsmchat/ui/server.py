@@ -141,8 +141,7 @@ def app(db: str | Path) -> Any:
             return HTMLResponse(error_page("Bad address", str(exc)), status, headers)
         return HTMLResponse(error_page("This store cannot be read", str(exc)), status, headers)
 
-    def answer(request: Request, data: Callable[[], dict[str, Any]], title: Callable[[dict[str, Any]], str],
-               api: bool) -> Response:
+    def answer(data: Callable[[], dict[str, Any]], title: Callable[[dict[str, Any]], str], api: bool) -> Response:
         """``data()`` as the page titled ``title(data)`` (or as JSON for ``api``), or the page or
         JSON saying why not: 400 for a bad query, 404 for what the store does not hold, 500 when
         the store cannot be read."""
@@ -153,15 +152,15 @@ def app(db: str | Path) -> Any:
             return JSONResponse({"error": redact(str(exc))}, status, headers) if api else problem(exc, status)
         return JSONResponse(got, 200, headers) if api else HTMLResponse(page(got, title(got), live=False), 200, headers)
 
-    def evals_of(request: Request, api: bool = False) -> Response:
-        return answer(request, lambda: evals_data(store), lambda d: f"fsmchat evaluations: {store.name}", api)
+    def evals_page(request: Request, api: bool = False) -> Response:
+        return answer(lambda: evals_data(store), lambda d: f"fsmchat evaluations: {store.name}", api)
 
-    def eval_of(request: Request, api: bool = False) -> Response:
+    def eval_page(request: Request, api: bool = False) -> Response:
         q = request.query_params
-        return answer(request, lambda: eval_data(store, request.path_params["eval_id"], q.get("baseline") or None),
+        return answer(lambda: eval_data(store, request.path_params["eval_id"], q.get("baseline") or None),
                       lambda d: f"evaluation {d['eval']['name']} {d['eval']['eval_id']}", api)
 
-    def case_of(request: Request, api: bool = False) -> Response:
+    def case_page(request: Request, api: bool = False) -> Response:
         q = request.query_params
 
         def data() -> dict[str, Any]:
@@ -171,7 +170,7 @@ def app(db: str | Path) -> Any:
             return eval_case_data(store, request.path_params["eval_id"], name, q.get("a") or None, q.get("b") or None,
                                   whole(q.get("repeat"), "repeat"))
 
-        return answer(request, data, lambda d: f"case {d['case']} of evaluation {d['eval']['name']}", api)
+        return answer(data, lambda d: f"case {d['case']} of evaluation {d['eval']['name']}", api)
 
     def runs_page(request: Request) -> Response:
         try:
@@ -211,10 +210,10 @@ def app(db: str | Path) -> Any:
 
     return Starlette(routes=[Route("/", runs_page), Route("/runs/{run_id:path}", run_page),
                              Route("/api/runs", runs_api), Route("/api/runs/{run_id:path}", run_api),
-                             Route("/evals", evals_of), Route("/evals/{eval_id}", eval_of),
-                             Route("/evals/{eval_id}/case", case_of), Route("/api/evals", api(evals_of)),
-                             Route("/api/evals/{eval_id}", api(eval_of)),
-                             Route("/api/evals/{eval_id}/case", api(case_of))])
+                             Route("/evals", evals_page), Route("/evals/{eval_id}", eval_page),
+                             Route("/evals/{eval_id}/case", case_page), Route("/api/evals", api(evals_page)),
+                             Route("/api/evals/{eval_id}", api(eval_page)),
+                             Route("/api/evals/{eval_id}/case", api(case_page))])
 
 
 @dataclass
