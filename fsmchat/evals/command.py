@@ -102,7 +102,7 @@ def run_eval_file(path: str | Path, *, thresholds: Sequence[str] = (), variants:
         path: The ``.py`` file defining ``EVAL``/``build_eval()``.
         thresholds: More ``NAME=VALUE`` thresholds (over the file's ``THRESHOLDS``).
         variants: Run only these variants (all when empty).
-        checkpoint: A store to keep the runs in.
+        checkpoint: A store to keep the runs in, and the eval's record (``fsmchat ui`` shows it at ``/evals``).
         verbose: Show each case's output and the evaluators' reasons.
         **overrides: ``Eval`` fields to override when not None (``repeat``, ``max_calls``, ...).
 
@@ -142,6 +142,8 @@ def run_eval_file(path: str | Path, *, thresholds: Sequence[str] = (), variants:
     print(f"\n-- {result.name}: {sum(len(r.cases) + len(r.failures) for r in result.reports.values())} runs over "
           f"{len(result.reports)} variant(s); {result.calls} model calls, {result.recorded} runs from the cassette"
           + ("" if ev.cassette is None else f" ({ev.cassette})"))
+    if result.eval_id is not None:
+        print(f"-- evaluation {result.eval_id} is kept in the store beside its runs (fsmchat ui: /evals/{result.eval_id})")
     if problems:
         print("FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
         return EXIT_FAILED

@@ -9,11 +9,14 @@ evaluator) and checks thresholds.
 Runs are recorded in a cassette (a JSONL file, one finished run a line, written as each ends): a
 later eval with the same cassette re-scores those runs without a model call, and an eval that was
 killed goes on from the runs it finished. ``max_calls`` and ``max_cost_usd`` bound the whole eval:
-a run starts only when its worst-case calls fit what is left.
+a run starts only when its worst-case calls fit what is left. With ``checkpoint=store`` every run
+is kept in the store and, as the eval ends, its record (``fsmchat.evals.record``) beside them,
+for the viewer's evaluation pages.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import math
@@ -21,6 +24,7 @@ import re
 import statistics
 import uuid
 from collections import defaultdict
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -28,15 +32,48 @@ from typing import Any, Callable, Mapping, Sequence
 from pydantic_evals import Dataset
 from pydantic_evals.dataset import increment_eval_metric, set_eval_attribute
 from pydantic_evals.evaluators import Evaluator
-from pydantic_evals.reporting import EvaluationReport
+from pydantic_evals.lifecycle import CaseLifecycle
+from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
 
 from ..checks import Count
 from ..engine import run_sync
 from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError
-from ..store.checkpoint import Checkpointer, check_checkpoint
+from ..store.checkpoint import Checkpointer, check_checkpoint, evals_of
 from .cassette import ACTIVE, Cassette
 from .dataset import CaseInputs, cases_of, load_dataset
+from .record import eval_record
 from .trajectory import Trajectory
+
+CASE_RUN: ContextVar[list[Trajectory] | None] = ContextVar("fsmchat_eval_case_run", default=None)
+"""Where a case's task puts its run: set by ``KeepsRun.setup`` in the case's own context."""
+
+
+class KeepsRun(CaseLifecycle[CaseInputs, Any, Any]):
+    """pydantic-evals' per-case hooks: keep each case's run by its report name, the failed ones too
+    (a ``ReportCaseFailure`` carries no attributes), so the record links every case to its run.
+
+    Args:
+        case: The case being run.
+        kept: Report case name (``"refund [2/3]"``) -> the run, filled as cases end.
+
+    Examples:
+        >>> from pydantic_evals import Case
+        >>> KeepsRun(Case(inputs=CaseInputs(task="Hi")), {}).kept
+        {}
+    """
+
+    def __init__(self, case: Any, kept: dict[str, Trajectory]) -> None:
+        super().__init__(case)
+        self.kept, self.runs = kept, list[Trajectory]()
+
+    async def setup(self) -> None:
+        """Give the case's task a place for its run (the case runs in a context of its own)."""
+        CASE_RUN.set(self.runs)
+
+    async def teardown(self, result: ReportCase[Any, Any, Any] | ReportCaseFailure[Any, Any, Any] | None) -> None:
+        """Keep the case's run under its report name (nothing when it failed before a run)."""
+        if result is not None and self.runs:
+            self.kept[result.name] = self.runs[-1]
 
 
 class EvalError(FsmchatError):
@@ -144,6 +181,7 @@ class EvalResult:
         reports: Variant name -> its ``EvaluationReport`` (cases, scores, assertions, failures).
         calls: Model calls the eval made (0 when every run came from the cassette).
         recorded: Runs taken from the cassette.
+        eval_id: The id of the eval's record in its ``checkpoint`` store (None without one).
 
     Examples:
         >>> from fsmchat import RoundRobinSwarm
@@ -157,6 +195,7 @@ class EvalResult:
     reports: dict[str, EvaluationReport[Any, Any, Any]]
     calls: int = 0
     recorded: int = 0
+    eval_id: str | None = None
 
     def __repr__(self) -> str:  # one short line (asyncio.run computes it as the eval ends)
         return (f"EvalResult(name={self.name!r}, variants={list(self.reports)}, "
@@ -291,8 +330,9 @@ class Eval:
         rescore: Only score recorded runs; a case without a recording fails, and no model is called.
         max_calls: The most model calls of the whole eval (a run starts when its worst case fits).
         max_cost_usd: The most the eval may spend (no run starts once it is spent).
-        checkpoint: A store to keep every run in (``SqliteCheckpointer``/``PostgresCheckpointer``);
-            each case's trajectory then carries its ``run_id``, for ``fsmchat ui``.
+        checkpoint: A store to keep every run in (``SqliteCheckpointer``/``PostgresCheckpointer``),
+            and the eval's record as it ends (each case with its run's id), for ``fsmchat ui``'s
+            evaluation pages; a store that does not keep evaluations (``capabilities.evals``) is refused.
         evaluators: More evaluators for every case (``Check(fn)``, a ``Judge``, ...).
         progress: Show pydantic-evals' progress bar.
 
@@ -341,6 +381,11 @@ class Eval:
                                               not isinstance(self.max_cost_usd, (int, float)) or self.max_cost_usd < 0):
             raise ConfigTypeError(f"Eval(max_cost_usd={self.max_cost_usd!r}) is invalid: a number >= 0, or None")
         check_checkpoint(self.checkpoint, "Eval")
+        if self.checkpoint is not None and evals_of(self.checkpoint) is None:
+            raise ConfigTypeError(f"Eval(checkpoint={type(self.checkpoint).__name__}(...)) is invalid: a store that "
+                                  "keeps evaluations beside its runs (capabilities.evals: SqliteCheckpointer, "
+                                  "PostgresCheckpointer, MemoryCheckpointer), so the eval's record links each case "
+                                  "to its run")
         for variant, settings in self.variants.items():  # every variant builds, before any model call
             for case in self.cases[:1]:
                 self._build(variant, settings, case.inputs)
@@ -387,17 +432,28 @@ class Eval:
         state = Spent()
         lock = asyncio.Lock()
         reports: dict[str, EvaluationReport[Any, Any, Any]] = {}
+        runs: dict[str, dict[str, Trajectory]] = {}
         dataset = Dataset[CaseInputs, Any, Any](name=self.dataset.name, cases=self.cases,
                                                 evaluators=[*self.dataset.evaluators, *self.evaluators])
         try:
             for variant, settings in self.variants.items():
+                kept = runs[variant] = {}
                 reports[variant] = await dataset.evaluate(
                     self._task(variant, settings, cassette, names, state, lock), name=variant,
-                    max_concurrency=self.max_concurrency, progress=self.progress, repeat=self.repeat)
+                    max_concurrency=self.max_concurrency, progress=self.progress, repeat=self.repeat,
+                    lifecycle=functools.partial(KeepsRun, kept=kept))
         finally:
             ACTIVE.reset(token)
             cassette.close()
-        return EvalResult(self.dataset.name, reports, calls=state.calls, recorded=state.recorded)
+        result = EvalResult(self.dataset.name, reports, calls=state.calls, recorded=state.recorded)
+        store = evals_of(self.checkpoint) if self.checkpoint is not None else None
+        if store is not None:
+            order = [c.name or f"Case {i}" for i, c in enumerate(self.cases, 1)]  # as pydantic-evals names them
+            record = eval_record(self.dataset.name, self.variants, self.repeat, order, reports, runs, result.summary(),
+                                 calls=state.calls, recorded=state.recorded)
+            store.put_eval(record)
+            result.eval_id = record.eval_id
+        return result
 
     def _task(self, variant: str, settings: Mapping[str, Any], cassette: Cassette, names: dict[str, str],
               state: Spent, lock: asyncio.Lock) -> Callable[[CaseInputs], Any]:
@@ -413,6 +469,9 @@ class Eval:
                 case = names.get(case_key("", {}, inputs), "case")
                 run = await self._run_one(variant, settings, inputs, case, state, lock)
                 cassette.record(key, variant, case, run)
+            holder = CASE_RUN.get()
+            if holder is not None:
+                holder.append(run)
             set_eval_attribute("fsmchat", run)
             increment_eval_metric("calls", run.calls)
             increment_eval_metric("tokens", run.tokens)

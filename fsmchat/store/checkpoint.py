@@ -28,18 +28,19 @@ from ..errors import CheckpointStoreError, FsmchatError, bad_value
 from ..models import Message, StopReason, TraceEvent
 from ..trust import Trust
 from .group_commit import GroupCommit
-from .protocol import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, NotSerializable, ReadsLog, RunInfo,
-                       RunInProgress, Saved, Store, already_used, check_lease_ttl, check_store, decode, encode,
-                       encode_fields, lease_owner, lease_refusal, run_info, saved_of)
+from .protocol import (LEASE_TTL, Capabilities, Commit, EvalInfo, EvalRecord, Fence, LeaseLost, NotSerializable,
+                       ReadsLog, RunInfo, RunInProgress, Saved, Store, already_used, check_lease_ttl, check_store,
+                       decode, encode, encode_fields, evals_of, lease_owner, lease_refusal, run_info, saved_of)
 from .statelog import HELD, RunLog, copy_state, encode_json, encode_value
 from .writer import COMMIT_MODES, DEFAULT_COMMIT, Lease, Recorder, RunWriter, check_commit
 
-__all__ = ["COMMIT_MODES", "DEFAULT_COMMIT", "LEASE_TTL", "RUN_META", "Capabilities", "CheckpointMismatch",
-           "CheckpointStoreError", "Checkpointer", "Commit", "Fence", "Lease", "LeaseLost", "MemoryCheckpointer",
-           "NotSerializable", "Recorder", "RunInProgress", "RunInfo", "RunWriter", "Saved", "SqliteCheckpointer",
-           "already_used", "check_checkpoint", "check_commit", "check_lease_ttl", "check_resume", "decode", "encode",
-           "encode_fields", "event_rows", "lease_owner", "lease_refusal", "listed_meta", "log_of_rows", "message_rows",
-           "new_run_id", "resume", "run_info", "saved_of"]
+__all__ = ["COMMIT_MODES", "DEFAULT_COMMIT", "EVAL_COLUMNS", "LEASE_TTL", "RUN_META", "Capabilities",
+           "CheckpointMismatch", "CheckpointStoreError", "Checkpointer", "Commit", "EvalInfo", "EvalRecord", "Fence",
+           "Lease", "LeaseLost", "MemoryCheckpointer", "NotSerializable", "Recorder", "RunInProgress", "RunInfo",
+           "RunWriter", "Saved", "SqliteCheckpointer", "already_kept", "already_used", "check_checkpoint",
+           "check_commit", "check_lease_ttl", "check_resume", "decode", "encode", "encode_fields", "eval_info_of_row",
+           "eval_of_row", "eval_row", "evals_of", "event_rows", "lease_owner", "lease_refusal", "listed_meta",
+           "log_of_rows", "message_rows", "new_run_id", "resume", "run_info", "saved_of"]
 
 # What a new checkpointed run stores in its metadata besides its own (``fsmchat.otel``: the run's
 # W3C trace context, so a resume or a fork continues the trace). A ContextVar: set around one run.
@@ -127,6 +128,52 @@ def log_of_rows(run_id: str, run: Sequence[Any], events: Sequence[Sequence[Any]]
     return log
 
 
+EVAL_COLUMNS = "eval_id, name, created, summary"
+"""The columns of a store's ``evals`` table that ``list_evals`` reads (``cases`` follows them)."""
+
+
+def eval_row(record: EvalRecord) -> tuple[Any, ...]:
+    """The ``evals`` row of ``record``: its id, name and time, its summary and cases as JSON."""
+    if not isinstance(record, EvalRecord):
+        raise bad_value("put_eval", "record", record, "an fsmchat.store.protocol.EvalRecord", type_error=True)
+    return record.eval_id, record.name, float(record.created), encode_json(record.summary), encode_json(record.cases)
+
+
+def _eval_json(row: Sequence[Any], i: int, what: str, kind: type, where: str) -> Any:
+    """Column ``i`` of an ``evals`` row, parsed: a JSON object (``kind`` dict) or array (list)."""
+    try:
+        value = json.loads(row[i])
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise CheckpointStoreError(f"{where}: evaluation {row[0]!r}: its {what} is not JSON ({exc})") from None
+    if not isinstance(value, kind):
+        raise CheckpointStoreError(f"{where}: evaluation {row[0]!r}: its {what} is not a JSON "
+                                   f"{'object' if kind is dict else 'array'}")
+    return value
+
+
+def eval_info_of_row(row: Sequence[Any], where: str) -> EvalInfo:
+    """The ``EvalInfo`` an ``evals`` row holds (its ``EVAL_COLUMNS``); ``CheckpointStoreError``
+    naming the evaluation and the column when it is not what a store writes."""
+    eval_id, name, created = row[0], row[1], row[2]
+    if not (isinstance(eval_id, str) and isinstance(name, str) and isinstance(created, (int, float))):
+        raise CheckpointStoreError(f"{where}: evaluation {eval_id!r} has a malformed row")
+    return EvalInfo(eval_id, name, float(created), _eval_json(row, 3, "summary", dict, where))
+
+
+def eval_of_row(row: Sequence[Any], where: str) -> EvalRecord:
+    """The ``EvalRecord`` an ``evals`` row holds (its ``EVAL_COLUMNS``, then ``cases``), checked as
+    ``eval_info_of_row``."""
+    info = eval_info_of_row(row, where)
+    cases = _eval_json(row, 4, "cases", list, where)
+    if not all(isinstance(c, dict) for c in cases):
+        raise CheckpointStoreError(f"{where}: evaluation {info.eval_id!r}: a case is not a JSON object")
+    return EvalRecord(info.eval_id, info.name, info.created, info.summary, cases)
+
+
+def already_kept(eval_id: str) -> str:
+    return f"evaluation id {eval_id!r} is already kept in this store; give the evaluation another id"
+
+
 _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_MESSAGE = "INSERT INTO messages VALUES (?, ?, ?, ?, ?)"
 _HOLDS = "SELECT 1 FROM leases WHERE run_id=? AND owner=? AND token=?"  # the writer still holds the lease
@@ -186,12 +233,16 @@ class SqliteCheckpointer(ReadsLog):
     CREATE TABLE IF NOT EXISTS states (run_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state TEXT NOT NULL);
     CREATE TABLE IF NOT EXISTS leases (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL,
                                        token INTEGER NOT NULL DEFAULT 0);
+    CREATE TABLE IF NOT EXISTS evals (eval_id TEXT PRIMARY KEY, name TEXT NOT NULL, created REAL NOT NULL,
+                                      summary TEXT NOT NULL, cases TEXT NOT NULL);
     """
     COLUMNS = {"runs": {"run_id", "meta", "stop_reason", "created", "updated"},
                "events": {"run_id", "seq", "step", "state", "trigger", "dest", "t", "payload"},
                "messages": {"run_id", "seq", "role", "content", "metadata"},
                "states": {"run_id", "seq", "state"}}
-    """The columns a store must have (the first schema's); ``ADDED`` ones are added when missing."""
+    """The columns a store must have (the first schema's); ``ADDED`` ones are added when missing, and
+    tables outside it (``leases``, ``evals``) are created when the store is opened for writing: a
+    store without them reads as having no leases and no evaluations."""
     ADDED = {"events": (("nmsg", "INTEGER"), ("delta", "TEXT")), "leases": (("token", "INTEGER NOT NULL DEFAULT 0"),)}
     TABLES = set(COLUMNS)
 
@@ -309,7 +360,7 @@ class SqliteCheckpointer(ReadsLog):
             raise CheckpointStoreError(f"checkpoint store {self.path} is read-only: it can load and rebuild "
                                        f"finished runs, but cannot {what}; copy it somewhere writable to resume")
 
-    capabilities = Capabilities(leases=True, history=True, lanes=True)
+    capabilities = Capabilities(leases=True, history=True, lanes=True, evals=True)
 
     def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int:
         """Take the run's lease for ``owner`` for ``ttl`` seconds (the store's ``lease_ttl`` by
@@ -548,6 +599,47 @@ class SqliteCheckpointer(ReadsLog):
             out.append(run_info(run_id, meta, stop, n_msgs, n_events, created, updated, leases.get(run_id)))
         return out
 
+    def put_eval(self, record: EvalRecord) -> None:
+        """Keep an evaluation (``fsmchat.evals``) in one transaction; ``ValueError``, nothing written,
+        when its id is already kept."""
+        self._writable("keep an evaluation")
+        row = eval_row(record)
+
+        def write(db: sqlite3.Connection) -> None:
+            if db.execute("SELECT 1 FROM evals WHERE eval_id=?", (row[0],)).fetchone():
+                raise ValueError(already_kept(row[0]))
+            db.execute("INSERT INTO evals VALUES (?, ?, ?, ?, ?)", row)
+
+        try:
+            done = self._write(write, None)
+            if done is not None:
+                done.result()
+        except sqlite3.DatabaseError as exc:
+            raise self._store_error(exc) from None
+
+    def _eval_rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """The rows ``sql`` reads from ``evals``; none when the store has no such table (an older one)."""
+        try:
+            with self._lock:
+                if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='evals'").fetchone():
+                    return []
+                return self._db.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._store_error(exc) from None
+
+    def list_evals(self) -> list[EvalInfo]:
+        """Every kept evaluation, newest first, without its cases."""
+        where = f"checkpoint store {self.path}"
+        return [eval_info_of_row(r, where) for r in
+                self._eval_rows(f"SELECT {EVAL_COLUMNS} FROM evals ORDER BY created DESC, rowid DESC")]
+
+    def load_eval(self, eval_id: str) -> EvalRecord:
+        """The evaluation ``eval_id`` with its cases (``KeyError`` when the store has none by that id)."""
+        rows = self._eval_rows(f"SELECT {EVAL_COLUMNS}, cases FROM evals WHERE eval_id=?", (eval_id,))
+        if not rows:
+            raise KeyError(f"no evaluation {eval_id!r} in {self.path}")
+        return eval_of_row(rows[0], f"checkpoint store {self.path}")
+
     def close(self) -> None:
         """Close the database connection (after the writer thread has committed what is queued)."""
         if self.group is not None:
@@ -577,6 +669,7 @@ class MemoryCheckpointer(ReadsLog):
         rows: What is kept per run beside its ``Saved``: each event's transcript length and state delta.
         tokens: Each run's latest fencing token (kept when its lease is given back: tokens only grow).
         lease_ttl: Seconds a run's lease lasts without renewal.
+        evaluations: Each kept evaluation (``fsmchat.evals``), by id, in the order kept.
 
     Examples:
         >>> from fsmchat import Human, MemoryCheckpointer, RoundRobinSwarm
@@ -597,11 +690,12 @@ class MemoryCheckpointer(ReadsLog):
     rows: dict[str, _MemoryRows] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=dict)
     lease_ttl: float = LEASE_TTL
+    evaluations: dict[str, EvalRecord] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.lease_ttl = check_lease_ttl(self.lease_ttl, "MemoryCheckpointer")
 
-    capabilities = Capabilities(leases=True, history=True, lanes=True)
+    capabilities = Capabilities(leases=True, history=True, lanes=True, evals=True)
 
     def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int:
         """Take the run's lease for ``owner`` for ``ttl`` seconds (``lease_ttl`` by default) and
@@ -719,6 +813,23 @@ class MemoryCheckpointer(ReadsLog):
                 out.append(run_info(k, s.meta, s.stop_reason, len(s.messages), len(s.events), rows.created,
                                     rows.updated, self.leases.get(k)))
         return sorted(out, key=lambda r: -r.created)
+
+    def put_eval(self, record: EvalRecord) -> None:
+        """Keep an evaluation, as JSON data would read it back (``ValueError`` when its id is kept)."""
+        row = eval_row(record)
+        if row[0] in self.evaluations:
+            raise ValueError(already_kept(row[0]))
+        self.evaluations[row[0]] = eval_of_row(row, "MemoryCheckpointer")
+
+    def list_evals(self) -> list[EvalInfo]:
+        """Every kept evaluation, newest first, without its cases."""
+        return sorted((r.info for r in reversed(self.evaluations.values())), key=lambda r: -r.created)
+
+    def load_eval(self, eval_id: str) -> EvalRecord:
+        """The evaluation ``eval_id`` with its cases (``KeyError`` when there is none)."""
+        if eval_id not in self.evaluations:
+            raise KeyError(f"no evaluation {eval_id!r} in MemoryCheckpointer")
+        return eval_of_row(eval_row(self.evaluations[eval_id]), "MemoryCheckpointer")  # a copy of its own
 
 
 def _stored_event(e: TraceEvent) -> TraceEvent:

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import CheckpointStoreError, FsmchatError, bad_value
 from ..models import Message, TraceEvent
-from .checkpoint import RunInfo, event_rows, listed_meta, log_of_rows, message_rows, run_info
-from .protocol import (LEASE_TTL, Capabilities, Commit, Fence, LeaseLost, ReadsLog, already_used, check_lease_ttl,
-                       lease_refusal)
+from .checkpoint import (EVAL_COLUMNS, RunInfo, already_kept, eval_info_of_row, eval_of_row, eval_row, event_rows,
+                         listed_meta, log_of_rows, message_rows, run_info)
+from .protocol import (LEASE_TTL, Capabilities, Commit, EvalInfo, EvalRecord, Fence, LeaseLost, ReadsLog,
+                       already_used, check_lease_ttl, lease_refusal)
 from .statelog import RunLog, encode_json
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ CREATE TABLE IF NOT EXISTS messages (run_id TEXT NOT NULL, seq INTEGER NOT NULL,
                                      metadata TEXT, PRIMARY KEY (run_id, seq));
 CREATE TABLE IF NOT EXISTS leases (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires DOUBLE PRECISION NOT NULL,
                                    token BIGINT NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS evals (eval_id TEXT PRIMARY KEY, name TEXT NOT NULL, created DOUBLE PRECISION NOT NULL,
+                                  summary TEXT NOT NULL, cases TEXT NOT NULL, ord BIGSERIAL NOT NULL);
 """
 _NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
 _HOLDS = "SELECT 1 FROM leases WHERE run_id=%s AND owner=%s AND token=%s FOR SHARE"
@@ -80,7 +83,7 @@ class PostgresCheckpointer(ReadsLog):
         that reaches the database.
     """
 
-    capabilities = Capabilities(leases=True, history=True, lanes=True)
+    capabilities = Capabilities(leases=True, history=True, lanes=True, evals=True)
 
     def __init__(self, dsn: str, *, lease_ttl: float = LEASE_TTL):
         """Connect to the database at ``dsn`` and create the store's tables when missing.
@@ -289,6 +292,30 @@ class PostgresCheckpointer(ReadsLog):
             lease = (owner, time.time() + expires - now) if owner else None
             out.append(run_info(run_id, meta, stop, int(n_msgs), int(n_events), created, updated, lease))
         return out
+
+    def put_eval(self, record: EvalRecord) -> None:
+        """Keep an evaluation (``fsmchat.evals``) in one transaction; ``ValueError``, nothing written,
+        when its id is already kept."""
+        row = eval_row(record)
+        with self._lock, self._errors():
+            cur = self._db.execute("INSERT INTO evals (eval_id, name, created, summary, cases) VALUES "
+                                   "(%s, %s, %s, %s, %s) ON CONFLICT (eval_id) DO NOTHING", row)
+            if cur.rowcount == 0:
+                raise ValueError(already_kept(row[0]))
+
+    def list_evals(self) -> list[EvalInfo]:
+        """Every kept evaluation, newest first, without its cases."""
+        with self._lock, self._errors():
+            rows = self._db.execute(f"SELECT {EVAL_COLUMNS} FROM evals ORDER BY created DESC, ord DESC").fetchall()
+        return [eval_info_of_row(r, f"checkpoint store {self.where}") for r in rows]
+
+    def load_eval(self, eval_id: str) -> EvalRecord:
+        """The evaluation ``eval_id`` with its cases (``KeyError`` when the store has none by that id)."""
+        with self._lock, self._errors():
+            row = self._db.execute(f"SELECT {EVAL_COLUMNS}, cases FROM evals WHERE eval_id=%s", (eval_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no evaluation {eval_id!r} in {self.where}")
+        return eval_of_row(row, f"checkpoint store {self.where}")
 
     def close(self) -> None:
         """Close the database connection."""

@@ -13,7 +13,10 @@ What a store can do beyond that it declares in ``capabilities`` (never guessed f
   nothing written, once another owner has taken the run over (``LeaseLost``);
 - ``history``: the store lists its runs and takes whole runs at once (``runs``, ``list_runs``,
   ``put``): what ``fork``, ``fsmchat runs`` and the viewer use;
-- ``lanes``: branch runs (``<run id>/<step>:<branch>``) are listed by their run (``lanes``).
+- ``lanes``: branch runs (``<run id>/<step>:<branch>``) are listed by their run (``lanes``);
+- ``evals``: the store keeps evaluations beside its runs (``put_eval``, ``list_evals``,
+  ``load_eval``): one ``EvalRecord`` per ``fsmchat.evals.Eval`` run, each case naming the run it
+  scored, what ``fsmchat eval --db`` writes and the viewer's evaluation pages read.
 
 ``check_store`` checks an object against the protocol and the capabilities it declares.
 """
@@ -232,6 +235,85 @@ class Capabilities:
     leases: bool = False
     history: bool = False
     lanes: bool = False
+    evals: bool = False
+
+
+@dataclass(frozen=True)
+class EvalInfo:
+    """One line of a store's evaluation list (``list_evals()``): an evaluation without its cases.
+
+    Attributes:
+        eval_id: The evaluation's id (unique in its store).
+        name: Its dataset's name.
+        created: When it was stored (seconds since the epoch).
+        summary: What the list shows, JSON data (``fsmchat.evals`` writes the variants, their settings,
+            the run and failure counts and each evaluator's mean per variant).
+
+    Examples:
+        >>> EvalInfo("triage-1a2b3c4d", "triage", 0.0, {"variants": {"terse": {}}}).name
+        'triage'
+    """
+
+    eval_id: str
+    name: str
+    created: float
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """One evaluation as a store keeps it: its ``EvalInfo`` fields and its cases, JSON data.
+
+    A store only keeps and returns it; ``fsmchat.evals`` writes it and the viewer reads it. Each case
+    is one run of one case under one variant (one repeat): ``{"case", "variant", "repeat",
+    "run_id", "output", "ok", "error", "scores", "assertions", "labels"}``, the last three
+    evaluator name -> ``{"value", "reason"}``.
+
+    Attributes:
+        eval_id: The evaluation's id: a non-empty one-line string without ``/`` (it is part of the
+            viewer's address ``/evals/<eval_id>``).
+        name: Its dataset's name.
+        created: When it ran (seconds since the epoch).
+        summary: What the evaluation list shows (see ``EvalInfo``).
+        cases: One dict per case, variant and repeat.
+
+    Raises:
+        ConfigTypeError: A field has the wrong type, or the id is empty, has ``/`` or a line break.
+
+    Examples:
+        >>> record = EvalRecord("triage-1a2b3c4d", "triage", 0.0, {}, [{"case": "c1", "variant": "terse"}])
+        >>> record.info
+        EvalInfo(eval_id='triage-1a2b3c4d', name='triage', created=0.0, summary={})
+        >>> EvalRecord("a/b", "triage", 0.0, {}, [])
+        Traceback (most recent call last):
+            ...
+        fsmchat.errors.ConfigTypeError: EvalRecord: eval_id='a/b' is invalid: a non-empty one-line string without '/'
+    """
+
+    eval_id: str
+    name: str
+    created: float
+    summary: dict[str, Any]
+    cases: list[dict[str, Any]]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.eval_id, str) or not self.eval_id.strip() or "/" in self.eval_id or \
+                "\n" in self.eval_id or "\r" in self.eval_id:
+            raise bad_value("EvalRecord", "eval_id", self.eval_id, "a non-empty one-line string without '/'",
+                            type_error=True)
+        wanted = (("name", str, "a str"), ("created", (int, float), "a number"), ("summary", dict, "a dict"),
+                  ("cases", list, "a list of dicts"))
+        for name, kind, what in wanted:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise bad_value("EvalRecord", name, value, what, type_error=True)
+        if not all(isinstance(c, dict) for c in self.cases):
+            raise bad_value("EvalRecord", "cases", self.cases, "a list of dicts", type_error=True)
+
+    @property
+    def info(self) -> EvalInfo:
+        """The record without its cases, as ``list_evals`` lists it."""
+        return EvalInfo(self.eval_id, self.name, self.created, self.summary)
 
 
 class Store(Protocol):
@@ -291,6 +373,19 @@ class LaneStore(Store, Protocol):
     def lanes(self, run_id: str) -> list[str]: ...
 
 
+class EvalStore(Store, Protocol):
+    """A store with ``capabilities.evals``."""
+
+    def put_eval(self, record: EvalRecord) -> None:
+        """Keep ``record`` (``ValueError``, nothing written, when its ``eval_id`` is already kept)."""
+
+    def list_evals(self) -> list[EvalInfo]:
+        """Every kept evaluation, newest first (an older store without evaluations: none)."""
+
+    def load_eval(self, eval_id: str) -> EvalRecord:
+        """The evaluation ``eval_id`` with its cases (``KeyError`` when there is none)."""
+
+
 class ReadsLog(ABC):
     """``load`` and ``history`` of a store, read from its ``log`` (which each store defines)."""
 
@@ -309,7 +404,8 @@ class ReadsLog(ABC):
 
 
 _METHODS = {None: ("start", "append", "finish", "log", "load", "history"), "leases": ("acquire", "renew", "release"),
-            "history": ("runs", "list_runs", "put"), "lanes": ("lanes",)}
+            "history": ("runs", "list_runs", "put"), "lanes": ("lanes",),
+            "evals": ("put_eval", "list_evals", "load_eval")}
 
 
 def missing_methods(store: object) -> list[str]:
@@ -346,6 +442,11 @@ def check_store(store: object, owner: str, field: str = "checkpoint") -> Store |
 def leases_of(store: Store) -> LeaseStore | None:
     """``store`` as a lease store, when it declares leases."""
     return cast(LeaseStore, store) if store.capabilities.leases else None
+
+
+def evals_of(store: Store) -> EvalStore | None:
+    """``store`` as a store of evaluations, when it declares ``evals``."""
+    return cast(EvalStore, store) if store.capabilities.evals else None
 
 
 # ---- the working state's values as JSON data ----

@@ -1,4 +1,4 @@
-"""The viewer's HTML: one page shell for the runs list, a run and an exported report.
+"""The viewer's HTML: one page shell for the runs list, a run, an exported report and the evaluation pages.
 
 A page is static HTML with the viewer's stylesheet and script inline (vendored in
 ``fsmchat/ui/static``, no network) and its data as a JSON block the script renders with
@@ -19,7 +19,7 @@ from typing import Any
 from .. import __version__
 
 
-HOME = '<a id="home" href="/">fsmchat runs</a>'
+HOME = '<a id="home" href="/">fsmchat runs</a><a id="evals-home" href="/evals">evaluations</a>'
 
 
 @lru_cache(maxsize=None)
@@ -38,7 +38,8 @@ def data_json(data: Any) -> str:
 
 
 def page(data: dict[str, Any], title: str, *, live: bool, report: bool = False) -> str:
-    """A viewer page: ``data`` (``{"kind": "runs" | "run", ...}``) rendered in the browser.
+    """A viewer page: ``data`` (``{"kind": "runs" | "run" | "evals" | "eval" | "eval_case", ...}``)
+    rendered in the browser.
 
     ``live``: the page polls the server it came from (``/api/...``) until the run finishes;
     ``report``: an exported file, which may not connect anywhere (CSP ``connect-src 'none'``)."""

@@ -2,6 +2,8 @@
 
 The server and the report build the same data (``run_data``) and the same page (``page.page``); a
 report only has it all inline and never connects anywhere, so it opens from ``file://`` offline.
+The evaluation pages' data (``evals_data``, ``eval_data``, ``eval_case_data``) is masked by the same
+rule as a run's.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 from ..masking import redact_data
 from .page import page
+from .evalview import case_view, eval_view, evals_view
 from .store import STATUSES, CheckpointView, Store, open_view
 from .view import run_view
 
@@ -32,6 +35,22 @@ def run_data(store: Store | CheckpointView, run_id: str, known: tuple[Any, Any] 
             return {"unchanged": True}
     data = {"kind": "run", "store": store.label, **run_view(store.run(run_id), time.time())}
     return redact_data(data, keep=("svg",))  # one rule for every text the page and a report show
+
+
+def evals_data(store: Store | CheckpointView) -> dict[str, Any]:
+    """The evaluations page's data, secrets masked."""
+    return redact_data({"kind": "evals", "store": store.label, "evals": evals_view(store.evaluations())})
+
+
+def eval_data(store: Store | CheckpointView, eval_id: str, baseline: str | None = None) -> dict[str, Any]:
+    """One evaluation's page data (``baseline``: the variant the others are compared with), secrets masked."""
+    return redact_data({"store": store.label, **eval_view(store.evaluation(eval_id), baseline)})
+
+
+def eval_case_data(store: Store | CheckpointView, eval_id: str, case: str, a: str | None = None,
+                   b: str | None = None, repeat: int | None = None) -> dict[str, Any]:
+    """One case of an evaluation: its runs, and variant ``a``'s and ``b``'s transcripts diffed, secrets masked."""
+    return redact_data({"store": store.label, **case_view(store.evaluation(eval_id), case, a, b, repeat, store.run)})
 
 
 def report_html(store: Store | CheckpointView, run_id: str) -> str:

@@ -1,8 +1,11 @@
 """``fsmchat ui``: a local web app over one checkpoint store (Starlette + uvicorn, the ``fsmchat[ui]`` extra).
 
 Pages: ``/`` (every run), ``/runs/{run_id}`` (one run, replayed step by step); their data at
-``/api/runs`` and ``/api/runs/{run_id}``, which the pages poll while a run executes. Every request
-reads the store afresh, read-only; a store that cannot be read gets a page saying why.
+``/api/runs`` and ``/api/runs/{run_id}``, which the pages poll while a run executes. The store's
+evaluations: ``/evals`` (every one), ``/evals/{eval_id}`` (variants side by side per case, score
+differences from ``?baseline=VARIANT``), ``/evals/{eval_id}/case?name=CASE&a=VARIANT&b=VARIANT&repeat=N``
+(one case's runs, two transcripts diffed); their data under ``/api/evals``. Every request reads the
+store afresh, read-only; a store that cannot be read gets a page saying why.
 
 It answers only requests whose ``Host`` is the address it serves or a localhost name with its port
 (``localhost``, ``127.0.0.1``, ``[::1]``), or a name given with ``--allow-host``; any other gets
@@ -22,8 +25,8 @@ from typing import Any, Awaitable, Callable, Iterable, MutableMapping
 from ..errors import FsmchatError, bad_value
 from ..masking import redact
 from .page import error_page, page
-from .report import runs_data, run_data
-from .store import RunNotFound, StoreUnreadable, open_view, store_label
+from .report import eval_case_data, eval_data, evals_data, runs_data, run_data
+from .store import EvalNotFound, RunNotFound, StoreUnreadable, open_view, store_label
 
 DEFAULT_HOST = "127.0.0.1"  # this machine only, unless told otherwise
 DEFAULT_PORT = 8765
@@ -94,6 +97,19 @@ class HostCheck:
         await send({"type": "http.response.body", "body": body})
 
 
+class BadQuery(FsmchatError, ValueError):
+    """A page's query parameter is missing or not what it must be (400, saying which)."""
+
+
+def whole(text: str | None, name: str) -> int | None:
+    """A query parameter that is a whole number from 1 (None when absent); ``BadQuery`` when not."""
+    if text is None or text == "":
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise BadQuery(f"?{name}={text!r} is invalid: a whole number from 1")
+    return int(text)
+
+
 def guarded(inner: Any, host: str, port: int, allow: Iterable[str] = ()) -> HostCheck:
     """``inner`` behind ``HostCheck`` for a server listening on ``host:port``."""
     served = [f"[{host}]" if ":" in host else host, *LOCAL_NAMES]
@@ -118,7 +134,43 @@ def app(db: str | Path) -> Any:
         if isinstance(exc, RunNotFound):
             return HTMLResponse(error_page("No such run", str(exc), "The runs list shows the runs this store holds."),
                                 status, headers)
+        if isinstance(exc, EvalNotFound):
+            return HTMLResponse(error_page("No such evaluation", str(exc), "The evaluations list (/evals) shows the "
+                                           "evaluations this store keeps."), status, headers)
+        if isinstance(exc, BadQuery):
+            return HTMLResponse(error_page("Bad address", str(exc)), status, headers)
         return HTMLResponse(error_page("This store cannot be read", str(exc)), status, headers)
+
+    def answer(data: Callable[[], dict[str, Any]], title: Callable[[dict[str, Any]], str], api: bool) -> Response:
+        """``data()`` as the page titled ``title(data)`` (or as JSON for ``api``), or the page or
+        JSON saying why not: 400 for a bad query, 404 for what the store does not hold, 500 when
+        the store cannot be read."""
+        try:
+            got = data()
+        except (BadQuery, EvalNotFound, RunNotFound, StoreUnreadable) as exc:
+            status = 400 if isinstance(exc, BadQuery) else 500 if isinstance(exc, StoreUnreadable) else 404
+            return JSONResponse({"error": redact(str(exc))}, status, headers) if api else problem(exc, status)
+        return JSONResponse(got, 200, headers) if api else HTMLResponse(page(got, title(got), live=False), 200, headers)
+
+    def evals_page(request: Request, api: bool = False) -> Response:
+        return answer(lambda: evals_data(store), lambda d: f"fsmchat evaluations: {store.name}", api)
+
+    def eval_page(request: Request, api: bool = False) -> Response:
+        q = request.query_params
+        return answer(lambda: eval_data(store, request.path_params["eval_id"], q.get("baseline") or None),
+                      lambda d: f"evaluation {d['eval']['name']} {d['eval']['eval_id']}", api)
+
+    def case_page(request: Request, api: bool = False) -> Response:
+        q = request.query_params
+
+        def data() -> dict[str, Any]:
+            name = q.get("name")
+            if not name:
+                raise BadQuery("this page needs ?name=CASE (the case's name, as the evaluation page links it)")
+            return eval_case_data(store, request.path_params["eval_id"], name, q.get("a") or None, q.get("b") or None,
+                                  whole(q.get("repeat"), "repeat"))
+
+        return answer(data, lambda d: f"case {d['case']} of evaluation {d['eval']['name']}", api)
 
     def runs_page(request: Request) -> Response:
         try:
@@ -153,8 +205,15 @@ def app(db: str | Path) -> Any:
             return JSONResponse({"error": redact(str(exc))}, 500, headers)
         return JSONResponse(data, 200, headers)
 
+    def api(view: Callable[..., Response]) -> Callable[[Request], Response]:
+        return lambda request: view(request, api=True)
+
     return Starlette(routes=[Route("/", runs_page), Route("/runs/{run_id:path}", run_page),
-                             Route("/api/runs", runs_api), Route("/api/runs/{run_id:path}", run_api)])
+                             Route("/api/runs", runs_api), Route("/api/runs/{run_id:path}", run_api),
+                             Route("/evals", evals_page), Route("/evals/{eval_id}", eval_page),
+                             Route("/evals/{eval_id}/case", case_page), Route("/api/evals", api(evals_page)),
+                             Route("/api/evals/{eval_id}", api(eval_page)),
+                             Route("/api/evals/{eval_id}/case", api(case_page))])
 
 
 @dataclass

@@ -9,6 +9,10 @@ another process is writing is read as of its last commit.
 A PostgreSQL store (a ``postgresql://`` or ``postgres://`` URI wherever a path is accepted) is read
 through ``PostgresCheckpointer``'s reading methods only (``list_runs``, ``log``, ``lanes``, ``load``),
 which never write a run.
+
+Evaluations (``fsmchat.evals`` with ``checkpoint=``) are read from the same store: its ``evals``
+table (``list_evals``/``load_eval`` on PostgreSQL); a store written before evaluations were kept
+has none, and reads as such.
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import CheckpointStoreError, FsmchatError
 from ..models import StopReason
-from ..store.checkpoint import SqliteCheckpointer, lease_refusal, saved_of
+from ..store.checkpoint import (EVAL_COLUMNS, EvalInfo, EvalRecord, SqliteCheckpointer, eval_info_of_row, eval_of_row,
+                                evals_of, lease_refusal, saved_of)
 from ..store.postgres import PostgresCheckpointer
 
 DSN_SCHEMES = ("postgresql://", "postgres://")
@@ -96,6 +101,29 @@ class RunNotFound(FsmchatError, KeyError):
         return str(self.args[0])
 
 
+class EvalNotFound(FsmchatError, KeyError):
+    """No evaluation with that id in the store, or no such variant, case or repeat in it.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm, SqliteCheckpointer
+        >>> from fsmchat.evals import Eval
+        >>> store = SqliteCheckpointer("evals.db")
+        >>> result = Eval([{"name": "hi", "task": "Hi?"}], lambda: RoundRobinSwarm(agents=[lambda t: "Hi."], max_loops=1),
+        ...               checkpoint=store).run()
+        >>> from fsmchat.ui import EvalNotFound, Store
+        >>> [e.name for e in Store("evals.db").evaluations()]
+        ['dataset']
+        >>> try:
+        ...     Store("evals.db").evaluation("nope")
+        ... except EvalNotFound as exc:
+        ...     print(exc)
+        no evaluation 'nope' in evals.db
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 _LANES = "WHERE run_id=? OR substr(run_id, 1, ?)=?"  # a run and its branch lanes (``<run id>/<lane>``)
 
 
@@ -151,6 +179,7 @@ class _Open:
     db: sqlite3.Connection | None
     nmsg: bool = False  # events.nmsg: the transcript's length at each step is recorded
     leases: bool = False
+    evals: bool = False  # the store keeps evaluations (a store written before they were kept has no table)
 
     def leases_of(self) -> dict[str, tuple[str, float]]:
         if self.db is None or not self.leases:
@@ -209,7 +238,8 @@ class Store:
         if missing:
             raise StoreUnreadable(f"{self.path}: not an fsmchat checkpoint store (it has tables {sorted(tables)}; "
                                   f"missing {missing})")
-        return _Open(db, "nmsg" in {c[1] for c in db.execute("PRAGMA table_info('events')")}, "leases" in tables)
+        return _Open(db, "nmsg" in {c[1] for c in db.execute("PRAGMA table_info('events')")}, "leases" in tables,
+                     "evals" in tables)
 
     def summaries(self) -> list[dict[str, Any]]:
         """Return every run (branch lanes left out), newest first: pattern, task, status, counts, usage, times.
@@ -285,6 +315,42 @@ class Store:
             db, row = self._row(o, run_id, "stop_reason")
             n = db.execute(f"SELECT COUNT(*) FROM events {_LANES}", (run_id, len(run_id) + 1, run_id + "/")).fetchone()[0]
             return n, status_of(row[0], o.leases_of().get(run_id), time.time())
+
+    def evaluations(self) -> list[EvalInfo]:
+        """Return every evaluation the store keeps, newest first, without its cases (none in an
+        older store).
+
+        Raises:
+            StoreUnreadable: The file is missing, corrupted or not a checkpoint store.
+        """
+        with self._open() as o:
+            if o.db is None or not o.evals:
+                return []
+            rows = o.db.execute(f"SELECT {EVAL_COLUMNS} FROM evals ORDER BY created DESC, rowid DESC").fetchall()
+        try:
+            return [eval_info_of_row(r, self.label) for r in rows]
+        except CheckpointStoreError as exc:
+            raise StoreUnreadable(str(exc)) from None
+
+    def evaluation(self, eval_id: str) -> EvalRecord:
+        """Return the evaluation ``eval_id`` with its cases.
+
+        Args:
+            eval_id: The evaluation's id.
+
+        Raises:
+            EvalNotFound: The store keeps no such evaluation.
+            StoreUnreadable: The file is missing, corrupted or not a checkpoint store.
+        """
+        with self._open() as o:
+            row = None if o.db is None or not o.evals else \
+                o.db.execute(f"SELECT {EVAL_COLUMNS}, cases FROM evals WHERE eval_id=?", (eval_id,)).fetchone()
+        if row is None:
+            raise EvalNotFound(f"no evaluation {eval_id!r} in {self.path}")
+        try:
+            return eval_of_row(row, self.label)
+        except CheckpointStoreError as exc:
+            raise StoreUnreadable(str(exc)) from None
 
     def _row(self, o: _Open, run_id: str, columns: str) -> tuple[sqlite3.Connection, tuple[Any, ...]]:
         """The open database and the run's ``columns`` of its ``runs`` row (``RunNotFound`` if none)."""
@@ -421,6 +487,23 @@ class CheckpointView:
                          in_fork_order({k: v for k, v in by_lane.items() if v or not k}),
                          [_message_dict(m) for m in log.messages], lane_messages,
                          state if isinstance(state, dict) else {})
+
+    def evaluations(self) -> list[EvalInfo]:
+        """Every evaluation the store keeps, newest first, as ``Store.evaluations`` (none when the
+        store does not keep evaluations)."""
+        store = evals_of(self.checkpoint)
+        return [] if store is None else list(self._read(store.list_evals))
+
+    def evaluation(self, eval_id: str) -> EvalRecord:
+        """The evaluation ``eval_id`` with its cases, as ``Store.evaluation``."""
+        store = evals_of(self.checkpoint)
+        try:
+            if store is None:
+                raise KeyError(eval_id)
+            record: EvalRecord = self._read(lambda: store.load_eval(eval_id))
+        except KeyError:
+            raise EvalNotFound(f"no evaluation {eval_id!r} in {self.label}") from None
+        return record
 
     def progress(self, run_id: str) -> tuple[int, str]:
         """The run's step count (its lanes' included) and its status, as ``Store.progress``."""

@@ -16,6 +16,7 @@ from pydantic_evals.evaluators import EvaluatorContext
 
 from fsmchat import Agent, RoundRobinSwarm
 from fsmchat.errors import ConfigError
+from fsmchat.ui import Store
 from fsmchat.evals import (Check, Eval, Judge, MatchesSchema, PathInGraph, Regex, SpeakersAre, SpeakersInOrder,
                            StoppedBecause, ToolCalled, ToolUse, Trajectory, Visited, WithinBudget, load_dataset)
 from openai_server import OpenAIServer, text, tool_call
@@ -270,6 +271,13 @@ def test_fsmchat_eval_keeps_every_run_in_a_store_for_the_viewer(tmp_path):
     runs = json.loads(listed.stdout)
     assert sorted(r["run_id"].rsplit("-", 1)[0] for r in runs) == [f"eval-dataset-no-c{i}" for i in range(4)]
     assert {(r["status"], r["stop_reason"]) for r in runs} == {("finished", "max_loops")}
+    [kept] = Store(tmp_path / "runs.db").evaluations()  # and the eval's record beside them, each case linked
+    assert (f"-- evaluation {kept.eval_id} is kept in the store beside its runs (fsmchat ui: /evals/{kept.eval_id})"
+            in done.stdout.splitlines())
+    record = Store(tmp_path / "runs.db").evaluation(kept.eval_id)
+    assert [(c["case"], c["variant"], c["output"], c["assertions"]["Contains"]["value"]) for c in record.cases] == \
+        [(f"c{i}", "no", "Not yet.", True) for i in range(4)]
+    assert sorted(c["run_id"] for c in record.cases) == sorted(r["run_id"] for r in runs)
 
 
 KILLABLE = textwrap.dedent('''

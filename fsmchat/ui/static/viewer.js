@@ -1,5 +1,6 @@
-/* fsmchat run viewer: renders the page's JSON data (runs list or one run) with textContent only, so every
-   model-written text stays text. Live pages poll the server they came from; exported reports never connect. */
+/* fsmchat run viewer: renders the page's JSON data (runs list, one run, the evaluations list, one evaluation, one
+   case of it) with textContent only, so every model-written text stays text. Live pages poll the server they came
+   from; exported reports never connect. */
 "use strict";
 (function () {
   const settings = JSON.parse(document.getElementById("fsmchat-settings").textContent);
@@ -248,6 +249,158 @@
     if (data.kind === "runs" || data.run.status === "running") setTimeout(poll, POLL_MS);
   }
 
+
+  // ---- evaluations: the list, one evaluation (variants side by side), one case (two transcripts diffed) ----
+  function evalLink(id) { return "/evals/" + encodeURIComponent(id); }
+  function caseLink(id, name, a, b, repeat) {
+    const q = new URLSearchParams({name});
+    if (a) q.set("a", a);
+    if (b) q.set("b", b);
+    if (repeat) q.set("repeat", String(repeat));
+    return evalLink(id) + "/case?" + q.toString();
+  }
+  function mean(x) { return typeof x === "number" ? x.toFixed(2) : dash; }
+  function text(x) { return x === null || x === undefined ? "" : typeof x === "string" ? x : JSON.stringify(x); }
+  function resultText(x) {  // an evaluator's result: an assertion passed or failed, a score, a label
+    if (x.kind === "assertions") return x.value ? "passed" : "failed";
+    return x.kind === "scores" ? mean(x.value) : String(x.value);
+  }
+  function delta(d) {  // a difference from the baseline: signed, coloured by its direction
+    if (typeof d !== "number") return null;
+    const text = Math.abs(d) < 5e-10 ? "±0" : (d > 0 ? "+" : "−") + Math.abs(d).toFixed(2);
+    return el("span", {class: "delta " + (d > 5e-10 ? "up" : d < -5e-10 ? "down" : "flat")}, text);
+  }
+  function runMark(r) {  // a link to one run of a case, marked when it failed
+    const label = "run " + (r.repeat || 1);
+    if (!r.run_id) return el("span", {class: "run-link failed", title: r.error || ""}, label + " (not run)");
+    return el("a", {href: runLink(r.run_id), class: "run-link" + (r.ok ? "" : " failed"), title: r.error || r.run_id,
+                    "data-run-id": r.run_id}, label + (r.ok ? "" : " ✗"));
+  }
+  function navigate(params) {  // this page again, with these query parameters changed
+    const q = new URLSearchParams(location.search);
+    for (const [k, v] of Object.entries(params)) q.set(k, String(v));
+    location.search = q.toString();
+  }
+
+  function renderEvals() {
+    where(data.store);
+    document.title = "fsmchat evaluations";
+    const table = el("table", {id: "evals"},
+      el("thead", {}, el("tr", {}, ["evaluation", "variants", "cases", "runs", "failed", "model calls", "means",
+                                     "started"].map((h, i) => el("th", {class: i >= 2 && i <= 5 ? "num" : null}, h)))),
+      el("tbody", {}, data.evals.map((e) => el("tr", {"data-eval-id": e.eval_id},
+        el("td", {}, el("a", {href: evalLink(e.eval_id)}, e.name), el("div", {class: "muted"}, e.eval_id)),
+        el("td", {}, e.variants.join(", ")),
+        [e.cases, e.runs, e.failed, e.calls].map((n) => el("td", {class: "num"}, num(n))),
+        el("td", {class: "means"}, Object.entries(e.means).map(([v, stats]) => el("div", {},
+          el("b", {}, v + ": "), Object.entries(stats).map(([k, m]) => `${k} ${mean(m)}`).join(", ")))),
+        el("td", {class: "when"}, when(e.created))))));
+    fill(app, el("h1", {}, "Evaluations"),
+      data.evals.length ? table : el("p", {id: "no-evals"}, "No evaluations in this store yet: " +
+        "Eval(..., checkpoint=store) or fsmchat eval FILE.py --db STORE keeps one beside its runs."));
+  }
+
+  function renderEval() {
+    const e = data.eval, base = data.baseline;
+    where(data.store);
+    document.title = `evaluation ${e.name} ${e.eval_id}`;
+    const pick = el("select", {id: "baseline"},
+      data.variants.map((v) => el("option", {value: v, selected: v === base}, v)));
+    const baseMark = (v) => v === base ? el("span", {class: "muted"}, " (baseline)") : null;
+    pick.addEventListener("change", () => navigate({baseline: pick.value}));
+    const summary = el("table", {id: "eval-summary"}, el("thead", {}, el("tr", {}, el("th", {}, "evaluator"),
+        data.variants.map((v) => el("th", {class: "num", "data-variant": v}, v, baseMark(v))))),
+      el("tbody", {}, data.summary.map((row) => el("tr", {"data-evaluator": row.evaluator},
+        el("td", {}, row.evaluator), data.variants.map((v) => {
+          const st = row.cells[v];
+          return el("td", {class: "num", "data-variant": v}, st ? mean(st.mean) : dash,
+            st && st.n > 1 && st.low !== st.high ?
+              el("span", {class: "muted"}, ` [${mean(st.low)}, ${mean(st.high)}]`) : null,
+            st ? delta(st.delta) : null);
+        }))),
+        el("tr", {"data-evaluator": "failed runs"}, el("td", {}, "failed runs"),
+          data.variants.map((v) => el("td", {class: "num", "data-variant": v}, num(data.failed[v]))))));
+    const cases = el("table", {id: "eval-cases"}, el("thead", {}, el("tr", {}, el("th", {}, "case"),
+        data.variants.map((v) => el("th", {"data-variant": v}, v, baseMark(v))),
+        el("th", {}, "transcripts"))),
+      el("tbody", {}, data.cases.map((c) => el("tr", {"data-case": c.case},
+        el("td", {class: "case"}, el("b", {}, c.case), el("div", {class: "muted task"}, c.task || "")),
+        data.variants.map((v) => caseCell(c.cells[v], v)),
+        el("td", {class: "compare"}, data.variants.filter((v) => v !== base).map((v) =>
+          el("div", {}, el("a", {href: caseLink(e.eval_id, c.case, base, v), class: "diff-link", "data-b": v},
+            `diff ${base} vs ${v}`))))))));
+    fill(app,
+      el("h1", {}, "Evaluation ", e.name),
+      el("div", {class: "muted"}, "evaluation ", el("code", {id: "eval-id"}, e.eval_id)),
+      el("dl", {class: "summary", id: "summary"}, [["cases", num(e.cases)], ["variants", num(data.variants.length)],
+        ["repeats", num(e.repeat)], ["runs", num(e.runs)], ["failed runs", num(e.failed)], ["model calls", num(e.calls)],
+        ["from the cassette", num(e.recorded)], ["started", when(e.created)]].map(([k, v]) =>
+          el("div", {}, el("dt", {}, k), el("dd", {"data-field": k}, v)))),
+      el("div", {class: "filter"}, el("label", {}, "baseline ", pick),
+        el("span", {class: "muted"}, " each variant's difference is from the baseline's mean")),
+      el("h2", {}, "Summary ", el("span", {class: "muted"}, "(mean over cases × repeats, 95% interval)")), summary,
+      el("h2", {}, "Cases ",
+        el("span", {class: "muted"}, `(${data.cases.length}; each value the mean over the case's repeats)`)),
+      cases);
+  }
+
+  function caseCell(cell, variant) {
+    if (!cell || !cell.runs.length) return el("td", {"data-variant": variant, class: "muted"}, "not run");
+    const values = data.evaluators.filter((ev) => cell.values[ev.name] !== null || cell.labels[ev.name]);
+    return el("td", {"data-variant": variant},
+      el("ul", {class: "values"}, values.map((ev) => el("li", {"data-evaluator": ev.name},
+        el("span", {class: "muted"}, ev.name + " "),
+        cell.labels[ev.name] ? cell.labels[ev.name].join(", ") : mean(cell.values[ev.name]),
+        delta(cell.deltas[ev.name])))),
+      el("div", {class: "output", title: "the first run's output"}, text(cell.runs[0].output)),
+      cell.runs.filter((r) => !r.ok).slice(0, 1).map((r) => el("div", {class: "error"}, r.error || "failed")),
+      el("div", {class: "runs"}, cell.runs.map(runMark)));
+  }
+
+  function renderEvalCase() {
+    const e = data.eval;
+    where(data.store);
+    document.title = `case ${data.case} of evaluation ${e.name}`;
+    const select = (id, values, chosen, key) => {
+      const s = el("select", {id},
+        values.map((v) => el("option", {value: v, selected: String(v) === String(chosen)}, String(v))));
+      s.addEventListener("change", () => navigate({[key]: s.value}));
+      return s;
+    };
+    const runs = el("table", {id: "case-runs"}, el("thead", {}, el("tr", {},
+        ["variant", "repeat", "run", "status", "output", "evaluators"].map((h) =>
+          el("th", {class: h === "repeat" ? "num" : null}, h)))),
+      el("tbody", {}, data.runs.map((r) => el("tr", {"data-variant": r.variant, "data-repeat": r.repeat},
+        el("td", {}, r.variant), el("td", {class: "num"}, num(r.repeat)), el("td", {}, runMark(r)),
+        el("td", {}, r.ok ? el("span", {class: "badge finished"}, "ran") : el("span", {class: "badge failed"}, "failed"),
+          r.error ? el("div", {class: "error"}, r.error) : null),
+        el("td", {class: "output"}, text(r.output)),
+        el("td", {}, el("ul", {class: "values"}, r.results.map((x) => el("li", {"data-evaluator": x.evaluator},
+          el("b", {}, x.evaluator + " "), resultText(x),
+          x.reason ? el("div", {class: "muted reason"}, x.reason) : null))))))));
+    const side = (s) => el("th", {}, `${s.variant}, repeat ${s.repeat} `,
+      s.run_id ? el("a", {href: runLink(s.run_id)}, s.run_id) : null);
+    const cellOf = (side, cls) => side === null ? el("td", {class: cls + " empty"}) :
+      el("td", {class: cls}, el("span", {class: "role"}, side.role),
+        el("div", {class: "content"}, side.segments.map(([op, text]) => el("span", {class: op}, text))));
+    const notes = [data.a, data.b].filter((s) => s.note).map((s) => el("li", {}, s.note));
+    const diff = el("table", {id: "diff"}, el("thead", {}, el("tr", {}, side(data.a), side(data.b))),
+      el("tbody", {}, data.diff.map((row) => el("tr", {class: "op-" + row.op, "data-op": row.op},
+        cellOf(row.a, "a"), cellOf(row.b, "b")))));
+    fill(app,
+      el("div", {class: "muted"}, el("a", {href: evalLink(e.eval_id), id: "back"}, "evaluation " + e.name), " · case"),
+      el("h1", {}, "Case ", data.case),
+      el("p", {class: "task", id: "task"}, data.task || ""),
+      el("h2", {}, "Runs"), runs,
+      el("h2", {}, "Transcripts diffed"),
+      el("div", {class: "filter"}, el("label", {}, "A ", select("diff-a", data.variants, data.a.variant, "a")), " ",
+        el("label", {}, "B ", select("diff-b", data.variants, data.b.variant, "b")), " ",
+        el("label", {}, "repeat ", select("diff-repeat", data.repeats, data.a.repeat, "repeat"))),
+      notes.length ? el("ul", {class: "notes", id: "diff-notes"}, notes) : null,
+      data.same ? el("p", {id: "diff-same", class: "muted"}, "The two transcripts are the same.") : null,
+      data.diff.length ? diff : null);
+  }
+
   document.addEventListener("keydown", (e) => {
     if (data.kind !== "run" || e.altKey || e.ctrlKey || e.metaKey) return;
     if (e.target && e.target.id === "slider") return;  // the slider moves itself on arrow keys
@@ -256,7 +409,7 @@
     if (to !== undefined) { e.preventDefault(); show(to); }
   });
 
-  if (data.kind === "runs") renderRuns(); else renderRun();
+  ({runs: renderRuns, run: renderRun, evals: renderEvals, eval: renderEval, eval_case: renderEvalCase})[data.kind]();
   window.fsmchatViewer = {show: (i) => show(i), step: () => current};
   if (settings.live && (data.kind === "runs" || data.run.status === "running")) setTimeout(poll, POLL_MS);
 })();
