@@ -235,7 +235,12 @@ class SqliteCheckpointer(ReadsLog):
                                        token INTEGER NOT NULL DEFAULT 0);
     CREATE TABLE IF NOT EXISTS evals (eval_id TEXT PRIMARY KEY, name TEXT NOT NULL, created REAL NOT NULL,
                                       summary TEXT NOT NULL, cases TEXT NOT NULL);
+    CREATE TRIGGER IF NOT EXISTS events_reopen AFTER INSERT ON events
+        WHEN (SELECT stop_reason FROM runs WHERE run_id = NEW.run_id) IS NOT NULL
+        BEGIN UPDATE runs SET stop_reason = NULL WHERE run_id = NEW.run_id; END;
     """
+    # events_reopen: a run that gains a step is not ended (a resumed run's first commit clears its
+    # stop reason), in the commit's own transaction, without a statement of its own per commit
     COLUMNS = {"runs": {"run_id", "meta", "stop_reason", "created", "updated"},
                "events": {"run_id", "seq", "step", "state", "trigger", "dest", "t", "payload"},
                "messages": {"run_id", "seq", "role", "content", "metadata"},
@@ -451,7 +456,7 @@ class SqliteCheckpointer(ReadsLog):
 
     def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> "Future[None] | None":
         """Store one commit in one transaction: its event rows, its messages, and the run marked
-        not ended (its stop reason cleared). With ``fence``, nothing is written and ``LeaseLost`` is
+        not ended (its stop reason cleared, by the ``events_reopen`` trigger). With ``fence``, nothing is written and ``LeaseLost`` is
         raised when the fence no longer holds the run's lease. With ``durability="fsync"`` the
         commit is queued to the writer thread and its future returned (done once on disk)."""
         self._writable("write a run")
@@ -459,8 +464,7 @@ class SqliteCheckpointer(ReadsLog):
         def write(db: sqlite3.Connection) -> None:
             self._require(fence, db)
             db.executemany(_INSERT_EVENT, event_rows(run_id, commit))
-            db.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))
-            db.execute("UPDATE runs SET stop_reason=NULL WHERE run_id=? AND stop_reason IS NOT NULL", (run_id,))
+            db.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))  # (events_reopen: not ended)
 
         return self._write(write, fence)
 
