@@ -36,10 +36,10 @@ class Agent(BaseModel):
 
     Any extra keyword (``api_base``, ``api_key``, ``temperature``, ``max_tokens``, ...) is passed
     to ``litellm.acompletion`` unchanged. Reference spellings are accepted: ``agent_name``,
-    ``model_name``, ``instructions``/``prompt``, ``tools_list_dictionary``. ``max_loops``,
-    ``persistent_memory`` and an agent-level ``output_type`` are accepted for compatibility with
-    swarms and have no effect here: every fsmchat call is one single-shot completion and the
-    pattern, not the agent, formats the output. With no ``model`` (and no ``FSMCHAT_MODEL``) the
+    ``model_name``, ``instructions``/``prompt``, ``tools_list_dictionary``. swarms' ``max_loops=1``,
+    ``persistent_memory=False`` and ``output_type="final"`` are accepted, as what an fsmchat agent
+    does anyway (one completion per turn, no memory of its own between runs, its reply passed on);
+    any other value is refused, saying what does it here. With no ``model`` (and no ``FSMCHAT_MODEL``) the
     agent uses the built-in offline model. Reprs and logs never show secrets. ``stream=True``
     streams every reply over the wire (assembled whole; a run with a token sink streams replies
     anyway and shows their deltas: ``pattern.stream(task, tokens=True)``).
@@ -75,9 +75,9 @@ class Agent(BaseModel):
         transport: How requests travel: ``"auto"`` (straight over HTTP for an OpenAI-compatible
             endpoint, ``openai/<name>`` or ``hosted_vllm/<name>`` with an ``api_base``; litellm
             otherwise), ``"fast"`` (straight over HTTP, or a ``ConfigError``), ``"litellm"``.
-        max_loops: Accepted for swarms compatibility; no effect.
-        persistent_memory: Accepted for swarms compatibility; no effect.
-        output_type: Accepted for swarms compatibility; no effect.
+        max_loops: swarms' spelling: 1 (or None); more turns are the pattern's ``max_loops``.
+        persistent_memory: swarms' spelling: False (or None); a run's memory is its checkpoint.
+        output_type: swarms' spelling: ``"final"`` (or None); the pattern formats the output.
         context: What of the conversation its calls carry: ``"full"``, ``LastMessages(n)`` or
             ``Summarize(agent=..., keep_last=k, at=0.8)`` (``fsmchat.speakers.context``); None
             (the default) follows the pattern's policy, else ``"full"``.
@@ -188,6 +188,33 @@ class Agent(BaseModel):
     @classmethod
     def _context(cls, v: Any) -> Any:
         return contexts.check_context(v, "Agent")
+
+    @field_validator("max_loops")
+    @classmethod
+    def _max_loops(cls, v: int | None) -> int | None:
+        if v is not None and v != 1:
+            raise ValueError(f"max_loops={v!r} is invalid on an Agent: an agent answers once per turn (1, or leave "
+                             "it out); for more turns give the pattern max_loops (GroupChat(max_loops=...), "
+                             "RoundRobinSwarm(max_loops=...)) or repeat a step (loop, repeat)")
+        return v
+
+    @field_validator("persistent_memory")
+    @classmethod
+    def _persistent_memory(cls, v: bool | None) -> bool | None:
+        if v:
+            raise ValueError("persistent_memory=True is invalid: an agent keeps no memory of its own between runs "
+                             "(False, or leave it out); a run's memory is its transcript, kept across processes by "
+                             "checkpoint= (resume, fork)")
+        return v
+
+    @field_validator("output_type")
+    @classmethod
+    def _output_type(cls, v: str | None) -> str | None:
+        if v is not None and v != "final":
+            raise ValueError(f"output_type={v!r} is invalid on an Agent: an agent passes on its reply only "
+                             "('final', or leave it out); the pattern's output_type formats the run's output "
+                             "(GroupChat(output_type='list'))")
+        return v
 
     @field_validator("model")
     @classmethod

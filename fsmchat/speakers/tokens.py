@@ -41,6 +41,7 @@ import threading
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from ..errors import FsmchatError
 from . import modelmap
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ _lock = threading.Lock()
 _encoding: tiktoken.Encoding | None = None
 
 
-class Uncounted(Exception):
+class Uncounted(FsmchatError):
     """A request (or a part of one) outside the rule written here: litellm counts it.
 
     Examples:

@@ -88,6 +88,16 @@ CASES = [
     ("agent blank name", lambda: Agent("  "), ValueError, "non-empty name"),
     ("agent bad tool_mode", lambda: Agent("x", tool_mode="xml"), ValueError, "tool_mode"),
     ("agent negative retries", lambda: Agent("x", num_retries=-1), ValueError, "num_retries"),
+    ("agent max_loops", lambda: Agent("x", max_loops=3), ValueError,
+     "max_loops=3 is invalid on an Agent: an agent answers once per turn (1, or leave it out); for more turns give "
+     "the pattern max_loops (GroupChat(max_loops=...), RoundRobinSwarm(max_loops=...)) or repeat a step (loop, "
+     "repeat)"),
+    ("agent persistent_memory", lambda: Agent("x", persistent_memory=True), ValueError,
+     "persistent_memory=True is invalid: an agent keeps no memory of its own between runs (False, or leave it "
+     "out); a run's memory is its transcript, kept across processes by checkpoint= (resume, fork)"),
+    ("agent output_type", lambda: Agent("x", output_type="str"), ValueError,
+     "output_type='str' is invalid on an Agent: an agent passes on its reply only ('final', or leave it out); the "
+     "pattern's output_type formats the run's output (GroupChat(output_type='list'))"),
     ("rr no agents", lambda: RoundRobinSwarm(agents=[]), ValueError, "RoundRobinSwarm cannot be initialized without agents"),
     ("rr max_loops 0", lambda: RoundRobinSwarm(agents=[A], max_loops=0), ValueError, "max_loops"),
     ("rr output_type", lambda: RoundRobinSwarm(agents=[A], output_type="csv"), ValueError, "output_type"),
