@@ -16,6 +16,7 @@ await wait_for_text_count(hub, channel.channel_id, expected=6)
 """
 from .adapter import DiscussionAdapter, DiscussionState, check_knobs, participant_order
 from .channel import MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, ChannelRuntime, HubLink
+from .speaking import ChannelSpeaking
 from .client import Channel, HubClient
 from .clock import ManualClock
 from .errors import ChannelLimitError, HubClosed, NetworkError, NotFoundError, ProtocolError, TurnFailed
@@ -33,7 +34,7 @@ from .store import KnowledgeStore, MemoryKnowledgeStore
 from .view import WindowedSummary, window_size, windowed_view
 
 __all__ = [
-    "Hub", "HubClient", "Channel", "ChannelRuntime", "HubLink", "HubServices", "HANDLER_COUNTS",
+    "Hub", "HubClient", "Channel", "ChannelRuntime", "ChannelSpeaking", "HubLink", "HubServices", "HANDLER_COUNTS",
     "MAX_CUSTOM_EVENTS", "MAX_EVENT_BYTES", "MemoryKnowledgeStore", "KnowledgeStore", "wait_for_text_count",
     "DiscussionAdapter", "DiscussionState", "check_knobs", "participant_order",
     "EV_TEXT", "EV_CHANNEL_INVITE", "EV_CHANNEL_INVITE_ACK", "EV_CHANNEL_INVITE_REJECT", "EV_CHANNEL_OPENED",

@@ -11,24 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
-from ..engine import STEP, GraphRun
+from ..engine import GraphRun
 from ..graph.state_graph import StateGraph
-from ..speakers.llm import TOKENS, CallStats
-from ..speakers.tool_loop import CallRecord, ToolLoop, ToolRound, approval_request, decide_call
-from ..speakers.tools import has_tools
+from ..speakers.llm import CallStats
+from ..speakers.tool_loop import ToolLoop
 from .adapter import DiscussionAdapter, DiscussionState
 from .clock import Clock
 from .errors import ChannelLimitError, NetworkError, ProtocolError, TurnFailed
 from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT, \
-    EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TOOL_CALLS, EV_TOOL_DECISION, EV_TOOL_RESULT, EV_TURN_FAILED, HUB_SENDER, \
-    PROTOCOL_EVENTS, Envelope, NetworkEvent
+    EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, HUB_SENDER, PROTOCOL_EVENTS, Envelope, NetworkEvent
 from .expectations import due
 from .graphs import LIFECYCLE, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, LIFECYCLE_PENDING, \
     ChannelContext, send_invites, ttl_elapsed
+from .speaking import ChannelSpeaking
 from .stats import TurnStats
 from .store import KnowledgeStore
 
@@ -103,13 +101,6 @@ class HubLink:
     tokens: Callable[[], Callable[[Any], None] | None] = lambda: None  # the hub's token sink, None unheard
 
 
-class _Events:
-    """Where ``ToolLoop.run_exchange`` records its ``tool_error`` events (told to the listeners)."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-
 def _retrieve(fut: "asyncio.Future[Any]") -> None:
     if not fut.cancelled():
         fut.exception()  # mark retrieved: nobody awaiting an open is not an error
@@ -152,11 +143,9 @@ class ChannelRuntime:
         self._opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._opened.add_done_callback(_retrieve)
         self._turn_tasks: set[asyncio.Future[Any]] = set()
-        self.tool_loop = ctx.tool_loop = ToolLoop()  # the speaking block of this channel's agents with tools
-        if link.tools is not None:
-            self.tool_loop.share_sources(link.tools)
-        self._decision: tuple[str, Any, CallRecord, asyncio.Future[str]] | None = None  # a call waiting for a person
         ctx.emit = self._emit
+        self.speaking = ChannelSpeaking(ctx, emit=self._emit, save=self._save, notify=self.notify,
+                                        tokens=link.tokens, sources=link.tools)
         self.lifecycle = ctx.lifecycle = GraphRun(LIFECYCLE, ctx, observers=[self._observer(LIFECYCLE.name)],
                                                   clock=link.clock)
         self.adapter = DiscussionAdapter(ctx, observers=[self._observer("discussion_turns")])
@@ -428,128 +417,6 @@ class ChannelRuntime:
         if task.cancelled():
             return None
         return task.result()
-
-    # ---- the speaking block ----
-    @contextmanager
-    def streaming(self) -> Iterator[None]:
-        """While a reply is asked for in this channel: its deltas go to the hub's token listeners
-        (``hub.on_token``; none listening, the call asks for no stream), each named by the channel
-        and its turn state (``step`` ``"discussion-1|awaiting_bob"``)."""
-        sink = TOKENS.set(self._link.tokens())
-        step = STEP.set(f"{self.ctx.channel_id}|{self.adapter.turns.state}")
-        try:
-            yield
-        finally:
-            STEP.reset(step)
-            TOKENS.reset(sink)
-
-    async def speak(self, agent_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
-        """``speaker``'s reply to ``turn`` on ``agent_id``'s turn, through the run's speaking block
-        (``ToolLoop.speak``): (the text, its tool calls). Without tools it is ``speaker.reply(turn)``.
-
-        With tools, each model answer with tool calls is committed to the channel's log
-        (``EV_TOOL_CALLS``) and the turn graph moves to ``tools_awaiting_<p>``; a call that needs
-        approval waits at ``approve_awaiting_<p>`` until ``hub.decide_tool_call``; the calls run
-        (concurrently, results in call order), each result is committed (``EV_TOOL_RESULT``) and the
-        graph moves back before the model is asked again.
-
-        The reply's deltas go to the hub's token listeners (``streaming``); only the final
-        reply's text streams, the tool calls are assembled whole.
-
-        Raises:
-            ToolError: A tool failed under ``on_tool_error="stop"``, a tool source failed, or the
-                model still asked for tools after ``max_tool_rounds``.
-        """
-        with self.streaming():
-            return await self._speak(agent_id, speaker, turn)
-
-    async def _speak(self, agent_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
-        if not has_tools(speaker):
-            return str(await speaker.reply(turn)), []
-        loop = self.tool_loop
-        try:
-            while True:
-                loop.active = True
-                try:
-                    text = await loop.speak(speaker, turn)
-                    break
-                except ToolRound:
-                    pass
-                finally:
-                    loop.active = False
-                ex = loop.exchanges[speaker.name]
-                pending = ex.pending()
-                self._step_turns("tool_calls", EV_TOOL_CALLS, agent_id,
-                                 {"speaker": agent_id, "calls": [c.entry() for c in pending]})
-                for _, rec in loop.awaiting():
-                    await self._wait_decision(agent_id, speaker, rec)
-                errors: Any = _Events()
-                try:
-                    await loop.run_exchange(ex, speaker, None, errors)
-                finally:
-                    for rec in pending:
-                        if rec.resolved:
-                            self._emit(EV_TOOL_RESULT, sender=agent_id, audience=(),
-                                       data={"speaker": agent_id, **rec.entry()})
-                    self._save()
-                    for ev in errors.events:
-                        self.notify("tool_error", agent_id, data=ev)
-                self._step_turns("results", None, agent_id, None)
-            return text, loop.entries(speaker.name)
-        finally:
-            loop.exchanges.pop(speaker.name, None)
-
-    def _step_turns(self, label: str, event_type: str | None, agent_id: str, data: dict[str, Any] | None) -> None:
-        """Commit ``event_type`` (when given) to the log, then move the turn graph by ``label``."""
-        if self.adapter.turns.finished:
-            raise ProtocolError(f"channel '{self.ctx.channel_id}' is {self.ctx.state}: {agent_id}'s tool round ends")
-        if event_type is not None:
-            self._emit(event_type, sender=agent_id, audience=(), data=data)
-        self.adapter.turns.fire(label, data)
-        self._save()
-
-    async def _wait_decision(self, agent_id: str, speaker: Any, rec: CallRecord) -> None:
-        """Wait at ``approve_awaiting_<p>`` for ``hub.decide_tool_call`` on ``rec``."""
-        self._step_turns("needs_person", None, agent_id, None)
-        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._decision = (agent_id, speaker, rec, done)
-        req = approval_request(agent_id, rec)
-        self.notify("tool_approval", agent_id, data={"prompt": req["prompt"], "allowed": req["allowed"],
-                                                      **req["proposed"]})
-        try:
-            await done
-        finally:
-            self._decision = None
-
-    def waiting_call(self) -> dict[str, Any] | None:
-        """The tool call waiting for a person's decision (speaker, tool, arguments, call_id,
-        prompt, allowed), None when none waits."""
-        if self._decision is None:
-            return None
-        agent_id, _, rec, _ = self._decision
-        req = approval_request(agent_id, rec)
-        return {"prompt": req["prompt"], "allowed": req["allowed"], **req["proposed"]}
-
-    async def decide(self, answer: Any) -> Envelope:
-        """A person's decision on the waiting tool call: ``Approve()``, ``Edit(arguments={...})``
-        (checked against the tool's schema), ``Say(text)`` (the call's result, not run) or
-        ``Reject(reason)``. Committed to the log (``EV_TOOL_DECISION``) before the call runs.
-
-        Raises:
-            ProtocolError: No tool call waits in this channel.
-            ToolArgumentsError: Edited arguments the tool's schema refuses (the call still waits).
-        """
-        if self._decision is None or self._decision[3].done():
-            raise ProtocolError(f"channel '{self.ctx.channel_id}': no tool call waits for a decision")
-        agent_id, speaker, rec, done = self._decision
-        await decide_call(self.tool_loop, speaker, rec, answer)
-        env = self._emit(EV_TOOL_DECISION, sender=agent_id, audience=(),
-                         data={"speaker": agent_id, "call_id": rec.id, "tool": rec.name, "decision": answer.kind,
-                               "arguments": rec.arguments})
-        self.adapter.turns.fire("decided", {"call_id": rec.id, "decision": answer.kind})
-        self._save()
-        done.set_result(answer.kind)
-        return env
 
     def turn_failed(self, agent_id: str, reason: str, turn: int) -> None:
         """``agent_id``'s turn produced no text: count it, record ``EV_TURN_FAILED`` while the channel

@@ -239,7 +239,7 @@ class Hub:
         """The channel's tool call waiting for a person (``Tool(approval=True)``): its ``speaker``,
         ``tool``, ``arguments``, ``call_id``, ``prompt`` and ``allowed`` answers; None when none
         waits. Listeners hear a ``tool_approval`` event when one starts waiting."""
-        return self.runtime(channel_id).waiting_call()
+        return self.runtime(channel_id).speaking.waiting_call()
 
     async def decide_tool_call(self, channel_id: str, answer: Any) -> Envelope:
         """Decide on the channel's waiting tool call: ``Approve()``, ``Edit(arguments={...})``
@@ -252,7 +252,7 @@ class Hub:
             ToolArgumentsError: Edited arguments the tool's schema refuses (the call still waits).
         """
         self._check_open()
-        return await self.runtime(channel_id).decide(answer)
+        return await self.runtime(channel_id).speaking.decide(answer)
 
     def is_hidden(self, channel_id: str) -> bool:
         """Whether a ``hide`` expectation hid the channel (until its next text)."""

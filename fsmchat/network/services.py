@@ -116,14 +116,14 @@ class HubServices:
         """Within it a model call that writes a reply streams its deltas to the hub's token
         listeners, named by the channel's state (``speak`` is within it; a task started within it
         is too)."""
-        return self._runtime(channel_id).streaming()
+        return self._runtime(channel_id).speaking.streaming()
 
     async def speak(self, channel_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
         """``speaker``'s reply to ``turn`` on this agent's turn, through the channel's speaking block:
         (the text, its tool calls). An agent with tools takes its tool rounds through the channel's
         turn graph (each call and result committed to the log before the model is asked again);
-        see ``ChannelRuntime.speak``."""
-        return await self._runtime(channel_id).speak(self.agent_id, speaker, turn)
+        see ``ChannelSpeaking.speak``."""
+        return await self._runtime(channel_id).speaking.speak(self.agent_id, speaker, turn)
 
     def fail_turn(self, channel_id: str, reason: str, turn: int) -> None:
         """This agent's turn ``turn`` produced no text: counted, ``EV_TURN_FAILED`` recorded while the
