@@ -372,6 +372,7 @@ class ChannelRuntime:
         cancel model calls still running for this channel."""
         ctx = self.ctx
         self.adapter.end(label)
+        self.speaking.end()
         if label == "expire":
             self._emit(EV_CHANNEL_EXPIRED, audience=tuple(ctx.order), data={"expires_at": ctx.expires_at})
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from ..speakers.tool_loop import RUN_TOOLS, ToolLoop
 from .adapter import DISCUSSION
 from .channel import ChannelRuntime
 from .events import EV_TEXT, Envelope
@@ -80,12 +81,17 @@ class HubClient:
         """The task feeding the handler (None until the hub registered and started this client)."""
         return self._worker
 
-    def start(self, deliveries: DeliveryCounter) -> None:
-        """Start the worker (the hub does, as it registers the client); deliveries count in ``deliveries``."""
+    def start(self, deliveries: DeliveryCounter, tools: ToolLoop | None = None) -> None:
+        """Start the worker (the hub does, as it registers the client); deliveries count in
+        ``deliveries``; the handler's own ``agent.reply`` calls share ``tools``' sources (the hub's)."""
         if self._worker is not None:
             raise RuntimeError(f"client '{self.agent_id}' is already started")
         self._deliveries = deliveries
-        self._worker = asyncio.create_task(self._run(), name=f"fsmchat-client-{self.agent_id}")
+        held = RUN_TOOLS.set(tools)  # the worker's context, and every task its handler starts
+        try:
+            self._worker = asyncio.create_task(self._run(), name=f"fsmchat-client-{self.agent_id}")
+        finally:
+            RUN_TOOLS.reset(held)
 
     async def open(self, type: str = DISCUSSION, target: Sequence[Any] | str = (),
                    knobs: dict[str, Any] | None = None, ttl: float | str | None = None, *,

@@ -161,7 +161,7 @@ class Hub:
         client = HubClient(self, agent_id, speaker,
                            handler or DefaultHandler(accept_invites=accept_invites, close_tool=close_tool))
         self._clients[agent_id] = client
-        client.start(self._deliveries)
+        client.start(self._deliveries, self._tools)
         return client
 
     def client(self, agent_id: str) -> HubClient:

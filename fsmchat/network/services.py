@@ -33,9 +33,9 @@ Examples:
     ('deliveries', 'skipped_deliveries', 'model_calls', 'replies', 'wasted_calls')
 """
 HUB_KINDS = frozenset({"accepted", "rejected", "transition", "expectation", "turn_failed", "tool_approval",
-                       "tool_error"})
-"""Listener event kinds only the hub reports (``turn_failed`` through ``fail_turn``; ``tool_approval``
-and ``tool_error`` through ``speak``)."""
+                       "tool_error", "tool_decision", "tool_result_truncated"})
+"""Listener event kinds only the hub reports (``turn_failed`` through ``fail_turn``; ``tool_approval``,
+``tool_error``, ``tool_decision`` and ``tool_result_truncated`` through ``speak``)."""
 
 
 class HubServices:

@@ -67,25 +67,46 @@ def test_a_hub_agents_turn_graph_draws_its_tool_loop_and_one_without_tools_is_un
     assert edges == [
         ("awaiting_bob", "tool_calls", "tools_awaiting_bob"),
         ("tools_awaiting_bob", "close", "closed"), ("tools_awaiting_bob", "expire", "expired"),
+        ("tools_awaiting_bob", "needs_person", "approve_awaiting_bob"), ("tools_awaiting_bob", "next", "awaiting_bob"),
         ("approve_awaiting_bob", "close", "closed"), ("approve_awaiting_bob", "expire", "expired"),
-        ("tools_awaiting_bob", "needs_person", "approve_awaiting_bob"),
-        ("tools_awaiting_bob", "results", "awaiting_bob"),
-        ("approve_awaiting_bob", "decided", "tools_awaiting_bob")]
+        ("approve_awaiting_bob", "next", "tools_awaiting_bob")]
     assert g.states["approve_awaiting_bob"].waits is False
     approving = turn_graph(["alice", "bob"], speakers={"bob": m.agent("bob", tools=[Tool(weather, approval=True)])})
     assert approving.states["approve_awaiting_bob"].waits is True
     drawn = approving.to_mermaid().splitlines()
-    for line in ("    awaiting_bob --> tools_awaiting_bob : [tool_calls]",
-                 "    tools_awaiting_bob --> approve_awaiting_bob : [needs_person]",
-                 "    tools_awaiting_bob --> awaiting_bob : results",
-                 "    approve_awaiting_bob --> tools_awaiting_bob : decided",
-                 "    class approve_awaiting_bob waits"):
-        assert line in drawn
+    loop = ["    awaiting_bob --> tools_awaiting_bob : [tool_calls]",
+            "    tools_awaiting_bob --> approve_awaiting_bob : [needs_person]",
+            "    tools_awaiting_bob --> awaiting_bob",
+            "    approve_awaiting_bob --> tools_awaiting_bob"]
+    assert [ln for ln in drawn if ln in loop] == loop
+    assert "    class approve_awaiting_bob waits" in drawn
     plain = turn_graph(["alice", "bob"], max_texts=4, speakers={"bob": m.agent("bob")})
     bare = turn_graph(["alice", "bob"], max_texts=4)
     assert [(t.source, t.label, t.dest) for t in plain.transitions] == \
         [(t.source, t.label, t.dest) for t in bare.transitions]
     assert list(plain.states) == ["awaiting_alice", "awaiting_bob", "closed", "expired"]
+
+
+def test_the_channels_tool_loop_is_drawn_as_every_patterns_and_its_states_run_the_same_actions():
+    from fsmchat import RoundRobinSwarm
+
+    m = ScriptedModel({})
+    bob = m.agent("bob", tools=[Tool(weather, approval=True)])
+    hub = turn_graph(["alice", "bob"], speakers={"bob": bob})
+    rr = RoundRobinSwarm(agents=[m.agent("alice"), bob]).graph
+    ends = ("close", "expire")  # a channel may end while a tool runs or a call waits
+
+    def tool_loop(g, prefix):
+        return [(t.source.replace(prefix, ""), t.label, t.dest.replace(prefix, "")) for t in g.transitions
+                if t.label not in ends and t.source.startswith(("tools_", "approve_", prefix + "bob"))
+                and t.dest.startswith(("tools_", "approve_", prefix + "bob"))]
+
+    assert tool_loop(hub, "awaiting_") == tool_loop(rr, "") == [
+        ("bob", "tool_calls", "tools_bob"), ("tools_bob", "needs_person", "approve_bob"), ("tools_bob", "next", "bob"),
+        ("approve_bob", "next", "tools_bob")]
+    for state in ("tools_awaiting_bob", "approve_awaiting_bob"):  # the pattern's own actions, not none
+        assert hub.states[state].action.__qualname__ == rr.states[state.replace("awaiting_", "")].action.__qualname__
+    assert hub.states["awaiting_bob"].action is None  # the agent's handler speaks; the channel steps the rest
 
 
 def test_each_tool_result_is_committed_to_the_log_before_the_next_model_call():
@@ -101,7 +122,10 @@ def test_each_tool_result_is_committed_to_the_log_before_the_next_model_call():
         [calls] = [e for e in log if e.event_type == EV_TOOL_CALLS]
         assert calls.sender == "bob" and calls.audience == ()
         assert calls.data == {"speaker": "bob", "calls": [{"id": "c1", "name": "weather",
-                                                           "arguments": {"city": "Oslo"}, "status": "asked"}]}
+                                                           "arguments": {"city": "Oslo"}, "status": "asked"}],
+                              "message": {"role": "assistant", "content": None, "tool_calls": [  # as the wire has it
+                                  {"id": "c1", "type": "function",
+                                   "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]}}
         [result] = [e for e in log if e.event_type == EV_TOOL_RESULT]
         assert {k: result.data[k] for k in ("speaker", "id", "name", "status", "result")} == {
             "speaker": "bob", "id": "c1", "name": "weather", "status": "done", "result": "sunny in Oslo"}
