@@ -10,8 +10,7 @@ turn rule advance only through their ``GraphRun``s (``fire(event)``), the engine
 from __future__ import annotations
 
 import asyncio
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from ..engine import GraphRun
@@ -21,47 +20,16 @@ from ..speakers.tool_loop import ToolLoop
 from .adapter import DiscussionAdapter, DiscussionState
 from .clock import Clock
 from .errors import ChannelLimitError, NetworkError, ProtocolError, TurnFailed
-from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT, \
-    EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, HUB_SENDER, PROTOCOL_EVENTS, Envelope, NetworkEvent
+from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT, \
+    EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, HUB_SENDER, MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, PROTOCOL_EVENTS, \
+    Envelope, NetworkEvent, event_size
 from .expectations import due
 from .graphs import LIFECYCLE, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, LIFECYCLE_PENDING, \
     ChannelContext, send_invites, ttl_elapsed
+from .resume import StoredChannel, context_data
 from .speaking import ChannelSpeaking
 from .stats import TurnStats
 from .store import KnowledgeStore
-
-MAX_CUSTOM_EVENTS = 1000  # custom (emit) events per channel
-"""The default cap on custom (``emit``) events per channel (``Hub(max_custom_events=...)``).
-
-Examples:
-    >>> from fsmchat.network import MAX_CUSTOM_EVENTS
-    >>> MAX_CUSTOM_EVENTS
-    1000
-"""
-MAX_EVENT_BYTES = 64 * 1024  # one custom event: its type and data as UTF-8 JSON
-"""The default cap on one custom event's size: its type and data as UTF-8 JSON (``Hub(max_event_bytes=...)``).
-
-Examples:
-    >>> from fsmchat.network import MAX_EVENT_BYTES
-    >>> MAX_EVENT_BYTES
-    65536
-"""
-
-
-def event_size(channel_id: str, event_type: str, data: Any) -> tuple[dict[str, Any], int]:
-    """A custom event's data as a private JSON copy, and its size (type + data, UTF-8 JSON bytes);
-    ``ProtocolError`` when ``data`` is not a JSON object (checked before a sequence number is taken)."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-        raise ProtocolError(f"channel '{channel_id}': event {event_type!r} data must be a dict with string keys "
-                            f"(a JSON object), got {type(data).__name__}")
-    try:
-        text = json.dumps(data, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise ProtocolError(f"channel '{channel_id}': event {event_type!r} data must be JSON-able: {exc}") from None
-    return json.loads(text), len(text.encode()) + len(event_type.encode())
-
 
 @dataclass(frozen=True)
 class HubLink:
@@ -116,6 +84,8 @@ class ChannelRuntime:
     Args:
         ctx: The channel's context.
         link: What it needs of its hub.
+        stored: The channel as its store holds it (``hub.resume_channel``): its graph runs resume where
+            it was, its counts go on, and its agent's tool round in progress is rebuilt from the log.
 
     Examples:
         >>> import asyncio
@@ -131,7 +101,7 @@ class ChannelRuntime:
         ('active', True, 1, ['pending'])
     """
 
-    def __init__(self, ctx: ChannelContext, link: HubLink):
+    def __init__(self, ctx: ChannelContext, link: HubLink, stored: StoredChannel | None = None):
         self.ctx = ctx
         self._link = link
         self.stats = TurnStats()
@@ -147,8 +117,36 @@ class ChannelRuntime:
         self.speaking = ChannelSpeaking(ctx, emit=self._emit, save=self._save, notify=self.notify,
                                         tokens=link.tokens, sources=link.tools)
         self.lifecycle = ctx.lifecycle = GraphRun(LIFECYCLE, ctx, observers=[self._observer(LIFECYCLE.name)],
-                                                  clock=link.clock)
-        self.adapter = DiscussionAdapter(ctx, observers=[self._observer("discussion_turns")])
+                                                  clock=link.clock, start=stored.lifecycle if stored else None)
+        self.adapter = DiscussionAdapter(ctx, observers=[self._observer("discussion_turns")],
+                                         start=stored.turns if stored else None)
+        if stored is not None:
+            self._resumed(stored)
+
+    def _resumed(self, stored: StoredChannel) -> None:
+        """A channel read back from its store: its runs stand where it was, their states' actions
+        done before it stopped (``pending`` sent its invites, ``active`` announced the opening)."""
+        self.lifecycle.entered = self.adapter.turns.entered = True
+        self._seq, self._custom_events = stored.log[-1].seq if stored.log else 0, stored.custom_events
+        self.stats.texts = stored.texts
+        if self.state == LIFECYCLE_ACTIVE:
+            self._opened.set_result(None)
+        expected = self.adapter.expected
+        if not self.lifecycle.finished and expected in self.ctx.speakers:  # its tool round, if one was going on
+            self.speaking.restore(expected, self.ctx.speakers[expected].name, stored.log, stored.digests)
+
+    def redeliver(self) -> None:
+        """A resumed channel: hand each participant what it has not acted on yet (its invite to an
+        invitee that has not acked; the last text to the expected speaker, whose handler takes the turn)."""
+        log, ctx = self.log(), self.ctx
+        if self.state == LIFECYCLE_PENDING:
+            for env in log:
+                if env.event_type == EV_CHANNEL_INVITE and env.audience[0] not in ctx.acked:
+                    self._link.route(env)
+        elif self.state == LIFECYCLE_ACTIVE:
+            text = next((e for e in reversed(log) if e.event_type == EV_TEXT), None)
+            if text is not None:
+                self._link.route(replace(text, audience=(self.adapter.expected,)))
 
     @property
     def channel_id(self) -> str:
@@ -235,7 +233,8 @@ class ChannelRuntime:
             "type": ctx.type, "state": ctx.state, "turns_state": self.adapter.turns.state,
             "participant_order": list(ctx.order), "expected_next_speaker": s.expected_next_speaker,
             "turn_count": ctx.turn_count, "close_reason": self.close_reason, "knobs": dict(ctx.knobs),
-            "expires_at": ctx.expires_at, "hidden": ctx.hidden})
+            "expires_at": ctx.expires_at, "hidden": ctx.hidden, "creator": ctx.creator,
+            "context": context_data(ctx.context), "tool_digests": dict(self.speaking.tool_loop.digests)})
 
     def _refuse(self, sender: str, exc: ProtocolError, **data: Any) -> ProtocolError:
         self.stats.rejected_sends += 1
