@@ -8,19 +8,21 @@ import sys
 
 import pytest
 
-from fsmchat import EV_CHANNEL_INVITE, EV_TEXT, Hub, ManualClock, MemoryKnowledgeStore, Message, Turn, wait_for_text_count
+from fsmchat import EV_CHANNEL_INVITE, EV_TEXT, Hub, ManualClock, MemoryKnowledgeStore, Message, Tool, Turn, \
+    wait_for_text_count
 from fsmchat.network import EV_TOOL_RESULT
 from fsmchat.speakers.mcp import MCPServer
 from fsmchat.testing import ScriptedModel, ToolCall
 
-from test_mcp import COMMAND, SERVER, gone
+from test_mcp import SERVER, gone
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 
 
-def test_a_hub_starts_an_mcp_server_once_for_all_its_replies_and_stops_it_in_aclose():
+def test_a_hub_starts_an_mcp_server_once_for_all_its_replies_and_stops_it_in_aclose(tmp_path):
+    server, starts = counted(tmp_path)
+
     async def body():
-        server = MCPServer(command=COMMAND, name="capitals")
         m = ScriptedModel({"alice": [], "bob": [ToolCall("pid", {}, id="p1"), "first",
                                                 ToolCall("pid", {}, id="p2"), "second"]})
         hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=ManualClock())
@@ -40,6 +42,7 @@ def test_a_hub_starts_an_mcp_server_once_for_all_its_replies_and_stops_it_in_acl
 
     running, pid = asyncio.run(body())
     assert running is False and gone(pid)
+    assert starts.read_text() == "start\n"
 
 
 def _turn():
@@ -115,9 +118,41 @@ def test_a_hub_handler_replying_directly_shares_the_hubs_server_across_channels(
             await wait_for_text_count(hub, ch.channel_id, expected=2, timeout=60)
         running = server.running
         await hub.aclose()
-        return running
+        return running, server.running
 
-    assert asyncio.run(body()) is True  # running until aclose
+    assert asyncio.run(body()) == (True, False)  # running until the hub's aclose stopped it
     pids = {int(r.messages[-1]["content"]) for r in m.requests_of("bob")[1::2]}
     assert starts.read_text() == "start\n" and len(pids) == 1  # one server for both replies
     assert not server.running and gone(pids.pop())
+
+
+class Recorded:
+    """A tool source of one's own that writes down what a run asks of it."""
+
+    name = "clock"
+
+    def __init__(self):
+        self.calls = []
+
+    async def start(self):
+        self.calls.append("start")
+
+    async def tools(self):
+        self.calls.append("tools")
+        return [Tool(lambda: "12:00", name="now", description="The time.")]
+
+    async def stop(self):
+        self.calls.append("stop")
+
+
+def test_any_tool_source_is_started_once_per_run_of_direct_replies_and_stopped_as_the_run_ends():
+    source = Recorded()
+    m = ScriptedModel({"a": [ToolCall("now", {}), "noon", ToolCall("now", {}), "still noon"]})
+    agent = m.agent("a", tools=[source])
+
+    async def two_replies():
+        replies = [await agent.reply(_turn()), await agent.reply(_turn())]
+        return replies, list(source.calls)
+
+    assert asyncio.run(two_replies()) == (["noon", "still noon"], ["start", "tools"])  # not stopped between
+    assert source.calls == ["start", "tools", "stop"]  # stopped as asyncio.run ended
