@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from typing import Any, Protocol
 
 from .events import Envelope
@@ -95,8 +96,9 @@ class MemoryKnowledgeStore:
 
 
 class SQLiteKnowledgeStore:
-    """A store in one SQLite file: each channel's log and latest state outlive the process, so a hub
-    opened on the same file later resumes its channels (``hub.resume_channel(channel_id)``).
+    """A store in one SQLite file, whose channel logs and states outlive the process.
+
+    A hub opened on the same file later resumes its channels (``hub.resume_channel(channel_id)``).
 
     Each envelope and each state is its own transaction (WAL journal), written before the hub goes
     on: what a channel committed is there after the process is killed.
@@ -123,8 +125,6 @@ class SQLiteKnowledgeStore:
     """
 
     def __init__(self, path: str | os.PathLike[str]):
-        import sqlite3  # only a durable hub pays for it
-
         self.path = os.fspath(path)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
