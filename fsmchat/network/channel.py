@@ -5,7 +5,9 @@ expiry, a violated expectation, a failed turn).
 The hub keeps one ``ChannelRuntime`` per channel (``hub.runtime(channel_id)``) and hands it a
 ``HubLink``: the store, the clock, the listeners, delivery to the clients, and the admission check
 (a closed hub or an unregistered client is refused before anything else). The lifecycle and the
-turn rule advance only through their ``GraphRun``s (``fire(event)``), the engine's one runner.
+turn rule advance only through their ``GraphRun``s (``fire(event)``), the engine's one runner; its
+agents' replies and tool rounds are its speaking block's (``speaking.py``). A channel read back
+from its store (``hub.resume_channel``) starts where it was.
 """
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ from ..speakers.tool_loop import ToolLoop
 from .adapter import DiscussionAdapter, DiscussionState
 from .clock import Clock
 from .errors import ChannelLimitError, NetworkError, ProtocolError, TurnFailed
-from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT, \
-    EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, HUB_SENDER, MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, PROTOCOL_EVENTS, \
-    Envelope, NetworkEvent, event_size
+from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \
+    EV_CHANNEL_INVITE_REJECT, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, HUB_SENDER, MAX_CUSTOM_EVENTS, \
+    MAX_EVENT_BYTES, PROTOCOL_EVENTS, Envelope, NetworkEvent, event_size
 from .expectations import due
 from .graphs import LIFECYCLE, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, LIFECYCLE_PENDING, \
     ChannelContext, send_invites, ttl_elapsed

@@ -1,5 +1,6 @@
-"""The hub: registered agents and their clients, the channels (one ``ChannelRuntime`` each), routing
-of accepted envelopes to their audience, listeners, and the sweep (TTL expiry and expectations).
+"""The hub: registered agents and their clients, the channels (one ``ChannelRuntime`` each, opened
+or resumed from the store), routing of accepted envelopes to their audience, listeners, and the
+sweep (TTL expiry and expectations).
 
 Every send goes through a channel's runtime, which steps the channel's lifecycle and turn graphs
 with ``GraphRun.fire(event)`` (the engine's one runner). Each client has one worker task that feeds

@@ -124,14 +124,17 @@ class ChannelSpeaking:
                     text = await speaking(self.ctx)
                     if not tool_calls(self.ctx):
                         return str(text), loop.last.get(speaker.name, [])
-                    self._tool_round(agent_id, loop.exchanges[speaker.name])
-                    await self._step_tools()
+                    await self._tool_round(agent_id, loop.exchanges[speaker.name])
             finally:
                 loop.exchanges.pop(speaker.name, None)
                 loop.speakers.pop(speaker.name, None)
+                self._asked.clear()  # a turn's call ids are its own (models reuse them across turns)
+                self._results.clear()
 
-    def _tool_round(self, agent_id: str, ex: Exchange) -> None:
-        """Commit the calls the model just asked for (``EV_TOOL_CALLS``), then take ``tool_calls``."""
+    async def _tool_round(self, agent_id: str, ex: Exchange) -> None:
+        """Commit the calls the model just asked for (``EV_TOOL_CALLS``), then step the turn graph from
+        ``awaiting_<p>`` through its tool states until it is back there, committing each step (a
+        decision, the results) before the next."""
         turns, home = self.ctx.turns, self._state_of[agent_id]
         assert turns is not None
         if turns.finished or turns.state != home:
@@ -143,14 +146,6 @@ class ChannelSpeaking:
                        data={"speaker": agent_id, "calls": [c.entry() for c in new], "message": ex.messages[-1]})
             self._asked.update(c.id for c in new)
         self._agent = agent_id
-        self._save()
-
-    async def _step_tools(self) -> None:
-        """Step the turn graph from ``awaiting_<p>`` through its tool states until it is back there,
-        committing each step (decisions, results) before the next."""
-        turns = self.ctx.turns
-        assert turns is not None
-        home = turns.state
         await turns.step("tool_calls")
         self._save()
         while turns.state != home:
@@ -183,16 +178,17 @@ class ChannelSpeaking:
         """``approve_awaiting_<p>`` applied a person's answer: its ``EV_TOOL_DECISION`` (what the call
         runs with, or its result when it does not run), handed to ``decide``'s caller."""
         self._waiting, rec = None, waiting.rec
-        if waiting.answer.exception() is not None:
+        if waiting.answer.cancelled() or waiting.answer.exception() is not None:
             return
-        data = {"speaker": waiting.agent_id, "call_id": rec.id, "tool": rec.name, "decision": waiting.answer.result().kind,
-                "arguments": rec.arguments, **({"result": rec.result} if rec.result is not None else {})}
+        data = {"speaker": waiting.agent_id, "call_id": rec.id, "tool": rec.name,
+                "decision": waiting.answer.result().kind, "arguments": rec.arguments,
+                **({"result": rec.result} if rec.result is not None else {})}
         env = self._emit(EV_TOOL_DECISION, sender=waiting.agent_id, audience=(), data=data)
         if waiting.committed is not None and not waiting.committed.done():
             waiting.committed.set_result(env)
 
     # ---- a person's decision ----
-    def _ask(self, req: dict[str, Any]) -> "asyncio.Future[Any]":
+    async def _ask(self, req: dict[str, Any]) -> Any:
         """``approve_awaiting_<p>``'s way to ask a person: tell the listeners (``tool_approval``) and
         wait for ``hub.decide_tool_call``'s answer."""
         proposed = req["proposed"]
@@ -201,7 +197,7 @@ class ChannelSpeaking:
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting = _Waiting(self._agent, loop.speakers.get(proposed["speaker"]), rec, answer)
         self._notify("tool_approval", self._agent, data=self._shown(self._waiting))
-        return answer
+        return await answer
 
     @staticmethod
     def _shown(waiting: _Waiting) -> dict[str, Any]:

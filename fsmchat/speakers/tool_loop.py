@@ -18,12 +18,9 @@ as ``Message.tool_calls``). A graph with no agent with tools is unchanged. Each 
 ``1 + max_tool_rounds`` model calls (``fsmchat.speakers.tools.calls_per_turn``); once the rounds
 are used the model is asked to answer without tools.
 
-A hub channel (``fsmchat.network``) draws the same states (``add_tool_loop(..., events=True)``:
-``awaiting_<p> -[tool_calls]-> tools_awaiting_<p> -> awaiting_<p>``, the same actions); its agent
-speaks in its handler through ``tool_action`` and the channel steps the states, committing each
-call and result to its log. A direct ``agent.reply(turn)`` takes its rounds in place, with the
-tool sources of its run (``direct_loop``: a hub's, else its event loop's), so one MCP server serves
-every reply of a run.
+A hub channel (``fsmchat.network``) draws the same states and actions (``events=True``); its agent
+speaks through ``tool_action`` and the channel steps the states, committing each step to its log.
+A direct ``agent.reply(turn)`` takes its rounds in place on its run's tool sources (``direct_loop``).
 
 A resumed run never calls a tool whose result was committed. A call that was asked for but whose
 result was not committed when the run stopped is run again on resume only when its tool is
@@ -91,14 +88,10 @@ class CallRecord:
 
     def entry(self) -> dict[str, Any]:
         """What the posted message carries (``Message.metadata["tool_calls"]``)."""
-        out: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments, "status": self.status}
-        if self.result is not None:
-            out["result"] = self.result
-        if self.error is not None:
-            out["error"] = self.error
-        if self.duration_s is not None:
-            out["duration_s"] = round(self.duration_s, 6)
-        return out
+        known = {"result": self.result, "error": self.error,
+                 "duration_s": None if self.duration_s is None else round(self.duration_s, 6)}
+        return {"id": self.id, "name": self.name, "arguments": self.arguments, "status": self.status,
+                **{k: v for k, v in known.items() if v is not None}}
 
 
 @dataclass
@@ -208,7 +201,7 @@ class ToolLoop:
         self.last: dict[str, list[dict[str, Any]]] = {}  # the tool calls of the last state's answered turns
         self.handoffs: dict[str, HandoffCall] = {}  # a turn that ended in a handoff, by speaker (the pattern pops it)
         self.speakers: dict[str, Any] = {}  # who spoke each turn in progress (its tools run the calls)
-        self.ask: Callable[[dict[str, Any]], Any] | None = None  # how a person decides a call (None: ctx.people)
+        self.ask: Callable[[dict[str, Any]], Awaitable[Any]] | None = None  # how a person decides (None: ctx.people)
 
     def once(self, speaker: str, mark: str) -> bool:
         """Whether the state's action does ``mark`` with ``speaker``'s answer for the first time
@@ -654,9 +647,7 @@ def make_decide(speakers: Sequence[Any]) -> Callable[[Any], Any]:
         loop = loop_of(ctx)
         speaker, rec = loop.awaiting()[0]
         req = approval_request(speaker, rec)
-        answer = ctx.people.ask(req) if loop.ask is None else loop.ask(req)
-        if is_awaitable(answer):  # a hub channel waits for hub.decide_tool_call
-            answer = await answer
+        answer = ctx.people.ask(req) if loop.ask is None else await loop.ask(req)  # a hub: hub.decide_tool_call
         try:
             await decide_call(loop, loop.speakers.get(speaker) or by_name[speaker], rec, answer)
         except ToolArgumentsError as exc:  # the run keeps waiting, saying why
@@ -721,9 +712,9 @@ def make_run_tools(speakers: Sequence[Any]) -> Callable[[Any], Any]:
         done: list[dict[str, Any]] = []  # the step's payload: each call it resolved (the trace, stream())
         for ex in list(loop.exchanges.values()):
             pending = ex.pending()
-            if pending:
-                speaker = loop.speakers.get(ex.speaker) or by_name[ex.speaker]  # the one that spoke (its tools)
-                await loop.run_exchange(ex, speaker, getattr(ctx, "stats", None), ctx)
+            if pending:  # with the tools of the speaker that spoke (a hub's may carry close_channel)
+                await loop.run_exchange(ex, loop.speakers.get(ex.speaker) or by_name[ex.speaker], getattr(ctx, "stats", None),
+                                        ctx)
                 done += [{"agent": ex.speaker, **c.entry()} for c in pending if c.resolved]
         return done
 
@@ -743,26 +734,20 @@ _EVENT_LOOPS: dict[asyncio.AbstractEventLoop, tuple[ToolLoop, AsyncGenerator[Non
 async def direct_loop() -> ToolLoop:
     """A direct reply's ``ToolLoop``: a turn of its own on the tool sources of its run (``RUN_TOOLS``),
     else of its event loop, started on first use and stopped as the loop ends (``asyncio.run``)."""
-    loop, shared = ToolLoop(), RUN_TOOLS.get()
-    if shared is None:
-        ev = asyncio.get_running_loop()
-        if ev not in _EVENT_LOOPS:
-            shared = ToolLoop()
-            keeper = _until_shutdown(ev, shared)
-            _EVENT_LOOPS[ev] = (shared, keeper)
-            await keeper.__anext__()  # first iterated here: the loop's shutdown_asyncgens closes it
-        shared = _EVENT_LOOPS[ev][0]
-    loop.share_sources(shared)
+    loop, shared, ev = ToolLoop(), RUN_TOOLS.get(), asyncio.get_running_loop()
+    if shared is None and ev not in _EVENT_LOOPS:
+        _EVENT_LOOPS[ev] = (ToolLoop(), keeper := _until_shutdown(ev))
+        await keeper.__anext__()  # first iterated here: the loop's shutdown_asyncgens closes it
+    loop.share_sources(shared or _EVENT_LOOPS[ev][0])
     return loop
 
 
-async def _until_shutdown(ev: asyncio.AbstractEventLoop, shared: ToolLoop) -> AsyncGenerator[None, None]:
+async def _until_shutdown(ev: asyncio.AbstractEventLoop) -> AsyncGenerator[None, None]:
     """Keeps event loop ``ev``'s tool sources until the loop shuts down, then stops them."""
     try:
         yield
     finally:
-        _EVENT_LOOPS.pop(ev, None)
-        await shared.close()
+        await _EVENT_LOOPS.pop(ev)[0].close()
 
 
 APPROVE_ALL: contextvars.ContextVar[bool] = contextvars.ContextVar("fsmchat_approve_all_tools", default=False)
@@ -783,20 +768,17 @@ def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve
             for tool calls is committed before the tools run, never carried into a later commit).
         speakers: Who may speak in it.
         approve_all: Every call waits for a person (``interrupt_before=["tools"]``).
-        events: ``g`` is event-driven (a hub channel's turns): ``state`` has no action, its agent
-            speaks outside the graph (the channel's handler, through ``tool_action``) and the
-            channel steps ``tool_calls`` and the two added states, whose actions are the same.
-        exits: (destination, guard, label) edges tried first from each state it adds (with
-            ``events``: a channel may end while a tool runs).
+        events: ``g`` is event-driven (a hub channel's turns): ``state`` has no action (its agent
+            speaks in its handler) and the channel steps ``tool_calls`` and the added states.
+        exits: (destination, guard, label) edges tried first from each added state (a channel may
+            end while a tool runs).
     """
     tooled = [s for s in speakers if has_tools(s)]
     if not tooled:
         return g
     approve_all = approve_all or APPROVE_ALL.get()
     s = g.states[state]
-    if events:
-        assert s.action is None, f"state {state!r} of an event-driven graph has an action"
-    else:
+    if not events:  # an event-driven graph's agent speaks outside it (in its handler, through tool_action)
         assert s.action is not None, f"state {state!r} speaks but has no action"
         s.action = tool_action(s.action)
     tools_state, wait_state = state_names([f"tools_{state}", f"approve_{state}"], reserved=g.states)

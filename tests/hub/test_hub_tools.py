@@ -226,3 +226,26 @@ def test_a_failing_tool_under_on_tool_error_stop_fails_the_turn_with_a_tool_erro
         await hub.aclose()
 
     asyncio.run(body())
+
+
+def test_every_tool_turn_commits_its_calls_and_results_even_when_the_model_reuses_call_ids():
+    async def body():
+        m = ScriptedModel({"alice": ["And in Bergen?"],  # every call is the default id call_1
+                           "bob": [ToolCall("weather", {"city": "Oslo"}), "Sunny in Oslo.",
+                                   ToolCall("weather", {"city": "Bergen"}), "Sunny in Bergen."]})
+        hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=ManualClock())
+        alice = await hub.register(m.agent("alice"))
+        await hub.register(m.agent("bob", tools=[weather]))
+        ch = await alice.open(target=["bob"], knobs={"max_texts": 4})
+        await ch.send("Weather in Oslo?")
+        await wait_for_text_count(hub, ch.channel_id, expected=4, timeout=30)
+        log = hub.read_log(ch.channel_id)
+        await hub.aclose()
+        return [(e.event_type, e.data.get("id") or [c["id"] for c in e.data.get("calls", [])] or e.text)
+                for e in log if e.event_type.startswith("fsmchat.tool") or e.event_type == EV_TEXT]
+
+    assert asyncio.run(body()) == [
+        (EV_TEXT, "Weather in Oslo?"), (EV_TOOL_CALLS, ["call_1"]), (EV_TOOL_RESULT, "call_1"),
+        (EV_TEXT, "Sunny in Oslo."), (EV_TEXT, "And in Bergen?"), (EV_TOOL_CALLS, ["call_1"]),
+        (EV_TOOL_RESULT, "call_1"), (EV_TEXT, "Sunny in Bergen.")]
+    assert RUNS == ["Oslo", "Bergen"]
