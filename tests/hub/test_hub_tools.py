@@ -249,3 +249,28 @@ def test_every_tool_turn_commits_its_calls_and_results_even_when_the_model_reuse
         (EV_TEXT, "Sunny in Oslo."), (EV_TEXT, "And in Bergen?"), (EV_TOOL_CALLS, ["call_1"]),
         (EV_TOOL_RESULT, "call_1"), (EV_TEXT, "Sunny in Bergen.")]
     assert RUNS == ["Oslo", "Bergen"]
+
+
+def test_a_waiting_call_is_asked_for_and_decided_as_in_a_group_chat():
+    from fsmchat import Bid, GroupChat, MemoryCheckpointer
+
+    gm = ScriptedModel({"bob": [ToolCall("weather", {"city": "Oslo"}, id="c1"), Bid(0.9, "I may not look it up.")],
+                        "carol": [Bid(0.1, "No idea.")]})
+    chat = GroupChat(agents=[gm.agent("bob", tools=[Tool(weather, approval=True)]), gm.agent("carol")], max_loops=2)
+    store = MemoryCheckpointer()
+    paused = chat.execute("Weather in Oslo?", checkpoint=store, run_id="g")
+    assert paused.pending.state == "approve_bid"
+    done = chat.resume("g", store, input=Reject("not today"))
+    assert done.ok and RUNS == []
+
+    hm, _, waiting, log, path = asyncio.run(_approval(Reject("not today"), ["I may not look it up."]))
+    assert RUNS == [] and path[-3:] == ["tools_awaiting_bob", "awaiting_bob", "closed"]
+    pending = paused.pending
+    assert {k: waiting[k] for k in ("prompt", "allowed")} == {"prompt": pending.prompt, "allowed": pending.allowed} \
+        == {"prompt": "bob asks to call weather(city='Oslo'): run it?", "allowed": {
+            "approve": "run the call as proposed",
+            "edit": "run it with these arguments instead (checked against the tool's schema)",
+            "reject": "do not run it; the reason goes to the model as the call's result"}}
+    assert {k: waiting[k] for k in ("speaker", "tool", "arguments", "call_id")} == pending.proposed
+    rejected = {"role": "tool", "tool_call_id": "c1", "content": "rejected: not today"}
+    assert gm.requests_of("bob")[1].messages[-1] == hm.requests_of("bob")[1].messages[-1] == rejected
