@@ -713,8 +713,8 @@ def make_run_tools(speakers: Sequence[Any]) -> Callable[[Any], Any]:
         for ex in list(loop.exchanges.values()):
             pending = ex.pending()
             if pending:  # with the tools of the speaker that spoke (a hub's may carry close_channel)
-                await loop.run_exchange(ex, loop.speakers.get(ex.speaker) or by_name[ex.speaker], getattr(ctx, "stats", None),
-                                        ctx)
+                speaker = loop.speakers.get(ex.speaker) or by_name[ex.speaker]
+                await loop.run_exchange(ex, speaker, getattr(ctx, "stats", None), ctx)
                 done += [{"agent": ex.speaker, **c.entry()} for c in pending if c.resolved]
         return done
 
