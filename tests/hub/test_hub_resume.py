@@ -31,17 +31,20 @@ KILL_SCRIPT = textwrap.dedent('''
             os.kill(os.getpid(), 9)
         return f"sunny in {city}"
     def answer(req):
+        if req.agent == "bob" and req.n == 1 and where == "close":
+            return ToolCall("close_channel", {"reason": "we are done"}, id="c1")
         if req.agent == "bob" and req.n == 1:
             return ToolCall("weather", {"city": "Oslo"}, id="c1")
-        if req.agent == "bob" and where == "commit":  # the result is committed: die at the next model call
+        if req.agent == "bob" and where in ("commit", "close"):  # the result is committed: die at the next call
             os.kill(os.getpid(), 9)
         return "unused"
     m = FunctionModel(answer, id="hub-kill-model")
     async def main():
         hub = await Hub.open(SQLiteKnowledgeStore(db))
         alice = await hub.register("alice")  # an app: it sends the topic
-        await hub.register(m.agent("bob", tools=[Tool(weather, idempotent=idempotent, approval=approval)]))
-        channel = await alice.open(target=["bob"], knobs={"max_texts": 2})
+        await hub.register(m.agent("bob", tools=[Tool(weather, idempotent=idempotent, approval=approval)]),
+                           close_tool=where == "close")
+        channel = await alice.open(target=["bob"], knobs={} if where == "close" else {"max_texts": 2})
         await channel.send("Weather in Oslo?")
         if where == "approval":  # the call waits for a person: the process dies while it waits
             while not hub.waiting_call(channel.channel_id):
@@ -72,10 +75,10 @@ def resumer(log, idempotent=False, approval=False):
         Tool(weather, idempotent=idempotent, approval=approval)
 
 
-async def resume(db, model, tool, *, waits=False):
+async def resume(db, model, tool, *, waits=False, close_tool=False):
     hub = await Hub.open(SQLiteKnowledgeStore(db))
     await hub.register("alice")
-    await hub.register(model.agent("bob", tools=[tool]))
+    await hub.register(model.agent("bob", tools=[tool]), close_tool=close_tool)
     asked = asyncio.Event()
     heard = []
     hub.listen(lambda e: (heard.append(e.data), asked.set()) if e.kind == "tool_approval" else None)
@@ -214,3 +217,21 @@ def test_resume_needs_the_channel_in_the_store_and_every_participant_registered(
         await again.aclose()
 
     asyncio.run(body())
+
+
+def test_a_committed_close_channel_call_still_closes_the_resumed_channel(tmp_path):
+    db, log = killed_hub(tmp_path, "close")
+
+    async def body():
+        model, tool = resumer(log)
+        model = ScriptedModel({"bob": ["Goodbye."]}, id="hub-kill-model")
+        hub, _, _ = await resume(db, model, tool, close_tool=True)
+        await hub.drain(timeout=60)
+        assert texts(hub) == [("alice", "Weather in Oslo?"), ("bob", "Goodbye.")]
+        assert (hub.channel_state("discussion-1"), hub.close_reason("discussion-1")) == ("closed", "we are done")
+        assert [e.data["result"] for e in hub.read_log("discussion-1") if e.event_type == EV_TOOL_RESULT] == [
+            "the channel will close after this reply"]  # committed before the kill, not run again
+        await hub.aclose()
+
+    asyncio.run(body())
+    assert not log.exists()
