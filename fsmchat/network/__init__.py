@@ -15,13 +15,14 @@ await wait_for_text_count(hub, channel.channel_id, expected=6)
 ```
 """
 from .adapter import DiscussionAdapter, DiscussionState, check_knobs, participant_order
-from .channel import MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, ChannelRuntime, HubLink
+from .channel import ChannelRuntime, HubLink
+from .speaking import ChannelSpeaking
 from .client import Channel, HubClient
 from .clock import ManualClock
 from .errors import ChannelLimitError, HubClosed, NetworkError, NotFoundError, ProtocolError, TurnFailed
 from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \
     EV_CHANNEL_INVITE_REJECT, EV_CHANNEL_OPENED, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TOOL_CALLS, EV_TOOL_DECISION, \
-    EV_TOOL_RESULT, EV_TURN_FAILED, ORDERING_ROUND_ROBIN, Envelope, NetworkEvent
+    EV_TOOL_RESULT, EV_TURN_FAILED, MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, ORDERING_ROUND_ROBIN, Envelope, NetworkEvent
 from .expectations import DEFAULT_EXPECTATIONS, Expectation, turn_within
 from .graphs import LIFECYCLE, ChannelContext, example_lifecycle_graph, example_turn_graph, lifecycle_graph, \
     turn_graph
@@ -29,12 +30,13 @@ from .handler import CLOSE_TOOL, DefaultHandler
 from .hub import Hub, wait_for_text_count
 from .services import HANDLER_COUNTS, HubServices
 from .stats import TurnStats
-from .store import KnowledgeStore, MemoryKnowledgeStore
+from .store import KnowledgeStore, MemoryKnowledgeStore, SQLiteKnowledgeStore
 from .view import WindowedSummary, window_size, windowed_view
 
 __all__ = [
-    "Hub", "HubClient", "Channel", "ChannelRuntime", "HubLink", "HubServices", "HANDLER_COUNTS",
-    "MAX_CUSTOM_EVENTS", "MAX_EVENT_BYTES", "MemoryKnowledgeStore", "KnowledgeStore", "wait_for_text_count",
+    "Hub", "HubClient", "Channel", "ChannelRuntime", "ChannelSpeaking", "HubLink", "HubServices", "HANDLER_COUNTS",
+    "MAX_CUSTOM_EVENTS", "MAX_EVENT_BYTES", "MemoryKnowledgeStore", "SQLiteKnowledgeStore", "KnowledgeStore",
+    "wait_for_text_count",
     "DiscussionAdapter", "DiscussionState", "check_knobs", "participant_order",
     "EV_TEXT", "EV_CHANNEL_INVITE", "EV_CHANNEL_INVITE_ACK", "EV_CHANNEL_INVITE_REJECT", "EV_CHANNEL_OPENED",
     "EV_CHANNEL_CLOSED", "EV_CHANNEL_EXPIRED", "EV_TURN_FAILED", "EV_EXPECTATION_VIOLATED",

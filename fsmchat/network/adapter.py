@@ -131,6 +131,7 @@ class DiscussionAdapter:
     Args:
         ctx: The channel's context.
         observers: Called with each ``TraceEvent`` of the turn graph.
+        start: The turn graph's state to start in (a resumed channel's); None: its initial state.
 
     Examples:
         >>> import asyncio
@@ -149,12 +150,13 @@ class DiscussionAdapter:
 
     type = DISCUSSION
 
-    def __init__(self, ctx: ChannelContext, observers: Iterable[Callable[[TraceEvent], None]] = ()):
+    def __init__(self, ctx: ChannelContext, observers: Iterable[Callable[[TraceEvent], None]] = (),
+                 start: str | None = None):
         self.ctx = ctx
         self.graph = turn_graph(ctx.order, ctx.max_texts, first=ctx.creator, people=ctx.people,
                                 speakers=ctx.speakers)
         self._speaker_of = dict(zip(turn_state_names(ctx.order), ctx.order))
-        self.turns = GraphRun(self.graph, ctx, observers=observers, clock=ctx.clock)
+        self.turns = GraphRun(self.graph, ctx, observers=observers, clock=ctx.clock, start=start)
         ctx.turns = self.turns
 
     # ---- reading ----

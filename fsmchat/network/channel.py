@@ -5,65 +5,33 @@ expiry, a violated expectation, a failed turn).
 The hub keeps one ``ChannelRuntime`` per channel (``hub.runtime(channel_id)``) and hands it a
 ``HubLink``: the store, the clock, the listeners, delivery to the clients, and the admission check
 (a closed hub or an unregistered client is refused before anything else). The lifecycle and the
-turn rule advance only through their ``GraphRun``s (``fire(event)``), the engine's one runner.
+turn rule advance only through their ``GraphRun``s (``fire(event)``), the engine's one runner; its
+agents' replies and tool rounds are its speaking block's (``speaking.py``). A channel read back
+from its store (``hub.resume_channel``) starts where it was.
 """
 from __future__ import annotations
 
 import asyncio
-import json
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
 
-from ..engine import STEP, GraphRun
+from ..engine import GraphRun
 from ..graph.state_graph import StateGraph
-from ..speakers.llm import TOKENS, CallStats
-from ..speakers.tool_loop import CallRecord, ToolLoop, ToolRound, approval_request, decide_call
-from ..speakers.tools import has_tools
+from ..speakers.llm import CallStats
+from ..speakers.tool_loop import ToolLoop
 from .adapter import DiscussionAdapter, DiscussionState
 from .clock import Clock
 from .errors import ChannelLimitError, NetworkError, ProtocolError, TurnFailed
-from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT, \
-    EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TOOL_CALLS, EV_TOOL_DECISION, EV_TOOL_RESULT, EV_TURN_FAILED, HUB_SENDER, \
-    PROTOCOL_EVENTS, Envelope, NetworkEvent
+from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK, \
+    EV_CHANNEL_INVITE_REJECT, EV_EXPECTATION_VIOLATED, EV_TEXT, EV_TURN_FAILED, HUB_SENDER, MAX_CUSTOM_EVENTS, \
+    MAX_EVENT_BYTES, PROTOCOL_EVENTS, Envelope, NetworkEvent, event_size
 from .expectations import due
 from .graphs import LIFECYCLE, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, LIFECYCLE_PENDING, \
     ChannelContext, send_invites, ttl_elapsed
+from .resume import StoredChannel, context_data
+from .speaking import ChannelSpeaking
 from .stats import TurnStats
 from .store import KnowledgeStore
-
-MAX_CUSTOM_EVENTS = 1000  # custom (emit) events per channel
-"""The default cap on custom (``emit``) events per channel (``Hub(max_custom_events=...)``).
-
-Examples:
-    >>> from fsmchat.network import MAX_CUSTOM_EVENTS
-    >>> MAX_CUSTOM_EVENTS
-    1000
-"""
-MAX_EVENT_BYTES = 64 * 1024  # one custom event: its type and data as UTF-8 JSON
-"""The default cap on one custom event's size: its type and data as UTF-8 JSON (``Hub(max_event_bytes=...)``).
-
-Examples:
-    >>> from fsmchat.network import MAX_EVENT_BYTES
-    >>> MAX_EVENT_BYTES
-    65536
-"""
-
-
-def event_size(channel_id: str, event_type: str, data: Any) -> tuple[dict[str, Any], int]:
-    """A custom event's data as a private JSON copy, and its size (type + data, UTF-8 JSON bytes);
-    ``ProtocolError`` when ``data`` is not a JSON object (checked before a sequence number is taken)."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-        raise ProtocolError(f"channel '{channel_id}': event {event_type!r} data must be a dict with string keys "
-                            f"(a JSON object), got {type(data).__name__}")
-    try:
-        text = json.dumps(data, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise ProtocolError(f"channel '{channel_id}': event {event_type!r} data must be JSON-able: {exc}") from None
-    return json.loads(text), len(text.encode()) + len(event_type.encode())
-
 
 @dataclass(frozen=True)
 class HubLink:
@@ -103,13 +71,6 @@ class HubLink:
     tokens: Callable[[], Callable[[Any], None] | None] = lambda: None  # the hub's token sink, None unheard
 
 
-class _Events:
-    """Where ``ToolLoop.run_exchange`` records its ``tool_error`` events (told to the listeners)."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-
 def _retrieve(fut: "asyncio.Future[Any]") -> None:
     if not fut.cancelled():
         fut.exception()  # mark retrieved: nobody awaiting an open is not an error
@@ -125,6 +86,8 @@ class ChannelRuntime:
     Args:
         ctx: The channel's context.
         link: What it needs of its hub.
+        stored: The channel as its store holds it (``hub.resume_channel``): its graph runs resume where
+            it was, its counts go on, and its agent's tool round in progress is rebuilt from the log.
 
     Examples:
         >>> import asyncio
@@ -140,7 +103,7 @@ class ChannelRuntime:
         ('active', True, 1, ['pending'])
     """
 
-    def __init__(self, ctx: ChannelContext, link: HubLink):
+    def __init__(self, ctx: ChannelContext, link: HubLink, stored: StoredChannel | None = None):
         self.ctx = ctx
         self._link = link
         self.stats = TurnStats()
@@ -152,14 +115,40 @@ class ChannelRuntime:
         self._opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._opened.add_done_callback(_retrieve)
         self._turn_tasks: set[asyncio.Future[Any]] = set()
-        self.tool_loop = ctx.tool_loop = ToolLoop()  # the speaking block of this channel's agents with tools
-        if link.tools is not None:
-            self.tool_loop.share_sources(link.tools)
-        self._decision: tuple[str, Any, CallRecord, asyncio.Future[str]] | None = None  # a call waiting for a person
         ctx.emit = self._emit
+        self.speaking = ChannelSpeaking(ctx, emit=self._emit, save=self._save, notify=self.notify,
+                                        tokens=link.tokens, sources=link.tools)
         self.lifecycle = ctx.lifecycle = GraphRun(LIFECYCLE, ctx, observers=[self._observer(LIFECYCLE.name)],
-                                                  clock=link.clock)
-        self.adapter = DiscussionAdapter(ctx, observers=[self._observer("discussion_turns")])
+                                                  clock=link.clock, start=stored.lifecycle if stored else None)
+        self.adapter = DiscussionAdapter(ctx, observers=[self._observer("discussion_turns")],
+                                         start=stored.turns if stored else None)
+        if stored is not None:
+            self._resumed(stored)
+
+    def _resumed(self, stored: StoredChannel) -> None:
+        """A channel read back from its store: its runs stand where it was, their states' actions
+        done before it stopped (``pending`` sent its invites, ``active`` announced the opening)."""
+        self.lifecycle.entered = self.adapter.turns.entered = True
+        self._seq, self._custom_events = stored.log[-1].seq if stored.log else 0, stored.custom_events
+        self.stats.texts = stored.texts
+        if self.state == LIFECYCLE_ACTIVE:
+            self._opened.set_result(None)
+        expected = self.adapter.expected
+        if not self.lifecycle.finished and expected in self.ctx.speakers:  # its tool round, if one was going on
+            self.speaking.restore(expected, self.ctx.speakers[expected].name, stored.log, stored.digests)
+
+    def redeliver(self) -> None:
+        """A resumed channel: hand each participant what it has not acted on yet (its invite to an
+        invitee that has not acked; the last text to the expected speaker, whose handler takes the turn)."""
+        log, ctx = self.log(), self.ctx
+        if self.state == LIFECYCLE_PENDING:
+            for env in log:
+                if env.event_type == EV_CHANNEL_INVITE and env.audience[0] not in ctx.acked:
+                    self._link.route(env)
+        elif self.state == LIFECYCLE_ACTIVE:
+            text = next((e for e in reversed(log) if e.event_type == EV_TEXT), None)
+            if text is not None:
+                self._link.route(replace(text, audience=(self.adapter.expected,)))
 
     @property
     def channel_id(self) -> str:
@@ -246,7 +235,8 @@ class ChannelRuntime:
             "type": ctx.type, "state": ctx.state, "turns_state": self.adapter.turns.state,
             "participant_order": list(ctx.order), "expected_next_speaker": s.expected_next_speaker,
             "turn_count": ctx.turn_count, "close_reason": self.close_reason, "knobs": dict(ctx.knobs),
-            "expires_at": ctx.expires_at, "hidden": ctx.hidden})
+            "expires_at": ctx.expires_at, "hidden": ctx.hidden, "creator": ctx.creator,
+            "context": context_data(ctx.context), "tool_digests": dict(self.speaking.tool_loop.digests)})
 
     def _refuse(self, sender: str, exc: ProtocolError, **data: Any) -> ProtocolError:
         self.stats.rejected_sends += 1
@@ -383,6 +373,7 @@ class ChannelRuntime:
         cancel model calls still running for this channel."""
         ctx = self.ctx
         self.adapter.end(label)
+        self.speaking.end()
         if label == "expire":
             self._emit(EV_CHANNEL_EXPIRED, audience=tuple(ctx.order), data={"expires_at": ctx.expires_at})
         else:
@@ -428,128 +419,6 @@ class ChannelRuntime:
         if task.cancelled():
             return None
         return task.result()
-
-    # ---- the speaking block ----
-    @contextmanager
-    def streaming(self) -> Iterator[None]:
-        """While a reply is asked for in this channel: its deltas go to the hub's token listeners
-        (``hub.on_token``; none listening, the call asks for no stream), each named by the channel
-        and its turn state (``step`` ``"discussion-1|awaiting_bob"``)."""
-        sink = TOKENS.set(self._link.tokens())
-        step = STEP.set(f"{self.ctx.channel_id}|{self.adapter.turns.state}")
-        try:
-            yield
-        finally:
-            STEP.reset(step)
-            TOKENS.reset(sink)
-
-    async def speak(self, agent_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
-        """``speaker``'s reply to ``turn`` on ``agent_id``'s turn, through the run's speaking block
-        (``ToolLoop.speak``): (the text, its tool calls). Without tools it is ``speaker.reply(turn)``.
-
-        With tools, each model answer with tool calls is committed to the channel's log
-        (``EV_TOOL_CALLS``) and the turn graph moves to ``tools_awaiting_<p>``; a call that needs
-        approval waits at ``approve_awaiting_<p>`` until ``hub.decide_tool_call``; the calls run
-        (concurrently, results in call order), each result is committed (``EV_TOOL_RESULT``) and the
-        graph moves back before the model is asked again.
-
-        The reply's deltas go to the hub's token listeners (``streaming``); only the final
-        reply's text streams, the tool calls are assembled whole.
-
-        Raises:
-            ToolError: A tool failed under ``on_tool_error="stop"``, a tool source failed, or the
-                model still asked for tools after ``max_tool_rounds``.
-        """
-        with self.streaming():
-            return await self._speak(agent_id, speaker, turn)
-
-    async def _speak(self, agent_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
-        if not has_tools(speaker):
-            return str(await speaker.reply(turn)), []
-        loop = self.tool_loop
-        try:
-            while True:
-                loop.active = True
-                try:
-                    text = await loop.speak(speaker, turn)
-                    break
-                except ToolRound:
-                    pass
-                finally:
-                    loop.active = False
-                ex = loop.exchanges[speaker.name]
-                pending = ex.pending()
-                self._step_turns("tool_calls", EV_TOOL_CALLS, agent_id,
-                                 {"speaker": agent_id, "calls": [c.entry() for c in pending]})
-                for _, rec in loop.awaiting():
-                    await self._wait_decision(agent_id, speaker, rec)
-                errors: Any = _Events()
-                try:
-                    await loop.run_exchange(ex, speaker, None, errors)
-                finally:
-                    for rec in pending:
-                        if rec.resolved:
-                            self._emit(EV_TOOL_RESULT, sender=agent_id, audience=(),
-                                       data={"speaker": agent_id, **rec.entry()})
-                    self._save()
-                    for ev in errors.events:
-                        self.notify("tool_error", agent_id, data=ev)
-                self._step_turns("results", None, agent_id, None)
-            return text, loop.entries(speaker.name)
-        finally:
-            loop.exchanges.pop(speaker.name, None)
-
-    def _step_turns(self, label: str, event_type: str | None, agent_id: str, data: dict[str, Any] | None) -> None:
-        """Commit ``event_type`` (when given) to the log, then move the turn graph by ``label``."""
-        if self.adapter.turns.finished:
-            raise ProtocolError(f"channel '{self.ctx.channel_id}' is {self.ctx.state}: {agent_id}'s tool round ends")
-        if event_type is not None:
-            self._emit(event_type, sender=agent_id, audience=(), data=data)
-        self.adapter.turns.fire(label, data)
-        self._save()
-
-    async def _wait_decision(self, agent_id: str, speaker: Any, rec: CallRecord) -> None:
-        """Wait at ``approve_awaiting_<p>`` for ``hub.decide_tool_call`` on ``rec``."""
-        self._step_turns("needs_person", None, agent_id, None)
-        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._decision = (agent_id, speaker, rec, done)
-        req = approval_request(agent_id, rec)
-        self.notify("tool_approval", agent_id, data={"prompt": req["prompt"], "allowed": req["allowed"],
-                                                      **req["proposed"]})
-        try:
-            await done
-        finally:
-            self._decision = None
-
-    def waiting_call(self) -> dict[str, Any] | None:
-        """The tool call waiting for a person's decision (speaker, tool, arguments, call_id,
-        prompt, allowed), None when none waits."""
-        if self._decision is None:
-            return None
-        agent_id, _, rec, _ = self._decision
-        req = approval_request(agent_id, rec)
-        return {"prompt": req["prompt"], "allowed": req["allowed"], **req["proposed"]}
-
-    async def decide(self, answer: Any) -> Envelope:
-        """A person's decision on the waiting tool call: ``Approve()``, ``Edit(arguments={...})``
-        (checked against the tool's schema), ``Say(text)`` (the call's result, not run) or
-        ``Reject(reason)``. Committed to the log (``EV_TOOL_DECISION``) before the call runs.
-
-        Raises:
-            ProtocolError: No tool call waits in this channel.
-            ToolArgumentsError: Edited arguments the tool's schema refuses (the call still waits).
-        """
-        if self._decision is None or self._decision[3].done():
-            raise ProtocolError(f"channel '{self.ctx.channel_id}': no tool call waits for a decision")
-        agent_id, speaker, rec, done = self._decision
-        await decide_call(self.tool_loop, speaker, rec, answer)
-        env = self._emit(EV_TOOL_DECISION, sender=agent_id, audience=(),
-                         data={"speaker": agent_id, "call_id": rec.id, "tool": rec.name, "decision": answer.kind,
-                               "arguments": rec.arguments})
-        self.adapter.turns.fire("decided", {"call_id": rec.id, "decision": answer.kind})
-        self._save()
-        done.set_result(answer.kind)
-        return env
 
     def turn_failed(self, agent_id: str, reason: str, turn: int) -> None:
         """``agent_id``'s turn produced no text: count it, record ``EV_TURN_FAILED`` while the channel

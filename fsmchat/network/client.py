@@ -1,10 +1,12 @@
 """A registered agent's side of a hub: its client (a worker feeding its handler the envelopes
-delivered to it, one at a time) and its channel handles (which send as that agent, never as another)."""
+delivered to it, one at a time), its channel handles (which send as that agent, never as another),
+and an app's wait for a channel's texts (``wait_for_text_count``)."""
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from ..speakers.tool_loop import RUN_TOOLS, ToolLoop
 from .adapter import DISCUSSION
 from .channel import ChannelRuntime
 from .events import EV_TEXT, Envelope
@@ -80,12 +82,17 @@ class HubClient:
         """The task feeding the handler (None until the hub registered and started this client)."""
         return self._worker
 
-    def start(self, deliveries: DeliveryCounter) -> None:
-        """Start the worker (the hub does, as it registers the client); deliveries count in ``deliveries``."""
+    def start(self, deliveries: DeliveryCounter, tools: ToolLoop | None = None) -> None:
+        """Start the worker (the hub does, as it registers the client); deliveries count in
+        ``deliveries``; the handler's own ``agent.reply`` calls share ``tools``' sources (the hub's)."""
         if self._worker is not None:
             raise RuntimeError(f"client '{self.agent_id}' is already started")
         self._deliveries = deliveries
-        self._worker = asyncio.create_task(self._run(), name=f"fsmchat-client-{self.agent_id}")
+        held = RUN_TOOLS.set(tools)  # the worker's context, and every task its handler starts
+        try:
+            self._worker = asyncio.create_task(self._run(), name=f"fsmchat-client-{self.agent_id}")
+        finally:
+            RUN_TOOLS.reset(held)
 
     async def open(self, type: str = DISCUSSION, target: Sequence[Any] | str = (),
                    knobs: dict[str, Any] | None = None, ttl: float | str | None = None, *,
@@ -230,3 +237,46 @@ class Channel:
 
     def __repr__(self) -> str:
         return f"Channel({self.channel_id!r}, as {self.agent_id!r})"
+
+
+async def wait_for_text_count(hub: "Hub", channel_id: str, expected: int, timeout: float | None = None) -> int:
+    """Wait until the channel holds at least ``expected`` texts; returns the count.
+
+    Event-driven (woken by each accepted envelope, before any handler sees it), so an app that
+    closes right after it returns closes at exactly ``expected``.
+
+    Args:
+        hub: The hub.
+        channel_id: The channel.
+        expected: The number of texts to wait for.
+        timeout: Real seconds to wait at most (None: no limit).
+
+    Raises:
+        TurnFailed: A participant's turn failed (with the cause): no further text can come.
+        NetworkError: The channel ended with fewer texts.
+        TimeoutError: ``timeout`` passed.
+
+    Examples:
+        >>> import asyncio
+        >>> from fsmchat import Hub, wait_for_text_count
+        >>> def alice(turn):
+        ...     return "Yes: memory safety pays off."
+        >>> def bob(turn):
+        ...     return "Only for systems work."
+        >>> async def main():
+        ...     async with Hub() as hub:
+        ...         a, b = await hub.register(alice), await hub.register(bob)
+        ...         channel = await a.open(target=["bob"])
+        ...         await channel.send("Topic: should every developer learn Rust?")
+        ...         count = await wait_for_text_count(hub, channel.channel_id, expected=6)
+        ...         await channel.close()  # the app-side cap: close at exactly 6 texts
+        ...         return count, hub.stats(channel.channel_id).texts
+        >>> asyncio.run(main())
+        (6, 6)
+    """
+    if timeout is None:
+        return await hub.runtime(channel_id).wait_for_texts(expected)
+    if hasattr(asyncio, "timeout"):  # 3.11+: same task, so the "waiters first" ordering holds
+        async with asyncio.timeout(timeout):
+            return await hub.runtime(channel_id).wait_for_texts(expected)
+    return await asyncio.wait_for(hub.runtime(channel_id).wait_for_texts(expected), timeout)  # pragma: no cover

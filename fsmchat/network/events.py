@@ -1,8 +1,11 @@
 """What travels through a hub: event types, envelopes, and the notices listeners receive."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
+
+from .errors import ProtocolError
 
 # ---- envelope event types (AG2's names) ----
 EV_TEXT = "text"
@@ -146,6 +149,38 @@ Examples:
 """
 ORDERINGS = (ORDERING_ROUND_ROBIN,)
 
+MAX_CUSTOM_EVENTS = 1000  # custom (emit) events per channel
+"""The default cap on custom (``emit``) events per channel (``Hub(max_custom_events=...)``).
+
+Examples:
+    >>> from fsmchat.network import MAX_CUSTOM_EVENTS
+    >>> MAX_CUSTOM_EVENTS
+    1000
+"""
+MAX_EVENT_BYTES = 64 * 1024  # one custom event: its type and data as UTF-8 JSON
+"""The default cap on one custom event's size: its type and data as UTF-8 JSON (``Hub(max_event_bytes=...)``).
+
+Examples:
+    >>> from fsmchat.network import MAX_EVENT_BYTES
+    >>> MAX_EVENT_BYTES
+    65536
+"""
+
+
+def event_size(channel_id: str, event_type: str, data: Any) -> tuple[dict[str, Any], int]:
+    """A custom event's data as a private JSON copy, and its size (type + data, UTF-8 JSON bytes);
+    ``ProtocolError`` when ``data`` is not a JSON object (checked before a sequence number is taken)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ProtocolError(f"channel '{channel_id}': event {event_type!r} data must be a dict with string keys "
+                            f"(a JSON object), got {type(data).__name__}")
+    try:
+        text = json.dumps(data, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"channel '{channel_id}': event {event_type!r} data must be JSON-able: {exc}") from None
+    return json.loads(text), len(text.encode()) + len(event_type.encode())
+
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
@@ -169,6 +204,8 @@ class Envelope:
         >>> env = Envelope(4, "discussion-1", EV_TEXT, "bob", text="Only for systems work.", audience=("alice",))
         >>> env.to_dict()["sender"], env.to_dict()["audience"]
         ('bob', ['alice'])
+        >>> Envelope.from_dict(env.to_dict()) == env
+        True
     """
 
     seq: int
@@ -185,6 +222,12 @@ class Envelope:
         return {"seq": self.seq, "channel_id": self.channel_id, "event_type": self.event_type,
                 "sender": self.sender, "text": self.text, "data": dict(self.data), "t": self.t,
                 "audience": list(self.audience)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Envelope":
+        """The envelope ``to_dict()`` wrote (how a store reads its log back)."""
+        return cls(int(d["seq"]), str(d["channel_id"]), str(d["event_type"]), str(d["sender"]), d["text"],
+                   dict(d["data"]), float(d["t"]), tuple(d["audience"]))
 
 
 @dataclass(frozen=True, slots=True)

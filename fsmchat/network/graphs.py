@@ -64,6 +64,8 @@ class ChannelContext:
         speakers: The participants whose speakers have tools, and those speakers (their turn
             states are drawn with their tool loops).
         tool_loop: The channel's ``ToolLoop`` (its speaking block; the tool loop's guards read it).
+        events: The events its tool states' actions record (``tool_error``, ``tool_decision``...),
+            told to the hub's listeners as each step is committed.
         context: The channel's context policy (``client.open(context=...)``): what its participants'
             models are sent of it (None: the recent window, older texts folded into one line).
         lifecycle: The lifecycle graph's run.
@@ -97,6 +99,7 @@ class ChannelContext:
     people: frozenset[str] = frozenset()  # participants that are people (Human clients)
     speakers: dict[str, Any] = field(default_factory=dict)  # participants whose speakers have tools
     tool_loop: Any = None  # the channel's ToolLoop (the tool_calls / needs_person guards read it)
+    events: list[dict[str, Any]] = field(default_factory=list)  # its tool states' events, told to the listeners
     context: Any = None  # the channel's context policy: "full", LastMessages(n) or None (the recent window)
     lifecycle: "GraphRun | None" = None
     turns: "GraphRun | None" = None
@@ -237,9 +240,9 @@ def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "
         people: The ``Human`` participants: their turn states are drawn as waiting for a person
             (the channel waits there until they send).
         speakers: Each participant's speaker (an ``Agent``...): one with tools is drawn with its
-            tool loop, ``awaiting_<p> -[tool_calls]-> tools_awaiting_<p> -[results]-> awaiting_<p>``
-            and its wait point ``approve_awaiting_<p>``, the states the channel moves through as
-            that agent's calls and results are committed. Without tools nothing changes.
+            tool loop as every pattern's, ``awaiting_<p> -[tool_calls]-> tools_awaiting_<p> ->
+            awaiting_<p>`` and its wait point ``approve_awaiting_<p>``, with the same actions (the
+            channel steps them, committing each call and result). Without tools nothing changes.
 
     Raises:
         ValueError: Fewer than 2 participants.

@@ -163,9 +163,11 @@ async def call_speaker(speaker: Any, turn: Turn, close_tool: bool, speak: Speak 
             return "the channel will close after this reply"
 
         close = Tool(close_channel, name=CLOSE_TOOL_NAME, description=CLOSE_TOOL["function"]["description"],
-                     parameters=CLOSE_TOOL["function"]["parameters"])
+                     parameters=CLOSE_TOOL["function"]["parameters"], idempotent=True)  # closing twice closes once
         text, calls = await speak(speaker.model_copy(update={"tools": [*speaker.tools, close]}), turn)
-        return ReplyOutcome((text or "").strip(), closed[0] if closed else None, calls)
+        done = [c for c in calls if c["name"] == CLOSE_TOOL_NAME and c["status"] == "done"]  # a resumed turn's too
+        reason = str(done[0]["arguments"].get("reason") or "").strip() or "closed by agent" if done else None
+        return ReplyOutcome((text or "").strip(), reason or (closed[0] if closed else None), calls)
     if close_tool and isinstance(speaker, Agent):
         message = await speaker.reply_message(turn, tools=[CLOSE_TOOL], tool_choice="auto")
         return ReplyOutcome((getattr(message, "content", None) or "").strip(), parse_close(message))

@@ -1,5 +1,6 @@
-"""The hub: registered agents and their clients, the channels (one ``ChannelRuntime`` each), routing
-of accepted envelopes to their audience, listeners, and the sweep (TTL expiry and expectations).
+"""The hub: registered agents and their clients, the channels (one ``ChannelRuntime`` each, opened
+or resumed from the store), routing of accepted envelopes to their audience, listeners, and the
+sweep (TTL expiry and expectations).
 
 Every send goes through a channel's runtime, which steps the channel's lifecycle and turn graphs
 with ``GraphRun.fire(event)`` (the engine's one runner). Each client has one worker task that feeds
@@ -22,14 +23,15 @@ from ..speakers.llm import CallStats
 from ..speakers.tool_loop import ToolLoop
 from ..speakers.tools import has_tools
 from .adapter import DISCUSSION, DiscussionState, check_knobs, participant_order
-from .channel import MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, ChannelRuntime, HubLink
-from .client import Channel, DeliveryCounter, Handler, HubClient
+from .channel import ChannelRuntime, HubLink
+from .client import Channel, DeliveryCounter, Handler, HubClient, wait_for_text_count
 from .clock import Clock, monotonic
 from .errors import HubClosed, NetworkError, NotFoundError, ProtocolError
-from .events import HUB_SENDER, Envelope, NetworkEvent
+from .events import HUB_SENDER, MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, Envelope, NetworkEvent
 from .expectations import DEFAULT_EXPECTATIONS, Expectation, parse_seconds
 from .graphs import ChannelContext
 from .handler import DefaultHandler
+from .resume import read_channel
 from .stats import TurnStats
 from .store import KnowledgeStore, MemoryKnowledgeStore
 from .view import check_channel_context
@@ -161,7 +163,7 @@ class Hub:
         client = HubClient(self, agent_id, speaker,
                            handler or DefaultHandler(accept_invites=accept_invites, close_tool=close_tool))
         self._clients[agent_id] = client
-        client.start(self._deliveries)
+        client.start(self._deliveries, self._tools)
         return client
 
     def client(self, agent_id: str) -> HubClient:
@@ -239,7 +241,7 @@ class Hub:
         """The channel's tool call waiting for a person (``Tool(approval=True)``): its ``speaker``,
         ``tool``, ``arguments``, ``call_id``, ``prompt`` and ``allowed`` answers; None when none
         waits. Listeners hear a ``tool_approval`` event when one starts waiting."""
-        return self.runtime(channel_id).waiting_call()
+        return self.runtime(channel_id).speaking.waiting_call()
 
     async def decide_tool_call(self, channel_id: str, answer: Any) -> Envelope:
         """Decide on the channel's waiting tool call: ``Approve()``, ``Edit(arguments={...})``
@@ -252,7 +254,7 @@ class Hub:
             ToolArgumentsError: Edited arguments the tool's schema refuses (the call still waits).
         """
         self._check_open()
-        return await self.runtime(channel_id).decide(answer)
+        return await self.runtime(channel_id).speaking.decide(answer)
 
     def is_hidden(self, channel_id: str) -> bool:
         """Whether a ``hide`` expectation hid the channel (until its next text)."""
@@ -333,16 +335,56 @@ class Hub:
             except ValueError as exc:
                 raise ProtocolError(f"channel handshake_timeout: {exc} (None waits without a limit)") from None
         cid = f"{type}-{next(self._ids)}"
-        ctx = ChannelContext(cid, creator.agent_id, order, knobs.get("max_texts"), expires_at, self.clock,
-                             expectations=tuple(DEFAULT_EXPECTATIONS if expectations is None else expectations),
-                             type=type, knobs=knobs, context=context,
-                             people=frozenset(p for p in order if isinstance(self._clients[p].speaker, Human)),
-                             speakers={p: self._clients[p].speaker for p in order
-                                       if self._clients[p].speaker is not None and has_tools(self._clients[p].speaker)})
+        while self.store.get_state(cid) is not None:  # a channel the store holds keeps its id
+            cid = f"{type}-{next(self._ids)}"
+        ctx = self._context(cid, creator.agent_id, order, type, knobs, expires_at, expectations, context)
         runtime = self._channels[cid] = ChannelRuntime(ctx, self._link)
         runtime.invite()
         await runtime.wait_open(handshake_timeout)
         return runtime
+
+    async def resume_channel(self, channel_id: str, *, expectations: Iterable[Expectation] | None = None
+                             ) -> ChannelRuntime:
+        """Resume a channel this hub's store holds (a hub of an earlier process, on a
+        ``SQLiteKnowledgeStore``): register its participants first. Its graph runs stand where it
+        was (their paths start there), its log and counts go on, and each participant is handed what
+        it has not acted on: an invite not acked, or the last text to the expected speaker, whose
+        handler takes the turn. An agent's tool round in progress goes on from its log: a call with a
+        committed result never runs again; one asked for without a committed result runs again only
+        when its tool is ``idempotent``, else it waits at ``approve_awaiting_<p>`` for
+        ``decide_tool_call`` (as a pattern's resumed run waits). TTLs stay on the hub's clock (give
+        the hubs a wall clock such as ``time.time`` for TTLs that hold across processes).
+
+        Raises:
+            NotFoundError: The store holds no such channel, or a participant is not registered.
+            ProtocolError: The channel is open on this hub already.
+        """
+        self._check_open()
+        if channel_id in self._channels:
+            raise ProtocolError(f"channel '{channel_id}' is already open on this hub")
+        stored = read_channel(self.store, channel_id)
+        missing = [p for p in stored.order if p not in self._clients]
+        if missing:
+            raise NotFoundError(f"channel '{channel_id}' cannot resume: participant '{missing[0]}' is not registered "
+                                f"(register {missing} first)")
+        ctx = self._context(channel_id, stored.creator, stored.order, stored.type, stored.knobs, stored.expires_at,
+                            expectations, stored.context)
+        ctx.acked, ctx.rejected_by, ctx.close_reason, ctx.closed_by = stored.acked, stored.rejected_by, \
+            stored.close_reason, stored.closed_by
+        ctx.turn_count, ctx.hidden, ctx.turn_started = stored.texts, stored.hidden, self.clock()
+        runtime = self._channels[channel_id] = ChannelRuntime(ctx, self._link, stored)
+        runtime.redeliver()
+        return runtime
+
+    def _context(self, cid: str, creator: str, order: list[str], type: str, knobs: dict[str, Any],
+                 expires_at: float | None, expectations: Iterable[Expectation] | None, context: Any) -> ChannelContext:
+        clients = [self._clients[p] for p in order]
+        return ChannelContext(cid, creator, order, knobs.get("max_texts"), expires_at, self.clock,
+                              expectations=tuple(DEFAULT_EXPECTATIONS if expectations is None else expectations),
+                              type=type, knobs=knobs, context=context,
+                              people=frozenset(c.agent_id for c in clients if isinstance(c.speaker, Human)),
+                              speakers={c.agent_id: c.speaker for c in clients
+                                        if c.speaker is not None and has_tools(c.speaker)})
 
     # ---- time: TTL and expectations ----
     def expire_due(self) -> list[str]:
@@ -397,46 +439,3 @@ class Hub:
 
     def __repr__(self) -> str:
         return f"Hub({len(self._clients)} agents, {len(self._channels)} channels)"
-
-
-async def wait_for_text_count(hub: Hub, channel_id: str, expected: int, timeout: float | None = None) -> int:
-    """Wait until the channel holds at least ``expected`` texts; returns the count.
-
-    Event-driven (woken by each accepted envelope, before any handler sees it), so an app that
-    closes right after it returns closes at exactly ``expected``.
-
-    Args:
-        hub: The hub.
-        channel_id: The channel.
-        expected: The number of texts to wait for.
-        timeout: Real seconds to wait at most (None: no limit).
-
-    Raises:
-        TurnFailed: A participant's turn failed (with the cause): no further text can come.
-        NetworkError: The channel ended with fewer texts.
-        TimeoutError: ``timeout`` passed.
-
-    Examples:
-        >>> import asyncio
-        >>> from fsmchat import Hub, wait_for_text_count
-        >>> def alice(turn):
-        ...     return "Yes: memory safety pays off."
-        >>> def bob(turn):
-        ...     return "Only for systems work."
-        >>> async def main():
-        ...     async with Hub() as hub:
-        ...         a, b = await hub.register(alice), await hub.register(bob)
-        ...         channel = await a.open(target=["bob"])
-        ...         await channel.send("Topic: should every developer learn Rust?")
-        ...         count = await wait_for_text_count(hub, channel.channel_id, expected=6)
-        ...         await channel.close()  # the app-side cap: close at exactly 6 texts
-        ...         return count, hub.stats(channel.channel_id).texts
-        >>> asyncio.run(main())
-        (6, 6)
-    """
-    if timeout is None:
-        return await hub.runtime(channel_id).wait_for_texts(expected)
-    if hasattr(asyncio, "timeout"):  # 3.11+: same task, so the "waiters first" ordering holds
-        async with asyncio.timeout(timeout):
-            return await hub.runtime(channel_id).wait_for_texts(expected)
-    return await asyncio.wait_for(hub.runtime(channel_id).wait_for_texts(expected), timeout)  # pragma: no cover

@@ -33,9 +33,9 @@ Examples:
     ('deliveries', 'skipped_deliveries', 'model_calls', 'replies', 'wasted_calls')
 """
 HUB_KINDS = frozenset({"accepted", "rejected", "transition", "expectation", "turn_failed", "tool_approval",
-                       "tool_error"})
-"""Listener event kinds only the hub reports (``turn_failed`` through ``fail_turn``; ``tool_approval``
-and ``tool_error`` through ``speak``)."""
+                       "tool_error", "tool_decision", "tool_result_truncated"})
+"""Listener event kinds only the hub reports (``turn_failed`` through ``fail_turn``; ``tool_approval``,
+``tool_error``, ``tool_decision`` and ``tool_result_truncated`` through ``speak``)."""
 
 
 class HubServices:
@@ -116,14 +116,14 @@ class HubServices:
         """Within it a model call that writes a reply streams its deltas to the hub's token
         listeners, named by the channel's state (``speak`` is within it; a task started within it
         is too)."""
-        return self._runtime(channel_id).streaming()
+        return self._runtime(channel_id).speaking.streaming()
 
     async def speak(self, channel_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
         """``speaker``'s reply to ``turn`` on this agent's turn, through the channel's speaking block:
         (the text, its tool calls). An agent with tools takes its tool rounds through the channel's
         turn graph (each call and result committed to the log before the model is asked again);
-        see ``ChannelRuntime.speak``."""
-        return await self._runtime(channel_id).speak(self.agent_id, speaker, turn)
+        see ``ChannelSpeaking.speak``."""
+        return await self._runtime(channel_id).speaking.speak(self.agent_id, speaker, turn)
 
     def fail_turn(self, channel_id: str, reason: str, turn: int) -> None:
         """This agent's turn ``turn`` produced no text: counted, ``EV_TURN_FAILED`` recorded while the

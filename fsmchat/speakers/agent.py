@@ -25,7 +25,7 @@ from .images import image_part
 from .log_secrets import is_secret
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
     respond_response_format, silent
-from .tool_loop import ToolLoop
+from .tool_loop import ToolLoop, direct_loop
 from .tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS, Tool, ToolError, as_tool_entry, has_tools, \
     is_schema_dict
 
@@ -366,7 +366,9 @@ class Agent(BaseModel):
         An agent with tools it can run takes its tool rounds here, in place (a pattern draws them
         as states instead: see ``fsmchat.speakers.tools``); tools given as JSON schemas only are
         offered, and a call of one raises ``ToolError`` (it has no function). A tool source (an MCP
-        server) is started for the reply and stopped after it, unless ``tools_open()`` holds it.
+        server) serves every reply of a run: a hub's (its handlers' replies), else the event loop's
+        (started on first use, stopped as the loop ends, as ``asyncio.run`` does), or the one
+        ``tools_open()`` holds.
 
         Raises:
             ModelCallError: The call failed after the retries (a reply with no text counts as a
@@ -374,13 +376,7 @@ class Agent(BaseModel):
             ToolError: The model called a tool that has no function.
         """
         if has_tools(self) or self.handoffs:
-            held = self._held_tools
-            loop = held if held is not None else ToolLoop()
-            try:
-                return await loop.speak(self, turn)
-            finally:
-                if held is None:
-                    await loop.close()
+            return await (self._held_tools or await direct_loop()).speak(self, turn)
         specs = [t for t in self.tool_specs() if not is_schema_dict(t, "respond")]
         if not specs:
             return ((await self.reply_message(turn, check=self.require_reply_text)).content or "").strip()
@@ -419,11 +415,12 @@ class Agent(BaseModel):
     async def tools_open(self) -> AsyncIterator["Agent"]:
         """Hold the agent's tool sources (MCP servers) open across direct ``reply`` calls.
 
-        Outside a run, each ``agent.reply(turn)`` of an agent with a tool source starts the source
-        and stops it when the reply returns. Inside ``async with agent.tools_open():`` every source
-        is started once, on entry (a source that cannot start fails there, before any model call),
-        every reply uses it, and it is stopped on exit. Patterns, flows and hubs need none of this:
-        they start each source once per run (per hub) and stop it when the run ends.
+        Outside a run, the direct ``agent.reply(turn)`` calls of an event loop share each tool
+        source, started by the first and stopped as the loop ends. Inside ``async with
+        agent.tools_open():`` every source is started once, on entry (a source that cannot start
+        fails there, before any model call), every reply uses it, and it is stopped on exit.
+        Patterns, flows and hubs need none of this: they start each source once per run (per hub)
+        and stop it when the run ends.
 
         Examples:
             >>> import asyncio

@@ -18,12 +18,9 @@ as ``Message.tool_calls``). A graph with no agent with tools is unchanged. Each 
 ``1 + max_tool_rounds`` model calls (``fsmchat.speakers.tools.calls_per_turn``); once the rounds
 are used the model is asked to answer without tools.
 
-A hub channel (``fsmchat.network``) speaks through the same block: its turn graph is event-driven,
-so ``add_tool_loop(..., events=True)`` draws the same states with no actions
-(``awaiting_<p> -[tool_calls]-> tools_awaiting_<p> -[results]-> awaiting_<p>``) and the channel
-fires them as its agent's calls and results are committed to the channel's log. A direct
-``agent.reply(turn)`` outside any run takes its tool rounds in place (``ToolLoop.speak`` with no
-state active).
+A hub channel (``fsmchat.network``) draws the same states and actions (``events=True``); its agent
+speaks through ``tool_action`` and the channel steps the states, committing each step to its log.
+A direct ``agent.reply(turn)`` takes its rounds in place on its run's tool sources (``direct_loop``).
 
 A resumed run never calls a tool whose result was committed. A call that was asked for but whose
 result was not committed when the run stopped is run again on resume only when its tool is
@@ -38,7 +35,7 @@ import contextvars
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, AsyncGenerator, Awaitable, Callable, Sequence
 
 from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
@@ -91,14 +88,10 @@ class CallRecord:
 
     def entry(self) -> dict[str, Any]:
         """What the posted message carries (``Message.metadata["tool_calls"]``)."""
-        out: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments, "status": self.status}
-        if self.result is not None:
-            out["result"] = self.result
-        if self.error is not None:
-            out["error"] = self.error
-        if self.duration_s is not None:
-            out["duration_s"] = round(self.duration_s, 6)
-        return out
+        known = {"result": self.result, "error": self.error,
+                 "duration_s": None if self.duration_s is None else round(self.duration_s, 6)}
+        return {"id": self.id, "name": self.name, "arguments": self.arguments, "status": self.status,
+                **{k: v for k, v in known.items() if v is not None}}
 
 
 @dataclass
@@ -207,6 +200,8 @@ class ToolLoop:
         self.used = False
         self.last: dict[str, list[dict[str, Any]]] = {}  # the tool calls of the last state's answered turns
         self.handoffs: dict[str, HandoffCall] = {}  # a turn that ended in a handoff, by speaker (the pattern pops it)
+        self.speakers: dict[str, Any] = {}  # who spoke each turn in progress (its tools run the calls)
+        self.ask: Callable[[dict[str, Any]], Awaitable[Any]] | None = None  # how a person decides (None: ctx.people)
 
     def once(self, speaker: str, mark: str) -> bool:
         """Whether the state's action does ``mark`` with ``speaker``'s answer for the first time
@@ -300,6 +295,7 @@ class ToolLoop:
             return await self._inline(speaker, turn)
         ex = self.exchanges.setdefault(speaker.name, Exchange(speaker.name))
         ex.share = bool(getattr(speaker, "share_tool_results", False))
+        self.speakers[speaker.name] = speaker
         if ex.answered:
             return str(ex.answer)
         if ex.pending():
@@ -344,6 +340,7 @@ class ToolLoop:
             return out
         self.used = True
         ex = self.exchanges.setdefault(speaker.name, Exchange(speaker.name))
+        self.speakers[speaker.name] = speaker
         if ex.answered:
             assert isinstance(ex.answer, BidOutcome)
             return ex.answer
@@ -548,6 +545,7 @@ class ToolLoop:
         readable in ``last`` until the next state with a tool loop completes)."""
         self.last = {k: [c.entry() for c in ex.calls] for k, ex in self.exchanges.items() if ex.calls}
         self.exchanges.clear()
+        self.speakers.clear()
 
     def entries(self, speaker: str) -> list[dict[str, Any]]:
         """The tool calls of ``speaker``'s answered turn, for its posted message."""
@@ -649,9 +647,9 @@ def make_decide(speakers: Sequence[Any]) -> Callable[[Any], Any]:
         loop = loop_of(ctx)
         speaker, rec = loop.awaiting()[0]
         req = approval_request(speaker, rec)
-        answer = ctx.people.ask(req)
+        answer = ctx.people.ask(req) if loop.ask is None else await loop.ask(req)  # a hub: hub.decide_tool_call
         try:
-            await decide_call(loop, by_name[speaker], rec, answer)
+            await decide_call(loop, loop.speakers.get(speaker) or by_name[speaker], rec, answer)
         except ToolArgumentsError as exc:  # the run keeps waiting, saying why
             raise Interrupted({**req, "prompt": f"{req['prompt']} (the edited arguments were refused: {exc})"}) \
                 from None
@@ -714,8 +712,9 @@ def make_run_tools(speakers: Sequence[Any]) -> Callable[[Any], Any]:
         done: list[dict[str, Any]] = []  # the step's payload: each call it resolved (the trace, stream())
         for ex in list(loop.exchanges.values()):
             pending = ex.pending()
-            if pending:
-                await loop.run_exchange(ex, by_name[ex.speaker], getattr(ctx, "stats", None), ctx)
+            if pending:  # with the tools of the speaker that spoke (a hub's may carry close_channel)
+                speaker = loop.speakers.get(ex.speaker) or by_name[ex.speaker]
+                await loop.run_exchange(ex, speaker, getattr(ctx, "stats", None), ctx)
                 done += [{"agent": ex.speaker, **c.entry()} for c in pending if c.resolved]
         return done
 
@@ -726,6 +725,30 @@ ToolHook = Callable[[Callable[[], Awaitable[str]], str, str, str, dict[str, Any]
 TOOL_HOOK: contextvars.ContextVar[ToolHook | None] = contextvars.ContextVar("fsmchat_tool_hook", default=None)
 """Around each tool call of the runs in this context: ``hook(run, agent, tool, call_id, arguments)``
 awaits ``run()`` (the call) and returns its result (``fsmchat.otel`` makes a span of it)."""
+
+RUN_TOOLS: contextvars.ContextVar[ToolLoop | None] = contextvars.ContextVar("fsmchat_run_tools", default=None)
+"""The tool sources of the run this code runs in (a hub sets its own in its clients' handlers)."""
+_EVENT_LOOPS: dict[asyncio.AbstractEventLoop, tuple[ToolLoop, AsyncGenerator[None, None]]] = {}
+
+
+async def direct_loop() -> ToolLoop:
+    """A direct reply's ``ToolLoop``: a turn of its own on the tool sources of its run (``RUN_TOOLS``),
+    else of its event loop, started on first use and stopped as the loop ends (``asyncio.run``)."""
+    loop, shared, ev = ToolLoop(), RUN_TOOLS.get(), asyncio.get_running_loop()
+    if shared is None and ev not in _EVENT_LOOPS:
+        _EVENT_LOOPS[ev] = (ToolLoop(), keeper := _until_shutdown(ev))
+        await keeper.__anext__()  # first iterated here: the loop's shutdown_asyncgens closes it
+    loop.share_sources(shared or _EVENT_LOOPS[ev][0])
+    return loop
+
+
+async def _until_shutdown(ev: asyncio.AbstractEventLoop) -> AsyncGenerator[None, None]:
+    """Keeps event loop ``ev``'s tool sources until the loop shuts down, then stops them."""
+    try:
+        yield
+    finally:
+        await _EVENT_LOOPS.pop(ev)[0].close()
+
 
 APPROVE_ALL: contextvars.ContextVar[bool] = contextvars.ContextVar("fsmchat_approve_all_tools", default=False)
 """While a pattern with ``interrupt_before=["tools"]`` compiles, every tool loop's wait point waits
@@ -745,54 +768,32 @@ def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve
             for tool calls is committed before the tools run, never carried into a later commit).
         speakers: Who may speak in it.
         approve_all: Every call waits for a person (``interrupt_before=["tools"]``).
-        events: ``g`` is event-driven (a hub channel's turns, stepped by ``GraphRun.fire``): the
-            states get no actions and the edges the labels the channel fires, ``tool_calls``
-            (the calls were committed), ``needs_person``, ``decided`` and ``results`` (the
-            results were committed, the speaker is asked again); the ``tool_calls`` guard reads
-            the context's ``tool_loop``.
-        exits: (destination, guard, label) edges tried first from each state it adds (with
-            ``events``: a channel may end while a tool runs).
+        events: ``g`` is event-driven (a hub channel's turns): ``state`` has no action (its agent
+            speaks in its handler) and the channel steps ``tool_calls`` and the added states.
+        exits: (destination, guard, label) edges tried first from each added state (a channel may
+            end while a tool runs).
     """
     tooled = [s for s in speakers if has_tools(s)]
     if not tooled:
         return g
-    if events:
-        return _add_event_tool_loop(g, state, tooled, approve_all, exits)
     approve_all = approve_all or APPROVE_ALL.get()
     s = g.states[state]
-    assert s.action is not None, f"state {state!r} speaks but has no action"
-    s.action = tool_action(s.action)
+    if not events:  # an event-driven graph's agent speaks outside it (in its handler, through tool_action)
+        assert s.action is not None, f"state {state!r} speaks but has no action"
+        s.action = tool_action(s.action)
     tools_state, wait_state = state_names([f"tools_{state}", f"approve_{state}"], reserved=g.states)
     g.state(tools_state, make_run_tools(tooled), f"{', '.join(x.name for x in tooled)}: run the tool calls")
     g.state(wait_state, make_decide(tooled), "a person decides on a tool call",
             waits=approve_all or any(needs_approval(x) for x in tooled))
     first = next((i for i, t in enumerate(g.transitions) if t.source == state), len(g.transitions))
     g.transitions.insert(first, Transition(state, tools_state, tool_calls, "tool_calls", first))
+    for dest, guard, label in exits:
+        g.edge(tools_state, dest, when=guard, label=label)
     g.edge(tools_state, wait_state, when=needs_person, label="needs_person")
     g.edge(tools_state, state)
+    for dest, guard, label in exits:
+        g.edge(wait_state, dest, when=guard, label=label)
     g.edge(wait_state, tools_state)
-    for i, t in enumerate(g.transitions):
-        t.order = i
-    return g.changed()
-
-
-def _add_event_tool_loop(g: StateGraph, state: str, tooled: Sequence[Any], approve_all: bool,
-                         exits: Sequence[tuple[str, Callable[[Any], bool], str]]) -> StateGraph:
-    """``add_tool_loop`` on an event-driven graph: the same states and edges, labelled with the
-    events the channel fires, no actions (the channel runs the speaking block itself)."""
-    tools_state, wait_state = state_names([f"tools_{state}", f"approve_{state}"], reserved=g.states)
-    g.state(tools_state, None, f"{', '.join(x.name for x in tooled)}: the tool calls run; their results are "
-                               "committed to the log")
-    g.state(wait_state, None, "a person decides on a tool call",
-            waits=approve_all or any(needs_approval(x) for x in tooled))
-    first = next((i for i, t in enumerate(g.transitions) if t.source == state), len(g.transitions))
-    g.transitions.insert(first, Transition(state, tools_state, tool_calls, "tool_calls", first))
-    for added in (tools_state, wait_state):
-        for dest, guard, label in exits:
-            g.edge(added, dest, when=guard, label=label)
-    g.edge(tools_state, wait_state, when=needs_person, label="needs_person")
-    g.edge(tools_state, state, label="results")
-    g.edge(wait_state, tools_state, label="decided")
     for i, t in enumerate(g.transitions):
         t.order = i
     return g.changed()

@@ -168,7 +168,8 @@ def test_services_refuse_what_a_handler_may_not_do():
                                   "rejected_sends are the hub's, turn_failures is fail_turn's)")
         with pytest.raises(ValueError, match=r"^notify kind 'accepted': a non-empty name that is not one the hub "
                                              r"reports itself \(\['accepted', 'expectation', 'rejected', "
-                                             r"'tool_approval', 'tool_error', 'transition', 'turn_failed'\]\)$"):
+                                             r"'tool_approval', 'tool_decision', 'tool_error', 'tool_result_truncated', "
+                                             r"'transition', 'turn_failed'\]\)$"):
             svc.notify("accepted", cid)
         with pytest.raises(ValueError, match="notify kind ''"):
             svc.notify("", cid)

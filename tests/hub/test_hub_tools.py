@@ -67,25 +67,46 @@ def test_a_hub_agents_turn_graph_draws_its_tool_loop_and_one_without_tools_is_un
     assert edges == [
         ("awaiting_bob", "tool_calls", "tools_awaiting_bob"),
         ("tools_awaiting_bob", "close", "closed"), ("tools_awaiting_bob", "expire", "expired"),
+        ("tools_awaiting_bob", "needs_person", "approve_awaiting_bob"), ("tools_awaiting_bob", "next", "awaiting_bob"),
         ("approve_awaiting_bob", "close", "closed"), ("approve_awaiting_bob", "expire", "expired"),
-        ("tools_awaiting_bob", "needs_person", "approve_awaiting_bob"),
-        ("tools_awaiting_bob", "results", "awaiting_bob"),
-        ("approve_awaiting_bob", "decided", "tools_awaiting_bob")]
+        ("approve_awaiting_bob", "next", "tools_awaiting_bob")]
     assert g.states["approve_awaiting_bob"].waits is False
     approving = turn_graph(["alice", "bob"], speakers={"bob": m.agent("bob", tools=[Tool(weather, approval=True)])})
     assert approving.states["approve_awaiting_bob"].waits is True
     drawn = approving.to_mermaid().splitlines()
-    for line in ("    awaiting_bob --> tools_awaiting_bob : [tool_calls]",
-                 "    tools_awaiting_bob --> approve_awaiting_bob : [needs_person]",
-                 "    tools_awaiting_bob --> awaiting_bob : results",
-                 "    approve_awaiting_bob --> tools_awaiting_bob : decided",
-                 "    class approve_awaiting_bob waits"):
-        assert line in drawn
+    loop = ["    awaiting_bob --> tools_awaiting_bob : [tool_calls]",
+            "    tools_awaiting_bob --> approve_awaiting_bob : [needs_person]",
+            "    tools_awaiting_bob --> awaiting_bob",
+            "    approve_awaiting_bob --> tools_awaiting_bob"]
+    assert [ln for ln in drawn if ln in loop] == loop
+    assert "    class approve_awaiting_bob waits" in drawn
     plain = turn_graph(["alice", "bob"], max_texts=4, speakers={"bob": m.agent("bob")})
     bare = turn_graph(["alice", "bob"], max_texts=4)
     assert [(t.source, t.label, t.dest) for t in plain.transitions] == \
         [(t.source, t.label, t.dest) for t in bare.transitions]
     assert list(plain.states) == ["awaiting_alice", "awaiting_bob", "closed", "expired"]
+
+
+def test_the_channels_tool_loop_is_drawn_as_every_patterns_and_its_states_run_the_same_actions():
+    from fsmchat import RoundRobinSwarm
+
+    m = ScriptedModel({})
+    bob = m.agent("bob", tools=[Tool(weather, approval=True)])
+    hub = turn_graph(["alice", "bob"], speakers={"bob": bob})
+    rr = RoundRobinSwarm(agents=[m.agent("alice"), bob]).graph
+    ends = ("close", "expire")  # a channel may end while a tool runs or a call waits
+
+    def tool_loop(g, prefix):
+        return [(t.source.replace(prefix, ""), t.label, t.dest.replace(prefix, "")) for t in g.transitions
+                if t.label not in ends and t.source.startswith(("tools_", "approve_", prefix + "bob"))
+                and t.dest.startswith(("tools_", "approve_", prefix + "bob"))]
+
+    assert tool_loop(hub, "awaiting_") == tool_loop(rr, "") == [
+        ("bob", "tool_calls", "tools_bob"), ("tools_bob", "needs_person", "approve_bob"), ("tools_bob", "next", "bob"),
+        ("approve_bob", "next", "tools_bob")]
+    for state in ("tools_awaiting_bob", "approve_awaiting_bob"):  # the pattern's own actions, not none
+        assert hub.states[state].action.__qualname__ == rr.states[state.replace("awaiting_", "")].action.__qualname__
+    assert hub.states["awaiting_bob"].action is None  # the agent's handler speaks; the channel steps the rest
 
 
 def test_each_tool_result_is_committed_to_the_log_before_the_next_model_call():
@@ -101,7 +122,10 @@ def test_each_tool_result_is_committed_to_the_log_before_the_next_model_call():
         [calls] = [e for e in log if e.event_type == EV_TOOL_CALLS]
         assert calls.sender == "bob" and calls.audience == ()
         assert calls.data == {"speaker": "bob", "calls": [{"id": "c1", "name": "weather",
-                                                           "arguments": {"city": "Oslo"}, "status": "asked"}]}
+                                                           "arguments": {"city": "Oslo"}, "status": "asked"}],
+                              "message": {"role": "assistant", "content": None, "tool_calls": [  # as the wire has it
+                                  {"id": "c1", "type": "function",
+                                   "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]}}
         [result] = [e for e in log if e.event_type == EV_TOOL_RESULT]
         assert {k: result.data[k] for k in ("speaker", "id", "name", "status", "result")} == {
             "speaker": "bob", "id": "c1", "name": "weather", "status": "done", "result": "sunny in Oslo"}
@@ -202,3 +226,51 @@ def test_a_failing_tool_under_on_tool_error_stop_fails_the_turn_with_a_tool_erro
         await hub.aclose()
 
     asyncio.run(body())
+
+
+def test_every_tool_turn_commits_its_calls_and_results_even_when_the_model_reuses_call_ids():
+    async def body():
+        m = ScriptedModel({"alice": ["And in Bergen?"],  # every call is the default id call_1
+                           "bob": [ToolCall("weather", {"city": "Oslo"}), "Sunny in Oslo.",
+                                   ToolCall("weather", {"city": "Bergen"}), "Sunny in Bergen."]})
+        hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=ManualClock())
+        alice = await hub.register(m.agent("alice"))
+        await hub.register(m.agent("bob", tools=[weather]))
+        ch = await alice.open(target=["bob"], knobs={"max_texts": 4})
+        await ch.send("Weather in Oslo?")
+        await wait_for_text_count(hub, ch.channel_id, expected=4, timeout=30)
+        log = hub.read_log(ch.channel_id)
+        await hub.aclose()
+        return [(e.event_type, e.data.get("id") or [c["id"] for c in e.data.get("calls", [])] or e.text)
+                for e in log if e.event_type.startswith("fsmchat.tool") or e.event_type == EV_TEXT]
+
+    assert asyncio.run(body()) == [
+        (EV_TEXT, "Weather in Oslo?"), (EV_TOOL_CALLS, ["call_1"]), (EV_TOOL_RESULT, "call_1"),
+        (EV_TEXT, "Sunny in Oslo."), (EV_TEXT, "And in Bergen?"), (EV_TOOL_CALLS, ["call_1"]),
+        (EV_TOOL_RESULT, "call_1"), (EV_TEXT, "Sunny in Bergen.")]
+    assert RUNS == ["Oslo", "Bergen"]
+
+
+def test_a_waiting_call_is_asked_for_and_decided_as_in_a_group_chat():
+    from fsmchat import Bid, GroupChat, MemoryCheckpointer
+
+    gm = ScriptedModel({"bob": [ToolCall("weather", {"city": "Oslo"}, id="c1"), Bid(0.9, "I may not look it up.")],
+                        "carol": [Bid(0.1, "No idea.")]})
+    chat = GroupChat(agents=[gm.agent("bob", tools=[Tool(weather, approval=True)]), gm.agent("carol")], max_loops=2)
+    store = MemoryCheckpointer()
+    paused = chat.execute("Weather in Oslo?", checkpoint=store, run_id="g")
+    assert paused.pending.state == "approve_bid"
+    done = chat.resume("g", store, input=Reject("not today"))
+    assert done.ok and RUNS == []
+
+    hm, _, waiting, log, path = asyncio.run(_approval(Reject("not today"), ["I may not look it up."]))
+    assert RUNS == [] and path[-3:] == ["tools_awaiting_bob", "awaiting_bob", "closed"]
+    pending = paused.pending
+    assert {k: waiting[k] for k in ("prompt", "allowed")} == {"prompt": pending.prompt, "allowed": pending.allowed} \
+        == {"prompt": "bob asks to call weather(city='Oslo'): run it?", "allowed": {
+            "approve": "run the call as proposed",
+            "edit": "run it with these arguments instead (checked against the tool's schema)",
+            "reject": "do not run it; the reason goes to the model as the call's result"}}
+    assert {k: waiting[k] for k in ("speaker", "tool", "arguments", "call_id")} == pending.proposed
+    rejected = {"role": "tool", "tool_call_id": "c1", "content": "rejected: not today"}
+    assert gm.requests_of("bob")[1].messages[-1] == hm.requests_of("bob")[1].messages[-1] == rejected
