@@ -708,6 +708,8 @@ class OfflineModel:
         named |= set(re.findall(r"(?<=[\w,;:] )[A-Z][A-Za-z]+", frames))
         people = names | _self_nouns("\n".join(everything)) | {
             part for n in (prev, agent, *others, *speakers_of(spoken), *named) for part in _name_parts(n)}
+        if role.startswith("am "):  # who it is ("The organiser.": "I am the organiser"), not what it argues
+            people |= set(_words(_SELF_END.split(" " + role[3:] + " ", maxsplit=1)[0]))
         # its own role's words are not news to it (the rest of a system prompt may hold the material), nor
         # are the words of what it is told to do ("please share your perspective on: ...")
         noise = _template_words() | _FRAME | people | set(_words(role)) | set(_words(frames))

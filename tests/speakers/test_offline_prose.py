@@ -151,6 +151,19 @@ def test_a_speakers_role_name_is_never_a_topic():
         assert not re.search(r"\b(?:the|a|an) (?:data )?(?:analyst|strategist|implementer)\b", stripped, re.I), text
 
 
+def test_a_role_a_prompt_names_without_you_are_is_never_a_topic():
+    """examples/hub_tools.py: a prompt that names the speaker's role bare ("The organiser. One short
+    sentence.") once gave "a careful, staged approach to the organiser"."""
+    roster = [Agent("alice", system_prompt="The organiser. One short sentence."),
+              Agent("bob", system_prompt="The planner: check the numbers, then answer in one sentence."),
+              Agent("carol", system_prompt="The skeptic who doubts every plan. One short sentence.")]
+    texts = [m.content for task in TASKS for m in RoundRobinSwarm(agents=roster, max_loops=2).execute(task).transcript[1:]]
+    assert len(texts) == 6 * len(TASKS)
+    for text in texts:
+        stripped = re.sub(r"\bI am the (?:organiser|planner|skeptic)\b", "", text)
+        assert not re.search(r"\b(?:the|a|an) (?:organiser|planner|skeptic)\b", stripped, re.I), text
+
+
 # ---- every example, run offline as `fsmchat run examples/X.py --no-input` ----
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
