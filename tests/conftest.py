@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def environment_as_found():
-    """Each test leaves the process environment as it found it: an in-process ``fsmchat.cli.main``
+    """Each test leaves the process environment as it found it: an in-process ``fsmchat.cli.main()``
     sets FSMCHAT_MODEL, FSMCHAT_TASK and FSMCHAT_API_BASE (for the run and its workers), and a later
     test's subprocess would inherit them (a task of 'hello' for an example, say)."""
     saved = dict(os.environ)

@@ -3,7 +3,7 @@ history | fork`` (layer 19, thin over the layers below), and the live view of a 
 
 One module per command group: ``run`` (run, resume, eval; people answering on the terminal),
 ``viewer`` (ui, serve, report), ``graphs`` (render, plan, graphs), ``history`` (runs, history,
-fork), and ``main`` (the parser and ``main``). Targets name code the way uvicorn and flask do:
+fork), and ``commands`` (the parser and ``main``). Targets name code the way uvicorn and flask do:
 ``MODULE:ATTR`` (imported with the current directory first on ``sys.path``), ``path/file.py:ATTR``,
 or ``path/file.py`` for the file's top-level ``def build()`` (``fsmchat.targets``).
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..facade import lazy_exports
 
 _MODULES = {  # each module -> the public names it defines
-    ".main": ("main", "parser"),
+    ".commands": ("main", "parser"),
     ".run": ("EXIT_BUDGET", "EXIT_DEADLINE", "EXIT_WAITING", "ask_terminal", "showing_bids"),
     ".live": ("LiveRun", "NotebookLive", "summary"),
 }
@@ -26,5 +26,5 @@ __getattr__, __dir__ = lazy_exports(__name__, _MODULES)
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly (``__all__`` re-exports them)
     from .live import LiveRun, NotebookLive, summary
-    from .main import main, parser
+    from .commands import main, parser
     from .run import EXIT_BUDGET, EXIT_DEADLINE, EXIT_WAITING, ask_terminal, showing_bids

@@ -12,26 +12,26 @@ the last committed state; ``checkpoint.history(run_id)`` lists every step with t
 from __future__ import annotations
 
 import contextvars
-import json
 import os
 import sqlite3
 import threading
 import time
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..checks import check_run_id
 from ..errors import CheckpointStoreError, FsmchatError, bad_value
-from ..models import Message, StopReason, TraceEvent
 from ..trust import Trust
 from .group_commit import GroupCommit
 from .protocol import (LEASE_TTL, Capabilities, Commit, EvalInfo, EvalRecord, Fence, LeaseLost, NotSerializable,
                        ReadsLog, RunInfo, RunInProgress, Saved, Store, already_used, check_lease_ttl, check_store,
                        decode, encode, encode_fields, evals_of, lease_owner, lease_refusal, run_info, saved_of)
-from .statelog import HELD, RunLog, copy_state, encode_json, encode_value
+from .memory import MemoryCheckpointer
+from .rows import (EVAL_COLUMNS, already_kept, eval_info_of_row, eval_of_row, eval_row, event_rows, listed_meta,
+                   log_of_rows, message_rows)
+from .statelog import RunLog, encode_json
 from .writer import COMMIT_MODES, DEFAULT_COMMIT, Lease, Recorder, RunWriter, check_commit
 
 __all__ = ["COMMIT_MODES", "DEFAULT_COMMIT", "EVAL_COLUMNS", "LEASE_TTL", "RUN_META", "Capabilities",
@@ -70,125 +70,9 @@ def check_resume(run_id: object, checkpoint: object, owner: str) -> None:
     check_checkpoint(checkpoint, owner)
 
 
-def _json(text: Any, what: str, log: RunLog) -> Any:
-    """A JSON column of ``log``'s run, parsed (data only: ``json.loads`` never runs code)."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise log.bad(f"{what} is not JSON ({exc})") from None
-
-
-def _event(row: Sequence[Any], log: RunLog) -> TraceEvent:
-    seq, step, state, trigger, dest, t, payload = row[:7]
-    if not (isinstance(state, str) and isinstance(step, (int, type(None))) and isinstance(trigger, (str, type(None)))
-            and isinstance(dest, (str, type(None))) and isinstance(t, (int, float, type(None)))):
-        raise log.bad(f"event {seq} has a malformed row ({encode_json(list(row[:6]))[:120]})")
-    return TraceEvent(step if step is not None else seq, state, trigger, dest, t or 0.0,
-                      _json(payload, f"the payload of event {seq}", log))
-
-
-def _message(seq: int, role: Any, content: Any, metadata: Any, log: RunLog) -> Message:
-    md = _json(metadata, f"the metadata of message {seq}", log)
-    if not (isinstance(role, str) and isinstance(content, str) and isinstance(md, (dict, type(None)))):
-        raise log.bad(f"message {seq} has a malformed row")
-    return Message(role=role, content=content, metadata=md or {})
-
-
-def listed_meta(text: Any) -> dict[str, Any] | None:
-    """A stored run's metadata as a run list shows it (``{}`` when unreadable), or None for a
-    branch lane (it has a ``parent``: listed with its run, not on its own)."""
-    try:
-        meta = json.loads(text)
-    except (TypeError, ValueError):
-        meta = {}
-    meta = meta if isinstance(meta, dict) else {}
-    return None if "parent" in meta else meta
-
-
-def log_of_rows(run_id: str, run: Sequence[Any], events: Sequence[Sequence[Any]],
-                messages: Sequence[Sequence[Any]], where: str) -> RunLog:
-    """A run as its store's rows hold it (``run``: meta, stop reason, created, updated; each event
-    row: seq, step, state, trigger, dest, t, payload, nmsg, delta; each message row: seq, role,
-    content, metadata), every column checked (``log.bad`` names what is malformed)."""
-    log = RunLog(run_id, {}, run[1], [], [], [], [], created=run[2], updated=run[3], where=where)
-    meta = _json(run[0], "its meta", log)
-    if not isinstance(meta, dict):
-        raise log.bad("its meta is not a JSON object")
-    log.meta = meta
-    for r in events:
-        log.events.append(_event(r, log))
-        nmsg, delta = r[7], r[8]
-        if not (isinstance(nmsg, (int, type(None))) and isinstance(delta, (str, type(None)))):
-            raise log.bad(f"event {r[0]} has a malformed state column")
-        log.counts.append(nmsg)
-        log.deltas.append(delta)
-    log.messages = [_message(seq, role, content, md, log) for seq, role, content, md in messages]
-    return log
-
-
-EVAL_COLUMNS = "eval_id, name, created, summary"
-"""The columns of a store's ``evals`` table that ``list_evals`` reads (``cases`` follows them)."""
-
-
-def eval_row(record: EvalRecord) -> tuple[Any, ...]:
-    """The ``evals`` row of ``record``: its id, name and time, its summary and cases as JSON."""
-    if not isinstance(record, EvalRecord):
-        raise bad_value("put_eval", "record", record, "an fsmchat.store.protocol.EvalRecord", type_error=True)
-    return record.eval_id, record.name, float(record.created), encode_json(record.summary), encode_json(record.cases)
-
-
-def _eval_json(row: Sequence[Any], i: int, what: str, kind: type, where: str) -> Any:
-    """Column ``i`` of an ``evals`` row, parsed: a JSON object (``kind`` dict) or array (list)."""
-    try:
-        value = json.loads(row[i])
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise CheckpointStoreError(f"{where}: evaluation {row[0]!r}: its {what} is not JSON ({exc})") from None
-    if not isinstance(value, kind):
-        raise CheckpointStoreError(f"{where}: evaluation {row[0]!r}: its {what} is not a JSON "
-                                   f"{'object' if kind is dict else 'array'}")
-    return value
-
-
-def eval_info_of_row(row: Sequence[Any], where: str) -> EvalInfo:
-    """The ``EvalInfo`` an ``evals`` row holds (its ``EVAL_COLUMNS``); ``CheckpointStoreError``
-    naming the evaluation and the column when it is not what a store writes."""
-    eval_id, name, created = row[0], row[1], row[2]
-    if not (isinstance(eval_id, str) and isinstance(name, str) and isinstance(created, (int, float))):
-        raise CheckpointStoreError(f"{where}: evaluation {eval_id!r} has a malformed row")
-    return EvalInfo(eval_id, name, float(created), _eval_json(row, 3, "summary", dict, where))
-
-
-def eval_of_row(row: Sequence[Any], where: str) -> EvalRecord:
-    """The ``EvalRecord`` an ``evals`` row holds (its ``EVAL_COLUMNS``, then ``cases``), checked as
-    ``eval_info_of_row``."""
-    info = eval_info_of_row(row, where)
-    cases = _eval_json(row, 4, "cases", list, where)
-    if not all(isinstance(c, dict) for c in cases):
-        raise CheckpointStoreError(f"{where}: evaluation {info.eval_id!r}: a case is not a JSON object")
-    return EvalRecord(info.eval_id, info.name, info.created, info.summary, cases)
-
-
-def already_kept(eval_id: str) -> str:
-    return f"evaluation id {eval_id!r} is already kept in this store; give the evaluation another id"
-
-
 _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_MESSAGE = "INSERT INTO messages VALUES (?, ?, ?, ?, ?)"
 _HOLDS = "SELECT 1 FROM leases WHERE run_id=? AND owner=? AND token=?"  # the writer still holds the lease
-
-
-def event_rows(run_id: str, commit: Commit) -> list[tuple[Any, ...]]:
-    """The ``events`` rows of ``commit``, numbered from its ``seq``."""
-    return [(run_id, commit.seq + i, r.event.step, r.event.state, r.event.trigger, r.event.dest, r.event.t,
-             encode_value(r.event.payload), r.messages, r.delta) for i, r in enumerate(commit.rows)]
-
-
-def message_rows(run_id: str, commit: Commit) -> list[tuple[Any, ...]]:
-    """The ``messages`` rows of ``commit``."""
-    return [(run_id, commit.first + i, m.role, m.content, encode_value(m.metadata))
-            for i, m in enumerate(commit.messages)]
 
 
 class _Refused(FsmchatError):
@@ -649,200 +533,6 @@ class SqliteCheckpointer(ReadsLog):
         if self.group is not None:
             self.group.close()
         self._db.close()
-
-
-class _MemoryRows:
-    """What ``MemoryCheckpointer`` keeps per run beside its ``Saved``: each event's transcript
-    length and state delta, when the run was created and last ended."""
-
-    __slots__ = ("counts", "deltas", "created", "updated")
-
-    def __init__(self, counts: list[int | None], deltas: list[str | None], created: float) -> None:
-        self.counts, self.deltas = counts, deltas
-        self.created = self.updated = created
-
-
-@dataclass
-class MemoryCheckpointer(ReadsLog):
-    """An in-process checkpointer (same protocol), for tests and for stores built on top.
-
-    Attributes:
-        data: Each run as a ``Saved``, by run id (its ``state`` is set only by hand; ``load`` folds
-            the stored deltas).
-        leases: Each leased run's (owner, expiry time).
-        rows: What is kept per run beside its ``Saved``: each event's transcript length and state delta.
-        tokens: Each run's latest fencing token (kept when its lease is given back: tokens only grow).
-        lease_ttl: Seconds a run's lease lasts without renewal.
-        evaluations: Each kept evaluation (``fsmchat.evals``), by id, in the order kept.
-
-    Examples:
-        >>> from fsmchat import Human, MemoryCheckpointer, RoundRobinSwarm
-        >>> def writer(turn):
-        ...     return "Draft: we launch in May."
-        >>> swarm = RoundRobinSwarm(agents=[writer, Human("editor")])
-        >>> store = MemoryCheckpointer()
-        >>> swarm.execute("Announce the launch.", checkpoint=store, run_id="launch").stop_reason
-        'interrupted'
-        >>> store.runs(), store.load("launch").finished
-        (['launch'], False)
-        >>> swarm.resume("launch", store, input="Approved: ship it.").transcript[-1].content
-        'Approved: ship it.'
-    """
-
-    data: dict[str, Saved] = field(default_factory=dict)
-    leases: dict[str, tuple[str, float]] = field(default_factory=dict)
-    rows: dict[str, _MemoryRows] = field(default_factory=dict)
-    tokens: dict[str, int] = field(default_factory=dict)
-    lease_ttl: float = LEASE_TTL
-    evaluations: dict[str, EvalRecord] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.lease_ttl = check_lease_ttl(self.lease_ttl, "MemoryCheckpointer")
-
-    capabilities = Capabilities(leases=True, history=True, lanes=True, evals=True)
-
-    def acquire(self, run_id: str, owner: str, ttl: float | None = None) -> int:
-        """Take the run's lease for ``owner`` for ``ttl`` seconds (``lease_ttl`` by default) and
-        return its fencing token; ``RunInProgress`` if another live owner holds it."""
-        held = self.leases.get(run_id)
-        refusal = lease_refusal(run_id, held, owner, time.time())
-        if refusal is not None:
-            raise refusal
-        if held is None or held[0] != owner:
-            self.tokens[run_id] = self.tokens.get(run_id, 0) + 1
-        self.leases[run_id] = (owner, time.time() + (self.lease_ttl if ttl is None else ttl))
-        return self.tokens[run_id]
-
-    def _check(self, fence: Fence | None) -> None:
-        """``LeaseLost`` unless ``fence`` (when given) still holds its run's lease."""
-        if fence is None:
-            return
-        held = self.leases.get(fence.run_id)
-        token = self.tokens.get(fence.run_id)
-        if held is None or held[0] != fence.owner or token != fence.token:
-            raise LeaseLost(fence.run_id, fence.token, held[0] if held else None, token)
-
-    def renew(self, fence: Fence, ttl: float | None = None) -> None:
-        """Extend the lease ``fence`` holds; ``LeaseLost`` when it is no longer that owner's."""
-        self._check(fence)
-        self.leases[fence.run_id] = (fence.owner, time.time() + (self.lease_ttl if ttl is None else ttl))
-
-    def release(self, run_id: str, owner: str) -> None:
-        """Give the lease back (only if ``owner`` still holds it); its fencing token is kept."""
-        if self.leases.get(run_id, ("",))[0] == owner:
-            del self.leases[run_id]
-
-    def start(self, run_id: str, meta: dict[str, Any], fence: Fence | None = None) -> None:
-        """Record a new run with its metadata; ``ValueError`` when ``run_id`` is already stored,
-        ``LeaseLost`` when ``fence`` no longer holds the run's lease."""
-        if run_id in self.data:
-            raise ValueError(already_used(run_id))
-        self._check(fence)
-        self.data[run_id] = Saved(run_id, json.loads(_dumps(meta)), [], [], None)
-        self.rows[run_id] = _MemoryRows([], [], time.time())
-
-    def _rows(self, run_id: str) -> _MemoryRows:
-        rows = self.rows.get(run_id)
-        if rows is None:  # a run put in ``data`` by hand
-            n = len(self.data[run_id].events)
-            rows = self.rows[run_id] = _MemoryRows([None] * n, [None] * n, time.time())
-        return rows
-
-    def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> None:
-        """Store one commit: its event rows and messages; the run is marked not ended.
-        ``LeaseLost`` (nothing stored) when ``fence`` no longer holds the run's lease."""
-        self._check(fence)
-        s, rows = self.data[run_id], self._rows(run_id)
-        for r in commit.rows:
-            s.events.append(_stored_event(r.event))
-            rows.counts.append(r.messages)
-            rows.deltas.append(r.delta)  # ``load`` folds them (``s.state``: set by hand only)
-        s.messages += commit.messages
-        s.stop_reason = None
-
-    def finish(self, run_id: str, stop_reason: str, fence: Fence | None = None, state: str | None = None) -> None:
-        """Record how the run ended (``LeaseLost``, nothing stored, when ``fence`` no longer holds the lease)."""
-        self._check(fence)
-        self.data[run_id].stop_reason = stop_reason
-        self._rows(run_id).updated = time.time()
-
-    def load(self, run_id: str) -> Saved:
-        """The run as a ``Saved``: its events, messages, latest state and stop reason (``KeyError`` if unknown)."""
-        if run_id not in self.data:
-            raise KeyError(f"no checkpointed run {run_id!r}")
-        s, rows = self.data[run_id], self._rows(run_id)
-        if any(d is not None for d in rows.deltas):
-            state = RunLog(run_id, s.meta, s.stop_reason, s.events, rows.counts, rows.deltas, s.messages,
-                           where="MemoryCheckpointer").final_state()
-        else:  # nothing committed yet, or a run whose state was set by hand
-            state = copy_state(s.state)
-        return Saved(run_id, s.meta, s.events, s.messages, state, s.stop_reason)
-
-    def log(self, run_id: str) -> RunLog:
-        """The run as stored, row by row (``KeyError`` when there is no such run)."""
-        if run_id not in self.data:
-            raise KeyError(f"no checkpointed run {run_id!r}")
-        s, rows = self.data[run_id], self._rows(run_id)
-        legacy = None if any(d is not None for d in rows.deltas) or s.state is None or not s.events else \
-            (len(s.events) - 1, _dumps(s.state))  # a run whose state was set by hand
-        return RunLog(run_id, json.loads(_dumps(s.meta)), s.stop_reason, list(s.events), list(rows.counts),
-                      list(rows.deltas), list(s.messages), legacy, rows.created, rows.updated,
-                      where="MemoryCheckpointer")
-
-    def put(self, logs: Sequence[RunLog]) -> None:
-        """Add whole runs at once (``fork``); refused, with nothing added, when a run id is taken."""
-        for lg in logs:
-            if lg.run_id in self.data:
-                raise ValueError(already_used(lg.run_id))
-        for lg in logs:
-            rows = _MemoryRows(list(lg.counts), list(lg.deltas), time.time())
-            self.data[lg.run_id] = Saved(lg.run_id, json.loads(_dumps(lg.meta)), list(lg.events), list(lg.messages),
-                                         None, lg.stop_reason)
-            self.rows[lg.run_id] = rows
-
-    def runs(self) -> list[str]:
-        """Every stored run id (branch lanes included), in the order they were started."""
-        return list(self.data)
-
-    def lanes(self, run_id: str) -> list[str]:
-        """The branch lanes of ``run_id`` (``<run id>/<step>:<branch>``, nested ones too), in order."""
-        return sorted(k for k in self.data if k.startswith(run_id + "/"))
-
-    def list_runs(self) -> list[RunInfo]:
-        """Every run (branch lanes left out), newest first."""
-        out = []
-        for k, s in reversed(self.data.items()):  # ties: the later added first
-            if "parent" not in s.meta:
-                rows = self._rows(k)
-                out.append(run_info(k, s.meta, s.stop_reason, len(s.messages), len(s.events), rows.created,
-                                    rows.updated, self.leases.get(k)))
-        return sorted(out, key=lambda r: -r.created)
-
-    def put_eval(self, record: EvalRecord) -> None:
-        """Keep an evaluation, as JSON data would read it back (``ValueError`` when its id is kept)."""
-        row = eval_row(record)
-        if row[0] in self.evaluations:
-            raise ValueError(already_kept(row[0]))
-        self.evaluations[row[0]] = eval_of_row(row, "MemoryCheckpointer")
-
-    def list_evals(self) -> list[EvalInfo]:
-        """Every kept evaluation, newest first, without its cases."""
-        return sorted((r.info for r in reversed(self.evaluations.values())), key=lambda r: -r.created)
-
-    def load_eval(self, eval_id: str) -> EvalRecord:
-        """The evaluation ``eval_id`` with its cases (``KeyError`` when there is none)."""
-        if eval_id not in self.evaluations:
-            raise KeyError(f"no evaluation {eval_id!r} in MemoryCheckpointer")
-        return eval_of_row(eval_row(self.evaluations[eval_id]), "MemoryCheckpointer")  # a copy of its own
-
-
-def _stored_event(e: TraceEvent) -> TraceEvent:
-    """``e`` as a store keeps it, its payload as JSON data: ``e`` itself when the payload is a plain
-    value (nothing changes an event once made), else a copy with the payload read back from JSON."""
-    payload = e.payload
-    if type(payload) in (str, int, float, bool, type(None)):
-        return e
-    return TraceEvent(e.step, e.state, e.trigger, e.dest, e.t, json.loads(_dumps(payload)))
 
 
 def new_run_id() -> str:

@@ -2,8 +2,10 @@
 pyproject.toml and today's imports and is up to date, its red arrows are exactly the violations
 lint-imports reports, the doc's layer table follows the contract, and its worked example runs."""
 import ast
+import importlib
 import importlib.util
 import json
+import pkgutil
 import re
 import shutil
 import subprocess
@@ -394,3 +396,19 @@ def test_the_folder_list_names_every_package_and_only_packages_that_exist():
     listed = set(re.findall(r"^\| `fsmchat/(\w+)/` \|", section, re.M))
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert listed == packages, (sorted(listed - packages), sorted(packages - listed))
+
+
+def test_no_lazy_facade_exports_a_name_that_is_also_one_of_its_submodules():
+    """A facade's name that is also a submodule of its package (``fsmchat.cli.main`` was both the
+    function and the module) is the module whenever something imported the submodule first: then
+    ``from fsmchat.cli import main`` and the console script got a module, depending on import order."""
+    import fsmchat
+
+    facades = {"fsmchat": fsmchat}
+    for name in ("speakers", "patterns", "store", "cli", "evals"):
+        facades[f"fsmchat.{name}"] = importlib.import_module(f"fsmchat.{name}")
+    clashes = []
+    for package, module in facades.items():
+        submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
+        clashes += [f"{package}.{n}" for n in module.__all__ if n in submodules]
+    assert clashes == []

@@ -205,7 +205,7 @@ def test_a_tampered_checkpoint_factory_is_refused_and_nothing_is_written(tmp_pat
 
 # fsmchat's own code is trusted to import, not to run: a default from_config may name only the callables
 # of the allow-list (the README's Security table), never the CLI, a file loader, a report writer, a store...
-INTERNALS = ["fsmchat.cli.main:main", "fsmchat.targets:load_file", "fsmchat.ui.report:write_report",
+INTERNALS = ["fsmchat.cli.commands:main", "fsmchat.targets:load_file", "fsmchat.ui.report:write_report",
              "fsmchat.store.checkpoint:SqliteCheckpointer", "fsmchat.gallery:write", "fsmchat.distributed:run_id_for",
              "fsmchat.store.timetravel:fork"]
 ALLOWED_NOW = "and of its code only ['fsmchat.flow.context:flow_input', 'fsmchat:flow_input']"
@@ -248,8 +248,8 @@ def test_the_allowed_callables_load_by_default_and_allow_opens_an_internal_modul
     public = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": "fsmchat:flow_input"}]}
     assert from_config(public).agents[0].fn is flow_input
     from fsmchat.cli import main
-    cfg = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": "fsmchat.cli.main:main"}]}
-    assert from_config(cfg, allow=["fsmchat.cli.main"]).agents[0].fn is main  # the caller said so
+    cfg = {"kind": "round_robin", "agents": [{"kind": "callable", "ref": "fsmchat.cli.commands:main"}]}
+    assert from_config(cfg, allow=["fsmchat.cli.commands"]).agents[0].fn is main  # the caller said so
     assert from_config(cfg, trusted=True).agents[0].fn is main
 
 
