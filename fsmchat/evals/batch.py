@@ -189,8 +189,10 @@ def ray_session(executor: str, address: str | None, runtime_env: Mapping[str, An
 
 async def run_wave(pattern: Any, tasks: list[str], *, executor: str, address: str | None, per_worker: int,
                    options: Mapping[str, Any], progress: bool) -> BatchReport:
-    """Run one batch of tasks on ``pattern`` through ``execute_batch``, in a worker thread (this
-    event loop stays free), each outcome carrying its run's trajectory as JSON data (``kept``).
+    """Run one batch of tasks on ``pattern`` through ``execute_batch``, each outcome with its run's trajectory.
+
+    ``execute_batch`` runs in a worker thread (this event loop stays free); each outcome's ``kept``
+    is the run's trajectory as JSON data (``trajectory_data``, called where the run ran).
 
     Args:
         pattern: The batch's pattern or flow.
@@ -217,5 +219,6 @@ async def run_wave(pattern: Any, tasks: list[str], *, executor: str, address: st
     opts = {k: v for k, v in options.items() if v is not None and k != "runtime_env"}
     if executor == "ray":
         opts["address"] = address
-    return await asyncio.to_thread(execute_batch, pattern, tasks, executor=executor, max_concurrency_per_worker=per_worker,
-                                   progress=progress, keep=trajectory_data, **opts)
+    return await asyncio.to_thread(execute_batch, pattern, tasks, executor=executor,
+                                   max_concurrency_per_worker=per_worker, progress=progress, keep=trajectory_data,
+                                   **opts)

@@ -367,6 +367,9 @@ class Eval:
         >>> result = Eval(ds, build, variants={"no": {}, "yes": {"reply": "Yes."}}, repeat=2).run()
         >>> result.ok, [len(r.cases) for r in result.reports.values()]
         (True, [2, 2])
+        >>> batched = Eval(ds, build, variants={"no": {}, "yes": {"reply": "Yes."}}, repeat=2, executor="local").run()
+        >>> batched.table() == result.table()
+        True
     """
 
     dataset: Any

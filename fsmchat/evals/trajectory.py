@@ -112,8 +112,10 @@ class Trajectory(BaseModel):
 
 
 def trajectory_data(result: RunResult) -> dict[str, Any]:
-    """A run's trajectory as JSON data: what a batch's worker sends back of each run it made
-    (``execute_batch(keep=trajectory_data)``; ``Trajectory.model_validate`` reads it back).
+    """A run's trajectory as JSON data, what a batch's worker sends back of each run it made.
+
+    ``execute_batch(keep=trajectory_data)`` puts it in each ``TaskOutcome.kept``;
+    ``Trajectory.model_validate`` reads it back.
 
     Args:
         result: The run's result, where the run ran.

@@ -81,7 +81,8 @@ def test_a_2_by_20_by_3_matrix_is_two_batches_of_60_making_120_requests_and_re_s
         result = matrix(srv.url + "/v1", tape, executor="local").run()
         assert len(srv.requests) == 120  # 2 variants x 20 cases x 3 repeats, 1 call per run
         assert sorted({r["model"] for r in srv.requests}) == ["model-a", "model-b"]
-        assert batches == [("openai/model-a", 60, "local", 4, "local", 1), ("openai/model-b", 60, "local", 4, "local", 1)]
+        assert batches == [("openai/model-a", 60, "local", 4, "local", 1),
+                           ("openai/model-b", 60, "local", 4, "local", 1)]
         again = matrix(srv.url + "/v1", tape, executor="local").run()  # every run in the cassette: no batch
         rescored = matrix(srv.url + "/v1", tape, rescore=True).run()
         assert len(srv.requests) == 120 and len(batches) == 2
@@ -141,7 +142,8 @@ def test_max_cost_runs_a_batch_in_waves_and_starts_none_once_the_cost_is_spent(b
         result = matrix(srv.url + "/v1", variants={"a": {"model": "gpt-4o-mini"}}, executor="local",
                         max_cost_usd=1e-05, max_concurrency_per_worker=2).run()
         assert len(srv.requests) == 4  # a wave of 2 ($9e-06), a second ($1.8e-05), then none
-    assert batches == [("openai/gpt-4o-mini", 2, "local", 2, "local", 1), ("openai/gpt-4o-mini", 2, "local", 2, "local", 1)]
+    assert batches == [("openai/gpt-4o-mini", 2, "local", 2, "local", 1),
+                       ("openai/gpt-4o-mini", 2, "local", 2, "local", 1)]
     assert (result.calls, len(result.failures())) == (4, 56)
     assert result.failures()[-1] == ("a / c19 [3/3]: BudgetExceeded: the eval's max_cost_usd=1e-05 is spent ($0.0000); "
                                      "this case did not run")
@@ -195,7 +197,7 @@ def test_a_closure_for_ray_is_refused_before_any_request_naming_the_variant():
             Eval(dataset(3), build, variants={"plain": {}, "polite": {"style": "polite"}}, executor="ray")
         # a case whose inputs build the closure: refused as the eval starts, before any batch
         ds = load_dataset([{"name": "x", "task": "Hi"}, {"name": "y", "task": "Hi", "inputs": {"style": "polite"}}])
-        with pytest.raises(ConfigTypeError, match=r"^Eval\(executor='ray'\): variant 'default' builds a RoundRobinSwarm"):
+        with pytest.raises(ConfigTypeError, match=r"^Eval\(executor='ray'\): variant 'default' builds a Round"):
             Eval(ds, build, executor="ray").run()
         assert srv.requests == []
     assert str(err.value) == (
@@ -222,8 +224,8 @@ def test_batch_options_are_checked_before_any_model_call(tmp_path):
         assert str(err.value) == "Eval(address='auto') is for executor='ray' (the Ray cluster to join)"
         with pytest.raises(ConfigTypeError) as err:
             Eval(cases, build, executor="local", batch_options={"chunk": 4})
-        assert str(err.value) == ("Eval(batch_options={'chunk': ...}) is invalid: execute_batch's options an eval passes "
-                                  "on are workers, chunk_size, runtime_env, worker_options, max_chunk_attempts")
+        assert str(err.value) == ("Eval(batch_options={'chunk': ...}) is invalid: execute_batch's options an eval "
+                                  "passes on are workers, chunk_size, runtime_env, worker_options, max_chunk_attempts")
         with pytest.raises(ConfigError) as err:
             Eval(cases, build, executor="local", max_concurrency_per_worker=0)
         assert str(err.value) == "Eval: max_concurrency_per_worker=0 is invalid: an int >= 1"
@@ -285,7 +287,8 @@ def test_fsmchat_eval_executor_runs_the_batches_and_refuses_bad_input_with_exit_
     assert ray.stderr.rstrip().endswith("or run the eval with executor='local'")
     address = cli(str(path), "--address", "auto")
     assert (address.returncode, address.stderr.strip()) == (
-        2, "fsmchat eval: ConfigTypeError: Eval(address=...) is for the batch runner: give executor='local' or 'ray' too")
+        2, "fsmchat eval: ConfigTypeError: Eval(address=...) is for the batch runner: give executor='local' or "
+           "'ray' too")
     unknown = cli(str(path), "--executor", "threads")
     assert unknown.returncode == 2 and "argument --executor: invalid choice: 'threads'" in unknown.stderr
 
