@@ -28,7 +28,7 @@ from .trajectory import trajectory_data
 
 EXECUTORS = ("local", "ray")
 BATCH_OPTIONS = ("workers", "chunk_size", "runtime_env", "worker_options", "max_chunk_attempts")
-"""``execute_batch``'s options an eval passes on (``Eval(batch_options={...})``)."""
+"""``execute_batch``'s options an eval passes on to Ray batches (``Eval(batch_options={...})``)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def check_executor(executor: Any, address: Any, per_worker: Any, options: Any) -
         ConfigTypeError: An option of the wrong type, or given without an executor (or for Ray only).
 
     Examples:
-        >>> check_executor("local", None, 8, {"chunk_size": 4})
+        >>> check_executor("ray", None, 8, {"chunk_size": 4})
         >>> check_executor("rya", None, None, {})
         Traceback (most recent call last):
         ...
@@ -114,8 +114,9 @@ def check_executor(executor: Any, address: Any, per_worker: Any, options: Any) -
             Count(1).check(value, "Eval", f"batch_options[{name!r}]")
         if name in ("runtime_env", "worker_options") and value is not None and not isinstance(value, Mapping):
             raise ConfigTypeError(f"Eval(batch_options={{{name!r}: {value!r:.60}}}) is invalid: a dict, or None")
-        if name in ("workers", "runtime_env", "worker_options") and value is not None and executor != "ray":
-            raise ConfigTypeError(f"Eval(batch_options={{{name!r}: ...}}) is for executor='ray'")
+        if value is not None and executor == "local":  # the local batch runner takes none of them
+            raise ConfigTypeError(f"Eval(batch_options={{{name!r}: ...}}) is for executor='ray' (Ray's workers and "
+                                  "chunks); locally a batch runs max_concurrency_per_worker runs at once")
     if executor == "ray" and importlib.util.find_spec("ray") is None:
         raise ConfigError(f"Eval(executor='ray'): {RAY_MISSING}")
 

@@ -353,8 +353,8 @@ class Eval:
         address: The Ray cluster to join (``"auto"``, ``"ray://host:10001"``); None starts a local Ray
             (or uses the one this process is connected to). For ``executor="ray"`` only.
         max_concurrency_per_worker: Runs at once per worker (locally: in this process); None: ``max_concurrency``.
-        batch_options: More of ``execute_batch``'s options: ``workers``, ``chunk_size``, ``runtime_env``,
-            ``worker_options``, ``max_chunk_attempts``.
+        batch_options: More of ``execute_batch``'s options, for Ray: ``workers``, ``chunk_size``,
+            ``runtime_env``, ``worker_options``, ``max_chunk_attempts``.
 
     Examples:
         >>> from fsmchat import RoundRobinSwarm

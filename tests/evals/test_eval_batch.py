@@ -223,6 +223,10 @@ def test_batch_options_are_checked_before_any_model_call(tmp_path):
             Eval(cases, build, executor="local", address="auto")
         assert str(err.value) == "Eval(address='auto') is for executor='ray' (the Ray cluster to join)"
         with pytest.raises(ConfigTypeError) as err:
+            Eval(cases, build, executor="local", batch_options={"workers": 2})
+        assert str(err.value) == ("Eval(batch_options={'workers': ...}) is for executor='ray' (Ray's workers and "
+                                  "chunks); locally a batch runs max_concurrency_per_worker runs at once")
+        with pytest.raises(ConfigTypeError) as err:
             Eval(cases, build, executor="local", batch_options={"chunk": 4})
         assert str(err.value) == ("Eval(batch_options={'chunk': ...}) is invalid: execute_batch's options an eval "
                                   "passes on are workers, chunk_size, runtime_env, worker_options, max_chunk_attempts")
