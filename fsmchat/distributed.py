@@ -96,6 +96,7 @@ class TaskOutcome:
     model_calls: int = 0  # model requests this attempt made (retries included)
     worker: str = ""
     seconds: float = 0.0
+    kept: Any = None  # what ``execute_batch(keep=...)`` took from the run's result on its worker (None without one)
 
     @property
     def ok(self) -> bool:
@@ -209,8 +210,10 @@ class ShardRunner:
     one PostgreSQL store a URI names."""
 
     def __init__(self, pattern: Any, max_concurrency: int, checkpoint_dir: str | None, slot: str,
-                 on_done: Callable[[TaskOutcome], None] | None = None, commit: str = DEFAULT_COMMIT):
+                 on_done: Callable[[TaskOutcome], None] | None = None, commit: str = DEFAULT_COMMIT,
+                 keep: Callable[[Any], Any] | None = None):
         self.pattern, self.max_concurrency, self.slot, self.on_done = pattern, max_concurrency, slot, on_done
+        self.keep = keep  # what each outcome keeps of its run's result, the failed runs' too (``TaskOutcome.kept``)
         self.commit = commit  # how a new checkpointed run commits (a resumed one: as it was started)
         self.dir = Path(checkpoint_dir) if checkpoint_dir and not is_store_uri(checkpoint_dir) else None
         self.store = checkpoint_dir if is_store_uri(checkpoint_dir) else None
@@ -240,14 +243,18 @@ class ShardRunner:
             calls = [0]
             token = INTERCEPTOR.set(_counting(calls, INTERCEPTOR.get()))
             start = time.perf_counter()
+            kept = None
             try:
                 result = await self._run(task, run_id, resume_from)
+                if self.keep is not None:
+                    kept = self.keep(result)
                 if result.error is not None:
                     raise attach_result(result.error, result)
-                out = TaskOutcome(index, output=result.output, run_id=run_id, resumed=finished and calls[0] == 0)
+                out = TaskOutcome(index, output=result.output, run_id=run_id, resumed=finished and calls[0] == 0,
+                                  kept=kept)
             except Exception as exc:
                 out = TaskOutcome(index, failure=TaskFailure.from_exception(index, task, exc, run_id, self.slot),
-                                  run_id=run_id)
+                                  run_id=run_id, kept=kept)
             finally:
                 INTERCEPTOR.reset(token)
             out.model_calls, out.worker, out.seconds = calls[0], self.slot, time.perf_counter() - start
@@ -332,7 +339,7 @@ class ShardWorker:
 
     async def prepare(self, batch_id: str, config: str, max_concurrency: int, checkpoint_dir: str | None,
                       shared: dict[str, tuple[Any, int | None, int | None, float]] | None = None,
-                      commit: str = DEFAULT_COMMIT) -> str:
+                      commit: str = DEFAULT_COMMIT, keep: Callable[[Any], Any] | None = None) -> str:
         # trusted: the driver made this config with to_config() from the pattern object its caller
         # holds (never from outside input), and a Ray cluster runs the driver's code anyway
         pattern = from_config(config, trusted=True)
@@ -340,7 +347,8 @@ class ShardWorker:
         self.shared[batch_id] = [(target, before.get(target)) for target in shared or {}]
         for target, (window, rpm, tpm, seconds) in (shared or {}).items():
             rate_limit(target, SharedRateLimit(window, rpm, tpm, seconds))
-        self.batches[batch_id] = ShardRunner(pattern, max_concurrency, checkpoint_dir, self.slot, commit=commit)
+        self.batches[batch_id] = ShardRunner(pattern, max_concurrency, checkpoint_dir, self.slot, commit=commit,
+                                             keep=keep)
         return self.slot
 
     async def run_chunk(self, batch_id: str, items: list[Item]) -> list[TaskOutcome]:
@@ -439,7 +447,8 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
                   progress: bool | None = None, chunk_size: int | None = None,
                   runtime_env: dict[str, Any] | None = None, worker_options: dict[str, Any] | None = None,
                   on_progress: Callable[[BatchProgress], None] | None = None,
-                  max_chunk_attempts: int = 3, commit: str = DEFAULT_COMMIT) -> BatchReport:
+                  max_chunk_attempts: int = 3, commit: str = DEFAULT_COMMIT,
+                  keep: Callable[[Any], Any] | None = None) -> BatchReport:
     """Run one conversation per task and report every outcome (see the module doc).
 
     ``workers``: Ray actors (default: the cluster's CPUs); ``progress``: the rich bar (default: when
@@ -447,7 +456,10 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     worker in flight); ``runtime_env``: for a Ray this call starts or joins; ``worker_options``:
     ``.options()`` of each actor (default ``num_cpus=1``); ``on_progress``: called after each chunk;
     a chunk whose worker dies is re-queued up to ``max_chunk_attempts`` times in all; ``commit``:
-    how each checkpointed run commits its steps (``fsmchat.store.writer.COMMIT_MODES``)."""
+    how each checkpointed run commits its steps (``fsmchat.store.writer.COMMIT_MODES``); ``keep``:
+    a function of each run's ``RunResult``, called where the run ran (a failed run's too), whose
+    value comes back as the outcome's ``kept`` (on Ray it is pickled both ways: a module-level
+    function returning JSON data; ``fsmchat.evals`` keeps each run's trajectory this way)."""
     tasks = check_tasks(tasks, type(pattern).__name__)
     check_commit(commit, f"{type(pattern).__name__}.run_batch", "checkpoint_dir" if checkpoint_dir is None else None)
     if executor not in ("local", "ray"):
@@ -457,6 +469,8 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
         raise ValueError(f"max_concurrency_per_worker must be an int >= 1, got {max_concurrency_per_worker!r}")
     if executor == "local" and address is not None:
         raise ValueError('address= is for executor="ray"')
+    if keep is not None and not callable(keep):
+        raise ValueError(f"keep must be a function of a run's RunResult (or None), got {keep!r}")
     # missing keys: one error for the batch, checked here when local (Ray workers read their own)
     pattern.preflight(tasks, credentials=executor == "local")
     config = digest = None
@@ -471,11 +485,11 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     bar = ProgressBar(len(tasks), progress, f"{type(pattern).__name__} batch")
     try:
         if executor == "local":
-            return _run_local(pattern, items, max_concurrency_per_worker, ckpt, bar, commit)
+            return _run_local(pattern, items, max_concurrency_per_worker, ckpt, bar, commit, keep)
         return _run_ray(config, items, address=address, workers=workers, per_worker=max_concurrency_per_worker,
                         checkpoint_dir=ckpt, chunk_size=chunk_size, runtime_env=runtime_env,
                         worker_options=worker_options, on_progress=on_progress, bar=bar,
-                        max_chunk_attempts=max_chunk_attempts, commit=commit)
+                        max_chunk_attempts=max_chunk_attempts, commit=commit, keep=keep)
     finally:
         bar.close()
 
@@ -511,10 +525,10 @@ def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
 
 
 def _run_local(pattern: Any, items: list[Item], per_worker: int, checkpoint_dir: str | None, bar: ProgressBar,
-               commit: str) -> BatchReport:
+               commit: str, keep: Callable[[Any], Any] | None = None) -> BatchReport:
     start = time.perf_counter()
     runner = ShardRunner(pattern, per_worker, checkpoint_dir, "local", on_done=lambda o: bar.add(o.ok, not o.ok),
-                         commit=commit)
+                         commit=commit, keep=keep)
     try:
         outcomes = run_sync(lambda: runner.run_items(items))
     finally:
@@ -627,7 +641,8 @@ class _RayBatch:
 def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: int | None, per_worker: int,
              checkpoint_dir: str | None, chunk_size: int | None, runtime_env: dict[str, Any] | None,
              worker_options: dict[str, Any] | None, on_progress: Callable[[BatchProgress], None] | None,
-             bar: ProgressBar, max_chunk_attempts: int, commit: str) -> BatchReport:
+             bar: ProgressBar, max_chunk_attempts: int, commit: str,
+             keep: Callable[[Any], Any] | None = None) -> BatchReport:
     ray = _ray()
     t0 = time.perf_counter()
     started = connect(address, runtime_env)
@@ -639,7 +654,8 @@ def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: in
         windows = {target: (ray.remote(SharedWindow).options(num_cpus=0).remote(lim.rpm, lim.tpm, lim.window),
                             lim.rpm, lim.tpm, lim.window) for target, lim in limits().items()}
         try:
-            ray.get([a.prepare.remote(batch_id, text, per_worker, checkpoint_dir, windows, commit) for a in actors])
+            ray.get([a.prepare.remote(batch_id, text, per_worker, checkpoint_dir, windows, commit, keep)
+                     for a in actors])
         except Exception as exc:
             cause = _cause(exc)
             raise RuntimeError(f"a Ray worker could not rebuild the pattern from its config: {type(cause).__name__}: "

@@ -174,6 +174,12 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--variant", action="append", metavar="NAME", help="run only this variant; repeatable")
     ev.add_argument("--repeat", type=int, metavar="N", help="runs per case and variant (the mean and interval are over them)")
     ev.add_argument("--concurrency", type=int, metavar="N", help="runs at once")
+    ev.add_argument("--executor", choices=["local", "ray"], help="make the runs the cassette lacks first, as batches "
+                    "through the batch runner (one per pattern config): 'local' in this process, 'ray' on Ray workers "
+                    "(every variant's pattern must have a config: no lambda or closure); then score them (default: "
+                    "each case run on its own)")
+    ev.add_argument("--address", metavar="RAY", help="with --executor ray: the Ray cluster to join ('auto', "
+                    "'ray://host:10001'; default: a local Ray)")
     ev.add_argument("--max-calls", type=int, metavar="N", help="the most model calls of the whole eval (a run starts "
                     "only when its worst case fits what is left)")
     ev.add_argument("--max-cost", type=float, metavar="USD", help="the most the eval may spend (no run starts once spent)")

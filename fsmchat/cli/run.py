@@ -409,7 +409,8 @@ def eval_command(args: argparse.Namespace) -> int:
     code: int = evals.run_eval_file(
         args.file, thresholds=args.threshold or [], variants=args.variant or [], checkpoint=store, verbose=args.verbose,
         repeat=args.repeat, max_concurrency=args.concurrency, max_calls=args.max_calls, max_cost_usd=args.max_cost,
-        cassette=args.cassette, rescore=args.rescore or None, progress=sys.stderr.isatty())
+        cassette=args.cassette, rescore=args.rescore or None, progress=sys.stderr.isatty(), executor=args.executor,
+        address=args.address)
     if args.db:
         print(f"-- every run is kept in {args.db} (run ids eval-<dataset>-<variant>-<case>-<id>); review them with: "
               f"{shlex.join(['fsmchat', 'ui', '--db', args.db])}")

@@ -5,8 +5,9 @@
 dataset's evaluators: pydantic-evals' own on the output (``Equals``, ``Contains``, ...), fsmchat's
 on the output (``Regex``, ``MatchesSchema``, ``Check``, the LLM ``Judge``) and on the trajectory,
 which only fsmchat knows (``SpeakersInOrder``, ``SpeakersAre``, ``ToolCalled``, ``Visited``,
-``StoppedBecause``, ``WithinBudget``, ``PathInGraph``). ``fsmchat eval FILE.py`` runs one from the
-command line and exits non-zero when a threshold fails.
+``StoppedBecause``, ``WithinBudget``, ``PathInGraph``). With ``executor="local"`` or ``"ray"`` the
+runs are made first as batches through the batch runner (``fsmchat.evals.batch``), then scored.
+``fsmchat eval FILE.py`` runs one from the command line and exits non-zero when a threshold fails.
 """
 from __future__ import annotations
 

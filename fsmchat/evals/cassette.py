@@ -103,7 +103,24 @@ class Cassette:
         self._taken[key] = n + 1
         return runs[n]
 
-    def record(self, key: str, variant: str, case: str, run: Trajectory) -> None:
+    def left(self, key: str) -> int:
+        """How many recordings of ``key`` this eval has not taken yet.
+
+        Args:
+            key: A case key (``case_key``).
+
+        Returns:
+            The count.
+
+        Examples:
+            >>> c = Cassette()
+            >>> c.record("k", "fast", "refund", Trajectory(output="Done."), taken=False)
+            >>> c.left("k"), c.left("other")
+            (1, 0)
+        """
+        return len(self._runs.get(key, ())) - self._taken.get(key, 0)
+
+    def record(self, key: str, variant: str, case: str, run: Trajectory, *, taken: bool = True) -> None:
         """Keep a finished run (and append it to the file, flushed).
 
         Args:
@@ -111,15 +128,18 @@ class Cassette:
             variant: The variant's name (for a reader of the file).
             case: The case's name (likewise).
             run: The run.
+            taken: The eval that made it has used it already; False: a later ``take`` of the key
+                returns it (``Eval(executor=...)`` makes its runs first, then scores them from here).
 
         Examples:
             >>> c = Cassette()
             >>> c.record("k", "fast", "refund", Trajectory(output="Done."))
-            >>> len(c)
-            1
+            >>> len(c), c.take("k")
+            (1, None)
         """
         self._runs[key].append(run)
-        self._taken[key] += 1
+        if taken:
+            self._taken[key] += 1
         self._append({"key": key, "variant": variant, "case": case, "run": run.model_dump(mode="json")})
 
     def grade(self, key: str) -> Grade | None:

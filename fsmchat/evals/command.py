@@ -2,7 +2,7 @@
 
 The file defines ``EVAL`` (an ``Eval``) or ``build_eval()`` returning one, and optionally
 ``THRESHOLDS`` (evaluator name -> the lowest mean that passes). The command's options override
-the eval's (``--repeat``, ``--max-calls``, ``--cassette``, ``--rescore``, ...) and add thresholds;
+the eval's (``--repeat``, ``--max-calls``, ``--cassette``, ``--rescore``, ``--executor``, ...) and add thresholds;
 it exits 0 when every case ran and every threshold holds, 1 otherwise (each miss named), and 2 on
 bad input (before any model call).
 """
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import ConfigError, ConfigTypeError
+from ..errors import ConfigError, ConfigTypeError, FsmchatError
 from ..store.checkpoint import Checkpointer
 from ..targets import load_file
 from .run import Eval
@@ -134,7 +134,9 @@ def run_eval_file(path: str | Path, *, thresholds: Sequence[str] = (), variants:
     changes = {k: v for k, v in overrides.items() if v is not None}
     try:
         ev = dataclasses.replace(ev, **changes) if changes else ev
-    except TypeError as exc:
+    except FsmchatError:  # an override the eval refuses says so itself
+        raise
+    except TypeError as exc:  # a field the eval does not have
         raise ConfigTypeError(f"fsmchat eval: {exc}") from None
     result = ev.run()
     result.print(include_output=verbose, include_reasons=verbose)

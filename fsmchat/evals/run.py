@@ -12,6 +12,12 @@ killed goes on from the runs it finished. ``max_calls`` and ``max_cost_usd`` bou
 a run starts only when its worst-case calls fit what is left. With ``checkpoint=store`` every run
 is kept in the store and, as the eval ends, its record (``fsmchat.evals.record``) beside them,
 for the viewer's evaluation pages.
+
+With ``executor="local"`` or ``"ray"`` the runs the cassette lacks are made first, as batches
+through ``fsmchat.distributed.execute_batch`` (``fsmchat.evals.batch``: one batch per pattern
+config, locally with ``max_concurrency_per_worker`` at once, or on Ray workers); each run's
+trajectory comes back from its worker and joins the cassette, and pydantic-evals then scores every
+run from there, as it scores recorded ones.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ import math
 import re
 import statistics
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict, deque
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +45,7 @@ from ..checks import Count
 from ..engine import run_sync
 from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError
 from ..store.checkpoint import Checkpointer, check_checkpoint, evals_of
+from .batch import Batch, Wanted, check_executor, group_key, ray_session, run_wave
 from .cassette import ACTIVE, Cassette
 from .dataset import CaseInputs, cases_of, load_dataset
 from .record import eval_record
@@ -334,7 +341,20 @@ class Eval:
             and the eval's record as it ends (each case with its run's id), for ``fsmchat ui``'s
             evaluation pages; a store that does not keep evaluations (``capabilities.evals``) is refused.
         evaluators: More evaluators for every case (``Check(fn)``, a ``Judge``, ...).
-        progress: Show pydantic-evals' progress bar.
+        progress: Show pydantic-evals' progress bar (and each batch's, with an ``executor``).
+        executor: None (the default): pydantic-evals' task runs each case itself, ``max_concurrency``
+            at once. ``"local"`` or ``"ray"``: the runs the cassette lacks are made first through the
+            batch runner (``execute_batch``), one batch per pattern config (the cases whose factory
+            output has the same ``to_config`` share one), in this process or on Ray workers, and
+            are then scored from the cassette. For Ray every variant's pattern must have a config
+            (no lambda or closure in it: refused before any model call, naming the variant). Not
+            with ``checkpoint`` (a batch names its runs by config, index and task, so a later eval
+            would find an earlier one's runs under the same ids).
+        address: The Ray cluster to join (``"auto"``, ``"ray://host:10001"``); None starts a local Ray
+            (or uses the one this process is connected to). For ``executor="ray"`` only.
+        max_concurrency_per_worker: Runs at once per worker (locally: in this process); None: ``max_concurrency``.
+        batch_options: More of ``execute_batch``'s options, for Ray: ``workers``, ``chunk_size``,
+            ``runtime_env``, ``worker_options``, ``max_chunk_attempts``.
 
     Examples:
         >>> from fsmchat import RoundRobinSwarm
@@ -347,6 +367,9 @@ class Eval:
         >>> result = Eval(ds, build, variants={"no": {}, "yes": {"reply": "Yes."}}, repeat=2).run()
         >>> result.ok, [len(r.cases) for r in result.reports.values()]
         (True, [2, 2])
+        >>> batched = Eval(ds, build, variants={"no": {}, "yes": {"reply": "Yes."}}, repeat=2, executor="local").run()
+        >>> batched.table() == result.table()
+        True
     """
 
     dataset: Any
@@ -361,6 +384,10 @@ class Eval:
     checkpoint: Checkpointer | None = None
     evaluators: Sequence[Evaluator[Any, Any, Any]] = ()
     progress: bool = False
+    executor: str | None = None
+    address: str | None = None
+    max_concurrency_per_worker: int | None = None
+    batch_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.dataset, Dataset):
@@ -386,9 +413,17 @@ class Eval:
                                   "keeps evaluations beside its runs (capabilities.evals: SqliteCheckpointer, "
                                   "PostgresCheckpointer, MemoryCheckpointer), so the eval's record links each case "
                                   "to its run")
+        check_executor(self.executor, self.address, self.max_concurrency_per_worker, self.batch_options)
+        if self.executor is not None and self.checkpoint is not None:
+            raise ConfigTypeError(f"Eval(executor={self.executor!r}, checkpoint={type(self.checkpoint).__name__}(...)) "
+                                  "is invalid: a batch names its checkpointed runs by config, index and task, so a "
+                                  "later eval would find this one's runs under the same ids; keep runs in a store "
+                                  "with the default executor (None), or drop checkpoint and keep them in a cassette")
         for variant, settings in self.variants.items():  # every variant builds, before any model call
             for case in self.cases[:1]:
-                self._build(variant, settings, case.inputs)
+                pattern = self._build(variant, settings, case.inputs)
+                if self.executor is not None:  # and can be batched (on Ray: has a config)
+                    group_key(pattern, variant, settings, case.inputs, self.executor)
 
     def _build(self, variant: str, settings: Mapping[str, Any], inputs: CaseInputs) -> Any:
         try:
@@ -435,11 +470,15 @@ class Eval:
         runs: dict[str, dict[str, Trajectory]] = {}
         dataset = Dataset[CaseInputs, Any, Any](name=self.dataset.name, cases=self.cases,
                                                 evaluators=[*self.dataset.evaluators, *self.evaluators])
+        made: set[int] = set()
+        refused: dict[str, deque[BaseException]] = defaultdict(deque)
         try:
+            if self.executor is not None and not self.rescore:
+                await self._make_runs(cassette, state, made, refused)
             for variant, settings in self.variants.items():
                 kept = runs[variant] = {}
                 reports[variant] = await dataset.evaluate(
-                    self._task(variant, settings, cassette, names, state, lock), name=variant,
+                    self._task(variant, settings, cassette, names, state, lock, made, refused), name=variant,
                     max_concurrency=self.max_concurrency, progress=self.progress, repeat=self.repeat,
                     lifecycle=functools.partial(KeepsRun, kept=kept))
         finally:
@@ -456,16 +495,23 @@ class Eval:
         return result
 
     def _task(self, variant: str, settings: Mapping[str, Any], cassette: Cassette, names: dict[str, str],
-              state: Spent, lock: asyncio.Lock) -> Callable[[CaseInputs], Any]:
+              state: Spent, lock: asyncio.Lock, made: set[int],
+              refused: dict[str, deque[BaseException]]) -> Callable[[CaseInputs], Any]:
         async def task(inputs: CaseInputs) -> str:
             key = case_key(variant, settings, inputs)
             run = cassette.take(key)
             if run is not None:
-                state.recorded += 1
+                if id(run) not in made:  # a run the batches made this eval is not a recording
+                    state.recorded += 1
             else:
                 if self.rescore:
                     raise EvalError(f"no recorded run of this case under variant {variant!r} in "
                                     f"{self.cassette or 'the cassette'} (rescore=True makes no model call)")
+                if self.executor is not None:  # the batches made every run the cassette lacked, or said why not
+                    if refused[key]:
+                        raise refused[key].popleft()
+                    raise EvalError(f"no run of this case was made under variant {variant!r}: the batches "
+                                    "made fewer runs than the eval scores")
                 case = names.get(case_key("", {}, inputs), "case")
                 run = await self._run_one(variant, settings, inputs, case, state, lock)
                 cassette.record(key, variant, case, run)
@@ -480,6 +526,89 @@ class Eval:
             return run.output
 
         return task
+
+    def _plan(self, cassette: Cassette) -> list[Batch]:
+        """The runs the cassette lacks (per case key: repeats x the cases with that key, less its
+        recordings), in batches by their pattern's config, the batches in the order of their first run."""
+        need: Counter[str] = Counter()
+        for variant, settings in self.variants.items():
+            for case in self.cases:
+                need[case_key(variant, settings, case.inputs)] += self.repeat
+        missing = {key: max(0, n - cassette.left(key)) for key, n in need.items()}
+        batches: dict[str, Batch] = {}
+        executor = str(self.executor)
+        for variant, settings in self.variants.items():
+            for case in self.cases:
+                key = case_key(variant, settings, case.inputs)
+                n = min(self.repeat, missing[key])
+                if n == 0:
+                    continue
+                missing[key] -= n
+                pattern = self._build(variant, settings, case.inputs)
+                batch = batches.setdefault(group_key(pattern, variant, settings, case.inputs, executor), Batch(pattern))
+                batch.runs += [Wanted(variant, case.name or "case", key, case.inputs.task)] * n
+        return list(batches.values())
+
+    async def _make_runs(self, cassette: Cassette, state: Spent, made: set[int],
+                         refused: dict[str, deque[BaseException]]) -> None:
+        """Make the runs the cassette lacks through the batch runner and add them to it (see the class).
+
+        Every batch is planned and preflighted (its tasks, limits and, locally, model keys) before
+        the first model call; then each runs in waves: all its runs at once, or, with ``max_cost_usd``,
+        ``max_concurrency_per_worker`` x workers at a time, no wave starting once the cost is spent.
+        """
+        batches = self._plan(cassette)
+        executor = str(self.executor)
+        for batch in batches:
+            batch.pattern.preflight([r.task for r in batch.runs], credentials=executor == "local")
+        per_worker = self.max_concurrency_per_worker or self.max_concurrency
+        options = dict(self.batch_options)
+        wave = None if self.max_cost_usd is None else per_worker * int(options.get("workers") or 1)
+        with ray_session(executor, self.address, options.get("runtime_env")):
+            for batch in batches:
+                todo = deque(batch.runs)
+                while todo:
+                    admitted = self._admit(batch.pattern, todo, wave, state, refused)
+                    if not admitted:
+                        break
+                    report = await run_wave(batch.pattern, [r.task for r in admitted], executor=executor,
+                                            address=self.address, per_worker=per_worker, options=options,
+                                            progress=self.progress)
+                    for want, outcome in zip(admitted, report.outcomes):
+                        if outcome.kept is None:  # it failed before it had a result (a lost worker, a bad task)
+                            state.calls += outcome.model_calls
+                            why = outcome.failure
+                            refused[want.key].append(EvalError(
+                                f"the run failed before it had a result: {why.error_type}: {why.message}"
+                                if why is not None else "the run came back without its trajectory"))
+                            continue
+                        run = Trajectory.model_validate(outcome.kept)
+                        state.calls += run.calls
+                        state.cost_usd += run.cost_usd or 0.0
+                        cassette.record(want.key, want.variant, want.case, run, taken=False)
+                        made.add(id(run))
+
+    def _admit(self, pattern: Any, todo: deque[Wanted], wave: int | None, state: Spent,
+               refused: dict[str, deque[BaseException]]) -> list[Wanted]:
+        """The next runs of a batch the budget lets start (all of ``todo``, or a wave of it); when
+        none fits, every run left is refused saying why, as the default path refuses one."""
+        why = None
+        n = len(todo) if wave is None else min(wave, len(todo))
+        if self.max_cost_usd is not None and state.cost_usd >= self.max_cost_usd:
+            why = f"the eval's max_cost_usd={self.max_cost_usd} is spent (${state.cost_usd:.4f}); this case did not run"
+        elif self.max_calls is not None:
+            bound = getattr(pattern, "max_calls", None)
+            worst = int(bound()) if callable(bound) else 0
+            left = self.max_calls - state.calls
+            n = 0 if not callable(bound) else n if worst == 0 else min(n, left // worst)
+            if n == 0:
+                why = (f"the eval's max_calls={self.max_calls}: {left} call(s) left, and this run may make up to "
+                       f"{worst if callable(bound) else 'an unknown number of'}; this case did not run")
+        if why is not None:
+            while todo:
+                refused[todo.popleft().key].append(BudgetExceeded(why))
+            return []
+        return [todo.popleft() for _ in range(n)]
 
     async def _run_one(self, variant: str, settings: Mapping[str, Any], inputs: CaseInputs, case: str,
                        state: Spent, lock: asyncio.Lock) -> Trajectory:

@@ -109,3 +109,24 @@ class Trajectory(BaseModel):
                    path=list(result.path), calls=result.calls, tokens=int(result.usage.get("total_tokens", 0)),
                    cost_usd=result.cost_usd, edges=edges, run_id=result.run_id,
                    transcript=[{"role": m.role, "content": m.content} for m in result.transcript])
+
+
+def trajectory_data(result: RunResult) -> dict[str, Any]:
+    """A run's trajectory as JSON data, what a batch's worker sends back of each run it made.
+
+    ``execute_batch(keep=trajectory_data)`` puts it in each ``TaskOutcome.kept``;
+    ``Trajectory.model_validate`` reads it back.
+
+    Args:
+        result: The run's result, where the run ran.
+
+    Returns:
+        ``Trajectory.of(result)`` as a dict of JSON values.
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> data = trajectory_data(RoundRobinSwarm(agents=[lambda turn: "Hi."], max_loops=1).execute("Go"))
+        >>> data["speakers"], Trajectory.model_validate(data).output
+        (['<lambda>'], 'Hi.')
+    """
+    return Trajectory.of(result).model_dump(mode="json")
