@@ -43,7 +43,7 @@ from .engine import run_sync
 from .errors import CheckpointStoreError, FsmchatError, attach_result, result_of
 from .masking import redact, redact_chain
 from .progress import ProgressBar
-from .speakers.llm import INTERCEPTOR
+from .speakers.llm import REQUESTS
 from .speakers.providers import get_litellm
 from .speakers.ratelimit import RateLimit, limits, rate_limit, wait_for_room
 from .store.checkpoint import DEFAULT_COMMIT, SqliteCheckpointer, check_commit
@@ -194,16 +194,6 @@ def find_runs(checkpoint_dir: str | Path) -> dict[str, tuple[str, bool]]:
     return {k: (path, fin) for k, (path, fin, _) in best.items()}
 
 
-def _counting(counter: list[int], inner: Any) -> Any:
-    """A model-request interceptor that counts requests (and defers to any interceptor already set)."""
-    async def send(acompletion: Any, agent: str, model: str, messages: Any, meta: Any, params: Any) -> Any:
-        counter[0] += 1
-        if inner is not None:
-            return await inner(acompletion, agent, model, messages, meta, params)
-        return await acompletion(model=model, messages=messages, metadata=meta, **params)
-    return send
-
-
 class ShardRunner:
     """Runs items of one batch with asyncio, at most ``max_concurrency`` at once; one outcome each,
     never an exception. Checkpoints (when ``checkpoint_dir``) go to ``worker-<slot>.db``, or to the
@@ -241,7 +231,7 @@ class ShardRunner:
         assert self._gate is not None
         async with self._gate:
             calls = [0]
-            token = INTERCEPTOR.set(_counting(calls, INTERCEPTOR.get()))
+            token = REQUESTS.set(calls)  # counted where they are sent: each goes its own way (the fast path...)
             start = time.perf_counter()
             kept = None
             try:
@@ -256,7 +246,7 @@ class ShardRunner:
                 out = TaskOutcome(index, failure=TaskFailure.from_exception(index, task, exc, run_id, self.slot),
                                   run_id=run_id, kept=kept)
             finally:
-                INTERCEPTOR.reset(token)
+                REQUESTS.reset(token)
             out.model_calls, out.worker, out.seconds = calls[0], self.slot, time.perf_counter() - start
         if self.on_done is not None:
             self.on_done(out)

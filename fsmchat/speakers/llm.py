@@ -50,6 +50,11 @@ DEFAULT_MAX_RETRY_WAIT = 60.0  # seconds: a provider asking for a longer wait (R
 INTERCEPTOR: contextvars.ContextVar[Any] = contextvars.ContextVar("fsmchat_interceptor", default=None)
 
 
+REQUESTS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("fsmchat_requests", default=None)
+"""A counter of the model requests sent (every attempt) while it is set: ``[n]``, added to in place
+(a batch's worker counts each task's requests with it; the request itself goes as it would)."""
+
+
 TOKENS: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar("fsmchat_tokens", default=None)
 """The run's token sink (``execute(on_token=fn)``, ``stream(task, tokens=True)``): given each
 ``TokenDelta`` of a reply as it arrives and a ``StreamRetry`` when a shown stream is asked again.
@@ -576,6 +581,9 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
             if not stats.fits(1):
                 raise stats.refuse_over_cap(f"agent {agent!r}'s request (attempt {attempt})")
             stats.count(attempt == 1)
+        sent = REQUESTS.get()
+        if sent is not None:
+            sent[0] += 1
         stream: Streamed | None = None
         try:
             send = INTERCEPTOR.get()

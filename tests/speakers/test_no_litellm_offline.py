@@ -59,6 +59,9 @@ SCRIPT = textwrap.dedent('''
     if len(sys.argv) > 1:  # the fast path at a local server
         fast = Agent("alice", model="openai/test-model", api_base=sys.argv[1], api_key="sk-test", num_retries=0)
         out["fast_path"] = RoundRobinSwarm(agents=[fast], max_loops=1).execute("Hi").ok
+        import tempfile  # a checkpointed batch (the batch runner counts each task's requests) on the fast path too
+        out["fast_path_batch"] = RoundRobinSwarm(agents=[fast], max_loops=1).run_batch(
+            ["Hi", "Hello"], checkpoint_dir=tempfile.mkdtemp(), progress=False)
     out["litellm imported"] = "litellm" in sys.modules
     out["networkx imported"] = "networkx" in sys.modules  # validate() walks the graphs itself
     print(json.dumps(out))
@@ -82,9 +85,11 @@ def test_offline_runs_of_every_kind_never_import_litellm():
 def test_a_fast_path_run_at_a_local_server_never_imports_litellm():
     from openai_server import OpenAIServer, text
 
-    with OpenAIServer([text("Hello.")], max_lifetime=60) as srv:
+    with OpenAIServer(lambda req: text("Hello."), max_lifetime=60) as srv:
         out = run(srv.url + "/v1")
-    assert out["fast_path"] is True and out["litellm imported"] is False and out["networkx imported"] is False
+        assert len(srv.requests) == 3  # the run, then the batch's two tasks
+    assert out["fast_path"] is True and out["fast_path_batch"] == ["Hello.", "Hello."]
+    assert out["litellm imported"] is False and out["networkx imported"] is False
 
 
 IMPORT = textwrap.dedent('''
