@@ -1,9 +1,11 @@
 """What `fsmchat run` prints while a GroupChat runs: each turn's bids (score, recency-adjusted score,
 who cleared the threshold, the winner) before the winner's message, as the run viewer shows them;
-nested in a flow too. When the run streams, each bid is shown as its bidder's call returns, before
-the round closes (a gate holds the next bidder's answer until the bid before it is on the screen),
-and the round is decided as without streaming. The expected text is written out here, not computed
-by fsmchat."""
+nested in a flow too. When the run streams, each bid's message is shown as its ``respond`` call's
+arguments arrive, marked as a bid (``  Alice (bidding): ...``), and its score when its call returns,
+before the round closes (a gate holds the next bidder's answer until the bid before it is on the
+screen; the local server holds the rest of a bid's arguments until its first words are), and the
+round is decided as without streaming. The expected text is written out here, not computed by
+fsmchat."""
 from __future__ import annotations
 
 import io
@@ -67,7 +69,7 @@ def test_a_chat_nested_in_a_flow_shows_its_bids_too():
 # ---------------------------------------------------------------- streaming: each bid as it comes
 def test_streaming_shows_each_bid_as_its_call_returns_before_the_round_closes():
     out = io.StringIO()
-    waits = {"Carol": "  Alice (bid 0.90): a1\n", "Bob": "  Carol (bid 0.10, silent)\n"}  # who waits for what
+    waits = {"Carol": "  Alice (bidding): a1 -> bid 0.90\n", "Bob": "  Carol (bid 0.10, silent)\n"}  # who waits
     seen_before_answering = {}
     polls = {"Carol": 0, "Bob": 0}
     bids = {"Alice": Bid(0.9, "a1"), "Bob": Bid(0.6, "b1"), "Carol": Bid(0.1, "")}
@@ -86,9 +88,9 @@ def test_streaming_shows_each_bid_as_its_call_returns_before_the_round_closes():
     assert printed(chat, "pick a name", out=out, tokens=True) == """\
 User: pick a name
 bidding, turn 1:
-  Alice (bid 0.90): a1
+  Alice (bidding): a1 -> bid 0.90
   Carol (bid 0.10, silent)
-  Bob (bid 0.60): b1
+  Bob (bidding): b1 -> bid 0.60
 bids, turn 1 (threshold 0.50):
   Alice  0.90 -> 0.90  cleared   <- wins
   Bob    0.60 -> 0.60  cleared
@@ -105,8 +107,8 @@ def test_streaming_shows_every_turns_bids_and_decides_them_as_without_it():
     assert streamed == """\
 User: pick a name
 bidding, turn 1:
-  Alice (bid 0.90): a1
-  Bob (bid 0.60): b1
+  Alice (bidding): a1 -> bid 0.90
+  Bob (bidding): b1 -> bid 0.60
   Carol (bid 0.10, silent)
 bids, turn 1 (threshold 0.50):
   Alice  0.90 -> 0.90  cleared   <- wins
@@ -114,9 +116,9 @@ bids, turn 1 (threshold 0.50):
   Carol  0.10          silent
 Alice: a1
 bidding, turn 2:
-  Alice (bid 0.90): a2
-  Bob (bid 0.70): b2
-  Carol (bid 0.55): c2
+  Alice (bidding): a2 -> bid 0.90
+  Bob (bidding): b2 -> bid 0.70
+  Carol (bidding): c2 -> bid 0.55
 bids, turn 2 (threshold 0.50):
   Alice  0.90 -> 0.60  cleared   (recency -0.30)
   Bob    0.70 -> 0.70  cleared   <- wins
@@ -124,8 +126,8 @@ bids, turn 2 (threshold 0.50):
 Bob: b2
 bidding, turn 3:
   Alice (bid 0.20, silent)
-  Bob (bid 0.40): b3
-  Carol (bid 0.45): c3
+  Bob (bidding): b3 -> bid 0.40
+  Carol (bidding): c3 -> bid 0.45
 bids, turn 3 (threshold 0.50):
   Alice  0.20          silent
   Bob    0.40 -> 0.10  below     (recency -0.30)
@@ -163,9 +165,9 @@ def test_streaming_shows_a_bid_kept_over_a_tool_round_once_and_the_tool_users_bi
     assert out == """\
 User: pick a name
 bidding, turn 1:
-  Bob (bid 0.60): b1
+  Bob (bidding): b1 -> bid 0.60
   Carol (bid 0.10, silent)
-  Alice (bid 0.90): Ada, from the list
+  Alice (bidding): Ada, from the list -> bid 0.90
 bids, turn 1 (threshold 0.50):
   Alice  0.90 -> 0.90  cleared   <- wins
   Bob    0.60 -> 0.60  cleared
