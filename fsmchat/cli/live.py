@@ -53,6 +53,7 @@ class LiveRun:
         self._writing: dict[str, str] = {}  # each agent's reply shown so far, until its message is posted
         self._bid_text: dict[str, str] = {}  # each bidder's message shown so far, until its bid returns
         self._raw_open: tuple[str, bool] | None = None  # plain output: the open line's agent, and whether a bid
+        self._raw_line = ""  # ... and the bid text that line shows
         self.bids = bids
         self._raw: dict[str, dict[str, float]] = {}  # a GroupChat's latest raw scores, by its state prefix
         self._turns: dict[str, int] = {}  # GroupChat turns shown, by state prefix
@@ -98,7 +99,7 @@ class LiveRun:
         if not (self.messages and self.bids and self.tokens):
             return
         shown = self._bid_text.pop(agent, None)
-        if shown is not None and self._raw_open == (agent, True) and shown.strip() == bid.message:
+        if shown is not None and self._raw_open == (agent, True) and self._raw_line.strip() == bid.message:
             out = self.out or sys.stdout  # the line shows the message: its score ends it
             out.write(f" -> bid {bid.score:.2f}\n")
             out.flush()
@@ -133,7 +134,8 @@ class LiveRun:
             if self._raw_open != (item.agent, True):
                 self._end_raw()
                 out.write(f"  {item.agent} (bidding): ")
-                self._raw_open = (item.agent, True)
+                self._raw_open, self._raw_line = (item.agent, True), ""
+            self._raw_line += item.text
             out.write(item.text)
             out.flush()
 

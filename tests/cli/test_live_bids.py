@@ -9,10 +9,18 @@ fsmchat."""
 from __future__ import annotations
 
 import io
+import threading
+from dataclasses import replace
 
-from fsmchat import AgentFlow, Bid, GroupChat
+try:
+    from openai_server import OpenAIServer, per_agent, respond, tool_call
+except ImportError:  # tests/ became a package
+    from tests.openai_server import OpenAIServer, per_agent, respond, tool_call
+
+from fsmchat import Agent, AgentFlow, Bid, BidDelta, GroupChat, Message, StreamRetry, TraceEvent
 from fsmchat.cli import showing_bids
 from fsmchat.cli.live import LiveRun
+from fsmchat.speakers import BidOutcome
 from fsmchat.testing import Delay, FunctionModel, ScriptedModel, ToolCall
 
 HANG_GUARD = 3_000  # polls of 0.01 s before a gate gives up (a bid not shown as it came would hold the round)
@@ -179,3 +187,120 @@ Alice: Ada, from the list
 
 def test_bids_false_shows_no_bid_as_it_comes_either():
     assert printed(chat(), "pick a name", bids=False, tokens=True) == "User: pick a name\nAlice: a1\nBob: b2\n"
+
+
+# ---------------------------------------------------------------- streaming: a bid's message as it is written
+def test_a_bids_message_is_on_the_screen_before_its_call_returns():
+    """At the local server: alice's bid stops after its first piece until that piece is on the screen
+    and bob's bid is shown whole; bob's waits until alice's first piece is shown. Each streamed line
+    is marked as a bid; the line that showed a whole message ends with its score."""
+    out = io.StringIO()
+    alice_gate, bob_gate = threading.Event(), threading.Event()
+
+    class Watched(LiveRun):  # opens each gate once what it waits for is on the screen
+        def on_token(self, item):
+            super().on_token(item)
+            bob_gate.set() if "  alice (bidding): Friday is risky; " in out.getvalue() else None
+
+        def on_bid(self, agent, step, bid):
+            super().on_bid(agent, step, bid)
+            alice_gate.set() if "  bob (bidding): Ship it. -> bid 0.40\n" in out.getvalue() else None
+
+    alice = replace(tool_call("respond", '{"message": "Friday is risky; ship on Monday.", "score": 0.8}'),
+                    gate=alice_gate, hold_after=1)  # its first piece cuts the message: "Friday is risky; "
+    bob = replace(respond(0.4, "Ship it."), gate=bob_gate, hold_after=0)  # nothing of it before alice's first piece
+    with OpenAIServer(per_agent({"alice": [alice], "bob": [bob]}), max_lifetime=60) as srv:
+        opts = dict(model="openai/test-model", api_base=srv.api_base, api_key="sk-test", num_retries=0, timeout=30)
+        chat = GroupChat(agents=[Agent("alice", **opts), Agent("bob", **opts)], threshold=0.5, max_loops=2)
+        view = Watched(status=False, out=out, tokens=True)
+        with view, showing_bids(view):
+            result = chat.execute("Ship on Friday?", observers=[view.on_event], on_message=[view.on_message],
+                                  on_start=[view.on_start], on_token=[view.on_token])
+        srv.assert_clean()
+        assert [r.note for r in srv.records] == ["gate passed", "gate passed"] and len(srv.requests) == 2
+    assert result.ok, result.error
+    assert out.getvalue() == (
+        "User: Ship on Friday?\n"
+        "bidding, turn 1:\n"
+        "  alice (bidding): Friday is risky; \n"
+        "  bob (bidding): Ship it. -> bid 0.40\n"
+        "  alice (bidding): ship on Monday.\n"
+        "  alice (bid 0.80): Friday is risky; ship on Monday.\n"
+        "bids, turn 1 (threshold 0.50):\n"
+        "  alice  0.80 -> 0.80  cleared   <- wins\n"
+        "  bob    0.40 -> 0.40  below\n"
+        "alice: Friday is risky; ship on Monday.\n")
+
+
+def test_streamed_bids_interleaved_retried_and_malformed_then_the_round():
+    """The view alone, given written-out items: two bidders' pieces interleaved, a bid stream asked
+    again, a malformed bid whose streamed words are not its parsed message, then the round."""
+    out = io.StringIO()
+    view = LiveRun(status=False, out=out, tokens=True)
+    with view:
+        view.on_token(BidDelta("Ann", "review.bid", "Ship "))
+        view.on_token(BidDelta("Ben", "review.bid", "Wait."))
+        view.on_bid("Ben", "review.bid", BidOutcome(0.3, "Wait."))
+        view.on_token(BidDelta("Ann", "review.bid", "it"))
+        view.on_token(StreamRetry("Ann", "review.bid", 1, 7, "TimeoutError: (no message)"))
+        view.on_token(BidDelta("Ann", "review.bid", "Ship it now.", 2))
+        view.on_bid("Ann", "review.bid", BidOutcome(0.9, "Ship it now."))
+        view.on_token(BidDelta("Cat", "review.bid", "draft"))
+        view.on_bid("Cat", "review.bid", BidOutcome(0.0, "", False, "respond arguments are not JSON"))
+        view.on_event(TraceEvent(3, "review.bid", "next", "review.select", 0.1, {"Ann": 0.9, "Ben": 0.3, "Cat": 0.0}))
+        view.on_event(TraceEvent(4, "review.select", "speak", "review.post", 0.1, {
+            "winner": "Ann", "adjusted": {"Ann": 0.9, "Ben": 0.3}, "threshold": 0.5,
+            "invalid": {"Cat": "respond arguments are not JSON"}}))
+        view.on_message(Message(role="Ann", content="Ship it now."))
+    assert out.getvalue() == (
+        "bidding, turn 1:\n"
+        "  Ann (bidding): Ship \n"
+        "  Ben (bidding): Wait. -> bid 0.30\n"
+        "  Ann (bidding): it\n"
+        "  Ann's bid broke after 7 characters (TimeoutError: (no message)); asking again (attempt 2)\n"
+        "  Ann (bidding): Ship it now. -> bid 0.90\n"
+        "  Cat (bidding): draft\n"
+        "  Cat (bid 0.00, silent)\n"
+        "bids, turn 1 (threshold 0.50):\n"
+        "  Ann  0.90 -> 0.90  cleared   <- wins\n"
+        "  Ben  0.30 -> 0.30  below\n"
+        "  Cat  0.00          silent (invalid bid: respond arguments are not JSON)\n"
+        "Ann: Ship it now.\n")
+
+
+def test_on_a_terminal_a_bid_streams_in_a_bidding_panel_above_the_status_line():
+    from rich.console import Console
+
+    out, err = io.StringIO(), io.StringIO()
+    view = LiveRun(status=True, out=out, err=err, tokens=True)
+
+    def region():
+        shown = io.StringIO()
+        Console(file=shown, width=48).print(view._renderable())
+        return [ln.rstrip() for ln in shown.getvalue().splitlines()]
+
+    with view:
+        view.on_token(BidDelta("Ann", "bid", "Ship it "))
+        view.on_token(BidDelta("Ann", "bid", "on Monday."))
+        assert region()[:3] == ["╭─ Ann (bidding) ──────────────────────────────╮",
+                                "│ Ship it on Monday.                           │",
+                                "╰──────────────────────────────────────────────╯"]
+        view.on_bid("Ann", "bid", BidOutcome(0.8, "Ship it on Monday."))
+        assert "(bidding)" not in "\n".join(region())  # its score is printed: the panel is gone
+    assert out.getvalue() == "bidding, turn 1:\n  Ann (bid 0.80): Ship it on Monday.\n"
+
+
+def test_a_notebook_view_shows_no_bid():
+    from fsmchat.cli.live import NotebookLive
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj._repr_html_())
+
+    view = NotebookLive(display=lambda obj: Handle())
+    view.on_token(BidDelta("Ann", "bid", "Ship "))
+    view.on_token(StreamRetry("Ann", "bid", 1, 5, "TimeoutError: (no message)"))
+    view.on_message(Message(role="Ann", content="Ship it."))
+    assert view.rows == [["Ann", "Ship it.", ""]]
