@@ -53,8 +53,8 @@ INTERCEPTOR: contextvars.ContextVar[Any] = contextvars.ContextVar("fsmchat_inter
 
 TOKENS: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar("fsmchat_tokens", default=None)
 """The run's token sink (``execute(on_token=fn)``, ``stream(task, tokens=True)``): given each
-``TokenDelta`` of a reply as it arrives and a ``StreamRetry`` when a shown stream is asked again.
-A ContextVar, so a pattern run inside a flow step streams to the same sink."""
+``TokenDelta`` of a reply as it arrives (each ``BidDelta`` of a GroupChat bid's message) and a
+``StreamRetry`` when a shown stream is asked again. A ContextVar, so a pattern run inside a flow step streams to the same sink."""
 
 
 _tool_modes: dict[str, str] = {}  # resolved model -> "native" | "json" (litellm's knowledge, or a refusal)
@@ -513,6 +513,14 @@ class Streamed:
         return at
 
 
+def _shown(sink: Callable[[Any], None], piece: type[TokenDelta] | type[BidDelta], agent: str, step: str | None,
+           attempt: int) -> Callable[[str], None]:
+    """What hands an attempt's text to the run's sink: as ``piece``s of ``agent``'s ``attempt``."""
+    def show(text: str) -> None:
+        sink(piece(agent, step, text, attempt))
+    return show
+
+
 async def _as_data(chunks: Any) -> AsyncIterator[Any]:
     """litellm's stream chunks (pydantic objects) as the JSON data the other paths give."""
     async for chunk in chunks:
@@ -558,10 +566,11 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     delta. A bid (``bid``: its tool mode, ``"native"`` or ``"json"``) streams too when the run has
     a sink, which gets a ``BidDelta`` per piece of the bid's ``message`` as it is decoded from the
     ``respond`` call's arguments (or the JSON reply's text). The response is assembled whole
-    (``Streamed``) and is what the caller gets, as without streaming. ``timeout`` and the deadline bound the whole stream, so a stream that stalls is cut.
-    A stream that breaks after text arrived and is retried is noted (a ``stream_retry`` event and a
-    ``StreamRetry`` to the sink); one that ends the call (an error, a cancellation) leaves what
-    arrived in a ``partial_reply`` event, never in the transcript."""
+    (``Streamed``) and is what the caller gets, as without streaming. ``timeout`` and the deadline
+    bound the whole stream, so a stream that stalls is cut. A stream that breaks after text arrived
+    (a bid: after some of its message was shown) and is retried is noted (a ``stream_retry`` event
+    and a ``StreamRetry`` to the sink); one that ends the call (an error, a cancellation) leaves
+    what arrived in a ``partial_reply`` event, never in the transcript."""
     if stats is not None:
         stats.preflight()
     params = dict(kwargs)
@@ -622,15 +631,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         try:
             send = INTERCEPTOR.get()
             if streaming:
-                shown = attempt  # the attempt the deltas belong to
-                show: Callable[[str], None] | None = None
-                if sink is not None:
-                    piece = TokenDelta if bid is None else BidDelta  # a reply's text, or a bid's message
-
-                    def show(text: str) -> None:
-                        assert sink is not None
-                        sink(piece(agent, step, text, shown))
-
+                show = None if sink is None else _shown(sink, TokenDelta if bid is None else BidDelta, agent, step,
+                                                        attempt)  # a reply's text, or a bid's message
                 stream = Streamed(show, bid)
                 coro = _stream(lm, stream, resolved, messages, meta, params, route if fast else None, own)
             else:
