@@ -296,3 +296,23 @@ def test_a_bidder_with_tools_streams_its_respond_call_only():
                     BidDelta("Alice", "bid", "the "), BidDelta("Alice", "bid", "list.")]
     assert [(x.role, x.content) for x in result.transcript][1:] == [("Alice", "Ada, from the list.")]
     assert [m.calls(n) for n in ("Alice", "Bob")] == [2, 1]
+
+
+def test_a_bid_cut_after_its_first_piece_is_silent_and_what_it_showed_stays_in_the_events(warm):
+    """Its call ends (the timeout, no retry left): a silent bid, as without streaming, and the
+    message shown so far is kept in a ``partial_reply`` event (never posted)."""
+    stalled = replace(tool_call("respond", ALICE), stall_after=1)
+    with OpenAIServer(per_agent({"alice": [stalled], "bob": [respond(0.6, "Ship it.")]}), max_lifetime=60) as srv:
+        seen = []
+        result = chat(srv, timeout=1).execute(TASK, on_token=seen.append)
+        assert len(srv.requests) == 2
+    assert result.ok, result.error
+    assert sorted((d.agent, d.text) for d in seen) == [("alice", "Friday is risky; "), ("bob", "Ship it.")]
+    assert [(m.role, m.content) for m in result.transcript][1:] == [("bob", "Ship it.")]
+    assert [{k: e[k] for k in ("event", "agent", "step", "attempt", "chars", "text", "reason") if k in e}
+            for e in result.events] == [
+        {"event": "partial_reply", "agent": "alice", "step": "bid", "attempt": 1, "chars": 17,
+         "text": "Friday is risky; ", "reason": "TimeoutError: (no message)"},
+        {"event": "invalid_bid", "agent": "alice", "reason": "model call failed: model call for agent 'alice' (model "
+         "'openai/test-model') failed after 1 attempt(s): TimeoutError: no answer within 1 s, the agent's timeout "
+         "(Agent(timeout=1)); raise it for a slow model or server"}]
