@@ -362,6 +362,35 @@ class TokenDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class BidDelta:
+    """A piece of a GroupChat bid's message as the model writes it, before the round closes.
+
+    Given by ``pattern.stream(task, tokens=True)`` and to ``execute(task, on_token=fn)``, beside
+    the replies' ``TokenDelta``s: the ``message`` argument of the bidder's ``respond`` call (or of
+    its JSON reply, ``tool_mode="json"``), decoded as the call's arguments arrive. The round is
+    decided by the whole bids as without streaming; a bid whose parsed message differs from what
+    streamed (a malformed one) is decided by what was parsed. Only the winner's message is posted.
+
+    Attributes:
+        agent: Who is bidding.
+        step: The state the bid is asked in (``"bid"``; ``"review.bid"`` in a flow), or None outside a run.
+        text: The new text of the bid's message (append it to what came before).
+        attempt: The model call's attempt (2 and up after a ``StreamRetry``).
+
+    Examples:
+        >>> from fsmchat import BidDelta
+        >>> pieces = [BidDelta("Critic", "bid", "Not on "), BidDelta("Critic", "bid", "a Friday.")]
+        >>> "".join(p.text for p in pieces)
+        'Not on a Friday.'
+    """
+
+    agent: str
+    step: str | None
+    text: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class StreamRetry:
     """A reply's stream broke after some of it was shown and is asked again from the start.
 

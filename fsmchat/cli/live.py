@@ -19,11 +19,14 @@ Replies stream (``tokens``; by default when stdout is a terminal, ``fsmchat run 
 turns it off): the speaking agent's text is shown as the model writes it (above the status line on
 a terminal, as a growing ``role: text`` line otherwise), then its message is posted whole. A
 stream that broke after text was shown and is asked again says so (``StreamRetry``), and the text
-starts over. A GroupChat's bids are decided whole (see docs/streaming.md), so no bid streams word
-by word; while the view streams it shows each bid as its bidder's call returns, before the round
-closes (``  TechCritic (bid 0.89): ...`` under ``bidding, turn 2:``; ``on_bid``, which ``fsmchat run``
-sets as ``fsmchat.patterns.group_chat.BIDS``: ``fsmchat.cli.showing_bids``), then the round's bids
-with the winner marked as above.
+starts over. A GroupChat's bids stream too, marked as bids: under ``bidding, turn 2:`` each
+bidder's message as its ``respond`` call's arguments arrive (``BidDelta``; a panel ``TechCritic
+(bidding)`` above the status line on a terminal, a growing ``  TechCritic (bidding): ...`` line
+otherwise), then its score when its call returns (``on_bid``, which ``fsmchat run`` sets as
+``fsmchat.patterns.group_chat.BIDS``: ``fsmchat.cli.showing_bids``): ``  TechCritic (bid 0.89):
+...``, or `` -> bid 0.89`` ending the line that showed the whole message. When the round closes,
+its bids are shown with the winner marked as above; they are decided by the whole bids, as without
+streaming.
 
 A ``LiveRun`` plugs into any pattern run: ``aexecute(task, observers=[view.on_event],
 on_message=[view.on_message], on_start=[view.on_start], on_token=[view.on_token])``.
@@ -35,7 +38,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from ..models import Message, RunResult, StreamRetry, TokenDelta, TraceEvent
+from ..models import BidDelta, Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from ..speakers import llm
 
 
@@ -48,7 +51,9 @@ class LiveRun:
         self.messages = messages
         self.tokens = messages and ((out or sys.stdout).isatty() if tokens is None else tokens)
         self._writing: dict[str, str] = {}  # each agent's reply shown so far, until its message is posted
-        self._raw_open: str | None = None  # plain output: the agent whose reply line is open
+        self._bid_text: dict[str, str] = {}  # each bidder's message shown so far, until its bid returns
+        self._raw_open: tuple[str, bool] | None = None  # plain output: the open line's agent, and whether a bid
+        self._raw_line = ""  # ... and the bid text that line shows
         self.bids = bids
         self._raw: dict[str, dict[str, float]] = {}  # a GroupChat's latest raw scores, by its state prefix
         self._turns: dict[str, int] = {}  # GroupChat turns shown, by state prefix
@@ -80,22 +85,59 @@ class LiveRun:
             self._raw[prefix] = dict(ev.payload)
         elif short == "select" and "adjusted" in ev.payload and prefix in self._raw:
             self._bidding.discard(prefix)
+            self._bid_text.clear()  # the round closed: a streamed bid no ``on_bid`` ended is void
+            if self._raw_open is not None and self._raw_open[1]:
+                self._end_raw()
             turn = self._turns[prefix] = self._turns.get(prefix, 0) + 1
             self._print_lines(bid_lines(turn, self._raw.pop(prefix), ev.payload), style="dim")
 
     def on_bid(self, agent: str, step: str | None, bid: Any) -> None:
         """A GroupChat bid as its bidder's call returns, before the round closes (``fsmchat run``
         sets ``fsmchat.patterns.group_chat.BIDS`` to it while it streams): ``  TechCritic (bid
-        0.89): <its message>`` (``, silent`` without one), the round's first under ``bidding, turn 2:``."""
+        0.89): <its message>`` (``, silent`` without one), the round's first under ``bidding, turn 2:``;
+        `` -> bid 0.89`` ends the open line that streamed its whole message (``on_token``)."""
         if not (self.messages and self.bids and self.tokens):
             return
+        shown = self._bid_text.pop(agent, None)
+        if shown is not None and self._raw_open == (agent, True) and self._raw_line.strip() == bid.message:
+            out = self.out or sys.stdout  # the line shows the message: its score ends it
+            out.write(f" -> bid {bid.score:.2f}\n")
+            out.flush()
+            self._raw_open = None
+            return
         self._end_raw()
-        prefix = (step or "").rpartition(".")[0]  # the bid state's GroupChat (one nested in a flow too)
-        lines = [] if prefix in self._bidding else [f"bidding, turn {self._turns.get(prefix, 0) + 1}:"]
-        self._bidding.add(prefix)
+        lines = self._bidding_head(step)
         lines.append(f"  {agent} (bid {bid.score:.2f}): {bid.message}" if bid.message else
                      f"  {agent} (bid {bid.score:.2f}, silent)")
         self._print_lines(lines, style="dim")
+
+    def _bidding_head(self, step: str | None) -> list[str]:
+        """``bidding, turn 2:`` before the first bid shown of a round, else nothing."""
+        prefix = (step or "").rpartition(".")[0]  # the bid state's GroupChat (one nested in a flow too)
+        if prefix in self._bidding:
+            return []
+        self._bidding.add(prefix)
+        return [f"bidding, turn {self._turns.get(prefix, 0) + 1}:"]
+
+    def _bid_piece(self, item: BidDelta) -> None:
+        """A piece of a bid's message, shown as it comes: in a ``(bidding)`` panel on a terminal,
+        on a growing ``  TechCritic (bidding): ...`` line otherwise."""
+        if not (self.messages and self.bids):
+            return
+        head = self._bidding_head(item.step)
+        if head:
+            self._end_raw()
+            self._print_lines(head, style="dim")
+        self._bid_text[item.agent] = self._bid_text.get(item.agent, "") + item.text
+        if self._live is None:
+            out = self.out or sys.stdout
+            if self._raw_open != (item.agent, True):
+                self._end_raw()
+                out.write(f"  {item.agent} (bidding): ")
+                self._raw_open, self._raw_line = (item.agent, True), ""
+            self._raw_line += item.text
+            out.write(item.text)
+            out.flush()
 
     def _print_lines(self, lines: list[str], style: str) -> None:
         if self._console is not None:
@@ -108,24 +150,29 @@ class LiveRun:
             out.write("".join(ln + "\n" for ln in lines))
             out.flush()
 
-    def on_token(self, item: TokenDelta | StreamRetry) -> None:
-        """A reply's delta (shown as it comes) or a retry of a shown stream (said, then started over)."""
+    def on_token(self, item: TokenDelta | BidDelta | StreamRetry) -> None:
+        """A reply's delta or a bid's (shown as they come), or a retry of a shown stream (said, then
+        started over)."""
         if not self.tokens:
             return
+        if isinstance(item, BidDelta):
+            self._bid_piece(item)
+            return
         if isinstance(item, StreamRetry):
-            self._writing.pop(item.agent, None)
-            note = (f"  {item.agent}'s reply broke after {item.shown} characters ({item.reason}); "
-                    f"asking again (attempt {item.attempt + 1})")
+            bid = item.agent in self._bid_text and item.agent not in self._writing
+            (self._bid_text if bid else self._writing).pop(item.agent, None)
+            note = (f"  {item.agent}'s {'bid' if bid else 'reply'} broke after {item.shown} characters "
+                    f"({item.reason}); asking again (attempt {item.attempt + 1})")
             self._end_raw()
             self._print_lines([note], style="yellow")
             return
         self._writing[item.agent] = self._writing.get(item.agent, "") + item.text
         if self._live is None:  # no live region: the reply grows on its own line
             out = self.out or sys.stdout
-            if self._raw_open != item.agent:
+            if self._raw_open != (item.agent, False):
                 self._end_raw()
                 out.write(f"{item.agent}: ")
-                self._raw_open = item.agent
+                self._raw_open = (item.agent, False)
             out.write(item.text)
             out.flush()
 
@@ -152,7 +199,7 @@ class LiveRun:
         out = self.out or sys.stdout
         notes = self._notes(msg)
         shown = self._writing.pop(msg.role, None)
-        if shown is not None and self._live is None and self._raw_open == msg.role:
+        if shown is not None and self._live is None and self._raw_open == (msg.role, False):
             if shown == msg.content:  # its text is on the line already: end the line, add its tool calls
                 self._end_raw()
                 self._print_lines(call_lines(msg) + notes, style="dim")
@@ -201,6 +248,8 @@ class LiveRun:
                                        no_wrap=True, overflow="ellipsis"))
         writing = [Panel(Text(text), title=Text(f"{agent} (writing)", style="bold"), title_align="left")
                    for agent, text in list(self._writing.items())]
+        writing += [Panel(Text(text, style="dim"), title=Text(f"{agent} (bidding)", style="dim bold"),
+                          title_align="left") for agent, text in list(self._bid_text.items())]
         return Group(*writing, self._spinner) if writing else self._spinner
 
     # ---- showing ----
@@ -264,8 +313,14 @@ class NotebookLive:
         """The run keywords that feed this view: ``on_message`` and ``on_token``."""
         return {"on_message": [self.on_message], "on_token": [self.on_token]}
 
-    def on_token(self, item: TokenDelta | StreamRetry) -> None:
+    def on_token(self, item: TokenDelta | BidDelta | StreamRetry) -> None:
+        """A reply's delta, shown in its agent's row; a retry of a shown reply. A GroupChat's bids
+        (``BidDelta``, and a retry of one) are not shown: only the winner's message is posted."""
+        if isinstance(item, BidDelta):
+            return
         row = self._writing.get(item.agent)
+        if row is None and isinstance(item, StreamRetry):
+            return  # a bid's stream (this view shows no bid): a reply's row is there before its retry
         if row is None:
             row = self._writing[item.agent] = len(self.rows)
             self.rows.append([item.agent, "", "writing..."])

@@ -618,7 +618,9 @@ class Pattern(ABC):
         ``async for item in pattern.stream(task)`` in async code, ``for item in pattern.stream(task)``
         in a script (the run then goes on its own event loop in a worker thread). Leaving the loop
         early cancels the run. With ``tokens=True`` the replies stream: each reply's ``TokenDelta``s
-        come before its ``Message`` (and a ``StreamRetry`` when a shown stream is asked again)."""
+        come before its ``Message`` (and a ``StreamRetry`` when a shown stream is asked again). A
+        GroupChat's bids stream too: each bidder's message as ``BidDelta``s while its ``respond``
+        call's arguments arrive, before the round closes (the round is decided by the whole bids)."""
         if not isinstance(tokens, bool):
             raise ConfigTypeError(f"{type(self).__name__}.stream: tokens={tokens!r} is invalid: True (the replies' "
                                   "token deltas too) or False (trace events and messages only)")

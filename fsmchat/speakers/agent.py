@@ -303,9 +303,9 @@ class Agent(BaseModel):
         """
         messages = self.prompt(turn, exchange)
         request: dict[str, Any] = {}
-        if bid:
+        if bid:  # its respond call's message streams (with a token sink)
             request = {"tools": [*specs, RESPOND_TOOL],
-                       "tool_choice": RESPOND_TOOL_CHOICE if final or not specs else "required"}
+                       "tool_choice": RESPOND_TOOL_CHOICE if final or not specs else "required", "bid": "native"}
         elif specs:
             request = {"tools": specs, "tool_choice": "none" if final else "auto"}
         if not bid:  # a reply with neither text nor a tool call is a failed attempt; its text streams
@@ -449,6 +449,10 @@ class Agent(BaseModel):
     async def bid(self, turn: "Turn") -> BidOutcome:
         """Ask the model for a bid with a forced ``respond`` call and return it parsed.
 
+        With a token sink (``stream(task, tokens=True)``, ``execute(on_token=...)``) the call
+        streams and the sink gets the bid's message as it arrives (``BidDelta``); the bid is parsed
+        from the whole response all the same.
+
         A malformed answer, or a transient fault that outlived the retries, is a silent bid with
         its reason; a request error no retry can fix and a run limit propagate (they end the run).
         A provider refusing tools switches the model to JSON mode (remembered for the process) and
@@ -469,7 +473,7 @@ class Agent(BaseModel):
             if self.resolved_tool_mode == "native":
                 try:
                     response = await self._call(messages, turn.stats, tools=self.tool_specs(),
-                                                tool_choice=RESPOND_TOOL_CHOICE)
+                                                tool_choice=RESPOND_TOOL_CHOICE, bid="native")
                     return parse_bid(response, "native")
                 except ModelCallError as exc:
                     if self.tool_mode is not None or not llm.refused_tools(exc.cause):
@@ -477,7 +481,7 @@ class Agent(BaseModel):
                     llm.refuse_tools(self.model)
                     note = {"event": "tool_mode_fallback", "agent": self.name, "model": exc.model,
                             "reason": exc.provider_message[:300]}
-            response = await self._call(messages, turn.stats, response_format=respond_response_format())
+            response = await self._call(messages, turn.stats, response_format=respond_response_format(), bid="json")
             outcome = parse_bid(response, "json")
             return replace(outcome, note=note) if note else outcome
         except asyncio.CancelledError:

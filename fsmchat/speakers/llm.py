@@ -24,9 +24,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 from ..engine import STEP
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, ModelCallError, fatal_error
 from ..masking import exception_chain, redact, secret_values
-from ..models import StreamRetry, TokenDelta
+from ..models import BidDelta, StreamRetry, TokenDelta
 from ..store.statelog import Frozen
 from . import ratelimit, wire
+from .chunks import MessageField
 from .classify import plain_message, request_error_kind
 # ``as``: the names other modules, tests and docs reach through this one (the same objects)
 from .providers import (API_BASE_ENV as API_BASE_ENV, BASE64_LOG_ENV as BASE64_LOG_ENV,
@@ -57,8 +58,8 @@ REQUESTS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("fsm
 
 TOKENS: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar("fsmchat_tokens", default=None)
 """The run's token sink (``execute(on_token=fn)``, ``stream(task, tokens=True)``): given each
-``TokenDelta`` of a reply as it arrives and a ``StreamRetry`` when a shown stream is asked again.
-A ContextVar, so a pattern run inside a flow step streams to the same sink."""
+``TokenDelta`` of a reply as it arrives (each ``BidDelta`` of a GroupChat bid's message) and a
+``StreamRetry`` when a shown stream is asked again. A ContextVar, so a pattern run inside a flow step streams to the same sink."""
 
 
 _tool_modes: dict[str, str] = {}  # resolved model -> "native" | "json" (litellm's knowledge, or a refusal)
@@ -414,15 +415,49 @@ class Streamed:
     deltas are joined (and handed to ``show`` as they come), tool-call deltas are assembled into
     the tool calls by their index, the usage is the chunk's that carries it (the last one, with
     ``stream_options={"include_usage": True}``). ``text`` is what arrived so far, kept when the
-    stream breaks."""
+    stream breaks.
 
-    def __init__(self, show: Callable[[str], None] | None):
+    A bid's stream (``bid``: its tool mode, ``"native"`` or ``"json"``) hands ``show`` its
+    ``message`` instead, decoded as it arrives (``chunks.MessageField``): from the arguments of
+    the first ``respond`` call, or from the text of a JSON-mode reply; ``text`` is then what was
+    shown of the message. The response is assembled whole all the same."""
+
+    def __init__(self, show: Callable[[str], None] | None, bid: str | None = None):
         self.show = show
         self.parts: list[str] = []
+        self.shown = self.parts  # what ``text`` joins: the text, or a bid's message
+        self.heard: Callable[[int, dict[str, str]], None] | None = None  # each tool-call delta's call
+        if bid is not None and show is not None:
+            self._field, self._bid_show, self.shown = MessageField(), show, []
+            self._index: int | None = None  # the respond call's index
+            self._fed = 0  # how much of its arguments the field has read
+            if bid == "json":
+                self.show = self._message
+            else:
+                self.heard = self._respond
 
     @property
     def text(self) -> str:
-        return "".join(self.parts)
+        return "".join(self.shown)
+
+    def _message(self, piece: str) -> None:
+        """The next piece of a bid's JSON: the message text it completes is shown."""
+        text = self._field.feed(piece)
+        if text:
+            self.shown.append(text)
+            self._bid_show(text)
+
+    def _respond(self, index: int, call: dict[str, str]) -> None:
+        """A tool-call delta of a bid: the first ``respond`` call's new arguments are read."""
+        if self._index is None:
+            if call["name"] != "respond":
+                return
+            self._index = index
+        if index == self._index and not self._field.done:
+            args = call["arguments"]
+            new, self._fed = args[self._fed:], len(args)
+            if new:
+                self._message(new)
 
     async def read(self, chunks: Any, price: tuple[float, float] | None) -> "wire.WireResponse":
         """Read ``chunks`` (each a chunk's JSON data, as the server sent it: untrusted, so every
@@ -431,7 +466,7 @@ class Streamed:
         usage: wire.Usage | None = None
         finish: str | None = None
         model = rid = ""
-        parts, show = self.parts, self.show
+        parts, show, heard = self.parts, self.show, self.heard
         async for chunk in chunks:
             if type(chunk) is not dict:
                 continue
@@ -455,7 +490,9 @@ class Streamed:
                     deltas = delta.get("tool_calls")
                     for i, call in enumerate(deltas if type(deltas) is list else ()):
                         if type(call) is dict:
-                            self._assemble(calls, i, call)
+                            at = self._assemble(calls, i, call)
+                            if heard is not None:
+                                heard(at, calls[at])
                 finish = choice.get("finish_reason") or finish
         tool_calls = [wire.ToolCall(c["id"], wire.Function(c["name"], c["arguments"])) for _, c in sorted(calls.items())]
         message = wire.WireMessage("".join(parts) if parts or not tool_calls else None,
@@ -467,15 +504,26 @@ class Streamed:
                                  _hidden_params={"response_cost": cost})
 
     @staticmethod
-    def _assemble(calls: dict[int, dict[str, str]], i: int, call: dict[str, Any]) -> None:
-        """Add one tool-call delta to the call of its index (the ``i``-th of its chunk without one)."""
+    def _assemble(calls: dict[int, dict[str, str]], i: int, call: dict[str, Any]) -> int:
+        """Add one tool-call delta to the call of its index (the ``i``-th of its chunk without one);
+        that index."""
         index = call.get("index")
-        slot = calls.setdefault(index if type(index) is int else i, {"id": "", "name": "", "arguments": ""})
+        at = index if type(index) is int else i
+        slot = calls.setdefault(at, {"id": "", "name": "", "arguments": ""})
         fn = call.get("function")
         fn = fn if type(fn) is dict else {}
         slot["id"] = slot["id"] or str(call.get("id") or "")
         slot["name"] = slot["name"] or str(fn.get("name") or "")
         slot["arguments"] += str(fn.get("arguments") or "")
+        return at
+
+
+def _shown(sink: Callable[[Any], None], piece: type[TokenDelta] | type[BidDelta], agent: str, step: str | None,
+           attempt: int) -> Callable[[str], None]:
+    """What hands an attempt's text to the run's sink: as ``piece``s of ``agent``'s ``attempt``."""
+    def show(text: str) -> None:
+        sink(piece(agent, step, text, attempt))
+    return show
 
 
 async def _as_data(chunks: Any) -> AsyncIterator[Any]:
@@ -505,7 +553,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                     stats: CallStats | None = None, backoff: float = 0.5,
                     max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
                     check: Callable[[Any], None] | None = None, transport: str = "auto", tokens: bool = False,
-                    **request: Any) -> Any:
+                    bid: str | None = None, **request: Any) -> Any:
     """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``.
 
     Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
@@ -520,11 +568,14 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     **Streaming.** The call streams (litellm's ``stream=True``, usage in the final chunk where the
     provider sends it) when the agent says ``stream=True`` or when ``tokens`` (the call writes a
     reply) and the run has a token sink (``TOKENS``); the sink gets a ``TokenDelta`` per text
-    delta. The response is assembled whole (``Streamed``) and is what the caller gets, as without
-    streaming. ``timeout`` and the deadline bound the whole stream, so a stream that stalls is cut.
-    A stream that breaks after text arrived and is retried is noted (a ``stream_retry`` event and a
-    ``StreamRetry`` to the sink); one that ends the call (an error, a cancellation) leaves what
-    arrived in a ``partial_reply`` event, never in the transcript."""
+    delta. A bid (``bid``: its tool mode, ``"native"`` or ``"json"``) streams too when the run has
+    a sink, which gets a ``BidDelta`` per piece of the bid's ``message`` as it is decoded from the
+    ``respond`` call's arguments (or the JSON reply's text). The response is assembled whole
+    (``Streamed``) and is what the caller gets, as without streaming. ``timeout`` and the deadline
+    bound the whole stream, so a stream that stalls is cut. A stream that breaks after text arrived
+    (a bid: after some of its message was shown) and is retried is noted (a ``stream_retry`` event
+    and a ``StreamRetry`` to the sink); one that ends the call (an error, a cancellation) leaves
+    what arrived in a ``partial_reply`` event, never in the transcript."""
     if stats is not None:
         stats.preflight()
     params = dict(kwargs)
@@ -536,7 +587,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     if timeout is not None:
         params.setdefault("timeout", timeout)
     resolved = resolve_model(model)
-    sink = TOKENS.get() if tokens else None
+    sink = TOKENS.get() if tokens or bid is not None else None
     streaming = (bool(params.get("stream")) or sink is not None) and INTERCEPTOR.get() is None
     if streaming:
         params["stream"] = True
@@ -588,13 +639,9 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         try:
             send = INTERCEPTOR.get()
             if streaming:
-                shown = attempt  # the attempt the deltas belong to
-
-                def show(text: str) -> None:
-                    assert sink is not None
-                    sink(TokenDelta(agent, step, text, shown))
-
-                stream = Streamed(show if sink is not None else None)
+                show = None if sink is None else _shown(sink, TokenDelta if bid is None else BidDelta, agent, step,
+                                                        attempt)  # a reply's text, or a bid's message
+                stream = Streamed(show, bid)
                 coro = _stream(lm, stream, resolved, messages, meta, params, route if fast else None, own)
             else:
                 coro = (send(own_acompletion(own) if own is not None else (lm or get_litellm()).acompletion, agent,

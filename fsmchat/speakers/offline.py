@@ -770,10 +770,12 @@ class OfflineModel:
 
     async def astream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
                       meta: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """The reply streamed word by word (``stream_chunks``), ``typing_delay`` seconds apart."""
+        """The reply streamed word by word (``stream_chunks``), ``typing_delay`` seconds apart; a
+        bid's ``respond`` arguments too."""
         if self.delay:
             await asyncio.sleep(self.delay)
         for n, chunk in enumerate(stream_chunks(self.answer(messages, params, meta))):
-            if n and self.typing_delay and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+            if n and self.typing_delay and chunk["choices"] and (
+                    chunk["choices"][0]["delta"].get("content") or chunk["choices"][0]["delta"].get("tool_calls")):
                 await asyncio.sleep(self.typing_delay)
             yield chunk

@@ -57,7 +57,7 @@ from ..config import config_digest, from_config
 from ..errors import ConfigTypeError, FsmchatError
 from ..limits import Limits
 from ..masking import redact, redact_data
-from ..models import TokenDelta
+from ..models import BidDelta, TokenDelta
 from ..patterns.base import Pattern
 from ..speakers.human import Approve, Edit, Input, InputNotAllowed, NotWaiting, Reject, Say, check_input, waiting_for
 from ..store.checkpoint import CheckpointMismatch, LeaseLost, RunInProgress, new_run_id
@@ -303,7 +303,8 @@ class Runs:
     def hooks(live: Live) -> dict[str, Any]:
         return {"observers": [lambda ev: live.emit("trace", ev.to_dict())],
                 "on_message": [lambda m: live.emit("message", m.model_dump(mode="json"))],
-                "on_token": [lambda t: live.emit("token" if isinstance(t, TokenDelta) else "stream_retry", asdict(t))]}
+                "on_token": [lambda t: live.emit("token" if isinstance(t, TokenDelta) else "bid" if isinstance(t, BidDelta)
+                                                 else "stream_retry", asdict(t))]}
 
     def start(self, body: StartRun) -> str:
         reg = self.pattern(body.pattern)

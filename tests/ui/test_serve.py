@@ -57,8 +57,14 @@ def test_a_started_run_streams_its_events_in_order_then_its_stop_reason(tmp_path
         started = client.post("/api/runs", json={"pattern": "chat", "task": "Cats or dogs?", "run_id": "r1"})
         assert started.status_code == 202 and started.json()["run_id"] == "r1"
         events = sse_events(client, "r1")
-        assert shape(events) == ["message:User", "trace:seed", "trace:bid", "trace:select", "message:a",
-                                 "trace:post", "trace:penalize", "trace:stop", "end"]
+        kinds = shape(events)
+        assert [k for k in kinds if k != "bid"] == ["message:User", "trace:seed", "trace:bid", "trace:select",
+                                                    "message:a", "trace:post", "trace:penalize", "trace:stop", "end"]
+        # each bid's message streams as it is written (word by word offline), before the round's bid step ends
+        bids = [d for k, d in events if k == "bid"]
+        assert set(kinds[kinds.index("trace:seed") + 1:kinds.index("trace:bid")]) == {"bid"}
+        assert bids[0] == {"agent": "a", "step": "bid", "text": "Since ", "attempt": 1}
+        assert "".join(d["text"] for d in bids if d["agent"] == "a") == events[kinds.index("message:a")][1]["content"]
         assert events[-1][1] == {"run_id": "r1", "stop_reason": "max_loops", "waiting": False}
         assert events[0][1]["content"] == "Cats or dogs?"
         listed = client.get("/api/runs").json()
