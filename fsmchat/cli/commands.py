@@ -37,8 +37,8 @@ def parser() -> argparse.ArgumentParser:
                    "ollama_chat/llama3.1 (sets FSMCHAT_MODEL; default: the offline simulation)")
     r.add_argument("--api-base", metavar="URL", help=API_BASE_HELP)
     r.add_argument("-q", "--quiet", action="store_true", help="no live messages or status line; print only the output")
-    r.add_argument("--no-stream", action="store_true", help="do not show replies as they are written (by default "
-                   "they stream when stdout is a terminal); each message still prints when it is posted")
+    r.add_argument("--no-stream", action="store_true", help="do not show replies and bids as they are written (by "
+                   "default they stream when stdout is a terminal); each message still prints when it is posted")
     r.add_argument("--json", action="store_true", help="print the RunResult as JSON on stdout (status line still on "
                    "a terminal's stderr)")
     r.add_argument("--checkpoint", metavar="PATH", help="commit the run to this SQLite file as it goes (resumable; the "

@@ -468,8 +468,9 @@ class Pattern(ABC):
         commit the same way.
         ``observers`` get each ``TraceEvent``, ``on_message`` each posted ``Message``, ``on_start``
         the run's context before its first step (a live display reads ``ctx.stats`` from it),
-        ``on_token`` (a callable or a list of them) each ``TokenDelta`` of a reply as the model
-        writes it, and a ``StreamRetry`` when a shown stream is asked again (the replies then stream)."""
+        ``on_token`` (a callable or a list of them) each ``TokenDelta`` of a reply and each
+        ``BidDelta`` of a GroupChat bid's message as the model writes it, and a ``StreamRetry`` when a
+        shown stream is asked again (the replies and bids then stream)."""
         owner = type(self).__name__
         check_checkpoint(checkpoint, owner)
         check_commit(commit, owner, "checkpoint" if checkpoint is None else None)

@@ -26,7 +26,7 @@ from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReache
 from ..masking import exception_chain, redact, secret_values
 from ..models import BidDelta, StreamRetry, TokenDelta
 from ..store.statelog import Frozen
-from . import ratelimit, wire
+from . import modelmap, ratelimit, wire
 from .chunks import MessageField
 from .classify import plain_message, request_error_kind
 # ``as``: the names other modules, tests and docs reach through this one (the same objects)
@@ -74,11 +74,8 @@ def tool_mode_for(model: str | None) -> str:
     if mode is None:
         mode = "native"
         if not registered(resolved.split("/", 1)[0]) and own_handler(resolved) is None:
-            try:
-                info = get_litellm().get_model_info(resolved)
-            except Exception:  # a model litellm does not know: forced tool calls, as the page says
-                info = {}
-            if info.get("supports_function_calling") is False:
+            info = modelmap.info_of(resolved) or {}  # litellm's map, read without importing litellm
+            if info.get("supports_function_calling") is False:  # unknown: forced tool calls, as the page says
                 mode = "json"
         _tool_modes[resolved] = mode
     return mode

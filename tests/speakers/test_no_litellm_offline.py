@@ -113,3 +113,16 @@ def test_importing_an_agent_and_a_round_robin_loads_neither_the_other_patterns_n
                               "fsmchat.patterns.debate", "fsmchat.patterns.panel", "fsmchat.flow", "fsmchat.network",
                               "fsmchat.testing", "fsmchat.distributed", "litellm", "networkx", "aiohttp", "mcp",
                               "graphviz", "rich"}), loaded
+
+
+def test_how_a_model_bids_is_read_from_litellms_map_without_importing_litellm():
+    """``tool_mode_for`` asks litellm's model map whether a model lacks function calling (then it
+    bids in JSON mode); a GroupChat at an OpenAI-compatible server used to import litellm for it."""
+    code = ("import sys; from fsmchat.speakers.llm import tool_mode_for; "
+            "print([tool_mode_for(m) for m in ('gpt-4o-mini', 'deepseek-reasoner', 'openai/my-model')], "
+            "'litellm' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "FSMCHAT_MODEL"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "['native', 'json', 'native'] False"
