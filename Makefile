@@ -72,7 +72,7 @@ demo: demo-install graphviz bytecode
 	$(BIN)/fsmchat run examples/group_chat.py
 	FSMCHAT_OFFLINE_TYPING=0.02 $(BIN)/fsmchat run examples/round_robin.py
 
-# two workers on the 2-core CI machine: 205-280 s for the suite on a fresh clone (2,372 tests; 320-670 s when the
+# two workers on the 2-core CI machine: 205-280 s for the suite on a fresh clone (2,509 tests; 320-670 s when the
 # machine is loaded), most of it subprocesses; tests/conftest.py keeps a file's tests, and all Ray tests, in one worker
 TEST_WORKERS ?= 2
 test: install graphviz chromium postgresql bytecode
