@@ -8,10 +8,7 @@ import uuid
 
 import pytest
 
-try:
-    from openai_server import OpenAIServer, error, json_text, per_agent, respond
-except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, error, json_text, per_agent, respond
+from support.openai_server import OpenAIServer, error, json_text, per_agent, respond
 
 from fsmchat import RESPOND_TOOL, Agent, AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, ModelCallError, \
     OneOnOneDebate, RoundRobinSwarm, Task

@@ -12,7 +12,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from pg import pg_cluster, pg_dsn  # noqa: E402,F401 - fixtures
+from support.pg import pg_cluster, pg_dsn  # noqa: E402,F401 - fixtures
 from test_ray_requeue import HANG_GUARD, HOLD, chat  # noqa: E402
 
 from fsmchat import PostgresCheckpointer  # noqa: E402

@@ -19,7 +19,7 @@ from fsmchat.store.checkpoint import (LEASE_TTL, Fence, LeaseLost, MemoryCheckpo
 from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.models import Message, TraceEvent
 from fsmchat.testing import FunctionModel
-from stores import STORES, reopen, write
+from support.stores import STORES, reopen, write
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

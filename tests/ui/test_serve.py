@@ -9,7 +9,7 @@ import pytest
 
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.ui import serve as fserve
-from ui_runs import sse_events
+from support.ui_runs import sse_events
 
 TOKEN = "s3cret-token"
 

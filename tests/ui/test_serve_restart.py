@@ -13,9 +13,9 @@ import threading
 import httpx
 import pytest
 
-from openai_server import OpenAIServer, agent_of, text
-from ui_runs import sse_events
-from pg import pg_cluster, pg_dsn  # noqa: F401 - fixtures
+from support.openai_server import OpenAIServer, agent_of, text
+from support.ui_runs import sse_events
+from support.pg import pg_cluster, pg_dsn  # noqa: F401 - fixtures
 
 from fsmchat import Agent, RoundRobinSwarm, SqliteCheckpointer
 

@@ -16,7 +16,7 @@ import pytest
 from fsmchat import Bid, GroupChat, RoundRobinSwarm
 from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.testing import ScriptedModel
-from ui_runs import LIVE_SCRIPT, XSS, flow_run, group_chat_run, store_of
+from support.ui_runs import LIVE_SCRIPT, XSS, flow_run, group_chat_run, store_of
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if not (CHROMIUM and CHROMEDRIVER):
