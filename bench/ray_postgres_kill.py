@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from support.pg import Cluster, _bin_dir  # noqa: E402
-from test_ray_requeue import chat  # noqa: E402
+from support.requeue import chat  # noqa: E402
 
 from fsmchat.store.postgres import PostgresCheckpointer  # noqa: E402
 from fsmchat.config import config_digest  # noqa: E402
