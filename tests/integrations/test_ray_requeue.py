@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+
 import pytest
 
 ray = pytest.importorskip("ray")
