@@ -15,7 +15,7 @@ import pytest
 from fsmchat.errors import ConfigError, ConfigTypeError, FsmchatError, MCPServerError
 from fsmchat.speakers.mcp import MCPServer, MCPTool, MCPToolError
 from fsmchat.speakers.tools import Tool, changed_tools, tool_digest
-from support.mcp import COMMAND, SERVER, fifo, gone, http_server, wait_for_hang  # noqa: F401 (fixtures)
+from support.mcp_fixtures import COMMAND, SERVER, fifo, gone, http_server, wait_for_hang  # noqa: F401 (fixtures)
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 

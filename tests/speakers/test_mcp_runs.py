@@ -15,7 +15,7 @@ from fsmchat.speakers.mcp import MCPServer
 from fsmchat.speakers.tools import ToolError
 from fsmchat.testing import ScriptedModel, ToolCall, assert_trace_is_path
 
-from support.mcp import COMMAND, fifo, gone, http_server, wait_for_hang  # noqa: F401 (fixtures)
+from support.mcp_fixtures import COMMAND, fifo, gone, http_server, wait_for_hang  # noqa: F401 (fixtures)
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 

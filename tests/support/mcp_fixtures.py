@@ -1,4 +1,4 @@
-"""The MCP tests' server (``support/mcp_server.py``, a subprocess): its command, the ``http_server`` and ``fifo`` fixtures, and process checks."""
+"""The MCP tests' server (``support/mcp_server.py``, a subprocess): its command, the ``http_server`` and ``fifo`` fixtures, and process checks (not ``mcp.py``: the server script, run from this folder, imports the SDK's ``mcp``)."""
 import asyncio
 import os
 import subprocess
