@@ -2,7 +2,6 @@
 `fsmchat` command line, and every example in examples/. A block preceded by `<!-- not run: why -->`
 is skipped, and the reasons are pinned here, so nothing is skipped silently."""
 import json
-import os
 import re
 import subprocess
 import sys

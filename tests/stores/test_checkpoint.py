@@ -1,5 +1,4 @@
 """Checkpoints and resume: deltas per transition, resume equals an uninterrupted run, crash safety."""
-import asyncio
 import json
 import os
 import signal
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fsmchat import Agent, AgentFlow, Discussion, GroupChat, RoundRobinSwarm, loop
+from fsmchat import Agent, AgentFlow, Discussion, RoundRobinSwarm, loop
 from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.testing import assert_trace_is_path
 from support.checkpoints import chat, interrupt_after

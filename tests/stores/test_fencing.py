@@ -13,7 +13,6 @@ import threading
 
 import pytest
 
-from fsmchat import RoundRobinSwarm
 from fsmchat.store.checkpoint import (LEASE_TTL, Fence, LeaseLost, MemoryCheckpointer, RunInProgress,
                                       SqliteCheckpointer, lease_owner)
 from fsmchat.errors import ConfigError, ConfigTypeError
