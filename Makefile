@@ -55,7 +55,7 @@ chromium:
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver \
 	    >/dev/null || echo "could not install Chromium: the browser tests will be skipped"; }
 
-# Debian's PostgreSQL server, for the PostgresCheckpointer tests (tests/pg.py starts a throwaway cluster with its
+# Debian's PostgreSQL server, for the PostgresCheckpointer tests (tests/support/pg.py starts a throwaway cluster with its
 # initdb and pg_ctl); when it cannot be installed those tests are skipped, saying why
 postgresql:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \

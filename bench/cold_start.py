@@ -63,7 +63,7 @@ def first_runs() -> dict[str, list[str]]:
     custom provider: litellm is imported) and with a real provider's path (an OpenAI-compatible
     server on 127.0.0.1, started here for the whole measurement: HTTP, litellm, fsmchat)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from openai_server import OpenAIServer, respond
+    from support.openai_server import OpenAIServer, respond
 
     srv = OpenAIServer(lambda req: respond(0.9, "Let us start with the budget."), max_requests=10_000,
                        max_lifetime=3600).__enter__()

@@ -82,19 +82,19 @@ def serve(latency: float) -> None:
     """Child side: answers every bid with ``respond(0.9, REPLY)`` after ``latency`` seconds (any
     other request with ``REPLY`` as text)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from openai_server import respond, text
+    from support.openai_server import respond, text
 
     bid, other = respond(0.9, REPLY).after(latency), text(REPLY).after(latency)
     serve_with(lambda req: bid if req.get("tools") else other)
 
 
 def serve_with(answer: Callable[[dict[str, Any]], Any]) -> None:
-    """Child side: ``tests/openai_server.py`` answering every request with ``answer(body)`` (a
+    """Child side: ``tests/support/openai_server.py`` answering every request with ``answer(body)`` (a
     ``Reply``), counting requests by the body's ``model`` (each measured batch has its own); a line
     on stdin prints the counts as JSON, end of stdin stops it. Nothing is recorded."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import openai_server
-    from openai_server import OpenAIServer
+    from support import openai_server
+    from support.openai_server import OpenAIServer
 
     class Forget(list):  # type: ignore[type-arg]
         def append(self, item: Any) -> None:

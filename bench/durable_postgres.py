@@ -3,7 +3,7 @@
 ``pattern.execute``, interleaved in one process: ``SqliteCheckpointer`` on a fresh temp file and
 ``PostgresCheckpointer`` on a fresh database of a local server started for the run (Debian's
 ``postgresql``, ``initdb`` in a temp dir, 127.0.0.1, default durability: fsync and
-``synchronous_commit`` on; ``tests/pg.py`` starts it). Per turn = time of the run / messages
+``synchronous_commit`` on; ``tests/support/pg.py`` starts it). Per turn = time of the run / messages
 posted; wall and CPU time of this process (the server's own CPU is not in it), median of the
 repetitions.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from durable_deltas import group_chat  # noqa: E402
-from pg import Cluster, _bin_dir  # noqa: E402
+from support.pg import Cluster, _bin_dir  # noqa: E402
 
 from fsmchat.store.checkpoint import SqliteCheckpointer  # noqa: E402
 from fsmchat.store.postgres import PostgresCheckpointer  # noqa: E402

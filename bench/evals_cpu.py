@@ -75,7 +75,7 @@ QUIET_ENV = {**compare.QUIET_ENV, "INSPECT_DISPLAY": "none", "INSPECT_LOG_LEVEL"
 # ---- the server: compare.py's child, one text reply for every request ----------------------------
 def serve(latency: float) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
-    from openai_server import text
+    from support.openai_server import text
 
     reply = text(REPLY).after(latency)
     compare.serve_with(lambda req: reply)
@@ -292,7 +292,7 @@ def check_bodies(venv: Path, home: str) -> dict[str, list[str]]:
     plain loop's and the floor's must be equal, inspect-ai's messages equal to fsmchat's (its other
     keys are returned, for the doc)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from openai_server import OpenAIServer, text
+    from support.openai_server import OpenAIServer, text
 
     bodies = {}
     with OpenAIServer(lambda req: text(REPLY), max_requests=100) as srv:

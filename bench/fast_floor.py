@@ -1,6 +1,6 @@
 """The run machinery at the floor: fsmchat's fast path against a raw aiohttp loop, side by side.
 
-Two workloads against a local OpenAI-compatible server (``tests/openai_server.py`` in a child
+Two workloads against a local OpenAI-compatible server (``tests/support/openai_server.py`` in a child
 process: its CPU is not counted), each client in its own interpreter, the cases interleaved
 within every repetition:
 
@@ -57,7 +57,7 @@ INSTRUCTION = ("You are {name}, agent {i} of {n} in loop {loop} of {loops}. Prev
 
 def answer(req: dict[str, Any]) -> Any:
     """Server side: a streamed reply of ``PIECES`` pieces to a streaming request, else ``REPLY``."""
-    from openai_server import streamed, text
+    from support.openai_server import streamed, text
 
     return streamed([PIECE] * PIECES) if req.get("stream") else text(REPLY)
 
@@ -200,7 +200,7 @@ def client(case: str, workload: str, api_base: str, model: str) -> dict[str, Any
 def same_bodies() -> None:
     """One chat of each client to a recording server sends the same request bodies."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from openai_server import OpenAIServer, text
+    from support.openai_server import OpenAIServer, text
 
     seen: dict[str, list[str]] = {}
     for case in CASES:

@@ -95,7 +95,7 @@ def make_demo() -> float:
 
 def measure(quick: bool) -> tuple[str, list[dict[str, Any]]]:
     sys.path.insert(0, str(ROOT / "tests"))
-    from openai_server import OpenAIServer, text
+    from support.openai_server import OpenAIServer, text
 
     rounds, per = (3, 2) if quick else (5, 4)
     cpu: dict[str, list[float]] = defaultdict(list)

@@ -2,7 +2,7 @@
 defaults ("before") and with fsmchat's lean settings ("after", what fsmchat runs), in one process.
 
 - **per call**: ``llm.acomplete`` (a forced ``respond`` bid, what a GroupChat agent sends) with 100
-  and 1,000 messages, through (a) a local OpenAI-compatible HTTP server (tests/openai_server.py in
+  and 1,000 messages, through (a) a local OpenAI-compatible HTTP server (tests/support/openai_server.py in
   a child process, so its CPU is not counted: fsmchat -> litellm -> openai SDK -> httpx/aiohttp)
   and (b) one of fsmchat's own litellm custom providers (no network: litellm's request building,
   response wrapping, pricing and logging). CPU is ``process_time`` (every thread: litellm runs part
@@ -51,8 +51,8 @@ def serve(delay: float) -> None:
     (system, task, instruction: 3 messages) bids 0.9 and a message when ``delay`` is 0 (the batch:
     one post, then a silent round); every other bid is silent."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import openai_server
-    from openai_server import OpenAIServer, respond
+    from support import openai_server
+    from support.openai_server import OpenAIServer, respond
 
     class Forget(list):  # type: ignore[type-arg]
         def append(self, item: Any) -> None:

@@ -282,7 +282,7 @@ def same_requests() -> str:
     """One chat of each client (N=3 and N=8) to a recording server: their request bodies must be the
     same JSON, of the same length (fsmchat's model name and the floor's aside); returns what was checked."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from openai_server import OpenAIServer, respond
+    from support.openai_server import OpenAIServer, respond
 
     checked = []
     with OpenAIServer(default=respond(0.9, compare.REPLY), max_requests=10_000) as srv:

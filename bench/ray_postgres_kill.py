@@ -3,7 +3,7 @@
 model call: the batch's wall time, and the check that every chat finished exactly once (one run per
 task in the store, each transcript and stop reason that of an uninterrupted local run). The chats are
 those of ``tests/integrations/test_ray_requeue.py`` (3 agents on a ``FunctionModel``, ``max_loops=3``); the server
-is a throwaway local cluster (``tests/pg.py``, default durability: fsync on).
+is a throwaway local cluster (``tests/support/pg.py``, default durability: fsync on).
 
     .venv/bin/python bench/ray_postgres_kill.py [--chats N]
 """
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from pg import Cluster, _bin_dir  # noqa: E402
-from test_ray_requeue import chat  # noqa: E402
+from support.pg import Cluster, _bin_dir  # noqa: E402
+from support.requeue import chat  # noqa: E402
 
 from fsmchat.store.postgres import PostgresCheckpointer  # noqa: E402
 from fsmchat.config import config_digest  # noqa: E402

@@ -91,7 +91,7 @@ def answerer(latency: float) -> Callable[[dict[str, Any]], Any]:
     rotation, a handoff request hands on to the next agent ``TURNS - 1`` times and then answers,
     a bid is ``respond(0.9, REPLY)``, anything else is ``REPLY`` as text."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from openai_server import respond, text, tool_call
+    from support.openai_server import respond, text, tool_call
 
     bid, reply = respond(0.9, REPLY).after(latency), text(REPLY).after(latency)
     counters: Counter[tuple[str, str, str]] = Counter()
@@ -343,7 +343,7 @@ def check_bodies() -> dict[str, int]:
     """One conversation of each fsmchat case and of its floor to a recording server (in this
     process): the floor must send the same request bodies (the bids of a turn in any order)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from openai_server import OpenAIServer
+    from support.openai_server import OpenAIServer
 
     sent = {}
     for kind in KINDS:

@@ -1,7 +1,7 @@
 """The fast path's CPU per model call, beside litellm's and raw aiohttp's, in one run.
 
 One forced ``respond`` bid per call (what a GroupChat agent sends) with 100 and 1,000 messages,
-to a local OpenAI-compatible server in a child process (tests/openai_server.py; its CPU is not
+to a local OpenAI-compatible server in a child process (tests/support/openai_server.py; its CPU is not
 counted), three ways:
 
 - **fast path**: ``llm.acomplete(..., transport="fast")``: fsmchat's whole call (retry loop,

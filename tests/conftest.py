@@ -4,9 +4,9 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.pop("FSMCHAT_MODEL", None)
-# tests/ is on sys.path (pyproject's `pythonpath`), so every folder imports the shared helpers by name
-from pg import pg_cluster, pg_dsn  # noqa: E402,F401  (a throwaway PostgreSQL server for the store tests)
-from stores import open_store  # noqa: E402,F401  (every store kind, for the store conformance tests)
+# tests/ is on sys.path (pyproject's `pythonpath`), so every folder imports the shared helpers from tests/support
+from support.pg import pg_cluster, pg_dsn  # noqa: E402,F401  (a throwaway PostgreSQL server for the store tests)
+from support.stores import open_store  # noqa: E402,F401  (every store kind, for the store conformance tests)
 
 import pytest  # noqa: E402
 

@@ -12,10 +12,7 @@ import io
 import threading
 from dataclasses import replace
 
-try:
-    from openai_server import OpenAIServer, per_agent, respond, tool_call
-except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, per_agent, respond, tool_call
+from support.openai_server import OpenAIServer, per_agent, respond, tool_call
 
 from fsmchat import Agent, AgentFlow, Bid, BidDelta, GroupChat, Message, StreamRetry, TraceEvent
 from fsmchat.cli import showing_bids

@@ -1,6 +1,5 @@
 """Patterns and flows as data: to_config -> JSON -> from_config runs the same; secrets never travel;
 unshippable callables are refused by name; batches with checkpoint_dir skip finished runs (no Ray here)."""
-import hashlib
 import json
 
 import pytest
@@ -10,18 +9,16 @@ from fsmchat import Agent, AgentFlow, Bid, Discussion, ExpertPanelDiscussion, Gr
 from fsmchat.config import FlowSpec, GroupChatSpec, config_digest, from_config, parse_config
 from fsmchat.distributed import TaskFailure, execute_batch, find_runs, run_batch, run_id_for
 from fsmchat.testing import Delay, Empty, Fail, FunctionModel, ScriptedModel, ToolCall
+from support.scripted import bid_fn as scripted_bid_fn
 
 SECRET = "sk-should-never-travel-123"
 
 
 # ---- module-level callables: what a config can ship ----
 def bid_fn(req):
-    """A deterministic function of the request: bid and reply hashed from the agent and the messages."""
-    text = "|".join(str(m.get("content")) for m in req.messages)
-    h = int(hashlib.sha256(f"{req.agent}|{text}".encode()).hexdigest()[:8], 16)
-    if req.tools or req.response_format:
-        return Bid((h % 1000) / 1000, f"{req.agent}: point {h % 97}")
-    return f"{req.agent} replies {h % 89}"
+    """The config and Ray tests' deterministic model (``support.scripted.bid_fn``), as a module-level function of
+    this module: configs stored by the previous version (tests/golden/configs_v1.json) name ``test_config:bid_fn``."""
+    return scripted_bid_fn(req)
 
 
 def echo(turn):

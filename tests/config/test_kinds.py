@@ -28,7 +28,7 @@ from fsmchat.speakers.agent import CallableSpeaker, Speaker, as_speaker, check_r
 from fsmchat.speakers.human import Human
 from fsmchat.testing import FunctionModel, ScriptedModel, assert_trace_is_path
 from fsmchat.trust import UntrustedReference
-from test_config import bid_fn, echo, shout  # module-level functions (the stored configs name them)
+from test_config import bid_fn, echo, shout  # this folder's module: configs name them test_config:... (and the golden ones do)
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "configs_v1.json"
 

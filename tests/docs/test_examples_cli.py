@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_readme import offline_env
+from support.env import offline_env
 
 ROOT = Path(__file__).resolve().parents[2]
 WAITS = {"human_review.py": 3, "tools.py": 3, "support_triage.py": 3}  # wait for a person (a message, a tool call: the refund); `fsmchat resume` answers

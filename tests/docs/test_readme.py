@@ -2,7 +2,6 @@
 `fsmchat` command line, and every example in examples/. A block preceded by `<!-- not run: why -->`
 is skipped, and the reasons are pinned here, so nothing is skipped silently."""
 import json
-import os
 import re
 import subprocess
 import sys
@@ -10,6 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from support.env import offline_env
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -39,13 +40,6 @@ RUNNER = textwrap.dedent('''
             out.append({"ok": False, "stdout": buf.getvalue(), "error": traceback.format_exc()[-3000:]})
     print(json.dumps(out))
 ''')
-
-
-def offline_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k != "FSMCHAT_MODEL" and not k.endswith("_API_KEY") and not k.startswith("FSMCHAT_TASK")}
-    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(ROOT), COLUMNS="100", NO_COLOR="1")
-    return env
 
 
 def run_jobs(jobs: list[dict]) -> list[dict]:

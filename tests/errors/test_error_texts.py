@@ -5,7 +5,7 @@ import socket
 import traceback
 
 import pytest
-from openai_server import OpenAIServer, delayed, error, per_agent, text
+from support.openai_server import OpenAIServer, delayed, error, per_agent, text
 
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.errors import MissingCredentials, ModelCallError

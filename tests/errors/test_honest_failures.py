@@ -8,10 +8,8 @@ import uuid
 
 import pytest
 
-try:
-    from openai_server import OpenAIServer, error, json_text, per_agent, respond
-except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, error, json_text, per_agent, respond
+from support.credentials import no_keys  # noqa: F401 (a fixture: missing credentials, requests recorded)
+from support.openai_server import OpenAIServer, error, json_text, per_agent, respond
 
 from fsmchat import RESPOND_TOOL, Agent, AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, ModelCallError, \
     OneOnOneDebate, RoundRobinSwarm, Task
@@ -97,27 +95,6 @@ def _response(status):
 
 
 # ---------------------------------------------------------------- missing credentials, before any request
-class Recorder:
-    """An interceptor that records a request instead of sending it (none should arrive)."""
-
-    def __init__(self):
-        self.sent = []
-
-    async def __call__(self, acompletion, agent, model, messages, meta, params):
-        self.sent.append((agent, model))
-        raise AssertionError("a request was sent")
-
-
-@pytest.fixture
-def no_keys(monkeypatch):
-    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "FSMCHAT_MODEL", "FSMCHAT_CHECK_KEYS"):
-        monkeypatch.delenv(var, raising=False)
-    rec = Recorder()
-    token = llm.INTERCEPTOR.set(rec)
-    yield rec
-    llm.INTERCEPTOR.reset(token)
-
-
 def keyless_roster():
     return [Agent("Optimist", model="gpt-4o-mini"), Agent("Critic", model="anthropic/claude-sonnet-4-5"),
             Agent("Local", model="openai/my-model", api_base="http://127.0.0.1:9/v1"),  # a local server: no key

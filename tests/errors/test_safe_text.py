@@ -4,10 +4,7 @@ import sqlite3
 
 import pytest
 
-try:
-    from openai_server import OpenAIServer, per_agent, respond
-except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, per_agent, respond
+from support.openai_server import OpenAIServer, per_agent, respond
 
 from fsmchat import Agent, AgentFlow, Bid, GroupChat, Limits, RoundRobinSwarm, Task
 from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer

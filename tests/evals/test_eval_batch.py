@@ -18,7 +18,7 @@ from fsmchat import Agent, RateLimit, RoundRobinSwarm, SqliteCheckpointer, rate_
 from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.evals import Eval, StoppedBecause, load_dataset
 from fsmchat.evals import batch as batch_module
-from openai_server import OpenAIServer, error, text
+from support.openai_server import OpenAIServer, error, text
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason='needs Ray: pip install "fsmchat[ray]"')

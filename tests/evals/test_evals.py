@@ -19,7 +19,7 @@ from fsmchat.errors import ConfigError
 from fsmchat.ui import Store
 from fsmchat.evals import (Check, Eval, Judge, MatchesSchema, PathInGraph, Regex, SpeakersAre, SpeakersInOrder,
                            StoppedBecause, ToolCalled, ToolUse, Trajectory, Visited, WithinBudget, load_dataset)
-from openai_server import OpenAIServer, text, tool_call
+from support.openai_server import OpenAIServer, text, tool_call
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,7 +173,7 @@ def test_max_calls_bounds_the_whole_eval_and_the_cases_past_it_fail_saying_why()
 
 
 def test_a_failing_model_fails_its_case_loudly_and_keeps_the_others():
-    from openai_server import error
+    from support.openai_server import error
 
     with OpenAIServer(lambda req: error(500) if "Question 3?" in json.dumps(req["messages"]) else text("ok"),
                       max_requests=500) as srv:

@@ -352,7 +352,7 @@ def test_example_runs_with_a_model_over_http(monkeypatch, capsys):
     import sys
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from openai_server import OpenAIServer, text
+    from support.openai_server import OpenAIServer, text
 
     from fsmchat.cli import main
 

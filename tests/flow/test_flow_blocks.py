@@ -9,7 +9,7 @@ from fsmchat import AgentFlow, MemoryCheckpointer
 from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.flow import Discussion, FlowContext, if_, loop, parallel, repeat, route
 from fsmchat.flow.blocks import DiscussionFrame, If, Loop, LoopFrame, Parallel, Repeat, RepeatFrame, Route
-from test_checkpoint import interrupt_after
+from support.checkpoints import interrupt_after
 
 
 def alice(turn):

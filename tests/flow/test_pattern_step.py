@@ -12,7 +12,7 @@ from fsmchat.errors import ConfigError
 from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.flow import PatternStep
 from fsmchat.testing import ScriptedModel, answer, assert_calls, assert_path, assert_stop, assert_trace_is_path
-from test_checkpoint import interrupt_after  # cancels a checkpointed run mid-way, as a kill would
+from support.checkpoints import interrupt_after  # cancels a checkpointed run mid-way, as a kill would
 
 TASK = "Cats or dogs?"
 CHAT = ["group_chat.begin", "group_chat.seed"]

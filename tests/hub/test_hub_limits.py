@@ -9,7 +9,7 @@ import pytest
 from fsmchat.network import EV_TEXT, MAX_CUSTOM_EVENTS, MAX_EVENT_BYTES, ChannelLimitError, Hub, HubClosed, \
     ManualClock, MemoryKnowledgeStore, NetworkError, ProtocolError, windowed_view
 from fsmchat.testing import ScriptedModel
-from test_network import arun, passive_hub  # noqa: E402  (the same passive hub as the network tests)
+from support.hubs import arun, passive_hub  # noqa: E402  (the same passive hub as the network tests)
 
 
 def seqs(hub, cid):

@@ -10,7 +10,7 @@ from fsmchat.network import EV_CHANNEL_INVITE, EV_TEXT, EV_TURN_FAILED, HANDLER_
     wait_for_text_count
 from fsmchat.network.handler import DefaultHandler
 from fsmchat.testing import Empty, ScriptedModel
-from test_network import TOPIC, arun, model_hub, our_tasks, passive_hub  # noqa: E402
+from support.hubs import TOPIC, arun, model_hub, our_tasks, passive_hub  # noqa: E402
 
 HANG_GUARD = 300  # seconds before a wait that should end fails as hung (never a verdict)
 

@@ -6,10 +6,7 @@ import asyncio
 
 import pytest
 
-try:
-    from openai_server import OpenAIServer, streamed, text
-except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, streamed, text
+from support.openai_server import OpenAIServer, streamed, text
 
 from fsmchat import Agent, EV_TEXT, Hub, ManualClock, MemoryKnowledgeStore, StreamRetry, TokenDelta, \
     wait_for_text_count

@@ -14,26 +14,9 @@ from fsmchat.network import CLOSE_TOOL, EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, E
     example_turn_graph, turn_graph, turn_within, wait_for_text_count, window_size
 from fsmchat.network.handler import DefaultHandler
 from fsmchat.testing import Delay, Empty, Fail, ScriptedModel, ToolCall, assert_trace_is_path
+from support.hubs import TOPIC, arun, model_hub, our_tasks, passive_hub
 
-TOPIC = "Topic: should every developer learn Rust?"
 HANG_GUARD = 300  # seconds before a wait that should end fails as hung (never a verdict: a loaded machine is slow)
-
-
-def arun(coro):
-    return asyncio.run(coro)
-
-
-async def passive_hub(names, clock=None, **kw):
-    """A hub whose participants have no model: the test sends every text itself."""
-    hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=clock or ManualClock(), **kw)
-    return hub, [await hub.register(n) for n in names]
-
-
-async def model_hub(names, model, clock=None, **register_kw):
-    hub = await Hub.open(MemoryKnowledgeStore(), ttl_sweep_interval=0, clock=clock or ManualClock())
-    clients = [await hub.register(model.agent(n, f"You are {n}. One short sentence."), **register_kw.get(n, {}))
-               for n in names]
-    return hub, clients
 
 
 def texts(hub, cid):
@@ -42,10 +25,6 @@ def texts(hub, cid):
 
 def kinds(hub, cid):
     return [e.event_type for e in hub.read_log(cid)]
-
-
-def our_tasks():
-    return [t for t in asyncio.all_tasks() if t.get_name().startswith("fsmchat")]
 
 
 # ---- opening: order, handshake, refusals ----

@@ -116,7 +116,7 @@ KEY = "sk-live-9Ux3Wq7Rb2Zp5Kt8"
 
 
 def test_a_secret_a_tool_raises_with_is_masked_in_spans_and_in_the_next_request_at_a_local_server():
-    from openai_server import OpenAIServer, text, tool_call
+    from support.openai_server import OpenAIServer, text, tool_call
 
     def lookup(city: str) -> str:
         """Look up a city.

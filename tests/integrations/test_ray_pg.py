@@ -12,8 +12,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from pg import pg_cluster, pg_dsn  # noqa: E402,F401 - fixtures
-from test_ray_requeue import HANG_GUARD, HOLD, chat  # noqa: E402
+from support.pg import pg_cluster, pg_dsn  # noqa: E402,F401 - fixtures
+from support.requeue import HANG_GUARD, HOLD, chat  # noqa: E402
 
 from fsmchat import PostgresCheckpointer  # noqa: E402
 from fsmchat.distributed import execute_batch, run_id_for  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from openai_server import OpenAIServer, text  # noqa: E402
+from support.openai_server import OpenAIServer, text  # noqa: E402
 
 from fsmchat import Agent, RateLimit, RoundRobinSwarm, SqliteCheckpointer, rate_limit  # noqa: E402
 from fsmchat.distributed import execute_batch  # noqa: E402

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from pydantic import Field
-from test_honest_failures import no_keys  # noqa: F401 (a fixture: missing credentials, requests recorded)
+from support.credentials import no_keys  # noqa: F401 (a fixture: missing credentials, requests recorded)
 
 from fsmchat import Agent, ChatContext, Pattern, RoundRobinSwarm, StateGraph
 from fsmchat.errors import ConfigError, MissingCredentials

@@ -10,7 +10,7 @@ from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.patterns.selector import SelectionError, compile_selector
 from fsmchat.testing import Pick, ScriptedModel, ToolCall, assert_path, assert_stop, assert_trace_is_path
 
-from openai_server import OpenAIServer, text, tool_call
+from support.openai_server import OpenAIServer, text, tool_call
 
 TASK = "Add a health check endpoint."
 

@@ -126,7 +126,7 @@ def test_the_red_arrows_are_the_violations_lint_imports_reports():
 
 
 def test_the_layer_mermaid_parses():
-    from test_diagrams import mermaid_parser
+    from support.mermaid import mermaid_parser
 
     node, cache = mermaid_parser()
     path = ROOT / "docs" / "diagrams" / "layers.mmd"

@@ -1,5 +1,5 @@
 """Secrets never reach a log. A real request over HTTP (litellm -> the OpenAI SDK -> the local
-server in tests/openai_server.py) at DEBUG, with ``extra_headers`` carrying secrets and an
+server in tests/support/openai_server.py) at DEBUG, with ``extra_headers`` carrying secrets and an
 ``api_key``: litellm's request log (its curl command and the request body), the OpenAI SDK's
 request options and httpx/httpcore show the header names with ``***`` and never a secret value,
 on every handler (the root logger's and litellm's own). Each mode runs in a fresh process, as a
@@ -23,7 +23,7 @@ SCRIPT = f"""
 import logging, sys
 sys.path.insert(0, {str(ROOT / "tests")!r})
 logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="ROOT %(name)s %(message)s")
-from openai_server import OpenAIServer, text
+from support.openai_server import OpenAIServer, text
 from fsmchat import Agent, RoundRobinSwarm
 import litellm
 mode = sys.argv[1]

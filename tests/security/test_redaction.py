@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from openai_server import OpenAIServer, error
+from support.openai_server import OpenAIServer, error
 
 from fsmchat import Agent, GroupChat, SqliteCheckpointer
 from fsmchat.distributed import TaskFailure
@@ -177,7 +177,7 @@ def test_a_batch_failure_crosses_processes_without_secrets(failed_run):
 
 SCRIPT = textwrap.dedent('''
     import json, os, sys
-    from openai_server import OpenAIServer, error
+    from support.openai_server import OpenAIServer, error
     from fsmchat import Agent, GroupChat
 
     TASK = "Ship it?"

@@ -8,7 +8,7 @@ import pytest
 
 from fsmchat import RoundRobinSwarm, Tool
 from fsmchat.testing import ScriptedModel, ToolCall
-from stores import STORES
+from support.stores import STORES
 
 KEY = "sk-live-7Hq2Zx9PpL4mW8rT"  # the agent's credential, registered when the agent is made
 BARE = "q9v7TzW2mK4xR8pL5nB3"  # no shape at all: masked only because it is the run's known key

@@ -1,7 +1,7 @@
 """Fixtures the speakers' tests share."""
 import pytest
 
-from openai_server import OpenAIServer, text
+from support.openai_server import OpenAIServer, text
 
 from fsmchat import Agent, RoundRobinSwarm
 

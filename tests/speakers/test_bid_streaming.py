@@ -14,10 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-try:
-    from openai_server import OpenAIServer, per_agent, respond, streamed, tool_call
-except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, per_agent, respond, streamed, tool_call
+from support.openai_server import OpenAIServer, per_agent, respond, streamed, tool_call
 
 from fsmchat import Agent, Bid, BidDelta, GroupChat, Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from fsmchat.speakers import llm

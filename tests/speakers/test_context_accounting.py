@@ -1,11 +1,11 @@
 """Context accounting: a prompt is counted once, as it is sent (its messages, the tools and the tool
 choice it offers), and that one count is the ``prompt_tokens`` event, the figure of a refusal and
-what ``usage`` adds up. Checked at the local OpenAI-compatible server (tests/openai_server.py on
+what ``usage`` adds up. Checked at the local OpenAI-compatible server (tests/support/openai_server.py on
 127.0.0.1), which counts what it received; and ``context=`` on every pattern that sends a
 conversation, asserted on the messages a scripted model received."""
 import pytest
 
-from openai_server import OpenAIServer, per_agent, respond, text
+from support.openai_server import OpenAIServer, per_agent, respond, text
 
 from fsmchat import Agent, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, RoundRobinSwarm, from_config
 from fsmchat.config import to_config

@@ -1,12 +1,12 @@
 """``context=`` on the two conversations that are not patterns: the flow's ``Discussion`` step and the
 hub's discussion channels. Each takes the patterns' policies with the patterns' checks; what the
-speakers were sent is asserted on the requests the local OpenAI-compatible server (tests/openai_server.py
+speakers were sent is asserted on the requests the local OpenAI-compatible server (tests/support/openai_server.py
 on 127.0.0.1) received, written out here in full."""
 import asyncio
 
 import pytest
 
-from openai_server import OpenAIServer, per_agent, text
+from support.openai_server import OpenAIServer, per_agent, text
 
 from fsmchat import Agent, AgentFlow, GroupChat, Hub, from_config, wait_for_text_count
 from fsmchat.config import to_config

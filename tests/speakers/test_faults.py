@@ -4,7 +4,7 @@ SDK retries), no hang past the deadline, and no posted message lost."""
 import time
 
 import pytest
-from openai_server import OpenAIServer, drop, empty_choices, error, malformed_tool_call, per_agent, respond, text, \
+from support.openai_server import OpenAIServer, drop, empty_choices, error, malformed_tool_call, per_agent, respond, text, \
     tool_call
 
 from fsmchat import Agent, AgentFlow, Discussion, GroupChat, ModelCallError, Task

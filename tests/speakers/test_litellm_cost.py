@@ -3,7 +3,7 @@
 moves what it relies on fails here; cost reporting and users' litellm callbacks keep working; and
 the Python calls per litellm call, counted in every thread, grow by a bounded number per message.
 
-No network and no key: a local OpenAI-compatible server (tests/openai_server.py) and litellm
+No network and no key: a local OpenAI-compatible server (tests/support/openai_server.py) and litellm
 custom providers. No timing assertions: counts only.
 """
 from __future__ import annotations
@@ -18,10 +18,7 @@ from typing import Any
 
 import pytest
 
-try:
-    from openai_server import DEFAULT_USAGE, OpenAIServer, per_agent, respond
-except ImportError:  # tests/ became a package
-    from tests.openai_server import DEFAULT_USAGE, OpenAIServer, per_agent, respond
+from support.openai_server import DEFAULT_USAGE, OpenAIServer, per_agent, respond
 
 from fsmchat import Agent, GroupChat
 from fsmchat.speakers import llm

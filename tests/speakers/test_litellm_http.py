@@ -1,5 +1,5 @@
 """GroupChat over real HTTP: fsmchat -> litellm -> openai SDK -> httpx -> a local stdlib
-OpenAI-compatible server (tests/openai_server.py). No network beyond 127.0.0.1, no API key."""
+OpenAI-compatible server (tests/support/openai_server.py). No network beyond 127.0.0.1, no API key."""
 from __future__ import annotations
 
 import json
@@ -9,10 +9,7 @@ import urllib.request
 
 import pytest
 
-try:
-    from openai_server import (DEFAULT_USAGE, OpenAIServer, error, json_text, per_agent, respond)
-except ImportError:  # tests/ became a package
-    from tests.openai_server import (DEFAULT_USAGE, OpenAIServer, error, json_text, per_agent, respond)
+from support.openai_server import (DEFAULT_USAGE, OpenAIServer, error, json_text, per_agent, respond)
 
 from fsmchat import RESPOND_TOOL, Agent, GroupChat, ModelCallError
 

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from openai_server import OpenAIServer, error, text  # noqa: E402
+from support.openai_server import OpenAIServer, error, text  # noqa: E402
 
 MISSING = ("litellm is not installed in this environment, and this call needs it (a provider the fast path does "
            "not serve, transport='litellm', litellm callbacks, or the error of a failed request, which is "

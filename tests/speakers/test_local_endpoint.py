@@ -2,7 +2,7 @@
 reaches it (fsmchat gives the OpenAI client the placeholder key it demands), is never reported as
 ``MissingCredentials``, and ``fsmchat run/resume --api-base URL`` sends every agent there.
 
-The server is tests/openai_server.py on 127.0.0.1; it records every request and its headers.
+The server is tests/support/openai_server.py on 127.0.0.1; it records every request and its headers.
 """
 from __future__ import annotations
 
@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from openai_server import OpenAIServer, text
-except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, text
+from support.openai_server import OpenAIServer, text
 
 from fsmchat import Agent, RoundRobinSwarm
 from fsmchat.speakers import llm

@@ -1,4 +1,4 @@
-"""MCPServer against a real MCP server written with the official SDK (tests/mcp_server.py), started as
+"""MCPServer against a real MCP server written with the official SDK (tests/support/mcp_server.py), started as
 a subprocess: over stdio (MCPServer starts it) and over streamable HTTP on 127.0.0.1 (the test starts
 it and reads its READY line). Tools listed and called, error results, a server killed mid-call, a
 command that does not exist, and no server process left behind after a run that ends, fails or is
@@ -15,12 +15,11 @@ import pytest
 from fsmchat.errors import ConfigError, ConfigTypeError, FsmchatError, MCPServerError
 from fsmchat.speakers.mcp import MCPServer, MCPTool, MCPToolError
 from fsmchat.speakers.tools import Tool, changed_tools, tool_digest
+from support.mcp_fixtures import COMMAND, SERVER, fifo, gone, http_server, wait_for_hang  # noqa: F401 (fixtures)
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
-COMMAND = [sys.executable, str(SERVER), "stdio"]
 
 ADD_SCHEMA = {"type": "object", "title": "addArguments", "required": ["a", "b"],
               "properties": {"a": {"title": "A", "type": "integer"}, "b": {"title": "B", "type": "integer"}}}
@@ -31,43 +30,6 @@ LOOKUP_SCHEMA = {"type": "object", "title": "lookupArguments", "required": ["cou
 def stdio(**kw) -> MCPServer:
     kw.setdefault("name", "capitals")
     return MCPServer(command=COMMAND, **kw)
-
-
-def gone(pid: int) -> bool:
-    """The process no longer exists (exited and reaped: a zombie would still answer signal 0)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-@pytest.fixture
-def http_server():
-    """tests/mcp_server.py over streamable HTTP; yields (url, process); stopped after the test."""
-    proc = subprocess.Popen([sys.executable, str(SERVER), "http"], stdout=subprocess.PIPE, text=True)
-    try:
-        ready = proc.stdout.readline()  # printed once its socket listens; "" if it died first
-        assert ready.startswith("READY "), f"the test MCP server did not start: {ready!r}"
-        yield f"http://127.0.0.1:{int(ready.split()[1])}/mcp", proc
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
-
-
-@pytest.fixture
-def fifo(tmp_path):
-    path = tmp_path / "hang.fifo"
-    os.mkfifo(path)
-    return path
-
-
-async def wait_for_hang(fifo: Path) -> int:
-    """Block (in a thread) until the server's ``hang`` tool says it has started; its process id."""
-    word, pid = (await asyncio.to_thread(fifo.read_text)).split()
-    assert word == "hanging"
-    return int(pid)
 
 
 # ---- over stdio ----

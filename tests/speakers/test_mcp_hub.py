@@ -14,7 +14,7 @@ from fsmchat.network import EV_TOOL_RESULT
 from fsmchat.speakers.mcp import MCPServer
 from fsmchat.testing import ScriptedModel, ToolCall
 
-from test_mcp import SERVER, gone
+from support.mcp_fixtures import SERVER, gone
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 

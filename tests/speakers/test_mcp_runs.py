@@ -1,5 +1,5 @@
 """MCP servers as agents' tool sources in pattern runs: a scripted agent of a RoundRobinSwarm calls the
-tools of a real MCP server (tests/mcp_server.py, a subprocess over stdio or streamable HTTP). The
+tools of a real MCP server (tests/support/mcp_server.py, a subprocess over stdio or streamable HTTP). The
 server starts with the run and is gone when the run ends, fails or is cancelled; a server that dies
 mid-run is the call's error result (or ends the run, per on_tool_error); the tools offered are kept
 with the checkpoint and a resume against changed tools is refused before any model call; configs
@@ -15,7 +15,7 @@ from fsmchat.speakers.mcp import MCPServer
 from fsmchat.speakers.tools import ToolError
 from fsmchat.testing import ScriptedModel, ToolCall, assert_trace_is_path
 
-from test_mcp import COMMAND, fifo, gone, http_server, wait_for_hang  # noqa: F401 (fixtures)
+from support.mcp_fixtures import COMMAND, fifo, gone, http_server, wait_for_hang  # noqa: F401 (fixtures)
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 

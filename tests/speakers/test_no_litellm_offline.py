@@ -83,7 +83,7 @@ def test_offline_runs_of_every_kind_never_import_litellm():
 
 
 def test_a_fast_path_run_at_a_local_server_never_imports_litellm():
-    from openai_server import OpenAIServer, text
+    from support.openai_server import OpenAIServer, text
 
     with OpenAIServer(lambda req: text("Hello."), max_lifetime=60) as srv:
         out = run(srv.url + "/v1")

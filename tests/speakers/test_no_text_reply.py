@@ -3,14 +3,14 @@ tools) is an invalid reply (a blank string is a turn, posted empty, as swarms, P
 transient fault, then a ``ModelCallError`` saying so; nothing is posted, never an empty message
 with ``ok`` True. In a GroupChat such a bid is an invalid bid (silent, with the reason)."""
 import pytest
-from openai_server import OpenAIServer, Reply, completion, per_agent, respond, text, tool_call
+from support.openai_server import OpenAIServer, Reply, completion, per_agent, respond, text, tool_call
 
 from fsmchat import Agent, AgentFlow, Discussion, ExpertPanelDiscussion, GroupChat, ModelCallError, \
     OneOnOneDebate, RoundRobinSwarm
 from fsmchat.network import TurnFailed, wait_for_text_count
 from fsmchat.speakers import llm
 from fsmchat.testing import ScriptedModel
-from test_network import TOPIC, arun, model_hub  # noqa: E402
+from support.hubs import TOPIC, arun, model_hub  # noqa: E402
 
 NULL = Reply(body=completion({"role": "assistant", "content": None}))
 BLANK = text("  \n")

@@ -8,10 +8,7 @@ import asyncio
 
 import pytest
 
-try:
-    from openai_server import OpenAIServer, error, respond, text
-except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, error, respond, text
+from support.openai_server import OpenAIServer, error, respond, text
 
 from fsmchat import Agent, GroupChat, ModelCallError, RateLimit, RoundRobinSwarm, rate_limit
 from fsmchat.errors import ConfigError, ConfigTypeError

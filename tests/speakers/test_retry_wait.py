@@ -3,7 +3,7 @@ provider's ``Retry-After`` up to the agent's ``max_retry_wait_s`` (60 s by defau
 or one that would outlast the run's deadline, ends the retries at once with the reason. The waits
 go through ``llm.retry_sleep``, replaced here by a recorder: nothing waits, the tests count."""
 import pytest
-from openai_server import OpenAIServer, error, per_agent, text
+from support.openai_server import OpenAIServer, error, per_agent, text
 
 from fsmchat import Agent, RoundRobinSwarm, from_config
 from fsmchat.errors import ConfigError

@@ -10,10 +10,7 @@ import threading
 
 import pytest
 
-try:
-    from openai_server import OpenAIServer, streamed, text, tool_call
-except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, streamed, text, tool_call
+from support.openai_server import OpenAIServer, streamed, text, tool_call
 
 from fsmchat import (Agent, AgentFlow, GroupChat, MemoryCheckpointer, Message, RoundRobinSwarm, RunResult, StreamRetry,
                      TokenDelta, TraceEvent)
@@ -272,7 +269,7 @@ def test_cancelling_mid_stream_loses_nothing_committed_and_a_resume_asks_the_cut
     cancelled, the partial reply is an event marked partial (never a message), the stored run holds
     User and alice, and a resume asks bob once more and finishes."""
     from fsmchat.store.checkpoint import SqliteCheckpointer
-    from openai_server import per_agent
+    from support.openai_server import per_agent
 
     cp = SqliteCheckpointer(tmp_path / "runs.db")
 

@@ -1,14 +1,11 @@
 """Tool calls over real HTTP: fsmchat -> litellm -> openai SDK -> a local OpenAI-compatible server
-(tests/openai_server.py) on 127.0.0.1. The exact request sequence: the tools offered, the assistant
+(tests/support/openai_server.py) on 127.0.0.1. The exact request sequence: the tools offered, the assistant
 ``tool_calls`` sent back, one ``tool`` message per call with the matching id, in call order."""
 from __future__ import annotations
 
 import pytest
 
-try:
-    from openai_server import OpenAIServer, Reply, completion, per_agent, text
-except ImportError:  # tests/ became a package
-    from tests.openai_server import OpenAIServer, Reply, completion, per_agent, text
+from support.openai_server import OpenAIServer, Reply, completion, per_agent, text
 
 from fsmchat import Agent, RoundRobinSwarm
 

@@ -14,12 +14,8 @@ import sys
 
 import pytest
 
-try:
-    from openai_server import (OpenAIServer, Reply, completion, delayed, empty_choices, error, malformed_tool_call,
-                               per_agent, raw, respond, streamed, text, tool_call)
-except ImportError:  # tests/ became a package
-    from tests.openai_server import (OpenAIServer, Reply, completion, delayed, empty_choices, error,
-                                     malformed_tool_call, per_agent, raw, respond, streamed, text, tool_call)
+from support.openai_server import (OpenAIServer, Reply, completion, delayed, empty_choices, error,
+                                   malformed_tool_call, per_agent, raw, respond, streamed, text, tool_call)
 
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.errors import ConfigError

@@ -1,5 +1,4 @@
 """Checkpoints and resume: deltas per transition, resume equals an uninterrupted run, crash safety."""
-import asyncio
 import json
 import os
 import signal
@@ -11,18 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from fsmchat import Agent, AgentFlow, Discussion, GroupChat, RoundRobinSwarm, loop
+from fsmchat import Agent, AgentFlow, Discussion, RoundRobinSwarm, loop
 from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 from fsmchat.testing import assert_trace_is_path
-from stores import STORES, reopen, write
+from support.checkpoints import chat, interrupt_after
+from support.stores import STORES, reopen, write
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def chat():
-    return GroupChat(agents=[Agent("a", system_prompt="You argue for cats."),
-                             Agent("b", system_prompt="You argue for dogs."),
-                             Agent("c", system_prompt="You love birds and feathers.")], max_loops=8)
 
 
 def flow():
@@ -30,23 +24,6 @@ def flow():
     author = Agent("author", system_prompt="Revise this item: {{item}}")
     return AgentFlow(steps=[loop(steps=[Discussion([critic, author], rounds=2)], over="items")],
                      variables={"items": ["draft A", "draft B"]})
-
-
-def interrupt_after(pattern, task, cp, run_id, state, k):
-    """Run with checkpoints and cancel the run when `state` has been left k times."""
-    async def go():
-        me = asyncio.current_task()
-        seen = []
-
-        def obs(ev):
-            if ev.state == state and ev.dest is not None:
-                seen.append(ev)
-                if len(seen) == k:
-                    me.cancel()
-
-        with pytest.raises(asyncio.CancelledError):
-            await pattern.aexecute(task, checkpoint=cp, run_id=run_id, observers=[obs])
-    asyncio.run(go())
 
 
 @pytest.mark.parametrize("make, task, state", [(chat, "pets?", "post"), (flow, "Refine each draft", "loop.body.discussion.turn"),

@@ -13,25 +13,15 @@ import threading
 
 import pytest
 
-from fsmchat import RoundRobinSwarm
 from fsmchat.store.checkpoint import (LEASE_TTL, Fence, LeaseLost, MemoryCheckpointer, RunInProgress,
                                       SqliteCheckpointer, lease_owner)
 from fsmchat.errors import ConfigError, ConfigTypeError
 from fsmchat.models import Message, TraceEvent
 from fsmchat.testing import FunctionModel
-from stores import STORES, reopen, write
+from support.fencing import reply, swarm
+from support.stores import STORES, reopen, write
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-
-
-def reply(request):
-    """A deterministic model: who speaks and how long the conversation it was shown is."""
-    return f"{request.agent} speaks at {len(request.messages)}"
-
-
-def swarm(fn=reply):
-    model = FunctionModel(fn, id="fenced")  # one model id in every process: the run's fingerprint matches
-    return RoundRobinSwarm(agents=[model.agent("x"), model.agent("y")], max_loops=3), model
 
 
 # the run as its second owner leaves it (an uninterrupted run says the same)
@@ -223,9 +213,9 @@ def test_a_paused_owner_wakes_to_lease_lost_in_memory(ttl, pause):
 
 OWNER = textwrap.dedent('''
     import os, signal, sys
-    sys.path[:0] = [sys.argv[4], os.path.dirname(sys.argv[4])]  # this folder and tests/ (stores.py)
+    sys.path.insert(0, os.path.dirname(sys.argv[4]))  # tests/ (the support package)
     from fsmchat.store.checkpoint import LEASE_TTL, SqliteCheckpointer
-    from test_fencing import reply, swarm
+    from support.fencing import reply, swarm
 
     db, pause, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3])
     seen = {"paused": False}

@@ -12,7 +12,7 @@ import pytest
 from fsmchat import Agent, AgentFlow, GroupChat, RoundRobinSwarm
 from fsmchat.store.checkpoint import (CheckpointMismatch, CheckpointStoreError, MemoryCheckpointer, RunInProgress,
                                 SqliteCheckpointer)
-from test_checkpoint import chat, interrupt_after
+from support.checkpoints import chat, interrupt_after
 
 
 def slow_chat():
@@ -188,9 +188,9 @@ def test_a_read_only_store_loads_and_rebuilds_finished_runs(tmp_path):
 
 RESUMER = textwrap.dedent('''
     import os, sys
-    sys.path[:0] = [sys.argv[2], os.path.dirname(sys.argv[2])]  # this folder and tests/ (stores.py)
+    sys.path.insert(0, os.path.dirname(sys.argv[2]))  # tests/ (the support package)
     from fsmchat.store.checkpoint import RunInProgress, SqliteCheckpointer
-    from test_checkpoint import chat
+    from support.checkpoints import chat
     try:
         res = chat().resume("R", SqliteCheckpointer(sys.argv[1]))
         print("OK", res.stop_reason, len(res.transcript), flush=True)

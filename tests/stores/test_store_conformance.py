@@ -1,5 +1,5 @@
-"""One store protocol, every store: memory, SQLite, PostgreSQL (a throwaway server, tests/pg.py) and
-a third-party store in one small file (tests/dict_store.py) run the same cases; a case that needs a
+"""One store protocol, every store: memory, SQLite, PostgreSQL (a throwaway server, tests/support/pg.py) and
+a third-party store in one small file (tests/support/dict_store.py) run the same cases; a case that needs a
 capability (leases, history, lanes) is skipped on a store that does not declare it. Each case is written once and parametrised over ``STORES``; the lease and
 fencing cases are in tests/stores/test_fencing.py, the several-messages commits in tests/stores/test_checkpoint.py."""
 import os
@@ -15,7 +15,7 @@ from fsmchat import Agent, Bid, GroupChat, Human, RoundRobinSwarm, fork
 from fsmchat.store.checkpoint import RunInProgress, lease_owner
 from fsmchat.errors import CheckpointStoreError, ConfigTypeError
 from fsmchat.models import Message, TraceEvent
-from stores import CONFORMANCE, needs, reopen, write
+from support.stores import CONFORMANCE, needs, reopen, write
 
 
 def writer(turn):
@@ -263,7 +263,7 @@ def test_a_postgres_takeover_waits_for_a_write_in_flight_then_refuses_the_old_ow
 
 def test_a_store_is_checked_against_the_protocol_and_the_capabilities_it_declares():
     from fsmchat.store.protocol import Capabilities
-    from dict_store import DictStore
+    from support.dict_store import DictStore
 
     class OldProtocol:  # start, commit, finish, load: what stores implemented before the writer made the rows
         def start(self, run_id, meta): ...

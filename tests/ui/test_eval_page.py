@@ -22,8 +22,8 @@ from fsmchat.evals import Check, Eval, load_dataset  # noqa: E402
 from fsmchat.store.checkpoint import SqliteCheckpointer  # noqa: E402
 from fsmchat.ui import Store  # noqa: E402
 from fsmchat.ui.store import CheckpointView  # noqa: E402
-from pg import pg_cluster, pg_dsn  # noqa: E402,F401 - fixtures
-from stores import STORES, open_store, reopen  # noqa: E402,F401 - open_store is a fixture
+from support.pg import pg_cluster, pg_dsn  # noqa: E402,F401 - fixtures
+from support.stores import STORES, open_store, reopen  # noqa: E402,F401 - open_store is a fixture
 
 HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 WAIT = 90  # seconds a condition may take on a loaded machine (never a timing assertion)
@@ -124,7 +124,7 @@ def test_a_store_written_before_evaluations_were_kept_opens_and_lists_none(tmp_p
 
 
 def test_eval_refuses_a_store_that_keeps_no_evaluations():
-    from dict_store import DictStore
+    from support.dict_store import DictStore
 
     with pytest.raises(TypeError, match=r"Eval\(checkpoint=DictStore\(...\)\) is invalid: a store that keeps "
                                         r"evaluations beside its runs"):

@@ -9,7 +9,7 @@ import pytest
 
 from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.ui import serve as fserve
-from ui_runs import sse_events
+from support.ui_runs import sse_events
 
 TOKEN = "s3cret-token"
 
@@ -187,7 +187,7 @@ def test_the_cli_serves_named_targets_and_refuses_a_public_address_without_a_tok
     import subprocess
     import sys
     here = os.path.abspath(__file__)
-    tests = os.path.dirname(os.path.dirname(here))  # the helpers (ui_runs) this module imports
+    tests = os.path.dirname(os.path.dirname(here))  # tests/: the support package (support.ui_runs) this module imports
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests])}
     env.pop("FSMCHAT_SERVE_TOKEN", None)
     cmd = [sys.executable, "-m", "fsmchat.cli", "serve", "--store", str(tmp_path / "runs.db"),

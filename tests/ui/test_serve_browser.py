@@ -7,7 +7,7 @@ import threading
 import httpx
 import pytest
 
-from test_ui_browser import WAIT, browser, current, until  # noqa: F401 - the browser fixture; skips without Chromium
+from support.browser import WAIT, browser, current, until  # noqa: F401 - the browser fixture; skips without Chromium
 
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 

@@ -10,7 +10,7 @@ from fsmchat import Agent, GroupChat, RoundRobinSwarm
 from fsmchat.cli import main
 from fsmchat.trust import UntrustedReference
 from fsmchat.ui import serve as fserve
-from ui_runs import sse_events
+from support.ui_runs import sse_events
 
 
 def host(turn):

@@ -7,8 +7,8 @@ import httpx
 
 from fsmchat import Agent, RoundRobinSwarm
 from fsmchat.ui import serve as fserve
-from openai_server import OpenAIServer, delayed, error, text
-from ui_runs import sse_events
+from support.openai_server import OpenAIServer, delayed, error, text
+from support.ui_runs import sse_events
 
 
 def test_a_429_then_a_slow_model_behind_serve_with_two_sse_clients_attached(tmp_path):

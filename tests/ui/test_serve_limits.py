@@ -15,7 +15,7 @@ import pytest
 from fsmchat import Agent, AgentFlow, Bid, GroupChat
 from fsmchat.testing import Delay, ScriptedModel
 from fsmchat.ui import serve as fserve
-from ui_runs import sse_events
+from support.ui_runs import sse_events
 
 MIB = 1024 * 1024
 TOO_MUCH = 50 * MIB  # the Content-Length the 413 tests claim, far more than they send

@@ -13,9 +13,9 @@ import threading
 import httpx
 import pytest
 
-from openai_server import OpenAIServer, agent_of, text
-from ui_runs import sse_events
-from pg import pg_cluster, pg_dsn  # noqa: F401 - fixtures
+from support.openai_server import OpenAIServer, agent_of, text
+from support.ui_runs import sse_events
+from support.pg import pg_cluster, pg_dsn  # noqa: F401 - fixtures
 
 from fsmchat import Agent, RoundRobinSwarm, SqliteCheckpointer
 
@@ -58,7 +58,7 @@ def uri(dsn):
 
 
 def serve(store, api_base):
-    tests = os.path.dirname(os.path.dirname(HERE))  # the helpers (openai_server) the target's module imports
+    tests = os.path.dirname(os.path.dirname(HERE))  # tests/: the support package (support.openai_server) the target's module imports
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests]), API_BASE_ENV: api_base}
     env.pop("FSMCHAT_SERVE_TOKEN", None)
     proc = subprocess.Popen([sys.executable, "-m", "fsmchat.cli", "serve", "--store", store, "--port", "0",

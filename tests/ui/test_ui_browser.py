@@ -6,7 +6,6 @@ free 127.0.0.1 port; a third run executes in another process while its page is o
 at a time by lines the test writes to its stdin. Waits are for conditions on the page, never fixed sleeps.
 """
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,17 +15,10 @@ import pytest
 from fsmchat import Bid, GroupChat, RoundRobinSwarm
 from fsmchat.store.checkpoint import SqliteCheckpointer
 from fsmchat.testing import ScriptedModel
-from ui_runs import LIVE_SCRIPT, XSS, flow_run, group_chat_run, store_of
-
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-if not (CHROMIUM and CHROMEDRIVER):
-    pytest.skip("Chromium or chromium-driver is not installed, so the run viewer's browser tests cannot run "
-                "(`make chromium` installs them: apt-get install chromium chromium-driver)", allow_module_level=True)
-pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[dev]')")
-pytest.importorskip("uvicorn", reason="the ui extra is not installed (pip install -e '.[ui]')")
+from support.ui_runs import LIVE_SCRIPT, XSS, flow_run, group_chat_run, store_of
+from support.browser import WAIT, WIDTH, browser, current, js, until  # noqa: E402,F401 - the browser fixture; skips without Chromium
 
 from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
@@ -37,20 +29,6 @@ from fsmchat.ui.server import start  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "viewer.png"
 RUNS_SHOT, RUN_SHOT = ROOT / "docs" / "viewer-runs.png", ROOT / "docs" / "viewer-run.png"
-WIDTH = 1400  # the browser window's width (the runs table must fit it)
-WAIT = 90  # seconds a condition may take on a loaded machine (never a timing assertion)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={WIDTH},1000",
-                "--disable-extensions", "--no-first-run"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
 
 
 @pytest.fixture(scope="module")
@@ -59,24 +37,6 @@ def viewer(tmp_path_factory):
     running = start(db)
     yield running.url, db
     running.stop()
-
-
-def js(browser, script, *args):
-    return browser.execute_script(script, *args)
-
-
-def until(browser, script, *args):
-    """Wait until ``script`` (a JS expression's body returning a truthy value) holds; return its value."""
-    return WebDriverWait(browser, WAIT).until(lambda b: b.execute_script(script, *args))
-
-
-def current(browser):
-    """(highlighted state, highlighted edge, visible transcript contents) on a run page."""
-    return js(browser, """
-        const t = (sel) => { const e = document.querySelector(sel); return e ? e.textContent : null; };
-        return [t('#graph .node.current title'), t('#graph .edge.current title'),
-                [...document.querySelectorAll('#transcript > li')].filter((li) => !li.hidden)
-                  .map((li) => li.querySelector('.content').textContent)];""")
 
 
 def bids(browser):

@@ -18,7 +18,7 @@ from fsmchat.ui import RunNotFound, Store, StoreUnreadable, write_report
 from fsmchat.ui.page import data_json
 from fsmchat.ui.report import run_data
 from fsmchat.ui.view import run_view
-from ui_runs import FLOW_TASK, TASK, XSS, group_chat_run, store_of
+from support.ui_runs import FLOW_TASK, TASK, XSS, group_chat_run, store_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

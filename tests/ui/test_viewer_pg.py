@@ -1,12 +1,12 @@
 """The run viewer, ``fsmchat runs``, ``fsmchat report`` and ``fsmchat serve`` reading a PostgreSQL store
 (a ``postgresql://`` URI wherever an SQLite path is taken), against the throwaway cluster of
-tests/pg.py: they show what the SQLite store shows for the same runs."""
+tests/support/pg.py: they show what the SQLite store shows for the same runs."""
 import json
 
 import httpx
 import pytest
 
-from pg import pg_cluster, pg_dsn  # noqa: F401 - fixtures
+from support.pg import pg_cluster, pg_dsn  # noqa: F401 - fixtures
 
 from fsmchat import Agent, GroupChat, PostgresCheckpointer, RoundRobinSwarm, SqliteCheckpointer
 from fsmchat.cli import main

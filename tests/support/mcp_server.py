@@ -1,7 +1,7 @@
 """A small MCP server written with the official SDK, for the MCP tests (a subprocess, never imported).
 
-    python tests/mcp_server.py stdio            # over stdin/stdout
-    python tests/mcp_server.py http             # streamable HTTP on 127.0.0.1, path /mcp
+    python tests/support/mcp_server.py stdio            # over stdin/stdout
+    python tests/support/mcp_server.py http             # streamable HTTP on 127.0.0.1, path /mcp
 
 Over HTTP it binds a free port itself and listens before it prints ``READY <port>`` on stdout, so
 a test that reads that line can connect at once (connections wait in the listen backlog until

@@ -4,7 +4,7 @@ It binds 127.0.0.1 on an ephemeral port, serves from a background thread, record
 request, and answers from a *script*. It is bounded: past ``max_requests`` it refuses (503,
 recorded in ``errors``) and it shuts itself down after ``max_lifetime`` seconds.
 
-    from openai_server import OpenAIServer, per_agent, respond, error, text
+    from support.openai_server import OpenAIServer, per_agent, respond, error, text
 
     with OpenAIServer(per_agent({"alice": [error(500, retry_after=0), respond(0.9, "hi")],
                                  "bob": [respond(0.0, "")]}, default=respond(0.0, ""))) as srv:

@@ -1,6 +1,6 @@
 """Every store the store tests run over, by kind (``@pytest.mark.parametrize("store", STORES)``):
 ``open_store(**kw)`` opens one of that kind (PostgreSQL: a new database on the session's throwaway
-server, ``tests/pg.py``), ``reopen(cp)`` the same store as another process would see it."""
+server, ``tests/support/pg.py``), ``reopen(cp)`` the same store as another process would see it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -12,7 +12,7 @@ from fsmchat.store.checkpoint import MemoryCheckpointer, SqliteCheckpointer
 
 STORES = ("memory", "sqlite", "postgres")
 CONFORMANCE = STORES + ("dict",)
-"""The store conformance suite's stores: fsmchat's own and the third-party example (tests/dict_store.py)."""
+"""The store conformance suite's stores: fsmchat's own and the third-party example (tests/support/dict_store.py)."""
 
 
 def needs(cp: Any, *capabilities: str) -> None:
@@ -41,7 +41,7 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Any, store: str) -> Ite
         if store == "memory":
             cp: Any = MemoryCheckpointer(**kw)
         elif store == "dict":
-            from dict_store import DictStore
+            from support.dict_store import DictStore
 
             cp = DictStore()
         elif store == "sqlite":
