@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # draw this checkout's fsmchat, whatever is installed
 
-from fsmchat.gallery import Gallery, tomllib  # noqa: E402
+from fsmchat.cli.gallery import Gallery, tomllib  # noqa: E402
 
 DIAGRAMS = ROOT / "docs" / "diagrams"
 CONTRACT_ID = "layers"

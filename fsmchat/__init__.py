@@ -21,7 +21,9 @@ __version__ = "0.1.0"
 MOVED = {"fsmchat.checkpoint": "fsmchat.store.checkpoint", "fsmchat.checkpoint_pg": "fsmchat.store.postgres",
          "fsmchat.writer": "fsmchat.store.writer", "fsmchat.group_commit": "fsmchat.store.group_commit",
          "fsmchat.statelog": "fsmchat.store.statelog", "fsmchat.timetravel": "fsmchat.store.timetravel",
-         "fsmchat.live": "fsmchat.cli.live"}
+         "fsmchat.live": "fsmchat.cli.live",
+         "fsmchat.pytest_plugin": "fsmchat.testing.plugin", "fsmchat.gallery": "fsmchat.cli.gallery",
+         "fsmchat.config_values": "fsmchat.config.values", "fsmchat.kinds": "fsmchat.config.kinds"}
 if not any(isinstance(f, MovedModules) for f in sys.meta_path):
     sys.meta_path.append(MovedModules(MOVED))
 
@@ -38,7 +40,7 @@ _EXPORTS: dict[str, str] = {
     "PostgresCheckpointer": "store.postgres",
     "fork": "store.timetravel", "ForkEdit": "store.timetravel", "ForkError": "store.timetravel",
     "HistoryStep": "store.statelog",
-    "Limits": "limits", "from_config": "config", "UntrustedReference": "trust",
+    "Limits": "limits", "from_config": "config.convert", "UntrustedReference": "trust",
     # layer 10: speakers
     "Agent": "speakers", "Turn": "speakers", "RESPOND_TOOL": "speakers",
     "Human": "speakers", "Approve": "speakers", "Edit": "speakers", "Reject": "speakers", "Say": "speakers",
@@ -75,7 +77,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .store.checkpoint import (
         MemoryCheckpointer as MemoryCheckpointer, SqliteCheckpointer as SqliteCheckpointer, resume as resume)
     from .store.postgres import PostgresCheckpointer as PostgresCheckpointer
-    from .config import from_config as from_config
+    from .config.convert import from_config as from_config
     from .engine import GraphRun as GraphRun, run as run, run_graph as run_graph, run_sync as run_sync
     from .errors import (
         ContextTooLong as ContextTooLong, FsmchatError as FsmchatError, GraphError as GraphError,

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .checks import check_tasks
-from .config import config_digest, from_config, to_config
+from .config.convert import config_digest, from_config, to_config
 from .engine import run_sync
 from .errors import CheckpointStoreError, FsmchatError, attach_result, result_of
 from .masking import redact, redact_chain

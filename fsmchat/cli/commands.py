@@ -5,7 +5,8 @@ import argparse
 import sys
 from typing import Callable
 
-from .. import __version__, gallery
+from .. import __version__
+from . import gallery
 from ..errors import FsmchatError
 from ..targets import BUILD, use_cwd
 from ..ui import serve as serve_api

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import gallery
+from . import gallery
 from ..targets import BUILD, load_target_with_module, resolve_graph
 
 

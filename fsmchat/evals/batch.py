@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from ..checks import Count
-from ..config import config_digest, to_config
+from ..config.convert import config_digest, to_config
 from ..distributed import RAY_MISSING, BatchReport, connect, execute_batch, shutdown
 from ..errors import ConfigError, ConfigTypeError
 from .dataset import CaseInputs

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
     model_serializer
 from pydantic.fields import FieldInfo
 
-from ..config import REF, STEP_KINDS, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, without_later_defaults
-from ..config_values import jsonable, opt_ref
+from ..config.convert import REF, STEP_KINDS, AnyStep, ConfigReader, ConfigSpec, ConfigWriter, without_later_defaults
+from ..config.values import jsonable, opt_ref
 from ..errors import invalid_config
 from ..patterns.declare import bind_arguments, field_parameters
 

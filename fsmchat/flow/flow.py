@@ -7,7 +7,7 @@ from typing import Annotated, Any, Sequence
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, model_validator
 
 from ..checks import RUN_KEYWORDS, check_agents, check_keywords
-from ..config import AgentRoster, FlowSteps, JsonData
+from ..config.convert import AgentRoster, FlowSteps, JsonData
 from ..errors import ConfigError, attach_result, bad_value, fatal_error
 from ..graph.state_graph import StateGraph
 from ..models import RunResult, StopReason, check_output_type, format_output

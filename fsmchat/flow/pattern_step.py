@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..config import ConfigWriter, PatternSpec, pattern_config
+from ..config.convert import ConfigWriter, PatternSpec, pattern_config
 from ..errors import ConfigError
 from ..graph.state_graph import Guard, StateGraph, is_awaitable, state_names
 from ..models import SEED_ROLE, Message, StopReason

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Optional, S
 from pydantic import model_validator
 
 from ..checks import Amount, Count
-from ..config import AgentSpec, ConfigReader, ConfigWriter, HumanSpec, human_spec
+from ..config.convert import AgentSpec, ConfigReader, ConfigWriter, HumanSpec, human_spec
 from ..errors import ConfigError, bad_value
 from .declare import FUNCTION, BlockConfig, Declared, Form
 from ..speakers.agent import Agent

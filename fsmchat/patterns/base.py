@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Callable, ClassVar, Coroutine, Sequence, 
 from pydantic import ValidationError
 
 from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id, check_token_hooks
-from ..config import PatternSpec, pattern_spec, to_config
+from ..config.convert import PatternSpec, pattern_spec, to_config
 from ..engine import batch_collector, run_sync
 from ..errors import ConfigTypeError, attach_result, invalid_config
 from ..graph.state_graph import StateGraph

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Collection, Sequence
 from pydantic import AfterValidator, Field
 
 from ..checks import Count, check_agents
-from ..config import ContextField, Participants
+from ..config.convert import ContextField, Participants
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph
 from ..graph.turns import TurnOrder, add_turns

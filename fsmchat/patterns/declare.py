@@ -20,7 +20,7 @@ from typing import Annotated, Any, Sequence
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from ..checks import Amount, Count, check_keywords
-from ..config import OneParticipant, Participants
+from ..config.convert import OneParticipant, Participants
 from ..errors import invalid_config
 from ..models import check_output_type
 

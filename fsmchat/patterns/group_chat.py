@@ -30,7 +30,7 @@ from typing import Annotated, Any, Callable, Sequence
 from pydantic import AfterValidator, Field, model_validator
 
 from ..checks import Amount, Count, check_agents
-from ..config import ContextField, Speakers
+from ..config.convert import ContextField, Speakers
 from ..engine import STEP, mark_replayable
 from ..errors import ConfigError, LimitReached, ModelCallError, fatal_error
 from ..speakers.classify import grouped_failures

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, Sequence
 from pydantic import AfterValidator, Field, model_validator
 
 from ..checks import Count, check_agents
-from ..config import ContextField, FunctionField, Speakers
+from ..config.convert import ContextField, FunctionField, Speakers
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, reached, state_names
 from ..models import StopReason

@@ -17,7 +17,7 @@ import functools
 import sys
 from typing import Annotated, Any, Callable, Mapping, Optional, Sequence
 
-from ..config import Travels
+from ..config.convert import Travels
 from ..errors import ConfigError, ConfigTypeError
 from ..graph.state_graph import reached
 from ..models import Message

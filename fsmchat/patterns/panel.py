@@ -21,7 +21,7 @@ from typing import Annotated, Any, Collection, Sequence
 from pydantic import AfterValidator, Field
 
 from ..checks import Count, check_agents
-from ..config import ContextField, OneParticipant, Participants
+from ..config.convert import ContextField, OneParticipant, Participants
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, state_names
 from ..graph.turns import add_turns

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Collection, Sequence
 from pydantic import AfterValidator, Field
 
 from ..checks import Count, check_agents
-from ..config import ContextField, Speakers
+from ..config.convert import ContextField, Speakers
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, state_names
 from ..graph.turns import TurnOrder, add_turns

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Sequence
 from pydantic import AfterValidator, Field, model_validator
 
 from ..checks import Count, check_agents
-from ..config import ContextField, FunctionField, OneParticipant, Speakers
+from ..config.convert import ContextField, FunctionField, OneParticipant, Speakers
 from ..engine import mark_replayable
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, state_names

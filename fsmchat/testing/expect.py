@@ -224,7 +224,7 @@ def assert_trace(run: RunResult, expected: Sequence[dict[str, Any]]) -> None:
 
 
 # ---- graph snapshots ----
-UPDATE_GRAPHS = {"on": False}  # set by pytest --fsmchat-update-graphs (fsmchat.pytest_plugin)
+UPDATE_GRAPHS = {"on": False}  # set by pytest --fsmchat-update-graphs (fsmchat.testing.plugin)
 
 
 def update_graphs_enabled() -> bool:

@@ -16,8 +16,8 @@ from typing import Any, AsyncIterator, Callable, Iterator, Literal, Sequence
 
 from pydantic import Field
 
-from ..config import MODEL_KINDS, MODEL_SOURCES, ConfigReader, ConfigSpec
-from ..config_values import callable_ref, jsonable, opt_ref
+from ..config.convert import MODEL_KINDS, MODEL_SOURCES, ConfigReader, ConfigSpec
+from ..config.values import callable_ref, jsonable, opt_ref
 from ..errors import FsmchatError
 from ..models import Bid
 from ..speakers import modelmap

@@ -53,7 +53,7 @@ from typing import Annotated, Any, AsyncIterator, Awaitable, Callable, Iterable,
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from ..checks import check_run_id
-from ..config import config_digest, from_config
+from ..config.convert import config_digest, from_config
 from ..errors import ConfigTypeError, FsmchatError
 from ..limits import Limits
 from ..masking import redact, redact_data

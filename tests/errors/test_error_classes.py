@@ -9,7 +9,7 @@ import pytest
 import fsmchat
 from fsmchat.errors import FsmchatError
 
-SKIP = {"fsmchat.pytest_plugin"}
+SKIP = {"fsmchat.testing.plugin"}
 
 
 def exception_classes():
@@ -32,7 +32,7 @@ def test_every_fsmchat_exception_is_an_fsmchat_error():
 
 
 @pytest.mark.parametrize("name, builtin", [("fsmchat.flow.compile.StepError", RuntimeError),
-                                           ("fsmchat.gallery.GalleryConfigError", ValueError),
+                                           ("fsmchat.cli.gallery.GalleryConfigError", ValueError),
                                            ("fsmchat.store.protocol.NotSerializable", TypeError),
                                            ("fsmchat.testing.models.ScriptExhausted", AssertionError),
                                            ("fsmchat.errors.ConfigError", ValueError),

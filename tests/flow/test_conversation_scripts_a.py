@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from fsmchat.gallery import load_file
+from fsmchat.cli.gallery import load_file
 from fsmchat.testing import FunctionModel, assert_trace_is_path
 from pathlib import Path
 

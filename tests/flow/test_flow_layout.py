@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fsmchat.gallery import example_graph
+from fsmchat.cli.gallery import example_graph
 from fsmchat.graph.render import has_graphviz, render_svg
 
 ROOT = Path(__file__).resolve().parents[2]

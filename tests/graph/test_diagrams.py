@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fsmchat import AgentFlow, Discussion, loop, parallel, repeat
-from fsmchat.gallery import entries
+from fsmchat.cli.gallery import entries
 from support.mermaid import mermaid_parser
 
 ROOT = Path(__file__).resolve().parents[2]

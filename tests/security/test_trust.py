@@ -206,7 +206,7 @@ def test_a_tampered_checkpoint_factory_is_refused_and_nothing_is_written(tmp_pat
 # fsmchat's own code is trusted to import, not to run: a default from_config may name only the callables
 # of the allow-list (the README's Security table), never the CLI, a file loader, a report writer, a store...
 INTERNALS = ["fsmchat.cli.commands:main", "fsmchat.targets:load_file", "fsmchat.ui.report:write_report",
-             "fsmchat.store.checkpoint:SqliteCheckpointer", "fsmchat.gallery:write", "fsmchat.distributed:run_id_for",
+             "fsmchat.store.checkpoint:SqliteCheckpointer", "fsmchat.cli.gallery:write", "fsmchat.distributed:run_id_for",
              "fsmchat.store.timetravel:fork"]
 ALLOWED_NOW = "and of its code only ['fsmchat.flow.context:flow_input', 'fsmchat:flow_input']"
 

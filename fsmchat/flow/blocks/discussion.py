@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional, Union
 from pydantic import AfterValidator, Field, model_validator
 
 from ...checks import Count, check_agents
-from ...config import AgentSpec, CallableSpec, ContextSpec, HumanSpec, context_spec
+from ...config.convert import AgentSpec, CallableSpec, ContextSpec, HumanSpec, context_spec
 from ...engine import mark_replayable
 from ...errors import ConfigError
 from ...graph.state_graph import StateGraph

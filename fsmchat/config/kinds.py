@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def kinds_of(spec: type[BaseModel]) -> tuple[str, ...]:

@@ -18,15 +18,15 @@ def pytest_addoption(parser: Any) -> None:
 
 def pytest_configure(config: Any) -> None:
     if config.getoption("--fsmchat-update-graphs", default=False):
-        from . import testing
+        from .expect import UPDATE_GRAPHS
 
-        testing.UPDATE_GRAPHS["on"] = True
+        UPDATE_GRAPHS["on"] = True
 
 
 @pytest.fixture
 def scripted_model() -> Any:
     """A factory: ``m = scripted_model({"alice": [Bid(0.9, "hi")]})``; each call a fresh model."""
-    from .testing import ScriptedModel
+    from .models import ScriptedModel
 
     made: list[Any] = []
 
@@ -44,9 +44,9 @@ def scripted_model() -> Any:
 def fsm_run() -> Any:
     """``result = fsm_run(pattern_or_graph, task_or_context)``: runs it and asserts the trace is a
     path of its graph before returning the RunResult."""
-    from .engine import run as run_graph_sync
-    from .graph.state_graph import StateGraph
-    from .testing import assert_trace_is_path
+    from ..engine import run as run_graph_sync
+    from ..graph.state_graph import StateGraph
+    from .expect import assert_trace_is_path
 
     def go(target: Any, arg: Any) -> Any:
         if isinstance(target, StateGraph):
@@ -64,7 +64,7 @@ def fsm_run() -> Any:
 @pytest.fixture
 def cassette(request: Any) -> Any:
     """``with cassette("name"):`` records to / replays from tests/cassettes/<module>/<name>.json."""
-    from .testing import Cassette
+    from .replay import Cassette
 
     base = Path(str(request.fspath)).parent / "cassettes" / Path(str(request.fspath)).stem
     mode = "record" if request.config.getoption("--fsmchat-record", default=False) else "auto"

@@ -14,11 +14,11 @@ import json
 import sys
 from typing import Any
 
-from .errors import bad_value
-from .speakers.log_secrets import is_secret
-from .speakers.mcp import MCPServer
-from .speakers.tools import Tool
-from .trust import Trust
+from ..errors import bad_value
+from ..speakers.log_secrets import is_secret
+from ..speakers.mcp import MCPServer
+from ..speakers.tools import Tool
+from ..trust import Trust
 
 
 # ---- callables by import path ----

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .graph.render import dot_hash, render_svg, svg_dot_hash
-from .graph.state_graph import StateGraph
-from .targets import BUILD, defines_build, load_file, load_target, resolve_graph, split_target
-from .errors import FsmchatError
+from ..graph.render import dot_hash, render_svg, svg_dot_hash
+from ..graph.state_graph import StateGraph
+from ..targets import BUILD, defines_build, load_file, load_target, resolve_graph, split_target
+from ..errors import FsmchatError
 
 if sys.version_info >= (3, 11):
     import tomllib

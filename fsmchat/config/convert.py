@@ -9,7 +9,7 @@ shipped; a lambda or a closure makes ``to_config()`` raise a ``TypeError`` namin
 (every litellm option ``is_secret`` names: ``api_key``, tokens, passwords) are never written:
 workers read them from their environment, as litellm does.
 
-Kinds register themselves (``fsmchat.kinds``): a pattern's config form is derived from its one
+Kinds register themselves (``fsmchat.config.kinds``): a pattern's config form is derived from its one
 model (``class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig)`` registers
 ``GroupChat.Spec`` in ``PATTERN_KINDS``), a flow step kind registers its spec in ``STEP_KINDS``, the
 testing kit its scripted models in ``MODEL_KINDS``. This module imports no pattern: the first
@@ -24,7 +24,7 @@ outside fsmchat is built only when its module is allowed. Ray workers rebuild th
 config with ``trusted=True`` (see ``fsmchat.distributed``).
 
 The single values of a config (a function by its import path, options without their secrets, a
-tool's entry, JSON data) are written and read by ``fsmchat.config_values``.
+tool's entry, JSON data) are written and read by ``fsmchat.config.values``.
 """
 from __future__ import annotations
 
@@ -39,20 +39,20 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, SerializerFu
                       create_model, model_serializer)
 from pydantic.fields import FieldInfo
 
-from .checks import Number
-from .config_values import (callable_ref, function_tool, is_function_tool, is_mcp_server, jsonable, opt_ref,
+from ..checks import Number
+from .values import (callable_ref, function_tool, is_function_tool, is_mcp_server, jsonable, opt_ref,
                             strip_secrets, tool_entry)
-from .errors import ConfigError, bad_value
+from ..errors import ConfigError, bad_value
 from .kinds import Kinds, owner_module
-from .limits import Limits
-from .speakers.agent import Agent, CallableSpeaker, Speaker, Turn
-from .speakers.context import LastMessages, Summarize
-from .speakers.handoff import Handoff
-from .speakers.human import Human
-from .speakers.llm import DEFAULT_MAX_RETRY_WAIT, DEFAULT_RETRIES, DEFAULT_TIMEOUT
-from .speakers.mcp import MCPServer
-from .speakers.tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS
-from .trust import BUILTIN_PREFIXES, Trust, UntrustedReference, within
+from ..limits import Limits
+from ..speakers.agent import Agent, CallableSpeaker, Speaker, Turn
+from ..speakers.context import LastMessages, Summarize
+from ..speakers.handoff import Handoff
+from ..speakers.human import Human
+from ..speakers.llm import DEFAULT_MAX_RETRY_WAIT, DEFAULT_RETRIES, DEFAULT_TIMEOUT
+from ..speakers.mcp import MCPServer
+from ..speakers.tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS
+from ..trust import BUILTIN_PREFIXES, Trust, UntrustedReference, within
 
 CONFIG_VERSION = 1
 
@@ -625,7 +625,7 @@ def from_config(cfg: Any, *, allow: Any = (), trusted: bool = False) -> Any:
 
     Only code under fsmchat's own modules and the ``allow`` prefixes is imported (``fsmchat.trust``);
     a refused reference raises ``UntrustedReference`` before anything of it is imported. The kinds
-    are looked up in the registries (``fsmchat.kinds``): the built-in ones load with fsmchat's own
+    are looked up in the registries (``fsmchat.config.kinds``): the built-in ones load with fsmchat's own
     modules, a kind of your own must have been registered (its module imported) and be allowed
     like a reference.
 
