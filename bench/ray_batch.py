@@ -65,7 +65,7 @@ def run_local(n: int, c: int) -> dict[str, Any]:
 
 
 def run_ray(n: int, c: int) -> dict[str, Any]:
-    from fsmchat.distributed import execute_batch, shutdown, start_local_ray, worker_pool
+    from fsmchat.patterns.distributed import execute_batch, shutdown, start_local_ray, worker_pool
 
     chat = make_chat()
     t0 = perf_counter()

@@ -25,7 +25,7 @@ from support.requeue import chat  # noqa: E402
 
 from fsmchat.store.postgres import PostgresCheckpointer  # noqa: E402
 from fsmchat.config import config_digest  # noqa: E402
-from fsmchat.distributed import execute_batch, run_id_for, shutdown, start_local_ray  # noqa: E402
+from fsmchat.patterns.distributed import execute_batch, run_id_for, shutdown, start_local_ray  # noqa: E402
 
 
 def main() -> None:

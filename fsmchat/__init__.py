@@ -23,7 +23,9 @@ MOVED = {"fsmchat.checkpoint": "fsmchat.store.checkpoint", "fsmchat.checkpoint_p
          "fsmchat.statelog": "fsmchat.store.statelog", "fsmchat.timetravel": "fsmchat.store.timetravel",
          "fsmchat.live": "fsmchat.cli.live",
          "fsmchat.pytest_plugin": "fsmchat.testing.plugin", "fsmchat.gallery": "fsmchat.cli.gallery",
-         "fsmchat.config_values": "fsmchat.config.values", "fsmchat.kinds": "fsmchat.config.kinds"}
+         "fsmchat.config_values": "fsmchat.config.values", "fsmchat.kinds": "fsmchat.config.kinds",
+         "fsmchat.distributed": "fsmchat.patterns.distributed", "fsmchat.progress": "fsmchat.patterns.progress",
+         "fsmchat.deadline": "fsmchat.speakers.deadline"}
 if not any(isinstance(f, MovedModules) for f in sys.meta_path):
     sys.meta_path.append(MovedModules(MOVED))
 

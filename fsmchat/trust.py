@@ -223,7 +223,7 @@ class Trust:
     def pattern(self, ref: str, what: str) -> PatternLike:
         """A pattern ``factory``: a pattern object, or a function called (once) to build one. It must
         come from the caller's ``allow`` prefixes (or ``trusted``): fsmchat's own functions are not
-        pattern factories, and calling one at load (``fsmchat.distributed:shutdown``) would act, not build."""
+        pattern factories, and calling one at load (``fsmchat.patterns.distributed:shutdown``) would act, not build."""
         self.factory(ref, what)
         obj = self.resolve(ref, what)
         if isinstance(obj, PatternLike):

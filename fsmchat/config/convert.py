@@ -21,7 +21,7 @@ defining it is imported.
 the module prefixes in ``allow=[...]``, or anything with ``trusted=True`` (a function of a script
 run as ``__main__`` travels as ``path/to/script.py:name``, which needs it). A kind registered
 outside fsmchat is built only when its module is allowed. Ray workers rebuild the driver's own
-config with ``trusted=True`` (see ``fsmchat.distributed``).
+config with ``trusted=True`` (see ``fsmchat.patterns.distributed``).
 
 The single values of a config (a function by its import path, options without their secrets, a
 tool's entry, JSON data) are written and read by ``fsmchat.config.values``.

@@ -1,7 +1,7 @@
 """``Eval(executor="local" | "ray")``: the runs an eval needs, made by the batch runner before scoring.
 
 Every run the eval needs that its cassette does not hold (each case under each variant, ``repeat``
-times) is made with ``fsmchat.distributed.execute_batch``: one batch per pattern, the cases whose
+times) is made with ``fsmchat.patterns.distributed.execute_batch``: one batch per pattern, the cases whose
 factory output has the same config (``to_config``, ``config_digest``) sharing it, so a variant that
 changes only the model is one batch of cases x repeats. Locally a batch runs
 ``max_concurrency_per_worker`` runs at once in this process; on Ray its config goes to the workers
@@ -21,7 +21,7 @@ from typing import Any, Iterator, Mapping
 
 from ..checks import Count
 from ..config.convert import config_digest, to_config
-from ..distributed import RAY_MISSING, BatchReport, connect, execute_batch, shutdown
+from ..patterns.distributed import RAY_MISSING, BatchReport, connect, execute_batch, shutdown
 from ..errors import ConfigError, ConfigTypeError
 from .dataset import CaseInputs
 from .trajectory import trajectory_data

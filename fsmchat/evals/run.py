@@ -14,7 +14,7 @@ is kept in the store and, as the eval ends, its record (``fsmchat.evals.record``
 for the viewer's evaluation pages.
 
 With ``executor="local"`` or ``"ray"`` the runs the cassette lacks are made first, as batches
-through ``fsmchat.distributed.execute_batch`` (``fsmchat.evals.batch``: one batch per pattern
+through ``fsmchat.patterns.distributed.execute_batch`` (``fsmchat.evals.batch``: one batch per pattern
 config, locally with ``max_concurrency_per_worker`` at once, or on Ray workers); each run's
 trajectory comes back from its worker and joins the cassette, and pydantic-evals then scores every
 run from there, as it scores recorded ones.

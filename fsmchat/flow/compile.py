@@ -14,7 +14,7 @@ import copy
 import re
 from typing import Any, Callable, Sequence
 
-from ..deadline import call_within
+from ..speakers.deadline import call_within
 from ..errors import (BudgetExceeded, ConfigError, DeadlineExceeded, FsmchatError, Interrupted, fatal_error,
                       limit_reached)
 from ..graph.state_graph import Guard, StateGraph, state_names

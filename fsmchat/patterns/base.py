@@ -27,7 +27,7 @@ from ..errors import ConfigTypeError, attach_result, invalid_config
 from ..graph.state_graph import StateGraph
 from ..limits import Limits, add_limit_edges
 from ..models import Message, RunResult, StopReason, TraceEvent, format_output, safe_text, shorten
-from ..progress import ProgressBar, progress_wanted
+from .progress import ProgressBar, progress_wanted
 from ..speakers.compaction import add_compaction, check_drawn, check_limits, compaction_calls
 from ..speakers.context import LastMessages, Summarize, counted_usage, memory_summarize, policy_of, scoped
 from ..speakers.human import Human, NeedsCheckpoint
@@ -550,7 +550,7 @@ class Pattern(ABC):
     def preflight(self, tasks: Sequence[Any], *, credentials: bool = True) -> None:
         """Refuse a batch before any model call: each task (the checks ``run`` makes), the limits
         (a worst-case bound over ``max_model_calls``) and, with ``credentials``, the model keys the
-        runs need (checked once, on the first task's context). ``fsmchat.distributed`` calls it."""
+        runs need (checked once, on the first task's context). ``fsmchat.patterns.distributed`` calls it."""
         for t in tasks:
             self._check_run(t)
         self._check_limits()
@@ -597,13 +597,13 @@ class Pattern(ABC):
         at once; a failed task's slot holds a ``TaskFailure`` instead of losing the batch. With
         ``checkpoint_dir`` every run is checkpointed (``commit``: how, as for ``aexecute``) and a
         re-run skips the finished ones. More options (``workers``, ``on_progress``, ...):
-        ``fsmchat.distributed.execute_batch``."""
+        ``fsmchat.patterns.distributed.execute_batch``."""
         tasks = check_batch(tasks, max_concurrency, type(self).__name__)
         check_commit(commit, f"{type(self).__name__}.run_batch", "checkpoint_dir" if checkpoint_dir is None else None)
         show = progress_wanted(progress)
         if executor == "local" and checkpoint_dir is None and address is None and not options:
             return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency, progress=show))
-        from .. import distributed  # checkpointed and Ray batches only: a plain run never loads them
+        from . import distributed  # checkpointed and Ray batches only: a plain run never loads them
 
         return distributed.run_batch(self, tasks, executor=executor, address=address, checkpoint_dir=checkpoint_dir,
                                      max_concurrency_per_worker=max_concurrency_per_worker or max_concurrency,

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Protocol, S
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, \
     model_validator
 
-from ..deadline import call_within
+from .deadline import call_within
 from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
 from ..masking import register_secrets, secret_values
 from ..models import SEED_ROLE, Bid, Message, shorten

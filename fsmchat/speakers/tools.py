@@ -35,7 +35,7 @@ from typing import Any, Callable, Protocol, get_type_hints, runtime_checkable
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic import Field as PydanticField
 
-from ..deadline import call_within
+from .deadline import call_within
 from ..errors import FsmchatError, bad_value
 from ..masking import redact
 

@@ -7,7 +7,7 @@ import pytest
 from fsmchat import Agent, AgentFlow, Bid, Discussion, ExpertPanelDiscussion, GroupChat, OneOnOneDebate, \
     RoundRobinSwarm, StepResult, Task, if_, loop, parallel, repeat, route
 from fsmchat.config import FlowSpec, GroupChatSpec, config_digest, from_config, parse_config
-from fsmchat.distributed import TaskFailure, execute_batch, find_runs, run_batch, run_id_for
+from fsmchat.patterns.distributed import TaskFailure, execute_batch, find_runs, run_batch, run_id_for
 from fsmchat.testing import Delay, Empty, Fail, FunctionModel, ScriptedModel, ToolCall
 from support.scripted import bid_fn as scripted_bid_fn
 

@@ -119,7 +119,7 @@ def test_missing_keys_in_batches_flows_and_round_robin(no_keys):
     with pytest.raises(MissingCredentials) as e:
         GroupChat(agents=keyless_roster()).run_batch([f"task {i}" for i in range(5)])
     assert "OPENAI_API_KEY" in str(e.value)
-    from fsmchat.distributed import execute_batch
+    from fsmchat.patterns.distributed import execute_batch
 
     with pytest.raises(MissingCredentials):  # checked once, before any task starts
         execute_batch(GroupChat(agents=keyless_roster()), ["a", "b"], executor="local")

@@ -30,7 +30,7 @@ def local_ray():
     """A local two-CPU Ray cluster for this module's Ray test, shut down after the module (the
     fixture tests/integrations/conftest.py gives its modules; by its name, tests/conftest.py puts
     every test using it in the one xdist group "ray")."""
-    from fsmchat.distributed import shutdown, start_local_ray
+    from fsmchat.patterns.distributed import shutdown, start_local_ray
 
     start_local_ray(num_cpus=2, log_to_driver=False)
     yield

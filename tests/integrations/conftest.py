@@ -7,7 +7,7 @@ import pytest
 @pytest.fixture(scope="module")
 def local_ray():
     """A local two-CPU Ray cluster for the whole module, shut down after its last test."""
-    from fsmchat.distributed import shutdown, start_local_ray
+    from fsmchat.patterns.distributed import shutdown, start_local_ray
 
     start_local_ray(num_cpus=2, log_to_driver=False)
     yield

@@ -6,7 +6,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fsmchat import Agent, AgentFlow, Bid, Discussion, GroupChat, loop  # noqa: E402
-from fsmchat.distributed import TaskFailure, execute_batch  # noqa: E402
+from fsmchat.patterns.distributed import TaskFailure, execute_batch  # noqa: E402
 from fsmchat.testing import Delay, FunctionModel  # noqa: E402
 from support.scripted import bid_fn  # noqa: E402  (one scripted model for config and Ray tests)
 

@@ -16,7 +16,7 @@ from support.pg import pg_cluster, pg_dsn  # noqa: E402,F401 - fixtures
 from support.requeue import HANG_GUARD, HOLD, chat  # noqa: E402
 
 from fsmchat import PostgresCheckpointer  # noqa: E402
-from fsmchat.distributed import execute_batch, run_id_for  # noqa: E402
+from fsmchat.patterns.distributed import execute_batch, run_id_for  # noqa: E402
 from fsmchat.config import config_digest  # noqa: E402
 
 N = 40

@@ -11,7 +11,7 @@ ray = pytest.importorskip("ray")
 from support.openai_server import OpenAIServer, text  # noqa: E402
 
 from fsmchat import Agent, RateLimit, RoundRobinSwarm, SqliteCheckpointer, rate_limit  # noqa: E402
-from fsmchat.distributed import execute_batch  # noqa: E402
+from fsmchat.patterns.distributed import execute_batch  # noqa: E402
 
 RPM = 3
 N = 8

@@ -11,7 +11,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from fsmchat.distributed import execute_batch  # noqa: E402
+from fsmchat.patterns.distributed import execute_batch  # noqa: E402
 from support.requeue import HANG_GUARD, HOLD, chat  # noqa: E402
 
 N = 40

@@ -22,7 +22,7 @@ import pytest
 from support.openai_server import OpenAIServer, error
 
 from fsmchat import Agent, GroupChat, SqliteCheckpointer
-from fsmchat.distributed import TaskFailure
+from fsmchat.patterns.distributed import TaskFailure
 from fsmchat.masking import redact, redact_chain, secret_values
 from fsmchat.speakers import llm
 from fsmchat.ui import write_report

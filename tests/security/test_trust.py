@@ -54,8 +54,8 @@ REFUSED = [  # (what the config names, config, the refusal's text)
      "refused 'subprocess:getoutput': module 'subprocess' is not allowed"),
     ("os:getpid as a factory (called at load before)", {"kind": "factory", "factory": "os:getpid"},
      "factory: refused 'os:getpid': module 'os' is not allowed"),
-    ("an fsmchat function as a factory", {"kind": "factory", "factory": "fsmchat.distributed:shutdown"},
-     "factory: refused 'fsmchat.distributed:shutdown': a factory is called while loading, so it must come from a "
+    ("an fsmchat function as a factory", {"kind": "factory", "factory": "fsmchat.patterns.distributed:shutdown"},
+     "factory: refused 'fsmchat.patterns.distributed:shutdown': a factory is called while loading, so it must come from a "
      "module you allow"),
     ("a file path as a factory", {"kind": "factory", "factory": "evil.py:x"},
      "factory: refused 'evil.py:x': it is a file path; files are loaded only with trusted=True"),
@@ -206,7 +206,7 @@ def test_a_tampered_checkpoint_factory_is_refused_and_nothing_is_written(tmp_pat
 # fsmchat's own code is trusted to import, not to run: a default from_config may name only the callables
 # of the allow-list (the README's Security table), never the CLI, a file loader, a report writer, a store...
 INTERNALS = ["fsmchat.cli.commands:main", "fsmchat.targets:load_file", "fsmchat.ui.report:write_report",
-             "fsmchat.store.checkpoint:SqliteCheckpointer", "fsmchat.cli.gallery:write", "fsmchat.distributed:run_id_for",
+             "fsmchat.store.checkpoint:SqliteCheckpointer", "fsmchat.cli.gallery:write", "fsmchat.patterns.distributed:run_id_for",
              "fsmchat.store.timetravel:fork"]
 ALLOWED_NOW = "and of its code only ['fsmchat.flow.context:flow_input', 'fsmchat:flow_input']"
 

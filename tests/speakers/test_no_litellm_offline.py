@@ -111,7 +111,7 @@ def test_importing_an_agent_and_a_round_robin_loads_neither_the_other_patterns_n
     assert {"fsmchat.speakers.agent", "fsmchat.patterns.round_robin"} <= loaded
     assert loaded.isdisjoint({"fsmchat.patterns.group_chat", "fsmchat.patterns.selector", "fsmchat.patterns.handoffs",
                               "fsmchat.patterns.debate", "fsmchat.patterns.panel", "fsmchat.flow", "fsmchat.network",
-                              "fsmchat.testing", "fsmchat.distributed", "litellm", "networkx", "aiohttp", "mcp",
+                              "fsmchat.testing", "fsmchat.patterns.distributed", "litellm", "networkx", "aiohttp", "mcp",
                               "graphviz", "rich"}), loaded
 
 

@@ -37,17 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .checks import check_tasks
-from .config.convert import config_digest, from_config, to_config
-from .engine import run_sync
-from .errors import CheckpointStoreError, FsmchatError, attach_result, result_of
-from .masking import redact, redact_chain
+from ..checks import check_tasks
+from ..config.convert import config_digest, from_config, to_config
+from ..engine import run_sync
+from ..errors import CheckpointStoreError, FsmchatError, attach_result, result_of
+from ..masking import redact, redact_chain
 from .progress import ProgressBar
-from .speakers.llm import REQUESTS
-from .speakers.providers import get_litellm
-from .speakers.ratelimit import RateLimit, limits, rate_limit, wait_for_room
-from .store.checkpoint import DEFAULT_COMMIT, SqliteCheckpointer, check_commit
-from .store.postgres import PostgresCheckpointer
+from ..speakers.llm import REQUESTS
+from ..speakers.providers import get_litellm
+from ..speakers.ratelimit import RateLimit, limits, rate_limit, wait_for_room
+from ..store.checkpoint import DEFAULT_COMMIT, SqliteCheckpointer, check_commit
+from ..store.postgres import PostgresCheckpointer
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple[int, str, str | None, str | None, bool]  # (index, task, run_id, resume_from, finished)

@@ -1,7 +1,7 @@
 """A batch's progress bar (rich, on stderr): done/total, failed, elapsed and ETA.
 
 Shown by default when stderr is a terminal (``progress=None``); ``True`` forces it and ``False``
-hides it. Used by every batch: a pattern's local ``run_batch`` and ``fsmchat.distributed``.
+hides it. Used by every batch: a pattern's local ``run_batch`` and ``fsmchat.patterns.distributed``.
 """
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from .errors import DeadlineExceeded
-from .graph.state_graph import is_awaitable
+from ..errors import DeadlineExceeded
+from ..graph.state_graph import is_awaitable
 
 
 async def call_within(fn: Callable[..., Any], *args: Any, deadline: float | None, what: str,
