@@ -193,10 +193,14 @@ def keep_partial(pattern: object) -> Callable[[RunResult], None]:
 
 
 class PatternRun:
-    """One run of ``pattern``: ``start`` a task or ``resume`` a checkpointed run, then drive the
-    engine to the ``RunResult``. The pattern's arguments are checked before (``Pattern.aexecute``,
-    ``Pattern.aresume``); a run checks what only the run knows (the stored fingerprint, the
-    answer a waiting run gets).
+    """The run object of ``pattern``: the run API and its checks, then one run, to its ``RunResult``.
+
+    ``PatternRun(pattern)`` is what ``pattern.run``, ``pattern.execute``, ``pattern.stream``... call
+    (``RunMethod``): it checks their arguments (the hooks, the checkpoint, the run id, the task,
+    the pattern's own ``check``, the limits) before any model call, then hands the run to a fresh
+    ``PatternRun`` with its checkpoint, which starts the task (``start``) or continues a
+    checkpointed run (``resume_stored``) and drives the engine. A run checks what only the run
+    knows (the stored fingerprint, the answer a waiting run gets).
 
     Args:
         pattern: The pattern to run.
