@@ -146,18 +146,31 @@ class Pattern(ABC):
 
     # ---- the run API: written once, on the run object (``pattern.run`` is ``PatternRun(pattern).run``) ----
     run = RunMethod(PatternRun.run)
+    """Run once (sync) and return the output per ``output_type`` (``PatternRun.run``)."""
     arun = RunMethod(PatternRun.arun)
+    """Run once in async code and return the output (``PatternRun.arun``)."""
     execute = RunMethod(PatternRun.execute)
+    """Run once (sync) and return the ``RunResult`` (``PatternRun.execute``)."""
     aexecute = RunMethod(PatternRun.aexecute)
+    """Run once in async code and return the ``RunResult``; the run's keywords (``PatternRun.aexecute``)."""
     resume = RunMethod(PatternRun.resume)
+    """Continue a checkpointed run (sync; ``input``: a waiting run's answer) (``PatternRun.resume``)."""
     aresume = RunMethod(PatternRun.aresume)
+    """Continue a checkpointed run in async code (``PatternRun.aresume``)."""
     stream = RunMethod(PatternRun.stream)
+    """The run's events and messages as they happen, then the ``RunResult`` (``PatternRun.stream``)."""
     astream = RunMethod(PatternRun.astream)
+    """``stream(task)`` as an async iterator (``PatternRun.astream``)."""
     run_batch = RunMethod(PatternRun.run_batch)
+    """One independent run per task, concurrently; results in task order (``PatternRun.run_batch``)."""
     arun_batch = RunMethod(PatternRun.arun_batch)
+    """``run_batch`` in async code (``PatternRun.arun_batch``)."""
     preflight = RunMethod(PatternRun.preflight)
+    """Refuse a batch before any model call (``PatternRun.preflight``)."""
     check_task = RunMethod(PatternRun.check_task)
+    """Refuse a task before a run starts, with the error a run of it would raise (``PatternRun.check_task``)."""
     max_calls = RunMethod(PatternRun.max_calls)
+    """The most model calls one run can make, worst case (``PatternRun.max_calls``)."""
 
     # ---- what a pattern supplies ----
     @abstractmethod

@@ -332,10 +332,8 @@ class ToolLoop:
         A bidder with tools whose bids would go in JSON mode (the model's text, which cannot call
         tools) is a ``ToolError`` before its model call, never a bid without its tools."""
         if not (has_tools(speaker) and hasattr(speaker, "tool_message") and tooled(speaker)):
-            if self.active:
-                cached: BidOutcome = await self._cached(speaker, lambda: speaker.bid(turn))
-                return cached
-            return await speaker.bid(turn)
+            out: BidOutcome = await (self._cached(speaker, lambda: speaker.bid(turn)) if self.active else speaker.bid(turn))
+            return out
         if getattr(speaker, "resolved_tool_mode", "native") != "native":
             raise json_bidder_with_tools(speaker.name, f"its model {getattr(speaker, 'model', None)!r} refused tools "
                                          "earlier in this process" if speaker.tool_mode is None
