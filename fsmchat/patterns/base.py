@@ -5,51 +5,42 @@ A pattern is configuration of the engine. It is declared by one pydantic model
 config=GroupChatConfig)``), compiles a ``StateGraph`` whose actions are small functions over its
 typed context (``fsmchat.patterns.context``: ``ChatContext``, ``PatternState``), may build that
 graph from the shared blocks (``fsmchat.patterns.blocks``), and says how many calls each speaker
-can be asked for. Each run is a ``PatternRun`` (``fsmchat.patterns.runner``: start, resume,
-rebuild, fingerprint, lease), as ``GraphRun`` is one run of a graph one level down. The run API
-(``run``, ``arun``, ``execute``, ``aexecute``, ``resume``, ``run_batch``, ``stream``) is here.
+can be asked for. It runs nothing itself: the run API (``run``, ``arun``, ``execute``,
+``aexecute``, ``resume``, ``run_batch``, ``stream``...) is written once on the run object,
+``PatternRun`` (``fsmchat.patterns.runner``: the argument checks, start, resume, rebuild,
+fingerprint, lease), as ``GraphRun`` is one run of a graph one level down; each of its spellings
+is a ``RunMethod`` attribute here, so ``pattern.run(task)`` is ``PatternRun(pattern).run(task)``.
 
 The names pattern authors import from this module (``PatternConfig``, ``ChatContext``, ``bind``,
 ``speaker_states``...) are re-exported from the modules that define them.
 """
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
-from typing import Any, AsyncIterator, Callable, ClassVar, Coroutine, Sequence, TypeVar
+from typing import Any, ClassVar, Sequence
 
 from pydantic import ValidationError
 
-from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id, check_token_hooks
 from ..config.convert import PatternSpec, pattern_spec, to_config
-from ..engine import batch_collector, run_sync
-from ..errors import ConfigTypeError, attach_result, invalid_config
+from ..errors import invalid_config
 from ..graph.state_graph import StateGraph
 from ..limits import Limits, add_limit_edges
-from ..models import Message, RunResult, StopReason, TraceEvent, format_output, safe_text, shorten
-from .progress import ProgressBar, progress_wanted
+from ..models import RunResult, StopReason, format_output, shorten
 from ..speakers.compaction import add_compaction, check_drawn, check_limits, compaction_calls
 from ..speakers.context import LastMessages, Summarize, counted_usage, memory_summarize, policy_of, scoped
-from ..speakers.human import Human, NeedsCheckpoint
 from ..speakers.images import image_part
 from ..speakers.llm import shown_events
 from ..speakers.tool_loop import APPROVE_ALL, add_tool_loop
-from ..speakers.tools import calls_per_turn
-from ..store.checkpoint import Checkpointer
-from ..store.checkpoint import DEFAULT_COMMIT, check_checkpoint, check_commit, check_resume
 from .blocks import PERSON_NOTE, bind, people_in, speaker_states
 from .context import ChatContext, PatternState
 from .declare import (ConfigField, OneParticipant, OutputType, Participants, PatternConfig, bind_arguments,
                       constructor_signature)
 from .interrupts import WaitPoint, add_interrupts, chat_point, check_names, check_targets
-from .runner import FailedRuns, PatternRun, fingerprint, set_pending
-from .streaming import RunStream
+from .runner import FailedRuns, PatternRun, RunMethod, set_pending
 
 __all__ = ["PERSON_NOTE", "ChatContext", "ConfigField", "FailedRuns", "OneParticipant", "OutputType", "Participants",
            "Pattern", "PatternConfig", "PatternRun", "PatternState", "bind", "check_image", "check_task",
            "constructor_signature", "people_in", "set_pending", "speaker_states"]
-
-T = TypeVar("T")
 
 
 def check_task(task: Any, what: str) -> str:
@@ -85,9 +76,10 @@ class Pattern(ABC):
     budgets and a checkpoint's fingerprint read it). The base class does the rest: it sets the
     run's roster (``ctx.stats.roster``: every speaker of ``_calls_by_speaker``, whose credentials
     are checked before the run's first request) when ``_context`` leaves it unset, and each run is
-    a ``fsmchat.patterns.runner.PatternRun`` (start, resume, rebuild, fingerprint, lease);
-    ``run``, ``execute``, ``stream``, ``run_batch``, checkpoints, limits and people in the loop
-    come with this class.
+    a ``fsmchat.patterns.runner.PatternRun`` (the argument checks, start, resume, rebuild,
+    fingerprint, lease); ``run``, ``execute``, ``stream``, ``run_batch``, checkpoints, limits and
+    people in the loop come with this class, as attributes that hand the call to a ``PatternRun``.
+    A pattern that checks its roster when given overrides ``__init__`` (after ``super().__init__``).
 
     Args:
         *args: The config model's fields by position.
@@ -150,7 +142,35 @@ class Pattern(ABC):
     # its speakers answer from private memories (``ChatContext.ask_private``): no Summarize (``_check_context``)
     speaks_from_memory: ClassVar[bool] = False
     _graph: StateGraph | None = None
-    _last_partial: RunResult | None = None  # a cancelled run's result, kept for the KeyboardInterrupt
+    _compiled_for: PatternConfig | None = None  # the config ``_graph`` was compiled from (a field set makes a new one)
+
+    # ---- the run API: written once, on the run object (``pattern.run`` is ``PatternRun(pattern).run``) ----
+    run = RunMethod(PatternRun.run)
+    """Run once (sync) and return the output per ``output_type`` (``PatternRun.run``)."""
+    arun = RunMethod(PatternRun.arun)
+    """Run once in async code and return the output (``PatternRun.arun``)."""
+    execute = RunMethod(PatternRun.execute)
+    """Run once (sync) and return the ``RunResult`` (``PatternRun.execute``)."""
+    aexecute = RunMethod(PatternRun.aexecute)
+    """Run once in async code and return the ``RunResult``; the run's keywords (``PatternRun.aexecute``)."""
+    resume = RunMethod(PatternRun.resume)
+    """Continue a checkpointed run (sync; ``input``: a waiting run's answer) (``PatternRun.resume``)."""
+    aresume = RunMethod(PatternRun.aresume)
+    """Continue a checkpointed run in async code (``PatternRun.aresume``)."""
+    stream = RunMethod(PatternRun.stream)
+    """The run's events and messages as they happen, then the ``RunResult`` (``PatternRun.stream``)."""
+    astream = RunMethod(PatternRun.astream)
+    """``stream(task)`` as an async iterator (``PatternRun.astream``)."""
+    run_batch = RunMethod(PatternRun.run_batch)
+    """One independent run per task, concurrently; results in task order (``PatternRun.run_batch``)."""
+    arun_batch = RunMethod(PatternRun.arun_batch)
+    """``run_batch`` in async code (``PatternRun.arun_batch``)."""
+    preflight = RunMethod(PatternRun.preflight)
+    """Refuse a batch before any model call (``PatternRun.preflight``)."""
+    check_task = RunMethod(PatternRun.check_task)
+    """Refuse a task before a run starts, with the error a run of it would raise (``PatternRun.check_task``)."""
+    max_calls = RunMethod(PatternRun.max_calls)
+    """The most model calls one run can make, worst case (``PatternRun.max_calls``)."""
 
     # ---- what a pattern supplies ----
     @abstractmethod
@@ -170,11 +190,32 @@ class Pattern(ABC):
         later checks it here when given, and again when it runs)."""
 
     def _check_run(self, task: Any) -> None:
-        """Run-time checks (before any model call)."""
+        """Run-time checks of the task and the roster (before any model call)."""
         check_task(task, type(self).__name__)
 
-    def _output_rows(self, ctx: ChatContext) -> list[Message]:
-        return ctx.transcript.messages
+    def check(self, task: Any, *, checkpointed: bool | None = None) -> None:
+        """Refuse what this declaration cannot run, before any model call (the run object calls it).
+
+        Args:
+            task: The task a run would start from (its kind; a flow's variables).
+            checkpointed: Whether the run is checkpointed; None checks the task alone (a batch's
+                ``preflight``, ``check_task``), else the context policies too and, when True, what
+                a checkpoint needs (a flow's variables must be JSON-able).
+
+        Examples:
+            >>> from fsmchat import RoundRobinSwarm
+            >>> def echo(turn):
+            ...     return "ok"
+            >>> RoundRobinSwarm(agents=[echo]).check("")
+            Traceback (most recent call last):
+            ...
+            ValueError: RoundRobinSwarm.run(task): task must be a non-empty string, got ''
+        """
+        self._check_run(task)
+        if checkpointed is not None:
+            self._check_context()
+        if checkpointed:
+            self._check_checkpointed()
 
     # ---- the declaration, as the run (and a flow's PatternStep) reads it ----
     def __init_subclass__(cls, kind: str | None = None, config: type[PatternConfig] | None = None,
@@ -216,27 +257,17 @@ class Pattern(ABC):
 
     def output_of(self, ctx: Any) -> Any:
         """The output of the run whose context is ``ctx``, formatted per ``output_type``."""
-        return format_output(self._output_rows(ctx), self.output_type)
+        return format_output(ctx.transcript.messages, self.output_type)
 
     def calls_by_speaker(self) -> list[tuple[Any, int]]:
         """(speaker, the most calls it can be asked for in one run) for each participant, in order,
         then each summary writer of a ``Summarize`` policy with its most compactions."""
         calls = self._calls_by_speaker()
-        return calls + self._compaction_calls(calls)
-
-    def _compaction_calls(self, calls: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
-        """(summary writer, most compactions) of the speaking states with a compaction."""
         try:
             states = self._speaking_states(self.graph)
-        except (ValueError, TypeError):  # no roster yet: no speaking state
-            return []
-        return compaction_calls(states, calls, self.context_policy)
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What a checkpoint stores to recognise this pattern on resume: the kind, the graph's
-        structure (a hash of its states and edges, branches included), the speakers and their
-        models, the limits and the output type."""
-        return fingerprint(self)
+        except (ValueError, TypeError):  # no roster yet: no speaking state, so no compaction
+            return calls
+        return calls + compaction_calls(states, calls, self.context_policy)
 
     def fill_result(self, result: RunResult) -> RunResult:
         """Fill a run's ``result`` from its context when the run ends: transcript, calls, usage,
@@ -255,7 +286,8 @@ class Pattern(ABC):
     def graph(self) -> StateGraph:
         """The pattern's validated ``StateGraph`` (compiled on first use, again after a change):
         the graph that runs, renders and bounds the run."""
-        if self._graph is None:
+        config = getattr(self, "config", None)
+        if self._graph is None or self._compiled_for is not config:
             token = APPROVE_ALL.set(self.approve_tools)  # a flow's steps draw their tool loops as it compiles
             try:
                 g = self._compile()
@@ -272,12 +304,8 @@ class Pattern(ABC):
                 add_interrupts(g, self.interrupt_before, self.interrupt_after, self._wait_point, type(self).__name__)
             if self.limits is not None:
                 add_limit_edges(g, self.limits)
-            self._graph = g.validate()
+            self._graph, self._compiled_for = g.validate(), config
         return self._graph
-
-    def forget_graph(self) -> None:
-        """Drop the compiled graph (a config field changed): ``graph`` compiles it again on next use."""
-        self._graph = None
 
     def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
         """(state, who may speak in it) for each state of ``g`` where an agent produces a message:
@@ -342,17 +370,6 @@ class Pattern(ABC):
     def _check_checkpointed(self) -> None:
         """Checks of a checkpointed run, before any model call (a flow's variables must be JSON-able)."""
 
-    def _check_waits(self, checkpoint: Checkpointer | None) -> None:
-        """A run that may wait for a person must be checkpointed: refused now, before any call."""
-        if checkpoint is None:
-            waits = self.waits_for_people
-            if waits:
-                name = type(self).__name__
-                raise NeedsCheckpoint(f"{name}: checkpoint=None is invalid: this {name} waits for a person at "
-                                      f"{', '.join(waits)} (the run stops there until resumed with their answer), "
-                                      "so it must be checkpointed: pass checkpoint=SqliteCheckpointer('runs.db') "
-                                      "(MemoryCheckpointer() in tests, where fsmchat.testing.answer() answers)")
-
     # ---- display ----
     def _repr_fields(self) -> list[str]:
         """What ``repr`` shows between the parentheses (a pattern adds its own)."""
@@ -390,245 +407,7 @@ class Pattern(ABC):
         self._graph = None
         return self
 
-    def max_calls(self, *, requests: bool = False) -> int:
-        """The most model calls one run can make (worst case, from the pattern's limits); with
-        ``requests=True`` the most HTTP requests, each model-backed agent's own ``num_retries``
-        included (``max_model_calls`` caps requests). A turn of an agent with tools counts
-        ``1 + max_tool_rounds`` calls (``fsmchat.speakers.tools.calls_per_turn``)."""
-        return sum(n * calls_per_turn(s) * (1 + (getattr(s, "num_retries", 0) if requests and hasattr(s, "model") else 0))
-                   for s, n in self.calls_by_speaker() if not isinstance(s, Human))
-
-    @property
-    def _max_message_chars(self) -> int:
-        return PatternRun(self).max_message_chars
-
-    def _admit_task(self, task: str) -> tuple[str, int]:
-        """The task as it enters the run (lone surrogates repaired, so it can be stored; how many),
-        refused when longer than ``max_message_chars``: a message cap never cuts the user's own task."""
-        task, repaired = safe_text(task)
-        if len(task) > self._max_message_chars:
-            raise ValueError(f"{type(self).__name__}.run(task): the task has {len(task)} characters, over "
-                             f"max_message_chars={self._max_message_chars}; shorten it or raise the cap with "
-                             f"with_limits(max_message_chars=...)")
-        return task, repaired
-
-    def check_task(self, task: Any) -> tuple[str, int]:
-        """Refuse ``task`` before a run starts, with the error a run of it would raise.
-
-        The checks ``aexecute`` makes of the task before anything runs (one code path): a task of
-        the pattern's kind (a non-empty string; a flow's ``_check_run`` also checks its declared
-        variables) and no longer than ``max_message_chars`` (a message cap never cuts the user's own
-        task). ``fsmchat serve`` calls it before it accepts a run, so a refused task is 422, never
-        a 202 whose run then fails.
-
-        Args:
-            task: The task a run would start from.
-
-        Returns:
-            (the task as it enters the run, with lone surrogates repaired so it can be stored; how
-            many were repaired).
-
-        Raises:
-            ValueError: The task is empty, not a string (a flow's is a ``TypeError``), or longer
-                than ``max_message_chars``.
-
-        Examples:
-            >>> from fsmchat import RoundRobinSwarm
-            >>> def echo(turn):
-            ...     return "ok"
-            >>> swarm = RoundRobinSwarm(agents=[echo]).with_limits(max_message_chars=50)
-            >>> swarm.check_task("Plan the launch.")
-            ('Plan the launch.', 0)
-            >>> swarm.check_task("x" * 60)
-            Traceback (most recent call last):
-            ...
-            ValueError: RoundRobinSwarm.run(task): the task has 60 characters, over max_message_chars=50; shorten it or raise the cap with with_limits(max_message_chars=...)
-        """
-        self._check_run(task)
-        return self._admit_task(task)
-
-    def _check_limits(self) -> None:
-        lim = self.limits
-        if lim is not None and lim.refuse_over_bound and lim.max_model_calls is not None:
-            worst = self.max_calls()
-            if worst > lim.max_model_calls:
-                raise ValueError(f"{type(self).__name__}: a run can make up to {worst} model calls, over "
-                                 f"max_model_calls={lim.max_model_calls}; raise the budget or lower the limits "
-                                 "(refuse_over_bound=True refuses such runs up front)")
-
-    async def aexecute(self, task: str, *, observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
-                       checkpoint: Checkpointer | None = None, run_id: str | None = None,
-                       on_start: Sequence[Any] = (), on_token: Any = None, commit: str = DEFAULT_COMMIT) -> RunResult:
-        """Run once and return the ``RunResult`` (path, trace, stop reason, transcript, calls).
-        With ``checkpoint=`` every step is committed under ``run_id`` (a new id if None); the run
-        holds the id's lease meanwhile, so a concurrent run of the same id gets ``RunInProgress``.
-        ``commit`` says how (``"turn"``: a step that posted nothing and only did work that can be
-        done again rides along with the next step's commit, so a GroupChat turn is one commit;
-        ``"step"``: every step is its own commit); it is kept with the run, so its resumes and forks
-        commit the same way.
-        ``observers`` get each ``TraceEvent``, ``on_message`` each posted ``Message``, ``on_start``
-        the run's context before its first step (a live display reads ``ctx.stats`` from it),
-        ``on_token`` (a callable or a list of them) each ``TokenDelta`` of a reply and each
-        ``BidDelta`` of a GroupChat bid's message as the model writes it, and a ``StreamRetry`` when a
-        shown stream is asked again (the replies and bids then stream)."""
-        owner = type(self).__name__
-        check_checkpoint(checkpoint, owner)
-        check_commit(commit, owner, "checkpoint" if checkpoint is None else None)
-        check_run_id(run_id, owner)
-        observers, on_message, on_start = (check_hooks(observers, owner, "observers"),
-                                           check_hooks(on_message, owner, "on_message"),
-                                           check_hooks(on_start, owner, "on_start"))
-        tokens = check_token_hooks(on_token, owner)
-        task, repaired = self.check_task(task)
-        self._check_waits(checkpoint)
-        self._check_context()
-        if checkpoint is not None:
-            self._check_checkpointed()
-        self._check_limits()
-        run = PatternRun(self, checkpoint, run_id, on_cancel=self._keep_partial, on_token=tokens, commit=commit)
-        return await run.start(task, repaired, observers, on_message, on_start)
-
-    async def aresume(self, run_id: str, checkpoint: Checkpointer, *, input: Any = None,
-                      observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
-                      on_start: Sequence[Any] = (), on_token: Any = None) -> RunResult:
-        """Continue a checkpointed run from its last committed state; a finished run's result is
-        rebuilt from the checkpoint without calling any model. A run waiting for a person
-        (``stop_reason="interrupted"``) continues with ``input``, their answer (``Approve()``,
-        ``Edit(...)``, ``Reject(reason)``, ``Say(text)`` or a plain str), checked against what its
-        interrupt point allows (``result.pending.allowed``; ``InputNotAllowed`` otherwise); without
-        ``input`` its waiting result is returned and nothing runs. Refused, before anything is
-        written, when the run was checkpointed by another pattern (``CheckpointMismatch``), is
-        running elsewhere (``RunInProgress``), or got ``input`` without waiting (``NotWaiting``)."""
-        owner = f"{type(self).__name__}.resume"
-        check_resume(run_id, checkpoint, owner)
-        observers, on_message, on_start = (check_hooks(observers, owner, "observers"),
-                                           check_hooks(on_message, owner, "on_message"),
-                                           check_hooks(on_start, owner, "on_start"))
-        tokens = check_token_hooks(on_token, owner)
-        run = PatternRun(self, checkpoint, run_id, on_cancel=self._keep_partial, on_token=tokens)
-        return await run.resume(input, observers, on_message, on_start)
-
-    def resume(self, run_id: str, checkpoint: Checkpointer, *, input: Any = None) -> RunResult:
-        """Synchronous ``aresume`` (``input``: a waiting run's answer)."""
-        return self._sync(lambda: self.aresume(run_id, checkpoint, input=input))
-
-    def _keep_partial(self, partial: RunResult) -> None:
-        self._last_partial = partial
-
-    def _sync(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """``run_sync``, keeping the transcript so far on a Ctrl-C (KeyboardInterrupt)."""
-        self._last_partial = None
-        try:
-            return run_sync(make)
-        except KeyboardInterrupt as exc:
-            if self._last_partial is not None:
-                attach_result(exc, self._last_partial)
-            raise
-
-    def execute(self, task: str, **kw: Any) -> RunResult:
-        """Run once (sync) and return the ``RunResult``; the keywords are ``aexecute``'s."""
-        check_keywords(kw, RUN_KEYWORDS, f"{type(self).__name__}.execute")
-        return self._sync(lambda: self.aexecute(task, **kw))
-
-    async def arun(self, task: str, **kw: Any) -> Any:
-        """Run once; return the output per ``output_type``. A failure is re-raised with the run's
-        result (transcript so far) as ``exc.fsmchat_result``."""
-        check_keywords(kw, RUN_KEYWORDS, f"{type(self).__name__}.arun")
-        result = await self.aexecute(task, **kw)
-        if result.error is not None:
-            raise attach_result(result.error, result)
-        return result.output
-
-    def run(self, task: str, *args: Any, **kwargs: Any) -> Any:
-        """Run once (sync); the keywords are ``aexecute``'s (``checkpoint=``, ``run_id=``, ...), checked
-        like the constructor's (an unknown one is a ``ConfigTypeError``: ``chekpoint=`` gets "did you
-        mean checkpoint?"). Positional arguments swarms forwards to each agent's ``run()`` have
-        no meaning here and are ignored."""
-        check_keywords(kwargs, RUN_KEYWORDS, f"{type(self).__name__}.run")
-        return self._sync(lambda: self.arun(task, **kwargs))
-
-    def preflight(self, tasks: Sequence[Any], *, credentials: bool = True) -> None:
-        """Refuse a batch before any model call: each task (the checks ``run`` makes), the limits
-        (a worst-case bound over ``max_model_calls``) and, with ``credentials``, the model keys the
-        runs need (checked once, on the first task's context). ``fsmchat.patterns.distributed`` calls it."""
-        for t in tasks:
-            self._check_run(t)
-        self._check_limits()
-        if credentials and tasks:
-            self.new_context(tasks[0]).stats.preflight()
-
-    async def arun_batch(self, tasks: Sequence[str], max_concurrency: int = 16, *,
-                         progress: bool | None = False) -> list[Any]:
-        """``run_batch`` in async code (``progress``: as there, but off unless asked for)."""
-        tasks = check_batch(tasks, max_concurrency, type(self).__name__)
-        for t in tasks:
-            self._check_run(t)
-        if tasks:  # missing keys: one error for the whole batch, before any run starts
-            self.new_context(tasks[0]).stats.preflight()
-        gate = asyncio.Semaphore(max_concurrency)
-        bar = ProgressBar(len(tasks), progress, f"{type(self).__name__} batch")
-
-        async def one(t: str) -> Any:
-            async with gate:
-                try:
-                    out = await self.arun(t)
-                except BaseException:
-                    bar.add(0, 1)
-                    raise
-                bar.add(1, 0)
-                return out
-
-        try:
-            with batch_collector(len(tasks)):
-                return list(await asyncio.gather(*(one(t) for t in tasks)))
-        finally:
-            bar.close()
-
-    def run_batch(self, tasks: Sequence[str], max_concurrency: int = 16, *, executor: str = "local",
-                  address: str | None = None, max_concurrency_per_worker: int | None = None,
-                  checkpoint_dir: Any = None, progress: bool | None = None, commit: str = DEFAULT_COMMIT,
-                  **options: Any) -> list[Any]:
-        """One independent run per task, run concurrently (bounded); results in task order.
-
-        ``progress``: a progress bar on stderr (done/total, failed, elapsed, ETA); by default shown
-        when stderr is a terminal, ``progress=False`` hides it, ``True`` forces it.
-        ``executor="ray"`` shards the tasks over Ray workers (``address=None`` starts a local Ray,
-        ``"auto"``/``"ray://host:10001"`` joins a cluster), each running ``max_concurrency_per_worker``
-        at once; a failed task's slot holds a ``TaskFailure`` instead of losing the batch. With
-        ``checkpoint_dir`` every run is checkpointed (``commit``: how, as for ``aexecute``) and a
-        re-run skips the finished ones. More options (``workers``, ``on_progress``, ...):
-        ``fsmchat.patterns.distributed.execute_batch``."""
-        tasks = check_batch(tasks, max_concurrency, type(self).__name__)
-        check_commit(commit, f"{type(self).__name__}.run_batch", "checkpoint_dir" if checkpoint_dir is None else None)
-        show = progress_wanted(progress)
-        if executor == "local" and checkpoint_dir is None and address is None and not options:
-            return self._sync(lambda: self.arun_batch(list(tasks), max_concurrency, progress=show))
-        from . import distributed  # checkpointed and Ray batches only: a plain run never loads them
-
-        return distributed.run_batch(self, tasks, executor=executor, address=address, checkpoint_dir=checkpoint_dir,
-                                     max_concurrency_per_worker=max_concurrency_per_worker or max_concurrency,
-                                     progress=show, commit=commit, **options)
-
     def to_config(self) -> Any:
         """This pattern as a JSON-able pydantic model (``fsmchat.config``); ``from_config`` rebuilds it.
         Secrets are left out; a lambda or closure anywhere raises ``TypeError``."""
         return to_config(self)
-
-    def stream(self, task: str, *, tokens: bool = False) -> RunStream:
-        """The run's trace events and posted messages as they happen, then the final ``RunResult``:
-        ``async for item in pattern.stream(task)`` in async code, ``for item in pattern.stream(task)``
-        in a script (the run then goes on its own event loop in a worker thread). Leaving the loop
-        early cancels the run. With ``tokens=True`` the replies stream: each reply's ``TokenDelta``s
-        come before its ``Message`` (and a ``StreamRetry`` when a shown stream is asked again). A
-        GroupChat's bids stream too: each bidder's message as ``BidDelta``s while its ``respond``
-        call's arguments arrive, before the round closes (the round is decided by the whole bids)."""
-        if not isinstance(tokens, bool):
-            raise ConfigTypeError(f"{type(self).__name__}.stream: tokens={tokens!r} is invalid: True (the replies' "
-                                  "token deltas too) or False (trace events and messages only)")
-        return RunStream(lambda sink: self.aexecute(task, observers=[sink], on_message=[sink],
-                                                    on_token=sink if tokens else None),
-                         f"{type(self).__name__}.stream")
-
-    def astream(self, task: str, *, tokens: bool = False) -> AsyncIterator[Any]:
-        """``stream(task)`` as an async iterator (LangGraph's ``astream`` spelling)."""
-        return aiter(self.stream(task, tokens=tokens))

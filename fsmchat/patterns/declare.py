@@ -14,6 +14,7 @@ number rule, also re-exported here: ``Annotated[int, Count(1)]`` for a count,
 """
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Annotated, Any, Sequence
 
@@ -106,8 +107,8 @@ class PatternConfig(BaseModel):
 
 
 class ConfigField:
-    """A pattern attribute that is a field of its model: read from ``pattern.config`` and written
-    to it (validated; the graph is compiled again on next use)."""
+    """A pattern attribute that is a field of its model: read from ``pattern.config``; written as
+    a new config with the field set (validated), so the graph is compiled again on next use."""
 
     def __init__(self, name: str):
         self.name = name
@@ -118,8 +119,9 @@ class ConfigField:
         return getattr(obj.config, self.name)
 
     def __set__(self, obj: Any, value: Any) -> None:
-        obj.config.assign(type(obj).__name__, self.name, value)
-        obj.forget_graph()
+        config = copy.copy(obj.config)
+        config.assign(type(obj).__name__, self.name, value)
+        obj.config = config  # a new config: the pattern's graph is compiled again on next use
 
 
 def field_parameters(model: type[BaseModel]) -> list[inspect.Parameter]:

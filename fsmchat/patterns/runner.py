@@ -1,11 +1,14 @@
-"""Layer 15, patterns: one run of a pattern, from its start (or its resume) to its ``RunResult``.
+"""Layer 15, patterns: the run object, every way a pattern runs, from its arguments to its ``RunResult``.
 
-A ``Pattern`` is a declaration (its config, its graph, its context, its calls by speaker); a
-``PatternRun`` is one run of it, the way ``fsmchat.engine.GraphRun`` is one run of a graph: it
-takes the run's lease, starts or resumes the checkpoint (checking the stored fingerprint),
-drives the engine, and fills the result. ``FailedRuns`` collects the failed runs of a block of
-code for whoever asks (``fsmchat run`` does, so a script that ignores ``result.error`` still
-exits non-zero).
+A ``Pattern`` is a declaration (its config, its graph, its context, its calls by speaker) and
+runs nothing itself; a ``PatternRun`` is one run of it, the way ``fsmchat.engine.GraphRun`` is one
+run of a graph. It owns the run API (``run``, ``arun``, ``execute``, ``aexecute``, ``resume``,
+``aresume``, ``stream``, ``astream``, ``run_batch``, ``arun_batch``, ``preflight``, ``check_task``,
+``max_calls``) and the checks of their arguments, then takes the run's lease, starts or resumes
+the checkpoint (checking the stored fingerprint), drives the engine, and fills the result. A
+pattern reaches that API through ``RunMethod`` attributes: ``pattern.run`` is ``PatternRun(pattern).run``.
+``FailedRuns`` collects the failed runs of a block of code for whoever asks (``fsmchat run`` does,
+so a script that ignores ``result.error`` still exits non-zero).
 """
 from __future__ import annotations
 
@@ -15,24 +18,33 @@ import contextvars
 import copy
 import hashlib
 import json
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from types import MethodType
+from typing import (Any, AsyncIterator, Callable, Concatenate, Coroutine, Generic, Iterator, ParamSpec, Protocol,
+                    Sequence, TypeVar, overload)
 
-from ..engine import run_graph
-from ..errors import attach_result, result_of
+from ..checks import RUN_KEYWORDS, check_batch, check_hooks, check_keywords, check_run_id, check_token_hooks
+from ..engine import batch_collector, run_graph, run_sync
+from ..errors import ConfigTypeError, attach_result, result_of
 from ..graph.render import drawing_data
 from ..graph.state_graph import StateGraph
 from ..limits import Limits, start_clock
 from ..masking import redact
-from ..models import MAX_MESSAGE_CHARS, Message, RunResult, StopReason
+from ..models import MAX_MESSAGE_CHARS, Message, RunResult, StopReason, safe_text
+from .progress import ProgressBar, progress_wanted
 from ..speakers.agent import mask_secrets
-from ..speakers.human import NotWaiting, check_input, pending_of, waiting_for
+from ..speakers.human import Human, NeedsCheckpoint, NotWaiting, check_input, pending_of, waiting_for
 from ..speakers.llm import TOKENS
 from ..speakers.providers import load_litellm
 from ..speakers.tool_loop import loop_of
+from ..speakers.tools import calls_per_turn
 from ..store.checkpoint import (COMMIT_MODES, DEFAULT_COMMIT, RUN_META, Checkpointer, CheckpointMismatch, Lease,
-                                Recorder, new_run_id)
+                                Recorder, check_checkpoint, check_commit, check_resume, new_run_id)
+from .streaming import RunStream
 
 Hook = Callable[..., Any]
+T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class RunnablePattern(Protocol):
@@ -58,6 +70,15 @@ class RunnablePattern(Protocol):
     def with_limits(self, limits: Limits | None = None, **kw: Any) -> Any: ...
 
     def fill_result(self, result: RunResult) -> RunResult: ...
+
+    def check(self, task: Any, *, checkpointed: bool | None = None) -> None: ...
+
+    @property
+    def waits_for_people(self) -> list[str]: ...
+
+    def max_calls(self, *, requests: bool = False) -> int: ...
+
+    async def arun(self, task: str, **kw: Any) -> Any: ...
 
 
 def set_pending(result: RunResult) -> None:
@@ -156,11 +177,30 @@ def token_sink(hooks: Sequence[Hook]) -> Callable[[Any], None]:
     return sink
 
 
+PARTIAL: contextvars.ContextVar[dict[int, RunResult] | None] = contextvars.ContextVar("fsmchat_partial", default=None)
+
+
+def keep_partial(pattern: object) -> Callable[[RunResult], None]:
+    """What a run of ``pattern`` does with its partial result when cancelled: it keeps it for the
+    synchronous call around it (``PatternRun.sync``), which attaches it to the ``KeyboardInterrupt``."""
+    kept = PARTIAL.get()
+
+    def keep(partial: RunResult) -> None:
+        if kept is not None:
+            kept[id(pattern)] = partial
+
+    return keep
+
+
 class PatternRun:
-    """One run of ``pattern``: ``start`` a task or ``resume`` a checkpointed run, then drive the
-    engine to the ``RunResult``. The pattern's arguments are checked before (``Pattern.aexecute``,
-    ``Pattern.aresume``); a run checks what only the run knows (the stored fingerprint, the
-    answer a waiting run gets).
+    """The run object of ``pattern``: the run API and its checks, then one run, to its ``RunResult``.
+
+    ``PatternRun(pattern)`` is what ``pattern.run``, ``pattern.execute``, ``pattern.stream``... call
+    (``RunMethod``): it checks their arguments (the hooks, the checkpoint, the run id, the task,
+    the pattern's own ``check``, the limits) before any model call, then hands the run to a fresh
+    ``PatternRun`` with its checkpoint, which starts the task (``start``) or continues a
+    checkpointed run (``resume_stored``) and drives the engine. A run checks what only the run
+    knows (the stored fingerprint, the answer a waiting run gets).
 
     Args:
         pattern: The pattern to run.
@@ -192,6 +232,255 @@ class PatternRun:
     def max_message_chars(self) -> int:
         limits = self.pattern.limits
         return limits.max_message_chars if limits is not None else MAX_MESSAGE_CHARS
+
+    # ---- the run API (``pattern.run`` is ``PatternRun(pattern).run``: ``RunMethod``) ----
+    async def aexecute(self, /, task: str, *, observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
+                       checkpoint: Checkpointer | None = None, run_id: str | None = None,
+                       on_start: Sequence[Any] = (), on_token: Any = None, commit: str = DEFAULT_COMMIT) -> RunResult:
+        """Run once and return the ``RunResult`` (path, trace, stop reason, transcript, calls).
+        With ``checkpoint=`` every step is committed under ``run_id`` (a new id if None); the run
+        holds the id's lease meanwhile, so a concurrent run of the same id gets ``RunInProgress``.
+        ``commit`` says how (``"turn"``: a step that posted nothing and only did work that can be
+        done again rides along with the next step's commit, so a GroupChat turn is one commit;
+        ``"step"``: every step is its own commit); it is kept with the run, so its resumes and forks
+        commit the same way.
+        ``observers`` get each ``TraceEvent``, ``on_message`` each posted ``Message``, ``on_start``
+        the run's context before its first step (a live display reads ``ctx.stats`` from it),
+        ``on_token`` (a callable or a list of them) each ``TokenDelta`` of a reply and each
+        ``BidDelta`` of a GroupChat bid's message as the model writes it, and a ``StreamRetry`` when a
+        shown stream is asked again (the replies and bids then stream)."""
+        owner = self.owner
+        check_checkpoint(checkpoint, owner)
+        check_commit(commit, owner, "checkpoint" if checkpoint is None else None)
+        check_run_id(run_id, owner)
+        observers, on_message, on_start = (check_hooks(observers, owner, "observers"),
+                                           check_hooks(on_message, owner, "on_message"),
+                                           check_hooks(on_start, owner, "on_start"))
+        tokens = check_token_hooks(on_token, owner)
+        self.pattern.check(task, checkpointed=checkpoint is not None)
+        task, repaired = self.admit(task)
+        self.check_waits(checkpoint)
+        self.check_limits()
+        run = PatternRun(self.pattern, checkpoint, run_id, on_cancel=keep_partial(self.pattern), on_token=tokens,
+                         commit=commit)
+        return await run.start(task, repaired, observers, on_message, on_start)
+
+    async def aresume(self, /, run_id: str, checkpoint: Checkpointer, *, input: Any = None,
+                      observers: Sequence[Any] = (), on_message: Sequence[Any] = (),
+                      on_start: Sequence[Any] = (), on_token: Any = None) -> RunResult:
+        """Continue a checkpointed run from its last committed state; a finished run's result is
+        rebuilt from the checkpoint without calling any model. A run waiting for a person
+        (``stop_reason="interrupted"``) continues with ``input``, their answer (``Approve()``,
+        ``Edit(...)``, ``Reject(reason)``, ``Say(text)`` or a plain str), checked against what its
+        interrupt point allows (``result.pending.allowed``; ``InputNotAllowed`` otherwise); without
+        ``input`` its waiting result is returned and nothing runs. Refused, before anything is
+        written, when the run was checkpointed by another pattern (``CheckpointMismatch``), is
+        running elsewhere (``RunInProgress``), or got ``input`` without waiting (``NotWaiting``)."""
+        owner = f"{self.owner}.resume"
+        check_resume(run_id, checkpoint, owner)
+        observers, on_message, on_start = (check_hooks(observers, owner, "observers"),
+                                           check_hooks(on_message, owner, "on_message"),
+                                           check_hooks(on_start, owner, "on_start"))
+        tokens = check_token_hooks(on_token, owner)
+        run = PatternRun(self.pattern, checkpoint, run_id, on_cancel=keep_partial(self.pattern), on_token=tokens)
+        return await run.resume_stored(input, observers, on_message, on_start)
+
+    def resume(self, /, run_id: str, checkpoint: Checkpointer, *, input: Any = None) -> RunResult:
+        """Synchronous ``aresume`` (``input``: a waiting run's answer)."""
+        return self.sync(lambda: self.aresume(run_id, checkpoint, input=input))
+
+    def execute(self, /, task: str, **kw: Any) -> RunResult:
+        """Run once (sync) and return the ``RunResult``; the keywords are ``aexecute``'s."""
+        check_keywords(kw, RUN_KEYWORDS, f"{self.owner}.execute")
+        return self.sync(lambda: self.aexecute(task, **kw))
+
+    async def arun(self, /, task: str, **kw: Any) -> Any:
+        """Run once; return the output per ``output_type``. A failure is re-raised with the run's
+        result (transcript so far) as ``exc.fsmchat_result``."""
+        check_keywords(kw, RUN_KEYWORDS, f"{self.owner}.arun")
+        result = await self.aexecute(task, **kw)
+        if result.error is not None:
+            raise attach_result(result.error, result)
+        return result.output
+
+    def run(self, /, task: str, *args: Any, **kwargs: Any) -> Any:
+        """Run once (sync); the keywords are ``aexecute``'s (``checkpoint=``, ``run_id=``, ...), checked
+        like the constructor's (an unknown one is a ``ConfigTypeError``: ``chekpoint=`` gets "did you
+        mean checkpoint?"). Positional arguments swarms forwards to each agent's ``run()`` have
+        no meaning here and are ignored."""
+        check_keywords(kwargs, RUN_KEYWORDS, f"{self.owner}.run")
+        return self.sync(lambda: self.pattern.arun(task, **kwargs))  # a pattern may say what a run returns (a flow)
+
+    def stream(self, /, task: str, *, tokens: bool = False) -> RunStream:
+        """The run's trace events and posted messages as they happen, then the final ``RunResult``:
+        ``async for item in pattern.stream(task)`` in async code, ``for item in pattern.stream(task)``
+        in a script (the run then goes on its own event loop in a worker thread). Leaving the loop
+        early cancels the run. With ``tokens=True`` the replies stream: each reply's ``TokenDelta``s
+        come before its ``Message`` (and a ``StreamRetry`` when a shown stream is asked again). A
+        GroupChat's bids stream too: each bidder's message as ``BidDelta``s while its ``respond``
+        call's arguments arrive, before the round closes (the round is decided by the whole bids)."""
+        if not isinstance(tokens, bool):
+            raise ConfigTypeError(f"{self.owner}.stream: tokens={tokens!r} is invalid: True (the replies' "
+                                  "token deltas too) or False (trace events and messages only)")
+        return RunStream(lambda sink: self.aexecute(task, observers=[sink], on_message=[sink],
+                                                    on_token=sink if tokens else None),
+                         f"{self.owner}.stream")
+
+    def astream(self, /, task: str, *, tokens: bool = False) -> AsyncIterator[Any]:
+        """``stream(task)`` as an async iterator (LangGraph's ``astream`` spelling)."""
+        return aiter(self.stream(task, tokens=tokens))
+
+    def preflight(self, /, tasks: Sequence[Any], *, credentials: bool = True) -> None:
+        """Refuse a batch before any model call: each task (the checks ``run`` makes), the limits
+        (a worst-case bound over ``max_model_calls``) and, with ``credentials``, the model keys the
+        runs need (checked once, on the first task's context). ``fsmchat.patterns.distributed`` calls it."""
+        for t in tasks:
+            self.pattern.check(t)
+        self.check_limits()
+        if credentials and tasks:
+            self.pattern.new_context(tasks[0]).stats.preflight()
+
+    async def arun_batch(self, /, tasks: Sequence[str], max_concurrency: int = 16, *,
+                         progress: bool | None = False) -> list[Any]:
+        """``run_batch`` in async code (``progress``: as there, but off unless asked for)."""
+        tasks = check_batch(tasks, max_concurrency, self.owner)
+        for t in tasks:
+            self.pattern.check(t)
+        if tasks:  # missing keys: one error for the whole batch, before any run starts
+            self.pattern.new_context(tasks[0]).stats.preflight()
+        gate = asyncio.Semaphore(max_concurrency)
+        bar = ProgressBar(len(tasks), progress, f"{self.owner} batch")
+
+        async def one(t: str) -> Any:
+            async with gate:
+                try:
+                    out = await self.pattern.arun(t)
+                except BaseException:
+                    bar.add(0, 1)
+                    raise
+                bar.add(1, 0)
+                return out
+
+        try:
+            with batch_collector(len(tasks)):
+                return list(await asyncio.gather(*(one(t) for t in tasks)))
+        finally:
+            bar.close()
+
+    def run_batch(self, /, tasks: Sequence[str], max_concurrency: int = 16, *, executor: str = "local",
+                  address: str | None = None, max_concurrency_per_worker: int | None = None,
+                  checkpoint_dir: Any = None, progress: bool | None = None, commit: str = DEFAULT_COMMIT,
+                  **options: Any) -> list[Any]:
+        """One independent run per task, run concurrently (bounded); results in task order.
+
+        ``progress``: a progress bar on stderr (done/total, failed, elapsed, ETA); by default shown
+        when stderr is a terminal, ``progress=False`` hides it, ``True`` forces it.
+        ``executor="ray"`` shards the tasks over Ray workers (``address=None`` starts a local Ray,
+        ``"auto"``/``"ray://host:10001"`` joins a cluster), each running ``max_concurrency_per_worker``
+        at once; a failed task's slot holds a ``TaskFailure`` instead of losing the batch. With
+        ``checkpoint_dir`` every run is checkpointed (``commit``: how, as for ``aexecute``) and a
+        re-run skips the finished ones. More options (``workers``, ``on_progress``, ...):
+        ``fsmchat.patterns.distributed.execute_batch``."""
+        tasks = check_batch(tasks, max_concurrency, self.owner)
+        check_commit(commit, f"{self.owner}.run_batch", "checkpoint_dir" if checkpoint_dir is None else None)
+        show = progress_wanted(progress)
+        if executor == "local" and checkpoint_dir is None and address is None and not options:
+            return self.sync(lambda: self.arun_batch(list(tasks), max_concurrency, progress=show))
+        from . import distributed  # checkpointed and Ray batches only: a plain run never loads them
+
+        return distributed.run_batch(self.pattern, tasks, executor=executor, address=address,
+                                     checkpoint_dir=checkpoint_dir,
+                                     max_concurrency_per_worker=max_concurrency_per_worker or max_concurrency,
+                                     progress=show, commit=commit, **options)
+
+    def max_calls(self, /, *, requests: bool = False) -> int:
+        """The most model calls one run can make (worst case, from the pattern's limits); with
+        ``requests=True`` the most HTTP requests, each model-backed agent's own ``num_retries``
+        included (``max_model_calls`` caps requests). A turn of an agent with tools counts
+        ``1 + max_tool_rounds`` calls (``fsmchat.speakers.tools.calls_per_turn``)."""
+        return sum(n * calls_per_turn(s) * (1 + (getattr(s, "num_retries", 0) if requests and hasattr(s, "model") else 0))
+                   for s, n in self.pattern.calls_by_speaker() if not isinstance(s, Human))
+
+    def check_task(self, /, task: Any) -> tuple[str, int]:
+        """Refuse ``task`` before a run starts, with the error a run of it would raise.
+
+        The checks ``aexecute`` makes of the task before anything runs (one code path): a task of
+        the pattern's kind (a non-empty string; a flow's ``_check_run`` also checks its declared
+        variables) and no longer than ``max_message_chars`` (a message cap never cuts the user's own
+        task). ``fsmchat serve`` calls it before it accepts a run, so a refused task is 422, never
+        a 202 whose run then fails.
+
+        Args:
+            task: The task a run would start from.
+
+        Returns:
+            (the task as it enters the run, with lone surrogates repaired so it can be stored; how
+            many were repaired).
+
+        Raises:
+            ValueError: The task is empty, not a string (a flow's is a ``TypeError``), or longer
+                than ``max_message_chars``.
+
+        Examples:
+            >>> from fsmchat import RoundRobinSwarm
+            >>> def echo(turn):
+            ...     return "ok"
+            >>> swarm = RoundRobinSwarm(agents=[echo]).with_limits(max_message_chars=50)
+            >>> swarm.check_task("Plan the launch.")
+            ('Plan the launch.', 0)
+            >>> swarm.check_task("x" * 60)
+            Traceback (most recent call last):
+            ...
+            ValueError: RoundRobinSwarm.run(task): the task has 60 characters, over max_message_chars=50; shorten it or raise the cap with with_limits(max_message_chars=...)
+        """
+        self.pattern.check(task)
+        return self.admit(task)
+
+    # ---- what the run API checks before any model call ----
+    def admit(self, task: str) -> tuple[str, int]:
+        """The task as it enters the run (lone surrogates repaired, so it can be stored; how many),
+        refused when longer than ``max_message_chars``: a message cap never cuts the user's own task."""
+        task, repaired = safe_text(task)
+        if len(task) > self.max_message_chars:
+            raise ValueError(f"{self.owner}.run(task): the task has {len(task)} characters, over "
+                             f"max_message_chars={self.max_message_chars}; shorten it or raise the cap with "
+                             f"with_limits(max_message_chars=...)")
+        return task, repaired
+
+    def check_waits(self, checkpoint: Checkpointer | None) -> None:
+        """A run that may wait for a person must be checkpointed: refused now, before any call."""
+        if checkpoint is None:
+            waits = self.pattern.waits_for_people
+            if waits:
+                name = self.owner
+                raise NeedsCheckpoint(f"{name}: checkpoint=None is invalid: this {name} waits for a person at "
+                                      f"{', '.join(waits)} (the run stops there until resumed with their answer), "
+                                      "so it must be checkpointed: pass checkpoint=SqliteCheckpointer('runs.db') "
+                                      "(MemoryCheckpointer() in tests, where fsmchat.testing.answer() answers)")
+
+    def check_limits(self) -> None:
+        """A worst-case bound over ``max_model_calls`` is refused when ``refuse_over_bound`` says so."""
+        lim = self.pattern.limits
+        if lim is not None and lim.refuse_over_bound and lim.max_model_calls is not None:
+            worst = self.pattern.max_calls()
+            if worst > lim.max_model_calls:
+                raise ValueError(f"{self.owner}: a run can make up to {worst} model calls, over "
+                                 f"max_model_calls={lim.max_model_calls}; raise the budget or lower the limits "
+                                 "(refuse_over_bound=True refuses such runs up front)")
+
+    def sync(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``run_sync``, keeping the transcript so far on a Ctrl-C (KeyboardInterrupt)."""
+        kept: dict[int, RunResult] = {}
+        token = PARTIAL.set(kept)
+        try:
+            return run_sync(make)
+        except KeyboardInterrupt as exc:
+            partial = kept.get(id(self.pattern))
+            if partial is not None:
+                attach_result(exc, partial)
+            raise
+        finally:
+            PARTIAL.reset(token)
 
     # ---- start ----
     async def start(self, task: str, repaired: int, observers: Sequence[Hook], on_message: Sequence[Hook],
@@ -226,8 +515,8 @@ class PatternRun:
         return out
 
     # ---- resume ----
-    async def resume(self, input: Any, observers: Sequence[Hook], on_message: Sequence[Hook],
-                     on_start: Sequence[Hook]) -> RunResult:
+    async def resume_stored(self, input: Any, observers: Sequence[Hook], on_message: Sequence[Hook],
+                            on_start: Sequence[Hook]) -> RunResult:
         """Continue the checkpointed run from its last committed state (``Pattern.aresume`` says how)."""
         checkpoint, run_id = self.checkpoint, self.run_id
         assert checkpoint is not None and run_id is not None, "a resume needs the run's checkpoint and id"
@@ -236,7 +525,7 @@ class PatternRun:
         self.commit = self.commit_of(saved.meta)
         forked = self.with_run_limits(saved.meta)
         if forked is not None:  # a fork changed the run's limits: a copy of the pattern runs with them
-            return await forked.resume(input, observers, on_message, on_start)
+            return await forked.resume_stored(input, observers, on_message, on_start)
         answer = self.answer_for(saved, input)
         if saved.finished or (saved.stop_reason == StopReason.INTERRUPTED and answer is None):
             return self.rebuild(saved)
@@ -383,3 +672,41 @@ class PatternRun:
         set_pending(result)
         run_finished(result)
         return result
+
+
+class RunMethod(Generic[P, R]):
+    """A method of the run API as a pattern's attribute: ``pattern.run`` is ``PatternRun(pattern).run``.
+
+    The run API is written once, on ``PatternRun``; ``Pattern`` names each of its spellings with one
+    of these (``run = RunMethod(PatternRun.run)``), so a pattern declares its graph and runs nothing
+    itself, and ``pattern.run(task)`` keeps its signature, its docstring and its types. On the
+    class it is the ``PatternRun`` function (``help(GroupChat.run)``); a subclass may still define a
+    method of the same name (a flow's ``arun`` returns its dict).
+
+    Args:
+        method: The ``PatternRun`` method (its ``self`` positional-only).
+
+    Examples:
+        >>> from fsmchat import RoundRobinSwarm
+        >>> from fsmchat.patterns.runner import PatternRun
+        >>> def echo(turn):
+        ...     return "ok"
+        >>> RoundRobinSwarm.run is PatternRun.run, RoundRobinSwarm(agents=[echo]).run("Hi.")
+        (True, 'ok')
+    """
+
+    def __init__(self, method: Callable[Concatenate[PatternRun, P], R]) -> None:
+        self.method = method
+
+    @overload
+    def __get__(self, pattern: None, owner: type) -> Callable[Concatenate[PatternRun, P], R]: ...
+
+    @overload
+    def __get__(self, pattern: RunnablePattern, owner: type) -> Callable[P, R]: ...
+
+    def __get__(self, pattern: RunnablePattern | None,
+                owner: type) -> Callable[Concatenate[PatternRun, P], R] | Callable[P, R]:
+        if pattern is None:
+            return self.method
+        bound: Callable[P, R] = MethodType(self.method, PatternRun(pattern))
+        return bound

@@ -8,7 +8,7 @@ import math
 import os
 import unicodedata
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Sequence
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, \
     model_validator
@@ -24,6 +24,7 @@ from .images import image_part
 from .log_secrets import is_secret
 from .respond import RESPOND_TOOL, RESPOND_TOOL_CHOICE, BidOutcome, bid_from_arguments, parse_bid, \
     respond_response_format, silent
+from .speaker import Speaker as Speaker  # the protocol every participant meets (imported from here too)
 from .tool_loop import ToolLoop, direct_loop
 from .tools import DEFAULT_MAX_PARALLEL_TOOLS, DEFAULT_MAX_TOOL_ROUNDS, Tool, ToolError, as_tool_entry, has_tools, \
     is_schema_dict
@@ -668,20 +669,6 @@ class CallableSpeaker:
         if isinstance(out, tuple) and len(out) == 2:
             return bid_from_arguments({"score": out[0], "message": out[1]})
         return silent(f"callable returned {type(out).__name__}, not a Bid")
-
-
-@runtime_checkable
-class Speaker(Protocol):
-    """What the engine and the patterns call on a participant (an ``Agent``, a ``CallableSpeaker``,
-    a ``Human``, or anything of your own with these): its ``name`` (its transcript role), a reply to
-    a turn, and a bid (GroupChat)."""
-
-    @property
-    def name(self) -> str: ...
-
-    async def reply(self, turn: Turn) -> str: ...
-
-    async def bid(self, turn: Turn) -> BidOutcome: ...
 
 
 def as_speaker(x: Any) -> Speaker:

@@ -46,6 +46,7 @@ from ..errors import ConfigError, ContextTooLong, invalid_config
 from ..models import Message
 from . import modelmap, tokens
 from .providers import get_litellm, own_handler, resolve_model
+from .speaker import Speaker
 from .wire import sent_messages
 
 SUMMARY_ROLE = "Summary"
@@ -209,7 +210,7 @@ def scoped(action: Any, policy: ContextPolicy) -> Any:
     return speaking
 
 
-def policy_of(speaker: Any, pattern: ContextPolicy | None) -> ContextPolicy:
+def policy_of(speaker: Speaker, pattern: ContextPolicy | None) -> ContextPolicy:
     """The policy ``speaker``'s calls follow: its own ``context``, else the pattern's, else ``"full"``."""
     own = getattr(speaker, "context", None)
     return own if own is not None else (pattern if pattern is not None else "full")
@@ -285,7 +286,7 @@ def count_tokens(model: str, messages: Sequence[dict[str, Any]], tools: Sequence
                                            tool_choice=choice))
 
 
-def input_limit(speaker: Any) -> tuple[int, str] | None:
+def input_limit(speaker: Speaker) -> tuple[int, str] | None:
     """(the input limit of ``speaker``'s model, where it comes from), or None when unknown:
     ``Agent(max_input_tokens=N)``, else ``max_input_tokens`` of litellm's model map."""
     declared = getattr(speaker, "max_input_tokens", None)
@@ -301,7 +302,7 @@ def input_limit(speaker: Any) -> tuple[int, str] | None:
     return None
 
 
-def active_policy(speaker: Any) -> ContextPolicy:
+def active_policy(speaker: Speaker) -> ContextPolicy:
     """The policy ``speaker``'s call follows now: its own, else the speaking state's pattern's
     (``ACTIVE``), else ``"full"``."""
     state = ACTIVE.get()

@@ -35,7 +35,7 @@ import contextvars
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, Sequence
 
 from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
@@ -45,8 +45,12 @@ from . import llm
 from .handoff import HandoffCall, find_handoff, handoffs_of
 from .human import USER, Approve, Edit, Reject, Say, request
 from .respond import BidOutcome, bid_from_arguments, silent
+from .speaker import Speaker, ToolSpeaker, tooled
 from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, changed_tools, has_tools, \
     is_schema_dict, json_bidder_with_tools, needs_approval, tool_digest
+
+if TYPE_CHECKING:  # the turn a speaker is given is the agent module's (which imports this one)
+    from .agent import Turn
 
 
 class ToolRound(FsmchatError):
@@ -165,7 +169,7 @@ def _calls_of(message: Any) -> list[tuple[str, str, Any]]:
     return out
 
 
-def note_offline_unmatched(speaker: Any, turn: Any, tools: Sequence[Tool]) -> None:
+def note_offline_unmatched(speaker: ToolSpeaker, turn: Turn, tools: Sequence[Tool]) -> None:
     """The offline model answered a turn it was offered ``tools`` in without calling one (none of
     their words matched what it was asked): an ``offline_no_tool_call`` event (``agent``,
     ``tools``: their names, ``request``: the first words of what was asked), which ``fsmchat run``
@@ -200,7 +204,7 @@ class ToolLoop:
         self.used = False
         self.last: dict[str, list[dict[str, Any]]] = {}  # the tool calls of the last state's answered turns
         self.handoffs: dict[str, HandoffCall] = {}  # a turn that ended in a handoff, by speaker (the pattern pops it)
-        self.speakers: dict[str, Any] = {}  # who spoke each turn in progress (its tools run the calls)
+        self.speakers: dict[str, ToolSpeaker] = {}  # who spoke each turn in progress (its tools run the calls)
         self.ask: Callable[[dict[str, Any]], Awaitable[Any]] | None = None  # how a person decides (None: ctx.people)
 
     def once(self, speaker: str, mark: str) -> bool:
@@ -215,7 +219,7 @@ class ToolLoop:
         return True
 
     # ---- tools of a speaker ----
-    async def tools_of(self, speaker: Any) -> list[Tool]:
+    async def tools_of(self, speaker: Speaker) -> list[Tool]:
         """The speaker's tools this run: its functions and schema dicts, and each source's tools
         (the source started on first use)."""
         out: list[Tool] = []
@@ -233,7 +237,7 @@ class ToolLoop:
                 out.extend(self._sources[id(t)][1] or ())
         return out
 
-    async def _start_source(self, t: Any, speaker: Any) -> None:
+    async def _start_source(self, t: Any, speaker: Speaker) -> None:
         """Start tool source ``t`` once and list its tools (unless a concurrent turn just did),
         refusing tools that differ from those the run's checkpoint offered."""
         if id(t) not in self._sources:
@@ -259,7 +263,7 @@ class ToolLoop:
         self._sources, self._starting = parent._sources, parent._starting
         self.offered, self.digests = parent.offered, parent.digests
 
-    async def check_sources(self, speakers: Sequence[Any]) -> None:
+    async def check_sources(self, speakers: Sequence[Speaker]) -> None:
         """A resumed run: start each tool source its checkpoint offered tools of, and refuse
         (``ToolError``) a source whose tools changed, before any model call (``tools_of`` checks)."""
         for speaker in speakers:
@@ -281,12 +285,12 @@ class ToolLoop:
             raise errors[0]
 
     # ---- the speaking block ----
-    async def speak(self, speaker: Any, turn: Any) -> str:
+    async def speak(self, speaker: Speaker, turn: Turn) -> str:
         """``speaker``'s reply to ``turn``: the one path of every reply. Without tools it is
         ``speaker.reply(turn)``. With tools, inside a state drawn with its tool loop, a reply with
         tool calls records them and raises ``ToolRound`` (the loop runs them, the state runs again);
         outside one (a direct call) the calls are run inline until the model answers."""
-        if not has_tools(speaker) and not handoffs_of(speaker):
+        if not tooled(speaker):
             if self.active:
                 return str(await self._cached(speaker, lambda: speaker.reply(turn)))
             return str(await speaker.reply(turn))
@@ -321,23 +325,19 @@ class ToolLoop:
         ex.answer, ex.answered = text, True
         return text
 
-    async def bid(self, speaker: Any, turn: Any) -> BidOutcome:
+    async def bid(self, speaker: Speaker, turn: Turn) -> BidOutcome:
         """``speaker``'s bid: ``speaker.bid(turn)`` without tools; with tools, the model is offered
         its tools and ``respond`` (it must call one: ``tool_choice="required"``); tool calls are a
         tool round, a ``respond`` call is the bid; once ``max_tool_rounds`` are used ``respond`` is forced.
         A bidder with tools whose bids would go in JSON mode (the model's text, which cannot call
         tools) is a ``ToolError`` before its model call, never a bid without its tools."""
-        tooled = has_tools(speaker) and hasattr(speaker, "tool_message")
-        if tooled and getattr(speaker, "resolved_tool_mode", "native") != "native":
+        if not (has_tools(speaker) and hasattr(speaker, "tool_message") and tooled(speaker)):
+            out: BidOutcome = await (self._cached(speaker, lambda: speaker.bid(turn)) if self.active else speaker.bid(turn))
+            return out
+        if getattr(speaker, "resolved_tool_mode", "native") != "native":
             raise json_bidder_with_tools(speaker.name, f"its model {getattr(speaker, 'model', None)!r} refused tools "
                                          "earlier in this process" if speaker.tool_mode is None
                                          else f"tool_mode={speaker.tool_mode!r}")
-        if not tooled:
-            if self.active:
-                cached: BidOutcome = await self._cached(speaker, lambda: speaker.bid(turn))
-                return cached
-            out: BidOutcome = await speaker.bid(turn)
-            return out
         self.used = True
         ex = self.exchanges.setdefault(speaker.name, Exchange(speaker.name))
         self.speakers[speaker.name] = speaker
@@ -369,7 +369,7 @@ class ToolLoop:
         ex.answer, ex.answered = outcome, True
         return outcome
 
-    async def _cached(self, speaker: Any, ask: Callable[[], Any]) -> Any:
+    async def _cached(self, speaker: Speaker, ask: Callable[[], Any]) -> Any:
         """A speaker without tools in a state with a tool loop: its answer is kept until the
         state's action completes, so entering the state again after a tool round asks it once."""
         ex = self.exchanges.get(speaker.name)
@@ -379,7 +379,7 @@ class ToolLoop:
         ex = self.exchanges[speaker.name] = Exchange(speaker.name, answer=answer, answered=True)
         return answer
 
-    async def _inline(self, speaker: Any, turn: Any) -> str:
+    async def _inline(self, speaker: ToolSpeaker, turn: Turn) -> str:
         """A direct call (no tool loop drawn): run the tool rounds in place, then return the reply."""
         ex = Exchange(speaker.name)
         tools = await self.tools_of(speaker)
@@ -400,7 +400,7 @@ class ToolLoop:
             self._refuse_waiting(ex, speaker)
             await self.run_exchange(ex, speaker, turn.stats, None)
 
-    def _handoff(self, speaker: Any, calls: list[tuple[str, str, Any]], text: str) -> str | None:
+    def _handoff(self, speaker: Speaker, calls: list[tuple[str, str, Any]], text: str) -> str | None:
         """A reply that calls a ``transfer_to_<name>`` tool ends the turn in a handoff: it is kept
         for the pattern (``handoffs``) and the reply's text is returned (its own text, else the
         handoff's message, else "Transferred to <name>."); other calls of that reply do not run."""
@@ -411,7 +411,7 @@ class ToolLoop:
         return text or call.message or f"Transferred to {call.target}."
 
     @staticmethod
-    def _refuse_waiting(ex: Exchange, speaker: Any) -> None:
+    def _refuse_waiting(ex: Exchange, speaker: Speaker) -> None:
         """A direct call cannot stop for a person: a call that needs approval is a ``ToolError``."""
         for rec in ex.pending():
             if rec.status == "awaiting":
@@ -419,7 +419,7 @@ class ToolLoop:
                                 "call cannot ask for: run the agent in a pattern with a checkpoint",
                                 agent=speaker.name, tool=rec.name, arguments=rec.arguments)
 
-    def _record(self, ex: Exchange, speaker: Any, tools: list[Tool], message: Any,
+    def _record(self, ex: Exchange, speaker: Speaker, tools: list[Tool], message: Any,
                 calls: list[tuple[str, str, Any]]) -> None:
         """Remember a reply's tool calls (the assistant message as the wire will carry it back)."""
         ex.rounds += 1
@@ -454,7 +454,7 @@ class ToolLoop:
         """(speaker, call) for each call that waits for a person."""
         return [(ex.speaker, c) for ex in self.exchanges.values() for c in ex.calls if c.status == "awaiting"]
 
-    async def run_exchange(self, ex: Exchange, speaker: Any, stats: Any, ctx: Any) -> None:
+    async def run_exchange(self, ex: Exchange, speaker: Speaker, stats: Any, ctx: Any) -> None:
         """Run ``ex``'s calls that may run (not waiting for a person), at most
         ``speaker.max_parallel_tools`` at once; results are recorded in call order."""
         tools = {t.name: t for t in await self.tools_of(speaker)}
@@ -579,7 +579,7 @@ class ToolLoop:
 
 
 # ---- the graph block ----
-def offered(speaker: Any, tools: Sequence[Tool]) -> list[dict[str, Any]]:
+def offered(speaker: Speaker, tools: Sequence[Tool]) -> list[dict[str, Any]]:
     """The tool specs a turn of ``speaker`` offers: its tools, then a ``transfer_to_<name>`` per handoff."""
     return [t.spec() for t in tools] + [h.spec() for h in handoffs_of(speaker)]
 
@@ -639,7 +639,7 @@ RERUN_ALLOWED = {"approve": "run the call again (it may have run once already)",
                  "reject": "do not run it; the reason goes to the model as the call's result"}
 
 
-def make_decide(speakers: Sequence[Any]) -> Callable[[Any], Any]:
+def make_decide(speakers: Sequence[Speaker]) -> Callable[[Any], Any]:
     by_name = {s.name: s for s in speakers}
 
     async def decide_tool_calls(ctx: Any) -> dict[str, Any]:
@@ -672,7 +672,7 @@ def approval_request(speaker: str, rec: CallRecord) -> dict[str, Any]:
                    proposed=proposed, edit=None if rerun else "arguments")
 
 
-async def decide_call(loop: ToolLoop, speaker: Any, rec: CallRecord, answer: Any) -> None:
+async def decide_call(loop: ToolLoop, speaker: Speaker, rec: CallRecord, answer: Any) -> None:
     """Apply a person's ``answer`` to the waiting call ``rec`` of ``speaker``: ``Approve`` (run it),
     ``Edit(arguments=...)`` (run it with those, checked against the tool's schema), ``Say(text)``
     (its result, not run) or ``Reject(reason)`` (the reason is its result).
@@ -703,7 +703,7 @@ def _args_text(arguments: Any) -> str:
     return str(arguments)
 
 
-def make_run_tools(speakers: Sequence[Any]) -> Callable[[Any], Any]:
+def make_run_tools(speakers: Sequence[Speaker]) -> Callable[[Any], Any]:
     by_name = {s.name: s for s in speakers}
 
     async def run_tools(ctx: Any) -> list[dict[str, Any]]:
@@ -755,7 +755,7 @@ APPROVE_ALL: contextvars.ContextVar[bool] = contextvars.ContextVar("fsmchat_appr
 (a flow's steps draw their loops while it compiles, without the pattern at hand)."""
 
 
-def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve_all: bool = False,
+def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Speaker], *, approve_all: bool = False,
                   events: bool = False, exits: Sequence[tuple[str, Callable[[Any], bool], str]] = ()) -> StateGraph:
     """Draw the tool loop of ``state``, where ``speakers`` speak: ``state -[tool_calls]-> tools_<state>
     -> state`` (the new edge tried first) and its wait point ``tools_<state> -[needs_person]->
@@ -773,8 +773,8 @@ def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve
         exits: (destination, guard, label) edges tried first from each added state (a channel may
             end while a tool runs).
     """
-    tooled = [s for s in speakers if has_tools(s)]
-    if not tooled:
+    with_tools = [s for s in speakers if has_tools(s)]
+    if not with_tools:
         return g
     approve_all = approve_all or APPROVE_ALL.get()
     s = g.states[state]
@@ -782,9 +782,9 @@ def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Any], *, approve
         assert s.action is not None, f"state {state!r} speaks but has no action"
         s.action = tool_action(s.action)
     tools_state, wait_state = state_names([f"tools_{state}", f"approve_{state}"], reserved=g.states)
-    g.state(tools_state, make_run_tools(tooled), f"{', '.join(x.name for x in tooled)}: run the tool calls")
-    g.state(wait_state, make_decide(tooled), "a person decides on a tool call",
-            waits=approve_all or any(needs_approval(x) for x in tooled))
+    g.state(tools_state, make_run_tools(with_tools), f"{', '.join(x.name for x in with_tools)}: run the tool calls")
+    g.state(wait_state, make_decide(with_tools), "a person decides on a tool call",
+            waits=approve_all or any(needs_approval(x) for x in with_tools))
     first = next((i for i, t in enumerate(g.transitions) if t.source == state), len(g.transitions))
     g.transitions.insert(first, Transition(state, tools_state, tool_calls, "tool_calls", first))
     for dest, guard, label in exits:

@@ -15,7 +15,7 @@ from support.credentials import no_keys  # noqa: F401 (a fixture: missing creden
 from fsmchat import Agent, ChatContext, Pattern, RoundRobinSwarm, StateGraph
 from fsmchat.errors import ConfigError, MissingCredentials
 from fsmchat.patterns import FailedRuns, OneParticipant, Participants, PatternConfig
-from fsmchat.patterns.runner import PatternRun
+from fsmchat.patterns.runner import PatternRun, fingerprint
 from fsmchat.speakers import check_roster
 
 
@@ -135,4 +135,4 @@ def test_a_run_is_a_pattern_run_of_the_declaration():
     chat = Hosted(agents=[lambda turn: "yes"], host=lambda turn: "noted")
     assert PatternRun(chat).run_id is None
     assert PatternRun(chat.with_limits(max_message_chars=50)).max_message_chars == 50
-    assert chat.fingerprint()["pattern"] == "Hosted"
+    assert fingerprint(chat)["pattern"] == "Hosted"

@@ -144,7 +144,7 @@ def test_a_guard_or_action_written_for_another_context_is_refused(tmp_path):
                'expected "Callable[[Tally], bool] | None"  [arg-type]'),
         ("60", 'Revealed type is "fsmchat.graph.state_graph.StateGraph[Any]"'),
         ("62", 'List item 1 has incompatible type "str"; expected "Speaker | Callable[[Turn], object]"  [list-item]'),
-        ("63", 'Revealed type is "fsmchat.speakers.agent.Speaker | (def (fsmchat.speakers.agent.Turn) -> object) | None"'),
+        ("63", 'Revealed type is "fsmchat.speakers.speaker.Speaker | (def (fsmchat.speakers.agent.Turn) -> object) | None"'),
     ], r.stdout
 
 
