@@ -80,7 +80,11 @@ class RunStream:
             if wake:
                 loop.stop()  # the current pass of the loop ends, then run_forever returns
 
-        runner = asyncio.ensure_future(self._start(put), loop=loop)
+        try:
+            runner = asyncio.ensure_future(self._start(put), loop=loop)
+        except BaseException:  # the run could not even start: nothing else owns the loop
+            loop.close()
+            raise
         runner.add_done_callback(lambda _: put(done))
         ctrl_c = _CtrlC(loop, runner)
         interrupt: KeyboardInterrupt | None = None
