@@ -13,7 +13,8 @@ within every repetition:
 - **streamed tokens**: 20 streamed replies of 400 pieces each, one after the other: fsmchat's
   ``RoundRobinSwarm(...).stream(task, tokens=True)`` read to the end (every piece a
   ``TokenDelta``), both ways it is read (``for item in ...`` in a script, where the run goes on a
-  loop in a worker thread; ``async for item in ...`` in async code), against the floor reading the
+  loop the stream steps in the script's own thread, a fresh one per stream; ``async for item in ...``
+  in async code, one loop for all), against the floor reading the
   same server-sent events with ``aiohttp`` and ``json`` and joining the pieces. The figure is CPU
   per streamed piece.
 
@@ -122,7 +123,7 @@ async def rr_raw(api_base: str, model: str, tasks: list[str]) -> None:
 
 
 def stream_fsmchat(api_base: str, model: str, count: int) -> int:
-    """``for item in pattern.stream(...)``: a script's spelling (the run on a loop in a worker thread)."""
+    """``for item in pattern.stream(...)``: a script's spelling (the run on a loop stepped in this thread)."""
     from fsmchat import RoundRobinSwarm
     from fsmchat.models import TokenDelta
 

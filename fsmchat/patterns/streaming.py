@@ -2,17 +2,22 @@
 
 ``pattern.stream(task)`` returns a ``RunStream``: ``async for item in ...`` inside an event loop
 (what ``stream`` always was; ``astream`` is the same, LangGraph's spelling) and ``for item in ...``
-in a script or a notebook, where the run goes on an event loop of its own in a worker thread and
-each item is handed over the moment it happens. Either way the items are the run's ``TraceEvent``s
-and posted ``Message``s in order, then the ``RunResult``; leaving the loop early cancels the run.
+in a script, where the run goes on an event loop the stream owns, stepped in the caller's thread
+until the next item is there (no thread, no hand-over). Where a loop already runs in the calling
+thread (a notebook cell), ``for`` puts the run on a loop of its own in a worker thread and hands
+each item over the moment it happens. Either way the items are the run's ``TraceEvent``s and
+posted ``Message``s in order, then the ``RunResult``; leaving the loop early cancels the run.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import queue
+import signal
 import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+
+from ..errors import attach_result, result_of
 
 Start = Callable[[Callable[[Any], None]], Awaitable[Any]]  # given a sink for items, runs and returns the result
 
@@ -52,9 +57,74 @@ class RunStream:
 
     def __iter__(self) -> Iterator[Any]:
         self._claim()
-        return self._iter()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a script: the run steps in this thread
+            return self._iter_here()
+        return self._iter_worker()  # a notebook cell: this thread's loop is busy running the caller
 
-    def _iter(self) -> Iterator[Any]:
+    def _iter_here(self) -> Iterator[Any]:
+        """No loop runs in this thread: the run goes on a loop this generator owns, stepped in the
+        caller's thread until the next item is there (each step hands over all that one pass of the
+        loop made: a reply's pieces come in bursts). A Ctrl-C while the loop steps cancels the run,
+        which ends through its cancellation path; then the KeyboardInterrupt goes on, carrying the
+        partial result (``result_of``). A Ctrl-C in the loop's body, a break or an error there
+        closes this generator, which cancels the run the same way."""
+        loop = asyncio.new_event_loop()
+        items: collections.deque[Any] = collections.deque()
+        done = object()
+        wake = True  # an item stops the loop's run_forever (not once the run is over)
+
+        def put(item: Any) -> None:
+            items.append(item)
+            if wake:
+                loop.stop()  # the current pass of the loop ends, then run_forever returns
+
+        try:
+            runner = asyncio.ensure_future(self._start(put), loop=loop)
+        except BaseException:  # the run could not even start: nothing else owns the loop
+            loop.close()
+            raise
+        runner.add_done_callback(lambda _: put(done))
+        ctrl_c = _CtrlC(loop, runner)
+        interrupt: KeyboardInterrupt | None = None
+        try:
+            while True:
+                while not items:
+                    ctrl_c.stepping = True
+                    try:
+                        loop.run_forever()
+                    finally:
+                        ctrl_c.stepping = False
+                    if ctrl_c.pressed:
+                        interrupt = KeyboardInterrupt()
+                        raise interrupt
+                item = items.popleft()
+                if item is done:
+                    break
+                yield item
+            yield runner.result()
+        finally:
+            try:
+                if not runner.done():  # the caller left early (break, an error, Ctrl-C): cancel the run
+                    runner.cancel()
+                    while not runner.done():
+                        loop.run_forever()
+                wake = False
+                if interrupt is not None:
+                    attach_result(interrupt, _outcome(runner))
+                elif not runner.cancelled():
+                    runner.exception()  # retrieved: a run that failed after the caller left logs nothing
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                ctrl_c.restore()
+                loop.close()
+
+    def _iter_worker(self) -> Iterator[Any]:
+        """A loop runs in this thread (a notebook cell, async code iterating with ``for``): the run
+        goes on an event loop of its own in a worker thread, each item handed over the moment it
+        happens; leaving early cancels the run there."""
         items: queue.SimpleQueue[Any] = queue.SimpleQueue()  # C-level put/get: one item per token
         done = object()
         box: dict[str, Any] = {}
@@ -91,6 +161,42 @@ class RunStream:
                 if "task" in box:
                     box["loop"].call_soon_threadsafe(box["task"].cancel)
                 thread.join()
+
+
+class _CtrlC:
+    """Ctrl-C for a run stepped in the main thread, as ``asyncio.run`` takes it: while the loop
+    steps, the first one cancels the run (its cancellation path keeps the transcript so far) and
+    the stream raises KeyboardInterrupt once the run is over; in the loop's body, or a second
+    time, it is Python's own. Installed only over Python's own handler, in the main thread."""
+
+    __slots__ = ("loop", "runner", "stepping", "pressed", "installed")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, runner: asyncio.Future[Any]):
+        self.loop, self.runner = loop, runner
+        self.stepping = self.pressed = False
+        self.installed = (threading.current_thread() is threading.main_thread()
+                          and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        if self.installed:
+            signal.signal(signal.SIGINT, self.handle)
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if not self.stepping or self.pressed:
+            signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt here
+        self.pressed = True
+        self.loop.call_soon_threadsafe(self.runner.cancel)  # wakes the loop if it waits on its selector
+
+    def restore(self) -> None:
+        if (self.installed and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) == self.handle):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _outcome(runner: asyncio.Future[Any]) -> Any:
+    """What an ended run leaves: its result, or the partial result its error or cancellation carries."""
+    try:
+        return runner.result()
+    except BaseException as exc:  # the CancelledError a cancelled run raised carries its partial result
+        return result_of(exc)
 
 
 class _Items:

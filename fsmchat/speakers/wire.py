@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import dataclasses
 import importlib
 import json
 import logging
 import os
 import sys
 import threading
-from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from ..errors import ConfigError, FsmchatError
@@ -113,21 +111,50 @@ class FastPathUnavailable(ConfigError):
     fsmchat_fatal = True  # no retry can fix it: the run ends with this error
 
 
-@dataclass(frozen=True)
-class Route:
+class _Record:
+    """Named fields (``fields``) compared and shown by them, as a dataclass is, without the code a
+    dataclass generates while ``import fsmchat`` runs; ``hidden`` fields stay out of the repr."""
+
+    __slots__ = ()
+    fields: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(getattr(self, k) == getattr(other, k) for k in self.fields)
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value and mutable, as a dataclass with eq
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.fields if k not in self.hidden)
+        return f"{type(self).__name__}({shown})"
+
+
+def _as_plain(value: Any) -> Any:
+    """A record as plain dicts and lists, all the way down (what ``dataclasses.asdict`` gives)."""
+    if isinstance(value, _Record):
+        return {k: _as_plain(getattr(value, k)) for k in value.fields}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _as_plain(v) for k, v in value.items()}
+    return value
+
+
+class Route(_Record):
     """Where the fast path sends the requests of one agent, worked out once from its model and its
     options (``Route.of``): ``blocked`` says why they can never go fast (None: they can); for those
     that can, the URL, the headers, the model name the body carries and litellm's price per token.
-    A run keeps each agent's route (``CallStats.route``) while its requests' options stay the same."""
+    A run keeps each agent's route (``CallStats.route``) while its requests' options stay the same.
+    ``options`` and ``headers`` (keys) are left out of its repr."""
 
-    model: str
-    options: dict[str, Any] = field(repr=False)  # the options it was worked out from (keys and headers: no repr)
-    eligible: bool
-    blocked: str | None
-    url: str = ""
-    headers: dict[str, str] = field(default_factory=dict, repr=False)
-    name: str = ""
-    price: tuple[float, float] | None = None
+    __slots__ = ("model", "options", "eligible", "blocked", "url", "headers", "name", "price")
+    fields = __slots__
+    hidden = ("options", "headers")
+
+    def __init__(self, model: str, options: dict[str, Any], eligible: bool, blocked: str | None, url: str = "",
+                 headers: dict[str, str] | None = None, name: str = "", price: tuple[float, float] | None = None):
+        self.model, self.options, self.eligible, self.blocked = model, options, eligible, blocked
+        self.url, self.headers, self.name, self.price = url, {} if headers is None else headers, name, price
 
     @classmethod
     def of(cls, lm: Any, model: str, options: dict[str, Any]) -> "Route":
@@ -166,51 +193,52 @@ def choose(lm: Any, route: Route, transport: str, stats: Any, agent: str) -> boo
 
 
 # ---- the response fsmchat reads -----------------------------------------------------------------
-@dataclass(slots=True)
-class Function:
-    name: str
-    arguments: str
+class Function(_Record):
+    __slots__ = fields = ("name", "arguments")
+
+    def __init__(self, name: str, arguments: str):
+        self.name, self.arguments = name, arguments
 
 
-@dataclass(slots=True)
-class ToolCall:
-    id: str
-    function: Function
-    type: str = "function"
+class ToolCall(_Record):
+    __slots__ = fields = ("id", "function", "type")
+
+    def __init__(self, id: str, function: Function, type: str = "function"):
+        self.id, self.function, self.type = id, function, type
 
 
-@dataclass(slots=True)
-class WireMessage:
-    content: str | None
-    role: str = "assistant"
-    tool_calls: list[ToolCall] | None = None
-    function_call: None = None
+class WireMessage(_Record):
+    __slots__ = fields = ("content", "role", "tool_calls", "function_call")
+
+    def __init__(self, content: str | None, role: str = "assistant", tool_calls: list[ToolCall] | None = None,
+                 function_call: None = None):
+        self.content, self.role, self.tool_calls, self.function_call = content, role, tool_calls, function_call
 
 
-@dataclass(slots=True)
-class Choice:
-    index: int
-    message: WireMessage
-    finish_reason: str | None
+class Choice(_Record):
+    __slots__ = fields = ("index", "message", "finish_reason")
+
+    def __init__(self, index: int, message: WireMessage, finish_reason: str | None):
+        self.index, self.message, self.finish_reason = index, message, finish_reason
 
 
-@dataclass(slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
+class Usage(_Record):
+    __slots__ = fields = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+    def __init__(self, prompt_tokens: int = 0, completion_tokens: int = 0, total_tokens: int = 0):
+        self.prompt_tokens, self.completion_tokens, self.total_tokens = prompt_tokens, completion_tokens, total_tokens
 
 
-@dataclass
-class WireResponse:
+class WireResponse(_Record):
     """A chat completion as fsmchat reads it (the attribute shape of litellm's ``ModelResponse``)."""
 
-    id: str
-    model: str
-    choices: list[Choice]
-    usage: Usage | None
-    created: int = 0
-    _hidden_params: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("id", "model", "choices", "usage", "created", "_hidden_params", "__dict__")
+    fields = __slots__[:-1]
+
+    def __init__(self, id: str, model: str, choices: list[Choice], usage: Usage | None, created: int = 0,
+                 _hidden_params: dict[str, Any] | None = None):
+        self.id, self.model, self.choices, self.usage, self.created = id, model, choices, usage, created
+        self._hidden_params = {} if _hidden_params is None else _hidden_params
 
 
 def with_cost(response: WireResponse, cost: float | None) -> WireResponse:
@@ -223,7 +251,7 @@ def body_of(response: Any) -> dict[str, Any]:
     """A response as the JSON body of a chat completion (a cassette keeps it): a ``WireResponse``'s
     fields, or a litellm ``ModelResponse``'s own dump."""
     if isinstance(response, WireResponse):
-        out = dataclasses.asdict(response)
+        out: dict[str, Any] = _as_plain(response)
         out.pop("_hidden_params", None)
         return out
     return dict(response.model_dump(mode="json"))
@@ -384,9 +412,11 @@ async def aclose() -> None:
 
 
 # ---- the call -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Request:
-    url: str
+class _Request(_Record):
+    __slots__ = fields = ("url",)
+
+    def __init__(self, url: str):
+        self.url = url
 
 
 class Unreachable(FsmchatError, ConnectionError):
