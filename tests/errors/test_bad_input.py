@@ -206,8 +206,8 @@ CASES = [
      "RoundRobinSwarm: on_message=[42] is invalid: a list of callables; item 42 (int) cannot be called"),
     ("on_message via run", lambda: RoundRobinSwarm(agents=[A]).run("t", on_message=["print"]), TypeError,
      "on_message=['print'] is invalid"),
-    ("on_start a function", lambda: RoundRobinSwarm(agents=[A]).execute("t", on_start=print), TypeError,
-     "RoundRobinSwarm: on_start=<built-in function print> is invalid: a list of callables"),
+    ("on_start a function", lambda: RoundRobinSwarm(agents=[A]).execute("t", on_start=len), TypeError,
+     "RoundRobinSwarm: on_start=<built-in function len> is invalid: a list of callables"),
     ("run keyword typo", lambda: RoundRobinSwarm(agents=[A]).run("t", chekpoint=MemoryCheckpointer()), TypeError,
      "RoundRobinSwarm.run() got an unexpected keyword argument 'chekpoint'; did you mean checkpoint? (its keywords: "
      "checkpoint, run_id, observers, on_message, on_start, on_token, commit)"),
