@@ -314,8 +314,9 @@ class PatternRun:
     def stream(self, /, task: str, *, tokens: bool = False) -> RunStream:
         """The run's trace events and posted messages as they happen, then the final ``RunResult``:
         ``async for item in pattern.stream(task)`` in async code, ``for item in pattern.stream(task)``
-        in a script (the run then goes on its own event loop in a worker thread). Leaving the loop
-        early cancels the run. With ``tokens=True`` the replies stream: each reply's ``TokenDelta``s
+        in a script (the run then goes on an event loop the stream steps in your thread, paused
+        while your loop body runs; in a notebook cell, on a loop of its own in a worker thread).
+        Leaving the loop early cancels the run. With ``tokens=True`` the replies stream: each reply's ``TokenDelta``s
         come before its ``Message`` (and a ``StreamRetry`` when a shown stream is asked again). A
         GroupChat's bids stream too: each bidder's message as ``BidDelta``s while its ``respond``
         call's arguments arrive, before the round closes (the round is decided by the whole bids)."""
