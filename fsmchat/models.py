@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from collections.abc import Sequence
 from itertools import islice
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any, Iterator, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from fsmchat.events import JsonObject as JsonObject, JsonValue as JsonValue, RunEvent, parse_events
 
 SEED_ROLE = "User"
 """The role of a run's first message, the task (no participant may take this name)."""
@@ -546,6 +548,24 @@ class RunResult:
     def __post_init__(self) -> None:
         self.stop_reason = StopReason.of(self.stop_reason)
 
+    def typed_events(self) -> list[RunEvent]:
+        """The run's events as their models (``fsmchat.events``): match on them by kind.
+
+        ``events`` stays the stored JSON; this reads it (an undeclared kind is an ``OtherEvent``).
+
+        Returns:
+            One model per event, in order.
+
+        Examples:
+            >>> from fsmchat import RunResult
+            >>> from fsmchat.events import StopWorkflow
+            >>> result = RunResult(path=[], trace=[], stop_reason="done", context=None,
+            ...                    events=[{"event": "stop_workflow", "step": "draft"}])
+            >>> [e.step for e in result.typed_events() if isinstance(e, StopWorkflow)]
+            ['draft']
+        """
+        return parse_events(self.events)
+
     @property
     def waiting(self) -> bool:
         """The run stopped at an interrupt and waits for a person (resume it with ``input=``)."""
@@ -675,6 +695,11 @@ class RunResult:
             "pending": self.pending.model_dump() if hasattr(self.pending, "model_dump") else self.pending},
             default=str))
         return data
+
+
+StreamItem = Union[TraceEvent, Message, TokenDelta, BidDelta, StreamRetry, RunResult]
+"""One item of ``pattern.stream(task)``: a step's ``TraceEvent``, a posted ``Message``, with ``tokens=True``
+a ``TokenDelta`` / ``BidDelta`` / ``StreamRetry``, and last the ``RunResult`` (match on the classes)."""
 
 
 # ---- output types (docs/semantics.md "Output types"), one implementation for every pattern ----
