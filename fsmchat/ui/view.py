@@ -12,6 +12,7 @@ from typing import Any
 
 from ..graph.render import (dot_source, drawing_from_data, has_graphviz, overlay, render_svg, step_marks,
                             INSTALL_HINT)
+from ..events import BidTools, InvalidBid, JsonObject, parse_events
 from ..models import TraceEvent
 from ..speakers.agent import mask_secrets
 from ..speakers.context import token_summary
@@ -95,18 +96,19 @@ def _bid_note(name: str, raw: Any, adj: Any, winner: Any, adjusted: dict[str, An
     return "; ".join(parts)
 
 
-def turns(steps: list[Step], threshold: Any, events: list[Any]) -> tuple[list[dict[str, Any]], dict[int, int]]:
+def turns(steps: list[Step], threshold: Any, events: list[object]) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """The GroupChat turns in ``steps`` and, per step index, the turn its bid or select step belongs to."""
     out: list[dict[str, Any]] = []
     where: dict[int, int] = {}
     bids_in: dict[str, int] = {}  # bid steps per lane so far: the turn number, as events count it
-    invalid_at: dict[Any, dict[Any, Any]] = {}  # an older store's invalid bids: in the run's events, by turn
-    tools_at: dict[Any, dict[Any, Any]] = {}  # the tool calls each bidder made before it bid, by turn
-    for e in events:
-        if isinstance(e, dict) and e.get("event") == "invalid_bid":
-            invalid_at.setdefault(e.get("turn"), {})[e.get("agent")] = e.get("reason")
-        elif isinstance(e, dict) and e.get("event") == "bid_tools":
-            tools_at.setdefault(e.get("turn"), {})[e.get("agent")] = e.get("tool_calls")
+    invalid_at: dict[int, dict[str, str]] = {}  # an older store's invalid bids: in the run's events, by turn
+    tools_at: dict[int, dict[str, list[JsonObject]]] = {}  # the tool calls each bidder made before it bid, by turn
+    for e in parse_events(e for e in events if isinstance(e, dict)):
+        match e:
+            case InvalidBid(turn=turn, agent=agent, reason=reason):
+                invalid_at.setdefault(turn, {})[agent] = reason
+            case BidTools(turn=turn, agent=agent, tool_calls=calls):
+                tools_at.setdefault(turn, {})[agent] = calls
     for i, s in enumerate(steps):
         if not _is_bid(s):
             continue
