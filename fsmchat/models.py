@@ -158,7 +158,7 @@ class Transcript:
         self.events: list[dict[str, Any]] = events if events is not None else []
         self.max_chars = max_chars
 
-    def post(self, role: str, content: str, **metadata: Any) -> Message:
+    def post(self, role: str, content: str, **metadata: object) -> Message:
         """Append a message (repaired and capped as ``admit`` says) and tell every listener.
 
         Args:
@@ -212,7 +212,7 @@ class Transcript:
         """
         self._rows.extend(rows)
 
-    def listen(self, listener: Any) -> None:
+    def listen(self, listener: object) -> None:
         """Call ``listener(message)`` on every later post.
 
         Args:
@@ -268,7 +268,7 @@ class TranscriptView(Sequence[Message]):
     def __iter__(self) -> Iterator[Message]:
         return islice(self._rows, self._n)
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
 
     def __repr__(self) -> str:
@@ -298,7 +298,7 @@ class Bid(BaseModel):
     score: float = Field(ge=0.0, le=1.0)
     message: str = ""
 
-    def __init__(self, score: float = 0.0, message: str = "", **kw: Any):
+    def __init__(self, score: float = 0.0, message: str = "", **kw: object):
         super().__init__(score=score, message=message, **kw)
 
 

@@ -175,7 +175,7 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
     return "completed", output
 
 
-def _as_list(value: Any, task: Task) -> list[Any]:
+def _as_list(value: object, task: Task) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -209,7 +209,7 @@ class Compiler:
             g.edge(state, nxt)
         return g
 
-    def add(self, g: StateGraph[FlowContext], state: str, step: Any) -> None:
+    def add(self, g: StateGraph[FlowContext], state: str, step: object) -> None:
         """Declare ``step`` as ``state`` of ``g``: a block compiles itself; anything else runs as a ``Task``."""
         if isinstance(step, Block):
             step.compile(self, g, state)

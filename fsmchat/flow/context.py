@@ -368,7 +368,7 @@ def check_expression(expr: str, op: str | None, what: str) -> None:
             raise bad(f"the {side} operand {operand!r} is not a {{{{var}}}}, a number or a word")
 
 
-def compile_condition(condition: Any, what: str = "condition") -> Callable[[FlowContext], bool]:
+def compile_condition(condition: object, what: str = "condition") -> Callable[[FlowContext], bool]:
     """A callable ``(ctx) -> bool`` as is, or a string expression: ``{{var}} OP value`` with
     OP in >, >=, <, <=, ==, !=, in (substring), contains; or a lone ``{{flag}}`` (truthy; false when
     unset; a list or dict is true when not empty)."""

@@ -46,7 +46,7 @@ class Form:
     label: str | None = None
 
 
-def _dump_fn(w: ConfigWriter, value: Any, what: str) -> str | None:
+def _dump_fn(w: ConfigWriter, value: object, what: str) -> str | None:
     return opt_ref(value, what)
 
 
@@ -54,7 +54,7 @@ def _load_fn(r: ConfigReader, data: Any, what: str) -> Any:
     return r.fn(data, what)
 
 
-def _dump_steps(w: ConfigWriter, value: Any, what: str) -> list[Any]:
+def _dump_steps(w: ConfigWriter, value: object, what: str) -> list[Any]:
     return w.steps(value or [])
 
 
@@ -86,7 +86,7 @@ ITEMS = Form(str | list[Any], lambda w, v, what: v if isinstance(v, str) else js
 """A variable's name, or a literal list (as JSON)."""
 
 
-def condition_form(expression: str, default: Any = None) -> Form:
+def condition_form(expression: str, default: object = None) -> Form:
     """A condition: a callable by import path, or an expression by its text in ``expression``."""
     return Form(Annotated[Optional[str], REF], _dump_fn, _load_fn, default=default, expression=expression)
 
@@ -112,7 +112,7 @@ class BlockConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    def __init__(self, owner: str | None = None, /, **values: Any) -> None:
+    def __init__(self, owner: str | None = None, /, **values: object) -> None:
         """Validate ``values``; a bad one is refused in ``owner``'s name.
 
         Args:
@@ -230,7 +230,7 @@ class Declared:
     config: Any  # the step's validated model (its kind's ``Config``)
 
     def __init_subclass__(cls, kind: str | None = None, config: type[BlockConfig] | None = None,
-                          owner: str | None = None, **kw: Any) -> None:
+                          owner: str | None = None, **kw: object) -> None:
         super().__init_subclass__(**kw)
         if config is not None:
             cls.Config = config
@@ -245,7 +245,7 @@ class Declared:
             cls.Spec = block_spec(cls, kind, owner or kind)
             STEP_KINDS.register(cls.Spec)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         """The model's fields, in order or by name (see the class's signature); a bad value is
         refused in the step's name, as its kind's messages name it (``"loop 'each': max_items=-1
         is invalid: ..."``)."""

@@ -60,7 +60,7 @@ def _flow_steps(steps: Any) -> list[Any]:
     return [as_step(s) for s in steps]  # a pattern wrapped; a step of no known kind refused now, by type
 
 
-def _variables(variables: Any) -> dict[str, Any]:
+def _variables(variables: object) -> dict[str, Any]:
     if variables is not None and not isinstance(variables, dict):
         raise TypeError(f"AgentFlow variables must be a dict, got {type(variables).__name__}")
     return dict(variables or {})
@@ -75,7 +75,7 @@ def _roster(agents: Any, info: ValidationInfo) -> list[Agent] | None:
     return list(agents) if agents is not None else None
 
 
-def _memory(memory: Any, info: ValidationInfo) -> bool:
+def _memory(memory: object, info: ValidationInfo) -> bool:
     if not isinstance(memory, bool):
         raise bad_value(_owner(info), "memory", memory, "True (each agent remembers its own prompts "
                         "and replies of the run) or False", type_error=True)
@@ -203,7 +203,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
     def _wait_point(self, where: str, qualified: str, level: StateGraph) -> WaitPoint:
         return flow_point(where, qualified, level)
 
-    def _check_run(self, task: Any) -> None:
+    def _check_run(self, task: object) -> None:
         if not isinstance(task, str):
             raise TypeError(f"AgentFlow.run(input): input must be a str, got {type(task).__name__}")
         if not task.strip():

@@ -211,7 +211,7 @@ class PatternStep(Block):
                 return ok
             return functools.update_wrapper(guard, fn)
 
-        def finish(final: str, reason: Any) -> Callable[[FlowContext], str]:
+        def finish(final: str, reason: object) -> Callable[[FlowContext], str]:
             def ended(ctx: FlowContext) -> str:
                 """the pattern's output becomes the step's"""
                 pctx, frame = live(ctx), ctx.frame(key, PatternStepFrame)
@@ -262,11 +262,11 @@ def _fallback(g: StateGraph, state: str) -> str | None:
     return out[0].label if out and g.states[out[0].dest].final else None
 
 
-def _label(label: Any) -> Any:
+def _label(label: object) -> Any:
     return None if label is None else str(label)
 
 
-def as_step(step: Any) -> Any:
+def as_step(step: object) -> Any:
     """A flow step as the flow holds it: a pattern wrapped in a ``PatternStep``; a ``Block``, an
     Agent, a ``Human``, a ``Task`` or a callable as it is (anything else refused by type, now)."""
     if isinstance(step, Pattern):
@@ -276,7 +276,7 @@ def as_step(step: Any) -> Any:
     return step
 
 
-def step_list(steps: Any, what: str) -> list[Any]:
+def step_list(steps: object, what: str) -> list[Any]:
     """A block's steps as it holds them: at least one, a pattern wrapped (``as_step``), anything
     else type-checked now, before any call."""
     items = list(steps) if isinstance(steps, (list, tuple)) else [steps]

@@ -156,7 +156,7 @@ class Task(Declared, kind="task", config=TaskConfig, owner="Task"):
 TaskSpec = Task.Spec
 
 
-def as_task(step: Any) -> Task:
+def as_task(step: object) -> Task:
     """A bare Agent or callable becomes a Task with the default policy (on_error="stop")."""
     if isinstance(step, Task):
         return step
@@ -170,7 +170,7 @@ def as_task(step: Any) -> Task:
                     f"a combinator (loop, parallel, route, if_, repeat); got {type(step).__name__}")
 
 
-def fn_name(f: Any) -> str:
+def fn_name(f: object) -> str:
     """How a block's repr names a function it holds (``until=agreed``)."""
     return getattr(f, "__name__", type(f).__name__)
 

@@ -201,7 +201,7 @@ class ChannelRuntime:
         return event
 
     def _observer(self, graph: str) -> Callable[[Any], None]:
-        def observe(ev: Any) -> None:
+        def observe(ev: object) -> None:
             self.notify("transition", data={"graph": graph, "event": ev})
         return observe
 
@@ -238,7 +238,7 @@ class ChannelRuntime:
             "expires_at": ctx.expires_at, "hidden": ctx.hidden, "creator": ctx.creator,
             "context": context_data(ctx.context), "tool_digests": dict(self.speaking.tool_loop.digests)})
 
-    def _refuse(self, sender: str, exc: ProtocolError, **data: Any) -> ProtocolError:
+    def _refuse(self, sender: str, exc: ProtocolError, **data: object) -> ProtocolError:
         self.stats.rejected_sends += 1
         self.notify("rejected", sender, error=exc, data=data)
         return exc

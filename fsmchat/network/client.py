@@ -66,7 +66,7 @@ class HubClient:
         (HubClient('alice'), True, Channel('discussion-1', as 'bob'))
     """
 
-    def __init__(self, hub: "Hub", agent_id: str, speaker: Any, handler: Handler):
+    def __init__(self, hub: "Hub", agent_id: str, speaker: object, handler: Handler):
         self.hub = hub
         self.agent_id = agent_id
         self.speaker = speaker
@@ -97,7 +97,7 @@ class HubClient:
     async def open(self, type: str = DISCUSSION, target: Sequence[Any] | str = (),
                    knobs: dict[str, Any] | None = None, ttl: float | str | None = None, *,
                    expectations: Iterable[Expectation] | None = None,
-                   handshake_timeout: float | None = 30.0, context: Any = None) -> "Channel":
+                   handshake_timeout: float | None = 30.0, context: object = None) -> "Channel":
         """Open a channel with this agent as creator; returns once every invitee acked (active).
 
         ``knobs``: ``ordering`` (``"round_robin"``) and ``max_texts`` (close at exactly N texts).

@@ -167,7 +167,7 @@ Examples:
 """
 
 
-def event_size(channel_id: str, event_type: str, data: Any) -> tuple[dict[str, Any], int]:
+def event_size(channel_id: str, event_type: str, data: object) -> tuple[dict[str, Any], int]:
     """A custom event's data as a private JSON copy, and its size (type + data, UTF-8 JSON bytes);
     ``ProtocolError`` when ``data`` is not a JSON object (checked before a sequence number is taken)."""
     if data is None:

@@ -31,7 +31,7 @@ LIFECYCLE_PENDING, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED = "pend
 TURNS_CLOSED, TURNS_EXPIRED = "closed", "expired"
 
 
-def _no_emit(*_a: Any, **_k: Any) -> None:
+def _no_emit(*_a: object, **_k: object) -> None:
     return None
 
 

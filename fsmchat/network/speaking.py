@@ -210,7 +210,7 @@ class ChannelSpeaking:
         waiting = self._waiting
         return None if waiting is None or waiting.answer.done() else self._shown(waiting)
 
-    async def decide(self, answer: Any) -> Envelope:
+    async def decide(self, answer: object) -> Envelope:
         """A person's decision on the waiting tool call: ``Approve()``, ``Edit(arguments={...})``
         (checked against the tool's schema), ``Say(text)`` (the call's result, not run) or
         ``Reject(reason)``. ``approve_awaiting_<p>``'s action applies it; it is committed to the log

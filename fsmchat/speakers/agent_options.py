@@ -45,7 +45,7 @@ def check_litellm_options(extra: dict[str, Any]) -> None:
                              "'https://api.example.com/v1' (or None for the provider's own)")
 
 
-def is_http_url(value: Any) -> bool:
+def is_http_url(value: object) -> bool:
     """Whether ``value`` is an ``http://`` or ``https://`` URL with a host, and no spaces."""
     if not isinstance(value, str) or any(c.isspace() for c in value):
         return False
@@ -109,7 +109,7 @@ LITELLM_PREFIXES = ("aws_", "vertex_", "azure_", "watsonx_", "bedrock_", "litell
                     "google_", "x_", "X-", "x-")
 
 
-def mask_secrets(value: Any) -> Any:
+def mask_secrets(value: object) -> Any:
     """``value`` with every secret-named entry of nested dicts, and every header value
     (``extra_headers``, ``headers``, ``default_headers``), replaced by ``***``."""
     if isinstance(value, dict):

@@ -89,7 +89,7 @@ def compacting_action(action: Callable[[Any], Any], speakers: Sequence[Any],
     """``action`` as a state with a compaction: it ends at once (payload ``"compact"``) when a
     compaction is due; otherwise its calls read the pattern's policy and the run's summary."""
 
-    async def speaking(ctx: Any) -> Any:
+    async def speaking(ctx: object) -> Any:
         st = state_of(ctx)
         st.policy = policy
         st.due = due(ctx, speakers, policy, head)
@@ -102,7 +102,7 @@ def compacting_action(action: Callable[[Any], Any], speakers: Sequence[Any],
     return speaking
 
 
-def compaction_due(ctx: Any) -> bool:
+def compaction_due(ctx: object) -> bool:
     """the conversation nears the input limit"""
     st = getattr(ctx, "context_state", None)
     return isinstance(st, ContextState) and st.due is not None

@@ -115,7 +115,7 @@ def as_handoffs(value: Any, owner: str) -> list[Handoff]:
     return out
 
 
-def handoffs_of(speaker: Any) -> list[Handoff]:
+def handoffs_of(speaker: object) -> list[Handoff]:
     """The handoffs ``speaker`` may make (none for a speaker without ``handoffs``)."""
     return list(getattr(speaker, "handoffs", None) or ())
 

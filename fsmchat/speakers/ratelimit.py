@@ -195,7 +195,7 @@ async def admit(model: str | None, resolved: str, options: dict[str, Any], messa
     return (limit, got[0]) if got is not None else None
 
 
-def settled(ticket: tuple[RateLimit, Any] | None, response: Any) -> None:
+def settled(ticket: tuple[RateLimit, Any] | None, response: object) -> None:
     """Charge the request's real token count (``usage.total_tokens``) to its limit."""
     if ticket is not None and ticket[0].tpm is not None:
         total = getattr(getattr(response, "usage", None), "total_tokens", None)

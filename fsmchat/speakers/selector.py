@@ -43,7 +43,7 @@ def select_spec(candidates: Sequence[str]) -> dict[str, Any]:
 SELECT_CHOICE: dict[str, Any] = {"type": "function", "function": {"name": SELECT_TOOL}}
 
 
-def parse_pick(message: Any, candidates: Sequence[str]) -> tuple[str | None, str]:
+def parse_pick(message: object, candidates: Sequence[str]) -> tuple[str | None, str]:
     """The candidate a selector's reply names, or None and why not.
 
     A ``select_speaker`` call's ``speaker`` argument is read first; a reply in plain text that is

@@ -75,7 +75,7 @@ class ToolError(FsmchatError, RuntimeError):
         ('error', 'ToolError', 'fetch')
     """
 
-    def __init__(self, message: str, *, agent: str = "", tool: str = "", arguments: Any = None):
+    def __init__(self, message: str, *, agent: str = "", tool: str = "", arguments: object = None):
         super().__init__(message)
         self.agent, self.tool, self.arguments = agent, tool, arguments
 
@@ -198,7 +198,7 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The model's JSON schema without pydantic's titles (noise to a model)."""
-    def strip(node: Any) -> Any:
+    def strip(node: object) -> Any:
         if isinstance(node, dict):
             return {k: strip(v) for k, v in node.items() if k != "title" or not isinstance(v, str)}
         if isinstance(node, list):
@@ -321,7 +321,7 @@ class Tool:
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": self.parameters}}
 
-    def check_arguments(self, raw: Any) -> dict[str, Any]:
+    def check_arguments(self, raw: object) -> dict[str, Any]:
         """The arguments a model sent (a JSON text or a dict), validated and converted.
 
         Raises:
@@ -415,7 +415,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,),
                                             "null": (type(None),)}
 
 
-def schema_problems(schema: dict[str, Any], value: Any, where: str = "") -> list[str]:
+def schema_problems(schema: dict[str, Any], value: object, where: str = "") -> list[str]:
     """What ``value`` breaks of the JSON-schema rules a tool's parameters commonly use: ``type``,
     ``enum``, ``required``, ``properties``, ``additionalProperties: false`` and ``items`` (nested).
 
@@ -455,7 +455,7 @@ def schema_problems(schema: dict[str, Any], value: Any, where: str = "") -> list
     return out
 
 
-def result_text(out: Any) -> str:
+def result_text(out: object) -> str:
     """A tool's return value as the text a model reads."""
     if isinstance(out, str):
         return out
@@ -487,7 +487,7 @@ def changed_tools(before: dict[str, str], now: dict[str, str]) -> list[str]:
     return out
 
 
-def as_tool_entry(x: Any) -> Any:
+def as_tool_entry(x: object) -> Any:
     """An ``Agent(tools=[...])`` entry as stored: a ``Tool``, a JSON-schema dict, or a ``ToolSource``;
     a plain function becomes ``Tool(fn)``.
 
@@ -502,12 +502,12 @@ def as_tool_entry(x: Any) -> Any:
                     f"(async start/tools/stop), got {type(x).__name__}")
 
 
-def is_schema_dict(x: Any, name: str) -> bool:
+def is_schema_dict(x: object, name: str) -> bool:
     return isinstance(x, dict) and ((x.get("function") or {}).get("name") == name if "function" in x
                                     else x.get("name") == name)
 
 
-def has_tools(speaker: Any) -> bool:
+def has_tools(speaker: object) -> bool:
     """Whether ``speaker`` carries tools it can run (functions or tool sources): its turns get a tool loop."""
     return any(isinstance(t, Tool) and t.runnable or (not isinstance(t, (Tool, dict)) and isinstance(t, ToolSource))
                for t in getattr(speaker, "tools", None) or ())
@@ -522,12 +522,12 @@ def json_bidder_with_tools(name: str, why: str) -> ToolError:
                      "tools, or give the agent no tools", agent=name)
 
 
-def needs_approval(speaker: Any) -> bool:
+def needs_approval(speaker: object) -> bool:
     """Whether some tool of ``speaker`` asks a person before each call."""
     return any(isinstance(t, Tool) and t.approval for t in getattr(speaker, "tools", None) or ())
 
 
-def calls_per_turn(speaker: Any) -> int:
+def calls_per_turn(speaker: object) -> int:
     """The most model calls one turn of ``speaker`` makes: 1, plus ``max_tool_rounds`` with tools."""
     if has_tools(speaker):
         return 1 + int(getattr(speaker, "max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS))

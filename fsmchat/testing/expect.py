@@ -83,7 +83,7 @@ def _match(pattern: Sequence[str], path: Sequence[str]) -> bool:
     return bool(path) and fnmatch.fnmatchcase(path[0], head) and _match(rest, path[1:])
 
 
-def assert_path(run: Any, expected: Sequence[str]) -> None:
+def assert_path(run: object, expected: Sequence[str]) -> None:
     """The run's path equals ``expected``; entries may be globs, ``"*"`` or ``"state+"``.
 
     ``"*"`` alone matches any run of states (also none), ``"state+"`` one or more of that state.
@@ -176,10 +176,10 @@ class _Matcher:
     def __init__(self, name: str, test: Callable[[Any], bool]):
         self.name, self.test = name, test
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         return self.test(other)
 
-    def __ne__(self, other: Any) -> bool:
+    def __ne__(self, other: object) -> bool:
         return not self.test(other)
 
     def __repr__(self) -> str:

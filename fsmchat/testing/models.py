@@ -213,7 +213,7 @@ class DroppedMessages(Sequence[Any]):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: Any) -> Any:
+    def __getitem__(self, i: object) -> Any:
         raise LookupError(f"this request's {self.n} messages were dropped: a ScriptedModel keeps the whole "
                           f"message lists of its last {self.keep} requests only (each holds the conversation "
                           "so far, so keeping all grows with the square of its length); pass "
@@ -249,7 +249,7 @@ def fail_error(item: Fail, model: str) -> Exception:
     return exc
 
 
-def _response(item: Any) -> Any:
+def _response(item: object) -> Any:
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     if isinstance(item, Empty):
         return with_cost(parse({"model": "", "choices": [], "usage": usage}, "", None), 0.0)
@@ -369,7 +369,7 @@ class ScriptedModel:
         return scripted_model_spec(self)
 
     @staticmethod
-    def from_config(spec: Any, *, allow: Any = (), trusted: bool = False) -> "ScriptedModel":
+    def from_config(spec: object, *, allow: object = (), trusted: bool = False) -> "ScriptedModel":
         """Rebuild (or find, in this process) the model ``to_config`` described; its functions
         load under ``allow``/``trusted`` as in ``fsmchat.from_config``."""
         return build_scripted_model(spec if isinstance(spec, ScriptedModelSpec)
@@ -382,10 +382,10 @@ class ScriptedModel:
     def __enter__(self) -> "ScriptedModel":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def agent(self, name: str, system_prompt: str = "", **kw: Any) -> Any:
+    def agent(self, name: str, system_prompt: str = "", **kw: object) -> Any:
         """An ``Agent`` on this model (``num_retries=0`` unless given); other keywords are ``Agent``'s."""
         kw.setdefault("num_retries", 0)
         return Agent(name, system_prompt=system_prompt, model=self.model, **kw)
@@ -488,7 +488,7 @@ class ScriptItemSpec(ConfigSpec):
     ref: str | None = None
 
     @classmethod
-    def of(cls, x: Any, what: str) -> ScriptItemSpec:
+    def of(cls, x: object, what: str) -> ScriptItemSpec:
         """The config form of a script item (a callable travels by import path)."""
         if isinstance(x, str):
             return cls(kind="text", text=x)
@@ -567,7 +567,7 @@ def scripted_model_spec(model: ScriptedModel) -> ScriptedModelSpec:
                              fn=opt_ref(model.fn, f"{type(model).__name__} {model.id!r} fn"))
 
 
-def build_scripted_model(spec: ScriptedModelSpec, *, allow: Any = (), trusted: bool = False) -> ScriptedModel:
+def build_scripted_model(spec: ScriptedModelSpec, *, allow: object = (), trusted: bool = False) -> ScriptedModel:
     """A ``ScriptedModel``/``FunctionModel`` from its config form (references checked as in ``from_config``)."""
     trust = Trust.of(allow, trusted, owner="ScriptedModel.from_config")
     for ref, what in spec.references():

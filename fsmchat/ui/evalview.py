@@ -20,7 +20,7 @@ from .store import EvalNotFound, RunNotFound, RunRecord
 KINDS = ("assertions", "scores", "labels")  # a case's results, each evaluator name -> {"value", "reason"}
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """An assertion as 1 or 0, a score as itself; a label (text) has no number."""
     if isinstance(value, bool):
         return 1.0 if value else 0.0

@@ -31,7 +31,7 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def data_json(data: Any) -> str:
+def data_json(data: object) -> str:
     """``data`` as JSON safe inside ``<script type="application/json">`` (no ``</script>``, no ``<!--``)."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")

@@ -132,7 +132,7 @@ def status_of(stop_reason: str | None, lease: tuple[str, float] | None, now: flo
     return StopReason.run_status(stop_reason, live)
 
 
-def _json(text: str | None, default: Any = None) -> Any:
+def _json(text: str | None, default: object = None) -> Any:
     if text is None:
         return default
     try:
@@ -435,7 +435,7 @@ class CheckpointView:
         label: How pages and errors name it (never its password).
     """
 
-    def __init__(self, checkpoint: Any, label: str):
+    def __init__(self, checkpoint: "SqliteCheckpointer | PostgresCheckpointer", label: str):
         self.checkpoint, self.label, self.name = checkpoint, label, label
 
     def _read(self, what: Any) -> Any:

@@ -25,11 +25,11 @@ def _short(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def num(x: Any) -> str:
+def num(x: object) -> str:
     return f"{x:.3g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "—"
 
 
-def payload_text(payload: Any) -> str:
+def payload_text(payload: object) -> str:
     if payload is None:
         return ""
     text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, default=str)
@@ -46,7 +46,7 @@ def _is_select(s: Step) -> bool:
     return _short(s.state) == "select" and isinstance(s.payload, dict) and "adjusted" in s.payload
 
 
-def turn_of(bid: Step, select: Step | None, threshold: Any, invalid_events: dict[str, str],
+def turn_of(bid: Step, select: Step | None, threshold: object, invalid_events: dict[str, str],
             tools: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every agent's bid of one turn (with the tool calls a bidder made before it bid) and why the
     winner won (or why no one did)."""
@@ -96,7 +96,7 @@ def _bid_note(name: str, raw: Any, adj: Any, winner: Any, adjusted: dict[str, An
     return "; ".join(parts)
 
 
-def turns(steps: list[Step], threshold: Any, events: list[object]) -> tuple[list[dict[str, Any]], dict[int, int]]:
+def turns(steps: list[Step], threshold: object, events: list[object]) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """The GroupChat turns in ``steps`` and, per step index, the turn its bid or select step belongs to."""
     out: list[dict[str, Any]] = []
     where: dict[int, int] = {}

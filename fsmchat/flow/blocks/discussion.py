@@ -143,7 +143,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
             ([f"select={fn_name(select)}"] if select is not None else []) + \
             ([f"context={self.config.context!r}"] if self.config.context is not None else [])
 
-    def task_for(self, speaker: Any) -> Task:
+    def task_for(self, speaker: object) -> Task:
         """Return the step of one of this discussion's speakers (what ``select`` returned).
 
         Args:
@@ -280,7 +280,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
                          exhausted=("done", StopReason.ROUNDS))
 
 
-def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any, summary: str | None = None,
+def discussion_prompt(name: str, topic: object, lines: list[str], previous: object, summary: str | None = None,
                       latest: bool = False) -> str:
     """What an agent speaker is asked on its Discussion turn (with ``summary``: a compaction's
     summary of the earlier turns, then the turns since; ``latest``: earlier turns are left out)."""
