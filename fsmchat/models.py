@@ -54,7 +54,7 @@ class Message(BaseModel):
         """
         return [ToolCallEntry.model_validate(e) for e in self.metadata.get("tool_calls") or ()]
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> dict[str, object]:
         """The message as plain data (what checkpoints, reports and ``output_type="dict"`` hold)."""
         return {"role": self.role, "content": self.content, "metadata": dict(self.metadata)}
 
@@ -332,7 +332,7 @@ class TraceEvent:
     t: float
     payload: Any = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The event as plain data."""
         return {"step": self.step, "state": self.state, "trigger": self.trigger,
                 "dest": self.dest, "t": self.t, "payload": self.payload}
@@ -678,7 +678,7 @@ class RunResult:
         out.append("</div>")
         return "\n".join(out)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Return the result as JSON-able data (what ``fsmchat run --json`` prints).
 
         Values JSON cannot hold (a trace payload object, an error) become their text; the context is
@@ -686,7 +686,7 @@ class RunResult:
         """
         stats = getattr(self.context, "stats", None)
         error = None if self.error is None else {"type": type(self.error).__name__, "message": str(self.error)}
-        data: dict[str, Any] = json.loads(json.dumps({
+        data: dict[str, object] = json.loads(json.dumps({
             "run_id": self.run_id, "ok": self.ok, "stop_reason": self.stop_reason, "error": error,
             "output": self.output, "calls": self.calls, "usage": dict(self.usage),
             "cost_usd": getattr(stats, "cost_usd", None), "path": list(self.path),
@@ -712,7 +712,7 @@ def check_output_type(output_type: str) -> str:
     return output_type
 
 
-def format_output(rows: list[Message], output_type: str) -> Any:
+def format_output(rows: list[Message], output_type: str) -> object:
     """Format a transcript as swarms, PraisonAI and AG2 do for ``output_type``.
 
     Args:

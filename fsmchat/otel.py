@@ -175,7 +175,7 @@ class _RunSpans:
             return response
 
     async def tool(self, run: Callable[[], Awaitable[str]], agent: str, name: str, call_id: str,
-                   arguments: dict[str, Any]) -> str:
+                   arguments: dict[str, object]) -> str:
         """The tool-call hook: one ``execute_tool`` span (kind INTERNAL) around each call."""
         from opentelemetry import trace
         from opentelemetry.trace import Status, StatusCode

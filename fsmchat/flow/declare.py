@@ -54,7 +54,7 @@ def _load_fn(r: ConfigReader, data: Any, what: str) -> Any:
     return r.fn(data, what)
 
 
-def _dump_steps(w: ConfigWriter, value: object, what: str) -> list[Any]:
+def _dump_steps(w: ConfigWriter, value: object, what: str) -> list[object]:
     return w.steps(value or [])
 
 
@@ -140,15 +140,15 @@ class BlockSpec(ConfigSpec):
     block_type: ClassVar[Any] = None  # the block class the kind builds
 
     @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         """Block fields added after version 1 are written only when set (``LATER_BLOCK_FIELDS``):
         a config written before them reads back equal."""
         return without_later_defaults(handler(self), LATER_BLOCK_FIELDS)
 
-    def build(self, r: ConfigReader) -> Any:
+    def build(self, r: ConfigReader) -> object:
         """The block, built from the fields (each live one loaded by its ``Form``)."""
         block = self.block_type
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         for name, f in block.Config.model_fields.items():
             form, data = form_of(f), getattr(self, name)
             if form is None:
@@ -259,7 +259,7 @@ class Declared:
         name = values.get("name", getattr(model.model_fields.get("name"), "default", None))
         self.config = model(f"{kind} {name!r}" if name is not None else kind, **values)
 
-    def to_spec(self, w: ConfigWriter) -> Any:
+    def to_spec(self, w: ConfigWriter) -> object:
         """This step's config form (its kind's ``Spec``, derived from its model)."""
         if type(self).Config is None:
             raise TypeError(f"step {getattr(self, 'name', '?')!r}: a {type(self).__name__} has no config form")

@@ -3,7 +3,7 @@
 model, one module each in ``fsmchat.flow.blocks``; ``Task`` is the leaf step (``fsmchat.flow.task``)."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..errors import bad_value
 from ..speakers.human import Human
@@ -14,7 +14,7 @@ __all__ = ["Task", "as_task", "Block", "OnError", "Discussion", "Loop", "Paralle
            "parallel", "route", "if_", "when", "repeat", "ask_human"]
 
 
-def loop(step: object = None, over: str | Sequence[Any] = "items", var_name: str = "item", parallel: bool = False,
+def loop(step: object = None, over: str | Sequence[object] = "items", var_name: str = "item", parallel: bool = False,
          steps: object = None, name: str = "loop", max_items: int | None = None) -> Loop:
     """Run the body once per item of a list, with the item in a variable.
 
@@ -50,7 +50,7 @@ def loop(step: object = None, over: str | Sequence[Any] = "items", var_name: str
     return Loop(steps if steps is not None else step, over, var_name, parallel, name, max_items)
 
 
-def parallel(steps: Sequence[Any], name: str = "parallel", max_concurrency: int | None = None) -> Parallel:
+def parallel(steps: Sequence[object], name: str = "parallel", max_concurrency: int | None = None) -> Parallel:
     """Run steps concurrently, as branch runs on copies of the variables.
 
     Their writes are merged in declaration order and their outputs collected in the list variable
@@ -82,7 +82,7 @@ def parallel(steps: Sequence[Any], name: str = "parallel", max_concurrency: int 
     return Parallel(steps, name, max_concurrency)
 
 
-def route(routes: dict[str, Any], default: object = None, name: str = "route", on: str | None = None) -> Route:
+def route(routes: dict[str, object], default: object = None, name: str = "route", on: str | None = None) -> Route:
     """Run the steps of the first route whose key matches; no match runs ``default`` (or nothing).
 
     A key matches when it appears as a whole word in the previous output (case-insensitive), or,

@@ -225,7 +225,7 @@ def turn_state_names(order: Sequence[str]) -> list[str]:
 
 def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "discussion_turns",
                first: str | None = None, people: Collection[str] = (),
-               speakers: Mapping[str, Any] | None = None) -> StateGraph:
+               speakers: Mapping[str, object] | None = None) -> StateGraph:
     """The round-robin turn rule for ``order``: one ``awaiting_<p>`` state per participant.
 
     ``first`` speaks first, and after ``order[i]`` speaks ``order[(i + 1) % N]`` is expected;

@@ -98,7 +98,7 @@ def build_turn(me: str, order: list[str], log: list[Envelope], *, channel_id: st
     ``close_channel(reason)`` (installed by ``call_speaker``).
     """
     lines, recent = policy_view(texts_of(log), context, len(order))
-    variables: dict[str, Any] = {"channel_id": channel_id, "participants": list(order), "turn": turn,
+    variables: dict[str, object] = {"channel_id": channel_id, "participants": list(order), "turn": turn,
                                  "view": lines}
     history = [{"role": "system", "content": framing(channel_id, order, context)},
                {"role": "user", "content": "\n".join(lines)}]
@@ -106,7 +106,7 @@ def build_turn(me: str, order: list[str], log: list[Envelope], *, channel_id: st
                 stats=stats, variables=variables, history=history)
 
 
-def _tool_calls(message: object) -> list[Any]:
+def _tool_calls(message: object) -> list[object]:
     calls = getattr(message, "tool_calls", None)
     if calls is None and isinstance(message, dict):
         calls = message.get("tool_calls")
@@ -249,7 +249,7 @@ class DefaultHandler:
         svc.count(cid, "model_calls")
         svc.notify("model_call", cid, data={"turn": turn_no})
 
-        async def speak(who: object, t: Turn) -> tuple[str, list[dict[str, Any]]]:
+        async def speak(who: object, t: Turn) -> tuple[str, list[dict[str, object]]]:
             return await svc.speak(cid, who, t)
 
         with svc.streaming(cid):  # the task's context: the close tool's reply streams too

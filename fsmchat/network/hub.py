@@ -237,7 +237,7 @@ class Hub:
         """The channel's turn graph (its round-robin rule), to render or analyse."""
         return self.runtime(channel_id).turn_graph
 
-    def waiting_call(self, channel_id: str) -> dict[str, Any] | None:
+    def waiting_call(self, channel_id: str) -> dict[str, object] | None:
         """The channel's tool call waiting for a person (``Tool(approval=True)``): its ``speaker``,
         ``tool``, ``arguments``, ``call_id``, ``prompt`` and ``allowed`` answers; None when none
         waits. Listeners hear a ``tool_approval`` event when one starts waiting."""

@@ -32,7 +32,7 @@ SUMMARY_INSTRUCTION = ("Summarise the conversation above for the participants wh
                        "decision, open question, fact and name they need, in plain prose, as briefly as you can.")
 
 
-def summarizers(speakers: Sequence[Any], policy: ContextPolicy | None) -> list[Summarize]:
+def summarizers(speakers: Sequence[object], policy: ContextPolicy | None) -> list[Summarize]:
     """The distinct ``Summarize`` policies ``speakers`` follow (their own, else ``policy``)."""
     out: list[Summarize] = []
     for s in speakers:
@@ -84,12 +84,12 @@ def due(ctx: Any, speakers: Sequence[Any], policy: ContextPolicy | None, head: i
     return None
 
 
-def compacting_action(action: Callable[[Any], Any], speakers: Sequence[Any],
-                      policy: ContextPolicy | None, head: int = 1) -> Callable[[Any], Any]:
+def compacting_action(action: Callable[[object], object], speakers: Sequence[object],
+                      policy: ContextPolicy | None, head: int = 1) -> Callable[[object], object]:
     """``action`` as a state with a compaction: it ends at once (payload ``"compact"``) when a
     compaction is due; otherwise its calls read the pattern's policy and the run's summary."""
 
-    async def speaking(ctx: object) -> Any:
+    async def speaking(ctx: object) -> object:
         st = state_of(ctx)
         st.policy = policy
         st.due = due(ctx, speakers, policy, head)
@@ -130,7 +130,7 @@ def make_compact(state: str, speakers: Sequence[Any], policy: ContextPolicy | No
     return compact
 
 
-def add_compaction(g: StateGraph, state: str, speakers: Sequence[Any], policy: ContextPolicy | None,
+def add_compaction(g: StateGraph, state: str, speakers: Sequence[object], policy: ContextPolicy | None,
                    head: int = 1) -> StateGraph:
     """Draw the compaction of ``state``, where ``speakers`` speak under the pattern's ``policy``:
     ``state -[compact]-> compact_<state> -> state`` (the new edge tried first). Nothing changes
@@ -161,12 +161,12 @@ def add_compaction(g: StateGraph, state: str, speakers: Sequence[Any], policy: C
     return g.changed()
 
 
-def compaction_calls(states: Sequence[tuple[str, Sequence[Any]]], calls: Sequence[tuple[Any, int]],
-                     policy: ContextPolicy | None) -> list[tuple[Any, int]]:
+def compaction_calls(states: Sequence[tuple[str, Sequence[object]]], calls: Sequence[tuple[object, int]],
+                     policy: ContextPolicy | None) -> list[tuple[object, int]]:
     """(summary writer, the most compactions of a run) for each speaking state with a compaction:
     one per visit at most, and a state is visited at most as often as its busiest speaker is asked."""
     asked = {id(s): n for s, n in calls}
-    out: list[tuple[Any, int]] = []
+    out: list[tuple[object, int]] = []
     for _state, speakers in states:
         found = summarizers(speakers, policy)
         if found:
@@ -184,7 +184,7 @@ def check_limits(states: Sequence[tuple[str, Sequence[Any]]], policy: ContextPol
                                   f"model map: give the agent one (Agent({s.name!r}, max_input_tokens=N))")
 
 
-def check_drawn(states: Sequence[tuple[str, Sequence[Any]]], calls: Sequence[tuple[Any, int]],
+def check_drawn(states: Sequence[tuple[str, Sequence[object]]], calls: Sequence[tuple[object, int]],
                 policy: ContextPolicy | None, owner: str) -> None:
     """Refuse, before any model call, a speaker that follows ``Summarize`` where no compaction is
     drawn for it (a flow's ``Task`` step, whose prompt carries no conversation to compact)."""

@@ -89,8 +89,8 @@ class Edit(_Input):
     vars: dict[str, Any] | None = None
     arguments: dict[str, Any] | None = None
 
-    def __init__(self, text: str | None = None, vars: dict[str, Any] | None = None,
-                 arguments: dict[str, Any] | None = None, **kw: object):
+    def __init__(self, text: str | None = None, vars: dict[str, object] | None = None,
+                 arguments: dict[str, object] | None = None, **kw: object):
         super().__init__(text=text, vars=vars, arguments=arguments, **kw)  # type: ignore[call-arg]  # the plugin types super() as _Input
         if (self.text is None or not self.text.strip()) and not self.vars and self.arguments is None:
             raise ConfigError("Edit: give the new text (Edit('...')), variables (Edit(vars={'name': value})) or a "
@@ -335,7 +335,7 @@ class Human:
         [('User', 'Ready to ship?'), ('dev', 'Tests are green.'), ('Lead', 'Ship it.')]
     """
 
-    def __init__(self, name: str, *, answers: Sequence[Any] | None = None, description: str = ""):
+    def __init__(self, name: str, *, answers: Sequence[object] | None = None, description: str = ""):
         if not isinstance(name, str) or not name.strip() or len(name.splitlines()) != 1:
             raise bad_value("Human", "name", name, "the person's name, a non-empty one-line string",
                             type_error=not isinstance(name, str))
@@ -381,7 +381,7 @@ class People:
     used: dict[str, int] = field(default_factory=dict)
     verdict: str | None = None
 
-    def ask(self, req: dict[str, Any], person: Human | None = None) -> Input:
+    def ask(self, req: dict[str, object], person: Human | None = None) -> Input:
         """The answer to ``req``: the one this resume brought, else the person's next scripted
         one, else the run stops here (``Interrupted``) until someone answers."""
         if self.answer is not None:
@@ -402,7 +402,7 @@ class People:
     def give(self, pending: Pending, answer: Input) -> None:
         self.waiting, self.answer = pending, answer
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> dict[str, object]:
         return {"used": dict(self.used)}
 
     def restore(self, state: dict[str, Any]) -> None:

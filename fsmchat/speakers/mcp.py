@@ -175,7 +175,7 @@ class MCPServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._entries = 0
         self._lock = asyncio.Lock()
-        self._client: Any = None
+        self._client: object = None
         self._owner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._stderr: IO[bytes] | None = None
@@ -259,7 +259,7 @@ class MCPServer:
         finally:
             self._client = None
 
-    async def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
+    async def _transport(self, stack: contextlib.AsyncExitStack) -> object:
         if self.command is None:
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
@@ -396,11 +396,11 @@ class MCPServer:
         call.__name__ = call.__qualname__ = name
         return call
 
-    def to_config(self) -> dict[str, Any]:
+    def to_config(self) -> dict[str, object]:
         """The server as a config's tool entry (``{"type": "mcp_server", ...}``); ``env`` and
         ``headers`` entries whose names look secret (``*_TOKEN``, ``Authorization``) are left out.
         ``from_config`` builds it again only with ``trusted=True``: it starts a process."""
-        out: dict[str, Any] = {"type": "mcp_server", "name": self.name}
+        out: dict[str, object] = {"type": "mcp_server", "name": self.name}
         if self.command is not None:
             out["command"] = list(self.command)
         if self.url is not None:

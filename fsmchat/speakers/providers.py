@@ -123,7 +123,7 @@ def _install(lm: Any, name: str, handler: Any) -> None:
         lm.custom_provider_map.append({"provider": name, "custom_handler": _free(lm, handler) if own else handler})
 
 
-def priced_free(response: object) -> Any:
+def priced_free(response: object) -> object:
     """Mark a response as costing nothing (``_hidden_params["response_cost"] = 0.0``): litellm then
     reports that cost instead of searching its cost map for the model on every call."""
     hidden = getattr(response, "_hidden_params", None)
@@ -142,13 +142,13 @@ def _free(lm: Any, handler: Any) -> Any:
         async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
             return priced_free(await handler.acompletion(*args, **kwargs))
 
-        def streaming(self, *args: Any, **kwargs: Any) -> Any:
+        def streaming(self, *args: object, **kwargs: object) -> object:
             return handler.streaming(*args, **kwargs)
 
-        def astreaming(self, *args: Any, **kwargs: Any) -> Any:
+        def astreaming(self, *args: object, **kwargs: object) -> object:
             return handler.astreaming(*args, **kwargs)
 
-        def __getattr__(self, name: str) -> Any:
+        def __getattr__(self, name: str) -> object:
             return getattr(handler, name)
 
     return Free()
@@ -208,7 +208,7 @@ def get_litellm() -> Any:
     return _litellm
 
 
-def _import_litellm() -> Any:
+def _import_litellm() -> object:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     lm = wire.import_litellm_part("litellm")
 

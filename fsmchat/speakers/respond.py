@@ -49,7 +49,7 @@ Examples:
 RESPOND_TOOL_CHOICE: dict[str, Any] = {"type": "function", "function": {"name": "respond"}}
 
 
-def respond_response_format() -> dict[str, Any]:
+def respond_response_format() -> dict[str, object]:
     """``response_format`` for models without native tool calling: the tool's parameters as schema."""
     return {"type": "json_schema",
             "json_schema": {"name": "respond", "schema": RESPOND_TOOL["function"]["parameters"]}}

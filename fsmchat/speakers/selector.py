@@ -24,7 +24,7 @@ and what it does), ``{participants}`` (the candidates' names) and ``{history}`` 
 as text, AutoGen's placeholder; without it the conversation goes as chat messages) are filled in."""
 
 
-def select_spec(candidates: Sequence[str]) -> dict[str, Any]:
+def select_spec(candidates: Sequence[str]) -> dict[str, object]:
     """The forced tool: ``speaker`` is one of ``candidates`` (a JSON-schema enum).
 
     Examples:

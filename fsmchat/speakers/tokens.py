@@ -485,7 +485,7 @@ def fitted(width: int, height: int) -> tuple[int, int]:
     return fit_w, fit_h
 
 
-def function_definitions(tools: Sequence[Any]) -> str:
+def function_definitions(tools: Sequence[object]) -> str:
     """The tools offered, written as litellm writes them to count them (after OpenAI's rendering):
     ``namespace functions {``, one TypeScript-like ``type name = (_: {...}) => any;`` per function
     (its description and each parameter's as ``//`` comments; an optional parameter ``?``), then
@@ -528,7 +528,7 @@ def function_definitions(tools: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
-def _function_lines(function: Mapping[str, Any]) -> Iterable[str]:
+def _function_lines(function: Mapping[str, object]) -> Iterable[str]:
     name = function.get("name")
     if not name:
         return []
@@ -542,7 +542,7 @@ def _function_lines(function: Mapping[str, Any]) -> Iterable[str]:
     return [*comment, f"type {name} = () => any;", ""]
 
 
-def _object_lines(parameters: Mapping[str, Any], indent: int) -> str:
+def _object_lines(parameters: Mapping[str, object], indent: int) -> str:
     properties = parameters.get("properties")
     if not isinstance(properties, Mapping) or not properties:
         return ""

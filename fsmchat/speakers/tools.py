@@ -191,7 +191,7 @@ def _schema_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> ty
     return create_model(f"{name}_arguments", __config__=config, **fields)
 
 
-def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+def _hints(fn: Callable[..., object]) -> dict[str, object]:
     target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)
     return get_type_hints(target)
 
@@ -254,8 +254,8 @@ class Tool:
         (['a'], {'a': 2, 'b': 1})
     """
 
-    def __init__(self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
-                 description: str | None = None, parameters: dict[str, Any] | None = None,
+    def __init__(self, fn: Callable[..., object] | None = None, *, name: str | None = None,
+                 description: str | None = None, parameters: dict[str, object] | None = None,
                  approval: bool = False, idempotent: bool = False, timeout_s: float | None = None,
                  max_result_chars: int | None = DEFAULT_MAX_RESULT_CHARS):
         if fn is not None and not callable(fn):
@@ -316,12 +316,12 @@ class Tool:
         """Whether the tool has a function to run."""
         return self.fn is not None
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> dict[str, object]:
         """The tool as a model is offered it (OpenAI's function-tool format)."""
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": self.parameters}}
 
-    def check_arguments(self, raw: object) -> dict[str, Any]:
+    def check_arguments(self, raw: object) -> dict[str, object]:
         """The arguments a model sent (a JSON text or a dict), validated and converted.
 
         Raises:
@@ -347,7 +347,7 @@ class Tool:
                               for e in exc.errors())
             raise ToolArgumentsError(f"invalid arguments for {self.name}: {found}") from None
 
-    async def run(self, arguments: dict[str, Any], deadline: float | None) -> str:
+    async def run(self, arguments: dict[str, object], deadline: float | None) -> str:
         """Call the function with ``arguments`` (validated) under ``deadline`` and the tool's
         ``timeout_s``; the result as text for the model (a str as it is, anything else as JSON).
 
@@ -366,11 +366,11 @@ class Tool:
                 limit, fired = own, f"its timeout (Tool(timeout_s={self.timeout_s:g}))"
         fn = self.fn
 
-        def call(kw: dict[str, Any]) -> Any:
+        def call(kw: dict[str, object]) -> object:
             return fn(**kw)
 
         if inspect.iscoroutinefunction(fn):
-            async def acall(kw: dict[str, Any]) -> Any:
+            async def acall(kw: dict[str, object]) -> object:
                 return await fn(**kw)
             out = await call_within(acall, arguments, deadline=limit, what=f"tool {self.name!r}", limit=fired)
         else:
@@ -383,7 +383,7 @@ class Tool:
         return f"Tool({self.name!r}{'' if self.runnable else ', no function'}{opts}{timeout})"
 
 
-def check_schema(schema: dict[str, Any], owner: str) -> None:
+def check_schema(schema: dict[str, object], owner: str) -> None:
     """A tool's ``parameters`` is a JSON schema of an object: checked against the JSON Schema
     metaschema (draft 2020-12 unless its ``$schema`` names another; the ``jsonschema`` package),
     and its top-level ``type`` is ``"object"`` (what a model fills in is an object of arguments).
@@ -487,7 +487,7 @@ def changed_tools(before: dict[str, str], now: dict[str, str]) -> list[str]:
     return out
 
 
-def as_tool_entry(x: object) -> Any:
+def as_tool_entry(x: object) -> object:
     """An ``Agent(tools=[...])`` entry as stored: a ``Tool``, a JSON-schema dict, or a ``ToolSource``;
     a plain function becomes ``Tool(fn)``.
 

@@ -173,7 +173,7 @@ def assert_calls(model: ScriptedModel, n: int, agent: str | None = None) -> None
 
 # ---- matchers for trace and id comparisons ----
 class _Matcher:
-    def __init__(self, name: str, test: Callable[[Any], bool]):
+    def __init__(self, name: str, test: Callable[[object], bool]):
         self.name, self.test = name, test
 
     def __eq__(self, other: object) -> bool:
@@ -193,7 +193,7 @@ ANY_TIME = _Matcher("ANY_TIME", lambda x: isinstance(x, (int, float)) and not is
 ANY_ID = _Matcher("ANY_ID", lambda x: isinstance(x, str) and bool(x) and " " not in x)
 
 
-def assert_trace(run: RunResult, expected: Sequence[dict[str, Any]]) -> None:
+def assert_trace(run: RunResult, expected: Sequence[dict[str, object]]) -> None:
     """Compare ``run.trace`` (as dicts) with ``expected``, step by step.
 
     Use ``ANY``, ``ANY_TIME``, ``ANY_ID`` (from ``fsmchat.testing``) for volatile fields, and leave

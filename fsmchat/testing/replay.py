@@ -37,7 +37,7 @@ class CassetteMiss(FsmchatError, AssertionError):
     fsmchat_fatal = True
 
 
-def request_key(model: str, messages: object, params: dict[str, Any]) -> str:
+def request_key(model: str, messages: object, params: dict[str, object]) -> str:
     body = {"model": model, "messages": messages, **{k: params.get(k) for k in
                                                     ("tools", "tool_choice", "response_format")}}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:32]

@@ -14,7 +14,6 @@ import html
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any
 
 from .. import __version__
 
@@ -37,7 +36,7 @@ def data_json(data: object) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def page(data: dict[str, Any], title: str, *, live: bool, report: bool = False) -> str:
+def page(data: dict[str, object], title: str, *, live: bool, report: bool = False) -> str:
     """A viewer page: ``data`` (``{"kind": "runs" | "run" | "evals" | "eval" | "eval_case", ...}``)
     rendered in the browser.
 

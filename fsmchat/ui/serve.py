@@ -217,7 +217,7 @@ class Registered:
         return pattern
 
 
-def registry(patterns: Mapping[str, Any]) -> dict[str, Registered]:
+def registry(patterns: Mapping[str, object]) -> dict[str, Registered]:
     """``{name: pattern or zero-argument factory}`` as ``Registered`` (a factory's ref is its
     ``module:qualname``)."""
     if not patterns:
@@ -270,7 +270,7 @@ def _end_of(result: Any) -> JsonObject:
 class Runs:
     """The server's state: the store, the registered patterns and the runs executing now."""
 
-    def __init__(self, db: str | Path, patterns: Mapping[str, Any]):
+    def __init__(self, db: str | Path, patterns: Mapping[str, object]):
         self.patterns = registry(patterns)
         if not is_dsn(db):
             Path(db).parent.mkdir(parents=True, exist_ok=True)
@@ -286,7 +286,7 @@ class Runs:
         live = self.live.get(run_id)
         return live is not None and live.end is None
 
-    def launch(self, run_id: str, what: str, go: Callable[[Live], Awaitable[Any]]) -> None:
+    def launch(self, run_id: str, what: str, go: Callable[[Live], Awaitable[object]]) -> None:
         live = Live(what)
 
         async def body() -> None:
@@ -434,8 +434,8 @@ class TokenCheck:
     def __init__(self, inner: ASGI, token: str | None):
         self.inner, self.token = inner, token
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[object]],
+                       send: Callable[[object], Awaitable[None]]) -> None:
         if scope["type"] != "http" or self.token is None:
             return await self.inner(scope, receive, send)
         given = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), "")
@@ -499,7 +499,7 @@ def openapi(patterns: Iterable[str]) -> dict[str, Any]:
 
 
 class _BadBody(FsmchatError):
-    def __init__(self, message: str, errors: list[dict[str, Any]]):
+    def __init__(self, message: str, errors: list[dict[str, object]]):
         super().__init__(message)
         self.message, self.errors = message, errors
 
@@ -515,11 +515,11 @@ class _TooLarge(FsmchatError):
         self.size, self.limit = size, limit
 
 
-def _too_long(data: object, limit: int) -> list[dict[str, Any]]:
+def _too_long(data: object, limit: int) -> list[dict[str, object]]:
     """Every text of a JSON body longer than ``limit`` characters, as ``{field, problem, size, limit}``
     (``field`` is its path, as pydantic's errors name fields: ``task``, ``edit.replace.0``)."""
-    out: list[dict[str, Any]] = []
-    todo: deque[tuple[str, Any]] = deque([("", data)])
+    out: list[dict[str, object]] = []
+    todo: deque[tuple[str, object]] = deque([("", data)])
     while todo:  # breadth first, without recursion: a deeply nested body cannot overflow the stack
         at, value = todo.popleft()
         if isinstance(value, str) and len(value) > limit:
@@ -715,7 +715,7 @@ def _server(db: str | Path, patterns: Mapping[str, Any], sock: Any, token: str |
                                          timeout_graceful_shutdown=5))
 
 
-def start(db: str | Path, patterns: Mapping[str, Any], host: str = DEFAULT_HOST, port: int = 0,
+def start(db: str | Path, patterns: Mapping[str, object], host: str = DEFAULT_HOST, port: int = 0,
           token: str | None = None, allow_hosts: Iterable[str] = (), *,
           max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> Running:
     """Serve from a background thread (``port=0``: a free port); returns once it accepts requests.

@@ -124,14 +124,14 @@ def turns(steps: list[Step], threshold: object, events: list[object]) -> tuple[l
 
 
 # ---- the transcript at each step ----
-def transcript_marks(steps: list[Step]) -> tuple[list[dict[str, Any]], bool]:
+def transcript_marks(steps: list[Step]) -> tuple[list[dict[str, object]], bool]:
     """Per step: how many of the run's messages were stored (``upto``) and, inside a fork, how many
     of each open branch lane's (``open``). False when the store does not record it."""
     if any(s.nmsg is None for s in steps):
         return [{} for _ in steps], False
     upto: int | None = 0
     open_lanes: dict[str, int | None] = {}
-    marks: list[dict[str, Any]] = []
+    marks: list[dict[str, object]] = []
     for s in steps:
         if s.lane == "":
             upto, open_lanes = s.nmsg, {}  # the run moved on: a fork's branches were joined into it
@@ -153,7 +153,7 @@ def picture(rec: RunRecord) -> tuple[str | None, list[tuple[int | None, int | No
         d = drawing_from_data(data)
     except (KeyError, TypeError, AttributeError) as exc:
         return None, [(None, None)] * len(rec.steps), f"the stored graph cannot be read ({type(exc).__name__}: {exc})"
-    memo: dict[tuple[str, Any, Any], tuple[int | None, int | None]] = {}
+    memo: dict[tuple[str, object, object], tuple[int | None, int | None]] = {}
     marks = [memo.setdefault((s.state, s.trigger, s.dest), step_marks(d, s.state, s.trigger, s.dest))
              for s in rec.steps]
     if not has_graphviz():
@@ -164,7 +164,7 @@ def picture(rec: RunRecord) -> tuple[str | None, list[tuple[int | None, int | No
 
 
 # ---- the whole page ----
-def run_view(rec: RunRecord, now: float) -> dict[str, Any]:
+def run_view(rec: RunRecord, now: float) -> dict[str, object]:
     """The run page's data."""
     state = rec.state if isinstance(rec.state, dict) else {}
     stats = st if isinstance(st := state.get("stats"), dict) else {}
@@ -201,7 +201,7 @@ def run_view(rec: RunRecord, now: float) -> dict[str, Any]:
             "config": mask_secrets(config) if config is not None else None}
 
 
-def _message(m: dict[str, Any]) -> dict[str, Any]:
+def _message(m: dict[str, object]) -> dict[str, object]:
     meta = md if isinstance(md := m.get("metadata"), dict) else {}
     out = {"role": m["role"], "content": m["content"], **({"score": meta["score"]} if "score" in meta else {})}
     calls = meta.get("tool_calls")

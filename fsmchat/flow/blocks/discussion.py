@@ -162,7 +162,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         raise ValueError(f"Discussion {self.config.name!r} select() returned {speaker!r}, which is not one of its "
                          f"speakers {names}")
 
-    def children(self) -> list[Any]:
+    def children(self) -> list[object]:
         """The steps this block holds, in declaration order."""
         return []
 
@@ -170,7 +170,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         """The tasks this block runs itself (not those of the steps it holds)."""
         return list(self.tasks)
 
-    def compacted_agents(self) -> list[Any]:
+    def compacted_agents(self) -> list[object]:
         """The speakers' agents: the ``turn`` state draws a compaction when one follows ``Summarize``."""
         return [t.agent for t in self.tasks if t.agent is not None]
 
@@ -178,7 +178,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         """Whether this block itself sets variable ``var`` (its own output variables)."""
         return var == "discussion_transcript"
 
-    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, object]) -> int:
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         per_turn = [task_calls(t, requests) for t in self.tasks]
         # a selector may pick the costliest speaker on every one of the rounds x speakers turns

@@ -81,11 +81,11 @@ class Route(Block, kind="route", config=RouteConfig):
                                                              "no default, so the route runs no step")})
         return key
 
-    def children(self) -> list[Any]:
+    def children(self) -> list[object]:
         """The steps this block holds, in declaration order."""
         return [*(x for v in self.config.routes.values() for x in v), *self.config.default]
 
-    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, object]) -> int:
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         cfg = self.config
         value = known_value(known, cfg.on) if cfg.on is not None else UNKNOWN
