@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from collections.abc import Sequence
 from itertools import islice
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any, Iterator, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from fsmchat.events import JsonObject as JsonObject, JsonValue as JsonValue, RunEvent, parse_events
 
 SEED_ROLE = "User"
 """The role of a run's first message, the task (no participant may take this name)."""
@@ -52,7 +54,7 @@ class Message(BaseModel):
         """
         return [ToolCallEntry.model_validate(e) for e in self.metadata.get("tool_calls") or ()]
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> dict[str, object]:
         """The message as plain data (what checkpoints, reports and ``output_type="dict"`` hold)."""
         return {"role": self.role, "content": self.content, "metadata": dict(self.metadata)}
 
@@ -156,7 +158,7 @@ class Transcript:
         self.events: list[dict[str, Any]] = events if events is not None else []
         self.max_chars = max_chars
 
-    def post(self, role: str, content: str, **metadata: Any) -> Message:
+    def post(self, role: str, content: str, **metadata: object) -> Message:
         """Append a message (repaired and capped as ``admit`` says) and tell every listener.
 
         Args:
@@ -210,7 +212,7 @@ class Transcript:
         """
         self._rows.extend(rows)
 
-    def listen(self, listener: Any) -> None:
+    def listen(self, listener: object) -> None:
         """Call ``listener(message)`` on every later post.
 
         Args:
@@ -266,7 +268,7 @@ class TranscriptView(Sequence[Message]):
     def __iter__(self) -> Iterator[Message]:
         return islice(self._rows, self._n)
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
 
     def __repr__(self) -> str:
@@ -296,7 +298,7 @@ class Bid(BaseModel):
     score: float = Field(ge=0.0, le=1.0)
     message: str = ""
 
-    def __init__(self, score: float = 0.0, message: str = "", **kw: Any):
+    def __init__(self, score: float = 0.0, message: str = "", **kw: object):
         super().__init__(score=score, message=message, **kw)
 
 
@@ -330,7 +332,7 @@ class TraceEvent:
     t: float
     payload: Any = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The event as plain data."""
         return {"step": self.step, "state": self.state, "trigger": self.trigger,
                 "dest": self.dest, "t": self.t, "payload": self.payload}
@@ -546,6 +548,24 @@ class RunResult:
     def __post_init__(self) -> None:
         self.stop_reason = StopReason.of(self.stop_reason)
 
+    def typed_events(self) -> list[RunEvent]:
+        """The run's events as their models (``fsmchat.events``): match on them by kind.
+
+        ``events`` stays the stored JSON; this reads it (an undeclared kind is an ``OtherEvent``).
+
+        Returns:
+            One model per event, in order.
+
+        Examples:
+            >>> from fsmchat import RunResult
+            >>> from fsmchat.events import StopWorkflow
+            >>> result = RunResult(path=[], trace=[], stop_reason="done", context=None,
+            ...                    events=[{"event": "stop_workflow", "step": "draft"}])
+            >>> [e.step for e in result.typed_events() if isinstance(e, StopWorkflow)]
+            ['draft']
+        """
+        return parse_events(self.events)
+
     @property
     def waiting(self) -> bool:
         """The run stopped at an interrupt and waits for a person (resume it with ``input=``)."""
@@ -658,7 +678,7 @@ class RunResult:
         out.append("</div>")
         return "\n".join(out)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Return the result as JSON-able data (what ``fsmchat run --json`` prints).
 
         Values JSON cannot hold (a trace payload object, an error) become their text; the context is
@@ -666,7 +686,7 @@ class RunResult:
         """
         stats = getattr(self.context, "stats", None)
         error = None if self.error is None else {"type": type(self.error).__name__, "message": str(self.error)}
-        data: dict[str, Any] = json.loads(json.dumps({
+        data: dict[str, object] = json.loads(json.dumps({
             "run_id": self.run_id, "ok": self.ok, "stop_reason": self.stop_reason, "error": error,
             "output": self.output, "calls": self.calls, "usage": dict(self.usage),
             "cost_usd": getattr(stats, "cost_usd", None), "path": list(self.path),
@@ -675,6 +695,11 @@ class RunResult:
             "pending": self.pending.model_dump() if hasattr(self.pending, "model_dump") else self.pending},
             default=str))
         return data
+
+
+StreamItem = Union[TraceEvent, Message, TokenDelta, BidDelta, StreamRetry, RunResult]
+"""One item of ``pattern.stream(task)``: a step's ``TraceEvent``, a posted ``Message``, with ``tokens=True``
+a ``TokenDelta`` / ``BidDelta`` / ``StreamRetry``, and last the ``RunResult`` (match on the classes)."""
 
 
 # ---- output types (docs/semantics.md "Output types"), one implementation for every pattern ----
@@ -687,7 +712,7 @@ def check_output_type(output_type: str) -> str:
     return output_type
 
 
-def format_output(rows: list[Message], output_type: str) -> Any:
+def format_output(rows: list[Message], output_type: str) -> object:
     """Format a transcript as swarms, PraisonAI and AG2 do for ``output_type``.
 
     Args:

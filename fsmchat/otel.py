@@ -18,10 +18,11 @@ fork of it) parents the new run span to it, so the whole life of a run is one tr
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 from .engine import run_sync
 from .errors import result_of
+from .masking import redact
 from .models import RunResult, TraceEvent
 from .speakers.llm import INTERCEPTOR
 from .speakers.tool_loop import TOOL_HOOK
@@ -30,6 +31,7 @@ from .store.checkpoint import RUN_META
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer, TracerProvider
+    from opentelemetry.util.types import AttributeValue
 
 TRACE_META = "trace_context"
 """The checkpoint metadata key of a run's trace context: ``{"traceparent": "00-<trace>-<span>-<flags>"}``.
@@ -51,8 +53,54 @@ def _provider_of(model: str) -> str:
     return model.split("/", 1)[0] if "/" in model else "openai"
 
 
-def _content(value: Any) -> str:
+def _content(value: object) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
+
+
+NAMING_KEYS = frozenset({"agent", "tool", "step", "state", "call_id", "model", "limit", "policy", "decision",
+                         "speaker", "by", "from", "to", "route", "role", "where", "on"})
+"""The keys of a run event that name things; its other texts are content (``capture_content=True``)."""
+
+
+def event_attributes(event: Mapping[str, object], capture_content: bool) -> dict[str, AttributeValue]:
+    """A run event (``fsmchat.events``) as the attributes of its span event on the run span.
+
+    Numbers, flags, the names (``NAMING_KEYS``) and lists of names are kept; other texts (a reason,
+    a summary, a reply's text) and nested data only with ``capture_content``, masked, nested data
+    as JSON. The ``event`` key is the span event's name (``fsmchat.<kind>``).
+
+    Args:
+        event: The event as stored.
+        capture_content: Whether content is recorded.
+
+    Returns:
+        The attributes.
+
+    Examples:
+        >>> from fsmchat.otel import event_attributes
+        >>> ev = {"event": "tool_error", "agent": "a", "tool": "add", "call_id": "c1", "error": "boom"}
+        >>> event_attributes(ev, capture_content=False)
+        {'fsmchat.agent': 'a', 'fsmchat.tool': 'add', 'fsmchat.call_id': 'c1'}
+        >>> event_attributes(ev, capture_content=True)["fsmchat.error"]
+        'boom'
+    """
+    out: dict[str, AttributeValue] = {}
+    for key, value in event.items():
+        name = f"fsmchat.{key}"
+        if key == "event" or value is None:
+            continue
+        if isinstance(value, (bool, int, float)):
+            out[name] = value
+        elif isinstance(value, str):
+            if key in NAMING_KEYS:
+                out[name] = value
+            elif capture_content:
+                out[name] = redact(value)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out[name] = [str(v) for v in value]  # a list of names (tools, candidates, variables)
+        elif capture_content:
+            out[name] = redact(_content(value))
+    return out
 
 
 class _RunSpans:
@@ -127,7 +175,7 @@ class _RunSpans:
             return response
 
     async def tool(self, run: Callable[[], Awaitable[str]], agent: str, name: str, call_id: str,
-                   arguments: dict[str, Any]) -> str:
+                   arguments: dict[str, object]) -> str:
         """The tool-call hook: one ``execute_tool`` span (kind INTERNAL) around each call."""
         from opentelemetry import trace
         from opentelemetry.trace import Status, StatusCode
@@ -152,7 +200,7 @@ class _RunSpans:
                 span.set_attribute("gen_ai.tool.call.result", result)
             return result
 
-    def _response_attributes(self, span: Span, response: Any) -> None:
+    def _response_attributes(self, span: Span, response: object) -> None:
         name = getattr(response, "model", None)
         if isinstance(name, str) and name:
             span.set_attribute("gen_ai.response.model", name)
@@ -195,6 +243,8 @@ class _RunSpans:
             if result.error is not None:
                 run.set_attribute("error.type", type(result.error).__name__)
                 run.set_status(Status(StatusCode.ERROR, str(result.error)[:500]))
+            for event in result.typed_events():
+                run.add_event(f"fsmchat.{event.event}", event_attributes(event.to_dict(), self.tracing.capture_content))
         run.end()
 
 
@@ -251,15 +301,15 @@ class Tracing:
                                   lambda hooks: pattern.aresume(run_id, checkpoint, **hooks, **kw), kw, run_id,
                                   forked_from if isinstance(forked_from, str) else None)
 
-    def execute(self, pattern: Any, task: str, **kw: Any) -> RunResult:
+    def execute(self, pattern: object, task: str, **kw: object) -> RunResult:
         """``aexecute`` from synchronous code (inside a running loop too, as ``pattern.execute``)."""
         return run_sync(lambda: self.aexecute(pattern, task, **kw))
 
-    def resume(self, pattern: Any, run_id: str, checkpoint: Any, **kw: Any) -> RunResult:
+    def resume(self, pattern: object, run_id: str, checkpoint: object, **kw: object) -> RunResult:
         """``aresume`` from synchronous code (inside a running loop too, as ``pattern.resume``)."""
         return run_sync(lambda: self.aresume(pattern, run_id, checkpoint, **kw))
 
-    async def _traced(self, pattern: Any, parent: Context | None, task: str | None,
+    async def _traced(self, pattern: object, parent: Context | None, task: str | None,
                       call: Callable[[dict[str, Any]], Awaitable[RunResult]], kw: dict[str, Any],
                       run_id: str | None = None, forked_from: str | None = None) -> RunResult:
         from opentelemetry import trace

@@ -71,7 +71,7 @@ class LiveRun:
         self._spinner: Any = None
 
     # ---- the run's hooks ----
-    def on_start(self, ctx: Any) -> None:
+    def on_start(self, ctx: object) -> None:
         self.ctx = ctx
         self.started = time.monotonic()
         self._seen = len(getattr(ctx, "events", None) or ())  # a resumed run's earlier events are not news
@@ -272,7 +272,7 @@ class LiveRun:
             self._live.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._end_raw()
         if self._live is not None:
             self._live.stop()

@@ -262,9 +262,9 @@ def ask_terminal(pending: Any) -> Any:
             print(f"   {exc}", file=err)
 
 
-def parse_vars(items: list[str], flag: str = "--set") -> dict[str, Any]:
+def parse_vars(items: list[str], flag: str = "--set") -> dict[str, object]:
     """``NAME=VALUE`` pairs (VALUE as JSON when it parses, else as text); ``flag`` names the option."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.isidentifier():
@@ -337,7 +337,7 @@ def _run_script(path: Path, args: argparse.Namespace) -> int:
 
 
 # ---- resume ----
-def _stored_pattern(factory: str, args: argparse.Namespace) -> Any:
+def _stored_pattern(factory: str, args: argparse.Namespace) -> object:
     """The pattern the run's stored ``factory`` builds, under the trust the flags give; a refusal
     names the flags that allow it (not the Python keywords of ``fsmchat.resume``)."""
     what = f"run {args.run_id!r} factory"

@@ -62,7 +62,7 @@ def named(fn: Callable[..., Any], name: str, doc: str = "") -> Callable[..., Any
 
 
 # ---- running one step under its policy ----
-def _hear(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
+def _hear(task: Task, ctx: FlowContext, prompt: str | None) -> object:
     """A person's answer for their step (``ask``: the answer, or ``Reject`` stops the flow) or their
     Discussion turn (``message``, given ``prompt``); the run stops here until it comes."""
     person = task.person
@@ -85,7 +85,7 @@ def _hear(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
     return answer.text
 
 
-async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
+async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> object:
     if task.person is not None:
         return _hear(task, ctx, prompt)
     if task.agent is not None:
@@ -112,7 +112,7 @@ async def _invoke(task: Task, ctx: FlowContext, prompt: str | None) -> Any:
 
 
 async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, record_as: str | None = None
-                   ) -> tuple[str, Any]:
+                   ) -> tuple[str, object]:
     """Run ``task``; returns (status, output) with status completed | failed | skipped | stopped.
     Failures follow ``task.on_error``; ``ctx.status`` becomes failed/stopped when the flow must halt."""
     name = record_as or task.name or "step"
@@ -120,7 +120,7 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
         ctx.steps.append({"name": name, "output": None, "status": "skipped"})
         return "skipped", None
     attempts = 1 + (task.max_retries if task.on_error == "retry" else 0)
-    out: Any = None
+    out: object = None
     for k in range(attempts):
         try:
             out = await _invoke(task, ctx, prompt)
@@ -152,7 +152,7 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
         stop, out = out.stop_workflow, out.output
     output = ctx.transcript.admit(name, "" if out is None else (out if isinstance(out, str) else str(out)))
     ctx.previous_result = output
-    record: dict[str, Any] = {"name": name, "output": output, "status": "stopped" if stop else "completed"}
+    record: dict[str, object] = {"name": name, "output": output, "status": "stopped" if stop else "completed"}
     speaker = task.agent.name if task.agent is not None else ""
     calls = ctx.tool_loop.entries(speaker) if speaker and ctx.tool_loop.exchanges else []
     if calls:  # the agent's tool calls of this step, in the step's record and on its message
@@ -175,7 +175,7 @@ async def run_task(task: Task, ctx: FlowContext, prompt: str | None = None, reco
     return "completed", output
 
 
-def _as_list(value: Any, task: Task) -> list[Any]:
+def _as_list(value: object, task: Task) -> list[object]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -209,7 +209,7 @@ class Compiler:
             g.edge(state, nxt)
         return g
 
-    def add(self, g: StateGraph[FlowContext], state: str, step: Any) -> None:
+    def add(self, g: StateGraph[FlowContext], state: str, step: object) -> None:
         """Declare ``step`` as ``state`` of ``g``: a block compiles itself; anything else runs as a ``Task``."""
         if isinstance(step, Block):
             step.compile(self, g, state)
@@ -349,8 +349,8 @@ def join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext,
 
 
 # ---- worst-case model calls ----
-def bound(steps: Sequence[Any], items: dict[str, int], requests: bool = False,
-          known: dict[str, Any] | None = None) -> int:
+def bound(steps: Sequence[object], items: dict[str, int], requests: bool = False,
+          known: dict[str, object] | None = None) -> int:
     """The most model calls ``steps`` can make (with ``requests``: HTTP requests, each agent's own
     ``num_retries`` included). A loop's length is ``items[over]`` if given, else its declared
     ``max_items`` (enforced when the loop starts); with neither, ``ValueError`` names the loop. A
@@ -365,7 +365,7 @@ def bound(steps: Sequence[Any], items: dict[str, int], requests: bool = False,
 UNKNOWN = object()
 
 
-def known_value(known: dict[str, Any], name: str) -> Any:
+def known_value(known: dict[str, object], name: str) -> object:
     """The value of variable ``name`` (dotted: into dicts) when ``bound`` knows it, else ``UNKNOWN``."""
     head, *rest = name.split(".")
     value = known.get(head, UNKNOWN)
@@ -374,7 +374,7 @@ def known_value(known: dict[str, Any], name: str) -> Any:
     return value
 
 
-def may_write(steps: Sequence[Any], var: str) -> bool:
+def may_write(steps: Sequence[object], var: str) -> bool:
     """Whether a step of ``steps`` may set variable ``var``: a callable (it may return
     ``StepResult(variables=...)`` or write ``ctx.variables``), a step saving its output under
     that name, or a block's own output variable (a loop's item, ``parallel_outputs``...)."""
@@ -392,7 +392,7 @@ def may_write(steps: Sequence[Any], var: str) -> bool:
 _OUTPUT_NAMES = ("discussion_transcript", "loop_index", "loop_outputs", "parallel_outputs")
 
 
-def check_templates(steps: Sequence[Any], variables: dict[str, Any], owner: str) -> None:
+def check_templates(steps: Sequence[object], variables: dict[str, object], owner: str) -> None:
     """Refuse, when the flow is built, a ``{{name}}`` in a prompt, system prompt or question that
     can never be filled: a name that is neither built in, declared in ``variables`` nor set by a
     step, or an index out of range of a declared value no step may change. A name some step may
@@ -424,7 +424,7 @@ def check_templates(steps: Sequence[Any], variables: dict[str, Any], owner: str)
                                           "it") from None
 
 
-def _known_names(steps: Sequence[Any], variables: dict[str, Any]) -> list[str]:
+def _known_names(steps: Sequence[object], variables: dict[str, object]) -> list[str]:
     named = {*BUILT_IN_NAMES, *variables}
     for s in walk_steps(steps):
         if isinstance(s, Block):
@@ -436,9 +436,9 @@ def _known_names(steps: Sequence[Any], variables: dict[str, Any]) -> list[str]:
     return sorted(named)
 
 
-def walk_steps(steps: Sequence[Any]) -> list[Any]:
+def walk_steps(steps: Sequence[object]) -> list[object]:
     """Every step, nested ones included, in declaration order."""
-    found: list[Any] = []
+    found: list[object] = []
     for s in steps:
         found.append(s)
         if isinstance(s, Block):

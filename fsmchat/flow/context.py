@@ -92,13 +92,13 @@ class Frame:
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ()  # fields stored only when not None
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> dict[str, object]:
         """The fields, as a checkpoint stores them."""
         state = {f.name: getattr(self, f.name) for f in fields(self)}
         return {k: v for k, v in state.items() if v is not None or k not in self.OPTIONAL}
 
     @classmethod
-    def from_state(cls: type[F], state: dict[str, Any]) -> F:
+    def from_state(cls: type[F], state: dict[str, object]) -> F:
         """The frame a checkpoint stored (a field it lacks takes its default)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in state.items() if k in names})
@@ -152,7 +152,7 @@ class FlowContext(RunContext):
         self._joined_state: Frozen | None = None  # what the last snapshot stored of it
 
     @property
-    def previous_output(self) -> Any:
+    def previous_output(self) -> object:
         """The last step's output: ``previous_result`` under the name ``{{previous_output}}`` templates use."""
         return self.previous_result
 
@@ -252,7 +252,7 @@ class FlowContext(RunContext):
         self.variables[name] = text
         self.joined[name] = (key, text)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """The working state a checkpoint stores after each step (variables must be JSON-able).
         The growing parts (step records, events, a discussion's lines, memories) are
         ``AppendLog``s, written as what each step added; a variable ``join_lines`` set is not
@@ -368,7 +368,7 @@ def check_expression(expr: str, op: str | None, what: str) -> None:
             raise bad(f"the {side} operand {operand!r} is not a {{{{var}}}}, a number or a word")
 
 
-def compile_condition(condition: Any, what: str = "condition") -> Callable[[FlowContext], bool]:
+def compile_condition(condition: object, what: str = "condition") -> Callable[[FlowContext], bool]:
     """A callable ``(ctx) -> bool`` as is, or a string expression: ``{{var}} OP value`` with
     OP in >, >=, <, <=, ==, !=, in (substring), contains; or a lone ``{{flag}}`` (truthy; false when
     unset; a list or dict is true when not empty)."""

@@ -46,7 +46,7 @@ class Form:
     label: str | None = None
 
 
-def _dump_fn(w: ConfigWriter, value: Any, what: str) -> str | None:
+def _dump_fn(w: ConfigWriter, value: object, what: str) -> str | None:
     return opt_ref(value, what)
 
 
@@ -54,7 +54,7 @@ def _load_fn(r: ConfigReader, data: Any, what: str) -> Any:
     return r.fn(data, what)
 
 
-def _dump_steps(w: ConfigWriter, value: Any, what: str) -> list[Any]:
+def _dump_steps(w: ConfigWriter, value: object, what: str) -> list[object]:
     return w.steps(value or [])
 
 
@@ -86,7 +86,7 @@ ITEMS = Form(str | list[Any], lambda w, v, what: v if isinstance(v, str) else js
 """A variable's name, or a literal list (as JSON)."""
 
 
-def condition_form(expression: str, default: Any = None) -> Form:
+def condition_form(expression: str, default: object = None) -> Form:
     """A condition: a callable by import path, or an expression by its text in ``expression``."""
     return Form(Annotated[Optional[str], REF], _dump_fn, _load_fn, default=default, expression=expression)
 
@@ -112,7 +112,7 @@ class BlockConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    def __init__(self, owner: str | None = None, /, **values: Any) -> None:
+    def __init__(self, owner: str | None = None, /, **values: object) -> None:
         """Validate ``values``; a bad one is refused in ``owner``'s name.
 
         Args:
@@ -140,15 +140,15 @@ class BlockSpec(ConfigSpec):
     block_type: ClassVar[Any] = None  # the block class the kind builds
 
     @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         """Block fields added after version 1 are written only when set (``LATER_BLOCK_FIELDS``):
         a config written before them reads back equal."""
         return without_later_defaults(handler(self), LATER_BLOCK_FIELDS)
 
-    def build(self, r: ConfigReader) -> Any:
+    def build(self, r: ConfigReader) -> object:
         """The block, built from the fields (each live one loaded by its ``Form``)."""
         block = self.block_type
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         for name, f in block.Config.model_fields.items():
             form, data = form_of(f), getattr(self, name)
             if form is None:
@@ -230,7 +230,7 @@ class Declared:
     config: Any  # the step's validated model (its kind's ``Config``)
 
     def __init_subclass__(cls, kind: str | None = None, config: type[BlockConfig] | None = None,
-                          owner: str | None = None, **kw: Any) -> None:
+                          owner: str | None = None, **kw: object) -> None:
         super().__init_subclass__(**kw)
         if config is not None:
             cls.Config = config
@@ -245,7 +245,7 @@ class Declared:
             cls.Spec = block_spec(cls, kind, owner or kind)
             STEP_KINDS.register(cls.Spec)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         """The model's fields, in order or by name (see the class's signature); a bad value is
         refused in the step's name, as its kind's messages name it (``"loop 'each': max_items=-1
         is invalid: ..."``)."""
@@ -259,7 +259,7 @@ class Declared:
         name = values.get("name", getattr(model.model_fields.get("name"), "default", None))
         self.config = model(f"{kind} {name!r}" if name is not None else kind, **values)
 
-    def to_spec(self, w: ConfigWriter) -> Any:
+    def to_spec(self, w: ConfigWriter) -> object:
         """This step's config form (its kind's ``Spec``, derived from its model)."""
         if type(self).Config is None:
             raise TypeError(f"step {getattr(self, 'name', '?')!r}: a {type(self).__name__} has no config form")

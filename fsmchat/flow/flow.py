@@ -60,7 +60,7 @@ def _flow_steps(steps: Any) -> list[Any]:
     return [as_step(s) for s in steps]  # a pattern wrapped; a step of no known kind refused now, by type
 
 
-def _variables(variables: Any) -> dict[str, Any]:
+def _variables(variables: object) -> dict[str, object]:
     if variables is not None and not isinstance(variables, dict):
         raise TypeError(f"AgentFlow variables must be a dict, got {type(variables).__name__}")
     return dict(variables or {})
@@ -75,7 +75,7 @@ def _roster(agents: Any, info: ValidationInfo) -> list[Agent] | None:
     return list(agents) if agents is not None else None
 
 
-def _memory(memory: Any, info: ValidationInfo) -> bool:
+def _memory(memory: object, info: ValidationInfo) -> bool:
     if not isinstance(memory, bool):
         raise bad_value(_owner(info), "memory", memory, "True (each agent remembers its own prompts "
                         "and replies of the run) or False", type_error=True)
@@ -203,7 +203,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
     def _wait_point(self, where: str, qualified: str, level: StateGraph) -> WaitPoint:
         return flow_point(where, qualified, level)
 
-    def _check_run(self, task: Any) -> None:
+    def _check_run(self, task: object) -> None:
         if not isinstance(task, str):
             raise TypeError(f"AgentFlow.run(input): input must be a str, got {type(task).__name__}")
         if not task.strip():
@@ -273,20 +273,20 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
         result.events = shown_events(ctx.events, ctx.stats)
         output = ctx.previous_result if self.config.output_type is None else \
             format_output(ctx.transcript.messages, self.config.output_type)
-        out: dict[str, Any] = {"output": output, "steps": ctx.steps, "variables": ctx.variables,
+        out: dict[str, object] = {"output": output, "steps": ctx.steps, "variables": ctx.variables,
                                "status": ctx.status}
         if ctx.error is not None:
             out["error"] = str(ctx.error)
         result.output = out
         return result
 
-    def start(self, input: str = "") -> dict[str, Any]:
+    def start(self, input: str = "") -> dict[str, object]:
         """Run once and return PraisonAI's dict: ``run`` under PraisonAI's name.
 
         Args:
             input: The flow's input.
         """
-        out: dict[str, Any] = self.run(input)
+        out: dict[str, object] = self.run(input)
         return out
 
     def max_calls(self, *, requests: bool = False, **lengths: Any) -> int:
@@ -309,7 +309,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
         shown = names[:8] + ([f"+{len(names) - 8} more"] if len(names) > 8 else [])
         return [f"steps={shown!r}", *super()._repr_fields()]
 
-    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+    def _calls_by_speaker(self) -> list[tuple[object, int]]:
         return [(a, 1) for a in _agents_in(self.config.steps)]  # for the fingerprint (flows bound calls by step)
 
     def _check_context(self) -> None:

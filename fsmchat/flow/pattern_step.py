@@ -122,7 +122,7 @@ class PatternStep(Block):
         """This step as its config form: the pattern's own (its kind's ``Spec``)."""
         return pattern_config(self.pattern, w)
 
-    def children(self) -> list[Any]:
+    def children(self) -> list[object]:
         """The steps this block holds, in declaration order (none: the pattern is one step)."""
         return []
 
@@ -130,7 +130,7 @@ class PatternStep(Block):
         """The pattern's agents and people, as tasks (the flow's roster and its person checks read them)."""
         return [as_task(s) for s in _speakers(self.pattern) if isinstance(s, (Agent, Human))]
 
-    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, object]) -> int:
         """The most model calls one run of this block can make: the pattern's ``max_calls``."""
         return self.pattern.max_calls(requests=requests)
 
@@ -180,7 +180,7 @@ class PatternStep(Block):
             pctx.restore({**frame.saved, "events": [], "stats": pctx.stats.to_state()})
             return share(ctx, pctx)
 
-        def saved(pctx: ChatContext) -> dict[str, Any]:
+        def saved(pctx: ChatContext) -> dict[str, object]:
             return {k: v for k, v in pctx.snapshot().items() if k not in _SHARED}
 
         def begin(ctx: FlowContext) -> None:
@@ -190,10 +190,10 @@ class PatternStep(Block):
             ctx.frames[key] = PatternStepFrame(task=task, start=len(ctx.transcript), saved=saved(pctx))
             share(ctx, pctx)
 
-        def on_pattern(fn: Callable[..., Any] | None, fallback: str | None) -> Callable[[FlowContext], Any]:
+        def on_pattern(fn: Callable[..., object] | None, fallback: str | None) -> Callable[[FlowContext], object]:
             """``fn`` run on the pattern's context; remembers the label of the state's fallback edge (the
             stop reason if no guard passes and it leads to a final state) and the pattern's state after."""
-            async def action(ctx: FlowContext) -> Any:
+            async def action(ctx: FlowContext) -> object:
                 pctx = live(ctx)
                 ctx.frame(key, PatternStepFrame).via = fallback
                 out = None if fn is None else fn(pctx)
@@ -211,7 +211,7 @@ class PatternStep(Block):
                 return ok
             return functools.update_wrapper(guard, fn)
 
-        def finish(final: str, reason: Any) -> Callable[[FlowContext], str]:
+        def finish(final: str, reason: object) -> Callable[[FlowContext], str]:
             def ended(ctx: FlowContext) -> str:
                 """the pattern's output becomes the step's"""
                 pctx, frame = live(ctx), ctx.frame(key, PatternStepFrame)
@@ -248,9 +248,9 @@ class PatternStep(Block):
         return g
 
 
-def _speakers(pattern: Pattern) -> list[Any]:
+def _speakers(pattern: Pattern) -> list[object]:
     """The pattern's participants, each once, in order."""
-    found: dict[int, Any] = {}
+    found: dict[int, object] = {}
     for s, _n in pattern.calls_by_speaker():
         found.setdefault(id(s), s)
     return list(found.values())
@@ -262,11 +262,11 @@ def _fallback(g: StateGraph, state: str) -> str | None:
     return out[0].label if out and g.states[out[0].dest].final else None
 
 
-def _label(label: Any) -> Any:
+def _label(label: object) -> Any:
     return None if label is None else str(label)
 
 
-def as_step(step: Any) -> Any:
+def as_step(step: object) -> object:
     """A flow step as the flow holds it: a pattern wrapped in a ``PatternStep``; a ``Block``, an
     Agent, a ``Human``, a ``Task`` or a callable as it is (anything else refused by type, now)."""
     if isinstance(step, Pattern):
@@ -276,7 +276,7 @@ def as_step(step: Any) -> Any:
     return step
 
 
-def step_list(steps: Any, what: str) -> list[Any]:
+def step_list(steps: object, what: str) -> list[object]:
     """A block's steps as it holds them: at least one, a pattern wrapped (``as_step``), anything
     else type-checked now, before any call."""
     items = list(steps) if isinstance(steps, (list, tuple)) else [steps]

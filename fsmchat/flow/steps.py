@@ -3,7 +3,7 @@
 model, one module each in ``fsmchat.flow.blocks``; ``Task`` is the leaf step (``fsmchat.flow.task``)."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..errors import bad_value
 from ..speakers.human import Human
@@ -14,8 +14,8 @@ __all__ = ["Task", "as_task", "Block", "OnError", "Discussion", "Loop", "Paralle
            "parallel", "route", "if_", "when", "repeat", "ask_human"]
 
 
-def loop(step: Any = None, over: str | Sequence[Any] = "items", var_name: str = "item", parallel: bool = False,
-         steps: Any = None, name: str = "loop", max_items: int | None = None) -> Loop:
+def loop(step: object = None, over: str | Sequence[object] = "items", var_name: str = "item", parallel: bool = False,
+         steps: object = None, name: str = "loop", max_items: int | None = None) -> Loop:
     """Run the body once per item of a list, with the item in a variable.
 
     ``var_name`` and ``loop_index`` are set on each pass and unset after the loop.
@@ -50,7 +50,7 @@ def loop(step: Any = None, over: str | Sequence[Any] = "items", var_name: str = 
     return Loop(steps if steps is not None else step, over, var_name, parallel, name, max_items)
 
 
-def parallel(steps: Sequence[Any], name: str = "parallel", max_concurrency: int | None = None) -> Parallel:
+def parallel(steps: Sequence[object], name: str = "parallel", max_concurrency: int | None = None) -> Parallel:
     """Run steps concurrently, as branch runs on copies of the variables.
 
     Their writes are merged in declaration order and their outputs collected in the list variable
@@ -82,7 +82,7 @@ def parallel(steps: Sequence[Any], name: str = "parallel", max_concurrency: int 
     return Parallel(steps, name, max_concurrency)
 
 
-def route(routes: dict[str, Any], default: Any = None, name: str = "route", on: str | None = None) -> Route:
+def route(routes: dict[str, object], default: object = None, name: str = "route", on: str | None = None) -> Route:
     """Run the steps of the first route whose key matches; no match runs ``default`` (or nothing).
 
     A key matches when it appears as a whole word in the previous output (case-insensitive), or,
@@ -116,7 +116,7 @@ def route(routes: dict[str, Any], default: Any = None, name: str = "route", on: 
     return Route(routes, default, name, on)
 
 
-def if_(condition: Any, then_steps: Any, else_steps: Any = None, name: str = "if") -> If:
+def if_(condition: object, then_steps: object, else_steps: object = None, name: str = "if") -> If:
     """Run ``then_steps`` when the condition holds, else ``else_steps``; ``when`` is the same function.
 
     Args:
@@ -146,7 +146,7 @@ def if_(condition: Any, then_steps: Any, else_steps: Any = None, name: str = "if
 when = if_
 
 
-def repeat(step: Any, until: Any = None, max_iterations: int = 10, name: str = "repeat") -> Repeat:
+def repeat(step: object, until: object = None, max_iterations: int = 10, name: str = "repeat") -> Repeat:
     """Run ``step`` until ``until`` holds, checked after each pass, at most ``max_iterations`` times.
 
     Args:

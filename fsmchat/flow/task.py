@@ -156,7 +156,7 @@ class Task(Declared, kind="task", config=TaskConfig, owner="Task"):
 TaskSpec = Task.Spec
 
 
-def as_task(step: Any) -> Task:
+def as_task(step: object) -> Task:
     """A bare Agent or callable becomes a Task with the default policy (on_error="stop")."""
     if isinstance(step, Task):
         return step
@@ -170,12 +170,12 @@ def as_task(step: Any) -> Task:
                     f"a combinator (loop, parallel, route, if_, repeat); got {type(step).__name__}")
 
 
-def fn_name(f: Any) -> str:
+def fn_name(f: object) -> str:
     """How a block's repr names a function it holds (``until=agreed``)."""
     return getattr(f, "__name__", type(f).__name__)
 
 
-def step_names(steps: Sequence[Any]) -> list[str]:
+def step_names(steps: Sequence[object]) -> list[str]:
     """Each step's name (a block's, a task's)."""
     return [getattr(s, "name", None) or as_task(s).name or "step" for s in steps]
 
@@ -217,11 +217,11 @@ class Block(Declared):
         """Declare this block as ``state`` of ``g`` (a subgraph, or a fork state)."""
         raise TypeError(f"step {self.name!r}: a {type(self).__name__} does not compile (it defines no compile())")
 
-    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, object]) -> int:
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         raise TypeError(f"unknown block {type(self).__name__}")
 
-    def children(self) -> list[Any]:
+    def children(self) -> list[object]:
         """The steps this block holds, in declaration order."""
         return list(getattr(self, "steps", []))
 
@@ -237,5 +237,5 @@ class Block(Declared):
         """Whether this block itself sets variable ``var`` (its own output variables)."""
         return False
 
-    def check_run(self, variables: dict[str, Any]) -> None:
+    def check_run(self, variables: dict[str, object]) -> None:
         """Refuse a run whose declared ``variables`` this block cannot use (before any call)."""

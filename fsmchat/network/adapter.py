@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from ..models import TraceEvent
 from ..engine import GraphRun
@@ -45,7 +45,7 @@ class DiscussionState:
     turn_count: int = 0
 
 
-def check_knobs(knobs: Mapping[str, Any] | None) -> dict[str, Any]:
+def check_knobs(knobs: Mapping[str, object] | None) -> dict[str, object]:
     """Normalised knobs, or ``ProtocolError`` before anything is created or sent.
 
     ``ordering`` defaults to round robin (the only one shipped); ``max_texts`` (fsmchat's exact

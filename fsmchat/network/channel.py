@@ -114,7 +114,7 @@ class ChannelRuntime:
         self._changed = asyncio.Event()
         self._opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._opened.add_done_callback(_retrieve)
-        self._turn_tasks: set[asyncio.Future[Any]] = set()
+        self._turn_tasks: set[asyncio.Future[object]] = set()
         ctx.emit = self._emit
         self.speaking = ChannelSpeaking(ctx, emit=self._emit, save=self._save, notify=self.notify,
                                         tokens=link.tokens, sources=link.tools)
@@ -193,21 +193,21 @@ class ChannelRuntime:
         return list(self._turn_tasks)
 
     def notify(self, kind: str, agent_id: str | None = None, *, envelope: Envelope | None = None,
-               error: BaseException | None = None, data: dict[str, Any] | None = None) -> NetworkEvent:
+               error: BaseException | None = None, data: dict[str, object] | None = None) -> NetworkEvent:
         """Tell the hub's listeners ``kind`` happened on this channel; returns the event."""
         event = NetworkEvent(kind, self.ctx.channel_id, agent_id, envelope, error, dict(data or {}),
                              self._link.clock())
         self._link.notify(event)
         return event
 
-    def _observer(self, graph: str) -> Callable[[Any], None]:
-        def observe(ev: Any) -> None:
+    def _observer(self, graph: str) -> Callable[[object], None]:
+        def observe(ev: object) -> None:
             self.notify("transition", data={"graph": graph, "event": ev})
         return observe
 
     # ---- the one way an envelope enters the channel ----
     def _emit(self, event_type: str, *, sender: str = HUB_SENDER, text: str | None = None,
-              data: dict[str, Any] | None = None, audience: Sequence[str] | None = None) -> Envelope:
+              data: dict[str, object] | None = None, audience: Sequence[str] | None = None) -> Envelope:
         ctx = self.ctx
         if audience is None:
             audience = [p for p in ctx.order if p != sender]
@@ -238,7 +238,7 @@ class ChannelRuntime:
             "expires_at": ctx.expires_at, "hidden": ctx.hidden, "creator": ctx.creator,
             "context": context_data(ctx.context), "tool_digests": dict(self.speaking.tool_loop.digests)})
 
-    def _refuse(self, sender: str, exc: ProtocolError, **data: Any) -> ProtocolError:
+    def _refuse(self, sender: str, exc: ProtocolError, **data: object) -> ProtocolError:
         self.stats.rejected_sends += 1
         self.notify("rejected", sender, error=exc, data=data)
         return exc
@@ -406,7 +406,7 @@ class ChannelRuntime:
         return out
 
     # ---- turns a handler runs ----
-    async def track_turn(self, task: "asyncio.Future[Any]") -> Any:
+    async def track_turn(self, task: "asyncio.Future[Any]") -> object:
         """Await a model call registered under this channel (cancelled if the channel ends first).
         Returns None when it was cancelled that way; re-raises the call's own exception."""
         self._turn_tasks.add(task)

@@ -66,7 +66,7 @@ class HubClient:
         (HubClient('alice'), True, Channel('discussion-1', as 'bob'))
     """
 
-    def __init__(self, hub: "Hub", agent_id: str, speaker: Any, handler: Handler):
+    def __init__(self, hub: "Hub", agent_id: str, speaker: object, handler: Handler):
         self.hub = hub
         self.agent_id = agent_id
         self.speaker = speaker
@@ -94,10 +94,10 @@ class HubClient:
         finally:
             RUN_TOOLS.reset(held)
 
-    async def open(self, type: str = DISCUSSION, target: Sequence[Any] | str = (),
-                   knobs: dict[str, Any] | None = None, ttl: float | str | None = None, *,
+    async def open(self, type: str = DISCUSSION, target: Sequence[object] | str = (),
+                   knobs: dict[str, object] | None = None, ttl: float | str | None = None, *,
                    expectations: Iterable[Expectation] | None = None,
-                   handshake_timeout: float | None = 30.0, context: Any = None) -> "Channel":
+                   handshake_timeout: float | None = 30.0, context: object = None) -> "Channel":
         """Open a channel with this agent as creator; returns once every invitee acked (active).
 
         ``knobs``: ``ordering`` (``"round_robin"``) and ``max_texts`` (close at exactly N texts).
@@ -194,12 +194,12 @@ class Channel:
     def _runtime(self) -> ChannelRuntime:
         return self.hub.runtime(self.channel_id)
 
-    async def send(self, text: str, data: dict[str, Any] | None = None) -> Envelope:
+    async def send(self, text: str, data: dict[str, object] | None = None) -> Envelope:
         """Send a text as this agent; ``ProtocolError`` (and nothing recorded) if refused. ``data``
         (a JSON object) travels with it: the default handler puts a reply's ``tool_calls`` there."""
         return self._runtime().submit(self._client, EV_TEXT, text=text, data=data)
 
-    async def emit(self, event_type: str, data: dict[str, Any] | None = None) -> Envelope:
+    async def emit(self, event_type: str, data: dict[str, object] | None = None) -> Envelope:
         """Send a custom event (any non-protocol type): passes at any time, never advances the turn.
         ``data`` is a JSON object (stored as a copy); over the hub's ``max_custom_events`` per channel or
         ``max_event_bytes`` per event it is a ``ChannelLimitError``, and nothing is recorded."""

@@ -167,7 +167,7 @@ Examples:
 """
 
 
-def event_size(channel_id: str, event_type: str, data: Any) -> tuple[dict[str, Any], int]:
+def event_size(channel_id: str, event_type: str, data: object) -> tuple[dict[str, object], int]:
     """A custom event's data as a private JSON copy, and its size (type + data, UTF-8 JSON bytes);
     ``ProtocolError`` when ``data`` is not a JSON object (checked before a sequence number is taken)."""
     if data is None:
@@ -217,7 +217,7 @@ class Envelope:
     t: float = 0.0
     audience: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The envelope as plain data (JSON-able when its data is)."""
         return {"seq": self.seq, "channel_id": self.channel_id, "event_type": self.event_type,
                 "sender": self.sender, "text": self.text, "data": dict(self.data), "t": self.t,

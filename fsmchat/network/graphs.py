@@ -22,6 +22,7 @@ from ..speakers.tool_loop import add_tool_loop
 from ..speakers.tools import has_tools
 from .clock import Clock, monotonic
 from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED
+from ..speakers.speaker import Speaker
 
 if TYPE_CHECKING:
     from ..engine import GraphRun
@@ -31,7 +32,7 @@ LIFECYCLE_PENDING, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED = "pend
 TURNS_CLOSED, TURNS_EXPIRED = "closed", "expired"
 
 
-def _no_emit(*_a: Any, **_k: Any) -> None:
+def _no_emit(*_a: object, **_k: object) -> None:
     return None
 
 
@@ -225,7 +226,7 @@ def turn_state_names(order: Sequence[str]) -> list[str]:
 
 def turn_graph(order: Sequence[str], max_texts: int | None = None, name: str = "discussion_turns",
                first: str | None = None, people: Collection[str] = (),
-               speakers: Mapping[str, Any] | None = None) -> StateGraph:
+               speakers: Mapping[str, Speaker] | None = None) -> StateGraph:
     """The round-robin turn rule for ``order``: one ``awaiting_<p>`` state per participant.
 
     ``first`` speaks first, and after ``order[i]`` speaks ``order[(i + 1) % N]`` is expected;

@@ -98,7 +98,7 @@ def build_turn(me: str, order: list[str], log: list[Envelope], *, channel_id: st
     ``close_channel(reason)`` (installed by ``call_speaker``).
     """
     lines, recent = policy_view(texts_of(log), context, len(order))
-    variables: dict[str, Any] = {"channel_id": channel_id, "participants": list(order), "turn": turn,
+    variables: dict[str, object] = {"channel_id": channel_id, "participants": list(order), "turn": turn,
                                  "view": lines}
     history = [{"role": "system", "content": framing(channel_id, order, context)},
                {"role": "user", "content": "\n".join(lines)}]
@@ -106,14 +106,14 @@ def build_turn(me: str, order: list[str], log: list[Envelope], *, channel_id: st
                 stats=stats, variables=variables, history=history)
 
 
-def _tool_calls(message: Any) -> list[Any]:
+def _tool_calls(message: object) -> list[object]:
     calls = getattr(message, "tool_calls", None)
     if calls is None and isinstance(message, dict):
         calls = message.get("tool_calls")
     return list(calls or [])
 
 
-def _call_name_args(call: Any) -> tuple[str, str]:
+def _call_name_args(call: object) -> tuple[str, str]:
     fn = getattr(call, "function", None)
     if fn is None and isinstance(call, dict):
         fn = call.get("function") or {}
@@ -122,7 +122,7 @@ def _call_name_args(call: Any) -> tuple[str, str]:
     return str(name or ""), args if isinstance(args, str) else json.dumps(args or {})
 
 
-def parse_close(message: Any) -> str | None:
+def parse_close(message: object) -> str | None:
     """The reason of a ``close_channel`` tool call in a model message, else None."""
     for call in _tool_calls(message):
         name, raw = _call_name_args(call)
@@ -145,7 +145,7 @@ async def _reply_in_place(speaker: Any, turn: Turn) -> tuple[str, list[dict[str,
     return str(await speaker.reply(turn)), []
 
 
-async def call_speaker(speaker: Any, turn: Turn, close_tool: bool, speak: Speak | None = None) -> ReplyOutcome:
+async def call_speaker(speaker: object, turn: Turn, close_tool: bool, speak: Speak | None = None) -> ReplyOutcome:
     """One reply through the speaker layer. ``speak`` is the channel's speaking block
     (``client.services.speak``), through which an agent with tools takes its tool rounds as the
     channel's turn graph states (each call and result committed before the next model call);
@@ -249,7 +249,7 @@ class DefaultHandler:
         svc.count(cid, "model_calls")
         svc.notify("model_call", cid, data={"turn": turn_no})
 
-        async def speak(who: Any, t: Turn) -> tuple[str, list[dict[str, Any]]]:
+        async def speak(who: object, t: Turn) -> tuple[str, list[dict[str, object]]]:
             return await svc.speak(cid, who, t)
 
         with svc.streaming(cid):  # the task's context: the close tool's reply streams too

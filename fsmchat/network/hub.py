@@ -134,11 +134,11 @@ class Hub:
     async def __aenter__(self) -> "Hub":
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     # ---- agents ----
-    async def register(self, agent: Any, *, agent_id: str | None = None, handler: Handler | None = None,
+    async def register(self, agent: object, *, agent_id: str | None = None, handler: Handler | None = None,
                        accept_invites: bool | Callable[[Envelope], bool] = True,
                        close_tool: bool = False) -> HubClient:
         """Register an ``Agent``, a callable ``(turn) -> str``, a ``Human`` (a person: never called; on
@@ -237,13 +237,13 @@ class Hub:
         """The channel's turn graph (its round-robin rule), to render or analyse."""
         return self.runtime(channel_id).turn_graph
 
-    def waiting_call(self, channel_id: str) -> dict[str, Any] | None:
+    def waiting_call(self, channel_id: str) -> dict[str, object] | None:
         """The channel's tool call waiting for a person (``Tool(approval=True)``): its ``speaker``,
         ``tool``, ``arguments``, ``call_id``, ``prompt`` and ``allowed`` answers; None when none
         waits. Listeners hear a ``tool_approval`` event when one starts waiting."""
         return self.runtime(channel_id).speaking.waiting_call()
 
-    async def decide_tool_call(self, channel_id: str, answer: Any) -> Envelope:
+    async def decide_tool_call(self, channel_id: str, answer: object) -> Envelope:
         """Decide on the channel's waiting tool call: ``Approve()``, ``Edit(arguments={...})``
         (checked against the tool's schema), ``Say(text)`` (its result, the tool not run) or
         ``Reject(reason)`` (the reason is its result). The decision is committed to the log
@@ -286,7 +286,7 @@ class Hub:
     def _token_sink(self) -> TokenListener | None:
         return self._tell_tokens if self._token_listeners else None
 
-    def _tell_tokens(self, item: Any) -> None:
+    def _tell_tokens(self, item: object) -> None:
         for listener in list(self._token_listeners):
             try:
                 listener(item)
@@ -312,7 +312,7 @@ class Hub:
     async def open_channel(self, creator: HubClient, type: str = DISCUSSION, target: Sequence[Any] | str = (),
                            knobs: dict[str, Any] | None = None, ttl: float | str | None = None, *,
                            expectations: Iterable[Expectation] | None = None,
-                           handshake_timeout: float | None = 30.0, context: Any = None) -> ChannelRuntime:
+                           handshake_timeout: float | None = 30.0, context: object = None) -> ChannelRuntime:
         """Create a channel with ``creator`` first, invite the targets, and return its runtime once
         every invitee acked (what ``creator.open(...)`` does; its docstring has the arguments)."""
         self._admit(creator)
@@ -377,7 +377,7 @@ class Hub:
         return runtime
 
     def _context(self, cid: str, creator: str, order: list[str], type: str, knobs: dict[str, Any],
-                 expires_at: float | None, expectations: Iterable[Expectation] | None, context: Any) -> ChannelContext:
+                 expires_at: float | None, expectations: Iterable[Expectation] | None, context: object) -> ChannelContext:
         clients = [self._clients[p] for p in order]
         return ChannelContext(cid, creator, order, knobs.get("max_texts"), expires_at, self.clock,
                               expectations=tuple(DEFAULT_EXPECTATIONS if expectations is None else expectations),

@@ -77,7 +77,7 @@ class StoredChannel:
     custom_events: int = 0
 
 
-def context_data(policy: ContextPolicy | None) -> Any:
+def context_data(policy: ContextPolicy | None) -> object:
     """A channel's context policy as its state stores it (``"full"``, ``{"last_messages": n}`` or None)."""
     return {"last_messages": policy.n} if isinstance(policy, LastMessages) else policy
 

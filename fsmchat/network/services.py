@@ -118,7 +118,7 @@ class HubServices:
         is too)."""
         return self._runtime(channel_id).speaking.streaming()
 
-    async def speak(self, channel_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
+    async def speak(self, channel_id: str, speaker: object, turn: object) -> tuple[str, list[dict[str, object]]]:
         """``speaker``'s reply to ``turn`` on this agent's turn, through the channel's speaking block:
         (the text, its tool calls). An agent with tools takes its tool rounds through the channel's
         turn graph (each call and result committed to the log before the model is asked again);

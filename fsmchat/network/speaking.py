@@ -66,7 +66,7 @@ class ChannelSpeaking:
     """
 
     def __init__(self, ctx: ChannelContext, *, emit: Callable[..., Envelope], save: Callable[[], None],
-                 notify: Callable[..., Any], tokens: Callable[[], Callable[[Any], None] | None],
+                 notify: Callable[..., object], tokens: Callable[[], Callable[[object], None] | None],
                  sources: ToolLoop | None = None):
         self.ctx = ctx
         self._emit, self._save, self._notify, self._tokens = emit, save, notify, tokens
@@ -200,17 +200,17 @@ class ChannelSpeaking:
         return await answer
 
     @staticmethod
-    def _shown(waiting: _Waiting) -> dict[str, Any]:
+    def _shown(waiting: _Waiting) -> dict[str, object]:
         req = approval_request(waiting.agent_id, waiting.rec)
         return {"prompt": req["prompt"], "allowed": req["allowed"], **req["proposed"]}
 
-    def waiting_call(self) -> dict[str, Any] | None:
+    def waiting_call(self) -> dict[str, object] | None:
         """The tool call waiting for a person's decision (speaker, tool, arguments, call_id,
         prompt, allowed), None when none waits."""
         waiting = self._waiting
         return None if waiting is None or waiting.answer.done() else self._shown(waiting)
 
-    async def decide(self, answer: Any) -> Envelope:
+    async def decide(self, answer: object) -> Envelope:
         """A person's decision on the waiting tool call: ``Approve()``, ``Edit(arguments={...})``
         (checked against the tool's schema), ``Say(text)`` (the call's result, not run) or
         ``Reject(reason)``. ``approve_awaiting_<p>``'s action applies it; it is committed to the log
@@ -239,7 +239,7 @@ class ChannelSpeaking:
             waiting.committed.set_exception(ProtocolError(f"channel '{self.ctx.channel_id}' is {self.ctx.state}"))
 
     # ---- a resumed channel ----
-    def restore(self, agent_id: str, name: str, log: Sequence[Envelope], digests: Mapping[str, Any]) -> None:
+    def restore(self, agent_id: str, name: str, log: Sequence[Envelope], digests: Mapping[str, object]) -> None:
         """Rebuild ``agent_id``'s turn in progress (its speaker is named ``name``) from the log: the
         tool envelopes it committed since the last text (its calls, decisions and results). A call
         asked for without a committed result may have run: it is run again only when its tool is

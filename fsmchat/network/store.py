@@ -40,7 +40,7 @@ class KnowledgeStore(Protocol):
     def read(self, channel_id: str) -> list[Envelope]:
         """The channel's envelopes, in order (empty for an unknown channel)."""
 
-    def put_state(self, channel_id: str, state: dict[str, Any]) -> None:
+    def put_state(self, channel_id: str, state: dict[str, object]) -> None:
         """Replace the channel's state snapshot."""
 
     def get_state(self, channel_id: str) -> dict[str, Any] | None:
@@ -68,7 +68,7 @@ class MemoryKnowledgeStore:
 
     def __init__(self) -> None:
         self._logs: dict[str, list[Envelope]] = {}
-        self._states: dict[str, dict[str, Any]] = {}
+        self._states: dict[str, dict[str, object]] = {}
 
     def append(self, channel_id: str, envelope: Envelope) -> None:
         """Add ``envelope`` at the end of the channel's log."""
@@ -78,11 +78,11 @@ class MemoryKnowledgeStore:
         """The channel's envelopes, in order (a copy; empty for an unknown channel)."""
         return list(self._logs.get(channel_id, ()))
 
-    def put_state(self, channel_id: str, state: dict[str, Any]) -> None:
+    def put_state(self, channel_id: str, state: dict[str, object]) -> None:
         """Replace the channel's state snapshot (a copy is kept)."""
         self._states[channel_id] = dict(state)
 
-    def get_state(self, channel_id: str) -> dict[str, Any] | None:
+    def get_state(self, channel_id: str) -> dict[str, object] | None:
         """The channel's latest state snapshot (a copy), None when it has none."""
         s = self._states.get(channel_id)
         return dict(s) if s is not None else None
@@ -143,11 +143,11 @@ class SQLiteKnowledgeStore:
         rows = self._db.execute("SELECT body FROM envelopes WHERE channel = ? ORDER BY seq", (channel_id,))
         return [Envelope.from_dict(json.loads(body)) for (body,) in rows]
 
-    def put_state(self, channel_id: str, state: dict[str, Any]) -> None:
+    def put_state(self, channel_id: str, state: dict[str, object]) -> None:
         """Replace the channel's state snapshot (committed when this returns)."""
         self._db.execute("INSERT OR REPLACE INTO states VALUES (?, ?)", (channel_id, json.dumps(state)))
 
-    def get_state(self, channel_id: str) -> dict[str, Any] | None:
+    def get_state(self, channel_id: str) -> dict[str, object] | None:
         """The channel's latest state snapshot, None when it has none."""
         row = self._db.execute("SELECT body FROM states WHERE channel = ?", (channel_id,)).fetchone()
         return None if row is None else dict(json.loads(row[0]))

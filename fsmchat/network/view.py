@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from ..errors import ConfigError
 from ..models import Message
@@ -116,7 +116,7 @@ def windowed_view(log: Iterable[Envelope], n_participants: int) -> list[str]:
     return WindowedSummary(window_size(n_participants)).lines(texts_of(log))
 
 
-def check_channel_context(value: Any) -> ContextPolicy | None:
+def check_channel_context(value: object) -> ContextPolicy | None:
     """A discussion channel's ``context`` (``client.open(context=...)``), checked as a pattern's:
     ``"full"``, ``LastMessages(n)`` or None (the recent window, older texts folded into one line).
 

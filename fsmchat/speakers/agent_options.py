@@ -6,14 +6,13 @@ from __future__ import annotations
 import difflib
 import math
 import unicodedata
-from typing import Any
 from urllib.parse import urlsplit
 
 from ..masking import HEADER_OPTIONS
 from .log_secrets import is_secret
 
 
-def check_litellm_options(extra: dict[str, Any]) -> None:
+def check_litellm_options(extra: dict[str, object]) -> None:
     """Refuse, before any call, an ``Agent`` keyword that is neither fsmchat's nor a litellm
     completion option (a typo such as ``sytem_prompt``), and ill-typed common options."""
     for key, value in extra.items():
@@ -45,7 +44,7 @@ def check_litellm_options(extra: dict[str, Any]) -> None:
                              "'https://api.example.com/v1' (or None for the provider's own)")
 
 
-def is_http_url(value: Any) -> bool:
+def is_http_url(value: object) -> bool:
     """Whether ``value`` is an ``http://`` or ``https://`` URL with a host, and no spaces."""
     if not isinstance(value, str) or any(c.isspace() for c in value):
         return False
@@ -109,7 +108,7 @@ LITELLM_PREFIXES = ("aws_", "vertex_", "azure_", "watsonx_", "bedrock_", "litell
                     "google_", "x_", "X-", "x-")
 
 
-def mask_secrets(value: Any) -> Any:
+def mask_secrets(value: object) -> object:
     """``value`` with every secret-named entry of nested dicts, and every header value
     (``extra_headers``, ``headers``, ``default_headers``), replaced by ``***``."""
     if isinstance(value, dict):

@@ -74,7 +74,7 @@ class Handoff:
         """The tool the model calls: ``transfer_to_<target>``."""
         return tool_name_for(self.target)
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> dict[str, object]:
         """The tool as the wire offers it (an optional ``message`` for the receiver)."""
         return {"type": "function", "function": {
             "name": self.tool_name,
@@ -115,7 +115,7 @@ def as_handoffs(value: Any, owner: str) -> list[Handoff]:
     return out
 
 
-def handoffs_of(speaker: Any) -> list[Handoff]:
+def handoffs_of(speaker: object) -> list[Handoff]:
     """The handoffs ``speaker`` may make (none for a speaker without ``handoffs``)."""
     return list(getattr(speaker, "handoffs", None) or ())
 
@@ -130,9 +130,9 @@ class HandoffCall:
     call_id: str
     ignored: tuple[str, ...] = ()  # other tool calls of the same reply, not run
 
-    def event(self) -> dict[str, Any]:
+    def event(self) -> dict[str, object]:
         """The run's ``handoff`` event."""
-        out: dict[str, Any] = {"event": "handoff", "from": self.source, "to": self.target, "message": self.message,
+        out: dict[str, object] = {"event": "handoff", "from": self.source, "to": self.target, "message": self.message,
                                "call_id": self.call_id}
         if self.ignored:
             out["ignored_calls"] = list(self.ignored)

@@ -89,8 +89,8 @@ class Edit(_Input):
     vars: dict[str, Any] | None = None
     arguments: dict[str, Any] | None = None
 
-    def __init__(self, text: str | None = None, vars: dict[str, Any] | None = None,
-                 arguments: dict[str, Any] | None = None, **kw: Any):
+    def __init__(self, text: str | None = None, vars: dict[str, object] | None = None,
+                 arguments: dict[str, object] | None = None, **kw: object):
         super().__init__(text=text, vars=vars, arguments=arguments, **kw)  # type: ignore[call-arg]  # the plugin types super() as _Input
         if (self.text is None or not self.text.strip()) and not self.vars and self.arguments is None:
             raise ConfigError("Edit: give the new text (Edit('...')), variables (Edit(vars={'name': value})) or a "
@@ -119,7 +119,7 @@ class Reject(_Input):
     kind: Literal["reject"] = "reject"
     reason: str = ""
 
-    def __init__(self, reason: str = "", **kw: Any):
+    def __init__(self, reason: str = "", **kw: object):
         super().__init__(reason=reason, **kw)  # type: ignore[call-arg]  # the plugin types super() as _Input
 
 
@@ -145,7 +145,7 @@ class Say(_Input):
     kind: Literal["say"] = "say"
     text: str = Field(min_length=1)
 
-    def __init__(self, text: str = "", **kw: Any):
+    def __init__(self, text: str = "", **kw: object):
         if not isinstance(text, str) or not text.strip():
             raise ConfigError(f"Say: text={text!r} is invalid: the person's message, a non-empty string")
         super().__init__(text=text, **kw)  # type: ignore[call-arg]  # the plugin types super() as _Input
@@ -156,7 +156,7 @@ INPUTS: dict[str, type[Input]] = {"approve": Approve, "edit": Edit, "reject": Re
 SHOWN = {"approve": "Approve()", "edit": "Edit(text=...)", "reject": "Reject(reason)", "say": "Say(text) or a str"}
 
 
-def as_input(x: Any, owner: str = "input") -> Input:
+def as_input(x: object, owner: str = "input") -> Input:
     """``x`` as an answer: an ``Approve``/``Edit``/``Reject``/``Say``, a plain str (``Say``), or a
     dict with a ``kind`` (``{"kind": "edit", "text": "..."}``, how answers travel as JSON)."""
     if isinstance(x, (Approve, Edit, Reject, Say)):
@@ -246,7 +246,7 @@ class NeedsCheckpoint(ConfigTypeError):
     """A pattern that can wait for a person was run without a checkpoint (before any model call)."""
 
 
-def check_input(pending: Pending, x: Any) -> Input:
+def check_input(pending: Pending, x: object) -> Input:
     """``x`` as an answer this point takes, else ``InputNotAllowed`` listing what it takes."""
     where = f"the run waits at {pending.state or pending.kind} ({pending.kind}"
     where += f", for {pending.person})" if pending.person else ")"
@@ -335,7 +335,7 @@ class Human:
         [('User', 'Ready to ship?'), ('dev', 'Tests are green.'), ('Lead', 'Ship it.')]
     """
 
-    def __init__(self, name: str, *, answers: Sequence[Any] | None = None, description: str = ""):
+    def __init__(self, name: str, *, answers: Sequence[object] | None = None, description: str = ""):
         if not isinstance(name, str) or not name.strip() or len(name.splitlines()) != 1:
             raise bad_value("Human", "name", name, "the person's name, a non-empty one-line string",
                             type_error=not isinstance(name, str))
@@ -346,7 +346,7 @@ class Human:
         self.answers: list[Input] = [as_input(a, f"Human {name!r} answers") for a in answers or []]
         self.description = description
 
-    async def reply(self, turn: Any) -> str:
+    async def reply(self, turn: object) -> str:
         """Refuse: a person's turn is an interrupt of a checkpointed run, not a call.
 
         Args:
@@ -358,7 +358,7 @@ class Human:
         raise TypeError(f"Human {self.name!r} is a person: their turn is an interrupt of a checkpointed run "
                         "(the pattern asks through its context), never a call like a model's")
 
-    async def bid(self, turn: Any) -> BidOutcome:
+    async def bid(self, turn: object) -> BidOutcome:
         """Return a silent bid: a person never bids (in a GroupChat they claim the floor instead).
 
         Args:
@@ -381,7 +381,7 @@ class People:
     used: dict[str, int] = field(default_factory=dict)
     verdict: str | None = None
 
-    def ask(self, req: dict[str, Any], person: Human | None = None) -> Input:
+    def ask(self, req: dict[str, object], person: Human | None = None) -> Input:
         """The answer to ``req``: the one this resume brought, else the person's next scripted
         one, else the run stops here (``Interrupted``) until someone answers."""
         if self.answer is not None:
@@ -402,7 +402,7 @@ class People:
     def give(self, pending: Pending, answer: Input) -> None:
         self.waiting, self.answer = pending, answer
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> dict[str, object]:
         return {"used": dict(self.used)}
 
     def restore(self, state: dict[str, Any]) -> None:

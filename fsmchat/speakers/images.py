@@ -4,10 +4,9 @@ from __future__ import annotations
 import base64
 import mimetypes
 from pathlib import Path
-from typing import Any
 
 
-def image_part(img: str) -> dict[str, Any]:
+def image_part(img: str) -> dict[str, object]:
     if img.startswith(("http://", "https://", "data:")):
         url = img
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 from ..masking import MASK, is_secret, redact
 
@@ -80,7 +80,7 @@ def covered(name: str) -> bool:
 
 
 def _factory(inner: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
-    def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    def make(*args: object, **kwargs: object) -> logging.LogRecord:
         record = inner(*args, **kwargs)
         return mask_record(record) if covered(record.name) else record
     setattr(make, "fsmchat_masking", True)  # marks the factory installed (install() looks for it)

@@ -65,7 +65,7 @@ class MCPTool:
     input_schema: dict[str, Any]
 
 
-def _check_command(command: Any) -> list[str]:
+def _check_command(command: object) -> list[str]:
     if isinstance(command, (str, bytes)) or not isinstance(command, Sequence) or not command or \
             not all(isinstance(c, str) and c for c in command):
         raise bad_value("MCPServer", "command", command, "a non-empty list of strings, the program first, "
@@ -73,7 +73,7 @@ def _check_command(command: Any) -> list[str]:
     return list(command)
 
 
-def _check_names(value: Any, field: str) -> bool | tuple[str, ...]:
+def _check_names(value: object, field: str) -> bool | tuple[str, ...]:
     if isinstance(value, bool):
         return value
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or \
@@ -86,7 +86,7 @@ def _named(option: bool | tuple[str, ...], tool: str) -> bool:
     return option if isinstance(option, bool) else tool in option
 
 
-def _check_env(env: Any) -> dict[str, str] | None:
+def _check_env(env: object) -> dict[str, str] | None:
     if env is None:
         return None
     if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
@@ -175,7 +175,7 @@ class MCPServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._entries = 0
         self._lock = asyncio.Lock()
-        self._client: Any = None
+        self._client: object = None
         self._owner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._stderr: IO[bytes] | None = None
@@ -259,7 +259,7 @@ class MCPServer:
         finally:
             self._client = None
 
-    async def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
+    async def _transport(self, stack: contextlib.AsyncExitStack) -> object:
         if self.command is None:
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
@@ -391,16 +391,16 @@ class MCPServer:
         return out
 
     def _caller(self, name: str) -> Any:
-        async def call(**arguments: Any) -> str:
+        async def call(**arguments: object) -> str:
             return await self.call_tool(name, arguments)
         call.__name__ = call.__qualname__ = name
         return call
 
-    def to_config(self) -> dict[str, Any]:
+    def to_config(self) -> dict[str, object]:
         """The server as a config's tool entry (``{"type": "mcp_server", ...}``); ``env`` and
         ``headers`` entries whose names look secret (``*_TOKEN``, ``Authorization``) are left out.
         ``from_config`` builds it again only with ``trusted=True``: it starts a process."""
-        out: dict[str, Any] = {"type": "mcp_server", "name": self.name}
+        out: dict[str, object] = {"type": "mcp_server", "name": self.name}
         if self.command is not None:
             out["command"] = list(self.command)
         if self.url is not None:

@@ -20,14 +20,14 @@ _file_map: dict[str, Any] | None = None
 _own: dict[str, dict[str, Any]] = {}  # models of fsmchat's own providers
 
 
-def _read_file() -> dict[str, Any]:
+def _read_file() -> dict[str, object]:
     global _file_map
     if _file_map is None:
         with _lock:
             if _file_map is None:
                 # litellm's folder on sys.path, found without asking the import system for litellm
                 folders = [os.path.join(entry or ".", "litellm") for entry in sys.path]
-                found: dict[str, Any] = {}
+                found: dict[str, object] = {}
                 for folder in folders:
                     path = os.path.join(folder, MAP_FILE)
                     if os.path.exists(path):
@@ -38,19 +38,19 @@ def _read_file() -> dict[str, Any]:
     return _file_map
 
 
-def model_map() -> dict[str, Any]:
+def model_map() -> dict[str, object]:
     """litellm's model map: ``litellm.model_cost`` once litellm is imported, else its JSON file."""
     lm = sys.modules.get("litellm")
     table = getattr(lm, "model_cost", None) if lm is not None else None
     return table if isinstance(table, dict) else _read_file()
 
 
-def register(model: str, info: dict[str, Any]) -> None:
+def register(model: str, info: dict[str, object]) -> None:
     """Enter one of fsmchat's own providers' models (``max_input_tokens``, prices)."""
     _own[model] = dict(info)
 
 
-def info_of(model: str) -> dict[str, Any] | None:
+def info_of(model: str) -> dict[str, object] | None:
     """What the map says of ``model`` (``provider/name`` or the bare name), or None."""
     if model in _own:
         return _own[model]

@@ -369,7 +369,7 @@ def _others(agent: str, texts: list[str], spoken: list[str]) -> list[str]:
     return known + [""] * max(0, size - 1 - len(known))
 
 
-def _own_turns(agent: str, convo: list[dict[str, Any]], last: str) -> int:
+def _own_turns(agent: str, convo: list[dict[str, object]], last: str) -> int:
     """How many replies the agent has given that it can see: its own messages in the conversation
     (private memory) or its lines in a turn's "... so far:" block."""
     mine = sum(1 for m in convo if m.get("role") == "assistant")
@@ -596,7 +596,7 @@ def offline_tool_results(messages: list[dict[str, Any]]) -> str:
     return " My tools say: " + "; ".join(f"{names.get(i, 'tool')} gave {r}" for i, r in reversed(results)) + "."
 
 
-def before_tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def before_tools(messages: list[dict[str, object]]) -> list[dict[str, object]]:
     """The request without this turn's tool rounds (up to its last user message): what the reply is
     composed from."""
     end = len(messages)
@@ -756,20 +756,20 @@ class OfflineModel:
                 "function": {"name": "respond", "arguments": args}}
         return completion({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", usage)
 
-    def answer(self, messages: list[dict[str, Any]], params: dict[str, Any], meta: dict[str, Any]) -> WireResponse:
+    def answer(self, messages: list[dict[str, object]], params: dict[str, object], meta: dict[str, object]) -> WireResponse:
         """The whole reply to a request (``params``: its options, ``meta``: its metadata)."""
         whole: WireResponse = with_tools(self._compose(before_tools(messages), params, {"metadata": meta}), messages,
                                          params)
         return whole
 
-    async def acompletion(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
-                          meta: dict[str, Any]) -> WireResponse:
+    async def acompletion(self, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                          meta: dict[str, object]) -> WireResponse:
         if self.delay:
             await asyncio.sleep(self.delay)
         return self.answer(messages, params, meta)
 
-    async def astream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
-                      meta: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def astream(self, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                      meta: dict[str, object]) -> AsyncIterator[dict[str, object]]:
         """The reply streamed word by word (``stream_chunks``), ``typing_delay`` seconds apart; a
         bid's ``respond`` arguments too."""
         if self.delay:

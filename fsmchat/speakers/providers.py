@@ -54,7 +54,7 @@ def resolve_model(model: str | None) -> str:
 _own: dict[str, Any] = {}  # fsmchat's own providers, answered in this process (never through litellm)
 
 
-def register_own(name: str, handler: Any) -> None:
+def register_own(name: str, handler: object) -> None:
     """Add one of fsmchat's own providers (the offline model, the scripted models): requests to
     ``name/<model>`` are answered in this process by ``handler.acompletion(model, messages, params,
     meta)`` (a ``wire.WireResponse``) and, streamed, ``handler.astream(...)`` (OpenAI chunk dicts),
@@ -102,7 +102,7 @@ def litellm_adapter(lm: Any, own: Any) -> Any:
     return Adapter()
 
 
-def register_provider(name: str, handler: Any) -> None:
+def register_provider(name: str, handler: object) -> None:
     """Add a litellm custom provider, keeping whatever the user registered already."""
     with _lock:
         _providers[name] = handler
@@ -123,7 +123,7 @@ def _install(lm: Any, name: str, handler: Any) -> None:
         lm.custom_provider_map.append({"provider": name, "custom_handler": _free(lm, handler) if own else handler})
 
 
-def priced_free(response: Any) -> Any:
+def priced_free(response: object) -> object:
     """Mark a response as costing nothing (``_hidden_params["response_cost"] = 0.0``): litellm then
     reports that cost instead of searching its cost map for the model on every call."""
     hidden = getattr(response, "_hidden_params", None)
@@ -142,19 +142,19 @@ def _free(lm: Any, handler: Any) -> Any:
         async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
             return priced_free(await handler.acompletion(*args, **kwargs))
 
-        def streaming(self, *args: Any, **kwargs: Any) -> Any:
+        def streaming(self, *args: object, **kwargs: object) -> object:
             return handler.streaming(*args, **kwargs)
 
-        def astreaming(self, *args: Any, **kwargs: Any) -> Any:
+        def astreaming(self, *args: object, **kwargs: object) -> object:
             return handler.astreaming(*args, **kwargs)
 
-        def __getattr__(self, name: str) -> Any:
+        def __getattr__(self, name: str) -> object:
             return getattr(handler, name)
 
     return Free()
 
 
-def lean(lm: Any) -> None:
+def lean(lm: object) -> None:
     """Switch off litellm's per-call work that fsmchat does not use (idempotent). Today that is
     the base64 scan: litellm walks and copies every request's messages to shorten base64 images in
     the payload it logs (18% of a call at 1,000 messages), unless ``MAX_BASE64_LENGTH_FOR_LOGGING``
@@ -171,7 +171,7 @@ def loading() -> bool:
     return _loading.is_set()
 
 
-def needs_litellm(agent: Any) -> bool:
+def needs_litellm(agent: object) -> bool:
     """Whether ``agent``'s requests go through litellm: a model-backed agent whose model is not
     one of fsmchat's own providers and is not an OpenAI-compatible endpoint the fast path serves
     (``wire.static_blocker``), or that asks for ``transport="litellm"``."""
@@ -208,7 +208,7 @@ def get_litellm() -> Any:
     return _litellm
 
 
-def _import_litellm() -> Any:
+def _import_litellm() -> object:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     lm = wire.import_litellm_part("litellm")
 

@@ -13,9 +13,9 @@ from typing import Any, Awaitable, Callable
 from ..errors import ConfigError, ConfigTypeError
 
 
-async def wait_for_room(reserve: Callable[[float], Awaitable[tuple[Any, float]]],
-                        sleep: Callable[[float], Awaitable[Any]], tokens: float,
-                        within: float | None) -> tuple[Any, float] | None:
+async def wait_for_room(reserve: Callable[[float], Awaitable[tuple[object, float]]],
+                        sleep: Callable[[float], Awaitable[object]], tokens: float,
+                        within: float | None) -> tuple[object, float] | None:
     """Ask ``reserve`` for room for a request of ``tokens`` until it gives an entry, sleeping the
     wait it names between asks: (the entry, the seconds waited), or None once the next wait would
     pass ``within`` seconds (after sleeping what was left of them)."""
@@ -62,7 +62,7 @@ class RateLimit:
 
     def __init__(self, rpm: int | None = None, tpm: int | None = None, *, window: float = 60.0,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep):
+                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep):
         for name, value, what in (("rpm", rpm, "requests"), ("tpm", tpm, "tokens")):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ConfigTypeError(f"RateLimit: {name}={value!r} is invalid: a whole number of {what} >= 1, or None")
@@ -108,10 +108,10 @@ class RateLimit:
             wait = self._room(self.clock(), tokens)
             return (self._sent[-1], 0.0) if wait <= 0 else (None, wait)
 
-    async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[Any, float] | None:
+    async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[object, float] | None:
         """Wait until a request of ``tokens`` fits; return its entry (for ``settle``) and the seconds
         waited. None when it would not fit ``within`` seconds (a run's deadline): then it waited those."""
-        async def reserve(t: float) -> tuple[Any, float]:
+        async def reserve(t: float) -> tuple[object, float]:
             return self.reserve(t)
 
         return await wait_for_room(reserve, self.sleep, tokens, within)
@@ -160,7 +160,7 @@ def limits() -> dict[str, RateLimit]:
     return dict(_limits)
 
 
-def limit_for(model: str | None, resolved: str, options: dict[str, Any]) -> tuple[str, RateLimit] | None:
+def limit_for(model: str | None, resolved: str, options: dict[str, object]) -> tuple[str, RateLimit] | None:
     """The limit a request to ``options``' ``api_base`` or to the model falls under, with its target."""
     if not _limits:
         return None
@@ -195,7 +195,7 @@ async def admit(model: str | None, resolved: str, options: dict[str, Any], messa
     return (limit, got[0]) if got is not None else None
 
 
-def settled(ticket: tuple[RateLimit, Any] | None, response: Any) -> None:
+def settled(ticket: tuple[RateLimit, object] | None, response: object) -> None:
     """Charge the request's real token count (``usage.total_tokens``) to its limit."""
     if ticket is not None and ticket[0].tpm is not None:
         total = getattr(getattr(response, "usage", None), "total_tokens", None)

@@ -49,7 +49,7 @@ Examples:
 RESPOND_TOOL_CHOICE: dict[str, Any] = {"type": "function", "function": {"name": "respond"}}
 
 
-def respond_response_format() -> dict[str, Any]:
+def respond_response_format() -> dict[str, object]:
     """``response_format`` for models without native tool calling: the tool's parameters as schema."""
     return {"type": "json_schema",
             "json_schema": {"name": "respond", "schema": RESPOND_TOOL["function"]["parameters"]}}
@@ -92,7 +92,7 @@ def silent(reason: str) -> BidOutcome:
     return BidOutcome(0.0, "", False, reason)
 
 
-def bid_from_arguments(args: Any) -> BidOutcome:
+def bid_from_arguments(args: object) -> BidOutcome:
     """Score via float (failure -> 0.0) clamped to [0, 1]; message via str(), stripped."""
     if isinstance(args, str):
         try:
@@ -118,7 +118,7 @@ def bid_from_arguments(args: Any) -> BidOutcome:
     return BidOutcome(score, message, not reasons, "; ".join(reasons))
 
 
-def parse_bid(response: Any, mode: str = "native") -> BidOutcome:
+def parse_bid(response: object, mode: str = "native") -> BidOutcome:
     """Read a bid from a litellm response: the first ``respond`` tool call, or JSON content.
 
     Anything else is a silent bid with the reason recorded, never an exception: a score that is

@@ -24,7 +24,7 @@ and what it does), ``{participants}`` (the candidates' names) and ``{history}`` 
 as text, AutoGen's placeholder; without it the conversation goes as chat messages) are filled in."""
 
 
-def select_spec(candidates: Sequence[str]) -> dict[str, Any]:
+def select_spec(candidates: Sequence[str]) -> dict[str, object]:
     """The forced tool: ``speaker`` is one of ``candidates`` (a JSON-schema enum).
 
     Examples:
@@ -43,7 +43,7 @@ def select_spec(candidates: Sequence[str]) -> dict[str, Any]:
 SELECT_CHOICE: dict[str, Any] = {"type": "function", "function": {"name": SELECT_TOOL}}
 
 
-def parse_pick(message: Any, candidates: Sequence[str]) -> tuple[str | None, str]:
+def parse_pick(message: object, candidates: Sequence[str]) -> tuple[str | None, str]:
     """The candidate a selector's reply names, or None and why not.
 
     A ``select_speaker`` call's ``speaker`` argument is read first; a reply in plain text that is

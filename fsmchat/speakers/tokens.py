@@ -226,7 +226,7 @@ def _chunked_count(text: str) -> int:
     return sum(len(enc.encode_ordinary(text[start:start + CHUNK_CHARS])) for start in range(0, len(text), CHUNK_CHARS))
 
 
-def count_request(messages: Sequence[Any], tools: Sequence[Any] | None = None, tool_choice: Any = None) -> int | None:
+def count_request(messages: Sequence[Any], tools: Sequence[Any] | None = None, tool_choice: object = None) -> int | None:
     """The tokens of a chat request (as sent: no message value None) as ``litellm.token_counter``
     counts them for a model without a tokenizer of litellm's own (the rule of the module's
     docstring), or None for a request outside that rule (litellm counts it then).
@@ -260,7 +260,7 @@ def count_request(messages: Sequence[Any], tools: Sequence[Any] | None = None, t
         return None
 
 
-def _message_tokens(message: Any) -> int:
+def _message_tokens(message: object) -> int:
     if not isinstance(message, dict):
         raise Uncounted("a message that is not a dict")
     total = TOKENS_PER_MESSAGE
@@ -279,7 +279,7 @@ def _message_tokens(message: Any) -> int:
     return total
 
 
-def _call_arguments_tokens(key: str, value: Any) -> int:
+def _call_arguments_tokens(key: str, value: object) -> int:
     """The ``arguments`` of a message's tool calls (or legacy ``function_call``): only they count."""
     if key == "function_call":
         if not isinstance(value, Mapping):
@@ -315,7 +315,7 @@ def _parts_tokens(parts: list[Any]) -> int:
     return total
 
 
-def _image_tokens(image: Any) -> int:
+def _image_tokens(image: object) -> int:
     """An ``image_url`` part: 85 for ``detail="low"`` or an image by URL, else its tiles."""
     if isinstance(image, Mapping):
         detail, url = image.get("detail", "auto"), image.get("url")
@@ -485,7 +485,7 @@ def fitted(width: int, height: int) -> tuple[int, int]:
     return fit_w, fit_h
 
 
-def function_definitions(tools: Sequence[Any]) -> str:
+def function_definitions(tools: Sequence[object]) -> str:
     """The tools offered, written as litellm writes them to count them (after OpenAI's rendering):
     ``namespace functions {``, one TypeScript-like ``type name = (_: {...}) => any;`` per function
     (its description and each parameter's as ``//`` comments; an optional parameter ``?``), then
@@ -528,7 +528,7 @@ def function_definitions(tools: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
-def _function_lines(function: Mapping[str, Any]) -> Iterable[str]:
+def _function_lines(function: Mapping[str, object]) -> Iterable[str]:
     name = function.get("name")
     if not name:
         return []
@@ -542,7 +542,7 @@ def _function_lines(function: Mapping[str, Any]) -> Iterable[str]:
     return [*comment, f"type {name} = () => any;", ""]
 
 
-def _object_lines(parameters: Mapping[str, Any], indent: int) -> str:
+def _object_lines(parameters: Mapping[str, object], indent: int) -> str:
     properties = parameters.get("properties")
     if not isinstance(properties, Mapping) or not properties:
         return ""
@@ -558,7 +558,7 @@ def _object_lines(parameters: Mapping[str, Any], indent: int) -> str:
     return "\n".join(" " * max(0, indent) + line for line in lines)
 
 
-def _type_text(schema: Any, indent: int) -> str:
+def _type_text(schema: object, indent: int) -> str:
     if not isinstance(schema, Mapping):
         return "any"
     kind, enum = schema.get("type"), schema.get("enum")
@@ -577,7 +577,7 @@ def _type_text(schema: Any, indent: int) -> str:
     return "any"
 
 
-def _tool_choice_tokens(tool_choice: Any) -> int:
+def _tool_choice_tokens(tool_choice: object) -> int:
     match tool_choice:
         case "none":
             return 1

@@ -75,7 +75,7 @@ class ToolError(FsmchatError, RuntimeError):
         ('error', 'ToolError', 'fetch')
     """
 
-    def __init__(self, message: str, *, agent: str = "", tool: str = "", arguments: Any = None):
+    def __init__(self, message: str, *, agent: str = "", tool: str = "", arguments: object = None):
         super().__init__(message)
         self.agent, self.tool, self.arguments = agent, tool, arguments
 
@@ -191,14 +191,14 @@ def _schema_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> ty
     return create_model(f"{name}_arguments", __config__=config, **fields)
 
 
-def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+def _hints(fn: Callable[..., object]) -> dict[str, object]:
     target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)
     return get_type_hints(target)
 
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The model's JSON schema without pydantic's titles (noise to a model)."""
-    def strip(node: Any) -> Any:
+    def strip(node: object) -> Any:
         if isinstance(node, dict):
             return {k: strip(v) for k, v in node.items() if k != "title" or not isinstance(v, str)}
         if isinstance(node, list):
@@ -254,8 +254,8 @@ class Tool:
         (['a'], {'a': 2, 'b': 1})
     """
 
-    def __init__(self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
-                 description: str | None = None, parameters: dict[str, Any] | None = None,
+    def __init__(self, fn: Callable[..., object] | None = None, *, name: str | None = None,
+                 description: str | None = None, parameters: dict[str, object] | None = None,
                  approval: bool = False, idempotent: bool = False, timeout_s: float | None = None,
                  max_result_chars: int | None = DEFAULT_MAX_RESULT_CHARS):
         if fn is not None and not callable(fn):
@@ -316,12 +316,12 @@ class Tool:
         """Whether the tool has a function to run."""
         return self.fn is not None
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> dict[str, object]:
         """The tool as a model is offered it (OpenAI's function-tool format)."""
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": self.parameters}}
 
-    def check_arguments(self, raw: Any) -> dict[str, Any]:
+    def check_arguments(self, raw: object) -> dict[str, object]:
         """The arguments a model sent (a JSON text or a dict), validated and converted.
 
         Raises:
@@ -347,7 +347,7 @@ class Tool:
                               for e in exc.errors())
             raise ToolArgumentsError(f"invalid arguments for {self.name}: {found}") from None
 
-    async def run(self, arguments: dict[str, Any], deadline: float | None) -> str:
+    async def run(self, arguments: dict[str, object], deadline: float | None) -> str:
         """Call the function with ``arguments`` (validated) under ``deadline`` and the tool's
         ``timeout_s``; the result as text for the model (a str as it is, anything else as JSON).
 
@@ -366,11 +366,11 @@ class Tool:
                 limit, fired = own, f"its timeout (Tool(timeout_s={self.timeout_s:g}))"
         fn = self.fn
 
-        def call(kw: dict[str, Any]) -> Any:
+        def call(kw: dict[str, object]) -> object:
             return fn(**kw)
 
         if inspect.iscoroutinefunction(fn):
-            async def acall(kw: dict[str, Any]) -> Any:
+            async def acall(kw: dict[str, object]) -> object:
                 return await fn(**kw)
             out = await call_within(acall, arguments, deadline=limit, what=f"tool {self.name!r}", limit=fired)
         else:
@@ -383,7 +383,7 @@ class Tool:
         return f"Tool({self.name!r}{'' if self.runnable else ', no function'}{opts}{timeout})"
 
 
-def check_schema(schema: dict[str, Any], owner: str) -> None:
+def check_schema(schema: dict[str, object], owner: str) -> None:
     """A tool's ``parameters`` is a JSON schema of an object: checked against the JSON Schema
     metaschema (draft 2020-12 unless its ``$schema`` names another; the ``jsonschema`` package),
     and its top-level ``type`` is ``"object"`` (what a model fills in is an object of arguments).
@@ -415,7 +415,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,),
                                             "null": (type(None),)}
 
 
-def schema_problems(schema: dict[str, Any], value: Any, where: str = "") -> list[str]:
+def schema_problems(schema: dict[str, Any], value: object, where: str = "") -> list[str]:
     """What ``value`` breaks of the JSON-schema rules a tool's parameters commonly use: ``type``,
     ``enum``, ``required``, ``properties``, ``additionalProperties: false`` and ``items`` (nested).
 
@@ -455,7 +455,7 @@ def schema_problems(schema: dict[str, Any], value: Any, where: str = "") -> list
     return out
 
 
-def result_text(out: Any) -> str:
+def result_text(out: object) -> str:
     """A tool's return value as the text a model reads."""
     if isinstance(out, str):
         return out
@@ -487,7 +487,7 @@ def changed_tools(before: dict[str, str], now: dict[str, str]) -> list[str]:
     return out
 
 
-def as_tool_entry(x: Any) -> Any:
+def as_tool_entry(x: object) -> object:
     """An ``Agent(tools=[...])`` entry as stored: a ``Tool``, a JSON-schema dict, or a ``ToolSource``;
     a plain function becomes ``Tool(fn)``.
 
@@ -502,12 +502,12 @@ def as_tool_entry(x: Any) -> Any:
                     f"(async start/tools/stop), got {type(x).__name__}")
 
 
-def is_schema_dict(x: Any, name: str) -> bool:
+def is_schema_dict(x: object, name: str) -> bool:
     return isinstance(x, dict) and ((x.get("function") or {}).get("name") == name if "function" in x
                                     else x.get("name") == name)
 
 
-def has_tools(speaker: Any) -> bool:
+def has_tools(speaker: object) -> bool:
     """Whether ``speaker`` carries tools it can run (functions or tool sources): its turns get a tool loop."""
     return any(isinstance(t, Tool) and t.runnable or (not isinstance(t, (Tool, dict)) and isinstance(t, ToolSource))
                for t in getattr(speaker, "tools", None) or ())
@@ -522,12 +522,12 @@ def json_bidder_with_tools(name: str, why: str) -> ToolError:
                      "tools, or give the agent no tools", agent=name)
 
 
-def needs_approval(speaker: Any) -> bool:
+def needs_approval(speaker: object) -> bool:
     """Whether some tool of ``speaker`` asks a person before each call."""
     return any(isinstance(t, Tool) and t.approval for t in getattr(speaker, "tools", None) or ())
 
 
-def calls_per_turn(speaker: Any) -> int:
+def calls_per_turn(speaker: object) -> int:
     """The most model calls one turn of ``speaker`` makes: 1, plus ``max_tool_rounds`` with tools."""
     if has_tools(speaker):
         return 1 + int(getattr(speaker, "max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS))

@@ -83,7 +83,7 @@ def _match(pattern: Sequence[str], path: Sequence[str]) -> bool:
     return bool(path) and fnmatch.fnmatchcase(path[0], head) and _match(rest, path[1:])
 
 
-def assert_path(run: Any, expected: Sequence[str]) -> None:
+def assert_path(run: object, expected: Sequence[str]) -> None:
     """The run's path equals ``expected``; entries may be globs, ``"*"`` or ``"state+"``.
 
     ``"*"`` alone matches any run of states (also none), ``"state+"`` one or more of that state.
@@ -173,13 +173,13 @@ def assert_calls(model: ScriptedModel, n: int, agent: str | None = None) -> None
 
 # ---- matchers for trace and id comparisons ----
 class _Matcher:
-    def __init__(self, name: str, test: Callable[[Any], bool]):
+    def __init__(self, name: str, test: Callable[[object], bool]):
         self.name, self.test = name, test
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         return self.test(other)
 
-    def __ne__(self, other: Any) -> bool:
+    def __ne__(self, other: object) -> bool:
         return not self.test(other)
 
     def __repr__(self) -> str:
@@ -193,7 +193,7 @@ ANY_TIME = _Matcher("ANY_TIME", lambda x: isinstance(x, (int, float)) and not is
 ANY_ID = _Matcher("ANY_ID", lambda x: isinstance(x, str) and bool(x) and " " not in x)
 
 
-def assert_trace(run: RunResult, expected: Sequence[dict[str, Any]]) -> None:
+def assert_trace(run: RunResult, expected: Sequence[dict[str, object]]) -> None:
     """Compare ``run.trace`` (as dicts) with ``expected``, step by step.
 
     Use ``ANY``, ``ANY_TIME``, ``ANY_ID`` (from ``fsmchat.testing``) for volatile fields, and leave

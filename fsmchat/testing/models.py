@@ -213,7 +213,7 @@ class DroppedMessages(Sequence[Any]):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: Any) -> Any:
+    def __getitem__(self, i: object) -> Any:
         raise LookupError(f"this request's {self.n} messages were dropped: a ScriptedModel keeps the whole "
                           f"message lists of its last {self.keep} requests only (each holds the conversation "
                           "so far, so keeping all grows with the square of its length); pass "
@@ -249,7 +249,7 @@ def fail_error(item: Fail, model: str) -> Exception:
     return exc
 
 
-def _response(item: Any) -> Any:
+def _response(item: object) -> object:
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     if isinstance(item, Empty):
         return with_cost(parse({"model": "", "choices": [], "usage": usage}, "", None), 0.0)
@@ -283,8 +283,8 @@ class _Provider:
             cls._installed = True
 
     @classmethod
-    async def acompletion(cls, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
-                          meta: dict[str, Any]) -> Any:
+    async def acompletion(cls, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                          meta: dict[str, object]) -> object:
         model_id = model.split("/", 1)[1] if "/" in model else model
         inst = cls._instances.get(model_id)
         if inst is None:
@@ -293,8 +293,8 @@ class _Provider:
         return await inst._answer(model_id, messages, sent, {"metadata": meta})
 
     @classmethod
-    async def astream(cls, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
-                      meta: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def astream(cls, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                      meta: dict[str, object]) -> AsyncIterator[dict[str, object]]:
         """The scripted reply streamed as the offline model streams one (word by word)."""
         whole = await cls.acompletion(model, messages, params, meta)
         for chunk in stream_chunks(whole):
@@ -338,8 +338,8 @@ class ScriptedModel:
         (2, 1, 'fsmchat-scripted/scripted-...')
     """
 
-    def __init__(self, scripts: dict[str, Sequence[Any]] | None = None,
-                 fn: Callable[[Request], Any] | None = None, name: str = "scripted", *, id: str | None = None,
+    def __init__(self, scripts: dict[str, Sequence[object]] | None = None,
+                 fn: Callable[[Request], object] | None = None, name: str = "scripted", *, id: str | None = None,
                  keep_messages: int | None = KEEP_MESSAGES, max_input_tokens: int | None = None):
         _Provider.install()
         self.id = id or f"{name}-{next(_ids)}"
@@ -369,7 +369,7 @@ class ScriptedModel:
         return scripted_model_spec(self)
 
     @staticmethod
-    def from_config(spec: Any, *, allow: Any = (), trusted: bool = False) -> "ScriptedModel":
+    def from_config(spec: object, *, allow: object = (), trusted: bool = False) -> "ScriptedModel":
         """Rebuild (or find, in this process) the model ``to_config`` described; its functions
         load under ``allow``/``trusted`` as in ``fsmchat.from_config``."""
         return build_scripted_model(spec if isinstance(spec, ScriptedModelSpec)
@@ -382,10 +382,10 @@ class ScriptedModel:
     def __enter__(self) -> "ScriptedModel":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def agent(self, name: str, system_prompt: str = "", **kw: Any) -> Any:
+    def agent(self, name: str, system_prompt: str = "", **kw: object) -> object:
         """An ``Agent`` on this model (``num_retries=0`` unless given); other keywords are ``Agent``'s."""
         kw.setdefault("num_retries", 0)
         return Agent(name, system_prompt=system_prompt, model=self.model, **kw)
@@ -465,7 +465,7 @@ class FunctionModel(ScriptedModel):
         'echo heard: Hello there.'
     """
 
-    def __init__(self, fn: Callable[[Request], Any], name: str = "function", *, id: str | None = None,
+    def __init__(self, fn: Callable[[Request], object], name: str = "function", *, id: str | None = None,
                  keep_messages: int | None = KEEP_MESSAGES, max_input_tokens: int | None = None):
         super().__init__(None, fn=fn, name=name, id=id, keep_messages=keep_messages,
                          max_input_tokens=max_input_tokens)
@@ -488,7 +488,7 @@ class ScriptItemSpec(ConfigSpec):
     ref: str | None = None
 
     @classmethod
-    def of(cls, x: Any, what: str) -> ScriptItemSpec:
+    def of(cls, x: object, what: str) -> ScriptItemSpec:
         """The config form of a script item (a callable travels by import path)."""
         if isinstance(x, str):
             return cls(kind="text", text=x)
@@ -506,7 +506,7 @@ class ScriptItemSpec(ConfigSpec):
             return cls(kind="callable", ref=callable_ref(x, what))
         raise TypeError(f"{what}: a {type(x).__name__} item has no config form")
 
-    def build(self, r: ConfigReader, what: str) -> Any:
+    def build(self, r: ConfigReader, what: str) -> object:
         if self.kind == "text":
             return self.text or ""
         if self.kind == "bid":
@@ -550,7 +550,7 @@ class ScriptedModelSpec(ConfigSpec):
         if live is not None and scripted_model_spec(live) == self:
             return live
         what = f"scripted model {self.id!r}"
-        scripts: dict[str, Sequence[Any]] = {agent: [x.build(r, f"{what} script of {agent!r}") for x in items]
+        scripts: dict[str, Sequence[object]] = {agent: [x.build(r, f"{what} script of {agent!r}") for x in items]
                                              for agent, items in self.scripts.items()}
         fn = r.fn(self.fn, f"{what} fn")
         if self.kind == "function" and fn is not None and not scripts:
@@ -567,7 +567,7 @@ def scripted_model_spec(model: ScriptedModel) -> ScriptedModelSpec:
                              fn=opt_ref(model.fn, f"{type(model).__name__} {model.id!r} fn"))
 
 
-def build_scripted_model(spec: ScriptedModelSpec, *, allow: Any = (), trusted: bool = False) -> ScriptedModel:
+def build_scripted_model(spec: ScriptedModelSpec, *, allow: object = (), trusted: bool = False) -> ScriptedModel:
     """A ``ScriptedModel``/``FunctionModel`` from its config form (references checked as in ``from_config``)."""
     trust = Trust.of(allow, trusted, owner="ScriptedModel.from_config")
     for ref, what in spec.references():

@@ -37,7 +37,7 @@ class CassetteMiss(FsmchatError, AssertionError):
     fsmchat_fatal = True
 
 
-def request_key(model: str, messages: Any, params: dict[str, Any]) -> str:
+def request_key(model: str, messages: object, params: dict[str, object]) -> str:
     body = {"model": model, "messages": messages, **{k: params.get(k) for k in
                                                     ("tools", "tool_choice", "response_format")}}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:32]
@@ -121,7 +121,7 @@ class Cassette:
         self._token = INTERCEPTOR.set(self._send)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         INTERCEPTOR.reset(self._token)
         if self.mode == "record":
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +134,7 @@ class Cassette:
         return sum(len(v) for v in self._pending.values())
 
 
-def cassette(path: Any, mode: str = "auto") -> Cassette:
+def cassette(path: object, mode: str = "auto") -> Cassette:
     """Record a run's model calls once, then replay them: ``with cassette("tests/cassettes/x.json"): chat.run(task)``.
 
     Args:

@@ -20,7 +20,7 @@ from .store import EvalNotFound, RunNotFound, RunRecord
 KINDS = ("assertions", "scores", "labels")  # a case's results, each evaluator name -> {"value", "reason"}
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """An assertion as 1 or 0, a score as itself; a label (text) has no number."""
     if isinstance(value, bool):
         return 1.0 if value else 0.0
@@ -53,7 +53,7 @@ def _results(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def evals_view(infos: Sequence[EvalInfo]) -> list[dict[str, Any]]:
+def evals_view(infos: Sequence[EvalInfo]) -> list[dict[str, object]]:
     """The evaluations list: one row per evaluation, newest first."""
     rows = []
     for info in infos:
@@ -156,7 +156,7 @@ def word_diff(a: str, b: str) -> tuple[list[list[str]], list[list[str]]]:
     return left, right
 
 
-def _side(m: dict[str, Any] | None, segments: list[list[str]] | None = None, kind: str = "same") -> Any:
+def _side(m: dict[str, object] | None, segments: list[list[str]] | None = None, kind: str = "same") -> object:
     if m is None:
         return None
     return {"role": m["role"], "segments": segments if segments is not None else [[kind, m["content"]]]}

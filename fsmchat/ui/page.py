@@ -14,7 +14,6 @@ import html
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any
 
 from .. import __version__
 
@@ -31,13 +30,13 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def data_json(data: Any) -> str:
+def data_json(data: object) -> str:
     """``data`` as JSON safe inside ``<script type="application/json">`` (no ``</script>``, no ``<!--``)."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def page(data: dict[str, Any], title: str, *, live: bool, report: bool = False) -> str:
+def page(data: dict[str, object], title: str, *, live: bool, report: bool = False) -> str:
     """A viewer page: ``data`` (``{"kind": "runs" | "run" | "evals" | "eval" | "eval_case", ...}``)
     rendered in the browser.
 

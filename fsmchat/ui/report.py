@@ -18,7 +18,7 @@ from .store import STATUSES, CheckpointView, Store, open_view
 from .view import run_view
 
 
-def runs_data(store: Store | CheckpointView) -> dict[str, Any]:
+def runs_data(store: Store | CheckpointView) -> dict[str, object]:
     """The runs page's data, secrets masked (``fsmchat.masking.redact_data``)."""
     return redact_data({"kind": "runs", "store": store.label, "statuses": list(STATUSES),
                         "runs": store.summaries()})
@@ -37,18 +37,18 @@ def run_data(store: Store | CheckpointView, run_id: str, known: tuple[Any, Any] 
     return redact_data(data, keep=("svg",))  # one rule for every text the page and a report show
 
 
-def evals_data(store: Store | CheckpointView) -> dict[str, Any]:
+def evals_data(store: Store | CheckpointView) -> dict[str, object]:
     """The evaluations page's data, secrets masked."""
     return redact_data({"kind": "evals", "store": store.label, "evals": evals_view(store.evaluations())})
 
 
-def eval_data(store: Store | CheckpointView, eval_id: str, baseline: str | None = None) -> dict[str, Any]:
+def eval_data(store: Store | CheckpointView, eval_id: str, baseline: str | None = None) -> dict[str, object]:
     """One evaluation's page data (``baseline``: the variant the others are compared with), secrets masked."""
     return redact_data({"store": store.label, **eval_view(store.evaluation(eval_id), baseline)})
 
 
 def eval_case_data(store: Store | CheckpointView, eval_id: str, case: str, a: str | None = None,
-                   b: str | None = None, repeat: int | None = None) -> dict[str, Any]:
+                   b: str | None = None, repeat: int | None = None) -> dict[str, object]:
     """One case of an evaluation: its runs, and variant ``a``'s and ``b``'s transcripts diffed, secrets masked."""
     return redact_data({"store": store.label, **case_view(store.evaluation(eval_id), case, a, b, repeat, store.run)})
 

@@ -57,6 +57,7 @@ from ..config.convert import config_digest, from_config
 from ..errors import ConfigTypeError, FsmchatError
 from ..limits import Limits
 from ..masking import redact, redact_data
+from ..events import JsonObject
 from ..models import BidDelta, TokenDelta
 from ..patterns.base import Pattern
 from ..speakers.human import Approve, Edit, Input, InputNotAllowed, NotWaiting, Reject, Say, check_input, waiting_for
@@ -80,7 +81,7 @@ class RunExists(FsmchatError, ValueError):
     """The run id is taken, or the run is executing in this server (409); ``details`` go into the
     response's JSON next to its ``error`` (``run_id``, ``in_flight``, ...)."""
 
-    def __init__(self, message: str, **details: Any):
+    def __init__(self, message: str, **details: object):
         super().__init__(message)
         self.details = details
 
@@ -89,7 +90,7 @@ class RunFinished(RunExists):
     """A resume of a run that has finished: there is nothing to continue (409, with its stop reason)."""
 
 
-def check_size_limit(name: str, value: Any, default: int) -> int:
+def check_size_limit(name: str, value: object, default: int) -> int:
     """A size limit of the server (``max_body_bytes``, ``max_text_chars``): an int >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ServeError(f"{name}={value!r} is invalid: a whole number >= 1 (the default is {default})")
@@ -197,7 +198,7 @@ class Registered:
                          "(GroupChat, AgentFlow, ...) or a zero-argument factory of one")
 
     @classmethod
-    def config(cls, name: str, cfg: Any, *, allow: Iterable[str] = (), trusted: bool = False) -> "Registered":
+    def config(cls, name: str, cfg: object, *, allow: Iterable[str] = (), trusted: bool = False) -> "Registered":
         """A pattern or flow from a config (``to_config()``'s output: a model, a dict or its JSON),
         rebuilt for each run by ``from_config`` under the trust rules (``allow``: module prefixes its
         references may import; ``trusted``: any). It is built once here, so a refused reference or
@@ -216,7 +217,7 @@ class Registered:
         return pattern
 
 
-def registry(patterns: Mapping[str, Any]) -> dict[str, Registered]:
+def registry(patterns: Mapping[str, object]) -> dict[str, Registered]:
     """``{name: pattern or zero-argument factory}`` as ``Registered`` (a factory's ref is its
     ``module:qualname``)."""
     if not patterns:
@@ -229,6 +230,10 @@ def registry(patterns: Mapping[str, Any]) -> dict[str, Registered]:
 
 
 # ---- runs executing in this server ----
+SseKind = Literal["trace", "message", "token", "bid", "stream_retry", "end"]
+"""The server-sent events of ``GET /api/runs/{id}/events``: a step (``TraceEvent.to_dict()``), a posted
+``Message``, a ``TokenDelta``, a ``BidDelta``, a ``StreamRetry`` (their fields), and last the run's end."""
+SseItem = tuple[SseKind, JsonObject]
 IN_FLIGHT = {"start": "its start", "resume": "a resume of it", "answer": "an answer to it"}
 
 
@@ -238,12 +243,12 @@ class Live:
     and its end once it stopped. Readers wait on ``changed``, replaced at every emission."""
 
     what: str = "start"  # what this execution is: "start", "resume" or "answer"
-    items: list[tuple[str, Any]] = field(default_factory=list)
-    end: dict[str, Any] | None = None
+    items: list[SseItem] = field(default_factory=list)
+    end: JsonObject | None = None
     task: "asyncio.Task[None] | None" = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def emit(self, kind: str, data: Any) -> None:
+    def emit(self, kind: SseKind, data: JsonObject) -> None:
         self.items.append((kind, redact_data(data)))
         self.wake()
 
@@ -252,8 +257,8 @@ class Live:
         changed.set()
 
 
-def _end_of(result: Any) -> dict[str, Any]:
-    end: dict[str, Any] = {"run_id": result.run_id, "stop_reason": result.stop_reason,
+def _end_of(result: Any) -> JsonObject:
+    end: JsonObject = {"run_id": result.run_id, "stop_reason": result.stop_reason,
                            "waiting": bool(result.pending is not None)}
     if result.pending is not None:
         end["allowed"] = list(result.pending.allowed)
@@ -265,7 +270,7 @@ def _end_of(result: Any) -> dict[str, Any]:
 class Runs:
     """The server's state: the store, the registered patterns and the runs executing now."""
 
-    def __init__(self, db: str | Path, patterns: Mapping[str, Any]):
+    def __init__(self, db: str | Path, patterns: Mapping[str, object]):
         self.patterns = registry(patterns)
         if not is_dsn(db):
             Path(db).parent.mkdir(parents=True, exist_ok=True)
@@ -281,7 +286,7 @@ class Runs:
         live = self.live.get(run_id)
         return live is not None and live.end is None
 
-    def launch(self, run_id: str, what: str, go: Callable[[Live], Awaitable[Any]]) -> None:
+    def launch(self, run_id: str, what: str, go: Callable[[Live], Awaitable[object]]) -> None:
         live = Live(what)
 
         async def body() -> None:
@@ -383,13 +388,13 @@ class Runs:
         check_run_id(body.fork_id, "POST /api/runs/{id}/fork")
         return fork(run_id, body.at, self.checkpoint, body.edit, fork_id=body.fork_id)
 
-    def stored_stream(self, run_id: str) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    def stored_stream(self, run_id: str) -> tuple[list[SseItem], JsonObject]:
         """A run not executing here: its committed events and messages, and its end."""
         saved = self._saved(run_id)
-        items: list[tuple[str, Any]] = [("trace", e.to_dict()) for e in saved.events]
+        items: list[SseItem] = [("trace", e.to_dict()) for e in saved.events]
         items += [("message", m.model_dump(mode="json")) for m in saved.messages]
         pending = waiting_for(saved)
-        end: dict[str, Any] = {"run_id": run_id, "stop_reason": saved.stop_reason, "waiting": pending is not None}
+        end: JsonObject = {"run_id": run_id, "stop_reason": saved.stop_reason, "waiting": pending is not None}
         if pending is not None:
             end["allowed"] = list(pending.allowed)
         return [(k, redact_data(v)) for k, v in items], end
@@ -429,8 +434,8 @@ class TokenCheck:
     def __init__(self, inner: ASGI, token: str | None):
         self.inner, self.token = inner, token
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[object]],
+                       send: Callable[[object], Awaitable[None]]) -> None:
         if scope["type"] != "http" or self.token is None:
             return await self.inner(scope, receive, send)
         given = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), "")
@@ -494,7 +499,7 @@ def openapi(patterns: Iterable[str]) -> dict[str, Any]:
 
 
 class _BadBody(FsmchatError):
-    def __init__(self, message: str, errors: list[dict[str, Any]]):
+    def __init__(self, message: str, errors: list[dict[str, object]]):
         super().__init__(message)
         self.message, self.errors = message, errors
 
@@ -510,11 +515,11 @@ class _TooLarge(FsmchatError):
         self.size, self.limit = size, limit
 
 
-def _too_long(data: Any, limit: int) -> list[dict[str, Any]]:
+def _too_long(data: object, limit: int) -> list[dict[str, object]]:
     """Every text of a JSON body longer than ``limit`` characters, as ``{field, problem, size, limit}``
     (``field`` is its path, as pydantic's errors name fields: ``task``, ``edit.replace.0``)."""
-    out: list[dict[str, Any]] = []
-    todo: deque[tuple[str, Any]] = deque([("", data)])
+    out: list[dict[str, object]] = []
+    todo: deque[tuple[str, object]] = deque([("", data)])
     while todo:  # breadth first, without recursion: a deeply nested body cannot overflow the stack
         at, value = todo.popleft()
         if isinstance(value, str) and len(value) > limit:
@@ -538,7 +543,7 @@ def _problem(error: Any) -> dict[str, Any]:
     return out
 
 
-def _sse(kind: str, data: Any) -> bytes:
+def _sse(kind: SseKind, data: JsonObject) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n".encode()
 
 
@@ -561,7 +566,7 @@ def app(db: str | Path, patterns: Mapping[str, Any], *, max_body_bytes: int = DE
     headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
     schema = openapi(runs.patterns)
 
-    def fail(status: int, message: str, **more: Any) -> Response:
+    def fail(status: int, message: str, **more: object) -> Response:
         return JSONResponse({"error": redact(message), **more}, status, headers)
 
     async def read_body(request: Request) -> bytes:
@@ -674,7 +679,7 @@ def app(db: str | Path, patterns: Mapping[str, Any], *, max_body_bytes: int = DE
         return JSONResponse(schema, 200, headers)
 
     @asynccontextmanager
-    async def lifespan(_app: Any) -> AsyncIterator[None]:
+    async def lifespan(_app: object) -> AsyncIterator[None]:
         yield
         await runs.close()
 
@@ -710,7 +715,7 @@ def _server(db: str | Path, patterns: Mapping[str, Any], sock: Any, token: str |
                                          timeout_graceful_shutdown=5))
 
 
-def start(db: str | Path, patterns: Mapping[str, Any], host: str = DEFAULT_HOST, port: int = 0,
+def start(db: str | Path, patterns: Mapping[str, object], host: str = DEFAULT_HOST, port: int = 0,
           token: str | None = None, allow_hosts: Iterable[str] = (), *,
           max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> Running:
     """Serve from a background thread (``port=0``: a free port); returns once it accepts requests.

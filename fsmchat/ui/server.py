@@ -163,7 +163,7 @@ def app(db: str | Path) -> Any:
     def case_page(request: Request, api: bool = False) -> Response:
         q = request.query_params
 
-        def data() -> dict[str, Any]:
+        def data() -> dict[str, object]:
             name = q.get("name")
             if not name:
                 raise BadQuery("this page needs ?name=CASE (the case's name, as the evaluation page links it)")

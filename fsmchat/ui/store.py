@@ -132,7 +132,7 @@ def status_of(stop_reason: str | None, lease: tuple[str, float] | None, now: flo
     return StopReason.run_status(stop_reason, live)
 
 
-def _json(text: str | None, default: Any = None) -> Any:
+def _json(text: str | None, default: object = None) -> object:
     if text is None:
         return default
     try:
@@ -359,7 +359,7 @@ class Store:
             raise RunNotFound(f"no run {run_id!r} in {self.path}")
         return o.db, row
 
-    def _state(self, run_id: str) -> dict[str, Any]:
+    def _state(self, run_id: str) -> dict[str, object]:
         """The run's latest working state (usage, events, flow variables), read by the checkpoint
         module itself (its format is that module's); {} when none is stored yet."""
         try:
@@ -403,13 +403,13 @@ def in_fork_order(by_lane: dict[str, list[Step]]) -> list[Step]:
     return walk("")
 
 
-def _natural(text: str) -> list[Any]:
+def _natural(text: str) -> list[object]:
     """``parallel|10`` after ``parallel|2``."""
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text)]
 
 
-def summary(run_id: str, meta: dict[str, Any], stop: str | None, created: float, updated: float, status: str,
-            messages: int, steps: tuple[int, float | None], stats: dict[str, Any], now: float) -> dict[str, Any]:
+def summary(run_id: str, meta: dict[str, object], stop: str | None, created: float, updated: float, status: str,
+            messages: int, steps: tuple[int, float | None], stats: dict[str, object], now: float) -> dict[str, object]:
     """One row of the runs page."""
     usage = u if isinstance(u := stats.get("usage"), dict) else {}
     duration: float | None
@@ -435,7 +435,7 @@ class CheckpointView:
         label: How pages and errors name it (never its password).
     """
 
-    def __init__(self, checkpoint: Any, label: str):
+    def __init__(self, checkpoint: "SqliteCheckpointer | PostgresCheckpointer", label: str):
         self.checkpoint, self.label, self.name = checkpoint, label, label
 
     def _read(self, what: Any) -> Any:

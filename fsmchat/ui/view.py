@@ -12,6 +12,7 @@ from typing import Any
 
 from ..graph.render import (dot_source, drawing_from_data, has_graphviz, overlay, render_svg, step_marks,
                             INSTALL_HINT)
+from ..events import BidTools, InvalidBid, JsonObject, parse_events
 from ..models import TraceEvent
 from ..speakers.agent import mask_secrets
 from ..speakers.context import token_summary
@@ -24,11 +25,11 @@ def _short(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def num(x: Any) -> str:
+def num(x: object) -> str:
     return f"{x:.3g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "—"
 
 
-def payload_text(payload: Any) -> str:
+def payload_text(payload: object) -> str:
     if payload is None:
         return ""
     text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, default=str)
@@ -45,7 +46,7 @@ def _is_select(s: Step) -> bool:
     return _short(s.state) == "select" and isinstance(s.payload, dict) and "adjusted" in s.payload
 
 
-def turn_of(bid: Step, select: Step | None, threshold: Any, invalid_events: dict[str, str],
+def turn_of(bid: Step, select: Step | None, threshold: object, invalid_events: dict[str, str],
             tools: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every agent's bid of one turn (with the tool calls a bidder made before it bid) and why the
     winner won (or why no one did)."""
@@ -95,18 +96,19 @@ def _bid_note(name: str, raw: Any, adj: Any, winner: Any, adjusted: dict[str, An
     return "; ".join(parts)
 
 
-def turns(steps: list[Step], threshold: Any, events: list[Any]) -> tuple[list[dict[str, Any]], dict[int, int]]:
+def turns(steps: list[Step], threshold: object, events: list[object]) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """The GroupChat turns in ``steps`` and, per step index, the turn its bid or select step belongs to."""
     out: list[dict[str, Any]] = []
     where: dict[int, int] = {}
     bids_in: dict[str, int] = {}  # bid steps per lane so far: the turn number, as events count it
-    invalid_at: dict[Any, dict[Any, Any]] = {}  # an older store's invalid bids: in the run's events, by turn
-    tools_at: dict[Any, dict[Any, Any]] = {}  # the tool calls each bidder made before it bid, by turn
-    for e in events:
-        if isinstance(e, dict) and e.get("event") == "invalid_bid":
-            invalid_at.setdefault(e.get("turn"), {})[e.get("agent")] = e.get("reason")
-        elif isinstance(e, dict) and e.get("event") == "bid_tools":
-            tools_at.setdefault(e.get("turn"), {})[e.get("agent")] = e.get("tool_calls")
+    invalid_at: dict[int, dict[str, str]] = {}  # an older store's invalid bids: in the run's events, by turn
+    tools_at: dict[int, dict[str, list[JsonObject]]] = {}  # the tool calls each bidder made before it bid, by turn
+    for e in parse_events(e for e in events if isinstance(e, dict)):
+        match e:
+            case InvalidBid(turn=turn, agent=agent, reason=reason):
+                invalid_at.setdefault(turn, {})[agent] = reason
+            case BidTools(turn=turn, agent=agent, tool_calls=calls):
+                tools_at.setdefault(turn, {})[agent] = calls
     for i, s in enumerate(steps):
         if not _is_bid(s):
             continue
@@ -122,14 +124,14 @@ def turns(steps: list[Step], threshold: Any, events: list[Any]) -> tuple[list[di
 
 
 # ---- the transcript at each step ----
-def transcript_marks(steps: list[Step]) -> tuple[list[dict[str, Any]], bool]:
+def transcript_marks(steps: list[Step]) -> tuple[list[dict[str, object]], bool]:
     """Per step: how many of the run's messages were stored (``upto``) and, inside a fork, how many
     of each open branch lane's (``open``). False when the store does not record it."""
     if any(s.nmsg is None for s in steps):
         return [{} for _ in steps], False
     upto: int | None = 0
     open_lanes: dict[str, int | None] = {}
-    marks: list[dict[str, Any]] = []
+    marks: list[dict[str, object]] = []
     for s in steps:
         if s.lane == "":
             upto, open_lanes = s.nmsg, {}  # the run moved on: a fork's branches were joined into it
@@ -151,7 +153,7 @@ def picture(rec: RunRecord) -> tuple[str | None, list[tuple[int | None, int | No
         d = drawing_from_data(data)
     except (KeyError, TypeError, AttributeError) as exc:
         return None, [(None, None)] * len(rec.steps), f"the stored graph cannot be read ({type(exc).__name__}: {exc})"
-    memo: dict[tuple[str, Any, Any], tuple[int | None, int | None]] = {}
+    memo: dict[tuple[str, object, object], tuple[int | None, int | None]] = {}
     marks = [memo.setdefault((s.state, s.trigger, s.dest), step_marks(d, s.state, s.trigger, s.dest))
              for s in rec.steps]
     if not has_graphviz():
@@ -162,7 +164,7 @@ def picture(rec: RunRecord) -> tuple[str | None, list[tuple[int | None, int | No
 
 
 # ---- the whole page ----
-def run_view(rec: RunRecord, now: float) -> dict[str, Any]:
+def run_view(rec: RunRecord, now: float) -> dict[str, object]:
     """The run page's data."""
     state = rec.state if isinstance(rec.state, dict) else {}
     stats = st if isinstance(st := state.get("stats"), dict) else {}
@@ -199,7 +201,7 @@ def run_view(rec: RunRecord, now: float) -> dict[str, Any]:
             "config": mask_secrets(config) if config is not None else None}
 
 
-def _message(m: dict[str, Any]) -> dict[str, Any]:
+def _message(m: dict[str, object]) -> dict[str, object]:
     meta = md if isinstance(md := m.get("metadata"), dict) else {}
     out = {"role": m["role"], "content": m["content"], **({"score": meta["score"]} if "score" in meta else {})}
     calls = meta.get("tool_calls")

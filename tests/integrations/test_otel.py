@@ -309,3 +309,24 @@ def test_without_the_extra_tracing_says_what_to_install():
             "try:\n    Tracing()\nexcept ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "fsmchat.otel.Tracing needs OpenTelemetry: pip install 'fsmchat[otel]'"
+
+
+def test_the_run_s_events_are_span_events_of_the_run_span_without_content_unless_asked():
+    """A task with a lone surrogate and a reply over the transcript's limit: ``text_repaired`` and
+    ``message_truncated`` become span events ``fsmchat.<kind>`` with their numbers and names."""
+    for capture in (False, True):
+        exporter, tracing = memory_tracing(capture_content=capture)
+        rr = RoundRobinSwarm(agents=[lambda turn: "ok"], max_loops=1)
+        r = tracing.execute(rr, "Ship it\ud800?")
+        assert r.events == [{"event": "text_repaired", "role": "task", "replaced": 1}]
+        run = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")][0]
+        assert [(e.name, dict(e.attributes)) for e in run.events] == [
+            ("fsmchat.text_repaired", {"fsmchat.role": "task", "fsmchat.replaced": 1})]
+    from fsmchat.otel import event_attributes
+    tool_error = {"event": "tool_error", "agent": "a", "tool": "add", "call_id": "c1", "error": "key sk-abc123def456ghi789"}
+    assert event_attributes(tool_error, capture_content=False) == {
+        "fsmchat.agent": "a", "fsmchat.tool": "add", "fsmchat.call_id": "c1"}
+    assert "sk-abc123def456ghi789" not in event_attributes(tool_error, capture_content=True)["fsmchat.error"]
+    selected = {"event": "selected", "turn": 2, "speaker": "b", "by": "selector", "candidates": ["a", "b"]}
+    assert event_attributes(selected, capture_content=False) == {
+        "fsmchat.turn": 2, "fsmchat.speaker": "b", "fsmchat.by": "selector", "fsmchat.candidates": ["a", "b"]}

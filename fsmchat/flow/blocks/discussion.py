@@ -143,7 +143,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
             ([f"select={fn_name(select)}"] if select is not None else []) + \
             ([f"context={self.config.context!r}"] if self.config.context is not None else [])
 
-    def task_for(self, speaker: Any) -> Task:
+    def task_for(self, speaker: object) -> Task:
         """Return the step of one of this discussion's speakers (what ``select`` returned).
 
         Args:
@@ -162,7 +162,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         raise ValueError(f"Discussion {self.config.name!r} select() returned {speaker!r}, which is not one of its "
                          f"speakers {names}")
 
-    def children(self) -> list[Any]:
+    def children(self) -> list[object]:
         """The steps this block holds, in declaration order."""
         return []
 
@@ -178,7 +178,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         """Whether this block itself sets variable ``var`` (its own output variables)."""
         return var == "discussion_transcript"
 
-    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, object]) -> int:
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         per_turn = [task_calls(t, requests) for t in self.tasks]
         # a selector may pick the costliest speaker on every one of the rounds x speakers turns
@@ -280,7 +280,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
                          exhausted=("done", StopReason.ROUNDS))
 
 
-def discussion_prompt(name: str, topic: Any, lines: list[str], previous: Any, summary: str | None = None,
+def discussion_prompt(name: str, topic: object, lines: list[str], previous: object, summary: str | None = None,
                       latest: bool = False) -> str:
     """What an agent speaker is asked on its Discussion turn (with ``summary``: a compaction's
     summary of the earlier turns, then the turns since; ``latest``: earlier turns are left out)."""

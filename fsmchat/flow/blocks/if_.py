@@ -40,11 +40,11 @@ class If(Block, kind="if", config=IfConfig, owner="if_"):
         return [f"condition={fn_name(cfg.condition)}", f"then={step_names(cfg.then_steps)!r}"] + \
             ([f"else={step_names(cfg.else_steps)!r}"] if cfg.else_steps else [])
 
-    def children(self) -> list[Any]:
+    def children(self) -> list[object]:
         """The steps this block holds, in declaration order."""
         return [*self.config.then_steps, *self.config.else_steps]
 
-    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, object]) -> int:
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         cfg = self.config
         return max(bound(cfg.then_steps, items, requests, known), bound(cfg.else_steps, items, requests, known))

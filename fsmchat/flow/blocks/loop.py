@@ -69,7 +69,7 @@ class Loop(Block, kind="loop", config=LoopConfig):
         """Whether this block itself sets variable ``var`` (its own output variables)."""
         return var in (self.config.var_name, "loop_index", "loop_outputs")
 
-    def check_run(self, variables: dict[str, Any]) -> None:
+    def check_run(self, variables: dict[str, object]) -> None:
         """Refuse a run whose declared ``variables`` this block cannot use (before any call)."""
         over = self.config.over
         if not isinstance(over, str):
@@ -80,7 +80,7 @@ class Loop(Block, kind="loop", config=LoopConfig):
                               f"holds a {type(items).__name__} (for a dict, loop over list(d.items()) or "
                               "list(d))")
 
-    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, object]) -> int:
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         cfg = self.config
         if isinstance(cfg.over, list):
@@ -114,7 +114,7 @@ class Loop(Block, kind="loop", config=LoopConfig):
             ctx.frames[key] = LoopFrame(items=items)
             return len(items)
 
-        def next_item(ctx: FlowContext) -> Any:
+        def next_item(ctx: FlowContext) -> object:
             """set item and loop_index"""
             f = ctx.frame(key, LoopFrame)
             f.i += 1
@@ -174,7 +174,7 @@ def over_text(lp: Loop) -> str:
     return shown if plain and len(shown) <= 60 else f"a list of {len(over)}"
 
 
-def loop_items(ctx: FlowContext, lp: Loop) -> list[Any]:
+def loop_items(ctx: FlowContext, lp: Loop) -> list[object]:
     """The items a loop iterates this run (refused when not a list, or over its ``max_items``)."""
     over = lp.config.over
     if isinstance(over, list):

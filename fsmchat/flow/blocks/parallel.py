@@ -39,7 +39,7 @@ class Parallel(Block, kind="parallel", config=ParallelConfig):
         """Whether this block itself sets variable ``var`` (its own output variables)."""
         return var == "parallel_outputs"
 
-    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, object]) -> int:
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         return sum(bound([x], items, requests, known) for x in self.config.steps)
 

@@ -51,7 +51,7 @@ class Repeat(Block, kind="repeat", config=RepeatConfig):
         return [*super()._repr_fields(), f"max_iterations={cfg.max_iterations}"] + \
             ([f"until={fn_name(cfg.until)}"] if cfg.until is not None else [])
 
-    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, object]) -> int:
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         return int(self.config.max_iterations) * bound(self.config.steps, items, requests, known)
 

@@ -50,7 +50,7 @@ class Route(Block, kind="route", config=RouteConfig):
         cfg = self.config
         return [f"routes={list(cfg.routes)!r}"] + ([f"default={step_names(cfg.default)!r}"] if cfg.default else [])
 
-    def says(self, key: str, text: Any) -> bool:
+    def says(self, key: str, text: object) -> bool:
         """Whether ``key`` appears as a whole word in ``text`` (case-insensitive)."""
         return re.search(rf"\b{re.escape(key)}\b", str(text or ""), re.IGNORECASE) is not None
 
@@ -63,7 +63,7 @@ class Route(Block, kind="route", config=RouteConfig):
         except KeyError:
             return None
 
-    def matches(self, key: str, value: Any) -> bool:
+    def matches(self, key: str, value: object) -> bool:
         """With ``on``: the value equals ``key`` exactly (case-sensitive); else ``key`` is said in it."""
         return (value is not None and str(value) == key) if self.config.on is not None else self.says(key, value)
 
@@ -81,11 +81,11 @@ class Route(Block, kind="route", config=RouteConfig):
                                                              "no default, so the route runs no step")})
         return key
 
-    def children(self) -> list[Any]:
+    def children(self) -> list[object]:
         """The steps this block holds, in declaration order."""
         return [*(x for v in self.config.routes.values() for x in v), *self.config.default]
 
-    def calls(self, items: dict[str, int], requests: bool, known: dict[str, Any]) -> int:
+    def calls(self, items: dict[str, int], requests: bool, known: dict[str, object]) -> int:
         """The most model calls one run of this block can make (see ``fsmchat.flow.compile.bound``)."""
         cfg = self.config
         value = known_value(known, cfg.on) if cfg.on is not None else UNKNOWN
