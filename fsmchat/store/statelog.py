@@ -52,6 +52,25 @@ def encode_json(obj: Any) -> str:
 
 encode_value = encode_json  # the JSON of one value a store writes (a payload, a message's metadata)
 
+_DATA_ENCODER = json.JSONEncoder(separators=(",", ":"))  # _ENCODER without its repr fallback
+
+
+def encode_data(obj: Any) -> str:
+    """``encode_json`` of plain JSON data (the same text), and ``TypeError`` for anything else
+    (a value ``encode_json`` would write as its ``repr``): a store's writer encodes a commit's
+    payloads once with it, for the masking check and the rows alike.
+
+    Examples:
+        >>> from fsmchat.store.statelog import encode_data
+        >>> encode_data({"winner": "b", "scores": [0.9, 0.8]})
+        '{"winner":"b","scores":[0.9,0.8]}'
+        >>> encode_data({"at": object()})
+        Traceback (most recent call last):
+        ...
+        TypeError: Object of type object is not JSON serializable
+    """
+    return _DATA_ENCODER.encode(obj)
+
 
 class AppendLog(list[Any]):
     """A list that grows at its end only (a run's step records, events, a discussion's lines, an
