@@ -101,11 +101,12 @@ def test_a_secret_that_json_escapes_is_masked_in_an_event_payload(open_store, st
         fn.__name__ = name
         return fn
 
-    chat = GroupChat(agents=[speaker("a", 0.9), speaker("b", 0.8), speaker("c", 0.0)], max_loops=2, threshold=0.1)
+    chat = GroupChat(agents=[speaker("a", 0.9), speaker("b", 0.8), speaker("c", 0.0)], max_loops=3, threshold=0.1)
     cp = open_store()
     r = chat.execute("go", checkpoint=cp, run_id="wide")
     assert r.ok
     saved = cp.load("wide")
     payloads = json.dumps([e.payload for e in saved.events], ensure_ascii=False, separators=(",", ":"))
     assert '"messages":{"a":"a said hello","b":"b said hello","c":"c said ***"}' in payloads and WIDE not in payloads
-    assert [m.content for m in saved.messages] == ["go", "a said hello", "b said hello"]
+    assert [m.content for m in saved.messages] == ["go", "a said hello", "b said hello"] == [
+        m.content for m in r.transcript]
