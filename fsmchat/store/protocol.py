@@ -30,7 +30,7 @@ import uuid
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, cast
+from typing import Any, Callable, NamedTuple, Protocol, Sequence, cast
 
 from ..errors import FsmchatError, bad_value
 from ..models import Message, StopReason, TraceEvent
@@ -198,12 +198,12 @@ def run_info(run_id: str, meta: dict[str, Any], stop_reason: str | None, message
                    origin if isinstance(origin, dict) else None, leased)
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """One event row of a commit: the event, the transcript's length after it and the state delta
     committed with it (``fsmchat.store.statelog``: None when the state did not change or the step carries
     none, ``HELD`` for a step committed with the next one); ``payload``: the event's payload as JSON
-    when the writer encoded it already (``statelog.encode_value``'s text; None: the store encodes it)."""
+    when the writer encoded it already (``statelog.encode_value``'s text; None: the store encodes it).
+    A named tuple, as ``Commit``: one is made per event a commit appends."""
 
     event: TraceEvent
     messages: int
@@ -211,8 +211,7 @@ class Row:
     payload: str | None = None
 
 
-@dataclass(frozen=True)
-class Commit:
+class Commit(NamedTuple):
     """What one commit appends to a run, in one transaction: its event ``rows`` (held steps first,
     the committed step last), the first of them numbered ``seq`` (how many event rows the run
     holds before the commit), and the ``messages`` posted since the last commit, the first of them
