@@ -12,7 +12,7 @@ import json
 import os
 import re
 import threading
-from typing import Any, Iterable, Mapping, TypeVar, cast
+from typing import Any, Iterable, Mapping, Sequence, TypeVar, cast
 
 _T = TypeVar("_T")
 
@@ -284,6 +284,27 @@ def clean(value: Any) -> bool:
     """
     known, plain = _secrets()
     return plain and _nothing_to_mask(value, known)
+
+
+def clean_texts(texts: Sequence[str], encoded: Sequence[str] = ()) -> bool:
+    """Whether nothing in ``texts`` (masked as they are: ``redact``, ``redact_json``) and in
+    ``encoded`` (compact JSON texts of data, non-ASCII escaped: masked as ``redact_data`` masks the
+    data) would be masked, judged in one pass over their join, as ``clean`` judges data; False
+    also when that cannot be told so: a known secret that JSON writes escaped, or a ``\\u`` escape
+    in an encoded text (the data then holds a character its JSON does not show as itself). A
+    store's writer asks it once for a whole commit, on the texts it writes.
+
+    Examples:
+        >>> from fsmchat.masking import clean_texts
+        >>> clean_texts(["Ship it."], ['{"score":0.9}']), clean_texts(["ok"], ['{"api_key":"k-1"}'])
+        (True, False)
+    """
+    known, plain = _secrets()
+    data = "\x00".join(encoded)
+    if not plain or "\\u" in data:
+        return False
+    text = "\x00".join(texts) + "\x00" + data  # each text whole in it: a match in one is a match here
+    return _ANY_WORD.search(text.lower()) is None and not any(s in text for s in known)
 
 
 def redact_json(text: str | None) -> str | None:

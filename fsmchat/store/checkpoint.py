@@ -120,11 +120,14 @@ class SqliteCheckpointer(ReadsLog):
     CREATE TABLE IF NOT EXISTS evals (eval_id TEXT PRIMARY KEY, name TEXT NOT NULL, created REAL NOT NULL,
                                       summary TEXT NOT NULL, cases TEXT NOT NULL);
     CREATE TRIGGER IF NOT EXISTS events_reopen AFTER INSERT ON events
-        WHEN (SELECT stop_reason FROM runs WHERE run_id = NEW.run_id) IS NOT NULL
+        WHEN NEW.delta IS NOT '-' AND (SELECT stop_reason FROM runs WHERE run_id = NEW.run_id) IS NOT NULL
         BEGIN UPDATE runs SET stop_reason = NULL WHERE run_id = NEW.run_id; END;
     """
     # events_reopen: a run that gains a step is not ended (a resumed run's first commit clears its
-    # stop reason), in the commit's own transaction, without a statement of its own per commit
+    # stop reason), in the commit's own transaction, without a statement of its own per commit; it
+    # looks at a commit's last row only (a held row, delta '-', is always followed by its commit's
+    # step in the same transaction). A store made by an older fsmchat keeps its trigger, which
+    # looks at every row
     COLUMNS = {"runs": {"run_id", "meta", "stop_reason", "created", "updated"},
                "events": {"run_id", "seq", "step", "state", "trigger", "dest", "t", "payload"},
                "messages": {"run_id", "seq", "role", "content", "metadata"},

@@ -30,7 +30,7 @@ import uuid
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, cast
+from typing import Any, Callable, NamedTuple, Protocol, Sequence, cast
 
 from ..errors import FsmchatError, bad_value
 from ..models import Message, StopReason, TraceEvent
@@ -198,29 +198,33 @@ def run_info(run_id: str, meta: dict[str, Any], stop_reason: str | None, message
                    origin if isinstance(origin, dict) else None, leased)
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """One event row of a commit: the event, the transcript's length after it and the state delta
     committed with it (``fsmchat.store.statelog``: None when the state did not change or the step carries
-    none, ``HELD`` for a step committed with the next one)."""
+    none, ``HELD`` for a step committed with the next one); ``payload``: the event's payload as JSON
+    when the writer encoded it already (``statelog.encode_value``'s text; None: the store encodes it).
+    A named tuple, as ``Commit``: one is made per event a commit appends."""
 
     event: TraceEvent
     messages: int
     delta: str | None
+    payload: str | None = None
 
 
-@dataclass(frozen=True)
-class Commit:
+class Commit(NamedTuple):
     """What one commit appends to a run, in one transaction: its event ``rows`` (held steps first,
     the committed step last), the first of them numbered ``seq`` (how many event rows the run
     holds before the commit), and the ``messages`` posted since the last commit, the first of them
     numbered ``first`` (the transcript's length before the commit). The run's one writer (its
-    lease fences out any other) numbers both, so a store need not look the numbers up."""
+    lease fences out any other) numbers both, so a store need not look the numbers up. ``metadata``:
+    the messages' metadata as JSON when the writer encoded it already, one text per message (None:
+    the store encodes it)."""
 
     rows: tuple[Row, ...]
     messages: tuple[Message, ...]
     first: int
     seq: int
+    metadata: tuple[str, ...] | None = None
 
     @property
     def state_delta(self) -> str | None:

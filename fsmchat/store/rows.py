@@ -117,12 +117,17 @@ def already_kept(eval_id: str) -> str:
 
 
 def event_rows(run_id: str, commit: Commit) -> list[tuple[Any, ...]]:
-    """The ``events`` rows of ``commit``, numbered from its ``seq``."""
+    """The ``events`` rows of ``commit``, numbered from its ``seq`` (each payload's JSON as the
+    writer encoded it, or encoded here)."""
     return [(run_id, commit.seq + i, r.event.step, r.event.state, r.event.trigger, r.event.dest, r.event.t,
-             encode_value(r.event.payload), r.messages, r.delta) for i, r in enumerate(commit.rows)]
+             encode_value(r.event.payload) if r.payload is None else r.payload, r.messages, r.delta)
+            for i, r in enumerate(commit.rows)]
 
 
 def message_rows(run_id: str, commit: Commit) -> list[tuple[Any, ...]]:
-    """The ``messages`` rows of ``commit``."""
+    """The ``messages`` rows of ``commit`` (each metadata's JSON as the writer encoded it, or encoded here)."""
+    if commit.metadata is not None:
+        return [(run_id, commit.first + i, m.role, m.content, md)
+                for i, (m, md) in enumerate(zip(commit.messages, commit.metadata))]
     return [(run_id, commit.first + i, m.role, m.content, encode_value(m.metadata))
             for i, m in enumerate(commit.messages)]

@@ -41,7 +41,40 @@ SPLIT_ITEMS = 16
 EXTEND_CHARS = 64  # a longer string that grows at its end is written as the text added
 _FULL = '{"all":'  # how a whole-state delta's JSON starts (``full_delta``)
 
-_ENCODER = json.JSONEncoder(default=repr, separators=(",", ":"))
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # None without CPython's _json accelerator
+
+
+class OneShotEncoder(json.JSONEncoder):
+    """A ``json.JSONEncoder`` (without ``indent``) whose ``encode`` reuses one C encoder, made with
+    it: ``JSONEncoder.encode`` makes a new one on every call, which costs more than encoding a small
+    value. Circular data is not looked for on the way (``check_circular`` is left to ``encode``'s
+    fallback): it runs out of recursion, and the value is then encoded the usual way, which raises
+    ``ValueError`` naming it. Without the C accelerator it is ``JSONEncoder`` as it is.
+
+    Examples:
+        >>> from fsmchat.store.statelog import OneShotEncoder
+        >>> enc = OneShotEncoder(default=repr, separators=(",", ":"))
+        >>> enc.encode({"turn": 2, "recent": ["a"], "at": 0.5}), enc.encode("b")
+        ('{"turn":2,"recent":["a"],"at":0.5}', '"b"')
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._once = None if _C_ENCODER is None or self.indent is not None else _C_ENCODER(
+            None, self.default, json.encoder.encode_basestring_ascii if self.ensure_ascii else
+            json.encoder.encode_basestring, None, self.key_separator, self.item_separator, self.sort_keys,
+            self.skipkeys, self.allow_nan)
+
+    def encode(self, o: Any) -> str:
+        if self._once is None:
+            return super().encode(o)
+        try:
+            return "".join(self._once(o, 0))
+        except RecursionError:  # circular (or too deep): the usual encoder says which
+            return super().encode(o)
+
+
+_ENCODER = OneShotEncoder(default=repr, separators=(",", ":"))
 
 
 def encode_json(obj: Any) -> str:
@@ -51,6 +84,25 @@ def encode_json(obj: Any) -> str:
 
 
 encode_value = encode_json  # the JSON of one value a store writes (a payload, a message's metadata)
+
+_DATA_ENCODER = OneShotEncoder(separators=(",", ":"))  # _ENCODER without its repr fallback
+
+
+def encode_data(obj: Any) -> str:
+    """``encode_json`` of plain JSON data (the same text), and ``TypeError`` for anything else
+    (a value ``encode_json`` would write as its ``repr``): a store's writer encodes a commit's
+    payloads once with it, for the masking check and the rows alike.
+
+    Examples:
+        >>> from fsmchat.store.statelog import encode_data
+        >>> encode_data({"winner": "b", "scores": [0.9, 0.8]})
+        '{"winner":"b","scores":[0.9,0.8]}'
+        >>> encode_data({"at": object()})
+        Traceback (most recent call last):
+        ...
+        TypeError: Object of type object is not JSON serializable
+    """
+    return _DATA_ENCODER.encode(obj)
 
 
 class AppendLog(list[Any]):

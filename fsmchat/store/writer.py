@@ -19,10 +19,10 @@ from typing import Any, Callable, Sequence
 
 from ..engine import StepWork
 from ..errors import bad_value
-from ..masking import clean, redact_data, redact_json
+from ..masking import clean, clean_texts, redact_data, redact_json
 from ..models import Message, TraceEvent
 from .protocol import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, Store, lease_owner, leases_of
-from .statelog import HELD, StateDiff
+from .statelog import HELD, StateDiff, encode_data
 
 
 COMMIT_MODES = {
@@ -106,19 +106,35 @@ class RunWriter:
         payload and the state's delta, whatever the store."""
         delta = None if state is None else self.diff.delta(state)
         after = self.messages + len(messages)
-        if not clean([delta, [e.payload for e in earlier], event.payload, [m.row() for m in messages]]):
-            delta = redact_json(delta)  # something may need masking: each part is masked on its own
-            messages = [masked_message(m) for m in messages]
-            earlier = [masked_event(e) for e in earlier]
-            event = masked_event(event)
-        rows = tuple(Row(e, self.messages, HELD) for e in earlier) + (Row(event, after, delta),)
+        try:  # the payloads and metadata as the store writes them, encoded once: checked, then written
+            payloads = [encode_data(e.payload) for e in earlier]
+            payloads.append(encode_data(event.payload))
+            metadata = [encode_data(m.metadata) for m in messages]
+            texts = [m.content for m in messages]
+            texts += [m.role for m in messages]
+            if delta is not None:
+                texts.append(delta)
+            written = clean_texts(texts, payloads + metadata)
+        except (TypeError, ValueError):  # not plain JSON data
+            written = False
+        if written:
+            rows = tuple(Row(e, self.messages, HELD, p) for e, p in zip(earlier, payloads))
+            commit = Commit((*rows, Row(event, after, delta, payloads[-1])), tuple(messages), self.messages,
+                            self.events, tuple(metadata))
+        else:
+            if not clean([delta, [e.payload for e in earlier], event.payload, [m.row() for m in messages]]):
+                delta = redact_json(delta)  # something may need masking: each part is masked on its own
+                messages = [masked_message(m) for m in messages]
+                earlier = [masked_event(e) for e in earlier]
+                event = masked_event(event)
+            rows = tuple(Row(e, self.messages, HELD) for e in earlier)
+            commit = Commit((*rows, Row(event, after, delta)), tuple(messages), self.messages, self.events)
         try:
-            pending = self.store.append(self.run_id, Commit(rows, tuple(messages), self.messages, self.events),
-                                        self.fence)
+            pending = self.store.append(self.run_id, commit, self.fence)
         except BaseException:
             self.lost()
             raise
-        self.messages, self.events = after, self.events + len(rows)
+        self.messages, self.events = after, self.events + len(commit.rows)
         return pending
 
     def lost(self) -> None:

@@ -80,3 +80,33 @@ def test_a_secret_a_model_writes_is_masked_in_every_row_the_writer_stores(open_s
     assert "my key is ***, do not share" in stored and "Authorization: ***" in stored
     saved = cp.load("echo")  # the masked rows still load as a run
     assert [x.content for x in saved.messages] == ["hi", "my key is ***, do not share", "Authorization: ***"]
+
+
+WIDE = "clé-sécrète-9Qx7Lm2"  # a known secret JSON escapes (non-ASCII): found in the data, not in its escaped JSON
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_secret_that_json_escapes_is_masked_in_an_event_payload(open_store, store, monkeypatch):
+    # the writer checks a commit on the JSON it writes; a payload whose JSON escapes a character
+    # is judged on its data instead. Here only a payload holds the secret: the bid of c, below
+    # the threshold (never posted), is in each select event's payload
+    from fsmchat import Bid, GroupChat
+
+    monkeypatch.setenv("SERVICE_TOKEN", WIDE)
+
+    def speaker(name, score):
+        def fn(turn):
+            text = f"{name} said {WIDE}" if name == "c" else f"{name} said hello"  # c: found by its value only
+            return Bid(score, text) if getattr(turn, "kind", None) == "bid" else text
+        fn.__name__ = name
+        return fn
+
+    chat = GroupChat(agents=[speaker("a", 0.9), speaker("b", 0.8), speaker("c", 0.0)], max_loops=3, threshold=0.1)
+    cp = open_store()
+    r = chat.execute("go", checkpoint=cp, run_id="wide")
+    assert r.ok
+    saved = cp.load("wide")
+    payloads = json.dumps([e.payload for e in saved.events], ensure_ascii=False, separators=(",", ":"))
+    assert '"messages":{"a":"a said hello","b":"b said hello","c":"c said ***"}' in payloads and WIDE not in payloads
+    assert [m.content for m in saved.messages] == ["go", "a said hello", "b said hello"] == [
+        m.content for m in r.transcript]

@@ -257,6 +257,28 @@ def reopened(cp, tmp_path):
 
 
 @pytest.mark.parametrize("store", STORES)
+def test_a_commit_to_an_ended_run_reopens_it_held_steps_and_all(tmp_path, open_store):
+    # a resumed run's first commit (here: two held steps, then the step) clears its stop reason,
+    # in the commit's own transaction; the run's end is written again when it ends
+    from fsmchat.models import Message, TraceEvent
+
+    cp = open_store()
+    cp.start("R", {"task": "go"})
+    write(cp, "R", TraceEvent(0, "seed", "next", "ask", 0.0), [Message(role="User", content="go")], {"n": 1})
+    cp.finish("R", "interrupted")
+    assert reopened(cp, tmp_path).load("R").stop_reason == "interrupted"
+    write(cp, "R", TraceEvent(3, "post", "next", "end", 0.3), [Message(role="a", content="A")], {"n": 2},
+          earlier=[TraceEvent(1, "bid", "next", "select", 0.1), TraceEvent(2, "select", "next", "post", 0.2)])
+    saved = reopened(cp, tmp_path).load("R")
+    assert saved.stop_reason is None and not saved.finished
+    assert [e.state for e in saved.events] == ["seed", "bid", "select", "post"] and saved.state == {"n": 2}
+    cp.finish("R", "done")
+    assert reopened(cp, tmp_path).load("R").stop_reason == "done"
+    write(cp, "R", TraceEvent(4, "end", "next", "more", 0.4), [], {"n": 3})  # a step alone
+    assert reopened(cp, tmp_path).load("R").stop_reason is None
+
+
+@pytest.mark.parametrize("store", STORES)
 def test_a_commit_carrying_several_messages_stores_each_of_them_in_order(tmp_path, open_store):
     from fsmchat.models import Message, TraceEvent
 
