@@ -463,13 +463,14 @@ class Eval:
         """
         cassette = Cassette(self.cassette)
         token = ACTIVE.set(cassette)  # a Judge keeps its grades in it too
-        names = {case_key("", {}, c.inputs): c.name or "case" for c in self.cases}
         state = Spent()
         lock = asyncio.Lock()
         reports: dict[str, EvaluationReport[Any, Any, Any]] = {}
         runs: dict[str, dict[str, Trajectory]] = {}
         dataset = Dataset[CaseInputs, Any, Any](name=self.dataset.name, cases=self.cases,
                                                 evaluators=[*self.dataset.evaluators, *self.evaluators])
+        # pydantic-evals hands each task its case's own inputs object: case names and keys are looked up by it
+        names = {id(c.inputs): c.name or "case" for c in dataset.cases}
         made: set[int] = set()
         refused: dict[str, deque[BaseException]] = defaultdict(deque)
         try:
@@ -494,11 +495,13 @@ class Eval:
             result.eval_id = record.eval_id
         return result
 
-    def _task(self, variant: str, settings: Mapping[str, Any], cassette: Cassette, names: dict[str, str],
+    def _task(self, variant: str, settings: Mapping[str, Any], cassette: Cassette, names: dict[int, str],
               state: Spent, lock: asyncio.Lock, made: set[int],
               refused: dict[str, deque[BaseException]]) -> Callable[[CaseInputs], Any]:
+        keys = {id(c.inputs): case_key(variant, settings, c.inputs) for c in self.cases}  # once per case, not per run
+
         async def task(inputs: CaseInputs) -> str:
-            key = case_key(variant, settings, inputs)
+            key = keys.get(id(inputs)) or case_key(variant, settings, inputs)
             run = cassette.take(key)
             if run is not None:
                 if id(run) not in made:  # a run the batches made this eval is not a recording
@@ -512,7 +515,7 @@ class Eval:
                         raise refused[key].popleft()
                     raise EvalError(f"no run of this case was made under variant {variant!r}: the batches "
                                     "made fewer runs than the eval scores")
-                case = names.get(case_key("", {}, inputs), "case")
+                case = names.get(id(inputs), "case")
                 run = await self._run_one(variant, settings, inputs, case, state, lock)
                 cassette.record(key, variant, case, run)
             holder = CASE_RUN.get()
