@@ -42,7 +42,7 @@ from pydantic_evals.lifecycle import CaseLifecycle
 from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
 
 from ..checks import Count
-from ..engine import run_sync
+from ..engine import batch_collector, run_sync
 from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError
 from ..store.checkpoint import Checkpointer, check_checkpoint, evals_of
 from .batch import Batch, Wanted, check_executor, group_key, ray_session, run_wave
@@ -473,15 +473,18 @@ class Eval:
         names = {id(c.inputs): c.name or "case" for c in dataset.cases}
         made: set[int] = set()
         refused: dict[str, deque[BaseException]] = defaultdict(deque)
+        # the eval is a batch of runs: the collector tuned as run_batch tunes it (what was alive before, the
+        # imports of pydantic-evals and logfire among it, left out of its scans; restored as the eval ends)
         try:
-            if self.executor is not None and not self.rescore:
-                await self._make_runs(cassette, state, made, refused)
-            for variant, settings in self.variants.items():
-                kept = runs[variant] = {}
-                reports[variant] = await dataset.evaluate(
-                    self._task(variant, settings, cassette, names, state, lock, made, refused), name=variant,
-                    max_concurrency=self.max_concurrency, progress=self.progress, repeat=self.repeat,
-                    lifecycle=functools.partial(KeepsRun, kept=kept))
+            with batch_collector(len(self.cases) * self.repeat * len(self.variants)):
+                if self.executor is not None and not self.rescore:
+                    await self._make_runs(cassette, state, made, refused)
+                for variant, settings in self.variants.items():
+                    kept = runs[variant] = {}
+                    reports[variant] = await dataset.evaluate(
+                        self._task(variant, settings, cassette, names, state, lock, made, refused), name=variant,
+                        max_concurrency=self.max_concurrency, progress=self.progress, repeat=self.repeat,
+                        lifecycle=functools.partial(KeepsRun, kept=kept))
         finally:
             ACTIVE.reset(token)
             cassette.close()
