@@ -438,7 +438,8 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
                   runtime_env: dict[str, Any] | None = None, worker_options: dict[str, Any] | None = None,
                   on_progress: Callable[[BatchProgress], None] | None = None,
                   max_chunk_attempts: int = 3, commit: str = DEFAULT_COMMIT,
-                  keep: Callable[[Any], Any] | None = None) -> BatchReport:
+                  keep: Callable[[Any], Any] | None = None,
+                  on_outcome: Callable[[TaskOutcome], None] | None = None) -> BatchReport:
     """Run one conversation per task and report every outcome (see the module doc).
 
     ``workers``: Ray actors (default: the cluster's CPUs); ``progress``: the rich bar (default: when
@@ -449,7 +450,11 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     how each checkpointed run commits its steps (``fsmchat.store.writer.COMMIT_MODES``); ``keep``:
     a function of each run's ``RunResult``, called where the run ran (a failed run's too), whose
     value comes back as the outcome's ``kept`` (on Ray it is pickled both ways: a module-level
-    function returning JSON data; ``fsmchat.evals`` keeps each run's trajectory this way)."""
+    function returning JSON data; ``fsmchat.evals`` keeps each run's trajectory this way); ``on_outcome``:
+    called with each task's outcome as soon as it ends, before the batch does (locally in the thread
+    that runs the batch, on Ray in the driver as the outcomes of a chunk come back; a task's first
+    outcome only), so a caller can keep each finished run at once (``fsmchat.evals`` appends it to
+    its cassette: a killed eval loses only the runs in flight)."""
     tasks = check_tasks(tasks, type(pattern).__name__)
     check_commit(commit, f"{type(pattern).__name__}.run_batch", "checkpoint_dir" if checkpoint_dir is None else None)
     if executor not in ("local", "ray"):
@@ -461,6 +466,8 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
         raise ValueError('address= is for executor="ray"')
     if keep is not None and not callable(keep):
         raise ValueError(f"keep must be a function of a run's RunResult (or None), got {keep!r}")
+    if on_outcome is not None and not callable(on_outcome):
+        raise ValueError(f"on_outcome must be a function of a TaskOutcome (or None), got {on_outcome!r}")
     # missing keys: one error for the batch, checked here when local (Ray workers read their own)
     pattern.preflight(tasks, credentials=executor == "local")
     config = digest = None
@@ -475,11 +482,11 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     bar = ProgressBar(len(tasks), progress, f"{type(pattern).__name__} batch")
     try:
         if executor == "local":
-            return _run_local(pattern, items, max_concurrency_per_worker, ckpt, bar, commit, keep)
+            return _run_local(pattern, items, max_concurrency_per_worker, ckpt, bar, commit, keep, on_outcome)
         return _run_ray(config, items, address=address, workers=workers, per_worker=max_concurrency_per_worker,
                         checkpoint_dir=ckpt, chunk_size=chunk_size, runtime_env=runtime_env,
                         worker_options=worker_options, on_progress=on_progress, bar=bar,
-                        max_chunk_attempts=max_chunk_attempts, commit=commit, keep=keep)
+                        max_chunk_attempts=max_chunk_attempts, commit=commit, keep=keep, on_outcome=on_outcome)
     finally:
         bar.close()
 
@@ -515,10 +522,16 @@ def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
 
 
 def _run_local(pattern: Any, items: list[Item], per_worker: int, checkpoint_dir: str | None, bar: ProgressBar,
-               commit: str, keep: Callable[[Any], Any] | None = None) -> BatchReport:
+               commit: str, keep: Callable[[Any], Any] | None = None,
+               on_outcome: Callable[[TaskOutcome], None] | None = None) -> BatchReport:
     start = time.perf_counter()
-    runner = ShardRunner(pattern, per_worker, checkpoint_dir, "local", on_done=lambda o: bar.add(o.ok, not o.ok),
-                         commit=commit, keep=keep)
+
+    def done(o: TaskOutcome) -> None:
+        bar.add(o.ok, not o.ok)
+        if on_outcome is not None:
+            on_outcome(o)
+
+    runner = ShardRunner(pattern, per_worker, checkpoint_dir, "local", on_done=done, commit=commit, keep=keep)
     try:
         outcomes = run_sync(lambda: runner.run_items(items))
     finally:
@@ -545,11 +558,12 @@ class _RayBatch:
 
     def __init__(self, ray: Any, actors: list[Any], batch_id: str, items: list[Item], size: int, bar: ProgressBar,
                  checkpoint_dir: str | None, max_chunk_attempts: int,
-                 on_progress: Callable[[BatchProgress], None] | None):
+                 on_progress: Callable[[BatchProgress], None] | None,
+                 on_outcome: Callable[[TaskOutcome], None] | None = None):
         from ray.exceptions import RayActorError
 
         self.ray, self.actor_died, self.actors, self.batch_id = ray, RayActorError, actors, batch_id
-        self.bar, self.checkpoint_dir, self.on_progress = bar, checkpoint_dir, on_progress
+        self.bar, self.checkpoint_dir, self.on_progress, self.on_outcome = bar, checkpoint_dir, on_progress, on_outcome
         self.max_attempts = max_chunk_attempts
         self.total = len(items)
         self.pending = deque(_Chunk(k, items[i:i + size]) for k, i in enumerate(range(0, self.total, size)))
@@ -621,6 +635,8 @@ class _RayBatch:
             if self.outcomes[o.index] is None:  # the first outcome of a task wins; a re-run's duplicate is dropped
                 self.outcomes[o.index] = o
                 ok, failed = ok + o.ok, failed + (not o.ok)
+                if self.on_outcome is not None:
+                    self.on_outcome(o)
         self.bar.add(ok, failed)
 
     def lost(self, chunk: _Chunk, why: str) -> None:
@@ -632,7 +648,8 @@ def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: in
              checkpoint_dir: str | None, chunk_size: int | None, runtime_env: dict[str, Any] | None,
              worker_options: dict[str, Any] | None, on_progress: Callable[[BatchProgress], None] | None,
              bar: ProgressBar, max_chunk_attempts: int, commit: str,
-             keep: Callable[[Any], Any] | None = None) -> BatchReport:
+             keep: Callable[[Any], Any] | None = None,
+             on_outcome: Callable[[TaskOutcome], None] | None = None) -> BatchReport:
     ray = _ray()
     t0 = time.perf_counter()
     started = connect(address, runtime_env)
@@ -653,7 +670,8 @@ def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: in
                                "module there or ship it with runtime_env={'working_dir': ...}") from exc
         startup = time.perf_counter() - t0
         size = chunk_size or max(1, min(2 * per_worker, math.ceil(len(items) / (2 * n))))
-        batch = _RayBatch(ray, actors, batch_id, items, size, bar, checkpoint_dir, max_chunk_attempts, on_progress)
+        batch = _RayBatch(ray, actors, batch_id, items, size, bar, checkpoint_dir, max_chunk_attempts, on_progress,
+                          on_outcome)
         try:
             outcomes = batch.run()
         finally:

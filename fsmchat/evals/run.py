@@ -16,8 +16,9 @@ for the viewer's evaluation pages.
 With ``executor="local"`` or ``"ray"`` the runs the cassette lacks are made first, as batches
 through ``fsmchat.distributed.execute_batch`` (``fsmchat.evals.batch``: one batch per pattern
 config, locally with ``max_concurrency_per_worker`` at once, or on Ray workers); each run's
-trajectory comes back from its worker and joins the cassette, and pydantic-evals then scores every
-run from there, as it scores recorded ones.
+trajectory comes back from its worker and joins the cassette as that run ends (appended at once:
+a killed batch eval, too, loses only the runs in flight), and pydantic-evals then scores every run
+from there, as it scores recorded ones.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from pydantic_evals.lifecycle import CaseLifecycle
 from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
 
 from ..checks import Count
+from ..distributed import TaskOutcome
 from ..engine import batch_collector, run_sync
 from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError
 from ..store.checkpoint import Checkpointer, check_checkpoint, evals_of
@@ -577,22 +579,30 @@ class Eval:
                     admitted = self._admit(batch.pattern, todo, wave, state, refused)
                     if not admitted:
                         break
-                    report = await run_wave(batch.pattern, [r.task for r in admitted], executor=executor,
-                                            address=self.address, per_worker=per_worker, options=options,
-                                            progress=self.progress)
-                    for want, outcome in zip(admitted, report.outcomes):
-                        if outcome.kept is None:  # it failed before it had a result (a lost worker, a bad task)
-                            state.calls += outcome.model_calls
-                            why = outcome.failure
-                            refused[want.key].append(EvalError(
-                                f"the run failed before it had a result: {why.error_type}: {why.message}"
-                                if why is not None else "the run came back without its trajectory"))
-                            continue
-                        run = Trajectory.model_validate(outcome.kept)
-                        state.calls += run.calls
-                        state.cost_usd += run.cost_usd or 0.0
-                        cassette.record(want.key, want.variant, want.case, run, taken=False)
-                        made.add(id(run))
+                    await run_wave(batch.pattern, [r.task for r in admitted], executor=executor,
+                                   address=self.address, per_worker=per_worker, options=options,
+                                   progress=self.progress,
+                                   on_outcome=functools.partial(self._made, admitted, cassette, state, made, refused))
+
+    @staticmethod
+    def _made(admitted: list[Wanted], cassette: Cassette, state: Spent, made: set[int],
+              refused: dict[str, deque[BaseException]], outcome: TaskOutcome) -> None:
+        """Keep one batch run as it ends: its trajectory joins the cassette (appended at once, so a
+        killed eval keeps it), or why it has none is kept for its case. Called from the batch's
+        thread while this eval's loop only awaits the wave, so nothing else touches these meanwhile."""
+        want = admitted[outcome.index]
+        if outcome.kept is None:  # it failed before it had a result (a lost worker, a bad task)
+            state.calls += outcome.model_calls
+            why = outcome.failure
+            refused[want.key].append(EvalError(f"the run failed before it had a result: {why.error_type}: "
+                                               f"{why.message}" if why is not None else
+                                               "the run came back without its trajectory"))
+            return
+        run = Trajectory.model_validate(outcome.kept)
+        state.calls += run.calls
+        state.cost_usd += run.cost_usd or 0.0
+        cassette.record(want.key, want.variant, want.case, run, taken=False)
+        made.add(id(run))
 
     def _admit(self, pattern: Any, todo: deque[Wanted], wave: int | None, state: Spent,
                refused: dict[str, deque[BaseException]]) -> list[Wanted]:
