@@ -190,7 +190,8 @@ def ray_session(executor: str, address: str | None, runtime_env: Mapping[str, An
 
 async def run_wave(pattern: Any, tasks: list[str], *, executor: str, address: str | None, per_worker: int,
                    options: Mapping[str, Any], progress: bool,
-                   on_outcome: Callable[[TaskOutcome], None] | None = None) -> BatchReport:
+                   on_outcome: Callable[[TaskOutcome], None] | None = None, checkpoint: Any = None,
+                   run_id_prefix: str = "") -> BatchReport:
     """Run one batch of tasks on ``pattern`` through ``execute_batch``, each outcome with its run's trajectory.
 
     ``execute_batch`` runs in a worker thread (this event loop stays free); each outcome's ``kept``
@@ -206,6 +207,9 @@ async def run_wave(pattern: Any, tasks: list[str], *, executor: str, address: st
         options: More ``execute_batch`` options (``BATCH_OPTIONS``).
         progress: Show the batch's progress bar.
         on_outcome: Called with each ``TaskOutcome`` as soon as its run ends (None: only the report).
+        checkpoint: Where each run is checkpointed: the eval's store (locally), its PostgreSQL URI
+            (on Ray), or None.
+        run_id_prefix: Put before each checkpointed run's id (the eval's own, so evals never share ids).
 
     Returns:
         The ``BatchReport``, outcomes in task order.
@@ -225,4 +229,5 @@ async def run_wave(pattern: Any, tasks: list[str], *, executor: str, address: st
         opts["address"] = address
     return await asyncio.to_thread(execute_batch, pattern, tasks, executor=executor,
                                    max_concurrency_per_worker=per_worker, progress=progress, keep=trajectory_data,
-                                   on_outcome=on_outcome, **opts)
+                                   on_outcome=on_outcome, checkpoint_dir=checkpoint, run_id_prefix=run_id_prefix,
+                                   **opts)

@@ -43,7 +43,7 @@ from pydantic_evals.lifecycle import CaseLifecycle
 from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
 
 from ..checks import Count
-from ..distributed import TaskOutcome
+from ..distributed import TaskOutcome, is_store_uri
 from ..engine import batch_collector, run_sync
 from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError
 from ..store.checkpoint import Checkpointer, check_checkpoint, evals_of
@@ -349,9 +349,11 @@ class Eval:
             batch runner (``execute_batch``), one batch per pattern config (the cases whose factory
             output has the same ``to_config`` share one), in this process or on Ray workers, and
             are then scored from the cassette. For Ray every variant's pattern must have a config
-            (no lambda or closure in it: refused before any model call, naming the variant). Not
-            with ``checkpoint`` (a batch names its runs by config, index and task, so a later eval
-            would find an earlier one's runs under the same ids).
+            (no lambda or closure in it: refused before any model call, naming the variant). With
+            ``checkpoint`` the batches keep their runs in it under this eval's own ids
+            (``eval-<dataset>-<id>-<wave>-<digest>``: ``execute_batch(run_id_prefix=...)``), so a later
+            eval's runs never meet an earlier one's; on Ray the store must be a ``PostgresCheckpointer``
+            opened with a ``postgresql://`` URI (every worker writes to it).
         address: The Ray cluster to join (``"auto"``, ``"ray://host:10001"``); None starts a local Ray
             (or uses the one this process is connected to). For ``executor="ray"`` only.
         max_concurrency_per_worker: Runs at once per worker (locally: in this process); None: ``max_concurrency``.
@@ -416,11 +418,11 @@ class Eval:
                                   "PostgresCheckpointer, MemoryCheckpointer), so the eval's record links each case "
                                   "to its run")
         check_executor(self.executor, self.address, self.max_concurrency_per_worker, self.batch_options)
-        if self.executor is not None and self.checkpoint is not None:
-            raise ConfigTypeError(f"Eval(executor={self.executor!r}, checkpoint={type(self.checkpoint).__name__}(...)) "
-                                  "is invalid: a batch names its checkpointed runs by config, index and task, so a "
-                                  "later eval would find this one's runs under the same ids; keep runs in a store "
-                                  "with the default executor (None), or drop checkpoint and keep them in a cassette")
+        if self.executor == "ray" and self.checkpoint is not None and not is_store_uri(getattr(self.checkpoint, "dsn",
+                                                                                                    None)):
+            raise ConfigTypeError(f"Eval(executor='ray', checkpoint={type(self.checkpoint).__name__}(...)) is invalid: "
+                                  "Ray workers keep their runs in one store they all reach, a PostgresCheckpointer "
+                                  "opened with a postgresql:// URI; or run the batches with executor='local'")
         for variant, settings in self.variants.items():  # every variant builds, before any model call
             for case in self.cases[:1]:
                 pattern = self._build(variant, settings, case.inputs)
@@ -572,6 +574,11 @@ class Eval:
         per_worker = self.max_concurrency_per_worker or self.max_concurrency
         options = dict(self.batch_options)
         wave = None if self.max_cost_usd is None else per_worker * int(options.get("workers") or 1)
+        store = None if self.checkpoint is None else self.checkpoint if executor == "local" else \
+            getattr(self.checkpoint, "dsn")  # Ray's workers reach the PostgreSQL store by its URI
+        # this eval's own run ids (each wave's a prefix of its own): a batch names runs by config, index and task
+        prefix = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"eval-{self.dataset.name}")[:60] + f"-{uuid.uuid4().hex[:8]}-"
+        waves = 0
         with ray_session(executor, self.address, options.get("runtime_env")):
             for batch in batches:
                 todo = deque(batch.runs)
@@ -579,10 +586,12 @@ class Eval:
                     admitted = self._admit(batch.pattern, todo, wave, state, refused)
                     if not admitted:
                         break
+                    waves += 1
                     await run_wave(batch.pattern, [r.task for r in admitted], executor=executor,
                                    address=self.address, per_worker=per_worker, options=options,
                                    progress=self.progress,
-                                   on_outcome=functools.partial(self._made, admitted, cassette, state, made, refused))
+                                   on_outcome=functools.partial(self._made, admitted, cassette, state, made, refused),
+                                   checkpoint=store, run_id_prefix=f"{prefix}{waves}-" if store is not None else "")
 
     @staticmethod
     def _made(admitted: list[Wanted], cassette: Cassette, state: Spent, made: set[int],
