@@ -29,7 +29,10 @@ interleaved within each repetition and the median of the repetitions is shown, a
 as each client's ratio to the plain loop and to the floor. Telemetry is off everywhere (and there is
 no network). ``--profile CASE`` runs one eval of a client under cProfile and prints where it goes.
 
-    .venv/bin/python bench/evals_cpu.py [--quick] [--write] [--venv PATH] [--profile CASE]
+    .venv/bin/python bench/evals_cpu.py [--quick] [--write] [--venv PATH] [--profile CASE] [--against REF]
+
+``--against REF`` runs fsmchat's ``Eval`` client on REF's fsmchat (``git archive``) beside this tree's
+and the plain loop, interleaved in each repetition, and prints this tree's ratio to REF's.
 """
 from __future__ import annotations
 
@@ -278,10 +281,12 @@ def child_env(home: str) -> dict[str, str]:
 
 
 def run_client(case: str, venv: Path, api_base: str, model: str, n: int, warm: int, home: str,
-               profile: str | None = None) -> dict[str, Any]:
+               profile: str | None = None, tree: str | None = None) -> dict[str, Any]:
+    """One client's eval in a fresh interpreter (``tree``: import fsmchat from there instead of ROOT)."""
     cmd = [interpreter(case, venv), __file__, "--client", case, "--api-base", api_base, "--model", model,
            "--cases", str(n), "--warm", str(warm)] + (["--profile-to", profile] if profile else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(home), cwd=ROOT, timeout=900)
+    env = {**child_env(home), **({"PYTHONPATH": tree} if tree else {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     if proc.returncode:
         raise SystemExit(f"{case} failed:\n{proc.stderr[-4000:]}")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -329,6 +334,29 @@ def measure(srv: compare.Server, venv: Path, reps: int, home: str) -> dict[str, 
     for case, runs in out.items():  # the same model calls for every client, counted at the server
         assert all(r["calls"] == N_CASES and r["warm"] == WARM for r in runs), (case, runs)
     return out
+
+
+def against(ref: str, reps: int, venv: Path, home: str) -> None:
+    """``--against REF``: fsmchat's ``Eval`` client importing REF's fsmchat and this tree's, and the
+    plain loop, interleaved in each repetition against one server; prints each one's median CPU per
+    case and this tree's ratio to REF's (the same run, so the machine's load is shared)."""
+    from common import trees_against
+
+    out: dict[str, list[float]] = {}
+    with trees_against(ref) as trees, compare.server(LATENCY, __file__) as srv:
+        runs = [(label, FSMCHAT, tree) for label, tree in trees.items()] + [("", PLAIN, None)]
+        for rep in range(reps):
+            for k, (label, case, tree) in enumerate(runs[rep % len(runs):] + runs[:rep % len(runs)]):
+                model = f"test-model-ab-{rep}-{runs.index((label, case, tree))}"
+                got = run_client(case, venv, srv.api_base, model, N_CASES, WARM, home, tree=tree)
+                assert srv.counts().get(model, 0) == N_CASES, (case, label)
+                out.setdefault(f"{case} ({label})" if label else case, []).append(got["cpu"] / N_CASES * 1e3)
+    med = {k: median(v) for k, v in out.items()}
+    for k, v in med.items():
+        print(f"{k}: {v:.2f} ms CPU per case ({', '.join(f'{x:.2f}' for x in out[k])})")
+    mine, theirs, plain = med[f"{FSMCHAT} (this tree)"], med[f"{FSMCHAT} (`{ref}`)"], med[PLAIN]
+    print(f"this tree's Eval {mine / theirs:.2f}x `{ref}`'s; against the plain loop: {mine / plain:.2f}x "
+          f"(`{ref}`: {theirs / plain:.2f}x)")
 
 
 GROUPS = ("fsmchat engine + pattern", "fsmchat agent + client", "fsmchat.evals", "pydantic-evals", "inspect-ai",
@@ -439,6 +467,8 @@ def main() -> None:
     ap.add_argument("--venv", default=os.environ.get("EVALS_VENV", str(ROOT / ".venv-evals")),
                     help="the venv with inspect-ai (make bench-evals)")
     ap.add_argument("--profile", metavar="CASE", help="run one client's eval under cProfile and print where it goes")
+    ap.add_argument("--against", metavar="REF", help="fsmchat Eval of REF's fsmchat beside this tree's and the plain "
+                    "loop, interleaved (7 repetitions; 3 with --quick): prints the ratios, writes nothing")
     ap.add_argument("--serve", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--client", help=argparse.SUPPRESS)
     ap.add_argument("--api-base", help=argparse.SUPPRESS)
@@ -459,6 +489,8 @@ def main() -> None:
     if not (venv / "bin" / "python").exists():
         raise SystemExit(f"no evals venv at {venv}: run `make bench-evals` (or pass --venv)")
     with tempfile.TemporaryDirectory(prefix="bench-evals-home-") as home:
+        if args.against:
+            return against(args.against, 3 if args.quick else 7, venv, home)
         if args.profile:
             if args.profile not in CASES:
                 raise SystemExit(f"--profile: one of {', '.join(CASES)}")

@@ -17,11 +17,11 @@ import contextlib
 import importlib.util
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ..checks import Count
 from ..config.convert import config_digest, to_config
-from ..patterns.distributed import RAY_MISSING, BatchReport, connect, execute_batch, shutdown
+from ..patterns.distributed import RAY_MISSING, BatchReport, TaskOutcome, connect, execute_batch, shutdown
 from ..errors import ConfigError, ConfigTypeError
 from .dataset import CaseInputs
 from .trajectory import trajectory_data
@@ -189,11 +189,14 @@ def ray_session(executor: str, address: str | None, runtime_env: Mapping[str, An
 
 
 async def run_wave(pattern: Any, tasks: list[str], *, executor: str, address: str | None, per_worker: int,
-                   options: Mapping[str, Any], progress: bool) -> BatchReport:
+                   options: Mapping[str, Any], progress: bool,
+                   on_outcome: Callable[[TaskOutcome], None] | None = None, checkpoint: Any = None,
+                   run_id_prefix: str = "") -> BatchReport:
     """Run one batch of tasks on ``pattern`` through ``execute_batch``, each outcome with its run's trajectory.
 
     ``execute_batch`` runs in a worker thread (this event loop stays free); each outcome's ``kept``
-    is the run's trajectory as JSON data (``trajectory_data``, called where the run ran).
+    is the run's trajectory as JSON data (``trajectory_data``, called where the run ran), and
+    ``on_outcome`` is told each outcome as its run ends (locally from the batch's thread).
 
     Args:
         pattern: The batch's pattern or flow.
@@ -203,6 +206,10 @@ async def run_wave(pattern: Any, tasks: list[str], *, executor: str, address: st
         per_worker: Runs at once per worker (locally: in this process).
         options: More ``execute_batch`` options (``BATCH_OPTIONS``).
         progress: Show the batch's progress bar.
+        on_outcome: Called with each ``TaskOutcome`` as soon as its run ends (None: only the report).
+        checkpoint: Where each run is checkpointed: the eval's store (locally), its PostgreSQL URI
+            (on Ray), or None.
+        run_id_prefix: Put before each checkpointed run's id (the eval's own, so evals never share ids).
 
     Returns:
         The ``BatchReport``, outcomes in task order.
@@ -222,4 +229,5 @@ async def run_wave(pattern: Any, tasks: list[str], *, executor: str, address: st
         opts["address"] = address
     return await asyncio.to_thread(execute_batch, pattern, tasks, executor=executor,
                                    max_concurrency_per_worker=per_worker, progress=progress, keep=trajectory_data,
+                                   on_outcome=on_outcome, checkpoint_dir=checkpoint, run_id_prefix=run_id_prefix,
                                    **opts)

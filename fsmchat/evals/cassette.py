@@ -140,7 +140,8 @@ class Cassette:
         self._runs[key].append(run)
         if taken:
             self._taken[key] += 1
-        self._append({"key": key, "variant": variant, "case": case, "run": run.model_dump(mode="json")})
+        if self.path is not None:  # a cassette in memory keeps the run itself, never its JSON
+            self._append({"key": key, "variant": variant, "case": case, "run": run.model_dump(mode="json")})
 
     def grade(self, key: str) -> Grade | None:
         """A judge's recorded grade of ``key`` (the rubric, the judge's model and the conversation), or None.

@@ -16,8 +16,9 @@ for the viewer's evaluation pages.
 With ``executor="local"`` or ``"ray"`` the runs the cassette lacks are made first, as batches
 through ``fsmchat.patterns.distributed.execute_batch`` (``fsmchat.evals.batch``: one batch per pattern
 config, locally with ``max_concurrency_per_worker`` at once, or on Ray workers); each run's
-trajectory comes back from its worker and joins the cassette, and pydantic-evals then scores every
-run from there, as it scores recorded ones.
+trajectory comes back from its worker and joins the cassette as that run ends (appended at once:
+a killed batch eval, too, loses only the runs in flight), and pydantic-evals then scores every run
+from there, as it scores recorded ones.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ from pydantic_evals.lifecycle import CaseLifecycle
 from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
 
 from ..checks import Count
-from ..engine import run_sync
+from ..patterns.distributed import TaskOutcome, is_store_uri
+from ..engine import batch_collector, run_sync
 from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError
 from ..store.checkpoint import Checkpointer, check_checkpoint, evals_of
 from .batch import Batch, Wanted, check_executor, group_key, ray_session, run_wave
@@ -347,9 +349,11 @@ class Eval:
             batch runner (``execute_batch``), one batch per pattern config (the cases whose factory
             output has the same ``to_config`` share one), in this process or on Ray workers, and
             are then scored from the cassette. For Ray every variant's pattern must have a config
-            (no lambda or closure in it: refused before any model call, naming the variant). Not
-            with ``checkpoint`` (a batch names its runs by config, index and task, so a later eval
-            would find an earlier one's runs under the same ids).
+            (no lambda or closure in it: refused before any model call, naming the variant). With
+            ``checkpoint`` the batches keep their runs in it under this eval's own ids
+            (``eval-<dataset>-<id>-<wave>-<digest>``: ``execute_batch(run_id_prefix=...)``), so a later
+            eval's runs never meet an earlier one's; on Ray the store must be a ``PostgresCheckpointer``
+            opened with a ``postgresql://`` URI (every worker writes to it).
         address: The Ray cluster to join (``"auto"``, ``"ray://host:10001"``); None starts a local Ray
             (or uses the one this process is connected to). For ``executor="ray"`` only.
         max_concurrency_per_worker: Runs at once per worker (locally: in this process); None: ``max_concurrency``.
@@ -414,11 +418,11 @@ class Eval:
                                   "PostgresCheckpointer, MemoryCheckpointer), so the eval's record links each case "
                                   "to its run")
         check_executor(self.executor, self.address, self.max_concurrency_per_worker, self.batch_options)
-        if self.executor is not None and self.checkpoint is not None:
-            raise ConfigTypeError(f"Eval(executor={self.executor!r}, checkpoint={type(self.checkpoint).__name__}(...)) "
-                                  "is invalid: a batch names its checkpointed runs by config, index and task, so a "
-                                  "later eval would find this one's runs under the same ids; keep runs in a store "
-                                  "with the default executor (None), or drop checkpoint and keep them in a cassette")
+        if self.executor == "ray" and self.checkpoint is not None and not is_store_uri(getattr(self.checkpoint, "dsn",
+                                                                                                    None)):
+            raise ConfigTypeError(f"Eval(executor='ray', checkpoint={type(self.checkpoint).__name__}(...)) is invalid: "
+                                  "Ray workers keep their runs in one store they all reach, a PostgresCheckpointer "
+                                  "opened with a postgresql:// URI; or run the batches with executor='local'")
         for variant, settings in self.variants.items():  # every variant builds, before any model call
             for case in self.cases[:1]:
                 pattern = self._build(variant, settings, case.inputs)
@@ -463,24 +467,28 @@ class Eval:
         """
         cassette = Cassette(self.cassette)
         token = ACTIVE.set(cassette)  # a Judge keeps its grades in it too
-        names = {case_key("", {}, c.inputs): c.name or "case" for c in self.cases}
         state = Spent()
         lock = asyncio.Lock()
         reports: dict[str, EvaluationReport[Any, Any, Any]] = {}
         runs: dict[str, dict[str, Trajectory]] = {}
         dataset = Dataset[CaseInputs, Any, Any](name=self.dataset.name, cases=self.cases,
                                                 evaluators=[*self.dataset.evaluators, *self.evaluators])
+        # pydantic-evals hands each task its case's own inputs object: case names and keys are looked up by it
+        names = {id(c.inputs): c.name or "case" for c in dataset.cases}
         made: set[int] = set()
         refused: dict[str, deque[BaseException]] = defaultdict(deque)
+        # the eval is a batch of runs: the collector tuned as run_batch tunes it (what was alive before, the
+        # imports of pydantic-evals and logfire among it, left out of its scans; restored as the eval ends)
         try:
-            if self.executor is not None and not self.rescore:
-                await self._make_runs(cassette, state, made, refused)
-            for variant, settings in self.variants.items():
-                kept = runs[variant] = {}
-                reports[variant] = await dataset.evaluate(
-                    self._task(variant, settings, cassette, names, state, lock, made, refused), name=variant,
-                    max_concurrency=self.max_concurrency, progress=self.progress, repeat=self.repeat,
-                    lifecycle=functools.partial(KeepsRun, kept=kept))
+            with batch_collector(len(self.cases) * self.repeat * len(self.variants)):
+                if self.executor is not None and not self.rescore:
+                    await self._make_runs(cassette, state, made, refused)
+                for variant, settings in self.variants.items():
+                    kept = runs[variant] = {}
+                    reports[variant] = await dataset.evaluate(
+                        self._task(variant, settings, cassette, names, state, lock, made, refused), name=variant,
+                        max_concurrency=self.max_concurrency, progress=self.progress, repeat=self.repeat,
+                        lifecycle=functools.partial(KeepsRun, kept=kept))
         finally:
             ACTIVE.reset(token)
             cassette.close()
@@ -494,11 +502,13 @@ class Eval:
             result.eval_id = record.eval_id
         return result
 
-    def _task(self, variant: str, settings: Mapping[str, Any], cassette: Cassette, names: dict[str, str],
+    def _task(self, variant: str, settings: Mapping[str, Any], cassette: Cassette, names: dict[int, str],
               state: Spent, lock: asyncio.Lock, made: set[int],
               refused: dict[str, deque[BaseException]]) -> Callable[[CaseInputs], Any]:
+        keys = {id(c.inputs): case_key(variant, settings, c.inputs) for c in self.cases}  # once per case, not per run
+
         async def task(inputs: CaseInputs) -> str:
-            key = case_key(variant, settings, inputs)
+            key = keys.get(id(inputs)) or case_key(variant, settings, inputs)
             run = cassette.take(key)
             if run is not None:
                 if id(run) not in made:  # a run the batches made this eval is not a recording
@@ -512,7 +522,7 @@ class Eval:
                         raise refused[key].popleft()
                     raise EvalError(f"no run of this case was made under variant {variant!r}: the batches "
                                     "made fewer runs than the eval scores")
-                case = names.get(case_key("", {}, inputs), "case")
+                case = names.get(id(inputs), "case")
                 run = await self._run_one(variant, settings, inputs, case, state, lock)
                 cassette.record(key, variant, case, run)
             holder = CASE_RUN.get()
@@ -564,6 +574,11 @@ class Eval:
         per_worker = self.max_concurrency_per_worker or self.max_concurrency
         options = dict(self.batch_options)
         wave = None if self.max_cost_usd is None else per_worker * int(options.get("workers") or 1)
+        store = None if self.checkpoint is None else self.checkpoint if executor == "local" else \
+            getattr(self.checkpoint, "dsn")  # Ray's workers reach the PostgreSQL store by its URI
+        # this eval's own run ids (each wave's a prefix of its own): a batch names runs by config, index and task
+        prefix = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"eval-{self.dataset.name}")[:60] + f"-{uuid.uuid4().hex[:8]}-"
+        waves = 0
         with ray_session(executor, self.address, options.get("runtime_env")):
             for batch in batches:
                 todo = deque(batch.runs)
@@ -571,22 +586,32 @@ class Eval:
                     admitted = self._admit(batch.pattern, todo, wave, state, refused)
                     if not admitted:
                         break
-                    report = await run_wave(batch.pattern, [r.task for r in admitted], executor=executor,
-                                            address=self.address, per_worker=per_worker, options=options,
-                                            progress=self.progress)
-                    for want, outcome in zip(admitted, report.outcomes):
-                        if outcome.kept is None:  # it failed before it had a result (a lost worker, a bad task)
-                            state.calls += outcome.model_calls
-                            why = outcome.failure
-                            refused[want.key].append(EvalError(
-                                f"the run failed before it had a result: {why.error_type}: {why.message}"
-                                if why is not None else "the run came back without its trajectory"))
-                            continue
-                        run = Trajectory.model_validate(outcome.kept)
-                        state.calls += run.calls
-                        state.cost_usd += run.cost_usd or 0.0
-                        cassette.record(want.key, want.variant, want.case, run, taken=False)
-                        made.add(id(run))
+                    waves += 1
+                    await run_wave(batch.pattern, [r.task for r in admitted], executor=executor,
+                                   address=self.address, per_worker=per_worker, options=options,
+                                   progress=self.progress,
+                                   on_outcome=functools.partial(self._made, admitted, cassette, state, made, refused),
+                                   checkpoint=store, run_id_prefix=f"{prefix}{waves}-" if store is not None else "")
+
+    @staticmethod
+    def _made(admitted: list[Wanted], cassette: Cassette, state: Spent, made: set[int],
+              refused: dict[str, deque[BaseException]], outcome: TaskOutcome) -> None:
+        """Keep one batch run as it ends: its trajectory joins the cassette (appended at once, so a
+        killed eval keeps it), or why it has none is kept for its case. Called from the batch's
+        thread while this eval's loop only awaits the wave, so nothing else touches these meanwhile."""
+        want = admitted[outcome.index]
+        if outcome.kept is None:  # it failed before it had a result (a lost worker, a bad task)
+            state.calls += outcome.model_calls
+            why = outcome.failure
+            refused[want.key].append(EvalError(f"the run failed before it had a result: {why.error_type}: "
+                                               f"{why.message}" if why is not None else
+                                               "the run came back without its trajectory"))
+            return
+        run = Trajectory.model_validate(outcome.kept)
+        state.calls += run.calls
+        state.cost_usd += run.cost_usd or 0.0
+        cassette.record(want.key, want.variant, want.case, run, taken=False)
+        made.add(id(run))
 
     def _admit(self, pattern: Any, todo: deque[Wanted], wave: int | None, state: Spent,
                refused: dict[str, deque[BaseException]]) -> list[Wanted]:

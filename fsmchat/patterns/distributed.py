@@ -170,10 +170,12 @@ def _finished(stop: str | None) -> bool:
     return stop is not None and stop not in ("error", "cancelled")
 
 
-def find_runs(checkpoint_dir: str | Path) -> dict[str, tuple[str, bool]]:
+def find_runs(checkpoint_dir: Any) -> dict[str, tuple[str, bool]]:
     """run id -> (checkpoint file, finished) over every ``*.db`` in ``checkpoint_dir``; a finished
     copy wins over an unfinished one, then the most recently updated. For a PostgreSQL URI: its
-    runs, each in that store."""
+    runs, each in that store; for a checkpointer object (a local batch's): its runs, each named ``"<store>"``."""
+    if not isinstance(checkpoint_dir, (str, Path)):
+        return {r.run_id: ("<store>", _finished(r.stop_reason)) for r in checkpoint_dir.list_runs()}
     if is_store_uri(checkpoint_dir):
         store = PostgresCheckpointer(str(checkpoint_dir))
         try:
@@ -199,13 +201,15 @@ class ShardRunner:
     never an exception. Checkpoints (when ``checkpoint_dir``) go to ``worker-<slot>.db``, or to the
     one PostgreSQL store a URI names."""
 
-    def __init__(self, pattern: Any, max_concurrency: int, checkpoint_dir: str | None, slot: str,
+    def __init__(self, pattern: Any, max_concurrency: int, checkpoint_dir: Any, slot: str,
                  on_done: Callable[[TaskOutcome], None] | None = None, commit: str = DEFAULT_COMMIT,
                  keep: Callable[[Any], Any] | None = None):
         self.pattern, self.max_concurrency, self.slot, self.on_done = pattern, max_concurrency, slot, on_done
         self.keep = keep  # what each outcome keeps of its run's result, the failed runs' too (``TaskOutcome.kept``)
         self.commit = commit  # how a new checkpointed run commits (a resumed one: as it was started)
-        self.dir = Path(checkpoint_dir) if checkpoint_dir and not is_store_uri(checkpoint_dir) else None
+        self.given = None if checkpoint_dir is None or isinstance(checkpoint_dir, (str, Path)) else checkpoint_dir
+        self.dir = Path(checkpoint_dir) if isinstance(checkpoint_dir, (str, Path)) and checkpoint_dir and \
+            not is_store_uri(checkpoint_dir) else None
         self.store = checkpoint_dir if is_store_uri(checkpoint_dir) else None
         self._gate: asyncio.Semaphore | None = None
         self._cps: dict[str, Any] = {}
@@ -253,11 +257,15 @@ class ShardRunner:
         return out
 
     async def _run(self, task: str, run_id: str | None, resume_from: str | None) -> Any:
-        if (self.dir is None and self.store is None) or run_id is None:
+        if (self.dir is None and self.store is None and self.given is None) or run_id is None:
             return await self.pattern.aexecute(task)
-        if resume_from is not None:
+        if self.given is not None:  # the caller's own store (a local batch): every run in it, resumed from it
+            own = self.given
+        elif resume_from is not None:
             return await self.pattern.aresume(run_id, self.checkpointer(resume_from))
-        own = self.checkpointer(self.store if self.store is not None else Path(str(self.dir)) / f"worker-{self.slot}.db")
+        else:
+            own = self.checkpointer(self.store if self.store is not None else
+                                    Path(str(self.dir)) / f"worker-{self.slot}.db")
         try:
             own.load(run_id)  # started here earlier (a re-queued chunk): continue it, never append to it
         except KeyError:
@@ -438,7 +446,8 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
                   runtime_env: dict[str, Any] | None = None, worker_options: dict[str, Any] | None = None,
                   on_progress: Callable[[BatchProgress], None] | None = None,
                   max_chunk_attempts: int = 3, commit: str = DEFAULT_COMMIT,
-                  keep: Callable[[Any], Any] | None = None) -> BatchReport:
+                  keep: Callable[[Any], Any] | None = None,
+                  on_outcome: Callable[[TaskOutcome], None] | None = None, run_id_prefix: str = "") -> BatchReport:
     """Run one conversation per task and report every outcome (see the module doc).
 
     ``workers``: Ray actors (default: the cluster's CPUs); ``progress``: the rich bar (default: when
@@ -449,7 +458,16 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     how each checkpointed run commits its steps (``fsmchat.store.writer.COMMIT_MODES``); ``keep``:
     a function of each run's ``RunResult``, called where the run ran (a failed run's too), whose
     value comes back as the outcome's ``kept`` (on Ray it is pickled both ways: a module-level
-    function returning JSON data; ``fsmchat.evals`` keeps each run's trajectory this way)."""
+    function returning JSON data; ``fsmchat.evals`` keeps each run's trajectory this way); ``on_outcome``:
+    called with each task's outcome as soon as it ends, before the batch does (locally in the thread
+    that runs the batch, on Ray in the driver as the outcomes of a chunk come back; a task's first
+    outcome only), so a caller can keep each finished run at once (``fsmchat.evals`` appends it to
+    its cassette: a killed eval loses only the runs in flight); ``run_id_prefix``: put before each
+    checkpointed run's id (``run_id_for``), so batches of the same config and tasks that must not
+    find each other's runs (one eval's and the next's, in one store) get ids of their own. Locally
+    ``checkpoint_dir`` may also be a checkpointer object (``SqliteCheckpointer(...)``,
+    ``MemoryCheckpointer()``): every run is checkpointed in it, and a pattern without a config (a
+    lambda or closure in it) may be checkpointed when a ``run_id_prefix`` names its runs."""
     tasks = check_tasks(tasks, type(pattern).__name__)
     check_commit(commit, f"{type(pattern).__name__}.run_batch", "checkpoint_dir" if checkpoint_dir is None else None)
     if executor not in ("local", "ray"):
@@ -461,25 +479,38 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
         raise ValueError('address= is for executor="ray"')
     if keep is not None and not callable(keep):
         raise ValueError(f"keep must be a function of a run's RunResult (or None), got {keep!r}")
+    if on_outcome is not None and not callable(on_outcome):
+        raise ValueError(f"on_outcome must be a function of a TaskOutcome (or None), got {on_outcome!r}")
+    if not isinstance(run_id_prefix, str):
+        raise ValueError(f"run_id_prefix must be a str, got {run_id_prefix!r}")
+    given = checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, Path))
+    if given and (executor != "local" or not callable(getattr(checkpoint_dir, "list_runs", None))):
+        raise ValueError(f"checkpoint_dir={type(checkpoint_dir).__name__}(...): a checkpointer object is for "
+                         'executor="local" (Ray workers write to a folder or a PostgreSQL URI)')
     # missing keys: one error for the batch, checked here when local (Ray workers read their own)
     pattern.preflight(tasks, credentials=executor == "local")
     config = digest = None
     if executor == "ray" or checkpoint_dir is not None:
-        config = to_config(pattern)
-        digest = config_digest(config)
+        try:
+            config = to_config(pattern)
+            digest = config_digest(config)
+        except (TypeError, ValueError):
+            if executor == "ray" or not (given and run_id_prefix):
+                raise
+            digest = ""  # a local store's runs, named by the prefix, the index and the task
     if not tasks:
         return BatchReport([], executor, 0)
-    items = _items(tasks, digest, checkpoint_dir)
-    ckpt = None if checkpoint_dir is None else checkpoint_dir if is_store_uri(checkpoint_dir) else \
+    items = _items(tasks, digest, checkpoint_dir, prefix=run_id_prefix)
+    ckpt = None if checkpoint_dir is None else checkpoint_dir if given or is_store_uri(checkpoint_dir) else \
         str(Path(checkpoint_dir).resolve())
     bar = ProgressBar(len(tasks), progress, f"{type(pattern).__name__} batch")
     try:
         if executor == "local":
-            return _run_local(pattern, items, max_concurrency_per_worker, ckpt, bar, commit, keep)
+            return _run_local(pattern, items, max_concurrency_per_worker, ckpt, bar, commit, keep, on_outcome)
         return _run_ray(config, items, address=address, workers=workers, per_worker=max_concurrency_per_worker,
                         checkpoint_dir=ckpt, chunk_size=chunk_size, runtime_env=runtime_env,
                         worker_options=worker_options, on_progress=on_progress, bar=bar,
-                        max_chunk_attempts=max_chunk_attempts, commit=commit, keep=keep)
+                        max_chunk_attempts=max_chunk_attempts, commit=commit, keep=keep, on_outcome=on_outcome)
     finally:
         bar.close()
 
@@ -497,16 +528,17 @@ def run_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", **kw
 
 
 def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
-           ids: list[tuple[int, str | None]] | None = None) -> list[Item]:
+           ids: list[tuple[int, str | None]] | None = None, prefix: str = "") -> list[Item]:
     """``(index, task, run_id, resume_from, finished)`` per task: where each run was checkpointed
-    before, if anywhere (``ids``: the indexes and run ids, when already known)."""
+    before, if anywhere (``ids``: the indexes and run ids, when already known; ``prefix``: put
+    before each new run id)."""
     if checkpoint_dir is None or (digest is None and ids is None):
         return [(i, t, None, None, False) for i, t in enumerate(tasks)]
-    if not is_store_uri(checkpoint_dir):
+    if isinstance(checkpoint_dir, (str, Path)) and not is_store_uri(checkpoint_dir):
         Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
     known = find_runs(checkpoint_dir)
     if ids is None:
-        ids = [(i, run_id_for(digest or "", i, t)) for i, t in enumerate(tasks)]
+        ids = [(i, prefix + run_id_for(digest or "", i, t)) for i, t in enumerate(tasks)]
     out: list[Item] = []
     for (i, rid), t in zip(ids, tasks):
         path, finished = known.get(rid, (None, False)) if rid is not None else (None, False)
@@ -514,11 +546,17 @@ def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
     return out
 
 
-def _run_local(pattern: Any, items: list[Item], per_worker: int, checkpoint_dir: str | None, bar: ProgressBar,
-               commit: str, keep: Callable[[Any], Any] | None = None) -> BatchReport:
+def _run_local(pattern: Any, items: list[Item], per_worker: int, checkpoint_dir: Any, bar: ProgressBar,
+               commit: str, keep: Callable[[Any], Any] | None = None,
+               on_outcome: Callable[[TaskOutcome], None] | None = None) -> BatchReport:
     start = time.perf_counter()
-    runner = ShardRunner(pattern, per_worker, checkpoint_dir, "local", on_done=lambda o: bar.add(o.ok, not o.ok),
-                         commit=commit, keep=keep)
+
+    def done(o: TaskOutcome) -> None:
+        bar.add(o.ok, not o.ok)
+        if on_outcome is not None:
+            on_outcome(o)
+
+    runner = ShardRunner(pattern, per_worker, checkpoint_dir, "local", on_done=done, commit=commit, keep=keep)
     try:
         outcomes = run_sync(lambda: runner.run_items(items))
     finally:
@@ -545,11 +583,12 @@ class _RayBatch:
 
     def __init__(self, ray: Any, actors: list[Any], batch_id: str, items: list[Item], size: int, bar: ProgressBar,
                  checkpoint_dir: str | None, max_chunk_attempts: int,
-                 on_progress: Callable[[BatchProgress], None] | None):
+                 on_progress: Callable[[BatchProgress], None] | None,
+                 on_outcome: Callable[[TaskOutcome], None] | None = None):
         from ray.exceptions import RayActorError
 
         self.ray, self.actor_died, self.actors, self.batch_id = ray, RayActorError, actors, batch_id
-        self.bar, self.checkpoint_dir, self.on_progress = bar, checkpoint_dir, on_progress
+        self.bar, self.checkpoint_dir, self.on_progress, self.on_outcome = bar, checkpoint_dir, on_progress, on_outcome
         self.max_attempts = max_chunk_attempts
         self.total = len(items)
         self.pending = deque(_Chunk(k, items[i:i + size]) for k, i in enumerate(range(0, self.total, size)))
@@ -621,6 +660,8 @@ class _RayBatch:
             if self.outcomes[o.index] is None:  # the first outcome of a task wins; a re-run's duplicate is dropped
                 self.outcomes[o.index] = o
                 ok, failed = ok + o.ok, failed + (not o.ok)
+                if self.on_outcome is not None:
+                    self.on_outcome(o)
         self.bar.add(ok, failed)
 
     def lost(self, chunk: _Chunk, why: str) -> None:
@@ -632,7 +673,8 @@ def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: in
              checkpoint_dir: str | None, chunk_size: int | None, runtime_env: dict[str, Any] | None,
              worker_options: dict[str, Any] | None, on_progress: Callable[[BatchProgress], None] | None,
              bar: ProgressBar, max_chunk_attempts: int, commit: str,
-             keep: Callable[[Any], Any] | None = None) -> BatchReport:
+             keep: Callable[[Any], Any] | None = None,
+             on_outcome: Callable[[TaskOutcome], None] | None = None) -> BatchReport:
     ray = _ray()
     t0 = time.perf_counter()
     started = connect(address, runtime_env)
@@ -653,7 +695,8 @@ def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: in
                                "module there or ship it with runtime_env={'working_dir': ...}") from exc
         startup = time.perf_counter() - t0
         size = chunk_size or max(1, min(2 * per_worker, math.ceil(len(items) / (2 * n))))
-        batch = _RayBatch(ray, actors, batch_id, items, size, bar, checkpoint_dir, max_chunk_attempts, on_progress)
+        batch = _RayBatch(ray, actors, batch_id, items, size, bar, checkpoint_dir, max_chunk_attempts, on_progress,
+                          on_outcome)
         try:
             outcomes = batch.run()
         finally:

@@ -289,18 +289,22 @@ KILLABLE = textwrap.dedent('''
         return RoundRobinSwarm(agents=[Agent("alice", model="openai/m", api_base=sys.argv[1], api_key="k",
                                              num_retries=0)], max_loops=1)
 
+    batch = {"executor": sys.argv[3], "max_concurrency_per_worker": 2} if len(sys.argv) > 3 else {}
     result = Eval(load_dataset([{"name": f"c{i:02d}", "task": f"Q{i}?"} for i in range(20)]), build,
-                  max_concurrency=2, cassette=sys.argv[2]).run()
+                  max_concurrency=2, cassette=sys.argv[2], **batch).run()
     print("calls", result.calls, "recorded", result.recorded, "ok", result.ok)
 ''')
 
 
-def test_a_killed_eval_goes_on_from_its_recorded_runs_without_repeating_them(tmp_path):
+@pytest.mark.parametrize("executor", [[], ["local"]], ids=["case by case", "one local batch"])
+def test_a_killed_eval_goes_on_from_its_recorded_runs_without_repeating_them(tmp_path, executor):
+    """Killed once 6 runs are in its cassette: by default each case's run is appended as it ends; with
+    executor="local" the 20 runs are one batch, and each is appended as it ends too, not as the batch does."""
     script, tape = tmp_path / "kill.py", tmp_path / "runs.jsonl"
     script.write_text(KILLABLE)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with OpenAIServer(lambda req: text("ok").after(0.2), max_requests=200, max_lifetime=120) as srv:
-        proc = subprocess.Popen([sys.executable, str(script), srv.url + "/v1", str(tape)], env=env,
+        proc = subprocess.Popen([sys.executable, str(script), srv.url + "/v1", str(tape), *executor], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         while not tape.exists() or len(tape.read_text().splitlines()) < 6:  # 6 runs finished
             assert proc.poll() is None, proc.stderr.read()
@@ -310,7 +314,7 @@ def test_a_killed_eval_goes_on_from_its_recorded_runs_without_repeating_them(tmp
         recorded = len(tape.read_text().splitlines())
         before = len(srv.requests)
         assert 6 <= recorded < 20 and before >= recorded
-        done = subprocess.run([sys.executable, str(script), srv.url + "/v1", str(tape)], env=env,
+        done = subprocess.run([sys.executable, str(script), srv.url + "/v1", str(tape), *executor], env=env,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert len(srv.requests) - before == 20 - recorded  # only the runs not recorded are made again
