@@ -32,7 +32,8 @@ if not any(isinstance(f, MovedModules) for f in sys.meta_path):
 _EXPORTS: dict[str, str] = {
     # layers 2-11 (the rows of docs/architecture.md's table): models, errors, graphs, engine, stores, config
     "Bid": "models", "Message": "models", "RunResult": "models", "StopReason": "models", "TraceEvent": "models",
-    "TokenDelta": "models", "BidDelta": "models", "StreamRetry": "models",
+    "TokenDelta": "models", "BidDelta": "models", "StreamRetry": "models", "StreamItem": "models",
+    "RunEvent": "events", "parse_events": "events",
     "Transcript": "models", "format_output": "models",
     "FsmchatError": "errors", "GraphError": "errors", "ModelCallError": "errors", "NoTransitionError": "errors",
     "RenderError": "errors", "result_of": "errors", "MCPServerError": "errors", "ContextTooLong": "errors",
@@ -93,8 +94,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .limits import Limits as Limits
     from .models import (
         Bid as Bid, BidDelta as BidDelta, Message as Message, RunResult as RunResult, StopReason as StopReason,
-        StreamRetry as StreamRetry, TokenDelta as TokenDelta, ToolCallEntry as ToolCallEntry, TraceEvent as TraceEvent,
-        Transcript as Transcript, format_output as format_output)
+        StreamItem as StreamItem, StreamRetry as StreamRetry, TokenDelta as TokenDelta, ToolCallEntry as ToolCallEntry,
+        TraceEvent as TraceEvent, Transcript as Transcript, format_output as format_output)
+    from .events import RunEvent as RunEvent, parse_events as parse_events
     from .network import (
         EV_CHANNEL_CLOSED as EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED as EV_CHANNEL_EXPIRED,
         EV_CHANNEL_INVITE as EV_CHANNEL_INVITE, EV_CHANNEL_INVITE_ACK as EV_CHANNEL_INVITE_ACK,

@@ -29,7 +29,7 @@ from ..graph.render import drawing_data
 from ..graph.state_graph import StateGraph
 from ..limits import Limits, start_clock
 from ..masking import redact
-from ..models import MAX_MESSAGE_CHARS, Message, RunResult, StopReason, safe_text
+from ..models import MAX_MESSAGE_CHARS, Message, RunResult, StopReason, StreamItem, safe_text
 from .progress import ProgressBar, progress_wanted
 from ..speakers.agent import mask_secrets
 from ..speakers.human import Human, NeedsCheckpoint, NotWaiting, check_input, pending_of, waiting_for
@@ -327,7 +327,7 @@ class PatternRun:
                                                     on_token=sink if tokens else None),
                          f"{self.owner}.stream")
 
-    def astream(self, /, task: str, *, tokens: bool = False) -> AsyncIterator[Any]:
+    def astream(self, /, task: str, *, tokens: bool = False) -> AsyncIterator[StreamItem]:
         """``stream(task)`` as an async iterator (LangGraph's ``astream`` spelling)."""
         return aiter(self.stream(task, tokens=tokens))
 

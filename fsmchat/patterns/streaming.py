@@ -18,6 +18,7 @@ import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from ..errors import attach_result, result_of
+from ..models import StreamItem
 
 Start = Callable[[Callable[[Any], None]], Awaitable[Any]]  # given a sink for items, runs and returns the result
 
@@ -35,11 +36,11 @@ class RunStream:
             raise RuntimeError(f"{self._what}: this stream was already iterated; call stream(task) again for a new run")
         self._used = True
 
-    def __aiter__(self) -> AsyncIterator[Any]:
+    def __aiter__(self) -> AsyncIterator[StreamItem]:
         self._claim()
         return self._aiter()
 
-    async def _aiter(self) -> AsyncIterator[Any]:
+    async def _aiter(self) -> AsyncIterator[StreamItem]:
         items = _Items()
         done = object()
         runner = asyncio.ensure_future(self._start(items.put))
@@ -55,7 +56,7 @@ class RunStream:
             if not runner.done():
                 runner.cancel()
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[StreamItem]:
         self._claim()
         try:
             asyncio.get_running_loop()
@@ -63,7 +64,7 @@ class RunStream:
             return self._iter_here()
         return self._iter_worker()  # a notebook cell: this thread's loop is busy running the caller
 
-    def _iter_here(self) -> Iterator[Any]:
+    def _iter_here(self) -> Iterator[StreamItem]:
         """No loop runs in this thread: the run goes on a loop this generator owns, stepped in the
         caller's thread until the next item is there (each step hands over all that one pass of the
         loop made: a reply's pieces come in bursts). A Ctrl-C while the loop steps cancels the run,
@@ -121,7 +122,7 @@ class RunStream:
                 ctrl_c.restore()
                 loop.close()
 
-    def _iter_worker(self) -> Iterator[Any]:
+    def _iter_worker(self) -> Iterator[StreamItem]:
         """A loop runs in this thread (a notebook cell, async code iterating with ``for``): the run
         goes on an event loop of its own in a worker thread, each item handed over the moment it
         happens; leaving early cancels the run there."""
