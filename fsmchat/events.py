@@ -443,7 +443,14 @@ DeclaredEvent = Union[BidTools, Budget, Compacted, Deadline, Edited, Handoff, In
 """A declared kind's event (the union, discriminated by ``event``)."""
 
 RunEvent = Union[DeclaredEvent, OtherEvent]
-"""One of a run's events: a declared kind's model, or ``OtherEvent`` (match on the classes)."""
+"""One of a run's events: a declared kind's model, or ``OtherEvent`` (match on the classes).
+
+Examples:
+    >>> from fsmchat import parse_events
+    >>> from fsmchat.events import OtherEvent
+    >>> [type(e).__name__ for e in parse_events([{"event": "not_a_kind_yet", "n": 1}])]
+    ['OtherEvent']
+"""
 
 DECLARED: tuple[type[EventModel], ...] = get_args(DeclaredEvent)
 """Every declared event model, one per kind."""

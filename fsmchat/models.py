@@ -698,8 +698,25 @@ class RunResult:
 
 
 StreamItem = Union[TraceEvent, Message, TokenDelta, BidDelta, StreamRetry, RunResult]
-"""One item of ``pattern.stream(task)``: a step's ``TraceEvent``, a posted ``Message``, with ``tokens=True``
-a ``TokenDelta`` / ``BidDelta`` / ``StreamRetry``, and last the ``RunResult`` (match on the classes)."""
+"""One item of ``pattern.stream(task)``, matched on by its class.
+
+A step's ``TraceEvent``, a posted ``Message``, with ``tokens=True`` a ``TokenDelta`` / ``BidDelta``
+/ ``StreamRetry``, and last the ``RunResult``.
+
+Examples:
+    >>> from fsmchat import Message, RoundRobinSwarm, RunResult, TraceEvent
+    >>> def poet(turn):
+    ...     return "A line."
+    >>> kinds = []
+    >>> for item in RoundRobinSwarm(agents=[poet], max_loops=1).stream("Write."):
+    ...     match item:
+    ...         case Message(role=role):
+    ...             kinds.append(f"message from {role}")
+    ...         case RunResult(stop_reason=reason):
+    ...             kinds.append(f"result: {reason.value}")
+    >>> kinds
+    ['message from User', 'message from poet', 'result: max_loops']
+"""
 
 
 # ---- output types (docs/semantics.md "Output types"), one implementation for every pattern ----
