@@ -451,6 +451,8 @@ class SqliteCheckpointer(ReadsLog):
                         db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
                                        [(lg.run_id, i, m.role, m.content, encode_json(m.metadata))
                                         for i, m in enumerate(lg.messages)])
+                        if lg.stop_reason is not None:  # events_reopen cleared it as the rows went in
+                            db.execute("UPDATE runs SET stop_reason=? WHERE run_id=?", (lg.stop_reason, lg.run_id))
                     db.execute("COMMIT")
                 except BaseException:
                     db.execute("ROLLBACK")

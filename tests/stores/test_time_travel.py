@@ -390,6 +390,7 @@ def test_a_fork_before_a_parallel_step_runs_its_branches_again_after_it_copies_t
     assert cp.lanes(early) == [] and cp.lanes(late) == ["late/1:parallel|1", "late/1:parallel|2"]
     assert cp.load("late/1:parallel|1").meta == {"parent": "late", "branch": "1:parallel|1"}
     assert cp.load("late/1:parallel|1").events == cp.load("R/1:parallel|1").events
+    assert (cp.log("late/1:parallel|1").stop_reason, cp.log("late").stop_reason) == ("done", None)  # a copied lane stays ended
     assert fan_flow().resume("early", cp).ok and cp.lanes("early") == ["early/1:parallel|1", "early/1:parallel|2"]
     assert fan_flow().resume("late", cp).ok
     assert [r.run_id for r in cp.list_runs()] == ["late", "early", "R"]  # lanes are not runs
