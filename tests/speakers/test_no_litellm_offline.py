@@ -103,7 +103,8 @@ IMPORT = textwrap.dedent('''
 def test_importing_an_agent_and_a_round_robin_loads_neither_the_other_patterns_nor_a_heavy_dependency():
     """The facades load a name's module on first use: ``from fsmchat import Agent, RoundRobinSwarm``
     brings the round robin and what it runs on, not GroupChat, the selector, the batch runners on
-    Ray, litellm, networkx, aiohttp, the MCP SDK, Graphviz or rich (docs/benchmarks.md: its CPU)."""
+    Ray, the event models, litellm, networkx, aiohttp, the MCP SDK, Graphviz or rich (docs/benchmarks.md:
+    its CPU)."""
     done = subprocess.run([sys.executable, "-c", IMPORT], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -111,8 +112,8 @@ def test_importing_an_agent_and_a_round_robin_loads_neither_the_other_patterns_n
     assert {"fsmchat.speakers.agent", "fsmchat.patterns.round_robin"} <= loaded
     assert loaded.isdisjoint({"fsmchat.patterns.group_chat", "fsmchat.patterns.selector", "fsmchat.patterns.handoffs",
                               "fsmchat.patterns.debate", "fsmchat.patterns.panel", "fsmchat.flow", "fsmchat.network",
-                              "fsmchat.testing", "fsmchat.patterns.distributed", "litellm", "networkx", "aiohttp", "mcp",
-                              "graphviz", "rich"}), loaded
+                              "fsmchat.testing", "fsmchat.patterns.distributed", "fsmchat.events", "litellm", "networkx",
+                              "aiohttp", "mcp", "graphviz", "rich"}), loaded
 
 
 def test_how_a_model_bids_is_read_from_litellms_map_without_importing_litellm():
