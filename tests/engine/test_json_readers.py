@@ -1,0 +1,35 @@
+"""The typed JSON readers of ``fsmchat.events``: each returns the value it reads or names where it is wrong."""
+import pytest
+
+from fsmchat.events import (JsonShapeError, as_list, as_object, get_bool, get_float, get_int, get_list,
+                            get_object, get_opt_str, get_str)
+
+
+def test_readers_return_what_they_read():
+    row = {"s": "x", "n": 3, "f": 2, "b": False, "o": {"k": 1}, "l": [1], "none": None}
+    assert get_str(row, "s", "row") == "x"
+    assert get_opt_str(row, "none", "row") is None and get_opt_str(row, "missing", "row") is None
+    assert get_int(row, "n", "row") == 3 and get_int(row, "missing", "row", 7) == 7
+    assert get_float(row, "f", "row") == 2.0 and type(get_float(row, "f", "row")) is float
+    assert get_bool(row, "b", "row") is False and get_bool(row, "none", "row", True) is True
+    assert get_object(row, "o", "row") == {"k": 1} and get_list(row, "l", "row") == [1]
+    assert as_object(row, "row") is row and as_list(row["l"], "row.l") is row["l"]
+
+
+@pytest.mark.parametrize("read, message", [
+    (lambda: get_str({"s": 1}, "s", "row 2"), "row 2.s: expected a string, got int"),
+    (lambda: get_str({}, "s", "row"), "row.s: expected a string, got null"),
+    (lambda: get_opt_str({"s": ["sk-secret"]}, "s", "row"), "row.s: expected a string or null, got list"),
+    (lambda: get_int({"n": True}, "n", "usage"), "usage.n: expected an integer, got bool"),
+    (lambda: get_int({"n": 1.5}, "n", "usage", 0), "usage.n: expected an integer, got float"),
+    (lambda: get_float({"c": "1"}, "c", "usage"), "usage.c: expected a number, got str"),
+    (lambda: get_bool({"b": 0}, "b", "row"), "row.b: expected a boolean, got int"),
+    (lambda: get_object({"o": []}, "o", "body"), "body.o: expected an object, got list"),
+    (lambda: get_list({}, "l", "body"), "body.l: expected an array, got null"),
+    (lambda: as_object("sk-secret", "payload"), "payload: expected an object, got str"),
+])
+def test_a_misfit_names_where_and_what_never_the_value(read, message):
+    with pytest.raises(JsonShapeError) as caught:
+        read()
+    assert str(caught.value) == message
+    assert isinstance(caught.value, TypeError)
