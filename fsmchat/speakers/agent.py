@@ -16,7 +16,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, Va
 from .deadline import call_within
 from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
 from ..masking import register_secrets, secret_values
-from ..models import SEED_ROLE, Bid, Message, shorten
+from ..models import SEED_ROLE, Bid, Message, Transcript, TranscriptView, shorten
 from . import context as contexts, llm, wire
 from .agent_options import AGENT_KEYWORDS, check_litellm_options, mask_secrets as mask_secrets, name_problem
 from .handoff import Handoff, as_handoffs
@@ -565,7 +565,9 @@ def conversation_view(agent: str, transcript: Sequence[Message]) -> list[dict[st
 
     Its own rows are ``assistant`` messages, the task is a plain ``user`` message, everyone else's
     rows are ``user`` messages ``"Name: text"`` (followed by the speaker's tool calls and results
-    when it shares them: ``Agent(share_tool_results=True)``); system rows are dropped.
+    when it shares them: ``Agent(share_tool_results=True)``); system rows are dropped. From a
+    ``Transcript`` or its view, each message's row is built once per reader and shared by every
+    later request (the list is new each time): copy a row before changing it.
 
     Args:
         agent: The name of the participant who reads it.
@@ -579,19 +581,22 @@ def conversation_view(agent: str, transcript: Sequence[Message]) -> list[dict[st
         >>> conversation_view("Critic", rows)
         [{'role': 'user', 'content': 'Ship it?'}, {'role': 'assistant', 'content': 'Not yet.'}, {'role': 'user', 'content': 'Dev: Why?'}]
     """
-    out = []
-    for m in transcript:
-        if m.role == "system":
-            continue
-        if m.role == agent:
-            out.append({"role": "assistant", "content": m.content})
-        elif m.role == SEED_ROLE:
-            out.append({"role": "user", "content": m.content})
-        elif m.metadata and "share_tool_calls" in m.metadata:  # the speaker shares its tool calls
-            out.append({"role": "user", "content": f"{m.role}: {m.content}\n" + shared_calls(m.role, m.metadata)})
-        else:
-            out.append({"role": "user", "content": f"{m.role}: {m.content}"})
-    return out
+    if isinstance(transcript, (Transcript, TranscriptView)):  # each row built once per reader, then shared
+        return transcript.shown_as(agent, view_row)
+    return [r for r in (view_row(agent, m) for m in transcript) if r is not None]
+
+
+def view_row(agent: str, m: Message) -> dict[str, Any] | None:
+    """One message as ``agent`` reads it in ``conversation_view`` (None: a system row, not shown)."""
+    if m.role == "system":
+        return None
+    if m.role == agent:
+        return {"role": "assistant", "content": m.content}
+    if m.role == SEED_ROLE:
+        return {"role": "user", "content": m.content}
+    if m.metadata and "share_tool_calls" in m.metadata:  # the speaker shares its tool calls
+        return {"role": "user", "content": f"{m.role}: {m.content}\n" + shared_calls(m.role, m.metadata)}
+    return {"role": "user", "content": f"{m.role}: {m.content}"}
 
 
 def shared_calls(role: str, metadata: dict[str, Any]) -> str:

@@ -1,0 +1,69 @@
+"""A request's view of the conversation is built once per message and reader: the client's per-request
+work does not grow with the history it has already shown (the rows of a Transcript are append-only)."""
+import fsmchat.speakers.agent as agent_mod
+from fsmchat import Transcript
+from fsmchat.speakers import Turn, conversation_view
+
+
+def counting(monkeypatch):
+    calls = []
+    real = agent_mod.view_row
+
+    def row(reader, m):
+        calls.append((reader, m.content))
+        return real(reader, m)
+
+    monkeypatch.setattr(agent_mod, "view_row", row)
+    return calls
+
+
+def test_each_message_is_shown_once_per_reader_across_requests(monkeypatch):
+    calls = counting(monkeypatch)
+    t = Transcript()
+    t.post("User", "Plan a picnic.")
+    t.post("Critic", "Too big.")
+    t.post("system", "a note for the log")
+    first = conversation_view("Dev", t.view())
+    assert first == [{"role": "user", "content": "Plan a picnic."}, {"role": "user", "content": "Critic: Too big."}]
+    assert calls == [("Dev", "Plan a picnic."), ("Dev", "Too big."), ("Dev", "a note for the log")]
+
+    t.post("Dev", "Then twelve.")
+    second = conversation_view("Dev", t.view())
+    assert len(calls) == 4 and calls[-1] == ("Dev", "Then twelve.")  # only the new message was built
+    assert second[-1] == {"role": "assistant", "content": "Then twelve."}
+    assert second[0] is first[0] and second is not first  # rows shared, the list new
+
+    conversation_view("Critic", t.view())
+    assert [c for c in calls if c[0] == "Critic"] == [("Critic", "Plan a picnic."), ("Critic", "Too big."),
+                                                     ("Critic", "a note for the log"), ("Critic", "Then twelve.")]
+    assert len(calls) == 8
+
+
+def test_an_older_view_shows_only_its_messages_and_a_plain_list_is_built_each_time(monkeypatch):
+    calls = counting(monkeypatch)
+    t = Transcript()
+    t.post("User", "Plan a picnic.")
+    early = t.view()
+    t.post("Critic", "Too big.")
+    conversation_view("Dev", t.view())
+    assert conversation_view("Dev", early) == [{"role": "user", "content": "Plan a picnic."}]
+    assert conversation_view("Dev", t) == [{"role": "user", "content": "Plan a picnic."},
+                                           {"role": "user", "content": "Critic: Too big."}]
+    assert len(calls) == 2
+    rows = t.messages
+    conversation_view("Dev", rows)
+    conversation_view("Dev", rows)
+    assert len(calls) == 6  # a list is no transcript: built on each call
+
+
+def test_a_request_changing_its_messages_leaves_the_next_request_intact():
+    t = Transcript()
+    t.post("User", "Plan a picnic.")
+    t.post("Critic", "Too big.")
+    turn = Turn(agent="Dev", transcript=t.view(), instruction="Your turn.")
+    sent = turn.request_messages("Be brief.")
+    sent.append({"role": "assistant", "content": None, "tool_calls": []})  # a tool round, as the tool loop adds
+    sent.pop(0)
+    again = Turn(agent="Dev", transcript=t.view(), instruction="Again.").request_messages("Be brief.")
+    assert again == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Plan a picnic."},
+                     {"role": "user", "content": "Critic: Too big."}, {"role": "user", "content": "Again."}]
