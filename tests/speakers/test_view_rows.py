@@ -67,3 +67,32 @@ def test_a_request_changing_its_messages_leaves_the_next_request_intact():
     again = Turn(agent="Dev", transcript=t.view(), instruction="Again.").request_messages("Be brief.")
     assert again == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Plan a picnic."},
                      {"role": "user", "content": "Critic: Too big."}, {"role": "user", "content": "Again."}]
+
+
+def test_a_provider_changing_the_messages_in_place_leaves_the_next_request_intact():
+    """litellm's prompt templates may change the messages they are given (merging consecutive user
+    messages in place): the rows a request shares with the next one must not change with them
+    (litellm's ``completion`` rebuilds each message before a provider sees it; this pins that)."""
+    import litellm
+
+    from fsmchat import Agent, RoundRobinSwarm
+    from fsmchat.speakers import llm
+
+    seen = []
+
+    class Merging(litellm.CustomLLM):
+        async def acompletion(self, *args, **kwargs):
+            messages = kwargs["messages"]
+            seen.append([dict(m) for m in messages])
+            for m in messages:
+                m["content"] = "merged away"  # what an in-place template does to the dicts it is given
+            return litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": f"reply {len(seen)}"}}])
+
+    llm.register_provider("merging-provider", Merging())
+    agents = [Agent(n, model="merging-provider/m", num_retries=0) for n in ("alice", "bob")]
+    result = RoundRobinSwarm(agents=agents, max_loops=2).execute("Plan a picnic.")
+    assert result.ok, result.error
+    assert len(seen) == 4
+    assert [m["content"][:14] for m in seen[2]] == ["Plan a picnic.", "reply 1", "bob: reply 2", "You are alice,"]
+    assert [m["content"][:14] for m in seen[3]] == ["Plan a picnic.", "alice: reply 1", "reply 2", "alice: reply 3",
+                                                    "You are bob, a"]
