@@ -3,7 +3,9 @@ every count and limit of every pattern, flow step, ``Limits`` and ``Hub``), and 
 (``run``/``execute``/``run_batch``/``resume``; a checkpoint's own, ``check_checkpoint``/
 ``check_resume``, are in ``fsmchat.store.checkpoint``). Each refuses a bad value before any model call
 with a ``ConfigError``/``ConfigTypeError`` in the one message style (``"{owner}: {field}={value!r}
-is invalid: {what is allowed}"``)."""
+is invalid: {what is allowed}"``). And the typed readers of JSON read back from a store, the wire or
+a config (``get_str``, ``get_int``, ``as_object``, ...), which narrow a ``JsonValue`` to what the code
+reads or raise a ``JsonShapeError`` naming where."""
 from __future__ import annotations
 
 import difflib
@@ -12,13 +14,15 @@ import sys
 import types
 import typing
 from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
-from .errors import REFUSED, ConfigTypeError, bad_value
+from .errors import REFUSED, ConfigTypeError, JsonShapeError, bad_value
+from .events import JsonObject, JsonValue
 
 
 @dataclass(frozen=True)
@@ -234,3 +238,234 @@ def check_keywords(given: dict[str, Any], allowed: tuple[str, ...], owner: str, 
             raise ConfigTypeError(f"{owner}() got an unexpected keyword argument {name!r}"
                                   + (f"; did you mean {close[0]}?" if close else "")
                                   + f" (its {what}: {', '.join(allowed)})")
+
+
+# Typed readers of JSON read back (a stored row, a wire body, a config): each returns what it reads
+# or raises a JsonShapeError naming where the value sits (never the value: it may hold a secret).
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def as_object(value: object, where: str) -> JsonObject:
+    """``value`` as a JSON object, or a ``JsonShapeError`` naming ``where``.
+
+    Args:
+        value: A value read back as JSON.
+        where: Where it sits, for the error (``"row 3 payload"``).
+
+    Returns:
+        The same dict, typed as a JSON object.
+
+    Raises:
+        JsonShapeError: ``value`` is not a dict.
+
+    Examples:
+        >>> from fsmchat.checks import as_object
+        >>> as_object({"a": 1}, "row")
+        {'a': 1}
+    """
+    if not isinstance(value, dict):
+        raise JsonShapeError(f"{where}: expected an object, got {_kind(value)}")
+    return value
+
+
+def as_list(value: object, where: str) -> list[JsonValue]:
+    """``value`` as a JSON array, or a ``JsonShapeError`` naming ``where``.
+
+    Args:
+        value: A value read back as JSON.
+        where: Where it sits, for the error.
+
+    Returns:
+        The same list, typed as a JSON array.
+
+    Raises:
+        JsonShapeError: ``value`` is not a list.
+
+    Examples:
+        >>> from fsmchat.checks import as_list
+        >>> as_list([1, "two"], "messages")
+        [1, 'two']
+    """
+    if not isinstance(value, list):
+        raise JsonShapeError(f"{where}: expected an array, got {_kind(value)}")
+    return value
+
+
+def get_object(obj: Mapping[str, object], key: str, where: str) -> JsonObject:
+    """The JSON object at ``obj[key]`` (missing is an error).
+
+    Args:
+        obj: A JSON object.
+        key: The key to read.
+        where: Where ``obj`` sits, for the error.
+
+    Returns:
+        The object at ``key``.
+
+    Raises:
+        JsonShapeError: ``key`` is missing or not an object.
+
+    Examples:
+        >>> from fsmchat.checks import get_object
+        >>> get_object({"usage": {"prompt_tokens": 3}}, "usage", "body")
+        {'prompt_tokens': 3}
+    """
+    return as_object(obj.get(key), f"{where}.{key}")
+
+
+def get_list(obj: Mapping[str, object], key: str, where: str) -> list[JsonValue]:
+    """The JSON array at ``obj[key]`` (missing is an error).
+
+    Args:
+        obj: A JSON object.
+        key: The key to read.
+        where: Where ``obj`` sits, for the error.
+
+    Returns:
+        The array at ``key``.
+
+    Raises:
+        JsonShapeError: ``key`` is missing or not an array.
+
+    Examples:
+        >>> from fsmchat.checks import get_list
+        >>> get_list({"choices": []}, "choices", "body")
+        []
+    """
+    return as_list(obj.get(key), f"{where}.{key}")
+
+
+def get_str(obj: Mapping[str, object], key: str, where: str) -> str:
+    """The string at ``obj[key]`` (missing is an error).
+
+    Args:
+        obj: A JSON object.
+        key: The key to read.
+        where: Where ``obj`` sits, for the error.
+
+    Returns:
+        The string at ``key``.
+
+    Raises:
+        JsonShapeError: ``key`` is missing or not a string.
+
+    Examples:
+        >>> from fsmchat.checks import get_str
+        >>> get_str({"role": "user"}, "role", "message")
+        'user'
+    """
+    value = obj.get(key)
+    if not isinstance(value, str):
+        raise JsonShapeError(f"{where}.{key}: expected a string, got {_kind(value)}")
+    return value
+
+
+def get_opt_str(obj: Mapping[str, object], key: str, where: str) -> str | None:
+    """The string at ``obj[key]``, or None when it is missing or null.
+
+    Args:
+        obj: A JSON object.
+        key: The key to read.
+        where: Where ``obj`` sits, for the error.
+
+    Returns:
+        The string at ``key``, or None.
+
+    Raises:
+        JsonShapeError: ``key`` holds something else than a string or null.
+
+    Examples:
+        >>> from fsmchat.checks import get_opt_str
+        >>> get_opt_str({"content": None}, "content", "message") is None
+        True
+    """
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise JsonShapeError(f"{where}.{key}: expected a string or null, got {_kind(value)}")
+    return value
+
+
+def get_int(obj: Mapping[str, object], key: str, where: str, default: int | None = None) -> int:
+    """The integer at ``obj[key]`` (a bool is not one), or ``default`` when it is missing or null.
+
+    Args:
+        obj: A JSON object.
+        key: The key to read.
+        where: Where ``obj`` sits, for the error.
+        default: The value of a missing or null key; None makes it an error.
+
+    Returns:
+        The integer at ``key``, or ``default``.
+
+    Raises:
+        JsonShapeError: ``key`` is not an integer (or is missing with no default).
+
+    Examples:
+        >>> from fsmchat.checks import get_int
+        >>> get_int({"prompt_tokens": 12}, "prompt_tokens", "usage"), get_int({}, "n", "usage", 0)
+        (12, 0)
+    """
+    value = obj.get(key)
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise JsonShapeError(f"{where}.{key}: expected an integer, got {_kind(value)}")
+    return value
+
+
+def get_float(obj: Mapping[str, object], key: str, where: str, default: float | None = None) -> float:
+    """The number at ``obj[key]`` as a float (a bool is not one), or ``default`` when missing or null.
+
+    Args:
+        obj: A JSON object.
+        key: The key to read.
+        where: Where ``obj`` sits, for the error.
+        default: The value of a missing or null key; None makes it an error.
+
+    Returns:
+        The number at ``key``, or ``default``.
+
+    Raises:
+        JsonShapeError: ``key`` is not a number (or is missing with no default).
+
+    Examples:
+        >>> from fsmchat.checks import get_float
+        >>> get_float({"cost": 1}, "cost", "usage")
+        1.0
+    """
+    value = obj.get(key)
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise JsonShapeError(f"{where}.{key}: expected a number, got {_kind(value)}")
+    return float(value)
+
+
+def get_bool(obj: Mapping[str, object], key: str, where: str, default: bool | None = None) -> bool:
+    """The boolean at ``obj[key]``, or ``default`` when it is missing or null.
+
+    Args:
+        obj: A JSON object.
+        key: The key to read.
+        where: Where ``obj`` sits, for the error.
+        default: The value of a missing or null key; None makes it an error.
+
+    Returns:
+        The boolean at ``key``, or ``default``.
+
+    Raises:
+        JsonShapeError: ``key`` is not a boolean (or is missing with no default).
+
+    Examples:
+        >>> from fsmchat.checks import get_bool
+        >>> get_bool({"ok": True}, "ok", "row"), get_bool({}, "ok", "row", False)
+        (True, False)
+    """
+    value = obj.get(key)
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, bool):
+        raise JsonShapeError(f"{where}.{key}: expected a boolean, got {_kind(value)}")
+    return value

@@ -27,6 +27,23 @@ class FsmchatError(Exception):
     """
 
 
+class JsonShapeError(FsmchatError, TypeError):
+    """JSON read back (a stored row, a wire body, a config) is not of the shape its reader needs.
+
+    The message names where the value sits and the types allowed, never the value (it may hold a
+    secret). A caller that owns the input wraps it in its own typed error.
+
+    Examples:
+        >>> from fsmchat.checks import get_str
+        >>> from fsmchat.errors import JsonShapeError
+        >>> try:
+        ...     get_str({"role": 3}, "role", "message")
+        ... except JsonShapeError as exc:
+        ...     print(exc)
+        message.role: expected a string, got int
+    """
+
+
 class GraphError(FsmchatError, ValueError):
     """A state graph is malformed; the message names the state(s) at fault and how to fix it.
 

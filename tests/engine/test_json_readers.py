@@ -1,8 +1,9 @@
-"""The typed JSON readers of ``fsmchat.events``: each returns the value it reads or names where it is wrong."""
+"""The typed JSON readers of ``fsmchat.checks``: each returns the value it reads or names where it is wrong."""
 import pytest
 
-from fsmchat.events import (JsonShapeError, as_list, as_object, get_bool, get_float, get_int, get_list,
-                            get_object, get_opt_str, get_str)
+from fsmchat.checks import (as_list, as_object, get_bool, get_float, get_int, get_list, get_object, get_opt_str,
+                            get_str)
+from fsmchat.errors import JsonShapeError
 
 
 def test_readers_return_what_they_read():
