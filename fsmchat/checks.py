@@ -17,12 +17,16 @@ from dataclasses import dataclass, replace
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler, JsonValue as JsonValue
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from .errors import REFUSED, ConfigTypeError, JsonShapeError, bad_value
-from .events import JsonObject, JsonValue
+
+JsonObject = dict[str, JsonValue]
+"""A JSON object (a stored row, a wire body, a config's mapping); ``JsonValue`` is pydantic's recursive
+JSON value. The same types as ``fsmchat.events``' (which defines its own: it sits below this module),
+importable without loading the event models."""
 
 
 @dataclass(frozen=True)
