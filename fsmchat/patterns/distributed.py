@@ -47,13 +47,20 @@ from .progress import ProgressBar
 from ..speakers.llm import REQUESTS
 from ..speakers.providers import get_litellm
 from ..speakers.ratelimit import RateLimit, limits, rate_limit, wait_for_room
-from ..store.checkpoint import DEFAULT_COMMIT, SqliteCheckpointer, check_commit
+from ..store.checkpoint import DEFAULT_COMMIT, Checkpointer, RunInfo, SqliteCheckpointer, check_commit
 from ..store.postgres import PostgresCheckpointer
-from ..store.protocol import HistoryStore, Store
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple[int, str, str | None, str | None, bool]  # (index, task, run_id, resume_from, finished)
-CheckpointDir = Union[str, Path, HistoryStore]
+
+
+class ListedStore(Checkpointer, Protocol):
+    """A store that lists its runs (``SqliteCheckpointer``, ``MemoryCheckpointer``, ...): a local batch's own."""
+
+    def list_runs(self) -> list[RunInfo]: ...
+
+
+CheckpointDir = Union[str, Path, ListedStore]
 """Where a batch checkpoints: a folder (one SQLite file per worker), a PostgreSQL URI, or (locally) a store."""
 
 
@@ -62,10 +69,10 @@ class BatchPattern(Protocol):
 
     def preflight(self, tasks: Sequence[str], /, *, credentials: bool = True) -> None: ...
 
-    def aexecute(self, task: str, /, *, checkpoint: Store | None = None, run_id: str | None = None,
+    def aexecute(self, task: str, /, *, checkpoint: Checkpointer | None = None, run_id: str | None = None,
                  commit: str = DEFAULT_COMMIT) -> Awaitable[RunResult]: ...
 
-    def aresume(self, run_id: str, checkpoint: Store, /) -> Awaitable[RunResult]: ...
+    def aresume(self, run_id: str, checkpoint: Checkpointer, /) -> Awaitable[RunResult]: ...
 
 
 class TaskFailure(FsmchatError):
@@ -274,7 +281,7 @@ class ShardRunner:
     async def _run(self, task: str, run_id: str | None, resume_from: str | None) -> RunResult:
         if (self.dir is None and self.store is None and self.given is None) or run_id is None:
             return await self.pattern.aexecute(task)
-        own: Store
+        own: Checkpointer
         if self.given is not None:  # the caller's own store (a local batch): every run in it, resumed from it
             own = self.given
         elif resume_from is not None:
