@@ -94,7 +94,7 @@ class ChatContext(RunContext):
     turn: int = 0
     state: PatternState = field(default_factory=PatternState)  # the pattern's working state
     images: list[str] = field(default_factory=list)  # attached to every call of the run (``img``)
-    memory: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # private memories, by name
+    memory: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # private memories, by name
 
     @property
     def names(self) -> list[str]:
