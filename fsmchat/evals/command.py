@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, SupportsFloat, SupportsIndex
 
 from ..errors import ConfigError, ConfigTypeError, FsmchatError
 from ..store.checkpoint import Checkpointer
@@ -57,7 +57,7 @@ def eval_of(path: str | Path) -> tuple[Eval, dict[str, float]]:
     return found, parse_thresholds(getattr(module, "THRESHOLDS", {}) or {}, f"{path}: THRESHOLDS")
 
 
-def parse_thresholds(given: Mapping[str, Any] | Sequence[str], where: str = "--threshold") -> dict[str, float]:
+def parse_thresholds(given: Mapping[str, object] | Sequence[str], where: str = "--threshold") -> dict[str, float]:
     """Thresholds from a dict or from ``NAME=VALUE`` strings, each a number from 0 to 1.
 
     Args:
@@ -74,17 +74,17 @@ def parse_thresholds(given: Mapping[str, Any] | Sequence[str], where: str = "--t
         >>> parse_thresholds(["PathInGraph=1", "Judge=0.75"])
         {'PathInGraph': 1.0, 'Judge': 0.75}
     """
-    pairs: list[tuple[str, Any]] = list(given.items()) if isinstance(given, Mapping) else []
+    pairs: list[tuple[str, object]] = list(given.items()) if isinstance(given, Mapping) else []
     if not isinstance(given, Mapping):
         for text in given:
-            name, eq, value = str(text).rpartition("=")
+            name, eq, given_value = str(text).rpartition("=")
             if not eq or not name:
                 raise ConfigError(f"{where} {text!r} is invalid: NAME=VALUE, e.g. Contains=0.9")
-            pairs.append((name, value))
+            pairs.append((name, given_value))
     out = {}
     for name, value in pairs:
-        try:
-            number = float(value)
+        try:  # what float() takes; anything else is no number
+            number = float(value) if isinstance(value, (str, bytes, bytearray, SupportsFloat, SupportsIndex)) else -1.0
         except (TypeError, ValueError):
             number = -1.0
         if isinstance(value, bool) or not 0 <= number <= 1:

@@ -31,6 +31,7 @@ from ..errors import ConfigError
 from .evaluators import EVALUATORS
 
 MAX_CASES = 100_000
+NodePath = tuple[int | str, ...]  # a YAML/JSON node's keys and indexes from the top
 
 
 class CaseInputs(BaseModel):
@@ -73,10 +74,10 @@ class CaseSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(default=None, min_length=1, max_length=200)
     task: str = Field(min_length=1)
-    inputs: dict[str, Any] = Field(default_factory=dict)
-    expected_output: Any = None
-    metadata: dict[str, Any] | None = None
-    evaluators: list[Any] = Field(default_factory=list)
+    inputs: dict[str, object] = Field(default_factory=dict)
+    expected_output: object = None
+    metadata: dict[str, object] | None = None
+    evaluators: list[object] = Field(default_factory=list)
 
 
 class DatasetSpec(BaseModel):
@@ -95,18 +96,18 @@ class DatasetSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = None
     cases: list[CaseSpec] = Field(min_length=1, max_length=MAX_CASES)
-    evaluators: list[Any] = Field(default_factory=list)
+    evaluators: list[object] = Field(default_factory=list)
 
 
-def _lines(text: str) -> dict[tuple[Any, ...], int]:
+def _lines(text: str) -> dict[NodePath, int]:
     """Each YAML/JSON node's path (keys and indexes) -> its line (1-based), for error messages."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
         return {}
-    found: dict[tuple[Any, ...], int] = {}
+    found: dict[NodePath, int] = {}
 
-    def walk(node: Any, path: tuple[Any, ...]) -> None:
+    def walk(node: Any, path: NodePath) -> None:  # a yaml.Node (PyYAML has no types)
         found[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
@@ -121,7 +122,7 @@ def _lines(text: str) -> dict[tuple[Any, ...], int]:
     return found
 
 
-def _where(lines: dict[tuple[Any, ...], int], loc: Sequence[Any]) -> int | None:
+def _where(lines: dict[NodePath, int], loc: Sequence[int | str]) -> int | None:
     for k in range(len(loc), -1, -1):
         if tuple(loc[:k]) in lines:
             return lines[tuple(loc[:k])]
@@ -132,7 +133,7 @@ CASE_FIELDS = ("name", "task", "inputs", "expected_output", "metadata", "evaluat
 TOP_FIELDS = ("name", "cases", "evaluators")
 
 
-def _invalid(source: str, exc: ValidationError, lines: dict[tuple[Any, ...], int], offset: Sequence[Any] = (),
+def _invalid(source: str, exc: ValidationError, lines: dict[NodePath, int], offset: Sequence[int | str] = (),
              line: int | None = None) -> ConfigError:
     """One line per problem (at most 5): ``file:line: field: what is wrong``, a misspelt key with its closest name."""
     out = []
@@ -171,7 +172,8 @@ def load_dataset(source: str | Path | dict[str, Any] | list[dict[str, Any]],
         >>> ds.name, ds.cases[0].inputs.task, type(ds.cases[0].evaluators[0]).__name__
         ('dataset', 'Say hi.', 'Contains')
     """
-    name, lines, where = "dataset", {}, "dataset"
+    name, where = "dataset", "dataset"
+    lines: dict[NodePath, int] = {}
     if isinstance(source, (str, Path)):
         path = Path(source)
         where, name = str(path), path.stem
@@ -232,7 +234,7 @@ def load_dataset(source: str | Path | dict[str, Any] | list[dict[str, Any]],
     return dataset
 
 
-def _spec(data: Any, where: str, lines: dict[tuple[Any, ...], int]) -> DatasetSpec:
+def _spec(data: object, where: str, lines: dict[NodePath, int]) -> DatasetSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a dataset is a mapping with 'cases' (a list of cases), not "
                           f"{type(data).__name__}")

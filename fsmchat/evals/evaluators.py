@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import jsonschema
 from pydantic import ValidationError
@@ -29,7 +29,7 @@ from ..speakers.llm import CallStats
 from .cassette import ACTIVE, Grade
 from .trajectory import Trajectory
 
-Context = EvaluatorContext[Any, Any, Any]
+Context = EvaluatorContext[object, object, object]  # any case's context (its types are covariant)
 
 
 def trajectory_of(ctx: Context) -> Trajectory:
@@ -75,7 +75,7 @@ class _Named:
 
 
 @dataclass(repr=False)
-class Regex(_Named, Evaluator[Any, Any, Any]):
+class Regex(_Named, Evaluator[object, object, object]):
     """The output matches a regular expression (``re.search``).
 
     Attributes:
@@ -108,7 +108,7 @@ class Regex(_Named, Evaluator[Any, Any, Any]):
 
 
 @dataclass(repr=False)
-class MatchesSchema(_Named, Evaluator[Any, Any, Any]):
+class MatchesSchema(_Named, Evaluator[object, object, object]):
     """The output is JSON valid against a JSON Schema (checked against the metaschema when built).
 
     Attributes:
@@ -120,7 +120,7 @@ class MatchesSchema(_Named, Evaluator[Any, Any, Any]):
         ['team']
     """
 
-    schema: dict[str, Any]
+    schema: dict[str, object]
     evaluation_name: str | None = field(default=None)
 
     def __post_init__(self) -> None:
@@ -147,7 +147,7 @@ class MatchesSchema(_Named, Evaluator[Any, Any, Any]):
 
 
 @dataclass(repr=False)
-class Check(_Named, Evaluator[Any, Any, Any]):
+class Check(_Named, Evaluator[object, object, object]):
     """A plain Python function of the output and the run: ``fn(output, run) -> bool | float | (value, reason)``.
 
     Attributes:
@@ -161,7 +161,7 @@ class Check(_Named, Evaluator[Any, Any, Any]):
         'polite'
     """
 
-    fn: Callable[[str, Trajectory], Any]
+    fn: Callable[[str, Trajectory], object]
     evaluation_name: str | None = field(default=None)
 
     def __post_init__(self) -> None:
@@ -184,7 +184,7 @@ class Check(_Named, Evaluator[Any, Any, Any]):
 
 
 @dataclass(repr=False)
-class SpeakersInOrder(_Named, Evaluator[Any, Any, Any]):
+class SpeakersInOrder(_Named, Evaluator[object, object, object]):
     """These speakers spoke in this order (others may speak between them; ``exact``: only they, exactly so).
 
     Attributes:
@@ -214,7 +214,7 @@ class SpeakersInOrder(_Named, Evaluator[Any, Any, Any]):
 
 
 @dataclass(repr=False)
-class SpeakersAre(_Named, Evaluator[Any, Any, Any]):
+class SpeakersAre(_Named, Evaluator[object, object, object]):
     """The set of speakers is exactly ``names`` (in any order, any number of times).
 
     Attributes:
@@ -237,7 +237,7 @@ class SpeakersAre(_Named, Evaluator[Any, Any, Any]):
         return EvaluationReason(ok, reason=None if ok else f"spoke: {sorted(spoke)}")
 
 
-def _matches(arguments: Any, want: Any) -> bool:
+def _matches(arguments: object, want: object) -> bool:
     if callable(want):
         return bool(want(arguments))
     if isinstance(want, Mapping):
@@ -247,7 +247,7 @@ def _matches(arguments: Any, want: Any) -> bool:
 
 
 @dataclass(repr=False)
-class ToolCalled(_Named, Evaluator[Any, Any, Any]):
+class ToolCalled(_Named, Evaluator[object, object, object]):
     """A tool was called (by ``speaker``, when given) with arguments that match ``arguments``.
 
     ``arguments`` is a dict the call's arguments must contain (values compared, nested dicts
@@ -268,7 +268,7 @@ class ToolCalled(_Named, Evaluator[Any, Any, Any]):
     """
 
     name: str
-    arguments: Any = None
+    arguments: object = None
     speaker: str | None = None
     times: int | None = None
     called: bool = True
@@ -287,7 +287,7 @@ class ToolCalled(_Named, Evaluator[Any, Any, Any]):
 
 
 @dataclass(repr=False)
-class Visited(_Named, Evaluator[Any, Any, Any]):
+class Visited(_Named, Evaluator[object, object, object]):
     """The run went through a state (``avoided=True``: it never did).
 
     Attributes:
@@ -317,7 +317,7 @@ class Visited(_Named, Evaluator[Any, Any, Any]):
 
 
 @dataclass(repr=False)
-class StoppedBecause(_Named, Evaluator[Any, Any, Any]):
+class StoppedBecause(_Named, Evaluator[object, object, object]):
     """The run stopped for this reason (``answered``, ``max_loops``, ``lull``, ...).
 
     Attributes:
@@ -341,7 +341,7 @@ class StoppedBecause(_Named, Evaluator[Any, Any, Any]):
 
 
 @dataclass(repr=False)
-class WithinBudget(_Named, Evaluator[Any, Any, Any]):
+class WithinBudget(_Named, Evaluator[object, object, object]):
     """The run made at most ``max_calls`` model calls, used at most ``max_tokens`` and cost at most ``max_cost_usd``.
 
     Attributes:
@@ -379,7 +379,7 @@ class WithinBudget(_Named, Evaluator[Any, Any, Any]):
 
 
 @dataclass(repr=False)
-class PathInGraph(_Named, Evaluator[Any, Any, Any]):
+class PathInGraph(_Named, Evaluator[object, object, object]):
     """The run's path is a path of the drawn graph: each step follows one of its transitions.
 
     Attributes:
@@ -412,7 +412,7 @@ GRADE_TOOL = {"type": "function", "function": {
 
 
 @dataclass(repr=False)
-class Judge(_Named, Evaluator[Any, Any, Any]):
+class Judge(_Named, Evaluator[object, object, object]):
     """An LLM judge: a model grades the conversation against a rubric through a forced ``grade`` tool.
 
     The answer is typed (a score from 0 to 1 and a reason), never parsed from prose; an answer that
@@ -494,7 +494,7 @@ class Judge(_Named, Evaluator[Any, Any, Any]):
         return grade
 
 
-EVALUATORS: Sequence[type[Evaluator[Any, Any, Any]]] = (
+EVALUATORS: Sequence[type[Evaluator[object, object, object]]] = (
     Regex, MatchesSchema, SpeakersInOrder, SpeakersAre, ToolCalled, Visited, StoppedBecause, WithinBudget,
     PathInGraph, Judge)
 """The evaluators a dataset file may name, beside pydantic-evals' own (``Equals``, ``Contains``, ...)."""

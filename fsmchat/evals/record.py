@@ -12,7 +12,7 @@ import json
 import re
 import time
 import uuid
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence, TypedDict
 
 from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
 
@@ -21,6 +21,59 @@ from .dataset import CaseInputs
 from .trajectory import Trajectory
 
 _REPEAT = re.compile(r" \[(\d+)/\d+\]\Z")  # pydantic-evals names a repeated case's runs "name [i/n]"
+
+
+class Scored(Protocol):
+    """What a record keeps of one evaluator's result (pydantic-evals' ``EvaluationResult``)."""
+
+    @property
+    def value(self) -> object: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+
+class Summed(Protocol):
+    """What a record keeps of one evaluator's results over a variant (``fsmchat.evals.run.Stat``)."""
+
+    @property
+    def mean(self) -> float: ...
+
+    @property
+    def low(self) -> float: ...
+
+    @property
+    def high(self) -> float: ...
+
+    @property
+    def n(self) -> int: ...
+
+
+class ResultEntry(TypedDict):
+    """One evaluator's result in a record's case: its value as JSON data, and its reason."""
+
+    value: object
+    reason: str | None
+
+
+class CaseEntry(TypedDict):
+    """One case of a record: a run of one case under one variant (``case_entry``)."""
+
+    case: str
+    variant: str
+    repeat: int
+    run_id: str | None
+    task: str
+    output: object  # the run's output: text, or JSON data
+    ok: bool
+    error: str | None
+    scores: dict[str, ResultEntry]
+    assertions: dict[str, ResultEntry]
+    labels: dict[str, ResultEntry]
+    calls: int
+    tokens: int
+    cost_usd: float | None
+    stop_reason: str | None
 
 
 def new_eval_id(name: str) -> str:
@@ -39,17 +92,18 @@ def new_eval_id(name: str) -> str:
     return (re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:60] or "eval") + f"-{uuid.uuid4().hex[:8]}"
 
 
-def _data(value: Any) -> Any:
+def _data(value: object) -> object:
     """``value`` as JSON data (anything else as its ``repr``): a variant's settings may hold objects."""
-    return json.loads(json.dumps(value, default=repr))
+    data: object = json.loads(json.dumps(value, default=repr))
+    return data
 
 
-def _results(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def _results(results: Mapping[str, Scored]) -> dict[str, ResultEntry]:
     return {name: {"value": _data(r.value), "reason": r.reason} for name, r in results.items()}
 
 
 def case_entry(variant: str, case: ReportCase[Any, Any, Any] | ReportCaseFailure[Any, Any, Any],
-               run: Trajectory | None) -> dict[str, Any]:
+               run: Trajectory | None) -> CaseEntry:
     """One case of a record: a run of one case under one variant, as pydantic-evals reported it.
 
     Args:
@@ -72,7 +126,7 @@ def case_entry(variant: str, case: ReportCase[Any, Any, Any] | ReportCaseFailure
     """
     repeat = _REPEAT.search(case.name) if case.source_case_name is not None else None
     inputs = case.inputs
-    entry: dict[str, Any] = {
+    entry: CaseEntry = {
         "case": case.source_case_name or case.name, "variant": variant, "repeat": int(repeat.group(1)) if repeat else 1,
         "run_id": run.run_id if run is not None else None,
         "task": inputs.task if isinstance(inputs, CaseInputs) else str(inputs),
@@ -84,15 +138,16 @@ def case_entry(variant: str, case: ReportCase[Any, Any, Any] | ReportCaseFailure
         entry["error"] = case.error_message
         return entry
     failures = [f"evaluator {f.name} raised {f.error_message}" for f in case.evaluator_failures]
-    entry.update(output=case.output if isinstance(case.output, str) else _data(case.output), ok=not failures,
-                 error="; ".join(failures) or None, scores=_results(case.scores),
-                 assertions=_results(case.assertions), labels=_results(case.labels))
+    entry["output"] = case.output if isinstance(case.output, str) else _data(case.output)
+    entry["ok"], entry["error"] = not failures, "; ".join(failures) or None
+    entry["scores"], entry["assertions"] = _results(case.scores), _results(case.assertions)
+    entry["labels"] = _results(case.labels)
     return entry
 
 
-def eval_record(name: str, variants: Mapping[str, Mapping[str, Any]], repeat: int, order: Sequence[str],
+def eval_record(name: str, variants: Mapping[str, Mapping[str, object]], repeat: int, order: Sequence[str],
                 reports: Mapping[str, EvaluationReport[Any, Any, Any]], runs: Mapping[str, Mapping[str, Trajectory]],
-                summary: Mapping[str, Mapping[str, Any]], *, calls: int = 0, recorded: int = 0,
+                summary: Mapping[str, Mapping[str, Summed]], *, calls: int = 0, recorded: int = 0,
                 eval_id: str | None = None, created: float | None = None) -> EvalRecord:
     """The record of an eval that ran: its variants, every case of every variant, and its summary.
 
@@ -119,7 +174,7 @@ def eval_record(name: str, variants: Mapping[str, Mapping[str, Any]], repeat: in
         >>> record.eval_id, record.summary["variants"], record.summary["runs"], record.cases
         ('triage-1', {'terse': {}}, 0, [])
     """
-    cases = []
+    cases: list[CaseEntry] = []
     for variant, report in reports.items():
         ran: list[ReportCase[Any, Any, Any] | ReportCaseFailure[Any, Any, Any]] = [*report.cases, *report.failures]
         cases += [case_entry(variant, case, runs.get(variant, {}).get(case.name)) for case in ran]
@@ -130,4 +185,4 @@ def eval_record(name: str, variants: Mapping[str, Mapping[str, Any]], repeat: in
     return EvalRecord(eval_id or new_eval_id(name), name, time.time() if created is None else created, {
         "variants": {v: _data(dict(s)) for v, s in variants.items()}, "repeat": repeat, "cases": len(order),
         "runs": len(cases), "failed": sum(not c["ok"] for c in cases), "calls": calls, "recorded": recorded,
-        "means": means}, cases)
+        "means": means}, [dict(c) for c in cases])

@@ -7,26 +7,26 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 from ..graph.state_graph import StateGraph, state_names
 from ..speakers.human import Human
 
 
-def people_in(speakers: Sequence[Any]) -> set[str]:
+def people_in(speakers: Sequence[object]) -> set[str]:
     """The names of the ``Human`` participants among ``speakers``."""
     return {s.name for s in speakers if isinstance(s, Human)}
 
 
-def bind(fn: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
+def bind(fn: Callable[..., object], *args: object) -> Callable[[object], object]:
     """``fn(ctx, *args)`` as a one-argument state action (name and docstring kept), so one
     small function serves a state per speaker: ``g.state("Analyst", bind(take_turn, 0))``."""
     if inspect.iscoroutinefunction(fn):
-        async def async_action(ctx: Any) -> Any:
+        async def async_action(ctx: object) -> object:
             return await fn(ctx, *args)
         return functools.update_wrapper(async_action, fn)
 
-    def action(ctx: Any) -> Any:
+    def action(ctx: object) -> object:
         return fn(ctx, *args)
     return functools.update_wrapper(action, fn)
 
@@ -34,7 +34,7 @@ def bind(fn: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
 PERSON_NOTE = " (a person: waits for their message)"
 
 
-def speaker_states(g: StateGraph, names: Sequence[str], action: Callable[..., Any],
+def speaker_states(g: StateGraph, names: Sequence[str], action: Callable[..., object],
                    description: str = "{name}'s turn", reserved: Sequence[str] = (),
                    people: Collection[str] = ()) -> list[str]:
     """Declare one state per speaker, in roster order, whose action is ``action(ctx, i)``; returns

@@ -40,11 +40,11 @@ class PatternState:
         TallyState(votes=['yes', 'no'], winner=None)
     """
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """Every field as JSON-able data (what a checkpoint stores as ``"scratch"``)."""
         return encode_fields({f.name: getattr(self, f.name) for f in fields(self)})
 
-    def restore(self, scratch: dict[str, Any]) -> None:
+    def restore(self, scratch: dict[str, object]) -> None:
         """Set the fields a ``snapshot`` holds (on resume); other keys are ignored."""
         names = {f.name for f in fields(self)}
         for name, value in decode(scratch).items():
@@ -94,14 +94,14 @@ class ChatContext(RunContext):
     turn: int = 0
     state: PatternState = field(default_factory=PatternState)  # the pattern's working state
     images: list[str] = field(default_factory=list)  # attached to every call of the run (``img``)
-    memory: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # private memories, by name
+    memory: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # private memories, by name
 
     @property
     def names(self) -> list[str]:
         """The speakers' names, in roster order."""
         return [s.name for s in self.speakers]
 
-    def post(self, role: str, content: str, **metadata: Any) -> Message:
+    def post(self, role: str, content: str, **metadata: object) -> Message:
         """Append a message to the transcript (its listeners are told) and return it. A reply that
         took tool rounds carries its calls (``metadata["tool_calls"]``, ``Message.tool_calls``)."""
         if self.tool_loop.exchanges and "tool_calls" not in metadata:
@@ -141,7 +141,7 @@ class ChatContext(RunContext):
         assert isinstance(answer, Say), f"a message request admits only Say, got {answer!r}"  # check_input saw to it
         return answer.text
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """The working state a checkpoint stores after each step (the transcript goes as deltas)."""
         return {"turn": self.turn, "scratch": self.state.snapshot(), "memory": self.memory, **self.shared_state()}
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Annotated, Any, Collection, Sequence
+from typing import Annotated, Any, Collection, Sequence, TypeVar
 
 from pydantic import AfterValidator, Field
 
 from ..checks import Count, check_agents
-from ..config.convert import ContextField, Participants
+from ..config.convert import ContextField, ParticipantLike, Participants
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph
 from ..graph.turns import TurnOrder, add_turns
@@ -34,9 +34,10 @@ from .base import (PERSON_NOTE, ChatContext, OutputType, Pattern, PatternConfig,
                    check_task, people_in)
 
 TWO_AGENTS = "There must be exactly two agents in the dialogue."
+T = TypeVar("T")
 
 
-def debaters(agents: Any) -> Any:
+def debaters(agents: T) -> T:
     """A list (or None: the debaters may be set later; ``run`` needs exactly two)."""
     check_agents(agents, "OneOnOneDebate")
     return agents
@@ -258,7 +259,7 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
         if self.config.agents is not None:  # refused now; run() checks again (the roster may be set later)
             self._speakers()
 
-    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+    def _calls_by_speaker(self) -> list[tuple[Speaker, int]]:
         """An introduction each (when sent; a person gets none), then turns alternating from agents[0]:
         2 + max_loops."""
         first, second = self._speakers()
@@ -271,7 +272,7 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
             raise ConfigError(TWO_AGENTS)
         return check_roster(agents, type(self).__name__)
 
-    def _check_run(self, task: Any) -> None:
+    def _check_run(self, task: object) -> None:
         self._speakers()
         check_task(task, type(self).__name__)
         check_image(self.config.img, type(self).__name__)
@@ -282,7 +283,7 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
         names = [s.name for s in speakers] if speakers else None
         return compile_debate(names, self.config.send_intros, people=people_in(speakers or []))
 
-    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
+    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Speaker]]]:
         agents = self.config.agents
         if not agents or len(agents) != 2:
             return []  # no roster yet: drawn as the bare exchange (_compile)
@@ -296,7 +297,7 @@ class OneOnOneDebate(Pattern, kind="one_on_one_debate", config=DebateConfig):
         return ctx
 
 
-def one_on_one_debate(max_loops: int = 1, task: str | None = None, agents: Sequence[Any] | None = None,
+def one_on_one_debate(max_loops: int = 1, task: str | None = None, agents: Sequence[ParticipantLike] | None = None,
                       img: str | None = None, output_type: str = "str-all-except-first",
                       send_intros: bool = False) -> Any:
     """The function form of the two-agent debate, without the introductions.

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import copy
 import inspect
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, Mapping, Sequence, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from typing_extensions import Self
 
 from ..checks import Amount, Count, check_keywords
 from ..config.convert import OneParticipant, Participants
@@ -29,9 +30,10 @@ __all__ = ["Amount", "ConfigField", "Count", "OneParticipant", "OutputType", "Pa
            "bind_arguments", "constructor_signature", "field_parameters"]
 
 OutputType = Annotated[str, AfterValidator(check_output_type)]
+V = TypeVar("V")
 
 
-def bind_arguments(owner: str, names: Sequence[str], args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def bind_arguments(owner: str, names: Sequence[str], args: Sequence[V], kwargs: Mapping[str, V]) -> dict[str, V]:
     """A declared constructor's arguments by name: ``args`` in the order of ``names`` (the model's
     fields), then ``kwargs``; too many, a repeated one and an unknown name (with the closest
     option) are refused in ``owner``'s name."""
@@ -78,7 +80,7 @@ class PatternConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
 
-    def __init__(self, owner: str | None = None, /, **values: Any) -> None:
+    def __init__(self, owner: str | None = None, /, **values: object) -> None:
         """Validate ``values``; a bad one is refused in ``owner``'s name.
 
         Args:
@@ -91,14 +93,14 @@ class PatternConfig(BaseModel):
             raise invalid_config(owner or type(self).__name__, exc) from None
 
     @classmethod
-    def make(cls, owner: str, **values: Any) -> Any:
+    def make(cls, owner: str, **values: object) -> Self:
         """The model of ``values``, a bad one refused in ``owner``'s name (``"GroupChat: ..."``)."""
         return cls(owner, **values)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         self.assign(type(self).__name__, name, value)
 
-    def assign(self, owner: str, name: str, value: Any) -> None:
+    def assign(self, owner: str, name: str, value: object) -> None:
         """Set a field, validated as at construction (refused in ``owner``'s name)."""
         try:
             super().__setattr__(name, value)
@@ -118,7 +120,7 @@ class ConfigField:
             return self
         return getattr(obj.config, self.name)
 
-    def __set__(self, obj: Any, value: Any) -> None:
+    def __set__(self, obj: Any, value: object) -> None:
         config = copy.copy(obj.config)
         config.assign(type(obj).__name__, self.name, value)
         obj.config = config  # a new config: the pattern's graph is compiled again on next use

@@ -35,22 +35,44 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TypedDict, TypeGuard, Union
 
 from ..checks import check_tasks
-from ..config.convert import config_digest, from_config, to_config
+from ..config.convert import PatternSpec, config_digest, from_config, to_config
 from ..engine import run_sync
 from ..errors import CheckpointStoreError, FsmchatError, attach_result, result_of
 from ..masking import redact, redact_chain
+from ..models import RunResult
 from .progress import ProgressBar
 from ..speakers.llm import REQUESTS
 from ..speakers.providers import get_litellm
 from ..speakers.ratelimit import RateLimit, limits, rate_limit, wait_for_room
-from ..store.checkpoint import DEFAULT_COMMIT, SqliteCheckpointer, check_commit
+from ..store.checkpoint import DEFAULT_COMMIT, Checkpointer, RunInfo, SqliteCheckpointer, check_commit
 from ..store.postgres import PostgresCheckpointer
 
 RAY_MISSING = 'executor="ray" needs Ray: pip install "fsmchat[ray]"'
 Item = tuple[int, str, str | None, str | None, bool]  # (index, task, run_id, resume_from, finished)
+
+
+class ListedStore(Checkpointer, Protocol):
+    """A store that lists its runs (``SqliteCheckpointer``, ``MemoryCheckpointer``, ...): a local batch's own."""
+
+    def list_runs(self) -> list[RunInfo]: ...
+
+
+CheckpointDir = Union[str, Path, ListedStore]
+"""Where a batch checkpoints: a folder (one SQLite file per worker), a PostgreSQL URI, or (locally) a store."""
+
+
+class BatchPattern(Protocol):
+    """What a batch runs of its pattern (``Pattern`` has all of it)."""
+
+    def preflight(self, tasks: Sequence[str], /, *, credentials: bool = True) -> None: ...
+
+    def aexecute(self, task: str, /, *, checkpoint: Checkpointer | None = None, run_id: str | None = None,
+                 commit: str = DEFAULT_COMMIT) -> Awaitable[RunResult]: ...
+
+    def aresume(self, run_id: str, checkpoint: Checkpointer, /) -> Awaitable[RunResult]: ...
 
 
 class TaskFailure(FsmchatError):
@@ -58,7 +80,7 @@ class TaskFailure(FsmchatError):
     traceback (as text, so it crosses processes), the transcript so far and the run id."""
 
     def __init__(self, index: int, task: str, error_type: str, message: str, traceback: str = "",
-                 transcript: list[dict[str, Any]] | None = None, stop_reason: str | None = None,
+                 transcript: list[dict[str, object]] | None = None, stop_reason: str | None = None,
                  run_id: str | None = None, worker: str | None = None):
         message, traceback = redact(message), redact(traceback)  # what crosses processes carries no secret
         super().__init__(index, task, error_type, message)
@@ -66,7 +88,7 @@ class TaskFailure(FsmchatError):
         self.traceback, self.transcript = traceback, list(transcript or [])
         self.stop_reason, self.run_id, self.worker = stop_reason, run_id, worker
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> tuple[type[TaskFailure], tuple[object, ...]]:
         return (TaskFailure, (self.index, self.task, self.error_type, self.message, self.traceback, self.transcript,
                               self.stop_reason, self.run_id, self.worker))
 
@@ -161,7 +183,7 @@ def run_id_for(digest: str, index: int, task: str) -> str:
     return hashlib.sha256(f"{digest}\0{index}\0{task}".encode()).hexdigest()[:32]
 
 
-def is_store_uri(checkpoint_dir: Any) -> bool:
+def is_store_uri(checkpoint_dir: object) -> TypeGuard[str]:
     """``checkpoint_dir`` names one PostgreSQL store (``postgresql://`` or ``postgres://``), not a folder."""
     return isinstance(checkpoint_dir, str) and checkpoint_dir.lower().startswith(("postgresql://", "postgres://"))
 
@@ -170,7 +192,7 @@ def _finished(stop: str | None) -> bool:
     return stop is not None and stop not in ("error", "cancelled")
 
 
-def find_runs(checkpoint_dir: Any) -> dict[str, tuple[str, bool]]:
+def find_runs(checkpoint_dir: CheckpointDir) -> dict[str, tuple[str, bool]]:
     """run id -> (checkpoint file, finished) over every ``*.db`` in ``checkpoint_dir``; a finished
     copy wins over an unfinished one, then the most recently updated. For a PostgreSQL URI: its
     runs, each in that store; for a checkpointer object (a local batch's): its runs, each named ``"<store>"``."""
@@ -201,9 +223,9 @@ class ShardRunner:
     never an exception. Checkpoints (when ``checkpoint_dir``) go to ``worker-<slot>.db``, or to the
     one PostgreSQL store a URI names."""
 
-    def __init__(self, pattern: Any, max_concurrency: int, checkpoint_dir: Any, slot: str,
+    def __init__(self, pattern: BatchPattern, max_concurrency: int, checkpoint_dir: CheckpointDir | None, slot: str,
                  on_done: Callable[[TaskOutcome], None] | None = None, commit: str = DEFAULT_COMMIT,
-                 keep: Callable[[Any], Any] | None = None):
+                 keep: Callable[[RunResult], object] | None = None):
         self.pattern, self.max_concurrency, self.slot, self.on_done = pattern, max_concurrency, slot, on_done
         self.keep = keep  # what each outcome keeps of its run's result, the failed runs' too (``TaskOutcome.kept``)
         self.commit = commit  # how a new checkpointed run commits (a resumed one: as it was started)
@@ -212,9 +234,9 @@ class ShardRunner:
             not is_store_uri(checkpoint_dir) else None
         self.store = checkpoint_dir if is_store_uri(checkpoint_dir) else None
         self._gate: asyncio.Semaphore | None = None
-        self._cps: dict[str, Any] = {}
+        self._cps: dict[str, PostgresCheckpointer | SqliteCheckpointer] = {}
 
-    def checkpointer(self, path: str | Path) -> Any:
+    def checkpointer(self, path: str | Path) -> PostgresCheckpointer | SqliteCheckpointer:
         key = str(path)
         if key not in self._cps:
             self._cps[key] = PostgresCheckpointer(key) if is_store_uri(key) else SqliteCheckpointer(key)
@@ -256,9 +278,10 @@ class ShardRunner:
             self.on_done(out)
         return out
 
-    async def _run(self, task: str, run_id: str | None, resume_from: str | None) -> Any:
+    async def _run(self, task: str, run_id: str | None, resume_from: str | None) -> RunResult:
         if (self.dir is None and self.store is None and self.given is None) or run_id is None:
             return await self.pattern.aexecute(task)
+        own: Checkpointer
         if self.given is not None:  # the caller's own store (a local batch): every run in it, resumed from it
             own = self.given
         elif resume_from is not None:
@@ -279,7 +302,7 @@ class SharedWindow:
 
     def __init__(self, rpm: int | None, tpm: int | None, window: float):
         self.limit = RateLimit(rpm, tpm, window=window)
-        self.entries: dict[int, Any] = {}
+        self.entries: dict[int, list[float]] = {}
         self.next = 0
 
     def reserve(self, tokens: float) -> tuple[int | None, float]:
@@ -312,14 +335,14 @@ class SharedRateLimit(RateLimit):
         entry_id, wait = _ray().get(self.shared.reserve.remote(tokens))
         return (entry_id, 0.0) if entry_id is not None else (None, wait)
 
-    async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[Any, float] | None:
-        async def reserve(t: float) -> tuple[Any, float]:
+    async def acquire(self, tokens: float = 0.0, within: float | None = None) -> tuple[object, float] | None:
+        async def reserve(t: float) -> tuple[object, float]:
             entry_id, wait = await self.shared.reserve.remote(t)
             return entry_id, wait
 
         return await wait_for_room(reserve, self.sleep, tokens, within)
 
-    def settle(self, entry: Any, tokens: float) -> None:
+    def settle(self, entry: object, tokens: float) -> None:
         self.shared.settle.remote(entry, tokens)
 
 
@@ -337,7 +360,7 @@ class ShardWorker:
 
     async def prepare(self, batch_id: str, config: str, max_concurrency: int, checkpoint_dir: str | None,
                       shared: dict[str, tuple[Any, int | None, int | None, float]] | None = None,
-                      commit: str = DEFAULT_COMMIT, keep: Callable[[Any], Any] | None = None) -> str:
+                      commit: str = DEFAULT_COMMIT, keep: Callable[[RunResult], object] | None = None) -> str:
         # trusted: the driver made this config with to_config() from the pattern object its caller
         # holds (never from outside input), and a Ray cluster runs the driver's code anyway
         pattern = from_config(config, trusted=True)
@@ -369,12 +392,16 @@ def _ray() -> Any:
     return ray
 
 
-def start_local_ray(num_cpus: int | None = None, runtime_env: dict[str, Any] | None = None, **init_kw: Any) -> Any:
+def start_local_ray(num_cpus: int | None = None, runtime_env: Mapping[str, object] | None = None,
+                    **init_kw: object) -> Any:
     """``ray.init`` of a local instance whose workers import what this process imports: its
     ``sys.path`` travels as ``PYTHONPATH`` (so module-level functions of scripts and test modules
     resolve on the workers). The dashboard is off unless asked for."""
     ray = _ray()
-    env = dict((runtime_env or {}).get("env_vars") or {})
+    given = (runtime_env or {}).get("env_vars") or {}
+    if not isinstance(given, Mapping):
+        raise TypeError(f"runtime_env['env_vars'] must be a dict, got {type(given).__name__}")
+    env = dict(given)
     paths = [os.path.abspath(p) for p in sys.path if p and os.path.exists(p)]
     extra = env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + ([extra] if extra else [])))
@@ -382,7 +409,7 @@ def start_local_ray(num_cpus: int | None = None, runtime_env: dict[str, Any] | N
     return ray.init(num_cpus=num_cpus, runtime_env={**(runtime_env or {}), "env_vars": env}, **init_kw)
 
 
-def connect(address: str | None = None, runtime_env: dict[str, Any] | None = None) -> bool:
+def connect(address: str | None = None, runtime_env: Mapping[str, object] | None = None) -> bool:
     """Use the Ray this process is connected to, else start a local one (``address=None``) or join
     ``address`` (``"auto"``, ``"ray://host:10001"``). True when this call connected."""
     ray = _ray()
@@ -395,16 +422,21 @@ def connect(address: str | None = None, runtime_env: dict[str, Any] | None = Non
     return True
 
 
-_POOL: dict[str, Any] = {"key": None, "actors": []}  # reused across batches of one Ray session
+class _Pool(TypedDict):
+    key: tuple[object, str] | None  # (the Ray job id, the actors' options)
+    actors: list[Any]  # Ray actor handles
 
 
-def worker_pool(n: int, options: dict[str, Any] | None = None, timeout: float = 300.0) -> list[Any]:
+_POOL: _Pool = {"key": None, "actors": []}  # reused across batches of one Ray session
+
+
+def worker_pool(n: int, options: Mapping[str, object] | None = None, timeout: float = 300.0) -> list[Any]:
     """``n`` live ``ShardWorker`` actors (kept between batches; dead ones are replaced)."""
     ray = _ray()
     opts = {"num_cpus": 1, "max_restarts": 0, **(options or {})}
     key = (ray.get_runtime_context().get_job_id(), repr(sorted(opts.items())))
     if _POOL["key"] != key:
-        _POOL.update(key=key, actors=[])
+        _POOL["key"], _POOL["actors"] = key, []
     live = []
     if _POOL["actors"]:
         pings = [a.ping.remote() for a in _POOL["actors"]]
@@ -433,20 +465,21 @@ def worker_pool(n: int, options: dict[str, Any] | None = None, timeout: float = 
 
 def shutdown() -> None:
     """Drop the worker pool and disconnect from Ray."""
-    _POOL.update(key=None, actors=[])
+    _POOL["key"], _POOL["actors"] = None, []
     ray = _ray()
     if ray.is_initialized():
         ray.shutdown()
 
 
 # ---- the batch ----
-def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", address: str | None = None,
-                  workers: int | None = None, max_concurrency_per_worker: int = 16, checkpoint_dir: Any = None,
-                  progress: bool | None = None, chunk_size: int | None = None,
-                  runtime_env: dict[str, Any] | None = None, worker_options: dict[str, Any] | None = None,
+def execute_batch(pattern: BatchPattern, tasks: Sequence[str], *, executor: str = "ray", address: str | None = None,
+                  workers: int | None = None, max_concurrency_per_worker: int = 16,
+                  checkpoint_dir: CheckpointDir | None = None, progress: bool | None = None,
+                  chunk_size: int | None = None, runtime_env: Mapping[str, object] | None = None,
+                  worker_options: Mapping[str, object] | None = None,
                   on_progress: Callable[[BatchProgress], None] | None = None,
                   max_chunk_attempts: int = 3, commit: str = DEFAULT_COMMIT,
-                  keep: Callable[[Any], Any] | None = None,
+                  keep: Callable[[RunResult], object] | None = None,
                   on_outcome: Callable[[TaskOutcome], None] | None = None, run_id_prefix: str = "") -> BatchReport:
     """Run one conversation per task and report every outcome (see the module doc).
 
@@ -501,12 +534,13 @@ def execute_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", 
     if not tasks:
         return BatchReport([], executor, 0)
     items = _items(tasks, digest, checkpoint_dir, prefix=run_id_prefix)
-    ckpt = None if checkpoint_dir is None else checkpoint_dir if given or is_store_uri(checkpoint_dir) else \
-        str(Path(checkpoint_dir).resolve())
+    ckpt = checkpoint_dir if not isinstance(checkpoint_dir, (str, Path)) or is_store_uri(checkpoint_dir) else \
+        str(Path(checkpoint_dir).resolve())  # None, a store object, a store URI, or a folder made absolute
     bar = ProgressBar(len(tasks), progress, f"{type(pattern).__name__} batch")
     try:
         if executor == "local":
             return _run_local(pattern, items, max_concurrency_per_worker, ckpt, bar, commit, keep, on_outcome)
+        assert config is not None  # executor="ray": to_config made it above (or raised)
         return _run_ray(config, items, address=address, workers=workers, per_worker=max_concurrency_per_worker,
                         checkpoint_dir=ckpt, chunk_size=chunk_size, runtime_env=runtime_env,
                         worker_options=worker_options, on_progress=on_progress, bar=bar,
@@ -527,7 +561,7 @@ def run_batch(pattern: Any, tasks: Sequence[str], *, executor: str = "ray", **kw
     return report.results
 
 
-def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
+def _items(tasks: list[str], digest: str | None, checkpoint_dir: CheckpointDir | None,
            ids: list[tuple[int, str | None]] | None = None, prefix: str = "") -> list[Item]:
     """``(index, task, run_id, resume_from, finished)`` per task: where each run was checkpointed
     before, if anywhere (``ids``: the indexes and run ids, when already known; ``prefix``: put
@@ -546,8 +580,8 @@ def _items(tasks: list[str], digest: str | None, checkpoint_dir: Any,
     return out
 
 
-def _run_local(pattern: Any, items: list[Item], per_worker: int, checkpoint_dir: Any, bar: ProgressBar,
-               commit: str, keep: Callable[[Any], Any] | None = None,
+def _run_local(pattern: BatchPattern, items: list[Item], per_worker: int, checkpoint_dir: CheckpointDir | None,
+               bar: ProgressBar, commit: str, keep: Callable[[RunResult], object] | None = None,
                on_outcome: Callable[[TaskOutcome], None] | None = None) -> BatchReport:
     start = time.perf_counter()
 
@@ -582,7 +616,7 @@ class _RayBatch:
     first outcome per task, re-queues the chunks of a dead worker on the live ones."""
 
     def __init__(self, ray: Any, actors: list[Any], batch_id: str, items: list[Item], size: int, bar: ProgressBar,
-                 checkpoint_dir: str | None, max_chunk_attempts: int,
+                 checkpoint_dir: CheckpointDir | None, max_chunk_attempts: int,
                  on_progress: Callable[[BatchProgress], None] | None,
                  on_outcome: Callable[[TaskOutcome], None] | None = None):
         from ray.exceptions import RayActorError
@@ -593,7 +627,7 @@ class _RayBatch:
         self.total = len(items)
         self.pending = deque(_Chunk(k, items[i:i + size]) for k, i in enumerate(range(0, self.total, size)))
         self.outcomes: list[TaskOutcome | None] = [None] * self.total
-        self.inflight: dict[Any, tuple[int, _Chunk]] = {}
+        self.inflight: dict[object, tuple[int, _Chunk]] = {}  # Ray object refs, only passed back to Ray
         self.load = [0] * len(actors)
         self.live = set(range(len(actors)))
         self.dead = self.requeued = 0
@@ -628,7 +662,7 @@ class _RayBatch:
                 self.inflight[self.actors[w].run_chunk.remote(self.batch_id, chunk.items)] = (w, chunk)
                 self.load[w] += 1
 
-    def collect(self, ref: Any) -> None:
+    def collect(self, ref: object) -> None:
         w, chunk = self.inflight.pop(ref)
         self.load[w] -= 1
         try:
@@ -669,11 +703,11 @@ class _RayBatch:
                      for i, t, rid, _, _ in chunk.items])
 
 
-def _run_ray(config: Any, items: list[Item], *, address: str | None, workers: int | None, per_worker: int,
-             checkpoint_dir: str | None, chunk_size: int | None, runtime_env: dict[str, Any] | None,
-             worker_options: dict[str, Any] | None, on_progress: Callable[[BatchProgress], None] | None,
-             bar: ProgressBar, max_chunk_attempts: int, commit: str,
-             keep: Callable[[Any], Any] | None = None,
+def _run_ray(config: PatternSpec, items: list[Item], *, address: str | None, workers: int | None,
+             per_worker: int, checkpoint_dir: CheckpointDir | None, chunk_size: int | None,
+             runtime_env: Mapping[str, object] | None, worker_options: Mapping[str, object] | None,
+             on_progress: Callable[[BatchProgress], None] | None, bar: ProgressBar, max_chunk_attempts: int,
+             commit: str, keep: Callable[[RunResult], object] | None = None,
              on_outcome: Callable[[TaskOutcome], None] | None = None) -> BatchReport:
     ray = _ray()
     t0 = time.perf_counter()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Sequence
+from typing import Annotated, Callable, Sequence
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -37,7 +37,7 @@ from ..speakers.classify import grouped_failures
 from ..graph.state_graph import StateGraph, state_names
 from ..models import Message, StopReason
 from ..speakers.agent import Agent, Speaker, Turn, check_roster
-from ..speakers.context import LastMessages, check_context, view
+from ..speakers.context import ContextPolicy, LastMessages, check_context, view
 from ..speakers.human import PERSON_BID, USER, Edit, Human, Reject, Say, request
 from ..speakers.respond import BidOutcome
 from ..speakers.tools import has_tools, json_bidder_with_tools
@@ -45,9 +45,9 @@ from .base import ChatContext, OutputType, Pattern, PatternConfig, PatternState,
 from .interrupts import TARGET, WaitPoint, insert_before
 
 
-def group_chat_roster(agents: Any) -> list[Speaker]:
+def group_chat_roster(agents: object) -> list[Speaker]:
     """At least two participants, one of them an agent that bids (people never bid), unique names."""
-    if not check_agents(agents, "GroupChat") or len(agents) < 2:
+    if not check_agents(agents, "GroupChat") or not isinstance(agents, (list, tuple)) or len(agents) < 2:
         raise ConfigError("GroupChat requires at least 2 agents.")
     if all(isinstance(a, Human) for a in agents):
         raise ConfigError("GroupChat needs at least one agent that bids besides its Human participants")
@@ -125,10 +125,10 @@ class GroupChatConfig(PatternConfig):
                              "context_window=N is context=LastMessages(N); give one of them")
         return self
 
-    def policy(self) -> Any:
+    def policy(self) -> ContextPolicy | None:
         """The chat's context policy: ``context``, else ``LastMessages(context_window)``, else None."""
         if self.context is not None:
-            return self.context
+            return check_context(self.context, "GroupChat")  # already checked (the field's validator): typed back
         return LastMessages(self.context_window) if self.context_window is not None else None
 
 
@@ -226,7 +226,7 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     if isinstance(policy, LastMessages):
         rows = view(rows, policy)  # the task, then the last n messages
 
-    def turn(s: Any) -> Turn:  # every bidder shares one view of the rows (no copy per bid)
+    def turn(s: Speaker) -> Turn:  # every bidder shares one view of the rows (no copy per bid)
         others = [n for n in names if n != s.name]
         return Turn(s.name, rows, bid_instruction(s.name, others, last.role, last.content), "bid", ctx.stats)
 
@@ -236,7 +236,7 @@ async def collect_bids(ctx: GroupChatContext) -> dict[str, float]:
     loop = ctx.tool_loop  # the speaking block: a bidder with tools may call them before it bids
     shown = BIDS.get()
 
-    async def heard(s: Any) -> BidOutcome:  # each bid handed to ``shown`` as it comes
+    async def heard(s: Speaker) -> BidOutcome:  # each bid handed to ``shown`` as it comes
         kept = loop.exchanges.get(s.name)
         new = kept is None or not kept.answered  # one kept from before a tool round was given when it came
         b = await loop.bid(s, turn(s))
@@ -284,7 +284,7 @@ class NoBidHeard(ModelCallError):
         return str(self.args[0])
 
 
-def pick_speaker(ctx: GroupChatContext) -> dict[str, Any]:
+def pick_speaker(ctx: GroupChatContext) -> dict[str, object]:
     """best adjusted bid strictly above threshold; ties to the earlier agent"""
     cfg = ctx.config
     recent = set(ctx.state.recent[-max(1, cfg.recency_window):])
@@ -503,7 +503,7 @@ class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig):
 
     config: GroupChatConfig
 
-    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+    def _calls_by_speaker(self) -> list[tuple[Speaker, int]]:
         """Every agent bids every turn; at most max_loops - 1 turns (a turn that posts nothing ends the
         chat; a rejected one counts toward max_loops). People make no model call (``max_calls`` skips them)."""
         return [(a, max(0, self.config.max_loops - 1)) for a in self.config.agents]
@@ -512,12 +512,12 @@ class GroupChat(Pattern, kind="group_chat", config=GroupChatConfig):
         people = [(i, a.name) for i, a in enumerate(self.config.agents) if isinstance(a, Human)]
         return compile_group_chat(description=self.config.description, people=people)
 
-    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
+    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Speaker]]]:
         """Every bidder bids in ``bid``; a bidder with tools may call them there before it bids."""
         return [("bid", [a for a in self.config.agents if isinstance(a, Agent)])]
 
     @property
-    def context_policy(self) -> Any:
+    def context_policy(self) -> ContextPolicy | None:
         """The bidders' context policy (``context``, else ``LastMessages(context_window)``)."""
         return self.config.policy()
 

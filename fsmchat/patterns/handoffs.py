@@ -17,7 +17,7 @@ the agent the answer names first (``"@tech my router is down"``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Sequence
+from typing import Annotated, Literal, Sequence
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -34,9 +34,9 @@ from .base import ChatContext, OutputType, Pattern, PatternConfig, PatternState,
 from .next_speaker import livelocked, named_guard, turns_used, until_met
 
 
-def handoffs_roster(agents: Any) -> list[Speaker]:
+def handoffs_roster(agents: object) -> list[Speaker]:
     """At least two participants, unique names, one of them an agent."""
-    if not check_agents(agents, "Handoffs") or len(agents) < 2:
+    if not check_agents(agents, "Handoffs") or not isinstance(agents, (list, tuple)) or len(agents) < 2:
         raise ConfigError("Handoffs needs at least two participants (the agents that hand the conversation on)")
     if all(isinstance(a, Human) for a in agents):
         raise ConfigError("Handoffs needs at least one Agent besides its Human participants")
@@ -197,7 +197,7 @@ def turn_instruction(ctx: HandoffsContext, name: str) -> str:
             "conversation above, or hand it on.")
 
 
-async def agent_turn(ctx: HandoffsContext, i: int) -> dict[str, Any]:
+async def agent_turn(ctx: HandoffsContext, i: int) -> dict[str, str]:
     """the active agent replies, or hands the conversation on"""
     speaker = ctx.speakers[i]
     assert ctx.state.active == i, f"{speaker.name}'s state entered while {ctx.names[ctx.state.active]} is active"
@@ -218,7 +218,7 @@ async def agent_turn(ctx: HandoffsContext, i: int) -> dict[str, Any]:
     return {"speaker": speaker.name, "handoff": call.target}
 
 
-async def person_turn(ctx: HandoffsContext, i: int) -> dict[str, Any]:
+async def person_turn(ctx: HandoffsContext, i: int) -> dict[str, str]:
     """the person answers; the agent that handed over (or the one they name, "@name") goes on"""
     person = ctx.speakers[i]
     back = ctx.state.source
@@ -233,7 +233,7 @@ async def person_turn(ctx: HandoffsContext, i: int) -> dict[str, Any]:
     return {"speaker": person.name, "back_to": ctx.names[target]}
 
 
-async def turn(ctx: HandoffsContext, i: int) -> dict[str, Any]:
+async def turn(ctx: HandoffsContext, i: int) -> dict[str, str]:
     """the active speaker's turn"""
     if isinstance(ctx.speakers[i], Human):
         return await person_turn(ctx, i)
@@ -314,7 +314,7 @@ class Handoffs(Pattern, kind="handoffs", config=HandoffsConfig):
 
     config: HandoffsConfig
 
-    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+    def _calls_by_speaker(self) -> list[tuple[Speaker, int]]:
         """Each agent at most max_turns turns (people make no model call)."""
         return [(a, self.config.max_turns) for a in self.config.participants]
 
@@ -324,7 +324,7 @@ class Handoffs(Pattern, kind="handoffs", config=HandoffsConfig):
                                 on_reply=cfg.on_reply, until=cfg.until is not None,
                                 people=sorted(people_in(cfg.participants)), description=cfg.description)
 
-    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
+    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Speaker]]]:
         agents = self.config.participants
         states = state_names([a.name for a in agents], reserved=["seed", "stop"], fallback="speaker")
         return [(state, [a]) for state, a in zip(states, agents) if isinstance(a, Agent)]

@@ -11,13 +11,17 @@ import difflib
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from ..engine import mark_replayable
 from ..errors import ConfigError, bad_value
 from ..graph.state_graph import Guard, StateGraph, Transition, state_names
 from ..models import StopReason
 from ..speakers.human import USER, Input, Reject, Say, request
+from .context import ChatContext
+from .run_context import RunContext
+
+C = TypeVar("C")
 
 TARGET = "<target>"  # in WaitPoint.exits: the interrupted state (before) / its old exits (after)
 
@@ -29,7 +33,7 @@ class WaitPoint:
     ``"<final>"`` (the level's final state) or a state name. For ``after``, the interrupted state's
     own exits follow."""
 
-    action: Callable[[Any], Any]
+    action: Callable[[Any], object]  # a function of the context of whichever pattern or flow holds the point
     exits: list[tuple[str, Guard[Any] | None, str]]
     description: str
 
@@ -37,7 +41,7 @@ class WaitPoint:
 PointFor = Callable[[str, str, StateGraph], WaitPoint]  # (where: before|after, qualified name, level) -> point
 
 
-def check_names(value: Any, field: str, owner: str) -> tuple[str, ...]:
+def check_names(value: object, field: str, owner: str) -> tuple[str, ...]:
     """``interrupt_before``/``interrupt_after`` as a tuple of state names (None: none)."""
     if value is None:
         return ()
@@ -97,19 +101,19 @@ def _dest(g: StateGraph, dest: str, target: str) -> str:
     return target if dest == TARGET else _final_of(g) if dest == "<final>" else dest
 
 
-def answered(action: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def answered(action: Callable[[C], object]) -> Callable[[C], object]:
     """``action`` as a wait state's: once it returns (it had the person's answer), its step says it is
     replayable, so a durable run commits the answer together with the step after it (the answer
     and what it leads to land at once; a crash before that commit leaves the run waiting, and the
     answer is given again). A step that stops to wait, or posts, is committed at once anyway."""
     if inspect.iscoroutinefunction(action):
-        async def async_wait(ctx: Any) -> Any:
+        async def async_wait(ctx: C) -> object:
             out = await action(ctx)
             mark_replayable()
             return out
         return functools.update_wrapper(async_wait, action)
 
-    def wait(ctx: Any) -> Any:
+    def wait(ctx: C) -> object:
         out = action(ctx)
         mark_replayable()
         return out
@@ -161,7 +165,7 @@ def add_interrupts(graph: StateGraph, before: Sequence[str], after: Sequence[str
 
 
 # ---- the generic point of a conversation pattern (ChatContext) ----
-def rejected(ctx: Any) -> bool:
+def rejected(ctx: RunContext) -> bool:
     """the person rejected going on"""
     return bool(ctx.people.verdict == "reject")
 
@@ -184,7 +188,7 @@ def chat_point(where: str, qualified: str, g: StateGraph) -> WaitPoint:
                "say": f"post your message (as {USER!r}), then go on",
                "reject": "stop the run here (stop reason 'stopped')"}
 
-    def review(ctx: Any) -> str:
+    def review(ctx: ChatContext) -> str:
         answer: Input = ctx.people.ask(request(where, f"{where} {qualified}: go on?", allowed,
                                         proposed={"next" if where == "before" else "done": qualified}))
         ctx.people.verdict = answer.kind
@@ -195,7 +199,7 @@ def chat_point(where: str, qualified: str, g: StateGraph) -> WaitPoint:
         return answer.kind
 
     review.__name__ = f"ask_{where}_{qualified.replace('.', '_')}"
-    exits: list[tuple[str, Guard[Any] | None, str]] = [(stop_state(g), rejected, "rejected")]
+    exits: list[tuple[str, Guard[ChatContext] | None, str]] = [(stop_state(g), rejected, "rejected")]
     if where == "before":
         exits.append((TARGET, None, "approved"))
     return WaitPoint(review, exits, f"waits for a person: go on {where} {short}? (approve, say or reject)")

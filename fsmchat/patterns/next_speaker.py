@@ -15,15 +15,60 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Annotated, Any, Callable, Mapping, Optional, Sequence
+from typing import Annotated, Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence, TypeGuard, TypeVar
 
-from ..config.convert import Travels
+from ..config.convert import ConfigWriter, Travels
 from ..errors import ConfigError, ConfigTypeError
 from ..graph.state_graph import reached
-from ..models import Message
+from ..models import Message, Transcript
+from ..speakers.agent import Speaker
+
+C = TypeVar("C")
+V = TypeVar("V")
 
 
-def check_allowed(allowed: Any, names: Sequence[str], owner: str, *, start: str | None = None,
+class DiGraphLike(Protocol):
+    """What is read of a networkx ``DiGraph`` (networkx has no types)."""
+
+    @property
+    def nodes(self) -> Iterable[object]: ...
+
+    @property
+    def edges(self) -> Iterable[tuple[object, object]]: ...
+
+    def successors(self, n: object) -> Iterable[object]: ...
+
+
+class SteeredConfig(Protocol):
+    """The stops a steered pattern's config holds (``SelectorConfig``, ``HandoffsConfig``)."""
+
+    @property
+    def until(self) -> Callable[[list[Message]], object] | None: ...
+
+    @property
+    def livelock_repeats(self) -> int | None: ...
+
+    @property
+    def max_turns(self) -> int: ...
+
+
+class SteeredContext(Protocol):
+    """What the stops read of a steered pattern's context."""
+
+    @property
+    def config(self) -> SteeredConfig: ...
+
+    @property
+    def transcript(self) -> Transcript: ...
+
+    @property
+    def speakers(self) -> list[Speaker]: ...
+
+    @property
+    def turn(self) -> int: ...
+
+
+def check_allowed(allowed: object, names: Sequence[str], owner: str, *, start: str | None = None,
                   allow_repeat: bool = True) -> dict[str, list[str]] | None:
     """``allowed`` as ``{speaker: [who may follow it, in roster order]}`` (None: anyone may follow anyone).
 
@@ -93,7 +138,7 @@ def check_allowed(allowed: Any, names: Sequence[str], owner: str, *, start: str 
     return follows
 
 
-def is_digraph(value: Any) -> bool:
+def is_digraph(value: object) -> TypeGuard[DiGraphLike]:
     """Whether ``value`` is a networkx ``DiGraph`` (networkx is not imported for it: a DiGraph
     exists only once its user imported networkx)."""
     nx = sys.modules.get("networkx")
@@ -126,12 +171,15 @@ def repeated_cycle(messages: Sequence[Message], repeats: int, longest: int) -> i
     return None
 
 
-def allowed_data(w: Any, value: Any, what: str) -> dict[str, list[str]] | None:
+def allowed_data(w: ConfigWriter, value: object, what: str) -> dict[str, list[str]] | None:
     """``allowed`` as a config holds it: ``{name: [names]}`` (a DiGraph's edges, in its order)."""
     if value is None:
         return None
     if is_digraph(value):
         return {str(a): [str(b) for b in value.successors(a)] for a in value.nodes}
+    if not isinstance(value, Mapping):  # check_allowed refused it when the config was made
+        raise ConfigTypeError(f"{what}: allowed={value!r} is invalid: a dict {{speaker: [who may follow]}} or a "
+                              "networkx DiGraph")
     return {str(a): [str(b) for b in follow] for a, follow in value.items()}
 
 
@@ -139,14 +187,14 @@ AllowedField = Annotated[Any, Travels(Optional[dict[str, list[str]]], allowed_da
 """The type of an ``allowed`` field: a dict or a DiGraph, written as a dict of lists."""
 
 
-def named_guard(fn: Callable[[Any, int], bool], i: int) -> Callable[[Any], bool]:
+def named_guard(fn: Callable[[C, int], bool], i: int) -> Callable[[C], bool]:
     """``fn(ctx, i)`` as a guard with ``fn``'s name and docstring (one small function for a guard per speaker)."""
-    def guard(ctx: Any) -> bool:
+    def guard(ctx: C) -> bool:
         return fn(ctx, i)
     return functools.update_wrapper(guard, fn)
 
 
-def renamed(kwargs: dict[str, Any], aliases: Mapping[str, str], owner: str) -> dict[str, Any]:
+def renamed(kwargs: Mapping[str, V], aliases: Mapping[str, str], owner: str) -> dict[str, V]:
     """``kwargs`` with the reference libraries' spellings (``aliases``: theirs -> ours) renamed;
     both spellings at once are refused."""
     out = dict(kwargs)
@@ -159,18 +207,18 @@ def renamed(kwargs: dict[str, Any], aliases: Mapping[str, str], owner: str) -> d
 
 
 # ---- the stops both steered patterns check after each turn (their configs hold until, livelock_repeats, max_turns) ----
-def until_met(ctx: Any) -> bool:
+def until_met(ctx: SteeredContext) -> bool:
     """the until condition holds"""
     fn = ctx.config.until
     return fn is not None and bool(fn(ctx.transcript.messages))
 
 
-def livelocked(ctx: Any) -> bool:
+def livelocked(ctx: SteeredContext) -> bool:
     """a cycle of speakers said the same texts livelock_repeats times"""
     n = ctx.config.livelock_repeats
     return n is not None and repeated_cycle(ctx.transcript.messages[1:], n, len(ctx.speakers)) is not None
 
 
-def turns_used(ctx: Any) -> bool:
+def turns_used(ctx: SteeredContext) -> bool:
     """max_turns turns were taken"""
     return bool(ctx.turn >= ctx.config.max_turns)

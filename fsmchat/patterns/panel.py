@@ -16,7 +16,7 @@ experts, synthesis) are passed on by ``add_turns``, as every turn-taking pattern
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Collection, Sequence
+from typing import Annotated, Collection, Sequence, TypeVar
 
 from pydantic import AfterValidator, Field
 
@@ -34,9 +34,10 @@ from .base import (PERSON_NOTE, ChatContext, OutputType, Pattern, PatternConfig,
 
 TOO_FEW_EXPERTS = "At least two expert agents are required for a panel discussion."
 NO_MODERATOR = "A moderator agent is required for panel discussion."
+T = TypeVar("T")
 
 
-def experts_list(agents: Any) -> Any:
+def experts_list(agents: T) -> T:
     """A list (or None: the roster may be set later; ``run`` needs two experts and a moderator)."""
     check_agents(agents, "ExpertPanelDiscussion")
     return agents
@@ -99,7 +100,7 @@ class PanelState(PatternState):
     opener: str = ""  # the current round's opener
     answers: list[tuple[str, str]] = field(default_factory=list)  # (expert, reply) of the current round
 
-    def restore(self, scratch: dict[str, Any]) -> None:
+    def restore(self, scratch: dict[str, object]) -> None:
         """Set the fields a ``snapshot`` holds (the answers back to pairs)."""
         super().restore(scratch)
         self.answers = [(name, reply) for name, reply in self.answers]  # stored as lists
@@ -310,7 +311,7 @@ class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
         if self.config.agents is not None or self.config.moderator is not None:  # run() checks again
             self._roster()
 
-    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+    def _calls_by_speaker(self) -> list[tuple[Speaker, int]]:
         """Briefings (1 + N), then per round the moderator twice and each expert once: 1 + N + R(N + 2)."""
         experts, moderator = self._roster()
         rounds = self.config.max_rounds
@@ -325,7 +326,7 @@ class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
         *experts, chair = check_roster([*agents, moderator], "ExpertPanelDiscussion")
         return experts, chair
 
-    def _check_run(self, task: Any) -> None:
+    def _check_run(self, task: object) -> None:
         self._roster()
         check_task(task, "ExpertPanelDiscussion")
 
@@ -333,7 +334,7 @@ class ExpertPanelDiscussion(Pattern, kind="expert_panel", config=PanelConfig):
         experts, moderator = self._roster()
         return compile_panel([e.name for e in experts], moderator.name, people=people_in([*experts, moderator]))
 
-    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
+    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Speaker]]]:
         experts, moderator = self._roster()
         states = state_names([e.name for e in experts], reserved=["brief", "open_round", "synthesize", "stop"],
                              fallback="speaker")

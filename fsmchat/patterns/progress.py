@@ -6,7 +6,10 @@ hides it. Used by every batch: a pattern's local ``run_batch`` and ``fsmchat.pat
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich is imported only when a bar is shown
+    from rich.progress import Progress
 
 
 def progress_wanted(progress: bool | None) -> bool:
@@ -23,7 +26,7 @@ class ProgressBar:
 
     def __init__(self, total: int, progress: bool | None, label: str):
         self.total, self.done, self.failed = total, 0, 0
-        self.bar: Any = None
+        self.bar: Progress | None = None
         if progress_wanted(progress):
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \

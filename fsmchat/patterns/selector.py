@@ -18,7 +18,7 @@ speaker (``selector_fallback``). With one candidate left no call is made. ``cand
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Callable, Sequence
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -57,9 +57,13 @@ class SelectionError(ConfigError):
     """
 
 
-def selector_roster(agents: Any) -> list[Speaker]:
+Selector = Callable[..., object]
+"""A selector function (AutoGen's ``selector_func``): the messages -> the next speaker's name, or None."""
+
+
+def selector_roster(agents: object) -> list[Speaker]:
     """At least two participants, unique names."""
-    if not check_agents(agents, "SelectorGroupChat") or len(agents) < 2:
+    if not check_agents(agents, "SelectorGroupChat") or not isinstance(agents, (list, tuple)) or len(agents) < 2:
         raise ConfigError("SelectorGroupChat needs at least two participants")
     return check_roster(agents, "SelectorGroupChat")
 
@@ -146,9 +150,15 @@ class SelectorConfig(PatternConfig):
             return given
         return {a: [b for b in names if b != a or self.allow_repeat] for a in names}
 
-    def picker(self) -> Any:
+    def picker(self) -> Agent | Selector:
         """The selector as it runs: the given one, or ``Agent("selector")``."""
-        return self.selector if self.selector is not None else Agent("selector")
+        sel = self.selector
+        if sel is None:
+            return Agent("selector")
+        if not isinstance(sel, Agent) and not callable(sel):  # _check refuses it: an Agent or a function
+            raise ConfigError(f"SelectorGroupChat: selector={sel!r} is invalid: an Agent (asked with a forced "
+                              "select_speaker tool), a function fn(messages) -> name, or None for Agent('selector')")
+        return sel
 
 
 @dataclass
@@ -194,7 +204,7 @@ class SelectorContext(ChatContext):
 
     config: SelectorConfig = field(kw_only=True)
     state: SelectorState = field(default_factory=SelectorState)
-    selector: Any = None
+    selector: Agent | Selector | None = None
     follows: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -229,13 +239,13 @@ def in_turn(ctx: SelectorContext, prev: int | None) -> list[str]:
     return narrowed
 
 
-async def select_next(ctx: SelectorContext, prev: int | None) -> dict[str, Any]:
+async def select_next(ctx: SelectorContext, prev: int | None) -> dict[str, object]:
     """the selector picks the next speaker among the allowed candidates"""
     mark_replayable()  # a pick does nothing outside the run: asked again after a crash, committed with the turn
     pool = in_turn(ctx, prev)
     name, by = await pick(ctx, pool)
     ctx.state.next = ctx.names.index(name)
-    out = {"speaker": name, "by": by, "candidates": pool}
+    out: dict[str, object] = {"speaker": name, "by": by, "candidates": pool}
     ctx.events.append({"event": "selected", "turn": ctx.turn, **out})
     return out
 
@@ -246,11 +256,13 @@ async def pick(ctx: SelectorContext, pool: list[str]) -> tuple[str, str]:
     if len(pool) == 1:
         return pool[0], "only_candidate"
     sel = ctx.selector
+    if sel is None:
+        raise TypeError("SelectorGroupChat: the run's context has no selector")
     if not isinstance(sel, Agent):
         chosen = sel(ctx.transcript.messages)
         if chosen is None:
             return pool[0], "fallback"
-        if chosen not in pool:
+        if not isinstance(chosen, str) or chosen not in pool:
             raise SelectionError(f"SelectorGroupChat: selector returned {chosen!r}, which may not speak now "
                                  f"(candidates: {', '.join(map(repr, pool))}); return one of them, or None")
         return chosen, "function"
@@ -278,7 +290,7 @@ def instruction(ctx: SelectorContext, pool: Sequence[str]) -> str:
     return selector_instruction(ctx.config.selector_prompt, roles, history)
 
 
-def role_of(speaker: Any) -> str:
+def role_of(speaker: object) -> str:
     """What a candidate does, for the selector: its description, else its system prompt's first line."""
     text = getattr(speaker, "description", "") or getattr(speaker, "system_prompt", "") or ""
     return text.strip().splitlines()[0][:200] if text.strip() else ""
@@ -388,15 +400,15 @@ class SelectorGroupChat(Pattern, kind="selector_group_chat", config=SelectorConf
     ALIASES = {"allow_repeated_speaker": "allow_repeat", "candidate_func": "candidates",
                "selector_func": "selector"}
 
-    def __init__(self, *args: Any, interrupt_before: Sequence[str] | None = None,
-                 interrupt_after: Sequence[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: object, interrupt_before: Sequence[str] | None = None,
+                 interrupt_after: Sequence[str] | None = None, **kwargs: object) -> None:
         super().__init__(*args, interrupt_before=interrupt_before, interrupt_after=interrupt_after,
                          **renamed(kwargs, self.ALIASES, "SelectorGroupChat"))
 
-    def _calls_by_speaker(self) -> list[tuple[Any, int]]:
+    def _calls_by_speaker(self) -> list[tuple[Speaker, int]]:
         """Each participant at most max_turns replies; an Agent selector max_turns x max_selector_attempts."""
         cfg = self.config
-        calls: list[tuple[Any, int]] = [(a, cfg.max_turns) for a in cfg.participants]
+        calls: list[tuple[Speaker, int]] = [(a, cfg.max_turns) for a in cfg.participants]
         sel = self._selector()
         if isinstance(sel, Agent):
             calls.append((sel, cfg.max_turns * cfg.max_selector_attempts))
@@ -407,7 +419,7 @@ class SelectorGroupChat(Pattern, kind="selector_group_chat", config=SelectorConf
         return compile_selector(cfg.follows(), start=cfg.start, until=cfg.until is not None,
                                 people=sorted(people_in(cfg.participants)), description=cfg.description)
 
-    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:
+    def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Speaker]]]:
         agents = self.config.participants
         states = state_names([a.name for a in agents], reserved=["seed", "select", "stop"], fallback="speaker")
         return [(state, [a]) for state, a in zip(states, agents)]
@@ -417,7 +429,7 @@ class SelectorGroupChat(Pattern, kind="selector_group_chat", config=SelectorConf
         return SelectorContext(task, list(cfg.participants), config=cfg, selector=self._selector(),
                                follows=cfg.follows())
 
-    def _selector(self) -> Any:
+    def _selector(self) -> Agent | Selector:
         sel = self.config.picker()
         if self.config.selector is None:  # the same default agent every run (its calls are counted under its name)
             sel = self.__dict__.setdefault("_default_selector", sel)

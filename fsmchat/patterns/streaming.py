@@ -15,12 +15,18 @@ import collections
 import queue
 import signal
 import threading
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from enum import Enum
+from types import FrameType
+from typing import AsyncIterator, Awaitable, Callable, Iterator
 
 from ..errors import attach_result, result_of
-from ..models import StreamItem
+from ..models import RunResult, StreamItem
 
-Start = Callable[[Callable[[Any], None]], Awaitable[Any]]  # given a sink for items, runs and returns the result
+Start = Callable[[Callable[[StreamItem], None]], Awaitable[RunResult]]  # given a sink for items, runs and returns the result
+
+
+class _End(Enum):
+    DONE = 0  # put after a run's last item: the stream is over
 
 
 class RunStream:
@@ -42,7 +48,7 @@ class RunStream:
 
     async def _aiter(self) -> AsyncIterator[StreamItem]:
         items = _Items()
-        done = object()
+        done = _End.DONE
         runner = asyncio.ensure_future(self._start(items.put))
         runner.add_done_callback(lambda _: items.put(done))
         try:
@@ -72,11 +78,11 @@ class RunStream:
         partial result (``result_of``). A Ctrl-C in the loop's body, a break or an error there
         closes this generator, which cancels the run the same way."""
         loop = asyncio.new_event_loop()
-        items: collections.deque[Any] = collections.deque()
-        done = object()
+        items: collections.deque[StreamItem | _End] = collections.deque()
+        done = _End.DONE
         wake = True  # an item stops the loop's run_forever (not once the run is over)
 
-        def put(item: Any) -> None:
+        def put(item: StreamItem | _End) -> None:
             items.append(item)
             if wake:
                 loop.stop()  # the current pass of the loop ends, then run_forever returns
@@ -126,21 +132,25 @@ class RunStream:
         """A loop runs in this thread (a notebook cell, async code iterating with ``for``): the run
         goes on an event loop of its own in a worker thread, each item handed over the moment it
         happens; leaving early cancels the run there."""
-        items: queue.SimpleQueue[Any] = queue.SimpleQueue()  # C-level put/get: one item per token
-        done = object()
-        box: dict[str, Any] = {}
+        items: queue.SimpleQueue[StreamItem | _End] = queue.SimpleQueue()  # C-level put/get: one item per token
+        done = _End.DONE
+        running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[object]]] = []  # the run's loop and task
+        ran: list[RunResult] = []  # the run's result, once it is over
+        failed: list[BaseException] = []  # or what it raised, handed to the iterating thread and raised there
         started = threading.Event()
 
-        async def main() -> Any:
-            box["loop"], box["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        async def main() -> RunResult:
+            task = asyncio.current_task()
+            if task is not None:  # always, in a coroutine asyncio.run runs
+                running.append((asyncio.get_running_loop(), task))
             started.set()
             return await self._start(items.put)
 
         def worker() -> None:
             try:
-                box["result"] = asyncio.run(main())
+                ran.append(asyncio.run(main()))
             except BaseException as exc:  # handed to the iterating thread, raised there
-                box["error"] = exc
+                failed.append(exc)
             finally:
                 started.set()
                 items.put(done)
@@ -153,14 +163,14 @@ class RunStream:
                 if item is done:
                     break
                 yield item
-            if "error" in box:
-                raise box["error"]
-            yield box["result"]
+            if failed:
+                raise failed[0]
+            yield ran[0]
         finally:
             if thread.is_alive():  # the caller left early (break, an error, Ctrl-C): cancel the run
                 started.wait()
-                if "task" in box:
-                    box["loop"].call_soon_threadsafe(box["task"].cancel)
+                for loop, task in running:
+                    loop.call_soon_threadsafe(task.cancel)
                 thread.join()
 
 
@@ -172,7 +182,7 @@ class _CtrlC:
 
     __slots__ = ("loop", "runner", "stepping", "pressed", "installed")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, runner: asyncio.Future[Any]):
+    def __init__(self, loop: asyncio.AbstractEventLoop, runner: asyncio.Future[RunResult]):
         self.loop, self.runner = loop, runner
         self.stepping = self.pressed = False
         self.installed = (threading.current_thread() is threading.main_thread()
@@ -180,7 +190,7 @@ class _CtrlC:
         if self.installed:
             signal.signal(signal.SIGINT, self.handle)
 
-    def handle(self, signum: int, frame: Any) -> None:
+    def handle(self, signum: int, frame: FrameType | None) -> None:
         if not self.stepping or self.pressed:
             signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt here
         self.pressed = True
@@ -192,7 +202,7 @@ class _CtrlC:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _outcome(runner: asyncio.Future[Any]) -> Any:
+def _outcome(runner: asyncio.Future[RunResult]) -> object:
     """What an ended run leaves: its result, or the partial result its error or cancellation carries."""
     try:
         return runner.result()
@@ -207,22 +217,22 @@ class _Items:
     __slots__ = ("items", "waiter")
 
     def __init__(self) -> None:
-        self.items: collections.deque[Any] = collections.deque()
+        self.items: collections.deque[StreamItem | _End] = collections.deque()
         self.waiter: asyncio.Future[None] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.items)
 
-    def put(self, item: Any) -> None:
+    def put(self, item: StreamItem | _End) -> None:
         self.items.append(item)
         waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def take(self) -> Any:
+    def take(self) -> StreamItem | _End:
         return self.items.popleft()
 
-    async def get(self) -> Any:
+    async def get(self) -> StreamItem | _End:
         while not self.items:
             self.waiter = asyncio.get_running_loop().create_future()
             await self.waiter
