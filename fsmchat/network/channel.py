@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
 
 from ..engine import GraphRun
 from ..graph.state_graph import StateGraph
@@ -32,6 +33,12 @@ from .resume import StoredChannel, context_data
 from .speaking import ChannelSpeaking
 from .stats import TurnStats
 from .store import KnowledgeStore
+
+if TYPE_CHECKING:
+    from .client import HubClient
+
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class HubLink:
@@ -64,14 +71,24 @@ class HubLink:
     notify: Callable[[NetworkEvent], None]  # to the hub's listeners
     route: Callable[[Envelope], None]  # to each audience member's client
     client_stats: Callable[[str], "TurnStats | None"]  # a registered client's own counts, else None
-    admit: Callable[[Any], None]  # HubClosed / NetworkError for a closed hub or an unregistered client
+    admit: Callable[["HubClient"], None]  # HubClosed / NetworkError for a closed hub or an unregistered client
     max_custom_events: int = MAX_CUSTOM_EVENTS
     max_event_bytes: int = MAX_EVENT_BYTES
     tools: ToolLoop | None = None  # the hub's tool sources: each started once per hub, stopped by aclose
-    tokens: Callable[[], Callable[[Any], None] | None] = lambda: None  # the hub's token sink, None unheard
+    tokens: Callable[[], Callable[[object], None] | None] = lambda: None  # the hub's token sink, None unheard
 
 
-def _retrieve(fut: "asyncio.Future[Any]") -> None:
+class TurnTask(Protocol):
+    """A model call a handler runs under its channel (``track_turn``): an ``asyncio`` task of any result."""
+
+    def cancel(self) -> bool: ...
+
+    def done(self) -> bool: ...
+
+    def __await__(self) -> Generator[object, None, object]: ...
+
+
+def _retrieve(fut: "asyncio.Future[None]") -> None:
     if not fut.cancelled():
         fut.exception()  # mark retrieved: nobody awaiting an open is not an error
 
@@ -114,7 +131,7 @@ class ChannelRuntime:
         self._changed = asyncio.Event()
         self._opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._opened.add_done_callback(_retrieve)
-        self._turn_tasks: set[asyncio.Future[object]] = set()
+        self._turn_tasks: set[TurnTask] = set()
         ctx.emit = self._emit
         self.speaking = ChannelSpeaking(ctx, emit=self._emit, save=self._save, notify=self.notify,
                                         tokens=link.tokens, sources=link.tools)
@@ -188,7 +205,7 @@ class ChannelRuntime:
         """The channel's accepted envelopes, in order."""
         return self._link.store.read(self.ctx.channel_id)
 
-    def turn_tasks(self) -> list["asyncio.Future[Any]"]:
+    def turn_tasks(self) -> list[TurnTask]:
         """The model calls running for this channel (``track_turn`` registered them)."""
         return list(self._turn_tasks)
 
@@ -269,8 +286,8 @@ class ChannelRuntime:
             self._opened.cancel()
 
     # ---- a participant's actions (sender always the client's own id) ----
-    def submit(self, client: Any, event_type: str, *, text: str | None = None,
-               data: dict[str, Any] | None = None) -> Envelope:
+    def submit(self, client: "HubClient", event_type: str, *, text: str | None = None,
+               data: dict[str, object] | None = None) -> Envelope:
         """A text (turn-gated) or a custom event from ``client``; ``ProtocolError`` and nothing recorded
         if refused."""
         self._link.admit(client)
@@ -306,7 +323,7 @@ class ChannelRuntime:
         self._save()
         return env
 
-    def ack(self, client: Any, accept: bool) -> Envelope:
+    def ack(self, client: "HubClient", accept: bool) -> Envelope:
         """``client`` accepts (or rejects) its invite; the last ack opens the channel, a reject closes it."""
         self._link.admit(client)
         me, ctx, cid = client.agent_id, self.ctx, self.ctx.channel_id
@@ -336,7 +353,7 @@ class ChannelRuntime:
         self._save()
         return env
 
-    def close_by(self, client: Any, reason: str) -> str:
+    def close_by(self, client: "HubClient", reason: str) -> str:
         """A participant closes the channel for everyone; idempotent, returns the reason in effect."""
         self._link.admit(client)
         if client.agent_id not in self.ctx.order:
@@ -406,7 +423,7 @@ class ChannelRuntime:
         return out
 
     # ---- turns a handler runs ----
-    async def track_turn(self, task: "asyncio.Future[Any]") -> object:
+    async def track_turn(self, task: "asyncio.Future[T]") -> T | None:
         """Await a model call registered under this channel (cancelled if the channel ends first).
         Returns None when it was cancelled that way; re-raises the call's own exception."""
         self._turn_tasks.add(task)
