@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..engine import GraphRun
 from ..graph.state_graph import StateGraph
@@ -30,14 +29,13 @@ from .expectations import due
 from .graphs import LIFECYCLE, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, LIFECYCLE_PENDING, \
     ChannelContext, send_invites, ttl_elapsed
 from .resume import StoredChannel, context_data
+from .services import T, TurnTask
 from .speaking import ChannelSpeaking
 from .stats import TurnStats
 from .store import KnowledgeStore
 
 if TYPE_CHECKING:
     from .client import HubClient
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,8 +53,7 @@ class HubLink:
         max_event_bytes: The cap on one custom event's size.
         tools: The hub's ``ToolLoop`` whose tool sources (MCP servers) every channel shares: each
             is started once per hub, on first use, and stopped by ``hub.aclose()``.
-        tokens: The hub's token sink now (``hub.on_token``), or None when no one listens: a reply
-            streams only to a sink.
+        tokens: The hub's token sink now (``hub.on_token``), or None when none listens (a reply streams only to a sink).
 
     Examples:
         >>> from fsmchat.network import HubLink, MemoryKnowledgeStore
@@ -76,16 +73,6 @@ class HubLink:
     max_event_bytes: int = MAX_EVENT_BYTES
     tools: ToolLoop | None = None  # the hub's tool sources: each started once per hub, stopped by aclose
     tokens: Callable[[], Callable[[object], None] | None] = lambda: None  # the hub's token sink, None unheard
-
-
-class TurnTask(Protocol):
-    """A model call a handler runs under its channel (``track_turn``): an ``asyncio`` task of any result."""
-
-    def cancel(self) -> bool: ...
-
-    def done(self) -> bool: ...
-
-    def __await__(self) -> Generator[object, None, object]: ...
 
 
 def _retrieve(fut: "asyncio.Future[None]") -> None:
@@ -121,13 +108,11 @@ class ChannelRuntime:
     """
 
     def __init__(self, ctx: ChannelContext, link: HubLink, stored: StoredChannel | None = None):
-        self.ctx = ctx
-        self._link = link
+        self.ctx, self._link = ctx, link
         self.stats = TurnStats()
         self.call_stats = CallStats()  # token usage and HTTP attempts of the channel's Agent model calls
         self.failure: TurnFailed | None = None  # the first failed turn (the round robin stalls there)
-        self._seq = 0
-        self._custom_events = 0
+        self._seq = self._custom_events = 0
         self._changed = asyncio.Event()
         self._opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._opened.add_done_callback(_retrieve)

@@ -24,7 +24,7 @@ from ..speakers.llm import CallStats
 from ..speakers.tool_loop import ToolLoop
 from ..speakers.tools import has_tools
 from .adapter import DISCUSSION, DiscussionState, check_knobs, participant_order
-from .channel import ChannelRuntime, HubLink, TurnTask
+from .channel import ChannelRuntime, HubLink
 from .client import Channel, DeliveryCounter, Handler, HubClient, wait_for_text_count
 from .clock import Clock, monotonic
 from .errors import HubClosed, NetworkError, NotFoundError, ProtocolError
@@ -33,6 +33,7 @@ from .expectations import DEFAULT_EXPECTATIONS, Expectation, parse_seconds
 from .graphs import ChannelContext
 from .handler import DefaultHandler
 from .resume import read_channel
+from .services import TurnTask
 from .stats import TurnStats
 from .store import KnowledgeStore, MemoryKnowledgeStore
 from .view import check_channel_context

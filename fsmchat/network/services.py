@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..speakers.agent import Turn
 from ..speakers.llm import CallStats
@@ -26,6 +27,17 @@ if TYPE_CHECKING:
     from .client import HubClient
 
 T = TypeVar("T")
+
+
+class TurnTask(Protocol):
+    """A model call a handler runs under its channel (``track_turn``): an ``asyncio`` task of any result."""
+
+    def cancel(self) -> bool: ...
+
+    def done(self) -> bool: ...
+
+    def __await__(self) -> Generator[object, None, object]: ...
+
 
 HANDLER_COUNTS = ("deliveries", "skipped_deliveries", "model_calls", "replies", "wasted_calls")
 """The ``TurnStats`` counts a handler keeps through ``HubServices.count``.
