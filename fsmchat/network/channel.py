@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..engine import GraphRun
 from ..graph.state_graph import StateGraph
@@ -29,13 +29,10 @@ from .expectations import due
 from .graphs import LIFECYCLE, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, LIFECYCLE_PENDING, \
     ChannelContext, send_invites, ttl_elapsed
 from .resume import StoredChannel, context_data
-from .services import T, TurnTask
+from .services import Participant, T, TurnTask
 from .speaking import ChannelSpeaking
 from .stats import TurnStats
 from .store import KnowledgeStore
-
-if TYPE_CHECKING:
-    from .client import HubClient
 
 
 @dataclass(frozen=True)
@@ -68,7 +65,7 @@ class HubLink:
     notify: Callable[[NetworkEvent], None]  # to the hub's listeners
     route: Callable[[Envelope], None]  # to each audience member's client
     client_stats: Callable[[str], "TurnStats | None"]  # a registered client's own counts, else None
-    admit: Callable[["HubClient"], None]  # HubClosed / NetworkError for a closed hub or an unregistered client
+    admit: Callable[[Participant], None]  # HubClosed / NetworkError for a closed hub or an unregistered client
     max_custom_events: int = MAX_CUSTOM_EVENTS
     max_event_bytes: int = MAX_EVENT_BYTES
     tools: ToolLoop | None = None  # the hub's tool sources: each started once per hub, stopped by aclose
@@ -271,7 +268,7 @@ class ChannelRuntime:
             self._opened.cancel()
 
     # ---- a participant's actions (sender always the client's own id) ----
-    def submit(self, client: "HubClient", event_type: str, *, text: str | None = None,
+    def submit(self, client: Participant, event_type: str, *, text: str | None = None,
                data: dict[str, object] | None = None) -> Envelope:
         """A text (turn-gated) or a custom event from ``client``; ``ProtocolError`` and nothing recorded
         if refused."""
@@ -308,7 +305,7 @@ class ChannelRuntime:
         self._save()
         return env
 
-    def ack(self, client: "HubClient", accept: bool) -> Envelope:
+    def ack(self, client: Participant, accept: bool) -> Envelope:
         """``client`` accepts (or rejects) its invite; the last ack opens the channel, a reject closes it."""
         self._link.admit(client)
         me, ctx, cid = client.agent_id, self.ctx, self.ctx.channel_id
@@ -338,7 +335,7 @@ class ChannelRuntime:
         self._save()
         return env
 
-    def close_by(self, client: "HubClient", reason: str) -> str:
+    def close_by(self, client: Participant, reason: str) -> str:
         """A participant closes the channel for everyone; idempotent, returns the reason in effect."""
         self._link.admit(client)
         if client.agent_id not in self.ctx.order:

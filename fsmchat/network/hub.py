@@ -33,7 +33,7 @@ from .expectations import DEFAULT_EXPECTATIONS, Expectation, parse_seconds
 from .graphs import ChannelContext
 from .handler import DefaultHandler
 from .resume import read_channel
-from .services import TurnTask
+from .services import Participant, TurnTask
 from .stats import TurnStats
 from .store import KnowledgeStore, MemoryKnowledgeStore
 from .view import check_channel_context
@@ -180,7 +180,7 @@ class Hub:
         """The registered agent ids, in registration order."""
         return list(self._clients)
 
-    def _admit(self, client: HubClient) -> None:
+    def _admit(self, client: Participant) -> None:
         self._check_open()
         if self._clients.get(client.agent_id) is not client:
             raise NetworkError(f"client '{client.agent_id}' is not registered with this hub")

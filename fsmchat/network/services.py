@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+class Participant(Protocol):
+    """Who a channel's ``submit``, ``ack`` and ``close_by`` act for: a registered client (``HubClient``)."""
+
+    @property
+    def agent_id(self) -> str: ...
+
+
 class TurnTask(Protocol):
     """A model call a handler runs under its channel (``track_turn``): an ``asyncio`` task of any result."""
 
