@@ -54,7 +54,7 @@ class PatternStepFrame(Frame):
     start: int = 0
     seed: dict[str, Any] | None = None
     via: str | None = None
-    saved: dict[str, Any] = field(default_factory=dict)
+    saved: dict[str, object] = field(default_factory=dict)
 
 
 class PatternStep(Block):
@@ -202,7 +202,7 @@ class PatternStep(Block):
                 return out
             return functools.update_wrapper(action, fn) if fn is not None else action
 
-        def guarded(fn: Guard[ChatContext], label: str) -> Guard[FlowContext]:
+        def guarded(fn: Guard[ChatContext], label: str | None) -> Guard[FlowContext]:
             """``fn`` on the pattern's context; remembers ``label`` when it passes."""
             def guard(ctx: FlowContext) -> bool:
                 ok = bool(fn(live(ctx)))
@@ -262,7 +262,7 @@ def _fallback(g: StateGraph, state: str) -> str | None:
     return out[0].label if out and g.states[out[0].dest].final else None
 
 
-def _label(label: object) -> Any:
+def _label(label: object) -> str | None:
     return None if label is None else str(label)
 
 

@@ -132,13 +132,13 @@ class Task(Declared, kind="task", config=TaskConfig, owner="Task"):
     """
 
     # the model's fields, as the flow reads them (attributes of ``config``)
-    handler: Callable[..., Any] | None
+    handler: Callable[..., object] | None
     agent: Agent | None
     name: str | None
     action: str | None
     on_error: OnError
     max_retries: int
-    should_run: Callable[[Any], bool] | None
+    should_run: Callable[[FlowContext], bool] | None
     retry_delay: float
     post: bool
     save_as: str | None
@@ -229,7 +229,7 @@ class Block(Declared):
         """The tasks this block runs itself (not those of the steps it holds)."""
         return []
 
-    def compacted_agents(self) -> list[Any]:
+    def compacted_agents(self) -> list[Agent]:
         """The agents of this block whose turns draw a compaction (``Summarize``): none by default."""
         return []
 

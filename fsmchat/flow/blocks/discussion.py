@@ -86,7 +86,7 @@ class DiscussionFrame(LinesFrame):
     OPTIONAL = ("met",)
     t: int = 0
     lines: list[str] = field(default_factory=AppendLog)
-    topic: Any = None
+    topic: object = None
     met: bool | None = None
 
     def __post_init__(self) -> None:
@@ -181,7 +181,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         """The tasks this block runs itself (not those of the steps it holds)."""
         return list(self.tasks)
 
-    def compacted_agents(self) -> list[Any]:
+    def compacted_agents(self) -> list[Agent]:
         """The speakers' agents: the ``turn`` state draws a compaction when one follows ``Summarize``."""
         return [t.agent for t in self.tasks if t.agent is not None]
 
