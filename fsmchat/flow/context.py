@@ -175,7 +175,7 @@ class FlowContext(RunContext):
             return self.previous_result
         if name == "transcript" and name not in self.variables:
             return [m.content for m in self.transcript]
-        value: Any = self.variables
+        value: object = self.variables
         for part in name.split("."):
             if isinstance(value, dict) and part in value:
                 value = value[part]

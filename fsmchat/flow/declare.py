@@ -88,7 +88,7 @@ ROUTES = Form(dict[str, list[AnyStep]], _dump_routes, _load_routes, default=REQU
 """Key -> steps."""
 FUNCTION = Form(Annotated[Optional[str], REF], _dump_fn, _load_fn)
 """A module-level function, by import path."""
-ITEMS = Form(str | list[Any], lambda w, v, what: v if isinstance(v, str) else jsonable(v, what),
+ITEMS = Form(str | list[object], lambda w, v, what: v if isinstance(v, str) else jsonable(v, what),
              lambda r, d, what: d, default="items")
 """A variable's name, or a literal list (as JSON)."""
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Annotated, Any, Sequence, Sized
 
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, model_validator
@@ -54,9 +55,11 @@ def _owner(info: ValidationInfo) -> str:
     return f"AgentFlow {info.data.get('name', 'flow')!r}"
 
 
-def _flow_steps(steps: Any) -> list[Any]:
+def _flow_steps(steps: object) -> list[object]:
     if not steps:
         raise ConfigError("AgentFlow needs at least one step")
+    if not isinstance(steps, Iterable):
+        raise TypeError(f"'{type(steps).__name__}' object is not iterable")  # what iterating it would say
     return [as_step(s) for s in steps]  # a pattern wrapped; a step of no known kind refused now, by type
 
 

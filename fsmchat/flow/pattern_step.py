@@ -52,7 +52,7 @@ class PatternStepFrame(Frame):
 
     task: str = ""
     start: int = 0
-    seed: dict[str, Any] | None = None
+    seed: dict[str, object] | None = None
     via: str | None = None
     saved: dict[str, object] = field(default_factory=dict)
 
