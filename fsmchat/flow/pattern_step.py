@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from ..config.convert import ConfigWriter, PatternSpec, pattern_config
 from ..errors import ConfigError

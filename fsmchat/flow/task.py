@@ -6,7 +6,7 @@ its model, in its class line, ``class Loop(Block, kind="loop", config=LoopConfig
 ask the block itself, so a new kind touches none of them."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Callable, Literal, Optional, Sequence
 
 from pydantic import model_validator
 
