@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import re
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 from ..speakers.deadline import call_within
 from ..errors import (BudgetExceeded, ConfigError, DeadlineExceeded, FsmchatError, Interrupted, fatal_error,
                       limit_reached)
-from ..graph.state_graph import Guard, StateGraph, state_names
+from ..graph.state_graph import Guard, Reason, StateGraph, state_names
 from ..graph.turns import Exit
-from ..models import StopReason, shorten
+from ..models import RunResult, StopReason, shorten
 from ..patterns.interrupts import TARGET, WaitPoint
 from ..speakers.agent import Turn
 from ..speakers.human import USER, Edit, Reject, Say, request
@@ -55,7 +55,10 @@ def branch_reason(ctx: FlowContext) -> StopReason:
     return {"failed": StopReason.ERROR, "stopped": StopReason.STOPPED}.get(ctx.status, StopReason.DONE)
 
 
-def named(fn: Callable[..., Any], name: str, doc: str = "") -> Callable[..., Any]:
+Fn = TypeVar("Fn", bound=Callable[..., object])
+
+
+def named(fn: Fn, name: str, doc: str = "") -> Fn:
     fn.__name__ = state_names([name], fallback="step")[0]  # a label: the state-name rule
     fn.__doc__ = doc
     return fn
@@ -195,7 +198,8 @@ class Compiler:
         self._ids += 1
         return self._ids
 
-    def sequence(self, steps: Sequence[Any], name: str, final: str = "done", reason: Any = None,
+    def sequence(self, steps: Sequence[object], name: str, final: str = "done",
+                 reason: str | Reason[FlowContext] | None = None,
                  description: str = "") -> StateGraph[FlowContext]:
         g = StateGraph(name, context=FlowContext, description=description)
         names = state_names(step_names(steps), reserved=[final], fallback="step")
@@ -311,11 +315,15 @@ def forked(child: FlowContext) -> FlowContext:
     return child
 
 
-_LIMIT_ERRORS = {StopReason.DEADLINE: DeadlineExceeded, StopReason.BUDGET: BudgetExceeded}
+_LIMIT_ERRORS: dict[StopReason | str, type[FsmchatError]] = {StopReason.DEADLINE: DeadlineExceeded,
+                                                           StopReason.BUDGET: BudgetExceeded}
 
 
-def join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext, list[Any]], Any]:
-    def join(ctx: FlowContext, runs: list[tuple[FlowContext, Any]]) -> dict[str, Any]:
+Join = Callable[[FlowContext, list[tuple[FlowContext, RunResult]]], dict[str, object]]
+
+
+def join_to(out_var: str, unset: tuple[str, ...] = ()) -> Join:
+    def join(ctx: FlowContext, runs: list[tuple[FlowContext, RunResult]]) -> dict[str, object]:
         """Merge the child runs in declaration order: a branch's variable overrides only if that
         branch changed it (compared with the value at the fork); nothing is merged (or posted)
         unless every branch ran to its end."""
@@ -325,7 +333,7 @@ def join_to(out_var: str, unset: tuple[str, ...] = ()) -> Callable[[FlowContext,
             hit = _LIMIT_ERRORS.get(r.stop_reason)
             if hit is not None:  # a branch stopped at a budget or the deadline: so does the parent
                 raise hit(f"a branch stopped at its {r.stop_reason} limit")
-        outputs = []
+        outputs: list[object] = []
         for c, _r in runs:
             at_fork = c.at_fork
             for k, v in c.variables.items():

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, ClassVar, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar, Union
 
 from ..errors import ConfigError
+from ..events import JsonShapeError, as_list, as_object, get_opt_str, get_str
 from ..patterns.run_context import RunContext
 from ..speakers.llm import CallStats
 from ..store.checkpoint import NotSerializable, decode, encode
 from ..store.statelog import AppendLog, Frozen
+
+if TYPE_CHECKING:
+    from ..patterns.context import ChatContext
 
 _VAR = re.compile(r"\{\{\s*([\w.]+)\s*(\[\s*-?\d*\s*(?::\s*-?\d*\s*)?\])?\s*\}\}")
 
@@ -98,7 +103,7 @@ class Frame:
         return {k: v for k, v in state.items() if v is not None or k not in self.OPTIONAL}
 
     @classmethod
-    def from_state(cls: type[F], state: dict[str, object]) -> F:
+    def from_state(cls: type[F], state: Mapping[str, object]) -> F:
         """The frame a checkpoint stored (a field it lacks takes its default)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in state.items() if k in names})
@@ -139,13 +144,13 @@ class FlowContext(RunContext):
         self.status = "running"  # running | completed | failed | stopped | waiting (for a person)
         self.error: BaseException | None = None
         # per-block working state, keyed by block id (a restored one is a dict until its block reads it)
-        self.frames: dict[int, Union[Frame, dict[str, Any]]] = {}
+        self.frames: dict[int, Union[Frame, Mapping[str, object]]] = {}
         # the live context of each pattern run as a step, by block id (not stored: rebuilt from its frame)
-        self.nested: dict[int, Any] = {}
+        self.nested: dict[int, ChatContext] = {}
         # each agent's own prompts and replies this run (AgentFlow(memory=True)); None: agents remember nothing
         self.memory: dict[str, list[dict[str, str]]] | None = None
         # a branch run's variables and agents' memory lengths at its fork (what the join merges against)
-        self.at_fork: dict[str, Any] = {}
+        self.at_fork: dict[str, object] = {}
         self.memory_at_fork: dict[str, int] = {}
         # variable -> (block id, the text set): a Discussion's lines joined, rebuilt from them on restore
         self.joined: dict[str, tuple[int, str]] = {}
@@ -170,7 +175,7 @@ class FlowContext(RunContext):
             return self.previous_result
         if name == "transcript" and name not in self.variables:
             return [m.content for m in self.transcript]
-        value: Any = self.variables
+        value: object = self.variables
         for part in name.split("."):
             if isinstance(value, dict) and part in value:
                 value = value[part]
@@ -273,22 +278,27 @@ class FlowContext(RunContext):
             state["joined"] = self._joined_state
         return state
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: dict[str, object]) -> None:
         """Set the working state back to a checkpoint's ``snapshot`` (on resume)."""
+        where = "flow checkpoint"
         self.variables.clear()
-        self.variables.update(decode(state["variables"]))
+        self.variables.update(as_object(decode(state["variables"]), f"{where}.variables"))
         self.previous_result = state["previous_result"]
-        self.steps[:] = state["steps"]
-        self.status = state["status"]
-        if state["error"] is not None:
-            self.error = RuntimeError(state["error"])
+        self.steps[:] = [as_object(s, f"{where}.steps") for s in as_list(state["steps"], f"{where}.steps")]
+        self.status = get_str(state, "status", where)
+        error = get_opt_str(state, "error", where)
+        if error is not None:
+            self.error = RuntimeError(error)
         frames = decode(state["frames"])  # {"1": frame} (an older fsmchat: {"__dict__": [[1, frame]]})
-        self.frames = {int(k): v for k, v in frames.items()}
+        self.frames = {int(k): as_object(v, f"{where}.frames") for k, v in as_object(frames, where).items()}
         self.restore_shared(state)
         memory = state.get("memory", self.memory)
-        self.memory = None if memory is None else {k: AppendLog(v) for k, v in memory.items()}
+        self.memory = None if memory is None else \
+            {k: AppendLog(as_list(v, f"{where}.memory")) for k, v in as_object(memory, f"{where}.memory").items()}
         self.joined.clear()
-        for name, key in state.get("joined", {}).items():  # a Discussion's lines, as stored
+        for name, key in as_object(state.get("joined", {}), f"{where}.joined").items():  # a Discussion's lines
+            if not isinstance(key, int):
+                raise JsonShapeError(f"{where}.joined.{name}: expected an integer, got {type(key).__name__}")
             stored = self.frames[key]
             lines = stored.lines if isinstance(stored, LinesFrame) else \
                 LinesFrame.from_state(stored).lines if isinstance(stored, dict) else []
@@ -342,6 +352,14 @@ def _num(x: str) -> float | None:
         return float(x)
     except ValueError:
         return None
+
+
+Operand = TypeVar("Operand", float, str)
+
+
+def _compare(op: str, a: Operand, b: Operand) -> bool:
+    """``a op b`` for a condition's operator (two numbers, or two words)."""
+    return {"==": a == b, "!=": a != b, ">": a > b, "<": a < b, ">=": a >= b, "<=": a <= b}[op]
 
 
 _OPERAND = re.compile(r"""^(\{\{\s*[\w.]+\s*\}\}|[^{}<>=!]+|'[^']*'|"[^"]*")$""")
@@ -404,13 +422,10 @@ def compile_condition(condition: object, what: str = "condition") -> Callable[[F
             return right.lower() in left.lower()
         ln, rn = _num(left), _num(right)
         if ln is not None and rn is not None:
-            a: Any = ln
-            b: Any = rn
-        else:
-            a, b = left.strip("'\"").lower(), right.strip("'\"").lower()
-            if o in (">", "<", ">=", "<="):
-                return False
-        return bool({"==": a == b, "!=": a != b, ">": a > b, "<": a < b, ">=": a >= b, "<=": a <= b}[o])
+            return _compare(o, ln, rn)
+        if o in (">", "<", ">=", "<="):
+            return False
+        return _compare(o, left.strip("'\"").lower(), right.strip("'\"").lower())
 
     evaluate.__name__ = re.sub(r"\W+", "_", _VAR.sub(r"\1", expr)).strip("_")[:40] or "condition"
     evaluate.__doc__ = expr

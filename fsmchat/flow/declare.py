@@ -21,7 +21,7 @@ from ..config.values import jsonable, opt_ref
 from ..errors import invalid_config
 from ..patterns.declare import bind_arguments, field_parameters
 
-REQUIRED: Any = object()  # a config-form field with no default (its live default only says "missing")
+REQUIRED: object = object()  # a config-form field with no default (its live default only says "missing")
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,10 @@ class Form:
         label: How ``what`` names the field (by default its name): ``"Discussion 'd' speaker"``.
     """
 
-    data: Any
-    dump: Callable[[ConfigWriter, Any, str], Any]
-    load: Callable[[ConfigReader, Any, str], Any]
-    default: Any = None
+    data: object
+    dump: Callable[[ConfigWriter, object, str], object]
+    load: Callable[[ConfigReader, object, str], object]
+    default: object = None
     expression: str | None = None
     label: str | None = None
 
@@ -50,16 +50,24 @@ def _dump_fn(w: ConfigWriter, value: object, what: str) -> str | None:
     return opt_ref(value, what)
 
 
-def _load_fn(r: ConfigReader, data: Any, what: str) -> Any:
-    return r.fn(data, what)
+def _load_fn(r: ConfigReader, data: object, what: str) -> object:
+    return r.fn(data if isinstance(data, str) else None, what)  # its Form's data: an import path, or None
 
 
 def _dump_steps(w: ConfigWriter, value: object, what: str) -> list[object]:
     return w.steps(value or [])
 
 
-def _load_steps(r: ConfigReader, data: Any, what: str) -> list[Any]:
-    return r.steps(data)
+def _load_steps(r: ConfigReader, data: object, what: str) -> list[object]:
+    return r.steps(data if isinstance(data, list) else [])  # its Form's data: a list of steps
+
+
+def _dump_routes(w: ConfigWriter, value: object, what: str) -> dict[str, list[object]]:
+    return {k: w.steps(s) for k, s in value.items()} if isinstance(value, dict) else {}  # route's check: a dict
+
+
+def _load_routes(r: ConfigReader, data: object, what: str) -> dict[str, list[object]]:
+    return {k: r.steps(s) for k, s in data.items()} if isinstance(data, dict) else {}  # its Form's data: a dict
 
 
 STEPS = Form(list[AnyStep], _dump_steps, _load_steps, default=REQUIRED)
@@ -76,12 +84,11 @@ Examples:
 """
 MORE_STEPS = Form(list[AnyStep], _dump_steps, _load_steps, default=list)
 """Steps that may be left out (``else_steps``, a route's ``default``)."""
-ROUTES = Form(dict[str, list[AnyStep]], lambda w, v, what: {k: w.steps(s) for k, s in v.items()},
-              lambda r, d, what: {k: r.steps(s) for k, s in d.items()}, default=REQUIRED)
+ROUTES = Form(dict[str, list[AnyStep]], _dump_routes, _load_routes, default=REQUIRED)
 """Key -> steps."""
 FUNCTION = Form(Annotated[Optional[str], REF], _dump_fn, _load_fn)
 """A module-level function, by import path."""
-ITEMS = Form(str | list[Any], lambda w, v, what: v if isinstance(v, str) else jsonable(v, what),
+ITEMS = Form(str | list[object], lambda w, v, what: v if isinstance(v, str) else jsonable(v, what),
              lambda r, d, what: d, default="items")
 """A variable's name, or a literal list (as JSON)."""
 
@@ -129,7 +136,7 @@ def form_of(field: FieldInfo) -> Form | None:
     return next((m for m in field.metadata if isinstance(m, Form)), None)
 
 
-LATER_BLOCK_FIELDS: dict[str, Any] = {"context": None}
+LATER_BLOCK_FIELDS: dict[str, object] = {"context": None}
 """A block's config fields added after version 1 (a Discussion's ``context``), with the value that
 leaves them out of a config."""
 
@@ -137,7 +144,7 @@ leaves them out of a config."""
 class BlockSpec(ConfigSpec):
     """What every block kind's config form is: its fields, and ``build`` (the block again)."""
 
-    block_type: ClassVar[Any] = None  # the block class the kind builds
+    block_type: ClassVar[type[Declared] | None] = None  # the block class the kind builds
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
@@ -148,6 +155,7 @@ class BlockSpec(ConfigSpec):
     def build(self, r: ConfigReader) -> object:
         """The block, built from the fields (each live one loaded by its ``Form``)."""
         block = self.block_type
+        assert block is not None and block.Config is not None  # block_spec derived this form from both
         values: dict[str, object] = {}
         for name, f in block.Config.model_fields.items():
             form, data = form_of(f), getattr(self, name)
@@ -160,10 +168,12 @@ class BlockSpec(ConfigSpec):
         return block(**values)
 
 
-def block_spec(block: Any, kind: str, owner: str) -> type[BlockSpec]:
+def block_spec(block: type[Declared], kind: str, owner: str) -> type[BlockSpec]:
     """Derive the config form of ``block`` (a Block class with a ``Config`` model) under ``kind``."""
-    fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
-    for name, f in block.Config.model_fields.items():
+    config = block.Config
+    assert config is not None  # Declared.__init_subclass__ refuses a kind without one
+    fields: dict[str, Any] = {"kind": (Literal[kind], kind)}  # create_model's field definitions (type forms)
+    for name, f in config.model_fields.items():
         form = form_of(f)
         default = f.default if form is None or form.default is None else form.default
         data = f.annotation if form is None else form.data
@@ -178,22 +188,23 @@ def block_spec(block: Any, kind: str, owner: str) -> type[BlockSpec]:
         fields[name] = (data, info)
         if form is not None and form.expression is not None:
             fields[form.expression] = (Optional[str], Field(None))
-    spec = create_model(block.Config.__name__.removesuffix("Config") + "Spec", __base__=BlockSpec,
+    spec = create_model(config.__name__.removesuffix("Config") + "Spec", __base__=BlockSpec,
                         __module__=block.__module__, **fields)
     spec.__qualname__ = f"{block.__qualname__}.Spec"
-    spec.__doc__ = f"The config form of ``{block.__name__}`` (kind {kind!r}), derived from ``{block.Config.__name__}``."
+    spec.__doc__ = f"The config form of ``{block.__name__}`` (kind {kind!r}), derived from ``{config.__name__}``."
     spec.owner = owner
     spec.block_type = block
     return spec
 
 
-def spec_of(block: Any, w: ConfigWriter) -> BlockSpec:
+def spec_of(block: Declared, w: ConfigWriter) -> BlockSpec:
     """``block`` as its config form: each field as it is, or written by its ``Form``."""
     spec: type[BlockSpec] = type(block).Spec
-    values: dict[str, Any] = {}
-    for name, f in type(block).Config.model_fields.items():
+    values: dict[str, object] = {}
+    for name, f in type(block.config).model_fields.items():
         form, value = form_of(f), getattr(block.config, name)
-        what = f"{spec.owner} {block.config.name!r} {form.label or name}" if form is not None else name
+        what = f"{spec.owner} {getattr(block.config, 'name', None)!r} {form.label or name}" if form is not None \
+            else name
         if form is None:
             values[name] = value
         elif form.expression is not None:
@@ -209,7 +220,7 @@ class DeclaredField:
     def __init__(self, name: str):
         self.name = name
 
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+    def __get__(self, obj: Declared | None, owner: type | None = None) -> object:
         if obj is None:
             return self
         return getattr(obj.config, self.name)
@@ -227,7 +238,7 @@ class Declared:
     kind: ClassVar[str | None] = None
     Config: ClassVar[type[BlockConfig] | None] = None
     Spec: ClassVar[type[BlockSpec]]
-    config: Any  # the step's validated model (its kind's ``Config``)
+    config: BlockConfig  # the step's validated model (its kind's ``Config``)
 
     def __init_subclass__(cls, kind: str | None = None, config: type[BlockConfig] | None = None,
                           owner: str | None = None, **kw: object) -> None:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import copy
-from typing import Annotated, Any, Sequence
+from collections.abc import Iterable
+from typing import Annotated, Any, Sequence, Sized
 
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, model_validator
 
@@ -21,7 +22,7 @@ from ..store.checkpoint import NotSerializable, encode
 from .compile import Compiler, StepError, bound, check_templates, flow_point, walk_steps
 from .context import FlowContext
 from .pattern_step import as_step
-from .task import Block, as_task
+from .task import Block, Task, as_task
 
 _REASON = {"completed": StopReason.DONE, "failed": StopReason.ERROR, "stopped": StopReason.STOPPED,
            "running": StopReason.DONE, "waiting": StopReason.INTERRUPTED}
@@ -34,15 +35,15 @@ def _flow_reason(ctx: FlowContext) -> StopReason:
 _blocks_in = walk_steps
 
 
-def _tasks_in(steps: Sequence[Any]) -> list[Any]:
+def _tasks_in(steps: Sequence[object]) -> list[Task]:
     """Every Task the steps run (a Discussion's speakers included)."""
-    found: list[Any] = []
+    found: list[Task] = []
     for s in _blocks_in(steps):
         found += s.own_tasks() if isinstance(s, Block) else [as_task(s)]
     return found
 
 
-def _agents_in(steps: Sequence[Any]) -> list[Agent]:
+def _agents_in(steps: Sequence[object]) -> list[Agent]:
     return [t.agent for t in _tasks_in(steps) if t.agent is not None]
 
 
@@ -54,9 +55,11 @@ def _owner(info: ValidationInfo) -> str:
     return f"AgentFlow {info.data.get('name', 'flow')!r}"
 
 
-def _flow_steps(steps: Any) -> list[Any]:
+def _flow_steps(steps: object) -> list[object]:
     if not steps:
         raise ConfigError("AgentFlow needs at least one step")
+    if not isinstance(steps, Iterable):
+        raise TypeError(f"'{type(steps).__name__}' object is not iterable")  # what iterating it would say
     return [as_step(s) for s in steps]  # a pattern wrapped; a step of no known kind refused now, by type
 
 
@@ -66,13 +69,15 @@ def _variables(variables: object) -> dict[str, object]:
     return dict(variables or {})
 
 
-def _roster(agents: Any, info: ValidationInfo) -> list[Agent] | None:
-    check_agents(agents, _owner(info))
-    for a in agents or []:
+def _roster(agents: object, info: ValidationInfo) -> list[Agent] | None:
+    check_agents(agents, _owner(info))  # None, a list or a tuple
+    roster: list[Agent] = []
+    for a in agents if isinstance(agents, (list, tuple)) else []:
         if not isinstance(a, Agent):
             raise bad_value(_owner(info), "agents", agents, "the flow's roster, a list of Agent "
                             f"objects (found a {type(a).__name__})", type_error=True)
-    return list(agents) if agents is not None else None
+        roster.append(a)
+    return roster if agents is not None else None
 
 
 def _memory(memory: object, info: ValidationInfo) -> bool:
@@ -289,7 +294,7 @@ class AgentFlow(Pattern, kind="flow", config=FlowConfig):
         out: dict[str, object] = self.run(input)
         return out
 
-    def max_calls(self, *, requests: bool = False, **lengths: Any) -> int:
+    def max_calls(self, *, requests: bool = False, **lengths: int | Sized) -> int:
         """Return the most model calls one run of this flow can make.
 
         A loop's length is the one given here or its declared ``max_items``; a loop with neither

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from ..config.convert import ConfigWriter, PatternSpec, pattern_config
 from ..errors import ConfigError
@@ -52,9 +52,9 @@ class PatternStepFrame(Frame):
 
     task: str = ""
     start: int = 0
-    seed: dict[str, Any] | None = None
+    seed: dict[str, object] | None = None
     via: str | None = None
-    saved: dict[str, Any] = field(default_factory=dict)
+    saved: dict[str, object] = field(default_factory=dict)
 
 
 class PatternStep(Block):
@@ -202,7 +202,7 @@ class PatternStep(Block):
                 return out
             return functools.update_wrapper(action, fn) if fn is not None else action
 
-        def guarded(fn: Guard[ChatContext], label: str) -> Guard[FlowContext]:
+        def guarded(fn: Guard[ChatContext], label: str | None) -> Guard[FlowContext]:
             """``fn`` on the pattern's context; remembers ``label`` when it passes."""
             def guard(ctx: FlowContext) -> bool:
                 ok = bool(fn(live(ctx)))
@@ -262,7 +262,7 @@ def _fallback(g: StateGraph, state: str) -> str | None:
     return out[0].label if out and g.states[out[0].dest].final else None
 
 
-def _label(label: object) -> Any:
+def _label(label: object) -> str | None:
     return None if label is None else str(label)
 
 

@@ -6,7 +6,7 @@ its model, in its class line, ``class Loop(Block, kind="loop", config=LoopConfig
 ask the block itself, so a new kind touches none of them."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Callable, Literal, Optional, Sequence
 
 from pydantic import model_validator
 
@@ -25,16 +25,16 @@ if TYPE_CHECKING:
 OnError = Literal["stop", "continue", "retry"]
 
 
-def _agent_spec(w: ConfigWriter, a: Any, what: str) -> AgentSpec | None:
-    return w.agent(a) if a is not None else None
+def _agent_spec(w: ConfigWriter, a: object, what: str) -> AgentSpec | None:
+    return w.agent(a) if isinstance(a, Agent) else None  # TaskConfig holds an Agent or None
 
 
-def _human_spec(w: ConfigWriter, h: Any, what: str) -> HumanSpec | None:
-    return human_spec(h) if h is not None else None
+def _human_spec(w: ConfigWriter, h: object, what: str) -> HumanSpec | None:
+    return human_spec(h) if isinstance(h, Human) else None  # TaskConfig holds a Human or None
 
 
-def _built(r: ConfigReader, data: Any, what: str) -> Any:
-    return data.build(r) if data is not None else None
+def _built(r: ConfigReader, data: object, what: str) -> object:
+    return data.build(r) if isinstance(data, (AgentSpec, HumanSpec)) else None  # its Form's data: one, or None
 
 
 AGENT = Form(Optional[AgentSpec], _agent_spec, _built)
@@ -44,18 +44,18 @@ PERSON = Form(Optional[HumanSpec], _human_spec, _built)
 class TaskConfig(BlockConfig):
     """A Task's parameters, declared once (see ``Task``)."""
 
-    handler: Annotated[Any, FUNCTION] = None
-    agent: Annotated[Any, AGENT] = None
+    handler: Annotated[object, FUNCTION] = None
+    agent: Annotated[object, AGENT] = None
     name: Optional[str] = None
     action: Optional[str] = None
-    on_error: Any = "stop"
+    on_error: object = "stop"
     max_retries: Annotated[int, Count(0, "retries under on_error='retry'")] = 0
-    should_run: Annotated[Any, FUNCTION] = None
+    should_run: Annotated[object, FUNCTION] = None
     retry_delay: Annotated[float, Amount(ge=0, meaning="seconds before the first retry")] = 0.1
-    post: Any = True
-    save_as: Any = None
-    append_to: Any = None
-    person: Annotated[Any, PERSON] = None
+    post: object = True
+    save_as: object = None
+    append_to: object = None
+    person: Annotated[object, PERSON] = None
 
     @model_validator(mode="after")
     def _check(self) -> "TaskConfig":
@@ -132,13 +132,13 @@ class Task(Declared, kind="task", config=TaskConfig, owner="Task"):
     """
 
     # the model's fields, as the flow reads them (attributes of ``config``)
-    handler: Callable[..., Any] | None
+    handler: Callable[..., object] | None
     agent: Agent | None
     name: str | None
     action: str | None
     on_error: OnError
     max_retries: int
-    should_run: Callable[[Any], bool] | None
+    should_run: Callable[[FlowContext], bool] | None
     retry_delay: float
     post: bool
     save_as: str | None
@@ -229,7 +229,7 @@ class Block(Declared):
         """The tasks this block runs itself (not those of the steps it holds)."""
         return []
 
-    def compacted_agents(self) -> list[Any]:
+    def compacted_agents(self) -> list[Agent]:
         """The agents of this block whose turns draw a compaction (``Summarize``): none by default."""
         return []
 

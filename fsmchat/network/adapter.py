@@ -80,7 +80,7 @@ def check_knobs(knobs: Mapping[str, object] | None) -> dict[str, object]:
     return {"ordering": ordering, **({"max_texts": max_texts} if max_texts is not None else {})}
 
 
-def participant_order(creator: str, targets: Sequence[str], known: Iterable[str]) -> list[str]:
+def participant_order(creator: str, targets: Sequence[object], known: Iterable[str]) -> list[str]:
     """The channel's participant order (docs/semantics.md): the creator first, then the targets in order.
 
     When the creator is listed among the targets, the targets' order is kept as given (the
@@ -104,15 +104,17 @@ def participant_order(creator: str, targets: Sequence[str], known: Iterable[str]
     """
     known = set(known)
     seen: set[str] = set()
+    ids: list[str] = []
     for t in targets:
         if not isinstance(t, str):
             raise ProtocolError(f"discussion targets are agent ids (str), got {type(t).__name__} {t!r}")
         if t in seen:
             raise ProtocolError(f"discussion target {t!r} is listed twice")
         seen.add(t)
+        ids.append(t)
         if t != creator and t not in known:
             raise NotFoundError(f"discussion target {t!r} is not a registered agent; registered: {sorted(known)}")
-    order = list(targets) if creator in seen else [creator, *targets]
+    order = ids if creator in seen else [creator, *ids]
     if len(order) < 2:
         raise ProtocolError(f"a discussion needs at least 2 participants (creator first, then targets), "
                             f"got {order}")

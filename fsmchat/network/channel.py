@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..engine import GraphRun
 from ..graph.state_graph import StateGraph
@@ -29,9 +29,11 @@ from .expectations import due
 from .graphs import LIFECYCLE, LIFECYCLE_ACTIVE, LIFECYCLE_CLOSED, LIFECYCLE_EXPIRED, LIFECYCLE_PENDING, \
     ChannelContext, send_invites, ttl_elapsed
 from .resume import StoredChannel, context_data
+from .services import Participant, T, TurnTask
 from .speaking import ChannelSpeaking
 from .stats import TurnStats
 from .store import KnowledgeStore
+
 
 @dataclass(frozen=True)
 class HubLink:
@@ -48,8 +50,7 @@ class HubLink:
         max_event_bytes: The cap on one custom event's size.
         tools: The hub's ``ToolLoop`` whose tool sources (MCP servers) every channel shares: each
             is started once per hub, on first use, and stopped by ``hub.aclose()``.
-        tokens: The hub's token sink now (``hub.on_token``), or None when no one listens: a reply
-            streams only to a sink.
+        tokens: The hub's token sink now (``hub.on_token``), or None when none listens (a reply streams only to a sink).
 
     Examples:
         >>> from fsmchat.network import HubLink, MemoryKnowledgeStore
@@ -64,14 +65,14 @@ class HubLink:
     notify: Callable[[NetworkEvent], None]  # to the hub's listeners
     route: Callable[[Envelope], None]  # to each audience member's client
     client_stats: Callable[[str], "TurnStats | None"]  # a registered client's own counts, else None
-    admit: Callable[[Any], None]  # HubClosed / NetworkError for a closed hub or an unregistered client
+    admit: Callable[[Participant], None]  # HubClosed / NetworkError for a closed hub or an unregistered client
     max_custom_events: int = MAX_CUSTOM_EVENTS
     max_event_bytes: int = MAX_EVENT_BYTES
     tools: ToolLoop | None = None  # the hub's tool sources: each started once per hub, stopped by aclose
-    tokens: Callable[[], Callable[[Any], None] | None] = lambda: None  # the hub's token sink, None unheard
+    tokens: Callable[[], Callable[[object], None] | None] = lambda: None  # the hub's token sink, None unheard
 
 
-def _retrieve(fut: "asyncio.Future[Any]") -> None:
+def _retrieve(fut: "asyncio.Future[None]") -> None:
     if not fut.cancelled():
         fut.exception()  # mark retrieved: nobody awaiting an open is not an error
 
@@ -104,17 +105,15 @@ class ChannelRuntime:
     """
 
     def __init__(self, ctx: ChannelContext, link: HubLink, stored: StoredChannel | None = None):
-        self.ctx = ctx
-        self._link = link
+        self.ctx, self._link = ctx, link
         self.stats = TurnStats()
         self.call_stats = CallStats()  # token usage and HTTP attempts of the channel's Agent model calls
         self.failure: TurnFailed | None = None  # the first failed turn (the round robin stalls there)
-        self._seq = 0
-        self._custom_events = 0
+        self._seq = self._custom_events = 0
         self._changed = asyncio.Event()
         self._opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._opened.add_done_callback(_retrieve)
-        self._turn_tasks: set[asyncio.Future[object]] = set()
+        self._turn_tasks: set[TurnTask] = set()
         ctx.emit = self._emit
         self.speaking = ChannelSpeaking(ctx, emit=self._emit, save=self._save, notify=self.notify,
                                         tokens=link.tokens, sources=link.tools)
@@ -188,7 +187,7 @@ class ChannelRuntime:
         """The channel's accepted envelopes, in order."""
         return self._link.store.read(self.ctx.channel_id)
 
-    def turn_tasks(self) -> list["asyncio.Future[Any]"]:
+    def turn_tasks(self) -> list[TurnTask]:
         """The model calls running for this channel (``track_turn`` registered them)."""
         return list(self._turn_tasks)
 
@@ -269,8 +268,8 @@ class ChannelRuntime:
             self._opened.cancel()
 
     # ---- a participant's actions (sender always the client's own id) ----
-    def submit(self, client: Any, event_type: str, *, text: str | None = None,
-               data: dict[str, Any] | None = None) -> Envelope:
+    def submit(self, client: Participant, event_type: str, *, text: str | None = None,
+               data: dict[str, object] | None = None) -> Envelope:
         """A text (turn-gated) or a custom event from ``client``; ``ProtocolError`` and nothing recorded
         if refused."""
         self._link.admit(client)
@@ -306,7 +305,7 @@ class ChannelRuntime:
         self._save()
         return env
 
-    def ack(self, client: Any, accept: bool) -> Envelope:
+    def ack(self, client: Participant, accept: bool) -> Envelope:
         """``client`` accepts (or rejects) its invite; the last ack opens the channel, a reject closes it."""
         self._link.admit(client)
         me, ctx, cid = client.agent_id, self.ctx, self.ctx.channel_id
@@ -336,7 +335,7 @@ class ChannelRuntime:
         self._save()
         return env
 
-    def close_by(self, client: Any, reason: str) -> str:
+    def close_by(self, client: Participant, reason: str) -> str:
         """A participant closes the channel for everyone; idempotent, returns the reason in effect."""
         self._link.admit(client)
         if client.agent_id not in self.ctx.order:
@@ -406,7 +405,7 @@ class ChannelRuntime:
         return out
 
     # ---- turns a handler runs ----
-    async def track_turn(self, task: "asyncio.Future[Any]") -> object:
+    async def track_turn(self, task: "asyncio.Future[T]") -> T | None:
         """Await a model call registered under this channel (cancelled if the channel ends first).
         Returns None when it was cancelled that way; re-raises the call's own exception."""
         self._turn_tasks.add(task)

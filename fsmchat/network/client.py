@@ -4,8 +4,9 @@ and an app's wait for a channel's texts (``wait_for_text_count``)."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
+from ..speakers.speaker import Speaker
 from ..speakers.tool_loop import RUN_TOOLS, ToolLoop
 from .adapter import DISCUSSION
 from .channel import ChannelRuntime
@@ -17,7 +18,7 @@ from .stats import TurnStats
 if TYPE_CHECKING:
     from .hub import Hub
 
-Handler = Callable[["HubClient", Envelope], Any]
+Handler = Callable[["HubClient", Envelope], object]
 
 
 class DeliveryCounter:
@@ -66,7 +67,7 @@ class HubClient:
         (HubClient('alice'), True, Channel('discussion-1', as 'bob'))
     """
 
-    def __init__(self, hub: "Hub", agent_id: str, speaker: object, handler: Handler):
+    def __init__(self, hub: "Hub", agent_id: str, speaker: Speaker | None, handler: Handler):
         self.hub = hub
         self.agent_id = agent_id
         self.speaker = speaker

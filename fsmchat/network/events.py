@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..events import JsonShapeError, get_float, get_int, get_list, get_object, get_opt_str, get_str
 from .errors import ProtocolError
 
 # ---- envelope event types (AG2's names) ----
@@ -224,10 +225,16 @@ class Envelope:
                 "audience": list(self.audience)}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Envelope":
-        """The envelope ``to_dict()`` wrote (how a store reads its log back)."""
-        return cls(int(d["seq"]), str(d["channel_id"]), str(d["event_type"]), str(d["sender"]), d["text"],
-                   dict(d["data"]), float(d["t"]), tuple(d["audience"]))
+    def from_dict(cls, d: Mapping[str, object]) -> "Envelope":
+        """The envelope ``to_dict()`` wrote (how a store reads its log back); ``JsonShapeError`` when a
+        field is missing or of another type."""
+        audience = get_list(d, "audience", "envelope")
+        if not all(isinstance(a, str) for a in audience):
+            raise JsonShapeError("envelope.audience: expected an array of strings")
+        return cls(get_int(d, "seq", "envelope"), get_str(d, "channel_id", "envelope"),
+                   get_str(d, "event_type", "envelope"), get_str(d, "sender", "envelope"),
+                   get_opt_str(d, "text", "envelope"), dict(get_object(d, "data", "envelope")),
+                   get_float(d, "t", "envelope"), tuple(str(a) for a in audience))
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,14 +14,15 @@ the diagrams' labels.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
 
 from ..graph.state_graph import StateGraph, state_names
 from ..graph.turns import Exit, TurnOrder, add_turns
-from ..speakers.tool_loop import add_tool_loop
+from ..speakers.context import ContextPolicy
+from ..speakers.tool_loop import ToolLoop, add_tool_loop
 from ..speakers.tools import has_tools
 from .clock import Clock, monotonic
-from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED
+from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED, Envelope
 from ..speakers.speaker import Speaker
 
 if TYPE_CHECKING:
@@ -85,10 +86,10 @@ class ChannelContext:
     max_texts: int | None = None
     expires_at: float | None = None
     clock: Clock = monotonic
-    emit: Callable[..., Any] = _no_emit  # (event_type, *, sender, audience, data) -> Envelope
+    emit: Callable[..., Envelope | None] = _no_emit  # (event_type, *, sender, audience, data) -> Envelope
     expectations: Sequence["Expectation"] = ()
     type: str = "discussion"
-    knobs: dict[str, Any] = field(default_factory=dict)
+    knobs: dict[str, object] = field(default_factory=dict)
     acked: set[str] = field(default_factory=set)
     rejected_by: str | None = None
     close_reason: str | None = None
@@ -98,10 +99,10 @@ class ChannelContext:
     hidden: bool = False
     fired: set[tuple[int, int]] = field(default_factory=set)  # (expectation index, turn) already reported
     people: frozenset[str] = frozenset()  # participants that are people (Human clients)
-    speakers: dict[str, Any] = field(default_factory=dict)  # participants whose speakers have tools
-    tool_loop: Any = None  # the channel's ToolLoop (the tool_calls / needs_person guards read it)
-    events: list[dict[str, Any]] = field(default_factory=list)  # its tool states' events, told to the listeners
-    context: Any = None  # the channel's context policy: "full", LastMessages(n) or None (the recent window)
+    speakers: dict[str, Speaker] = field(default_factory=dict)  # participants whose speakers have tools
+    tool_loop: ToolLoop | None = None  # the channel's ToolLoop (the tool_calls / needs_person guards read it)
+    events: list[dict[str, object]] = field(default_factory=list)  # its tool states' events, told to the listeners
+    context: ContextPolicy | None = None  # the channel's policy: "full", LastMessages(n) or None (the recent window)
     lifecycle: "GraphRun | None" = None
     turns: "GraphRun | None" = None
 

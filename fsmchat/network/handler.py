@@ -17,6 +17,7 @@ from ..speakers.agent import Agent, Turn
 from ..speakers.context import ContextPolicy, LastMessages
 from ..speakers.human import Human
 from ..speakers.llm import CallStats
+from ..speakers.speaker import Speaker
 from ..speakers.tools import Tool, has_tools
 from .errors import ProtocolError
 from .events import EV_CHANNEL_INVITE, EV_CHANNEL_OPENED, EV_TEXT, Envelope
@@ -59,7 +60,7 @@ class ReplyOutcome:
 
     text: str
     close_reason: str | None = None
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, object]] = field(default_factory=list)
 
 
 def instruction_for(me: str, order: list[str], can_close: bool) -> str:
@@ -137,15 +138,15 @@ def parse_close(message: object) -> str | None:
     return None
 
 
-Speak = Callable[[Any, Turn], Awaitable[tuple[str, list[dict[str, Any]]]]]
+Speak = Callable[[Speaker, Turn], Awaitable[tuple[str, list[dict[str, object]]]]]
 """How a reply is asked for: ``(speaker, turn) -> (text, tool calls)`` (``HubServices.speak``)."""
 
 
-async def _reply_in_place(speaker: Any, turn: Turn) -> tuple[str, list[dict[str, Any]]]:
+async def _reply_in_place(speaker: Speaker, turn: Turn) -> tuple[str, list[dict[str, object]]]:
     return str(await speaker.reply(turn)), []
 
 
-async def call_speaker(speaker: object, turn: Turn, close_tool: bool, speak: Speak | None = None) -> ReplyOutcome:
+async def call_speaker(speaker: Speaker, turn: Turn, close_tool: bool, speak: Speak | None = None) -> ReplyOutcome:
     """One reply through the speaker layer. ``speak`` is the channel's speaking block
     (``client.services.speak``), through which an agent with tools takes its tool rounds as the
     channel's turn graph states (each call and result committed before the next model call);
@@ -166,7 +167,9 @@ async def call_speaker(speaker: object, turn: Turn, close_tool: bool, speak: Spe
                      parameters=CLOSE_TOOL["function"]["parameters"], idempotent=True)  # closing twice closes once
         text, calls = await speak(speaker.model_copy(update={"tools": [*speaker.tools, close]}), turn)
         done = [c for c in calls if c["name"] == CLOSE_TOOL_NAME and c["status"] == "done"]  # a resumed turn's too
-        reason = str(done[0]["arguments"].get("reason") or "").strip() or "closed by agent" if done else None
+        args = done[0]["arguments"] if done else None  # the close tool's, checked against its schema
+        reason = str(args.get("reason") or "").strip() or "closed by agent" if isinstance(args, dict) else \
+            "closed by agent" if done else None
         return ReplyOutcome((text or "").strip(), reason or (closed[0] if closed else None), calls)
     if close_tool and isinstance(speaker, Agent):
         message = await speaker.reply_message(turn, tools=[CLOSE_TOOL], tool_choice="auto")
@@ -249,7 +252,7 @@ class DefaultHandler:
         svc.count(cid, "model_calls")
         svc.notify("model_call", cid, data={"turn": turn_no})
 
-        async def speak(who: object, t: Turn) -> tuple[str, list[dict[str, object]]]:
+        async def speak(who: Speaker, t: Turn) -> tuple[str, list[dict[str, object]]]:
             return await svc.speak(cid, who, t)
 
         with svc.streaming(cid):  # the task's context: the close tool's reply streams too

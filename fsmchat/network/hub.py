@@ -18,6 +18,7 @@ from ..checks import Amount, Count
 from ..engine import GraphRun
 from ..graph.state_graph import StateGraph
 from ..speakers.agent import as_speaker
+from ..speakers.context import ContextPolicy
 from ..speakers.human import Human
 from ..speakers.llm import CallStats
 from ..speakers.tool_loop import ToolLoop
@@ -32,6 +33,7 @@ from .expectations import DEFAULT_EXPECTATIONS, Expectation, parse_seconds
 from .graphs import ChannelContext
 from .handler import DefaultHandler
 from .resume import read_channel
+from .services import Participant, TurnTask
 from .stats import TurnStats
 from .store import KnowledgeStore, MemoryKnowledgeStore
 from .view import check_channel_context
@@ -178,7 +180,7 @@ class Hub:
         """The registered agent ids, in registration order."""
         return list(self._clients)
 
-    def _admit(self, client: Any) -> None:
+    def _admit(self, client: Participant) -> None:
         self._check_open()
         if self._clients.get(client.agent_id) is not client:
             raise NetworkError(f"client '{client.agent_id}' is not registered with this hub")
@@ -283,7 +285,7 @@ class Hub:
         self._token_listeners.append(listener)
         return lambda: self._token_listeners.remove(listener) if listener in self._token_listeners else None
 
-    def _token_sink(self) -> TokenListener | None:
+    def _token_sink(self) -> Callable[[object], None] | None:
         return self._tell_tokens if self._token_listeners else None
 
     def _tell_tokens(self, item: object) -> None:
@@ -309,8 +311,8 @@ class Hub:
                 client.deliver(envelope)
 
     # ---- opening ----
-    async def open_channel(self, creator: HubClient, type: str = DISCUSSION, target: Sequence[Any] | str = (),
-                           knobs: dict[str, Any] | None = None, ttl: float | str | None = None, *,
+    async def open_channel(self, creator: HubClient, type: str = DISCUSSION, target: Sequence[object] | str = (),
+                           knobs: dict[str, object] | None = None, ttl: float | str | None = None, *,
                            expectations: Iterable[Expectation] | None = None,
                            handshake_timeout: float | None = 30.0, context: object = None) -> ChannelRuntime:
         """Create a channel with ``creator`` first, invite the targets, and return its runtime once
@@ -320,7 +322,7 @@ class Hub:
             raise ProtocolError(f"channel type {type!r} not supported; choose from {list(CHANNEL_TYPES)}")
         knobs = check_knobs(knobs)
         context = check_channel_context(context)
-        targets = [target] if isinstance(target, str) else list(target or ())
+        targets: list[object] = [target] if isinstance(target, str) else list(target or ())
         targets = [t.agent_id if isinstance(t, HubClient) else t for t in targets]
         order = participant_order(creator.agent_id, targets, self._clients)
         expires_at = None
@@ -376,10 +378,13 @@ class Hub:
         runtime.redeliver()
         return runtime
 
-    def _context(self, cid: str, creator: str, order: list[str], type: str, knobs: dict[str, Any],
-                 expires_at: float | None, expectations: Iterable[Expectation] | None, context: object) -> ChannelContext:
+    def _context(self, cid: str, creator: str, order: list[str], type: str, knobs: dict[str, object],
+                 expires_at: float | None, expectations: Iterable[Expectation] | None,
+                 context: ContextPolicy | None) -> ChannelContext:
         clients = [self._clients[p] for p in order]
-        return ChannelContext(cid, creator, order, knobs.get("max_texts"), expires_at, self.clock,
+        max_texts = knobs.get("max_texts")  # a positive integer or absent (check_knobs)
+        return ChannelContext(cid, creator, order, max_texts if isinstance(max_texts, int) else None, expires_at,
+                              self.clock,
                               expectations=tuple(DEFAULT_EXPECTATIONS if expectations is None else expectations),
                               type=type, knobs=knobs, context=context,
                               people=frozenset(c.agent_id for c in clients if isinstance(c.speaker, Human)),
@@ -420,7 +425,7 @@ class Hub:
         if self._closed:
             return
         self._closed = True
-        tasks: list[asyncio.Future[Any]] = []
+        tasks: list[TurnTask] = []
         if self._sweeper is not None:
             tasks.append(self._sweeper)
         tasks += [c.worker for c in self._clients.values() if c.worker is not None]

@@ -5,10 +5,10 @@ holds (the participants in order, the knobs, the TTL, the context policy, the to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..events import JsonShapeError, as_object, get_float, get_list, get_object, get_str
 from ..graph.turns import TurnOrder
-from ..speakers.context import ContextPolicy, LastMessages
+from ..speakers.context import ContextPolicy, LastMessages, check_context
 from .errors import NetworkError, NotFoundError
 from .events import EV_CHANNEL_CLOSED, EV_CHANNEL_EXPIRED, EV_CHANNEL_INVITE_ACK, EV_CHANNEL_INVITE_REJECT, \
     EV_CHANNEL_OPENED, EV_TEXT, HUB_SENDER, PROTOCOL_EVENTS, Envelope
@@ -61,7 +61,7 @@ class StoredChannel:
     creator: str
     order: list[str]
     type: str
-    knobs: dict[str, Any]
+    knobs: dict[str, object]
     expires_at: float | None
     hidden: bool
     context: ContextPolicy | None
@@ -82,6 +82,20 @@ def context_data(policy: ContextPolicy | None) -> object:
     return {"last_messages": policy.n} if isinstance(policy, LastMessages) else policy
 
 
+_STATE_KEYS = ("context", "creator", "participant_order", "type", "knobs", "expires_at", "hidden")  # read in order
+
+
+def _text(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise JsonShapeError(f"{where}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def _texts(value: object, where: str) -> dict[str, str]:
+    """A stored ``{name: text}`` object (a tool source's digests)."""
+    return {k: _text(v, f"{where}.{k}") for k, v in as_object(value, where).items()}
+
+
 def read_channel(store: KnowledgeStore, channel_id: str) -> StoredChannel:
     """Read ``channel_id`` back from ``store``: its state snapshot and its log.
 
@@ -92,15 +106,25 @@ def read_channel(store: KnowledgeStore, channel_id: str) -> StoredChannel:
     state = store.get_state(channel_id)
     if state is None:
         raise NotFoundError(f"channel '{channel_id}' is not in the store")
-    try:
-        context = state["context"]
-        stored = StoredChannel(channel_id, state["creator"], list(state["participant_order"]), state["type"],
-                               dict(state["knobs"]), state["expires_at"], bool(state["hidden"]),
-                               LastMessages(context["last_messages"]) if isinstance(context, dict) else context,
-                               dict(state["tool_digests"]), store.read(channel_id))
-    except KeyError as exc:
-        raise NetworkError(f"channel '{channel_id}' cannot resume: its stored state has no {exc} (an older "
-                           "fsmchat stored it)") from None
+    context = state.get("context")
+    missing = next((k for k in _STATE_KEYS if k not in state), None)  # the first one, as they are read
+    if missing is None and isinstance(context, dict) and "last_messages" not in context:
+        missing = "last_messages"
+    if missing is None and "tool_digests" not in state:
+        missing = "tool_digests"
+    if missing is not None:
+        raise NetworkError(f"channel '{channel_id}' cannot resume: its stored state has no {missing!r} (an older "
+                           "fsmchat stored it)")
+    where = f"channel '{channel_id}' state"
+    expires_at = None if state["expires_at"] is None else get_float(state, "expires_at", where)
+    policy = LastMessages(context["last_messages"]) if isinstance(context, dict) else \
+        check_context(context, f"channel '{channel_id}'")
+    digests = {source: _texts(tools, f"{where}.tool_digests.{source}")
+               for source, tools in get_object(state, "tool_digests", where).items()}
+    stored = StoredChannel(channel_id, get_str(state, "creator", where),
+                           [_text(p, f"{where}.participant_order") for p in get_list(state, "participant_order", where)],
+                           get_str(state, "type", where), dict(get_object(state, "knobs", where)), expires_at,
+                           bool(state["hidden"]), policy, digests, store.read(channel_id))
     for env in stored.log:
         kind = env.event_type
         stored.texts += kind == EV_TEXT

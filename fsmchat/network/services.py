@@ -13,14 +13,38 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from ..speakers.agent import Turn
 from ..speakers.llm import CallStats
+from ..speakers.speaker import Speaker
 from .errors import ProtocolError
+from .events import Envelope
 
 if TYPE_CHECKING:
     from .channel import ChannelRuntime
     from .client import HubClient
+
+T = TypeVar("T")
+
+
+class Participant(Protocol):
+    """Who a channel's ``submit``, ``ack`` and ``close_by`` act for: a registered client (``HubClient``)."""
+
+    @property
+    def agent_id(self) -> str: ...
+
+
+class TurnTask(Protocol):
+    """A model call a handler runs under its channel (``track_turn``): an ``asyncio`` task of any result."""
+
+    def cancel(self) -> bool: ...
+
+    def done(self) -> bool: ...
+
+    def __await__(self) -> Generator[object, None, object]: ...
+
 
 HANDLER_COUNTS = ("deliveries", "skipped_deliveries", "model_calls", "replies", "wasted_calls")
 """The ``TurnStats`` counts a handler keeps through ``HubServices.count``.
@@ -85,8 +109,8 @@ class HubServices:
             raise ProtocolError(f"'{self.agent_id}' is not a participant of channel '{channel_id}'")
         return runtime
 
-    def notify(self, kind: str, channel_id: str, *, envelope: Any = None, error: BaseException | None = None,
-               data: dict[str, Any] | None = None) -> None:
+    def notify(self, kind: str, channel_id: str, *, envelope: Envelope | None = None,
+               error: BaseException | None = None, data: dict[str, object] | None = None) -> None:
         """Tell the hub's listeners ``kind`` happened (``skipped``, ``model_call``, ``wasted_call``,
         ``person_turn``, ``handler_error`` or a handler's own kind) on ``channel_id``, as this agent."""
         if not isinstance(kind, str) or not kind or kind in HUB_KINDS:
@@ -106,7 +130,7 @@ class HubServices:
         """The channel's token usage and HTTP attempts: give it to the ``Turn`` of a model call."""
         return self._runtime(channel_id).call_stats
 
-    async def track_turn(self, channel_id: str, task: "asyncio.Future[Any]") -> Any:
+    async def track_turn(self, channel_id: str, task: "asyncio.Future[T]") -> T | None:
         """Await a model call's task under its channel: its result, or None when the channel ended
         first (the call is then cancelled; so is it when the hub closes); the call's own exception
         is raised."""
@@ -118,7 +142,7 @@ class HubServices:
         is too)."""
         return self._runtime(channel_id).speaking.streaming()
 
-    async def speak(self, channel_id: str, speaker: object, turn: object) -> tuple[str, list[dict[str, object]]]:
+    async def speak(self, channel_id: str, speaker: Speaker, turn: Turn) -> tuple[str, list[dict[str, object]]]:
         """``speaker``'s reply to ``turn`` on this agent's turn, through the channel's speaking block:
         (the text, its tool calls). An agent with tools takes its tool rounds through the channel's
         turn graph (each call and result committed to the log before the model is asked again);

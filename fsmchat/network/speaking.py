@@ -18,11 +18,15 @@ from __future__ import annotations
 import asyncio
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from ..engine import STEP
 from ..errors import NoTransitionError
+from ..events import as_object, get_str
+from ..speakers.agent import Turn
+from ..speakers.human import Approve, Edit, Input, Reject, Say
 from ..speakers.llm import TOKENS
+from ..speakers.speaker import Speaker, ToolSpeaker
 from ..speakers.tool_loop import CallRecord, Exchange, ToolLoop, approval_request, decide_call, tool_action, \
     tool_calls
 from ..speakers.tools import has_tools
@@ -36,9 +40,9 @@ class _Waiting:
     """A call waiting at ``approve_awaiting_<p>`` for ``hub.decide_tool_call``."""
 
     agent_id: str
-    speaker: Any
+    speaker: ToolSpeaker | None
     rec: CallRecord
-    answer: "asyncio.Future[Any]"  # the person's answer, handed to the state's action
+    answer: "asyncio.Future[Input]"  # the person's answer, handed to the state's action
     committed: "asyncio.Future[Envelope] | None" = None  # the decision's envelope, once committed
 
 
@@ -94,7 +98,7 @@ class ChannelSpeaking:
             STEP.reset(step)
             TOKENS.reset(sink)
 
-    async def speak(self, agent_id: str, speaker: Any, turn: Any) -> tuple[str, list[dict[str, Any]]]:
+    async def speak(self, agent_id: str, speaker: Speaker, turn: Turn) -> tuple[str, list[dict[str, object]]]:
         """``speaker``'s reply to ``turn`` on ``agent_id``'s turn, through the speaking block every
         pattern uses: (the text, its tool calls). Without tools it is ``speaker.reply(turn)``.
 
@@ -188,14 +192,15 @@ class ChannelSpeaking:
             waiting.committed.set_result(env)
 
     # ---- a person's decision ----
-    async def _ask(self, req: dict[str, Any]) -> Any:
+    async def _ask(self, req: dict[str, object]) -> Input:
         """``approve_awaiting_<p>``'s way to ask a person: tell the listeners (``tool_approval``) and
         wait for ``hub.decide_tool_call``'s answer."""
-        proposed = req["proposed"]
+        proposed = as_object(req["proposed"], "tool approval request.proposed")  # approval_request's
+        speaker, call_id = get_str(proposed, "speaker", "proposed"), get_str(proposed, "call_id", "proposed")
         loop = self.tool_loop
-        rec = next(c for c in loop.exchanges[proposed["speaker"]].calls if c.id == proposed["call_id"])
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting = _Waiting(self._agent, loop.speakers.get(proposed["speaker"]), rec, answer)
+        rec = next(c for c in loop.exchanges[speaker].calls if c.id == call_id)
+        answer: asyncio.Future[Input] = asyncio.get_running_loop().create_future()
+        self._waiting = _Waiting(self._agent, loop.speakers.get(speaker), rec, answer)
         self._notify("tool_approval", self._agent, data=self._shown(self._waiting))
         return await answer
 
@@ -223,7 +228,9 @@ class ChannelSpeaking:
         waiting = self._waiting
         if waiting is None or waiting.answer.done():
             raise ProtocolError(f"channel '{self.ctx.channel_id}': no tool call waits for a decision")
+        assert waiting.speaker is not None  # ToolLoop.speak set it with the exchange the call is of
         await decide_call(self.tool_loop, waiting.speaker, replace(waiting.rec), answer)  # refused: still waits
+        assert isinstance(answer, (Approve, Edit, Reject, Say))  # decide_call refused any other kind
         waiting.committed = asyncio.get_running_loop().create_future()
         waiting.answer.set_result(answer)
         return await waiting.committed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from typing import Any, Protocol
+from typing import Protocol
 
 from .events import Envelope
 
@@ -13,7 +13,7 @@ from .events import Envelope
 class KnowledgeStore(Protocol):
     """The hub's persistence seam: an append-only log per channel plus the channel's latest state.
 
-    Any object with these four methods will do (``Hub.open(store)``); ``MemoryKnowledgeStore``
+    An object with these four methods will do (``Hub.open(store)``); ``MemoryKnowledgeStore``
     is the one shipped.
 
     Examples:
@@ -43,7 +43,7 @@ class KnowledgeStore(Protocol):
     def put_state(self, channel_id: str, state: dict[str, object]) -> None:
         """Replace the channel's state snapshot."""
 
-    def get_state(self, channel_id: str) -> dict[str, Any] | None:
+    def get_state(self, channel_id: str) -> dict[str, object] | None:
         """The channel's latest state snapshot, None when it has none."""
 
 

@@ -5,16 +5,20 @@ import difflib
 import fnmatch
 import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from collections.abc import Iterable
+from typing import Callable, Sequence
 
 from ..graph.state_graph import StateGraph, branch_graph
-from ..models import RunResult, split_branch
+from ..models import RunResult, TraceEvent, split_branch
 from .models import ScriptedModel
 
 
 # ---- assertions ----
-def _path_of(run: Any) -> list[str]:
-    return list(getattr(run, "path", run))
+def _path_of(run: object) -> list[str]:
+    path = getattr(run, "path", run)  # a run's result (or any object with a path), or a path
+    if not isinstance(path, Iterable):
+        raise TypeError(f"expected a run's result or a path, got {type(run).__name__}")
+    return [str(s) for s in path]
 
 
 def assert_trace_is_path(graph: StateGraph, run: RunResult) -> None:
@@ -41,7 +45,7 @@ def assert_trace_is_path(graph: StateGraph, run: RunResult) -> None:
     """
     trace = run.trace
     assert trace, "the run has an empty trace"
-    runs: dict[str, list[Any]] = {}
+    runs: dict[str, list[TraceEvent]] = {}
     for ev in trace:
         runs.setdefault(split_branch(ev.state)[0], []).append(ev)
     assert "" in runs, "the trace has no step of the top-level run"
@@ -231,7 +235,7 @@ def update_graphs_enabled() -> bool:
     return UPDATE_GRAPHS["on"] or os.environ.get("FSMCHAT_UPDATE_GRAPHS", "") not in ("", "0")
 
 
-def assert_graph_matches(graph: Any, path: Any) -> None:
+def assert_graph_matches(graph: object, path: str | os.PathLike[str]) -> None:
     """The graph's DOT equals the snapshot at ``path``; a missing snapshot is created.
 
     Rewrite the snapshots with ``pytest --fsmchat-update-graphs`` or ``FSMCHAT_UPDATE_GRAPHS=1``
@@ -259,7 +263,9 @@ def assert_graph_matches(graph: Any, path: Any) -> None:
         AssertionError: graph 'round_robin' no longer matches graphs/review.dot; if the change is intended, rerun with --fsmchat-update-graphs
         ...
     """
-    g = graph if isinstance(graph, StateGraph) else graph.graph
+    g = graph if isinstance(graph, StateGraph) else getattr(graph, "graph")  # a pattern's (AttributeError if none)
+    if not isinstance(g, StateGraph):
+        raise TypeError(f"assert_graph_matches: expected a StateGraph or a pattern, got {type(graph).__name__}")
     p = Path(path)
     dot = g.to_dot()
     if update_graphs_enabled() or not p.exists():

@@ -12,7 +12,7 @@ import itertools
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Iterator, Literal, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Literal, NoReturn, Sequence
 
 from pydantic import Field
 
@@ -73,7 +73,7 @@ class ToolCall:
     """
 
     name: str
-    arguments: Any
+    arguments: object
     id: str = "call_1"
 
 
@@ -142,7 +142,7 @@ class Delay:
     """
 
     seconds: float
-    then: Any = ""
+    then: object = ""
 
 
 @dataclass(frozen=True)
@@ -189,9 +189,9 @@ class Request:
     model: str
     messages: Sequence[dict[str, Any]]  # a DroppedMessages once old (see keep_messages)
     tools: list[dict[str, Any]] | None
-    tool_choice: Any
-    response_format: Any
-    params: dict[str, Any] = field(default_factory=dict)
+    tool_choice: object
+    response_format: object
+    params: dict[str, object] = field(default_factory=dict)
 
     prompt: str = ""  # the text of the last message (the turn's instruction), kept when messages are dropped
 
@@ -213,7 +213,7 @@ class DroppedMessages(Sequence[Any]):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: object) -> Any:
+    def __getitem__(self, i: object) -> NoReturn:
         raise LookupError(f"this request's {self.n} messages were dropped: a ScriptedModel keeps the whole "
                           f"message lists of its last {self.keep} requests only (each holds the conversation "
                           "so far, so keeping all grows with the square of its length); pass "
@@ -398,15 +398,17 @@ class ScriptedModel:
         """``agent``'s recorded requests, in order."""
         return [r for r in self.requests if r.agent == agent]
 
-    async def _answer(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
-                      litellm_params: dict[str, Any]) -> Any:
-        agent = str((litellm_params.get("metadata") or {}).get("fsmchat_agent", "?"))
+    async def _answer(self, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                      litellm_params: dict[str, object]) -> object:
+        meta = litellm_params.get("metadata")
+        agent = str(meta.get("fsmchat_agent", "?")) if isinstance(meta, dict) else "?"
         with self._lock:
             if sum(self._counts.values()) != len(self.requests):  # the list was changed from outside: recount
                 self._counts = dict(collections.Counter(r.agent for r in self.requests))
             n = self._counts[agent] = self._counts.get(agent, 0) + 1
-            req = Request(agent, n, model, messages, params.get("tools"), params.get("tool_choice"),
-                          params.get("response_format"),
+            tools = params.get("tools")  # the request's tool definitions (a list), if any
+            req = Request(agent, n, model, messages, tools if isinstance(tools, list) else None,
+                          params.get("tool_choice"), params.get("response_format"),
                           {k: v for k, v in params.items() if k not in ("tools", "tool_choice", "response_format")})
             self.requests.append(req)
             keep = self.keep_messages
@@ -480,7 +482,7 @@ class ScriptItemSpec(ConfigSpec):
     score: float | None = None
     message: str | None = None
     name: str | None = None
-    arguments: Any = None
+    arguments: object = None
     status: int | None = None
     retry_after: float | None = None
     seconds: float | None = None

@@ -1,10 +1,11 @@
 """People in the loop, scripted: run a pattern and answer every interrupt from a list or a function."""
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Protocol, Sequence
 
 from ..errors import FsmchatError
 from ..models import RunResult
+from ..speakers.human import Pending
 from ..store.checkpoint import Checkpointer, MemoryCheckpointer
 
 
@@ -44,10 +45,18 @@ class Answered(NamedTuple):
     """
 
     result: RunResult
-    asked: list[Any]
+    asked: list[Pending]
 
 
-def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any], *,
+class Resumable(Protocol):
+    """What ``answer`` runs: a pattern or a flow, which checkpoints a run and resumes it with an input."""
+
+    def execute(self, task: str, *, checkpoint: Checkpointer, run_id: str | None) -> RunResult: ...
+
+    def resume(self, run_id: str, checkpoint: Checkpointer, *, input: object = None) -> RunResult: ...
+
+
+def answer(pattern: Resumable, task: str, answers: Sequence[object] | Callable[[Pending], object], *,
            checkpoint: Checkpointer | None = None, run_id: str | None = None) -> Answered:
     """Run ``pattern`` on ``task`` and answer each interrupt, resuming until the run ends.
 
@@ -82,7 +91,7 @@ def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any
     reply = answers if callable(answers) else None
     script = [] if callable(answers) else list(answers)
     result = pattern.execute(task, checkpoint=cp, run_id=run_id)
-    asked: list[Any] = []
+    asked: list[Pending] = []
     while result.waiting:
         asked.append(result.pending)
         if reply is not None:
@@ -92,6 +101,7 @@ def answer(pattern: Any, task: str, answers: Sequence[Any] | Callable[[Any], Any
         else:
             raise AnswerScriptError(f"the run waits for a person ({result.pending}) but all {len(script)} "
                                     "scripted answer(s) are used; add answers")
+        assert result.run_id is not None  # a waiting run is checkpointed under its id
         result = pattern.resume(result.run_id, cp, input=given)
     if reply is None and len(asked) < len(script):
         raise AnswerScriptError(f"the run ended ({result.stop_reason}) after {len(asked)} interrupt(s); "

@@ -2,13 +2,19 @@
 ``cassette`` and the option ``--fsmchat-update-graphs``. Imports nothing heavy at load."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
+if TYPE_CHECKING:
+    from ..graph.state_graph import StateGraph
+    from ..models import RunResult
+    from .models import Request, ScriptedModel
+    from .replay import Cassette
 
-def pytest_addoption(parser: Any) -> None:
+
+def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsmchat")
     group.addoption("--fsmchat-update-graphs", action="store_true", default=False,
                     help="rewrite graph snapshots checked by fsmchat.testing.assert_graph_matches")
@@ -16,7 +22,7 @@ def pytest_addoption(parser: Any) -> None:
                     help="re-record fsmchat cassettes instead of replaying them")
 
 
-def pytest_configure(config: Any) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--fsmchat-update-graphs", default=False):
         from .expect import UPDATE_GRAPHS
 
@@ -24,13 +30,14 @@ def pytest_configure(config: Any) -> None:
 
 
 @pytest.fixture
-def scripted_model() -> Any:
+def scripted_model() -> Iterator[Callable[..., ScriptedModel]]:
     """A factory: ``m = scripted_model({"alice": [Bid(0.9, "hi")]})``; each call a fresh model."""
     from .models import ScriptedModel
 
-    made: list[Any] = []
+    made: list[ScriptedModel] = []
 
-    def make(scripts: Any = None, fn: Any = None) -> Any:
+    def make(scripts: dict[str, Sequence[object]] | None = None,
+             fn: Callable[[Request], object] | None = None) -> ScriptedModel:
         m = ScriptedModel(scripts, fn=fn)
         made.append(m)
         return m
@@ -40,19 +47,28 @@ def scripted_model() -> Any:
         m.close()
 
 
+class _Pattern(Protocol):
+    @property
+    def graph(self) -> StateGraph: ...
+
+    def execute(self, task: str) -> RunResult: ...
+
+
 @pytest.fixture
-def fsm_run() -> Any:
+def fsm_run() -> Callable[[StateGraph | _Pattern, object], RunResult]:
     """``result = fsm_run(pattern_or_graph, task_or_context)``: runs it and asserts the trace is a
     path of its graph before returning the RunResult."""
     from ..engine import run as run_graph_sync
     from ..graph.state_graph import StateGraph
     from .expect import assert_trace_is_path
 
-    def go(target: Any, arg: Any) -> Any:
+    def go(target: StateGraph | _Pattern, arg: object) -> RunResult:
         if isinstance(target, StateGraph):
             result = run_graph_sync(target, arg)
             graph = target
         else:
+            if not isinstance(arg, str):
+                raise TypeError(f"fsm_run: a pattern runs a task (a str), got {type(arg).__name__}")
             result = target.execute(arg)
             graph = target.graph
         assert_trace_is_path(graph, result)
@@ -62,11 +78,11 @@ def fsm_run() -> Any:
 
 
 @pytest.fixture
-def cassette(request: Any) -> Any:
+def cassette(request: pytest.FixtureRequest) -> Callable[..., Cassette]:
     """``with cassette("name"):`` records to / replays from tests/cassettes/<module>/<name>.json."""
     from .replay import Cassette
 
-    base = Path(str(request.fspath)).parent / "cassettes" / Path(str(request.fspath)).stem
+    base = request.path.parent / "cassettes" / request.path.stem
     mode = "record" if request.config.getoption("--fsmchat-record", default=False) else "auto"
 
     def make(name: str, mode: str = mode) -> Cassette:

@@ -1,12 +1,15 @@
 """Record and replay: a cassette keeps every model request's answer, so a test replays a real run with no model."""
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
+import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from ..errors import FsmchatError
+from ..events import JsonObject, as_object, get_int, get_list, get_object, get_str
 from ..speakers.llm import INTERCEPTOR
 from ..speakers.providers import own_provider
 from ..speakers.wire import body_of, parse, price_of, with_cost
@@ -74,23 +77,24 @@ class Cassette:
         1
     """
 
-    def __init__(self, path: Any, mode: str = "auto"):
+    def __init__(self, path: str | os.PathLike[str], mode: str = "auto"):
         if mode not in ("auto", "record", "replay"):
             raise ValueError(f"cassette mode={mode!r}; choose from ['auto', 'record', 'replay']")
         self.path = Path(path)
         self.mode = "replay" if mode == "auto" and self.path.exists() else ("record" if mode == "auto" else mode)
-        self.interactions: list[dict[str, Any]] = []
-        self._pending: dict[str, list[dict[str, Any]]] = {}
-        self._token: Any = None
+        self.interactions: list[dict[str, object]] = []
+        self._pending: dict[str, list[JsonObject]] = {}
+        self._token: contextvars.Token[object] | None = None
         if self.mode == "replay":
             if not self.path.exists():
                 raise FileNotFoundError(f"cassette {self.path} does not exist; record it first (mode='record')")
-            data = json.loads(self.path.read_text())
-            for item in data["interactions"]:
-                self._pending.setdefault(item["key"], []).append(item)
+            where = f"cassette {self.path.name}"
+            for value in get_list(as_object(json.loads(self.path.read_text()), where), "interactions", where):
+                item = as_object(value, f"{where} interaction")
+                self._pending.setdefault(get_str(item, "key", f"{where} interaction"), []).append(item)
 
-    async def _send(self, acompletion: Any, agent: str, model: str, messages: Any, meta: dict[str, Any],
-                    params: dict[str, Any]) -> Any:
+    async def _send(self, acompletion: Callable[..., Awaitable[object]], agent: str, model: str,
+                    messages: list[dict[str, object]], meta: dict[str, object], params: dict[str, object]) -> object:
         key = request_key(model, messages, params)
         if self.mode == "replay":
             queue = self._pending.get(key)
@@ -99,13 +103,16 @@ class Cassette:
                 raise CassetteMiss(f"cassette {self.path.name}: no recorded response for agent {agent!r}'s request "
                                    f"to {model} (key {key}); last message: {str(last)[:200]!r}. Re-record with "
                                    "mode='record' if the workflow changed on purpose.")
-            item = queue.pop(0)
+            item, where = queue.pop(0), f"cassette {self.path.name} interaction"
             if item.get("error"):
-                raise fail_error(Fail(item["error"]["status"], item["error"]["message"]), model)
-            response = parse(item["response"], model, price_of(None, model))
-            return with_cost(response, 0.0) if own_provider(model) else response
-        entry: dict[str, Any] = {"key": key, "agent": agent, "model": model, "request": {"messages": messages, **{
-            k: params[k] for k in ("tools", "tool_choice", "response_format") if k in params}}}
+                error = get_object(item, "error", where)
+                raise fail_error(Fail(get_int(error, "status", f"{where}.error"),
+                                      get_str(error, "message", f"{where}.error")), model)
+            replayed = parse(get_object(item, "response", where), model, price_of(None, model))
+            return with_cost(replayed, 0.0) if own_provider(model) else replayed
+        request: dict[str, object] = {"messages": messages, **{k: params[k] for k in ("tools", "tool_choice",
+                                                                                   "response_format") if k in params}}
+        entry: dict[str, object] = {"key": key, "agent": agent, "model": model, "request": request}
         try:
             response = await acompletion(model=model, messages=messages, metadata=meta, **params)
         except Exception as exc:
@@ -122,7 +129,8 @@ class Cassette:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        INTERCEPTOR.reset(self._token)
+        if self._token is not None:
+            INTERCEPTOR.reset(self._token)
         if self.mode == "record":
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps({"version": 1, "interactions": self.interactions}, indent=1,
@@ -134,7 +142,7 @@ class Cassette:
         return sum(len(v) for v in self._pending.values())
 
 
-def cassette(path: object, mode: str = "auto") -> Cassette:
+def cassette(path: str | os.PathLike[str], mode: str = "auto") -> Cassette:
     """Record a run's model calls once, then replay them: ``with cassette("tests/cassettes/x.json"): chat.run(task)``.
 
     Args:

@@ -10,7 +10,8 @@ from typing import Annotated, Any, Optional, Union
 from pydantic import AfterValidator, Field, model_validator
 
 from ...checks import Count, check_agents
-from ...config.convert import AgentSpec, CallableSpec, ContextSpec, HumanSpec, context_spec
+from ...config.convert import AgentSpec, CallableSpec, ConfigReader, ConfigWriter, ContextSpec, HumanSpec, \
+    context_spec
 from ...engine import mark_replayable
 from ...errors import ConfigError
 from ...graph.state_graph import StateGraph
@@ -29,12 +30,22 @@ from ..task import Block, Task, TaskSpec, as_task, fn_name, step_names
 
 # a speaker's config form: a participant's, or a Task's (derived from its model, so typed at run time)
 SpeakerSpec: Any = Annotated[Union[AgentSpec, CallableSpec, TaskSpec, HumanSpec], Field(discriminator="kind")]
-SPEAKERS = Form(list[SpeakerSpec],
-                lambda w, v, what: [a.to_spec(w) if isinstance(a, Task) else w.participant(a, what) for a in v],
-                lambda r, d, what: [a.build(r) for a in d], default=REQUIRED, label="speaker")
+
+
+def _dump_speakers(w: ConfigWriter, v: object, what: str) -> list[object]:
+    speakers = v if isinstance(v, list) else []  # the config's check made it a list
+    return [a.to_spec(w) if isinstance(a, Task) else w.participant(a, what) for a in speakers]
+
+
+def _load_speakers(r: ConfigReader, d: object, what: str) -> list[object]:
+    specs = d if isinstance(d, list) else []  # its Form's data: a list of speaker specs
+    return [a.build(r) for a in specs if isinstance(a, (AgentSpec, CallableSpec, TaskSpec, HumanSpec))]
+
+
+SPEAKERS = Form(list[SpeakerSpec], _dump_speakers, _load_speakers, default=REQUIRED, label="speaker")
 # the speakers' context policy: travels as a pattern's does (a ContextSpec)
 CONTEXT = Form(Optional[ContextSpec], lambda w, v, what: None if v is None else context_spec(w, v, what),
-               lambda r, d, what: None if d is None else d.build(r))
+               lambda r, d, what: d.build(r) if isinstance(d, ContextSpec) else None)
 
 
 class DiscussionConfig(BlockConfig):
@@ -75,7 +86,7 @@ class DiscussionFrame(LinesFrame):
     OPTIONAL = ("met",)
     t: int = 0
     lines: list[str] = field(default_factory=AppendLog)
-    topic: Any = None
+    topic: object = None
     met: bool | None = None
 
     def __post_init__(self) -> None:
@@ -170,7 +181,7 @@ class Discussion(Block, kind="discussion", config=DiscussionConfig, owner="Discu
         """The tasks this block runs itself (not those of the steps it holds)."""
         return list(self.tasks)
 
-    def compacted_agents(self) -> list[Any]:
+    def compacted_agents(self) -> list[Agent]:
         """The speakers' agents: the ``turn`` state draws a compaction when one follows ``Summarize``."""
         return [t.agent for t in self.tasks if t.agent is not None]
 

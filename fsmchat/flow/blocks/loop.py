@@ -11,7 +11,7 @@ from pydantic import model_validator
 from ...checks import Count
 from ...errors import ConfigError, bad_value
 from ...graph.state_graph import StateGraph
-from ..compile import Compiler, bound, branch_reason, forked, halted, join_to, may_write
+from ..compile import Compiler, Join, bound, branch_reason, forked, halted, join_to, may_write
 from ..context import FlowContext, Frame
 from ..declare import ITEMS, STEPS, BlockConfig
 from ..pattern_step import step_list
@@ -48,7 +48,7 @@ class LoopFrame(Frame):
     """A loop's working state in a run: the items it iterates, and the index of the current one."""
 
     i: int = -1
-    items: list[Any] = field(default_factory=list)
+    items: list[object] = field(default_factory=list)
 
 
 class Loop(Block, kind="loop", config=LoopConfig):
@@ -147,7 +147,7 @@ class Loop(Block, kind="loop", config=LoopConfig):
         g.edge("end", "done")
         return g
 
-    def fork_parts(self) -> tuple[Callable[[FlowContext], Any], Callable[..., Any]]:
+    def fork_parts(self) -> tuple[Callable[[FlowContext], list[tuple[int, FlowContext, int]]], Join]:
         lp, var_name = self, self.config.var_name
 
         def split_items(ctx: FlowContext) -> list[tuple[int, FlowContext, int]]:

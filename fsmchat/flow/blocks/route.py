@@ -54,7 +54,7 @@ class Route(Block, kind="route", config=RouteConfig):
         """Whether ``key`` appears as a whole word in ``text`` (case-insensitive)."""
         return re.search(rf"\b{re.escape(key)}\b", str(text or ""), re.IGNORECASE) is not None
 
-    def value(self, ctx: Any) -> Any:
+    def value(self, ctx: FlowContext) -> object:
         """What the route looks at: the variable ``on`` (None when unset), else the previous output."""
         if self.config.on is None:
             return ctx.previous_result
@@ -67,7 +67,7 @@ class Route(Block, kind="route", config=RouteConfig):
         """With ``on``: the value equals ``key`` exactly (case-sensitive); else ``key`` is said in it."""
         return (value is not None and str(value) == key) if self.config.on is not None else self.says(key, value)
 
-    def decide(self, ctx: Any) -> str | None:
+    def decide(self, ctx: FlowContext) -> str | None:
         """match a key in the previous output (or, with on=, equal to that variable)"""
         cfg = self.config
         value = self.value(ctx)
