@@ -16,7 +16,7 @@ from ..events import BidTools, InvalidBid, JsonObject, parse_events
 from ..models import TraceEvent
 from ..speakers.agent import mask_secrets
 from ..speakers.context import token_summary
-from .store import RunRecord, Step, summary
+from .store import RunRecord, Step, ViewMessage, summary
 
 PAYLOAD_CHARS = 400
 
@@ -150,6 +150,8 @@ def picture(rec: RunRecord) -> tuple[str | None, list[tuple[int | None, int | No
         return None, [(None, None)] * len(rec.steps), ("this run was checkpointed before runs kept their graph, "
                                                        "so there is no picture; its steps are listed below")
     try:
+        if not isinstance(data, dict):
+            raise TypeError(f"it is a {type(data).__name__}, not a JSON object")
         d = drawing_from_data(data)
     except (KeyError, TypeError, AttributeError) as exc:
         return None, [(None, None)] * len(rec.steps), f"the stored graph cannot be read ({type(exc).__name__}: {exc})"
@@ -189,19 +191,20 @@ def run_view(rec: RunRecord, now: float) -> dict[str, object]:
                          "this store does not record which step posted each message (it was written before "
                          "steps recorded it), so every step shows the whole transcript") if n]
     if "config" not in rec.meta:
-        notes.append("no config: " + rec.meta.get("config_missing", "this run was checkpointed before runs kept it"))
+        missing = rec.meta.get("config_missing")
+        notes.append("no config: " + (missing if isinstance(missing, str) else "this run was checkpointed before runs kept it"))
     return {"kind": "run", "run": {**run, "attempts": stats.get("attempts"), "factory": rec.meta.get("factory")},
             "svg": svg, "steps": steps, "per_step_transcript": per_step, "turns": bid_turns,
             "messages": [_message(m) for m in rec.messages],
             "lanes": {k: [_message(m) for m in v] for k, v in rec.lanes.items()},
             "errors": errors, "events": events, "notes": notes,
-            "limits": (rec.meta.get("fingerprint") or {}).get("limits"),
+            "limits": fp.get("limits") if isinstance(fp := rec.meta.get("fingerprint"), dict) else None,
             "usage": {**{k: stats.get(k) for k in ("calls", "attempts", "usage", "cost_usd", "over_cap") if k in stats},
                       **token_summary(events)},
             "config": mask_secrets(config) if config is not None else None}
 
 
-def _message(m: dict[str, object]) -> dict[str, object]:
+def _message(m: ViewMessage) -> dict[str, object]:
     meta = md if isinstance(md := m.get("metadata"), dict) else {}
     out = {"role": m["role"], "content": m["content"], **({"score": meta["score"]} if "score" in meta else {})}
     calls = meta.get("tool_calls")
