@@ -26,11 +26,10 @@ from ..patterns.group_chat import BIDS
 from ..speakers import llm
 from ..speakers.human import Approve, Edit, Input, InputNotAllowed, Pending, Reject, check_input, waiting_for
 from ..store.checkpoint import Checkpointer, SqliteCheckpointer
-from ..store.postgres import PostgresCheckpointer
 from ..targets import BUILD, defines_build, load_target_with_module, split_target
 from ..trust import Trust, UntrustedReference, is_file_ref
 from ..ui import write_report
-from ..ui.store import is_dsn, open_checkpointer
+from ..ui.store import OpenedStore, is_dsn, open_checkpointer
 from .live import LiveRun, summary
 
 
@@ -133,7 +132,7 @@ def _run_pattern(pattern: Pattern, task: str, args: argparse.Namespace) -> int:
                        store, args, ["--target", args.target, *_model_flags(args)], shown)
 
 
-def _store(path: str, create: bool = False) -> SqliteCheckpointer | PostgresCheckpointer:
+def _store(path: str, create: bool = False) -> OpenedStore:
     if is_dsn(path):
         return open_checkpointer(path)
     if create:

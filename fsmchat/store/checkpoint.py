@@ -38,7 +38,7 @@ from .writer import COMMIT_MODES, DEFAULT_COMMIT, Lease, Recorder, RunWriter, ch
 __all__ = ["COMMIT_MODES", "DEFAULT_COMMIT", "EVAL_COLUMNS", "LEASE_TTL", "RUN_META", "Capabilities",
            "CheckpointMismatch", "CheckpointStoreError", "Checkpointer", "Commit", "EvalInfo", "EvalRecord", "Fence",
            "Lease", "LeaseLost", "MemoryCheckpointer", "NotSerializable", "Recorder", "RunInProgress", "RunInfo",
-           "RunWriter", "Saved", "SqliteCheckpointer", "already_kept", "already_used", "check_checkpoint",
+           "RunLog", "RunWriter", "Saved", "SqliteCheckpointer", "already_kept", "already_used", "check_checkpoint",
            "check_commit", "check_lease_ttl", "check_resume", "decode", "encode", "encode_fields", "eval_info_of_row",
            "eval_of_row", "eval_row", "evals_of", "event_rows", "lease_owner", "lease_refusal", "listed_meta",
            "log_of_rows", "message_rows", "new_run_id", "resume", "run_info", "saved_of"]

@@ -23,17 +23,15 @@ import time
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypedDict, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypedDict, TypeVar, Union
 
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import CheckpointStoreError, FsmchatError
 from ..models import Message, StopReason
-from ..store.checkpoint import (EVAL_COLUMNS, EvalInfo, EvalRecord, SqliteCheckpointer, eval_info_of_row, eval_of_row,
-                                evals_of, lease_refusal, saved_of)
+from ..store.checkpoint import (EVAL_COLUMNS, EvalInfo, EvalRecord, RunInfo, RunLog, SqliteCheckpointer, eval_info_of_row,
+                                eval_of_row, evals_of, lease_refusal, saved_of)
 from ..store.postgres import PostgresCheckpointer
-from ..store.protocol import RunInfo
-from ..store.statelog import RunLog
 
 _T = TypeVar("_T")
 
@@ -56,7 +54,11 @@ def store_label(target: str | Path) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def open_checkpointer(target: str | Path, *, read_only: bool = False) -> SqliteCheckpointer | PostgresCheckpointer:
+OpenedStore = Union[SqliteCheckpointer, PostgresCheckpointer]
+"""The checkpoint store a path or a URI names (``open_checkpointer``)."""
+
+
+def open_checkpointer(target: str | Path, *, read_only: bool = False) -> OpenedStore:
     """The checkpoint store ``target`` names: ``PostgresCheckpointer`` for a PostgreSQL URI, else
     ``SqliteCheckpointer`` on the file (``read_only``: opened ``mode=ro``, never created)."""
     if is_dsn(target):
