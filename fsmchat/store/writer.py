@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..engine import StepWork
 from ..errors import bad_value
@@ -147,6 +147,18 @@ class RunWriter:
         return self.store.finish(self.run_id, stop_reason, self.fence, self.diff.text())
 
 
+@runtime_checkable
+class BranchContext(Protocol):
+    """The context of a branch run, as its recorder commits and restores it."""
+
+    @property
+    def transcript(self) -> Transcript: ...
+
+    def snapshot(self) -> Mapping[str, object]: ...
+
+    def restore(self, state: JsonObject) -> None: ...
+
+
 class Recorder:
     """The engine's checkpoint observer for one run (or one branch run): commits each trace event
     with the messages posted since the last one and the context's snapshot, and the stop reason
@@ -213,10 +225,13 @@ class Recorder:
             self.writer.lost()
             raise
 
-    def branch(self, key: str, ctx: Any) -> "tuple[Recorder, Saved | None]":
-        """The recorder of a branch run on ``ctx`` (which has ``transcript``, ``snapshot`` and
-        ``restore``), and what its lane already holds (None for a new branch): on a resume the
-        branch context is restored from it, so the branch continues instead of starting again."""
+    def branch(self, key: str, ctx: object) -> "tuple[Recorder, Saved | None]":
+        """The recorder of a branch run on ``ctx`` (a ``BranchContext``: it has ``transcript``,
+        ``snapshot`` and ``restore``), and what its lane already holds (None for a new branch): on a
+        resume the branch context is restored from it, so the branch continues instead of starting again."""
+        if not isinstance(ctx, BranchContext):
+            raise TypeError(f"a branch run's context needs transcript, snapshot and restore; a {type(ctx).__name__} "
+                            "has not all of them")
         lane = f"{self.run_id}/{key}"
         try:
             saved: Saved | None = self.cp.load(lane)

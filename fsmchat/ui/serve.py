@@ -481,38 +481,39 @@ ROUTES: list[tuple[str, str, str, type[BaseModel] | None, int]] = [
 ]
 
 
-def openapi(patterns: Iterable[str]) -> dict[str, Any]:
+def openapi(patterns: Iterable[str]) -> JsonObject:
     """The OpenAPI 3.1 document of the API, its bodies written from the pydantic models."""
     ref = "#/components/schemas/{model}"
-    schemas: dict[str, Any] = {}
+    schemas: JsonObject = {}
     for model in (StartRun, ResumeRun, ForkRun):
         schema = model.model_json_schema(ref_template=ref)
         schemas.update(schema.pop("$defs", {}))
+        if model is StartRun:
+            schema["properties"]["pattern"]["enum"] = sorted(patterns)
         schemas[model.__name__] = schema
     answer = ANSWER.json_schema(ref_template=ref)
     schemas.update(answer.pop("$defs", {}))
     schemas["Answer"] = answer
-    schemas["StartRun"]["properties"]["pattern"]["enum"] = sorted(patterns)
-    error = {"description": "what was wrong and what is allowed", "content": {"application/json": {"schema": {
+    error: JsonObject = {"description": "what was wrong and what is allowed", "content": {"application/json": {"schema": {
         "type": "object", "properties": {"error": {"type": "string"}, "errors": {"type": "array"},
                                          "limit": {"type": "integer"}}}}}}
-    paths: dict[str, Any] = {}
+    paths: dict[str, JsonObject] = {}
     for method, path, summary, body, status in ROUTES:
-        op: dict[str, Any] = {"summary": summary, "responses": {str(status): {"description": "ok"},
-                                                                 "401": {"description": "no or wrong bearer token"},
-                                                                 "404": error, "409": error, "422": error}}
+        responses: JsonObject = {str(status): {"description": "ok"}, "401": {"description": "no or wrong bearer token"},
+                                 "404": error, "409": error, "422": error}
+        op: JsonObject = {"summary": summary, "responses": responses}
         name = body.__name__ if body is not None else ("Answer" if path.endswith("/answer") else None)
         if name:
-            op["responses"]["413"] = error
+            responses["413"] = error
             op["requestBody"] = {"required": name != "ResumeRun", "content": {"application/json": {
                 "schema": {"$ref": ref.format(model=name)}}}}
         if "{run_id}" in path:
             op["parameters"] = [{"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}]
         if path.endswith("/events"):
-            op["responses"]["200"] = {"description": "event: trace | message | end, data: JSON",
+            responses["200"] = {"description": "event: trace | message | end, data: JSON",
                                       "content": {"text/event-stream": {"schema": {"type": "string"}}}}
         paths.setdefault(path, {})[method] = op
-    return {"openapi": "3.1.0", "info": {"title": "fsmchat serve", "version": "1"}, "paths": paths,
+    return {"openapi": "3.1.0", "info": {"title": "fsmchat serve", "version": "1"}, "paths": {**paths},
             "components": {"schemas": schemas, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
             "security": [{"bearer": []}]}
 

@@ -20,12 +20,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..errors import FsmchatError, bad_value
 from ..masking import redact
 from .page import error_page, page
-from .report import eval_case_data, eval_data, evals_data, runs_data, run_data
+from .report import data_at, eval_case_data, eval_data, evals_data, runs_data, run_data
 from .store import EvalNotFound, RunNotFound, StoreUnreadable, open_view, store_label
 
 if TYPE_CHECKING:  # the ui extra's: imported where they are used
@@ -143,7 +143,7 @@ def app(db: str | Path) -> Starlette:
             return HTMLResponse(error_page("Bad address", str(exc)), status, headers)
         return HTMLResponse(error_page("This store cannot be read", str(exc)), status, headers)
 
-    def answer(data: Callable[[], dict[str, Any]], title: Callable[[dict[str, Any]], str], api: bool) -> Response:  # (titles read the data)
+    def answer(data: Callable[[], dict[str, object]], title: Callable[[dict[str, object]], str], api: bool) -> Response:
         """``data()`` as the page titled ``title(data)`` (or as JSON for ``api``), or the page or
         JSON saying why not: 400 for a bad query, 404 for what the store does not hold, 500 when
         the store cannot be read."""
@@ -160,7 +160,7 @@ def app(db: str | Path) -> Starlette:
     def eval_page(request: Request, api: bool = False) -> Response:
         q = request.query_params
         return answer(lambda: eval_data(store, request.path_params["eval_id"], q.get("baseline") or None),
-                      lambda d: f"evaluation {d['eval']['name']} {d['eval']['eval_id']}", api)
+                      lambda d: f"evaluation {data_at(d, 'eval', 'name')} {data_at(d, 'eval', 'eval_id')}", api)
 
     def case_page(request: Request, api: bool = False) -> Response:
         q = request.query_params
@@ -172,7 +172,7 @@ def app(db: str | Path) -> Starlette:
             return eval_case_data(store, request.path_params["eval_id"], name, q.get("a") or None, q.get("b") or None,
                                   whole(q.get("repeat"), "repeat"))
 
-        return answer(data, lambda d: f"case {d['case']} of evaluation {d['eval']['name']}", api)
+        return answer(data, lambda d: f"case {d['case']} of evaluation {data_at(d, 'eval', 'name')}", api)
 
     def runs_page(request: Request) -> Response:
         try:
@@ -187,8 +187,8 @@ def app(db: str | Path) -> Starlette:
             return problem(exc, 404)
         except StoreUnreadable as exc:
             return problem(exc, 500)
-        return HTMLResponse(page(data, f"{data['run']['pattern'] or 'run'} {data['run']['run_id']}", live=True),
-                            200, headers)
+        return HTMLResponse(page(data, f"{data_at(data, 'run', 'pattern') or 'run'} {data_at(data, 'run', 'run_id')}",
+                                 live=True), 200, headers)
 
     def runs_api(request: Request) -> Response:
         try:

@@ -157,7 +157,7 @@ class Step:
     trigger: str | None
     dest: str | None
     t: float | None
-    payload: Any
+    payload: object
     nmsg: int | None  # its lane's transcript length once this step was stored (None: not recorded)
 
 
