@@ -21,8 +21,8 @@ from .run import parse_vars
 class Subcommands(Protocol):
     """What ``ArgumentParser.add_subparsers()`` returns, as the commands here add theirs."""
 
-    def add_parser(self, name: str, *, help: str | None = ..., description: str | None = ...) -> argparse.ArgumentParser:
-        ...
+    def add_parser(self, name: str, *, help: str | None = ...,
+                   description: str | None = ...) -> argparse.ArgumentParser: ...
 
 
 # ---- runs, history, fork: time travel over a checkpoint store ----

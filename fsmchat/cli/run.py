@@ -166,7 +166,8 @@ def showing_bids(view: LiveRun) -> Iterator[LiveRun]:
             BIDS.reset(token)
 
 
-def _follow(pattern: Any, start: Callable[[RunHooks], Coroutine[object, object, RunResult]], checkpoint: Checkpointer | None, store: str | None, args: argparse.Namespace,
+def _follow(pattern: Any, start: Callable[[RunHooks], Coroutine[object, object, RunResult]],
+            checkpoint: Checkpointer | None, store: str | None, args: argparse.Namespace,
             how: list[str], shown: bool = True) -> int:
     """Run ``start`` live (``pattern``: a ``Pattern``, or what a stored factory built, which has a
     pattern's run API); while the run waits for a person and stdin is a terminal (and not

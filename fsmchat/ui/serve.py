@@ -48,8 +48,8 @@ from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Mapping, TypedDict, \
-    TypeVar, Union
+from typing import (TYPE_CHECKING, Annotated, Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Mapping,
+                    TypedDict, TypeVar, Union)
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidatorFunctionWrapHandler, field_validator
 

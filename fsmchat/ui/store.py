@@ -23,7 +23,7 @@ import time
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypedDict, TypeVar, Union
+from typing import Callable, Iterator, Mapping, TypedDict, TypeVar, Union
 
 from urllib.parse import urlsplit, urlunsplit
 
@@ -296,7 +296,12 @@ class Store:
         """
         with self._open() as o:
             db, row = self._row(o, run_id, "stop_reason, meta, created, updated")
-            meta = _json(row[1], {})
+            stop, meta_text, created, updated = row
+            if not (isinstance(stop, (str, type(None))) and isinstance(meta_text, (str, type(None)))
+                    and isinstance(created, (int, float)) and isinstance(updated, (int, float))):
+                raise StoreUnreadable(f"{self.path}: run {run_id!r} has a malformed row (its stop reason, meta or "
+                                      "times); the store was changed by something other than fsmchat or is damaged")
+            meta = _json(meta_text, {})
             where, lanes = _LANES, (run_id, len(run_id) + 1, run_id + "/")
             by_lane: dict[str, list[Step]] = {}
             for rid, step, state, trig, dest, t, payload, n in db.execute(
@@ -310,8 +315,8 @@ class Store:
                     f"SELECT run_id, role, content, metadata FROM messages {where} ORDER BY run_id, seq", lanes):
                 m: ViewMessage = {"role": role, "content": content, "metadata": _json(metadata, {})}
                 (messages if rid == run_id else lane_messages.setdefault(rid[len(run_id) + 1:], [])).append(m)
-            status = status_of(row[0], o.leases_of().get(run_id), time.time())
-        return RunRecord(run_id, meta if isinstance(meta, dict) else {}, row[0], status, row[2], row[3],
+            status = status_of(stop, o.leases_of().get(run_id), time.time())
+        return RunRecord(run_id, meta if isinstance(meta, dict) else {}, stop, status, created, updated,
                          in_fork_order(by_lane), messages, lane_messages, self._state(run_id))
 
     def progress(self, run_id: str) -> tuple[int, str]:
@@ -328,7 +333,11 @@ class Store:
         with self._open() as o:
             db, row = self._row(o, run_id, "stop_reason")
             n = db.execute(f"SELECT COUNT(*) FROM events {_LANES}", (run_id, len(run_id) + 1, run_id + "/")).fetchone()[0]
-            return n, status_of(row[0], o.leases_of().get(run_id), time.time())
+            stop = row[0]
+            if not isinstance(stop, (str, type(None))):
+                raise StoreUnreadable(f"{self.path}: run {run_id!r} has a malformed stop reason; the store was changed "
+                                      "by something other than fsmchat or is damaged")
+            return n, status_of(stop, o.leases_of().get(run_id), time.time())
 
     def evaluations(self) -> list[EvalInfo]:
         """Return every evaluation the store keeps, newest first, without its cases (none in an
@@ -366,7 +375,7 @@ class Store:
         except CheckpointStoreError as exc:
             raise StoreUnreadable(str(exc)) from None
 
-    def _row(self, o: _Open, run_id: str, columns: str) -> tuple[sqlite3.Connection, tuple[Any, ...]]:  # (sqlite's values)
+    def _row(self, o: _Open, run_id: str, columns: str) -> tuple[sqlite3.Connection, tuple[object, ...]]:
         """The open database and the run's ``columns`` of its ``runs`` row (``RunNotFound`` if none)."""
         row = None if o.db is None else o.db.execute(f"SELECT {columns} FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if o.db is None or row is None:
