@@ -24,7 +24,7 @@ import functools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Container, Iterator, Mapping
 
 from ..graph.render import dot_hash, render_svg, svg_dot_hash
 from ..graph.state_graph import StateGraph
@@ -169,7 +169,7 @@ class Gallery:
         print(f"{self.dir}/ is up to date{place}")
         return 0
 
-    def _orphans(self, expected: dict[str, Any]) -> list[Path]:
+    def _orphans(self, expected: Container[str]) -> list[Path]:
         if not self.dir.is_dir():
             return []
         return sorted(p for p in self.dir.iterdir() if p.is_file() and p.suffix in KINDS and p.name not in expected)
@@ -197,7 +197,7 @@ def target_name(spec: str) -> tuple[str, str]:
     return attr.rpartition(".")[2], spec
 
 
-def from_table(table: dict[str, Any], root: Path, where: str) -> Gallery:
+def from_table(table: Mapping[str, object], root: Path, where: str) -> Gallery:
     """A ``Gallery`` from a ``[tool.fsmchat.graphs]`` table; paths are relative to ``root``."""
     known = {"dir", "targets", "examples", "builtins"}
     unknown = sorted(set(table) - known)
@@ -210,13 +210,15 @@ def from_table(table: dict[str, Any], root: Path, where: str) -> Gallery:
         targets = dict(target_name(t) for t in raw)
     else:
         raise GalleryConfigError(f"{where}: targets must be a list of \"MODULE:ATTR\" or a table NAME = \"MODULE:ATTR\"")
-    for key in ("dir", "examples"):
-        if key in table and not isinstance(table[key], str):
-            raise GalleryConfigError(f"{where}: {key} must be a folder path (a string), got {table[key]!r}")
-    if not isinstance(table.get("builtins", False), bool):
-        raise GalleryConfigError(f"{where}: builtins must be true or false, got {table['builtins']!r}")
-    return Gallery(targets=targets, examples=root / table["examples"] if "examples" in table else None,
-                   builtins=table.get("builtins", False), dir=root / table.get("dir", "graphs"))
+    folder, examples, builtins = table.get("dir", "graphs"), table.get("examples"), table.get("builtins", False)
+    if not isinstance(folder, str):
+        raise GalleryConfigError(f"{where}: dir must be a folder path (a string), got {folder!r}")
+    if examples is not None and not isinstance(examples, str):  # (TOML has no null: None is a missing key)
+        raise GalleryConfigError(f"{where}: examples must be a folder path (a string), got {examples!r}")
+    if not isinstance(builtins, bool):
+        raise GalleryConfigError(f"{where}: builtins must be true or false, got {builtins!r}")
+    return Gallery(targets=targets, examples=root / examples if examples is not None else None,
+                   builtins=builtins, dir=root / folder)
 
 
 def find_pyproject(start: Path) -> Path | None:

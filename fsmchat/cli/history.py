@@ -7,19 +7,26 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Callable, Protocol
 
 from ..masking import redact_data
 from ..models import shorten
 from ..store.checkpoint import SqliteCheckpointer
-from ..store.statelog import history_of
+from ..store.statelog import RunLog, history_of
 from ..store.timetravel import fork
-from ..ui.store import is_dsn, open_checkpointer
+from ..ui.store import OpenedStore, is_dsn, open_checkpointer
 from .run import parse_vars
 
 
+class Subcommands(Protocol):
+    """What ``ArgumentParser.add_subparsers()`` returns, as the commands here add theirs."""
+
+    def add_parser(self, name: str, *, help: str | None = ...,
+                   description: str | None = ...) -> argparse.ArgumentParser: ...
+
+
 # ---- runs, history, fork: time travel over a checkpoint store ----
-def _open_store(path: str, write: bool = False) -> Any:
+def _open_store(path: str, write: bool = False) -> OpenedStore:
     """The SQLite store at ``path`` (never created here: a missing file is an error), or the
     PostgreSQL store a ``postgresql://`` URI names."""
     if is_dsn(path):
@@ -54,12 +61,12 @@ def runs_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_log(store: Any, run_id: str) -> Any:
+def _run_log(store: OpenedStore, run_id: str) -> RunLog:
     try:
         return store.log(run_id)
     except KeyError:
         known = [r.run_id for r in store.list_runs()][:5]
-        where = store.where if is_dsn(str(getattr(store, "dsn", ""))) else store.path
+        where = store.path if isinstance(store, SqliteCheckpointer) else store.where
         raise ValueError(f"no run {run_id!r} in {where}" + (f"; newest runs: {', '.join(known)} (`fsmchat runs "
                                                                f"--db {where}` lists them)" if known else
                                                                     "; it has no runs")) from None
@@ -104,14 +111,14 @@ def fork_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store_args(p: argparse.ArgumentParser, what: str, fn: Any) -> None:
+def _store_args(p: argparse.ArgumentParser, what: str, fn: Callable[[argparse.Namespace], int]) -> None:
     p.add_argument("--db", required=True, metavar="PATH", help="the SQLite checkpoint store, or a PostgreSQL URI "
                    "(postgresql://...)")
     p.add_argument("--json", action="store_true", help=f"print {what} as JSON")
     p.set_defaults(fn=fn)
 
 
-def add_time_travel(sub: Any) -> None:
+def add_time_travel(sub: Subcommands) -> None:
     """The ``runs``, ``history`` and ``fork`` subcommands."""
     ru = sub.add_parser("runs", help="list the runs in a checkpoint store, newest first",
                         description="List the runs of a SQLite checkpoint store (branch lanes left out), newest first: "

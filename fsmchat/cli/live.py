@@ -36,10 +36,16 @@ from __future__ import annotations
 import html
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, TextIO, TypedDict
 
 from ..models import BidDelta, Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from ..speakers import llm
+from ..speakers.respond import BidOutcome
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
+    from rich.spinner import Spinner
 
 
 class LiveRun:
@@ -64,11 +70,11 @@ class LiveRun:
         self.status = err_stream.isatty() if status is None else status
         self.label = label
         self.state = ""
-        self.ctx: Any = None
+        self.ctx: object = None
         self.started = time.monotonic()
-        self._live: Any = None
-        self._console: Any = None
-        self._spinner: Any = None
+        self._live: Live | None = None
+        self._console: Console | None = None
+        self._spinner: Spinner | None = None
 
     # ---- the run's hooks ----
     def on_start(self, ctx: object) -> None:
@@ -91,7 +97,7 @@ class LiveRun:
             turn = self._turns[prefix] = self._turns.get(prefix, 0) + 1
             self._print_lines(bid_lines(turn, self._raw.pop(prefix), ev.payload), style="dim")
 
-    def on_bid(self, agent: str, step: str | None, bid: Any) -> None:
+    def on_bid(self, agent: str, step: str | None, bid: BidOutcome) -> None:
         """A GroupChat bid as its bidder's call returns, before the round closes (``fsmchat run``
         sets ``fsmchat.patterns.group_chat.BIDS`` to it while it streams): ``  TechCritic (bid
         0.89): <its message>`` (``, silent`` without one), the round's first under ``bidding, turn 2:``;
@@ -239,18 +245,21 @@ class LiveRun:
         parts.append(f"{time.monotonic() - self.started:.1f}s")
         return " · ".join(parts)
 
-    def _renderable(self) -> Any:
+    def _renderable(self) -> RenderableType:
         from rich.console import Group
         from rich.panel import Panel
         from rich.text import Text
 
-        self._spinner.update(text=Text(((self.label + " · ") if self.label else "") + self.line(), style="cyan",
+        spinner = self._spinner
+        if spinner is None:  # (the status line is not shown)
+            return Group()
+        spinner.update(text=Text(((self.label + " · ") if self.label else "") + self.line(), style="cyan",
                                        no_wrap=True, overflow="ellipsis"))
         writing = [Panel(Text(text), title=Text(f"{agent} (writing)", style="bold"), title_align="left")
                    for agent, text in list(self._writing.items())]
         writing += [Panel(Text(text, style="dim"), title=Text(f"{agent} (bidding)", style="dim bold"),
                           title_align="left") for agent, text in list(self._bid_text.items())]
-        return Group(*writing, self._spinner) if writing else self._spinner
+        return Group(*writing, spinner) if writing else spinner
 
     # ---- showing ----
     def __enter__(self) -> "LiveRun":
@@ -266,10 +275,10 @@ class LiveRun:
 
             self._spinner = Spinner("dots")
             # stdout on the same screen goes above the status line; stdout elsewhere is left alone
-            self._live = Live(get_renderable=self._renderable, console=Console(file=self.err or sys.stderr),
-                              refresh_per_second=8, transient=True, redirect_stdout=out.isatty(),
-                              redirect_stderr=False)
-            self._live.start()
+            live = self._live = Live(get_renderable=self._renderable, console=Console(file=self.err or sys.stderr),
+                                     refresh_per_second=8, transient=True, redirect_stdout=out.isatty(),
+                                     redirect_stderr=False)
+            live.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -277,6 +286,19 @@ class LiveRun:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+class _Handle(Protocol):
+    """What a notebook's ``display(obj, display_id=True)`` returns: the output it updates."""
+
+    def update(self, obj: object) -> object: ...
+
+
+class LiveHooks(TypedDict):
+    """The run keywords ``NotebookLive.hooks()`` gives (``pattern.execute(task, **view.hooks())``)."""
+
+    on_message: list[Callable[[Message], None]]
+    on_token: list[Callable[[TokenDelta | BidDelta | StreamRetry], None]]
 
 
 class NotebookLive:
@@ -303,13 +325,13 @@ class NotebookLive:
         '<td><b>Critic</b></td><td>Not  <i>writing...</i></td></tr></table>'
     """
 
-    def __init__(self, display: Callable[[Any], Any] | None = None):
+    def __init__(self, display: Callable[[NotebookLive], _Handle] | None = None):
         self.rows: list[list[str]] = []  # [role, text, note]: note is "writing..." while a reply streams
         self._writing: dict[str, int] = {}  # agent -> its streaming row
         self._display = display
-        self._handle: Any = None
+        self._handle: _Handle | None = None
 
-    def hooks(self) -> dict[str, list[Callable[[Any], None]]]:
+    def hooks(self) -> LiveHooks:
         """The run keywords that feed this view: ``on_message`` and ``on_token``."""
         return {"on_message": [self.on_message], "on_token": [self.on_token]}
 
@@ -358,7 +380,7 @@ class NotebookLive:
             self._handle.update(self)
 
 
-def bid_lines(turn: int, raw: dict[str, float], select: dict[str, Any]) -> list[str]:
+def bid_lines(turn: int, raw: dict[str, float], select: Mapping[str, object]) -> list[str]:
     """One GroupChat turn's bids, as ``fsmchat run`` prints them::
 
         bids, turn 2 (threshold 0.50):
@@ -370,8 +392,9 @@ def bid_lines(turn: int, raw: dict[str, float], select: dict[str, Any]) -> list[
     ``raw`` is the bid step's payload (agent -> score), ``select`` the select step's (``winner``,
     ``adjusted``: agent -> recency-adjusted score of each bid with a message, ``threshold``,
     ``invalid``: agent -> why its bid was malformed)."""
-    adjusted, winner = select.get("adjusted") or {}, select.get("winner")
-    threshold, invalid = select.get("threshold"), select.get("invalid") or {}
+    adjusted = a if isinstance(a := select.get("adjusted"), dict) else {}
+    winner, threshold = select.get("winner"), select.get("threshold")
+    invalid = i if isinstance(i := select.get("invalid"), dict) else {}
     head = f"bids, turn {turn}" + (f" (threshold {threshold:.2f})" if isinstance(threshold, (int, float)) else "")
     width = max((len(n) for n in raw), default=0)
     lines = [head + ":"]
@@ -403,12 +426,13 @@ def call_lines(msg: Message) -> list[str]:
     return lines
 
 
-def offline_note(event: dict[str, Any]) -> str:
+def offline_note(event: Mapping[str, object]) -> str:
     """Why a turn of the offline model ran no tool (an ``offline_no_tool_call`` event)::
 
         (offline: no tool matched "Write a haiku about the sea"; tools: add, search)
     """
-    return f'  (offline: no tool matched "{event.get("request", "")}"; tools: {", ".join(event.get("tools") or [])})'
+    tools = t if isinstance(t := event.get("tools"), list) else []
+    return f'  (offline: no tool matched "{event.get("request", "")}"; tools: {", ".join(map(str, tools))})'
 
 
 def summary(result: RunResult, elapsed: float | None = None, worst: int | None = None) -> str:

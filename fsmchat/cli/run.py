@@ -12,22 +12,24 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from types import ModuleType
+from typing import Any, Callable, Coroutine, Iterator, TypedDict
 
 from .. import evals
 from ..checks import check_run_id
 from ..engine import run_sync
 from ..masking import redact, redact_chain, redact_data
-from ..models import StopReason
+from ..errors import bad_value
+from ..models import BidDelta, Message, RunResult, StopReason, StreamRetry, TokenDelta, TraceEvent
 from ..patterns.base import FailedRuns, Pattern
 from ..patterns.group_chat import BIDS
 from ..speakers import llm
-from ..speakers.human import Approve, Edit, InputNotAllowed, Reject, check_input, waiting_for
+from ..speakers.human import Approve, Edit, Input, InputNotAllowed, Pending, Reject, check_input, waiting_for
 from ..store.checkpoint import Checkpointer, SqliteCheckpointer
 from ..targets import BUILD, defines_build, load_target_with_module, split_target
 from ..trust import Trust, UntrustedReference, is_file_ref
 from ..ui import write_report
-from ..ui.store import is_dsn, open_checkpointer
+from ..ui.store import OpenedStore, is_dsn, open_checkpointer
 from .live import LiveRun, summary
 
 
@@ -70,14 +72,14 @@ def run_command(args: argparse.Namespace) -> int:
         return _run_script(Path(where), args)
     task = args.task or getattr(module, "TASK", None)
     if not isinstance(task, str) or not task.strip():
+        file = getattr(module, "__file__", None)
         print(f"fsmchat run: no task for {args.target}: pass --task TEXT (or define TASK = \"...\" in "
-              f"{Path(module.__file__).name if getattr(module, '__file__', None) else module.__name__})",
-              file=sys.stderr)
+              f"{Path(file).name if file else getattr(module, '__name__', '')})", file=sys.stderr)
         return 2
     return _run_pattern(pattern, task, args)
 
 
-def _pattern_of(spec: str, where: str, attr: str | None) -> tuple[Any, Any]:
+def _pattern_of(spec: str, where: str, attr: str | None) -> tuple[Pattern | None, ModuleType | None]:
     """(the pattern ``spec`` names, its module), or (None, None) for a script to run as ``__main__``."""
     if attr is None and not defines_build(Path(where)):
         return None, None
@@ -95,13 +97,13 @@ DEFAULT_STORE = ".fsmchat/runs.db"  # where `fsmchat run` checkpoints a run that
 EXIT_WAITING = 3  # the run stopped for a person and waits (resume it with `fsmchat resume`)
 EXIT_DEADLINE = 4  # the run was cut by its deadline (deadline_s, --deadline): it did not finish its job
 EXIT_BUDGET = 5  # the run stopped at a budget (max_model_calls, max_tokens, max_cost_usd, --max-calls)
-LIMIT_EXITS = {StopReason.DEADLINE: (EXIT_DEADLINE, "its deadline (deadline_s, --deadline)"),
+LIMIT_EXITS: dict[str, tuple[int, str]] = {StopReason.DEADLINE: (EXIT_DEADLINE, "its deadline (deadline_s, --deadline)"),
                StopReason.BUDGET: (EXIT_BUDGET, "a budget (max_model_calls/--max-calls, max_tokens, max_cost_usd)")}
 EXIT_CODES = (f"Exit codes: 0 finished ok, 1 failed, 2 bad input (nothing run), {EXIT_WAITING} waiting for a person, "
               f"{EXIT_DEADLINE} stopped by the deadline, {EXIT_BUDGET} stopped by a budget, 130 interrupted (Ctrl-C).")
 
 
-def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
+def _run_pattern(pattern: Pattern, task: str, args: argparse.Namespace) -> int:
     if args.report and not Path(args.report).resolve().parent.is_dir():
         print(f"fsmchat run: --report {args.report}: its folder does not exist (nothing was run)", file=sys.stderr)
         return 2
@@ -130,7 +132,7 @@ def _run_pattern(pattern: Any, task: str, args: argparse.Namespace) -> int:
                        store, args, ["--target", args.target, *_model_flags(args)], shown)
 
 
-def _store(path: str, create: bool = False) -> Any:
+def _store(path: str, create: bool = False) -> OpenedStore:
     if is_dsn(path):
         return open_checkpointer(path)
     if create:
@@ -138,6 +140,18 @@ def _store(path: str, create: bool = False) -> Any:
     elif not Path(path).is_file():
         raise FileNotFoundError(f"no checkpoint store at {path}")
     return SqliteCheckpointer(path)
+
+
+class _Hooks(TypedDict):
+    observers: list[Callable[[TraceEvent], None]]
+    on_message: list[Callable[[Message], None]]
+    on_start: list[Callable[[object], None]]
+
+
+class RunHooks(_Hooks, total=False):
+    """The run keywords ``fsmchat run`` and ``fsmchat resume`` feed their ``LiveRun`` by."""
+
+    on_token: list[Callable[[TokenDelta | BidDelta | StreamRetry], None]]
 
 
 @contextlib.contextmanager
@@ -152,9 +166,11 @@ def showing_bids(view: LiveRun) -> Iterator[LiveRun]:
             BIDS.reset(token)
 
 
-def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: str | None, args: argparse.Namespace,
+def _follow(pattern: Any, start: Callable[[RunHooks], Coroutine[object, object, RunResult]],
+            checkpoint: Checkpointer | None, store: str | None, args: argparse.Namespace,
             how: list[str], shown: bool = True) -> int:
-    """Run ``start`` live; while the run waits for a person and stdin is a terminal (and not
+    """Run ``start`` live (``pattern``: a ``Pattern``, or what a stored factory built, which has a
+    pattern's run API); while the run waits for a person and stdin is a terminal (and not
     ``--no-input``), ask there and resume with the answer. Then report and pick the exit code."""
     started = time.monotonic()
     interactive = not args.no_input and sys.stdin.isatty()
@@ -162,7 +178,7 @@ def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: st
         view = LiveRun(messages=not (args.quiet or args.json), status=False if args.quiet else None,
                        label=getattr(pattern, "name", "") or type(pattern).__name__,
                        tokens=False if getattr(args, "no_stream", False) else None)
-        hooks = {"observers": [view.on_event], "on_message": [view.on_message], "on_start": [view.on_start]}
+        hooks: RunHooks = {"observers": [view.on_event], "on_message": [view.on_message], "on_start": [view.on_start]}
         if view.tokens:
             hooks["on_token"] = [view.on_token]
         try:
@@ -191,7 +207,7 @@ def _follow(pattern: Any, start: Any, checkpoint: Checkpointer | None, store: st
         print(f"\n{summary(result, elapsed, worst)}", flush=True)
     if shown and checkpoint is not None:
         print(f"fsmchat {args.cmd}: run id {result.run_id} checkpointed in {store}", file=sys.stderr)
-    if getattr(args, "report", None) and store is not None:
+    if getattr(args, "report", None) and store is not None and result.run_id is not None:
         print(f"fsmchat {args.cmd}: report written to {write_report(store, result.run_id, args.report)}",
               file=sys.stderr)
     if result.waiting:
@@ -214,7 +230,7 @@ COMMANDS = {"approve": "/approve", "edit": "/edit TEXT", "reject": "/reject [REA
 FLAGS = {"approve": "--approve", "edit": "--edit TEXT", "reject": "--reject REASON", "say": "--input TEXT"}
 
 
-def describe(pending: Any) -> list[str]:
+def describe(pending: Pending) -> list[str]:
     """What a waiting run asks, as lines for the terminal."""
     who = pending.person or "a person"
     lines = [f"-- waiting for {who} at {pending.state} ({pending.kind}): {pending.prompt}"]
@@ -226,7 +242,7 @@ def describe(pending: Any) -> list[str]:
     return lines
 
 
-def ask_terminal(pending: Any) -> Any:
+def ask_terminal(pending: Pending) -> Input | None:
     """Ask on the terminal until a valid answer comes (None on end of input: the run stays waiting)."""
     err = sys.stderr
     print("\n".join(describe(pending)), file=err)
@@ -245,7 +261,7 @@ def ask_terminal(pending: Any) -> Any:
         head, _, rest = line.partition(" ")
         try:
             if head in ("/approve", "/a"):
-                given: Any = Approve()
+                given: Input | str = Approve()
             elif head in ("/reject", "/r"):
                 given = Reject(rest.strip())
             elif head in ("/edit", "/e"):
@@ -276,7 +292,7 @@ def parse_vars(items: list[str], flag: str = "--set") -> dict[str, object]:
     return out
 
 
-def set_hint(pending: Any) -> str:
+def set_hint(pending: Pending) -> str:
     """The ``--set`` of an answer that edits: the waiting tool call's own arguments with their
     proposed values (``--set summary='...'``: change what you want, the rest are kept), else
     ``--set NAME=VALUE`` (a flow's variables)."""
@@ -288,7 +304,7 @@ def set_hint(pending: Any) -> str:
                                for k, v in arguments.items())
 
 
-def waiting_note(pending: Any, run_id: str | None, store: str, how: list[str]) -> str:
+def waiting_note(pending: Pending, run_id: str | None, store: str, how: list[str]) -> str:
     """Why the run stopped and the exact command that answers it."""
     base = ["fsmchat", "resume", str(run_id), "--db", store, *how]
     lines = describe(pending) + [f"fsmchat: the run waits (exit code {EXIT_WAITING}); answer it with one of:"]
@@ -371,6 +387,7 @@ def resume_command(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise ValueError(exc.args[0]) from None
     how: list[str] = []
+    pattern: Any  # a Pattern, or what the stored factory built (a pattern's run API, checked by its shape)
     if args.target:
         where, attr = split_target(args.target)
         pattern, _module = _pattern_of(args.target, where, attr)
@@ -382,11 +399,15 @@ def resume_command(args: argparse.Namespace) -> int:
         if not factory:
             raise ValueError(f"run {args.run_id!r} was checkpointed without a factory; name its pattern with "
                              "--target MODULE:ATTR or path/file.py")
+        if not isinstance(factory, str):  # (what Trust says of a reference that is not one)
+            raise bad_value(f"run {args.run_id!r} factory", "reference", factory, "a 'module:attr' string",
+                            type_error=True)
         pattern = _stored_pattern(factory, args)
         how = [x for a in args.allow or () for x in ("--allow", a)] + (["--trusted"] if args.trusted else [])
     how += _model_flags(args)
-    stored = (saved.meta.get("fingerprint") or {}).get("limits")
-    if stored and (pattern.limits is None or pattern.limits.model_dump(mode="json") != stored):
+    fingerprint = saved.meta.get("fingerprint")
+    stored = fingerprint.get("limits") if isinstance(fingerprint, dict) else None
+    if isinstance(stored, dict) and stored and (pattern.limits is None or pattern.limits.model_dump(mode="json") != stored):
         pattern.with_limits(**stored)  # the limits the run was started with (fsmchat run --max-calls ...)
     answer = given[0][1] if given else None
     pending = waiting_for(saved)

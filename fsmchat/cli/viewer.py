@@ -5,8 +5,6 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
-
 from ..targets import BUILD, load_target_with_module, split_target
 from ..ui import RunNotFound, write_report
 from ..ui import serve as serve_api
@@ -15,7 +13,7 @@ from ..ui.store import is_dsn, open_view
 
 
 # ---- ui, report: the run viewer (fsmchat.ui) ----
-def _store_arg(cmd: str, db: str) -> Any:
+def _store_arg(cmd: str, db: str) -> str | Path | None:
     if is_dsn(db):
         return db
     path = Path(db)
@@ -36,7 +34,7 @@ def ui_command(args: argparse.Namespace) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    patterns: dict[str, Any] = {}
+    patterns: dict[str, serve_api.Registered] = {}
     for spec in args.target or ():
         name, eq, target = spec.partition("=")
         if not eq:

@@ -19,10 +19,11 @@ import time
 import uuid
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..checks import check_run_id
 from ..errors import CheckpointStoreError, FsmchatError, bad_value
+from ..events import JsonObject
 from ..trust import Trust
 from .group_commit import GroupCommit
 from .protocol import (LEASE_TTL, Capabilities, Commit, EvalInfo, EvalRecord, Fence, LeaseLost, NotSerializable,
@@ -37,14 +38,14 @@ from .writer import COMMIT_MODES, DEFAULT_COMMIT, Lease, Recorder, RunWriter, ch
 __all__ = ["COMMIT_MODES", "DEFAULT_COMMIT", "EVAL_COLUMNS", "LEASE_TTL", "RUN_META", "Capabilities",
            "CheckpointMismatch", "CheckpointStoreError", "Checkpointer", "Commit", "EvalInfo", "EvalRecord", "Fence",
            "Lease", "LeaseLost", "MemoryCheckpointer", "NotSerializable", "Recorder", "RunInProgress", "RunInfo",
-           "RunWriter", "Saved", "SqliteCheckpointer", "already_kept", "already_used", "check_checkpoint",
+           "RunLog", "RunWriter", "Saved", "SqliteCheckpointer", "already_kept", "already_used", "check_checkpoint",
            "check_commit", "check_lease_ttl", "check_resume", "decode", "encode", "encode_fields", "eval_info_of_row",
            "eval_of_row", "eval_row", "evals_of", "event_rows", "lease_owner", "lease_refusal", "listed_meta",
            "log_of_rows", "message_rows", "new_run_id", "resume", "run_info", "saved_of"]
 
 # What a new checkpointed run stores in its metadata besides its own (``fsmchat.otel``: the run's
 # W3C trace context, so a resume or a fork continues the trace). A ContextVar: set around one run.
-RUN_META: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("fsmchat_run_meta", default=None)
+RUN_META: contextvars.ContextVar[Mapping[str, object] | None] = contextvars.ContextVar("fsmchat_run_meta", default=None)
 
 class CheckpointMismatch(FsmchatError, ValueError):
     """A run was resumed with a pattern other than the one that checkpointed it; nothing was written."""
@@ -326,7 +327,7 @@ class SqliteCheckpointer(ReadsLog):
         with self._lock:
             self._db.execute("UPDATE leases SET owner='', expires=0 WHERE run_id=? AND owner=?", (run_id, owner))
 
-    def start(self, run_id: str, meta: dict[str, Any], fence: Fence | None = None) -> None:
+    def start(self, run_id: str, meta: JsonObject, fence: Fence | None = None) -> None:
         """Record a new run with its metadata; ``ValueError`` when ``run_id`` is already stored,
         ``LeaseLost`` (nothing written) when ``fence`` no longer holds the run's lease."""
         self._writable("start a run")
@@ -510,7 +511,7 @@ class SqliteCheckpointer(ReadsLog):
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
 
-    def _eval_rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+    def _eval_rows(self, sql: str, args: tuple[str, ...] = ()) -> list[tuple[object, ...]]:
         """The rows ``sql`` reads from ``evals``; none when the store has no such table (an older one)."""
         try:
             with self._lock:
@@ -590,5 +591,8 @@ def resume(run_id: str, checkpoint: Checkpointer, pattern: Any = None, *, input:
         if not factory:
             raise ValueError(f"run {run_id!r} was checkpointed without a factory; pass the pattern: "
                              "resume(run_id, checkpoint, pattern=...) or set pattern.factory='module:attr'")
-        pattern = trust.pattern(factory, f"run {run_id!r} factory")
+        what = f"run {run_id!r} factory"
+        if not isinstance(factory, str):  # (what Trust says of a reference that is not one)
+            raise bad_value(what, "reference", factory, "a 'module:attr' string", type_error=True)
+        pattern = trust.pattern(factory, what)
     return pattern.resume(run_id, checkpoint, input=input)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
+from ..events import JsonObject
 from ..models import TraceEvent
 from .protocol import (LEASE_TTL, Capabilities, Commit, EvalInfo, EvalRecord, Fence, LeaseLost, ReadsLog, RunInfo,
                        Saved, already_used, check_lease_ttl, lease_refusal, run_info)
@@ -97,7 +98,7 @@ class MemoryCheckpointer(ReadsLog):
         if self.leases.get(run_id, ("",))[0] == owner:
             del self.leases[run_id]
 
-    def start(self, run_id: str, meta: dict[str, Any], fence: Fence | None = None) -> None:
+    def start(self, run_id: str, meta: JsonObject, fence: Fence | None = None) -> None:
         """Record a new run with its metadata; ``ValueError`` when ``run_id`` is already stored,
         ``LeaseLost`` when ``fence`` no longer holds the run's lease."""
         if run_id in self.data:

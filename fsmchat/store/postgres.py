@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import CheckpointStoreError, FsmchatError, bad_value
+from ..events import JsonObject
 from ..models import Message, TraceEvent
 from .checkpoint import (EVAL_COLUMNS, RunInfo, already_kept, eval_info_of_row, eval_of_row, eval_row, event_rows,
                          listed_meta, log_of_rows, message_rows, run_info)
@@ -24,6 +26,7 @@ from .statelog import RunLog, encode_json
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import TupleRow
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, meta TEXT NOT NULL, stop_reason TEXT,
@@ -111,7 +114,7 @@ class PostgresCheckpointer(ReadsLog):
         self.read_only = False
         self._lock = threading.Lock()
         try:
-            self._db: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
+            self._db: psycopg.Connection[TupleRow] = psycopg.connect(dsn, autocommit=True)
             with self._db.transaction():
                 self._db.execute("SELECT pg_advisory_xact_lock(7412093)")  # one creator of the tables at a time
                 self._db.execute(SCHEMA)
@@ -174,7 +177,7 @@ class PostgresCheckpointer(ReadsLog):
         with self._lock, self._errors():
             self._db.execute("UPDATE leases SET owner='', expires=0 WHERE run_id=%s AND owner=%s", (run_id, owner))
 
-    def start(self, run_id: str, meta: dict[str, Any], fence: Fence | None = None) -> None:
+    def start(self, run_id: str, meta: JsonObject, fence: Fence | None = None) -> None:
         """Record a new run with its metadata; ``ValueError`` when ``run_id`` is already stored,
         ``LeaseLost`` (nothing written) when ``fence`` no longer holds the run's lease."""
         db = self._db
@@ -331,6 +334,6 @@ class _StoreErrors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if isinstance(exc, self.store._psycopg.Error):
             raise self.store._store_error(exc) from None

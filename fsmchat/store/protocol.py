@@ -30,9 +30,10 @@ import uuid
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Protocol, Sequence, cast
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, cast
 
 from ..errors import FsmchatError, bad_value
+from ..events import JsonObject
 from ..models import Message, StopReason, TraceEvent
 from .statelog import AppendLog, HistoryStep, RunLog, history_of
 
@@ -80,7 +81,7 @@ class Fence:
     token: int
 
 
-def check_lease_ttl(value: Any, owner: str) -> float:
+def check_lease_ttl(value: object, owner: str) -> float:
     """``lease_ttl`` as seconds: a positive, finite number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise bad_value(owner, "lease_ttl", value, f"seconds a run's lease lasts without renewal, a positive "
@@ -131,10 +132,10 @@ class Saved:
     """What a store holds for one run."""
 
     run_id: str
-    meta: dict[str, Any]
+    meta: JsonObject
     events: list[TraceEvent]
     messages: list[Message]
-    state: dict[str, Any] | None
+    state: JsonObject | None
     stop_reason: str | None = None
 
     @property
@@ -170,7 +171,7 @@ class RunInfo:
     steps: int
     created: float
     updated: float
-    forked_from: dict[str, Any] | None = None
+    forked_from: JsonObject | None = None
     leased: bool = False  # a live process holds the run's lease
 
     @property
@@ -179,14 +180,14 @@ class RunInfo:
         ``running`` (not ended, its lease is live) or ``unfinished`` (cut by a crash: resumable)."""
         return StopReason.run_status(self.stop_reason, self.leased)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"run_id": self.run_id, "pattern": self.pattern, "name": self.name, "task": self.task,
                 "status": self.status, "stop_reason": self.stop_reason, "messages": self.messages,
                 "steps": self.steps, "created": self.created, "updated": self.updated,
                 "forked_from": self.forked_from}
 
 
-def run_info(run_id: str, meta: dict[str, Any], stop_reason: str | None, messages: int, steps: int,
+def run_info(run_id: str, meta: JsonObject, stop_reason: str | None, messages: int, steps: int,
              created: float, updated: float, lease: tuple[str, float] | None = None) -> RunInfo:
     def text(k: str) -> str | None:  # untrusted meta
         v = meta.get(k)
@@ -261,7 +262,7 @@ class EvalInfo:
     eval_id: str
     name: str
     created: float
-    summary: dict[str, Any]
+    summary: dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -297,8 +298,8 @@ class EvalRecord:
     eval_id: str
     name: str
     created: float
-    summary: dict[str, Any]
-    cases: list[dict[str, Any]]
+    summary: dict[str, object]
+    cases: list[dict[str, object]]
 
     def __post_init__(self) -> None:
         if not isinstance(self.eval_id, str) or not self.eval_id.strip() or "/" in self.eval_id or \
@@ -331,7 +332,7 @@ class Store(Protocol):
 
     capabilities: Capabilities
 
-    def start(self, run_id: str, meta: dict[str, Any], fence: Fence | None = None) -> None: ...
+    def start(self, run_id: str, meta: JsonObject, fence: Fence | None = None) -> None: ...
 
     def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> Future[None] | None: ...
 
@@ -487,14 +488,14 @@ _KEPT = _PLAIN | {AppendLog}  # what ``encode`` keeps as it is (an AppendLog hol
 _OPAQUE: set[type] = set()  # types ``encode`` refused (a config, a model client): skipped at once next time
 
 
-def _codec(obj: Any) -> Codec | None:
+def _codec(obj: object) -> Codec | None:
     codec = _CODECS.get(type(obj))
     if codec is None:
         codec = next((c for k, c in _CODECS.items() if isinstance(obj, k)), None)
     return codec
 
 
-def encode(obj: Any) -> Any:
+def encode(obj: object) -> object:
     """JSON-able form of working state: values of a registered type as ``{tag: data}``, tuples as
     lists, dicts with int keys as ``{"__dict__": [[key, value], ...]}``; anything else non-JSON
     raises ``NotSerializable`` (the caller skips it and the pattern rebuilds it from its config on
@@ -502,9 +503,9 @@ def encode(obj: Any) -> Any:
     t = type(obj)
     if t in _KEPT:
         return obj
-    if t is list or t is tuple:
+    if (t is list or t is tuple) and isinstance(obj, (list, tuple)):
         return [encode(x) for x in obj]
-    if t is dict and all(type(k) is str for k in obj):
+    if t is dict and isinstance(obj, dict) and all(type(k) is str for k in obj):
         return {k: encode(v) for k, v in obj.items()}
     codec = _codec(obj)
     if codec is not None:
@@ -522,7 +523,7 @@ def encode(obj: Any) -> Any:
     raise NotSerializable(type(obj).__name__)
 
 
-def decode(obj: Any) -> Any:
+def decode(obj: object) -> Any:  # what a restore reads back: the value types its own code expects
     """What ``encode`` made, back as the values it was made from."""
     if isinstance(obj, list):
         return [decode(x) for x in obj]
@@ -538,9 +539,9 @@ def decode(obj: Any) -> Any:
     return obj
 
 
-def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
+def encode_fields(values: Mapping[str, object]) -> dict[str, object]:
     """Encode what can be encoded; leave out the rest (rebuilt by the pattern on resume)."""
-    out = {}
+    out: dict[str, object] = {}
     for k, v in values.items():
         if type(v) in _OPAQUE:
             continue

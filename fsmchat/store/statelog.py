@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, SupportsIndex
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, SupportsIndex, TypeVar, Union
 
 from ..errors import CheckpointStoreError, FsmchatError
+from ..events import JsonObject, JsonValue
 from ..models import Message, TraceEvent
 
 if TYPE_CHECKING:
@@ -58,14 +60,18 @@ class OneShotEncoder(json.JSONEncoder):
         ('{"turn":2,"recent":["a"],"at":0.5}', '"b"')
     """
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self, *, skipkeys: bool = False, ensure_ascii: bool = True, check_circular: bool = True,
+                 allow_nan: bool = True, sort_keys: bool = False, indent: int | str | None = None,
+                 separators: tuple[str, str] | None = None, default: Callable[[object], object] | None = None) -> None:
+        super().__init__(skipkeys=skipkeys, ensure_ascii=ensure_ascii, check_circular=check_circular,
+                         allow_nan=allow_nan, sort_keys=sort_keys, indent=indent, separators=separators,
+                         default=default)
         self._once = None if _C_ENCODER is None or self.indent is not None else _C_ENCODER(
             None, self.default, json.encoder.encode_basestring_ascii if self.ensure_ascii else
             json.encoder.encode_basestring, None, self.key_separator, self.item_separator, self.sort_keys,
             self.skipkeys, self.allow_nan)
 
-    def encode(self, o: Any) -> str:
+    def encode(self, o: object) -> str:
         if self._once is None:
             return super().encode(o)
         try:
@@ -77,7 +83,7 @@ class OneShotEncoder(json.JSONEncoder):
 _ENCODER = OneShotEncoder(default=repr, separators=(",", ":"))
 
 
-def encode_json(obj: Any) -> str:
+def encode_json(obj: object) -> str:
     """Compact JSON of checkpoint data (anything not JSON-able is written as its ``repr``): what
     ``json.dumps(obj, default=repr, separators=(",", ":"))`` writes, by one encoder made once."""
     return _ENCODER.encode(obj)
@@ -88,7 +94,7 @@ encode_value = encode_json  # the JSON of one value a store writes (a payload, a
 _DATA_ENCODER = OneShotEncoder(separators=(",", ":"))  # _ENCODER without its repr fallback
 
 
-def encode_data(obj: Any) -> str:
+def encode_data(obj: object) -> str:
     """``encode_json`` of plain JSON data (the same text), and ``TypeError`` for anything else
     (a value ``encode_json`` would write as its ``repr``): a store's writer encodes a commit's
     payloads once with it, for the masking check and the rows alike.
@@ -105,7 +111,12 @@ def encode_data(obj: Any) -> str:
     return _DATA_ENCODER.encode(obj)
 
 
-class AppendLog(list[Any]):
+_T = TypeVar("_T")
+Path = list[Union[str, int]]
+"""Where a change of a state delta is: the keys and list indexes to it."""
+
+
+class AppendLog(list[_T]):
     """A list that grows at its end only (a run's step records, events, a discussion's lines, an
     agent's private memory): a checkpoint writes the items added since its last commit (an ``a``
     change), never the list again, so a commit costs what the step added. Replacing, removing or
@@ -114,18 +125,18 @@ class AppendLog(list[Any]):
 
     __slots__ = ("rewrites",)
 
-    def __init__(self, items: Any = ()) -> None:
+    def __init__(self, items: Iterable[_T] = ()) -> None:
         super().__init__(items)
         self.rewrites = 0
 
     def _rewritten(self) -> None:
         self.rewrites = getattr(self, "rewrites", 0) + 1
 
-    def __setitem__(self, i: Any, v: Any) -> None:
+    def __setitem__(self, i: Any, v: Any) -> None:  # list's two overloads (an index, a slice), forwarded
         self._rewritten()
         super().__setitem__(i, v)
 
-    def __delitem__(self, i: Any) -> None:
+    def __delitem__(self, i: SupportsIndex | slice) -> None:
         self._rewritten()
         super().__delitem__(i)
 
@@ -133,15 +144,15 @@ class AppendLog(list[Any]):
         self._rewritten()
         return super().__imul__(n)
 
-    def insert(self, i: Any, v: Any) -> None:
+    def insert(self, i: SupportsIndex, v: _T) -> None:
         self._rewritten()
         super().insert(i, v)
 
-    def pop(self, i: Any = -1) -> Any:
+    def pop(self, i: SupportsIndex = -1) -> _T:
         self._rewritten()
         return super().pop(i)
 
-    def remove(self, v: Any) -> None:
+    def remove(self, v: _T) -> None:
         self._rewritten()
         super().remove(v)
 
@@ -149,7 +160,7 @@ class AppendLog(list[Any]):
         self._rewritten()
         super().clear()
 
-    def sort(self, *a: Any, **kw: Any) -> None:
+    def sort(self, *a: Any, **kw: Any) -> None:  # list's two overloads (with a key, without), forwarded
         self._rewritten()
         super().sort(*a, **kw)
 
@@ -158,7 +169,7 @@ class AppendLog(list[Any]):
         super().reverse()
 
 
-class Frozen(dict[str, Any]):
+class Frozen(dict[str, object]):
     """A dict that its maker never changes once built (it builds a new one instead, e.g.
     ``CallStats.to_state``): a checkpoint skips it, unencoded, when it is the very dict written
     last. Whoever gets one must not change it."""
@@ -178,21 +189,26 @@ class _Leaf(NamedTuple):
     items: int
 
 
-class _Obj(dict[str, Any]):
+_Tracked = Union[_Leaf, "_Log", "_Obj", "_Arr"]
+"""What a writer remembers of a value it wrote (``_tracked``)."""
+
+
+class _Obj(dict[str, _Tracked]):
     """A large dict as last written: key -> what was written for its value (diffed key by key);
     ``src``: key -> the value object last written (an immutable one is not encoded again);
     ``paths``: key -> the path to it (a list of keys), made the first time it is needed."""
 
     __slots__ = ("src", "paths")
 
-    def __init__(self, value: dict[str, Any]) -> None:
+    def __init__(self, value: Mapping[str, object]) -> None:
         super().__init__((k, _track(v)) for k, v in value.items())
         self.src = dict(value)
-        self.paths: dict[str, list[Any]] = {}
+        self.paths: dict[str, Path] = {}
 
-    def key_path(self, path: list[Any], key: Any) -> list[Any]:
+    def key_path(self, path: Path, key: str) -> Path:
         """The path of ``key`` in this dict, which is at ``path``. A dict diffed part by part had
-        str keys only; a key the snapshot gained may be another kind."""
+        str keys only; a key the snapshot gained may be another kind (its type says str, the
+        snapshot's dict may not)."""
         got = self.paths.get(key)
         if got is None:
             if type(key) is not str:
@@ -201,7 +217,7 @@ class _Obj(dict[str, Any]):
         return got
 
 
-class _Arr(list[Any]):
+class _Arr(list[_Tracked]):
     """A large list of a few items as last written: what was written for each item."""
 
     __slots__ = ()
@@ -212,43 +228,43 @@ class _Log:
 
     __slots__ = ("items", "n", "rewrites")
 
-    def __init__(self, items: AppendLog) -> None:
+    def __init__(self, items: AppendLog[object]) -> None:
         self.items, self.rewrites, self.n = items, items.rewrites, len(items)
 
 
-def _track(value: Any) -> Any:
+def _track(value: object) -> _Tracked:
     """What a writer remembers of ``value`` (``_tracked``), encoding it here."""
     return _Log(value) if type(value) is AppendLog else _tracked(value, encode_json(value))
 
 
-def _tracked(value: Any, text: str) -> Any:
+def _tracked(value: object, text: str) -> _Tracked:
     """What a writer remembers of ``value`` (written as ``text``): the ``_Leaf``, or for an
     ``AppendLog`` the list, or for a large dict (or a large list of a few items) its parts, so the
     next change is found part by part."""
-    t = type(value)
-    if t is AppendLog:
+    if type(value) is AppendLog:
         return _Log(value)
     if len(text) > SPLIT_CHARS:
-        if t is dict and all(type(k) is str for k in value):
+        if type(value) is dict and all(type(k) is str for k in value):
             return _Obj(value)
-        if (t is list or t is tuple) and 0 < len(value) <= SPLIT_ITEMS:
+        if (type(value) is list or type(value) is tuple) and 0 < len(value) <= SPLIT_ITEMS:
             return _Arr(_track(v) for v in value)
-    return _Leaf(text, value if t is str else None, len(value) if t is list or t is tuple else -1)
+    return _Leaf(text, value if type(value) is str else None,
+                 len(value) if type(value) is list or type(value) is tuple else -1)
 
 
-def _op(kind: str, path: list[Any], text: str | None = None) -> str:
+def _op(kind: str, path: Path, text: str | None = None) -> str:
     """One change of a delta as JSON: ``[kind, path]`` and, when given, the value written as ``text``."""
     end = "]" if text is None else f",{text}]"
     return f'["{kind}",{encode_json(path)}{end}'
 
 
-def _change(path: list[Any], old: Any, value: Any, text: str) -> str:
+def _change(path: Path, old: _Tracked | None, value: object, text: str) -> str:
     """The change (as JSON) that turns ``old`` (what was last written at ``path``) into ``value``
     (whose JSON is ``text``, used as it is): items appended to a list, text added to a long
     string, else the new value."""
     if type(old) is _Leaf:
-        if old.items > 0 and type(value) in (list, tuple) and len(value) > old.items and text.startswith(old.text[:-1]) \
-                and text[len(old.text) - 1] == ",":
+        if old.items > 0 and (type(value) is list or type(value) is tuple) and len(value) > old.items \
+                and text.startswith(old.text[:-1]) and text[len(old.text) - 1] == ",":
             return _op("a", path, encode_json(list(value[old.items:])))
         if old.string is not None and len(old.string) > EXTEND_CHARS and type(value) is str \
                 and len(value) > len(old.string) and value.startswith(old.string):
@@ -260,18 +276,17 @@ class _NotStrKey(FsmchatError):
     """A snapshot gained a key that is not a str (``StateDiff.delta`` then writes the whole state)."""
 
 
-def _written(tracked: Any) -> str | None:
+def _written(tracked: _Tracked | None) -> str | None:
     """The JSON last written for ``tracked``, when it is known without the parts' texts (a whole
     value, an append log not rewritten since); None (something else: a change) otherwise."""
-    t = type(tracked)
-    if t is _Leaf:
+    if type(tracked) is _Leaf:
         return str(tracked.text)
-    if t is _Log and tracked.items.rewrites == tracked.rewrites:
+    if type(tracked) is _Log and tracked.items.rewrites == tracked.rewrites:
         return encode_json(tracked.items[:tracked.n])
     return None
 
 
-def full_delta(state: dict[str, Any]) -> str:
+def full_delta(state: Mapping[str, object]) -> str:
     """The delta that is the whole ``state``."""
     return encode_json({"all": state})
 
@@ -293,7 +308,7 @@ class StateDiff:
     def __init__(self) -> None:
         self.prev: _Obj | None = None  # the state last written
 
-    def delta(self, state: dict[str, Any]) -> str | None:
+    def delta(self, state: Mapping[str, object]) -> str | None:
         """The delta from the last snapshot to ``state`` (None: unchanged); the whole state first."""
         prev = self.prev
         if prev is None:
@@ -305,7 +320,7 @@ class StateDiff:
             return self.full(state)
         return f"[{','.join(ops)}]" if ops else None
 
-    def _dict(self, path: list[Any], value: dict[str, Any], old: _Obj, ops: list[str]) -> None:
+    def _dict(self, path: Path, value: Mapping[str, object], old: _Obj, ops: list[str]) -> None:
         """Diff a dict key by key (``path``: the keys to it)."""
         for k, v in value.items():
             if type(v) in _FROZEN and old.src.get(k, _Obj) is v:  # (_Obj: never a value)
@@ -318,14 +333,13 @@ class StateDiff:
             old.src.pop(k, None)
             old.paths.pop(k, None)
 
-    def _diff(self, path: list[Any], value: Any, old: Any, ops: list[str]) -> Any:
-        t, was = type(value), type(old)
-        if t is AppendLog:
+    def _diff(self, path: Path, value: object, old: _Tracked | None, ops: list[str]) -> _Tracked:
+        if type(value) is AppendLog:
             return self._log(path, value, old, ops)
-        if was is _Obj and t is dict and all(type(k) is str for k in value):
+        if type(old) is _Obj and type(value) is dict and all(type(k) is str for k in value):
             self._dict(path, value, old, ops)
             return old
-        if was is _Arr and (t is list or t is tuple) and len(value) >= len(old):
+        if type(old) is _Arr and (type(value) is list or type(value) is tuple) and len(value) >= len(old):
             n = len(old)
             for i in range(n):
                 old[i] = self._diff([*path, i], value[i], old[i], ops)
@@ -339,7 +353,7 @@ class StateDiff:
             ops.append(_change(path, old, value, text))
         return _tracked(value, text)
 
-    def _log(self, path: list[Any], value: AppendLog, old: Any, ops: list[str]) -> Any:
+    def _log(self, path: Path, value: AppendLog[object], old: _Tracked | None, ops: list[str]) -> _Tracked:
         """An ``AppendLog``: the items added since the last commit, when it is the same list and
         was only appended to; else the whole list (a new list, or one rewritten)."""
         if type(old) is _Log and old.items is value and old.rewrites == value.rewrites and len(value) >= old.n:
@@ -350,7 +364,7 @@ class StateDiff:
         ops.append(_op("s", path, encode_json(list(value))))
         return _Log(value)
 
-    def full(self, state: dict[str, Any]) -> str:
+    def full(self, state: Mapping[str, object]) -> str:
         """The whole state as a delta; later deltas are taken against it."""
         # JSON would rename keys that are not str: then every commit writes the whole state
         self.prev = _Obj(state) if all(type(k) is str for k in state) else None
@@ -369,7 +383,11 @@ def is_full(delta: str | None) -> bool:
 _OPS = ("s", "a", "d", "x")
 
 
-def parse_delta(text: str) -> tuple[str, Any]:
+Op = tuple[str, Path, JsonValue]
+"""One change of a state delta, read back: its kind (``s``, ``a``, ``x``, ``d``), path and value."""
+
+
+def parse_delta(text: str) -> tuple[str, JsonObject | list[Op]]:
     """``("all", state)`` or ``("ops", [(op, path, value)])``; ``ValueError`` naming what is wrong
     for anything else (a checkpoint is untrusted input: data only, never code)."""
     try:
@@ -382,7 +400,7 @@ def parse_delta(text: str) -> tuple[str, Any]:
         raise ValueError('an object other than {"all": {...}}')
     if not isinstance(data, list):
         raise ValueError(f"a JSON {type(data).__name__}, not a list of changes")
-    ops = []
+    ops: list[Op] = []
     for op in data:
         ok = isinstance(op, list) and len(op) == (2 if op and op[0] == "d" else 3) and op[0] in _OPS and \
             isinstance(op[1], list) and op[1] and all(isinstance(p, str) or type(p) is int for p in op[1])
@@ -395,27 +413,29 @@ def parse_delta(text: str) -> tuple[str, Any]:
     return "ops", ops
 
 
-def apply_ops(state: dict[str, Any], ops: list[tuple[str, list[Any], Any]]) -> None:
+def apply_ops(state: JsonObject, ops: list[Op]) -> None:
     """Apply parsed changes to ``state`` in place (``ValueError`` when they do not fit it)."""
     for op, path, value in ops:
-        target: Any = state
+        target: JsonValue = state
         for p in path[:-1]:
             target = _at(target, p, path)
         last = path[-1]
         if op == "d":
             if not isinstance(target, dict):
                 raise ValueError(f"a removal from {encode_json(path)}, which is not in a dict")
-            target.pop(last, None)
+            if isinstance(last, str):  # (a JSON object has no other keys)
+                target.pop(last, None)
             continue
         if op != "s":
             current = _at(target, last, path)
-            if op == "a" and not isinstance(current, list) or op == "x" and not isinstance(current, str):
-                raise ValueError(f"an {'append to' if op == 'a' else 'extension of'} {encode_json(path)}, which is "
-                                 f"a {type(current).__name__}")
-            if op == "a":
+            if op == "a" and isinstance(current, list) and isinstance(value, list):
                 current.extend(value)
                 continue
-            value = current + value
+            if op == "x" and isinstance(current, str) and isinstance(value, str):
+                value = current + value
+            else:  # (parse_delta made an append's value a list, an extension's a string)
+                raise ValueError(f"an {'append to' if op == 'a' else 'extension of'} {encode_json(path)}, which is "
+                                 f"a {type(current).__name__}")
         if isinstance(target, dict) and isinstance(last, str):
             target[last] = value
         elif isinstance(target, list) and type(last) is int and 0 <= last < len(target):
@@ -424,7 +444,7 @@ def apply_ops(state: dict[str, Any], ops: list[tuple[str, list[Any], Any]]) -> N
             raise ValueError(f"a change at {encode_json(path)}, which is not there")
 
 
-def _at(container: Any, key: Any, path: list[Any]) -> Any:
+def _at(container: JsonValue, key: str | int, path: Path) -> JsonValue:
     """``container[key]`` along ``path``, or ``ValueError`` when the path does not fit the state."""
     if isinstance(container, dict) and isinstance(key, str) and key in container:
         return container[key]
@@ -433,9 +453,12 @@ def _at(container: Any, key: Any, path: list[Any]) -> Any:
     raise ValueError(f"a change at {encode_json(path)}, which is not there")
 
 
-def copy_state(state: dict[str, Any] | None) -> dict[str, Any] | None:
+def copy_state(state: Mapping[str, object] | None) -> JsonObject | None:
     """A deep copy of stored (JSON) state."""
-    return None if state is None else json.loads(encode_json(state))
+    if state is None:
+        return None
+    copy: JsonObject = json.loads(encode_json(state))  # the JSON of a dict, just written: a dict
+    return copy
 
 
 @dataclass
@@ -447,7 +470,7 @@ class RunLog:
     ``legacy`` is such a store's one stored snapshot: ``(event index, JSON)``."""
 
     run_id: str
-    meta: dict[str, Any]
+    meta: JsonObject
     stop_reason: str | None
     events: list[TraceEvent]
     counts: list[int | None]
@@ -457,7 +480,7 @@ class RunLog:
     created: float | None = None
     updated: float | None = None
     where: str = "checkpoint store"
-    _cache: tuple[int, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    _cache: tuple[int, JsonObject] | None = field(default=None, repr=False, compare=False)
     _base_list: list[int | None] | None = field(default=None, repr=False, compare=False)
 
     def bad(self, what: str) -> CheckpointStoreError:
@@ -504,7 +527,7 @@ class RunLog:
         if first is not None:
             raise self.bad(f"the state changes of event {first} have no whole state before them to start from")
 
-    def _state(self, i: int) -> dict[str, Any] | None:
+    def _state(self, i: int) -> JsonObject | None:
         """The state after event ``i``, folded (private: callers get a copy)."""
         base = self._bases()[i] if i >= 0 else None
         if base is None:
@@ -520,8 +543,8 @@ class RunLog:
             if d is None or d == HELD:
                 continue
             try:
-                kind, body = parse_delta(d)
-                if kind == "all":
+                body = parse_delta(d)[1]
+                if isinstance(body, dict):  # ("all", the whole state)
                     state = body
                 else:
                     apply_ops(state, body)
@@ -530,7 +553,7 @@ class RunLog:
         self._cache = (i, state)
         return state
 
-    def whole_state(self, k: int) -> dict[str, Any]:
+    def whole_state(self, k: int) -> JsonObject:
         """The whole state stored at event ``k`` (its ``{"all": ...}`` delta, or the legacy snapshot)."""
         legacy = not is_full(self.deltas[k])
         text = self.legacy[1] if legacy and self.legacy is not None else self.deltas[k]
@@ -545,11 +568,11 @@ class RunLog:
             raise self.bad(f"{what} is not a JSON object")
         return data
 
-    def state_after(self, i: int) -> dict[str, Any] | None:
+    def state_after(self, i: int) -> JsonObject | None:
         """A copy of the working state after event ``i`` (None when none is stored)."""
         return copy_state(self._state(i))
 
-    def final_state(self) -> dict[str, Any] | None:
+    def final_state(self) -> JsonObject | None:
         """The latest committed working state (what a resume restores); the caller owns it."""
         if not self.events:
             return None
@@ -642,8 +665,9 @@ def history_of(log: RunLog) -> list[HistoryStep]:
         if stored:
             stats = (log._state(i) or {}).get("stats")
             if isinstance(stats, dict):
-                calls = stats.get("calls") if isinstance(stats.get("calls"), int) else None
-                usage = dict(stats["usage"]) if isinstance(stats.get("usage"), dict) else None
+                got_calls, got_usage = stats.get("calls"), stats.get("usage")
+                calls = got_calls if isinstance(got_calls, int) else None
+                usage = dict(got_usage) if isinstance(got_usage, dict) else None
         out.append(HistoryStep(n, e.state, e.trigger, e.dest, e.t, e.payload, log.counts[i], calls, usage,
                                stored, log, i))
     return out

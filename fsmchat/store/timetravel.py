@@ -15,10 +15,11 @@ import time
 import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence, cast
 
 from ..checks import run_id_problem
 from ..errors import ConfigError, FsmchatError
+from ..events import JsonObject, JsonValue
 from ..limits import Limits
 from ..models import SEED_ROLE, Message, TraceEvent
 from .checkpoint import NotSerializable, encode
@@ -65,8 +66,8 @@ class ForkEdit:
 
     replace: Mapping[int, str | Message] = field(default_factory=dict)
     drop: Sequence[int] = ()
-    variables: Mapping[str, Any] = field(default_factory=dict)
-    limits: Mapping[str, Any] = field(default_factory=dict)
+    variables: Mapping[str, object] = field(default_factory=dict)
+    limits: Mapping[str, object] = field(default_factory=dict)
 
     @classmethod
     def of(cls, edit: "ForkEdit | Mapping[str, Any] | None") -> "ForkEdit":
@@ -103,7 +104,7 @@ class ForkEdit:
         return out
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -193,7 +194,7 @@ def fork(run_id: str, at: int, checkpoint: ForkableCheckpointer, edit: ForkEdit 
     return new_id
 
 
-def _command_hint(checkpoint: Any, command: str, *args: str) -> str:
+def _command_hint(checkpoint: object, command: str, *args: str) -> str:
     """`` (`fsmchat COMMAND ARGS --db PATH` lists them)``, runnable as printed, for a store in a file;
     nothing for one the command line cannot open (a MemoryCheckpointer)."""
     path = getattr(checkpoint, "path", None)
@@ -202,7 +203,7 @@ def _command_hint(checkpoint: Any, command: str, *args: str) -> str:
     return f" (`{shlex.join(['fsmchat', command, *args, '--db', str(path)])}` lists them)"
 
 
-def _log_of(checkpoint: ForkableCheckpointer, run_id: Any, what: str) -> RunLog:
+def _log_of(checkpoint: ForkableCheckpointer, run_id: object, what: str) -> RunLog:
     if not isinstance(run_id, str) or not run_id:
         raise ForkError(f"{what}: run_id={_short(run_id)} is invalid: the id of a checkpointed run")
     try:
@@ -220,7 +221,7 @@ def _log_of(checkpoint: ForkableCheckpointer, run_id: Any, what: str) -> RunLog:
     return log
 
 
-def _index(i: Any, n: int, what: str, field_name: str) -> int:
+def _index(i: object, n: int, what: str, field_name: str) -> int:
     if isinstance(i, bool) or not isinstance(i, int) or not -n <= i < n:
         allowed = f"a message index from 0 to {n - 1} (or -{n} to -1 from the end)" if n else \
             "nothing: the transcript is empty at that step"
@@ -229,7 +230,7 @@ def _index(i: Any, n: int, what: str, field_name: str) -> int:
     return i % n
 
 
-def _edit_messages(rows: list[Message], ed: ForkEdit, what: str, task: Any = None) -> tuple[list[Message], list[int]]:
+def _edit_messages(rows: list[Message], ed: ForkEdit, what: str, task: object = None) -> tuple[list[Message], list[int]]:
     """The messages with ``ed`` applied. A pattern's first message is its task (the seed every
     speaker answers, and what a resume rebuilds the run from): it may be replaced, never dropped."""
     n = len(rows)
@@ -259,7 +260,7 @@ def _edit_messages(rows: list[Message], ed: ForkEdit, what: str, task: Any = Non
     return out, drop
 
 
-def _edit_state(state: dict[str, Any] | None, ed: ForkEdit, log: RunLog, what: str) -> dict[str, Any] | None:
+def _edit_state(state: JsonObject | None, ed: ForkEdit, log: RunLog, what: str) -> JsonObject | None:
     if not ed.variables:
         return state
     if not isinstance(ed.variables, Mapping):
@@ -274,21 +275,24 @@ def _edit_state(state: dict[str, Any] | None, ed: ForkEdit, log: RunLog, what: s
             raise ForkError(f"{what}: unknown variable {name!r}; the run's variables at that step are "
                             f"{sorted(variables) or '(none)'}")
         try:
-            variables[name] = encode(value)
+            variables[name] = cast(JsonValue, encode(value))  # JSON data that encode just built
         except NotSerializable as exc:
             raise ForkError(f"{what}: variables[{name!r}]={_short(value)} is invalid: a JSON-able value (str, number, "
                             f"bool, None, list, dict); got a {exc}") from None
     return state
 
 
-def _fork_meta(log: RunLog, at: int, ed: ForkEdit, what: str) -> dict[str, Any]:
+def _fork_meta(log: RunLog, at: int, ed: ForkEdit, what: str) -> JsonObject:
     meta = {k: v for k, v in log.meta.items() if k not in ("forked_from", "edit")}
     meta["forked_from"] = {"run_id": log.run_id, "step": at}
     if ed.limits:
         if not isinstance(ed.limits, Mapping):
             raise ForkError(f"{what}: limits={_short(ed.limits)} is invalid: a dict of Limits fields, e.g. "
                             "{'max_model_calls': 40}")
-        base = meta.get("limits") or (meta.get("fingerprint") or {}).get("limits") or {}
+        fingerprint = meta.get("fingerprint") or {}
+        base = meta.get("limits") or (fingerprint.get("limits") if isinstance(fingerprint, dict) else None) or {}
+        if not isinstance(base, dict):
+            raise log.bad("its stored limits are not a JSON object")
         try:
             limits = Limits(**{**base, **ed.limits})
         except ConfigError as exc:
@@ -300,11 +304,13 @@ def _fork_meta(log: RunLog, at: int, ed: ForkEdit, what: str) -> dict[str, Any]:
     return meta
 
 
-def _forked_run(log: RunLog, new_id: str, meta: dict[str, Any], positions: list[int], state: dict[str, Any] | None,
+def _forked_run(log: RunLog, new_id: str, meta: JsonObject, positions: list[int], state: JsonObject | None,
                 messages: list[Message], dropped: list[int]) -> RunLog:
     """The new run's rows: the path events up to the fork step (renumbered), each with the state
     delta a fresh writer gives (the edited state on the last), and the edited transcript."""
-    events, counts, states = [], [], []  # type: list[TraceEvent], list[int | None], list[dict[str, Any] | str | None]
+    events: list[TraceEvent] = []
+    counts: list[int | None] = []
+    states: list[JsonObject | str | None] = []
     for n, i in enumerate(positions):
         e = log.events[i]
         events.append(TraceEvent(n, e.state, e.trigger, e.dest, e.t, e.payload))

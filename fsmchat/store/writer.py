@@ -15,12 +15,13 @@ import asyncio
 import dataclasses
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, Sequence
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..engine import StepWork
 from ..errors import bad_value
 from ..masking import clean, clean_texts, redact_data, redact_json
-from ..models import Message, TraceEvent
+from ..events import JsonObject
+from ..models import Message, TraceEvent, Transcript
 from .protocol import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, Store, lease_owner, leases_of
 from .statelog import HELD, StateDiff, encode_data
 
@@ -72,11 +73,11 @@ def masked_event(ev: TraceEvent) -> TraceEvent:
     return ev if clean == ev.payload else dataclasses.replace(ev, payload=clean)
 
 
-def state_deltas(states: Sequence[dict[str, Any] | str | None]) -> list[str | None]:
+def state_deltas(states: Sequence[Mapping[str, object] | str | None]) -> list[str | None]:
     """The deltas a new writer gives for a run's successive states (a str, ``HELD``, and None are
     kept as they are: a carried step, a step without state): what a fork writes."""
     diff = StateDiff()
-    return [diff.delta(s) if isinstance(s, dict) else s for s in states]
+    return [s if s is None or isinstance(s, str) else diff.delta(s) for s in states]
 
 
 class RunWriter:
@@ -91,11 +92,11 @@ class RunWriter:
         self.messages, self.events = messages, events
         self.diff = StateDiff()  # what this writer last wrote of the run's state
 
-    def start(self, meta: dict[str, Any]) -> None:
+    def start(self, meta: JsonObject) -> None:
         """Record the new run (its meta masked, as every text the writer stores)."""
         self.store.start(self.run_id, redact_data(meta), self.fence)
 
-    def commit(self, event: TraceEvent, messages: Sequence[Message], state: dict[str, Any] | None,
+    def commit(self, event: TraceEvent, messages: Sequence[Message], state: Mapping[str, object] | None,
                earlier: Sequence[TraceEvent] = ()) -> Future[None] | None:
         """Append ``earlier`` (carried steps, stored without a state of their own), then ``event`` with
         ``messages`` and the delta of ``state`` (None: the step carries no state). Returns the
@@ -146,13 +147,25 @@ class RunWriter:
         return self.store.finish(self.run_id, stop_reason, self.fence, self.diff.text())
 
 
+@runtime_checkable
+class BranchContext(Protocol):
+    """The context of a branch run, as its recorder commits and restores it."""
+
+    @property
+    def transcript(self) -> Transcript: ...
+
+    def snapshot(self) -> Mapping[str, object]: ...
+
+    def restore(self, state: JsonObject) -> None: ...
+
+
 class Recorder:
     """The engine's checkpoint observer for one run (or one branch run): commits each trace event
     with the messages posted since the last one and the context's snapshot, and the stop reason
     when the run ends. A branch run gets its own lane, ``<run id>/<step>:<branch>``, committed in
     the same ``commit`` mode (``COMMIT_MODES``)."""
 
-    def __init__(self, cp: Store, run_id: str, transcript: Any, snapshot: Callable[[], dict[str, Any]],
+    def __init__(self, cp: Store, run_id: str, transcript: Transcript, snapshot: Callable[[], Mapping[str, object]],
                  saved_messages: int = 0, lease: "Lease | None" = None, saved_events: int = 0,
                  commit: str = DEFAULT_COMMIT):
         self.cp, self.run_id, self.transcript, self.snapshot = cp, run_id, transcript, snapshot
@@ -167,7 +180,7 @@ class Recorder:
         """How many of the run's messages are committed."""
         return self.writer.messages
 
-    def start(self, meta: dict[str, Any]) -> None:
+    def start(self, meta: JsonObject) -> None:
         """Record the new run (under the lease's fence)."""
         self.writer.start(meta)
 
@@ -212,10 +225,13 @@ class Recorder:
             self.writer.lost()
             raise
 
-    def branch(self, key: str, ctx: Any) -> "tuple[Recorder, Saved | None]":
-        """The recorder of a branch run on ``ctx`` (which has ``transcript``, ``snapshot`` and
-        ``restore``), and what its lane already holds (None for a new branch): on a resume the
-        branch context is restored from it, so the branch continues instead of starting again."""
+    def branch(self, key: str, ctx: object) -> "tuple[Recorder, Saved | None]":
+        """The recorder of a branch run on ``ctx`` (a ``BranchContext``: it has ``transcript``,
+        ``snapshot`` and ``restore``), and what its lane already holds (None for a new branch): on a
+        resume the branch context is restored from it, so the branch continues instead of starting again."""
+        if not isinstance(ctx, BranchContext):
+            raise TypeError(f"a branch run's context needs transcript, snapshot and restore; a {type(ctx).__name__} "
+                            "has not all of them")
         lane = f"{self.run_id}/{key}"
         try:
             saved: Saved | None = self.cp.load(lane)

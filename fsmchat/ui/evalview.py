@@ -12,12 +12,45 @@ from __future__ import annotations
 import difflib
 import re
 from itertools import zip_longest
-from typing import Any, Callable, Sequence
+from typing import Callable, Mapping, Sequence, TypedDict
 
 from ..store.checkpoint import EvalInfo, EvalRecord
 from .store import EvalNotFound, RunNotFound, RunRecord
 
 KINDS = ("assertions", "scores", "labels")  # a case's results, each evaluator name -> {"value", "reason"}
+
+
+class _Result(TypedDict):
+    kind: str
+    value: object
+    reason: object
+
+
+class _Cell(TypedDict):
+    values: dict[str, float | None]
+    labels: dict[str, list[str]]
+    runs: list[dict[str, object]]
+    deltas: dict[str, float | None]
+
+
+class Line(TypedDict):
+    """A message as ``transcript_diff`` compares it."""
+
+    role: str
+    content: str
+
+
+class _Side(TypedDict):
+    variant: str
+    repeat: int
+    run_id: object
+    messages: list[Line] | None
+    note: str | None
+
+
+def _float(value: object) -> float | None:
+    """A stored mean (a number), or None."""
+    return value if isinstance(value, (int, float)) else None
 
 
 def _number(value: object) -> float | None:
@@ -42,9 +75,9 @@ def _variants(record: EvalRecord) -> list[str]:
     return names + [v for v in dict.fromkeys(str(c.get("variant")) for c in record.cases) if v not in names]
 
 
-def _results(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _results(case: Mapping[str, object]) -> dict[str, _Result]:
     """One case's results, every kind together: evaluator name -> ``{"kind", "value", "reason"}``."""
-    out = {}
+    out: dict[str, _Result] = {}
     for kind in KINDS:
         given = case.get(kind)
         for name, r in (given.items() if isinstance(given, dict) else ()):
@@ -60,7 +93,7 @@ def evals_view(infos: Sequence[EvalInfo]) -> list[dict[str, object]]:
         s = info.summary
         means = m if isinstance(m := s.get("means"), dict) else {}
         rows.append({"eval_id": info.eval_id, "name": info.name, "created": info.created,
-                     "variants": list(s["variants"]) if isinstance(s.get("variants"), dict) else [],
+                     "variants": list(listed) if isinstance(listed := s.get("variants"), dict) else [],
                      **{k: s.get(k) for k in ("repeat", "cases", "runs", "failed", "calls", "recorded")},
                      "means": {v: {e: m.get("mean") for e, m in stats.items() if isinstance(m, dict)}
                                for v, stats in means.items() if isinstance(stats, dict)}})
@@ -76,7 +109,7 @@ def check_variant(record: EvalRecord, name: str | None, what: str) -> str:
     return name
 
 
-def _cell(runs: Sequence[dict[str, Any]], evaluators: Sequence[str]) -> dict[str, Any]:
+def _cell(runs: Sequence[Mapping[str, object]], evaluators: Sequence[str]) -> _Cell:
     """One case under one variant: each evaluator's mean over the runs (a label: its values), the runs."""
     values: dict[str, float | None] = {}
     labels: dict[str, list[str]] = {}
@@ -86,10 +119,11 @@ def _cell(runs: Sequence[dict[str, Any]], evaluators: Sequence[str]) -> dict[str
         if any(_number(v) is None for v in got):
             labels[name] = [str(v) for v in got]
     return {"values": values, "labels": labels,
-            "runs": [{k: r.get(k) for k in ("repeat", "run_id", "ok", "error", "output")} for r in runs]}
+            "runs": [{k: r.get(k) for k in ("repeat", "run_id", "ok", "error", "output")} for r in runs],
+            "deltas": {}}  # (set by eval_view)
 
 
-def _stat(summary: dict[str, Any], variant: str, evaluator: str) -> dict[str, Any] | None:
+def _stat(summary: Mapping[str, object], variant: str, evaluator: str) -> dict[str, object] | None:
     """The summary's mean, interval and count of one evaluator under one variant (None: no results)."""
     means = summary.get("means")
     stats = means.get(variant) if isinstance(means, dict) else None
@@ -97,7 +131,7 @@ def _stat(summary: dict[str, Any], variant: str, evaluator: str) -> dict[str, An
     return dict(stat) if isinstance(stat, dict) else None
 
 
-def eval_view(record: EvalRecord, baseline: str | None = None) -> dict[str, Any]:
+def eval_view(record: EvalRecord, baseline: str | None = None) -> dict[str, object]:
     """The evaluation page: per case, each variant's runs and each evaluator's mean over them, and
     its difference from ``baseline`` (the first variant by default); the summary per variant."""
     variants = _variants(record)
@@ -107,7 +141,7 @@ def eval_view(record: EvalRecord, baseline: str | None = None) -> dict[str, Any]
     for c in record.cases:
         for name, r in _results(c).items():
             evaluators.setdefault(name, r["kind"])
-    by_case: dict[str, list[dict[str, Any]]] = {}  # in the record's order: the dataset's
+    by_case: dict[str, list[dict[str, object]]] = {}  # in the record's order: the dataset's
     for c in record.cases:
         by_case.setdefault(str(c.get("case")), []).append(c)
     rows = []
@@ -120,10 +154,10 @@ def eval_view(record: EvalRecord, baseline: str | None = None) -> dict[str, Any]
     summary = []
     for name, kind in evaluators.items():
         stats = {v: _stat(record.summary, v, name) for v in variants}
-        base_mean = (stats.get(base) or {}).get("mean") if base is not None else None
+        base_mean = _float((stats.get(base) or {}).get("mean")) if base is not None else None
         for variant, st in stats.items():
             if st is not None:
-                st["delta"] = None if variant == base else _delta(st.get("mean"), base_mean)
+                st["delta"] = None if variant == base else _delta(_float(st.get("mean")), base_mean)
         summary.append({"evaluator": name, "kind": kind, "cells": stats})
     failed = {v: sum(1 for c in record.cases if c.get("variant") == v and not c.get("ok")) for v in variants}
     s = record.summary
@@ -156,19 +190,19 @@ def word_diff(a: str, b: str) -> tuple[list[list[str]], list[list[str]]]:
     return left, right
 
 
-def _side(m: dict[str, object] | None, segments: list[list[str]] | None = None, kind: str = "same") -> object:
+def _side(m: Line | None, segments: list[list[str]] | None = None, kind: str = "same") -> object:
     if m is None:
         return None
     return {"role": m["role"], "segments": segments if segments is not None else [[kind, m["content"]]]}
 
 
-def transcript_diff(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def transcript_diff(a: Sequence[Line], b: Sequence[Line]) -> list[dict[str, object]]:
     """Two transcripts (``{"role", "content"}`` each) side by side, message by message (difflib's
     opcodes): ``equal`` rows, ``delete`` (only in ``a``), ``insert`` (only in ``b``), and ``replace``
     rows pairing a changed message with its counterpart, the changed words marked."""
     keys_a = [(m["role"], m["content"]) for m in a]
     keys_b = [(m["role"], m["content"]) for m in b]
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, keys_a, keys_b, autojunk=False).get_opcodes():
         if op == "equal":
             rows += [{"op": "equal", "a": _side(x), "b": _side(y)} for x, y in zip(a[i1:i2], b[j1:j2])]
@@ -185,7 +219,7 @@ def transcript_diff(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) ->
 
 
 def case_view(record: EvalRecord, case: str, a: str | None, b: str | None, repeat: int | None,
-              read: Callable[[str], RunRecord]) -> dict[str, Any]:
+              read: Callable[[str], RunRecord]) -> dict[str, object]:
     """One case's page: every run of it (each variant, each repeat) with its values and reasons,
     and the transcripts of variant ``a``'s and ``b``'s run of ``repeat`` diffed, read by ``read``
     (the store's runs); ``a`` is the first variant and ``b`` the next by default, ``repeat`` 1."""
@@ -199,7 +233,7 @@ def case_view(record: EvalRecord, case: str, a: str | None, b: str | None, repea
     a = check_variant(record, a, "variant A") if a is not None else variants[0]
     b = check_variant(record, b, "variant B") if b is not None else \
         next((v for v in variants if v != a), a)
-    repeats = sorted({int(c["repeat"]) for c in runs if isinstance(c.get("repeat"), int)}) or [1]
+    repeats = sorted({int(r) for c in runs if isinstance(r := c.get("repeat"), int)}) or [1]
     repeat = 1 if repeat is None else repeat
     if repeat not in repeats:
         raise EvalNotFound(f"no repeat {repeat} of case {case!r} in evaluation {record.eval_id!r}; its repeats: "
@@ -208,11 +242,11 @@ def case_view(record: EvalRecord, case: str, a: str | None, b: str | None, repea
                                         "tokens", "cost_usd")},
               "results": [{"evaluator": n, **r} for n, r in _results(c).items()]}
              for c in runs]  # the record's order: by variant, then repeat
-    sides = {}
+    sides: dict[str, _Side] = {}
     for key, variant in (("a", a), ("b", b)):
         run = next((c for c in runs if c.get("variant") == variant and c.get("repeat") == repeat), None)
         run_id = run.get("run_id") if run is not None else None
-        side: dict[str, Any] = {"variant": variant, "repeat": repeat, "run_id": run_id, "messages": None, "note": None}
+        side: _Side = {"variant": variant, "repeat": repeat, "run_id": run_id, "messages": None, "note": None}
         if run is None:
             side["note"] = f"variant {variant} has no run of repeat {repeat} of this case"
         elif not isinstance(run_id, str):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Mapping
 
 from ..masking import redact_data
 from .page import page
@@ -24,7 +24,7 @@ def runs_data(store: Store | CheckpointView) -> dict[str, object]:
                         "runs": store.summaries()})
 
 
-def run_data(store: Store | CheckpointView, run_id: str, known: tuple[Any, Any] = (None, None)) -> dict[str, Any]:
+def run_data(store: Store | CheckpointView, run_id: str, known: tuple[object, object] = (None, None)) -> dict[str, object]:
     """The run page's data, secrets masked; ``{"unchanged": True}`` when ``known`` (steps, status)
     already matches, found without reading the run (a live page polls a long run cheaply while
     nothing changes)."""
@@ -53,9 +53,17 @@ def eval_case_data(store: Store | CheckpointView, eval_id: str, case: str, a: st
     return redact_data({"store": store.label, **case_view(store.evaluation(eval_id), case, a, b, repeat, store.run)})
 
 
+def data_at(data: Mapping[str, object], *keys: str) -> object:
+    """``data[k1][k2]...`` of a page's data (None where a key is missing): what its title shows."""
+    value: object = data
+    for k in keys:
+        value = value.get(k) if isinstance(value, dict) else None
+    return value
+
+
 def report_html(store: Store | CheckpointView, run_id: str) -> str:
     data = run_data(store, run_id)
-    return page(data, f"fsmchat report: {data['run']['pattern'] or 'run'} {run_id}", live=False, report=True)
+    return page(data, f"fsmchat report: {data_at(data, 'run', 'pattern') or 'run'} {run_id}", live=False, report=True)
 
 
 def write_report(db: str | Path, run_id: str, out: str | Path) -> Path:

@@ -48,9 +48,10 @@ from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Mapping, Union
+from typing import (TYPE_CHECKING, Annotated, Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Mapping,
+                    TypedDict, TypeVar, Union)
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from ..checks import check_run_id
 from ..config.convert import config_digest, from_config
@@ -58,14 +59,24 @@ from ..errors import ConfigTypeError, FsmchatError
 from ..limits import Limits
 from ..masking import redact, redact_data
 from ..events import JsonObject
-from ..models import BidDelta, TokenDelta
+from ..models import BidDelta, Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from ..patterns.base import Pattern
 from ..speakers.human import Approve, Edit, Input, InputNotAllowed, NotWaiting, Reject, Say, check_input, waiting_for
-from ..store.checkpoint import CheckpointMismatch, LeaseLost, RunInProgress, new_run_id
+from ..store.checkpoint import CheckpointMismatch, LeaseLost, RunInProgress, Saved, new_run_id
 from ..store.timetravel import fork
-from .server import (DEFAULT_HOST, MISSING_EXTRA, ASGI, Running, Scope, app as viewer_app, guarded, in_thread, listen,
+from .server import (DEFAULT_HOST, MISSING_EXTRA, HostCheck, Running, app as viewer_app, guarded, in_thread, listen,
                      url_of)
 from .store import is_dsn, open_checkpointer, store_label
+
+if TYPE_CHECKING:
+    import socket
+
+    import uvicorn
+    from pydantic_core import ErrorDetails
+    from starlette.applications import Starlette
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+_M = TypeVar("_M")
 
 TOKEN_ENV = "FSMCHAT_SERVE_TOKEN"
 DEFAULT_SERVE_PORT = 8766
@@ -112,9 +123,10 @@ class StartRun(_Body):
 
     @field_validator("limits", mode="wrap")
     @classmethod
-    def _limits(cls, value: Any, handler: Any) -> Any:
+    def _limits(cls, value: object, handler: ValidatorFunctionWrapHandler) -> Limits | None:
         try:
-            return handler(value)
+            limits: Limits | None = handler(value)
+            return limits
         except ConfigTypeError as exc:  # Limits refuses a wrong type itself: the body's error, at "limits"
             raise ValueError(str(exc)) from None
 
@@ -233,7 +245,7 @@ def registry(patterns: Mapping[str, object]) -> dict[str, Registered]:
 SseKind = Literal["trace", "message", "token", "bid", "stream_retry", "end"]
 """The server-sent events of ``GET /api/runs/{id}/events``: a step (``TraceEvent.to_dict()``), a posted
 ``Message``, a ``TokenDelta``, a ``BidDelta``, a ``StreamRetry`` (their fields), and last the run's end."""
-SseItem = tuple[SseKind, JsonObject]
+SseItem = tuple[SseKind, Mapping[str, object]]
 IN_FLIGHT = {"start": "its start", "resume": "a resume of it", "answer": "an answer to it"}
 
 
@@ -248,7 +260,7 @@ class Live:
     task: "asyncio.Task[None] | None" = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def emit(self, kind: SseKind, data: JsonObject) -> None:
+    def emit(self, kind: SseKind, data: Mapping[str, object]) -> None:
         self.items.append((kind, redact_data(data)))
         self.wake()
 
@@ -257,7 +269,7 @@ class Live:
         changed.set()
 
 
-def _end_of(result: Any) -> JsonObject:
+def _end_of(result: RunResult) -> JsonObject:
     end: JsonObject = {"run_id": result.run_id, "stop_reason": result.stop_reason,
                            "waiting": bool(result.pending is not None)}
     if result.pending is not None:
@@ -265,6 +277,14 @@ def _end_of(result: Any) -> JsonObject:
     if result.error is not None:
         end["error"] = redact(f"{type(result.error).__name__}: {result.error}")
     return end
+
+
+class _Hooks(TypedDict):
+    """What a run of the server streams to its ``Live``: ``aexecute``'s observers and callbacks."""
+
+    observers: list[Callable[[TraceEvent], None]]
+    on_message: list[Callable[[Message], None]]
+    on_token: list[Callable[[TokenDelta | BidDelta | StreamRetry], None]]
 
 
 class Runs:
@@ -286,7 +306,7 @@ class Runs:
         live = self.live.get(run_id)
         return live is not None and live.end is None
 
-    def launch(self, run_id: str, what: str, go: Callable[[Live], Awaitable[object]]) -> None:
+    def launch(self, run_id: str, what: str, go: Callable[[Live], Awaitable[RunResult]]) -> None:
         live = Live(what)
 
         async def body() -> None:
@@ -305,7 +325,7 @@ class Runs:
         live.task = asyncio.get_running_loop().create_task(body(), name=f"fsmchat-run-{run_id}")
 
     @staticmethod
-    def hooks(live: Live) -> dict[str, Any]:
+    def hooks(live: Live) -> _Hooks:
         return {"observers": [lambda ev: live.emit("trace", ev.to_dict())],
                 "on_message": [lambda m: live.emit("message", m.model_dump(mode="json"))],
                 "on_token": [lambda t: live.emit("token" if isinstance(t, TokenDelta) else "bid" if isinstance(t, BidDelta)
@@ -327,7 +347,7 @@ class Runs:
                                                                    run_id=run_id, **self.hooks(live)))
         return run_id
 
-    def _saved(self, run_id: str) -> Any:
+    def _saved(self, run_id: str) -> Saved:
         if self.running(run_id):
             what = self.live[run_id].what
             raise RunExists(f"run {run_id!r} is running in this server ({IN_FLIGHT[what]} is in flight); wait for "
@@ -344,7 +364,7 @@ class Runs:
             raise RunExists(f"run {run_id!r} is held by another live process (its lease has not expired); "
                             f"resume it once that process has stopped or its lease has run out", run_id=run_id)
 
-    def _pattern_for(self, run_id: str, saved: Any, name: str | None) -> Pattern:
+    def _pattern_for(self, run_id: str, saved: Saved, name: str | None) -> Pattern:
         if name is not None:
             return self.pattern(name).build()
         factory = saved.meta.get("factory")
@@ -431,11 +451,10 @@ def check_token(host: str, token: str | None) -> str | None:
 class TokenCheck:
     """ASGI middleware: with a token, a request without ``Authorization: Bearer TOKEN`` gets 401."""
 
-    def __init__(self, inner: ASGI, token: str | None):
+    def __init__(self, inner: ASGIApp, token: str | None):
         self.inner, self.token = inner, token
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[object]],
-                       send: Callable[[object], Awaitable[None]]) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.token is None:
             return await self.inner(scope, receive, send)
         given = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), "")
@@ -462,38 +481,39 @@ ROUTES: list[tuple[str, str, str, type[BaseModel] | None, int]] = [
 ]
 
 
-def openapi(patterns: Iterable[str]) -> dict[str, Any]:
+def openapi(patterns: Iterable[str]) -> JsonObject:
     """The OpenAPI 3.1 document of the API, its bodies written from the pydantic models."""
     ref = "#/components/schemas/{model}"
-    schemas: dict[str, Any] = {}
+    schemas: JsonObject = {}
     for model in (StartRun, ResumeRun, ForkRun):
         schema = model.model_json_schema(ref_template=ref)
         schemas.update(schema.pop("$defs", {}))
+        if model is StartRun:
+            schema["properties"]["pattern"]["enum"] = sorted(patterns)
         schemas[model.__name__] = schema
     answer = ANSWER.json_schema(ref_template=ref)
     schemas.update(answer.pop("$defs", {}))
     schemas["Answer"] = answer
-    schemas["StartRun"]["properties"]["pattern"]["enum"] = sorted(patterns)
-    error = {"description": "what was wrong and what is allowed", "content": {"application/json": {"schema": {
+    error: JsonObject = {"description": "what was wrong and what is allowed", "content": {"application/json": {"schema": {
         "type": "object", "properties": {"error": {"type": "string"}, "errors": {"type": "array"},
                                          "limit": {"type": "integer"}}}}}}
-    paths: dict[str, Any] = {}
+    paths: dict[str, JsonObject] = {}
     for method, path, summary, body, status in ROUTES:
-        op: dict[str, Any] = {"summary": summary, "responses": {str(status): {"description": "ok"},
-                                                                 "401": {"description": "no or wrong bearer token"},
-                                                                 "404": error, "409": error, "422": error}}
+        responses: JsonObject = {str(status): {"description": "ok"}, "401": {"description": "no or wrong bearer token"},
+                                 "404": error, "409": error, "422": error}
+        op: JsonObject = {"summary": summary, "responses": responses}
         name = body.__name__ if body is not None else ("Answer" if path.endswith("/answer") else None)
         if name:
-            op["responses"]["413"] = error
+            responses["413"] = error
             op["requestBody"] = {"required": name != "ResumeRun", "content": {"application/json": {
                 "schema": {"$ref": ref.format(model=name)}}}}
         if "{run_id}" in path:
             op["parameters"] = [{"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}]
         if path.endswith("/events"):
-            op["responses"]["200"] = {"description": "event: trace | message | end, data: JSON",
+            responses["200"] = {"description": "event: trace | message | end, data: JSON",
                                       "content": {"text/event-stream": {"schema": {"type": "string"}}}}
         paths.setdefault(path, {})[method] = op
-    return {"openapi": "3.1.0", "info": {"title": "fsmchat serve", "version": "1"}, "paths": paths,
+    return {"openapi": "3.1.0", "info": {"title": "fsmchat serve", "version": "1"}, "paths": {**paths},
             "components": {"schemas": schemas, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
             "security": [{"bearer": []}]}
 
@@ -533,9 +553,9 @@ def _too_long(data: object, limit: int) -> list[dict[str, object]]:
     return out
 
 
-def _problem(error: Any) -> dict[str, Any]:
+def _problem(error: ErrorDetails) -> dict[str, object]:
     """One pydantic error as ``{field, problem, allowed?}``."""
-    out: dict[str, Any] = {"field": ".".join(str(p) for p in error["loc"]) or "(body)", "problem": error["msg"]}
+    out: dict[str, object] = {"field": ".".join(str(p) for p in error["loc"]) or "(body)", "problem": error["msg"]}
     ctx = error.get("ctx") or {}
     expected = ctx.get("expected_tags") or ctx.get("expected")
     if isinstance(expected, str):
@@ -543,12 +563,12 @@ def _problem(error: Any) -> dict[str, Any]:
     return out
 
 
-def _sse(kind: SseKind, data: JsonObject) -> bytes:
+def _sse(kind: SseKind, data: Mapping[str, object]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n".encode()
 
 
-def app(db: str | Path, patterns: Mapping[str, Any], *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> Any:
+def app(db: str | Path, patterns: Mapping[str, object], *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> Starlette:
     """The ASGI app of ``fsmchat serve`` over the store at ``db`` and ``patterns`` (``{name: pattern
     or zero-argument factory}``); ``guarded`` and ``TokenCheck`` go in front of it (``server_app``).
     A request body over ``max_body_bytes`` is 413; a text in it over ``max_text_chars``, 422."""
@@ -582,7 +602,7 @@ def app(db: str | Path, patterns: Mapping[str, Any], *, max_body_bytes: int = DE
                 raise _TooLarge(None, max_body_bytes)
         return bytes(raw)
 
-    async def body_of(request: Request, model: Any, optional: bool = False) -> Any:
+    async def body_of(request: Request, model: type[_M] | TypeAdapter[_M], optional: bool = False) -> _M:
         raw = await read_body(request)
         if not raw.strip() and optional:
             raw = b"{}"
@@ -692,15 +712,15 @@ def app(db: str | Path, patterns: Mapping[str, Any], *, max_body_bytes: int = DE
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-def server_app(db: str | Path, patterns: Mapping[str, Any], host: str, port: int, token: str | None,
-               allow_hosts: Iterable[str] = (), **limits: int) -> Any:
+def server_app(db: str | Path, patterns: Mapping[str, object], host: str, port: int, token: str | None,
+               allow_hosts: Iterable[str] = (), **limits: int) -> HostCheck:
     """``app`` behind the viewer's Host check and the token check (``limits``: ``app``'s
     ``max_body_bytes``, ``max_text_chars``)."""
     return guarded(TokenCheck(app(db, patterns, **limits), token), host, port, allow_hosts)
 
 
-def _server(db: str | Path, patterns: Mapping[str, Any], sock: Any, token: str | None,
-            allow: Iterable[str], **limits: int) -> Any:
+def _server(db: str | Path, patterns: Mapping[str, object], sock: socket.socket, token: str | None,
+            allow: Iterable[str], **limits: int) -> uvicorn.Server:
     try:
         import uvicorn
     except ImportError as exc:
@@ -729,7 +749,7 @@ def start(db: str | Path, patterns: Mapping[str, object], host: str = DEFAULT_HO
                      f"fsmchat serve stopped while starting on {host}:{port} (see the error above)")
 
 
-def serve(db: str | Path, patterns: Mapping[str, Any], host: str = DEFAULT_HOST, port: int = DEFAULT_SERVE_PORT,
+def serve(db: str | Path, patterns: Mapping[str, object], host: str = DEFAULT_HOST, port: int = DEFAULT_SERVE_PORT,
           token: str | None = None, allow_hosts: Iterable[str] = (), *,
           max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> None:
     """Serve in the foreground until interrupted (``fsmchat serve``); the limits are ``start``'s."""

@@ -20,21 +20,24 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, MutableMapping
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..errors import FsmchatError, bad_value
 from ..masking import redact
 from .page import error_page, page
-from .report import eval_case_data, eval_data, evals_data, runs_data, run_data
+from .report import data_at, eval_case_data, eval_data, evals_data, runs_data, run_data
 from .store import EvalNotFound, RunNotFound, StoreUnreadable, open_view, store_label
+
+if TYPE_CHECKING:  # the ui extra's: imported where they are used
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 DEFAULT_HOST = "127.0.0.1"  # this machine only, unless told otherwise
 DEFAULT_PORT = 8765
 MISSING_EXTRA = "the viewer's web server needs the ui extra: pip install 'fsmchat[ui]' (Starlette and uvicorn)"
 LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]")
 NO_FRAMES = [(b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'")]
-Scope = MutableMapping[str, Any]
-ASGI = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
 def _split_host(value: str) -> tuple[str, int | None]:
@@ -59,7 +62,7 @@ class HostCheck:
     ``served``: the names answered on ``port`` (the address served and the localhost names);
     ``allow``: more names (``--allow-host``), ``NAME`` on any port or ``NAME:PORT`` on that one."""
 
-    def __init__(self, inner: ASGI, served: Iterable[str], port: int | None, allow: Iterable[str] = ()):
+    def __init__(self, inner: ASGIApp, served: Iterable[str], port: int | None, allow: Iterable[str] = ()):
         allow = list(allow)
         for name in allow:
             if not isinstance(name, str) or not _HOST_NAME.match(name):
@@ -76,12 +79,11 @@ class HostCheck:
             return True
         return any(name == n and (p is None or p == (port or 80)) for n, p in self.extra)
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.inner(scope, receive, send)
 
-        async def framed(message: Any) -> None:
+        async def framed(message: Message) -> None:
             if message.get("type") == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *NO_FRAMES]}
             await send(message)
@@ -110,13 +112,13 @@ def whole(text: str | None, name: str) -> int | None:
     return int(text)
 
 
-def guarded(inner: Any, host: str, port: int, allow: Iterable[str] = ()) -> HostCheck:
+def guarded(inner: ASGIApp, host: str, port: int, allow: Iterable[str] = ()) -> HostCheck:
     """``inner`` behind ``HostCheck`` for a server listening on ``host:port``."""
     served = [f"[{host}]" if ":" in host else host, *LOCAL_NAMES]
     return HostCheck(inner, served, port, allow)
 
 
-def app(db: str | Path) -> Any:
+def app(db: str | Path) -> Starlette:
     """The ASGI app serving the store at ``db``, an SQLite file or a PostgreSQL URI (``guarded`` puts
     the Host check in front of it)."""
     try:
@@ -141,7 +143,7 @@ def app(db: str | Path) -> Any:
             return HTMLResponse(error_page("Bad address", str(exc)), status, headers)
         return HTMLResponse(error_page("This store cannot be read", str(exc)), status, headers)
 
-    def answer(data: Callable[[], dict[str, Any]], title: Callable[[dict[str, Any]], str], api: bool) -> Response:
+    def answer(data: Callable[[], dict[str, object]], title: Callable[[dict[str, object]], str], api: bool) -> Response:
         """``data()`` as the page titled ``title(data)`` (or as JSON for ``api``), or the page or
         JSON saying why not: 400 for a bad query, 404 for what the store does not hold, 500 when
         the store cannot be read."""
@@ -158,7 +160,7 @@ def app(db: str | Path) -> Any:
     def eval_page(request: Request, api: bool = False) -> Response:
         q = request.query_params
         return answer(lambda: eval_data(store, request.path_params["eval_id"], q.get("baseline") or None),
-                      lambda d: f"evaluation {d['eval']['name']} {d['eval']['eval_id']}", api)
+                      lambda d: f"evaluation {data_at(d, 'eval', 'name')} {data_at(d, 'eval', 'eval_id')}", api)
 
     def case_page(request: Request, api: bool = False) -> Response:
         q = request.query_params
@@ -170,7 +172,7 @@ def app(db: str | Path) -> Any:
             return eval_case_data(store, request.path_params["eval_id"], name, q.get("a") or None, q.get("b") or None,
                                   whole(q.get("repeat"), "repeat"))
 
-        return answer(data, lambda d: f"case {d['case']} of evaluation {d['eval']['name']}", api)
+        return answer(data, lambda d: f"case {d['case']} of evaluation {data_at(d, 'eval', 'name')}", api)
 
     def runs_page(request: Request) -> Response:
         try:
@@ -185,8 +187,8 @@ def app(db: str | Path) -> Any:
             return problem(exc, 404)
         except StoreUnreadable as exc:
             return problem(exc, 500)
-        return HTMLResponse(page(data, f"{data['run']['pattern'] or 'run'} {data['run']['run_id']}", live=True),
-                            200, headers)
+        return HTMLResponse(page(data, f"{data_at(data, 'run', 'pattern') or 'run'} {data_at(data, 'run', 'run_id')}",
+                                 live=True), 200, headers)
 
     def runs_api(request: Request) -> Response:
         try:
@@ -221,7 +223,7 @@ class Running:
     """A viewer server running in a thread of this process (``start``); ``stop()`` ends it."""
 
     url: str
-    server: Any
+    server: uvicorn.Server
     thread: threading.Thread
 
     def stop(self) -> None:
@@ -246,7 +248,7 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _server(db: str | Path, sock: socket.socket, allow: Iterable[str]) -> Any:
+def _server(db: str | Path, sock: socket.socket, allow: Iterable[str]) -> uvicorn.Server:
     try:
         import uvicorn
     except ImportError as exc:
@@ -273,7 +275,7 @@ def start(db: str | Path, host: str = DEFAULT_HOST, port: int = 0, allow_hosts: 
                      f"the viewer's server stopped while starting on {host}:{port} (see the error above)")
 
 
-def in_thread(server: Any, sock: socket.socket, name: str, failed: str) -> Running:
+def in_thread(server: uvicorn.Server, sock: socket.socket, name: str, failed: str) -> Running:
     """Run the uvicorn ``server`` on ``sock`` in a daemon thread named ``name``; return once it
     accepts requests (``ViewerError(failed)`` if it stopped first)."""
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=name, daemon=True)

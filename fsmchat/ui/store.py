@@ -23,15 +23,17 @@ import time
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Callable, Iterator, Mapping, TypedDict, TypeVar, Union
 
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import CheckpointStoreError, FsmchatError
-from ..models import StopReason
-from ..store.checkpoint import (EVAL_COLUMNS, EvalInfo, EvalRecord, SqliteCheckpointer, eval_info_of_row, eval_of_row,
-                                evals_of, lease_refusal, saved_of)
+from ..models import Message, StopReason
+from ..store.checkpoint import (EVAL_COLUMNS, EvalInfo, EvalRecord, RunInfo, RunLog, SqliteCheckpointer, eval_info_of_row,
+                                eval_of_row, evals_of, lease_refusal, saved_of)
 from ..store.postgres import PostgresCheckpointer
+
+_T = TypeVar("_T")
 
 DSN_SCHEMES = ("postgresql://", "postgres://")
 
@@ -52,7 +54,11 @@ def store_label(target: str | Path) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def open_checkpointer(target: str | Path, *, read_only: bool = False) -> Any:
+OpenedStore = Union[SqliteCheckpointer, PostgresCheckpointer]
+"""The checkpoint store a path or a URI names (``open_checkpointer``)."""
+
+
+def open_checkpointer(target: str | Path, *, read_only: bool = False) -> OpenedStore:
     """The checkpoint store ``target`` names: ``PostgresCheckpointer`` for a PostgreSQL URI, else
     ``SqliteCheckpointer`` on the file (``read_only``: opened ``mode=ro``, never created)."""
     if is_dsn(target):
@@ -151,8 +157,16 @@ class Step:
     trigger: str | None
     dest: str | None
     t: float | None
-    payload: Any
+    payload: object
     nmsg: int | None  # its lane's transcript length once this step was stored (None: not recorded)
+
+
+class ViewMessage(TypedDict):
+    """A message of a run as the viewer reads it: its metadata as stored (JSON)."""
+
+    role: str
+    content: str
+    metadata: object
 
 
 @dataclass
@@ -161,15 +175,15 @@ class RunRecord:
     that joined them (lanes of one fork in branch order)."""
 
     run_id: str
-    meta: dict[str, Any]
+    meta: Mapping[str, object]
     stop_reason: str | None
     status: str
     created: float
     updated: float
     steps: list[Step]
-    messages: list[dict[str, Any]]  # the run's own, in order
-    lanes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # branch lane -> its messages
-    state: dict[str, Any] | None = None  # the latest snapshot (usage, events, flow variables)
+    messages: list[ViewMessage]  # the run's own, in order
+    lanes: dict[str, list[ViewMessage]] = field(default_factory=dict)  # branch lane -> its messages
+    state: Mapping[str, object] | None = None  # the latest snapshot (usage, events, flow variables)
 
 
 @dataclass
@@ -241,7 +255,7 @@ class Store:
         return _Open(db, "nmsg" in {c[1] for c in db.execute("PRAGMA table_info('events')")}, "leases" in tables,
                      "evals" in tables)
 
-    def summaries(self) -> list[dict[str, Any]]:
+    def summaries(self) -> list[RunSummary]:
         """Return every run (branch lanes left out), newest first: pattern, task, status, counts, usage, times.
 
         Raises:
@@ -282,7 +296,12 @@ class Store:
         """
         with self._open() as o:
             db, row = self._row(o, run_id, "stop_reason, meta, created, updated")
-            meta = _json(row[1], {})
+            stop, meta_text, created, updated = row
+            if not (isinstance(stop, (str, type(None))) and isinstance(meta_text, (str, type(None)))
+                    and isinstance(created, (int, float)) and isinstance(updated, (int, float))):
+                raise StoreUnreadable(f"{self.path}: run {run_id!r} has a malformed row (its stop reason, meta or "
+                                      "times); the store was changed by something other than fsmchat or is damaged")
+            meta = _json(meta_text, {})
             where, lanes = _LANES, (run_id, len(run_id) + 1, run_id + "/")
             by_lane: dict[str, list[Step]] = {}
             for rid, step, state, trig, dest, t, payload, n in db.execute(
@@ -290,14 +309,14 @@ class Store:
                     f"FROM events {where} ORDER BY run_id, seq", lanes):
                 lane = rid[len(run_id) + 1:]
                 by_lane.setdefault(lane, []).append(Step(lane, step, state, trig, dest, t, _json(payload), n))
-            messages: list[dict[str, Any]] = []
-            lane_messages: dict[str, list[dict[str, Any]]] = {}
+            messages: list[ViewMessage] = []
+            lane_messages: dict[str, list[ViewMessage]] = {}
             for rid, role, content, metadata in db.execute(
                     f"SELECT run_id, role, content, metadata FROM messages {where} ORDER BY run_id, seq", lanes):
-                m = {"role": role, "content": content, "metadata": _json(metadata, {})}
+                m: ViewMessage = {"role": role, "content": content, "metadata": _json(metadata, {})}
                 (messages if rid == run_id else lane_messages.setdefault(rid[len(run_id) + 1:], [])).append(m)
-            status = status_of(row[0], o.leases_of().get(run_id), time.time())
-        return RunRecord(run_id, meta if isinstance(meta, dict) else {}, row[0], status, row[2], row[3],
+            status = status_of(stop, o.leases_of().get(run_id), time.time())
+        return RunRecord(run_id, meta if isinstance(meta, dict) else {}, stop, status, created, updated,
                          in_fork_order(by_lane), messages, lane_messages, self._state(run_id))
 
     def progress(self, run_id: str) -> tuple[int, str]:
@@ -314,7 +333,11 @@ class Store:
         with self._open() as o:
             db, row = self._row(o, run_id, "stop_reason")
             n = db.execute(f"SELECT COUNT(*) FROM events {_LANES}", (run_id, len(run_id) + 1, run_id + "/")).fetchone()[0]
-            return n, status_of(row[0], o.leases_of().get(run_id), time.time())
+            stop = row[0]
+            if not isinstance(stop, (str, type(None))):
+                raise StoreUnreadable(f"{self.path}: run {run_id!r} has a malformed stop reason; the store was changed "
+                                      "by something other than fsmchat or is damaged")
+            return n, status_of(stop, o.leases_of().get(run_id), time.time())
 
     def evaluations(self) -> list[EvalInfo]:
         """Return every evaluation the store keeps, newest first, without its cases (none in an
@@ -352,14 +375,14 @@ class Store:
         except CheckpointStoreError as exc:
             raise StoreUnreadable(str(exc)) from None
 
-    def _row(self, o: _Open, run_id: str, columns: str) -> tuple[sqlite3.Connection, tuple[Any, ...]]:
+    def _row(self, o: _Open, run_id: str, columns: str) -> tuple[sqlite3.Connection, tuple[object, ...]]:
         """The open database and the run's ``columns`` of its ``runs`` row (``RunNotFound`` if none)."""
         row = None if o.db is None else o.db.execute(f"SELECT {columns} FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if o.db is None or row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.path}")
         return o.db, row
 
-    def _state(self, run_id: str) -> dict[str, object]:
+    def _state(self, run_id: str) -> Mapping[str, object]:
         """The run's latest working state (usage, events, flow variables), read by the checkpoint
         module itself (its format is that module's); {} when none is stored yet."""
         try:
@@ -408,8 +431,26 @@ def _natural(text: str) -> list[object]:
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text)]
 
 
-def summary(run_id: str, meta: dict[str, object], stop: str | None, created: float, updated: float, status: str,
-            messages: int, steps: tuple[int, float | None], stats: dict[str, object], now: float) -> dict[str, object]:
+class RunSummary(TypedDict):
+    """One row of the runs page (``Store.summaries``): what the store holds of a run."""
+
+    run_id: str
+    pattern: object
+    name: object
+    task: object
+    status: str
+    stop_reason: str | None
+    messages: int
+    steps: int
+    calls: object
+    tokens: object
+    cost_usd: object
+    started: float
+    duration: float | None
+
+
+def summary(run_id: str, meta: Mapping[str, object], stop: str | None, created: float, updated: float, status: str,
+            messages: int, steps: tuple[int, float | None], stats: Mapping[str, object], now: float) -> RunSummary:
     """One row of the runs page."""
     usage = u if isinstance(u := stats.get("usage"), dict) else {}
     duration: float | None
@@ -438,25 +479,25 @@ class CheckpointView:
     def __init__(self, checkpoint: "SqliteCheckpointer | PostgresCheckpointer", label: str):
         self.checkpoint, self.label, self.name = checkpoint, label, label
 
-    def _read(self, what: Any) -> Any:
+    def _read(self, what: Callable[[], _T]) -> _T:
         try:
             return what()
         except CheckpointStoreError as exc:
             raise StoreUnreadable(str(exc)) from None
 
-    def _info(self, run_id: str) -> Any:
+    def _info(self, run_id: str) -> RunInfo | None:
         for info in self._read(self.checkpoint.list_runs):
             if info.run_id == run_id:
                 return info
         return None
 
-    def _log(self, run_id: str) -> Any:
+    def _log(self, run_id: str) -> RunLog:
         try:
             return self._read(lambda: self.checkpoint.log(run_id))
         except KeyError:
             raise RunNotFound(f"no run {run_id!r} in {self.label}") from None
 
-    def summaries(self) -> list[dict[str, Any]]:
+    def summaries(self) -> list[RunSummary]:
         """Every run (branch lanes left out), newest first, as ``Store.summaries``."""
         out, now = [], time.time()
         for info in self._read(self.checkpoint.list_runs):
@@ -472,7 +513,7 @@ class CheckpointView:
         """One run with its branch lanes, as ``Store.run``."""
         log = self._log(run_id)
         by_lane: dict[str, list[Step]] = {}
-        lane_messages: dict[str, list[dict[str, Any]]] = {}
+        lane_messages: dict[str, list[ViewMessage]] = {}
         for rid in [run_id, *self._read(lambda: self.checkpoint.lanes(run_id))]:
             one = log if rid == run_id else self._log(rid)
             lane = rid[len(run_id) + 1:]
@@ -513,7 +554,7 @@ class CheckpointView:
         return n, info.status if info is not None else StopReason.run_status(log.stop_reason, False)
 
 
-def _message_dict(m: Any) -> dict[str, Any]:
+def _message_dict(m: Message) -> ViewMessage:
     return {"role": m.role, "content": m.content, "metadata": dict(m.metadata or {})}
 
 

@@ -8,7 +8,7 @@ steps recorded their message counts shows its whole transcript at every step.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Mapping
 
 from ..graph.render import (dot_source, drawing_from_data, has_graphviz, overlay, render_svg, step_marks,
                             INSTALL_HINT)
@@ -16,7 +16,7 @@ from ..events import BidTools, InvalidBid, JsonObject, parse_events
 from ..models import TraceEvent
 from ..speakers.agent import mask_secrets
 from ..speakers.context import token_summary
-from .store import RunRecord, Step, summary
+from .store import RunRecord, Step, ViewMessage, summary
 
 PAYLOAD_CHARS = 400
 
@@ -47,15 +47,17 @@ def _is_select(s: Step) -> bool:
 
 
 def turn_of(bid: Step, select: Step | None, threshold: object, invalid_events: dict[str, str],
-            tools: dict[str, Any] | None = None) -> dict[str, Any]:
+            tools: Mapping[str, list[JsonObject]] | None = None) -> dict[str, object]:
     """Every agent's bid of one turn (with the tool calls a bidder made before it bid) and why the
-    winner won (or why no one did)."""
-    sel = select.payload if select is not None else {}
-    adjusted, winner = sel.get("adjusted", {}), sel.get("winner")
+    winner won (or why no one did). ``bid`` is a bid step and ``select`` its select step (``turns``)."""
+    sel = select.payload if select is not None and isinstance(select.payload, dict) else {}
+    adjusted = a if isinstance(a := sel.get("adjusted", {}), dict) else {}
+    winner = sel.get("winner")
     threshold = sel.get("threshold", threshold)
-    messages, invalid = sel.get("messages"), sel.get("invalid", invalid_events)
-    agents = []
-    for name, raw in bid.payload.items():
+    messages = sel.get("messages")
+    invalid = i if isinstance(i := sel.get("invalid", invalid_events), dict) else {}
+    agents: list[dict[str, object]] = []
+    for name, raw in (bid.payload.items() if isinstance(bid.payload, dict) else ()):
         adj = adjusted.get(name)
         agents.append({"name": name, "raw": raw, "adjusted": adj,
                        "message": messages.get(name, "") if isinstance(messages, dict) else None,
@@ -78,8 +80,10 @@ def turn_of(bid: Step, select: Step | None, threshold: object, invalid_events: d
             "messages_recorded": isinstance(messages, dict)}
 
 
-def _bid_note(name: str, raw: Any, adj: Any, winner: Any, adjusted: dict[str, Any], threshold: Any) -> str:
-    """Why this bid did or did not win the turn."""
+def _bid_note(name: str, raw: object, adj: float | None, winner: str | None, adjusted: Mapping[str, object],
+              threshold: object) -> str:
+    """Why this bid did or did not win the turn (``adj``: its recency-adjusted score, a number the
+    select step recorded, None: silent; ``winner``: the agent that won, None: no one)."""
     if adj is None:
         return "silent (no message)"
     parts = []
@@ -87,7 +91,7 @@ def _bid_note(name: str, raw: Any, adj: Any, winner: Any, adjusted: dict[str, An
         parts.append(f"{num(raw)} − {num(raw - adj)} recency penalty (spoke recently) = {num(adj)}")
     if name == winner:
         parts.append("won: the best adjusted bid above the threshold")
-    elif threshold is not None and adj <= threshold:
+    elif isinstance(threshold, (int, float)) and adj <= threshold:
         parts.append(f"not above the threshold {num(threshold)}")
     elif winner is not None and adj == adjusted.get(winner):
         parts.append(f"tied with {winner}, who comes earlier in the roster")
@@ -96,9 +100,9 @@ def _bid_note(name: str, raw: Any, adj: Any, winner: Any, adjusted: dict[str, An
     return "; ".join(parts)
 
 
-def turns(steps: list[Step], threshold: object, events: list[object]) -> tuple[list[dict[str, Any]], dict[int, int]]:
+def turns(steps: list[Step], threshold: object, events: list[object]) -> tuple[list[dict[str, object]], dict[int, int]]:
     """The GroupChat turns in ``steps`` and, per step index, the turn its bid or select step belongs to."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     where: dict[int, int] = {}
     bids_in: dict[str, int] = {}  # bid steps per lane so far: the turn number, as events count it
     invalid_at: dict[int, dict[str, str]] = {}  # an older store's invalid bids: in the run's events, by turn
@@ -150,6 +154,8 @@ def picture(rec: RunRecord) -> tuple[str | None, list[tuple[int | None, int | No
         return None, [(None, None)] * len(rec.steps), ("this run was checkpointed before runs kept their graph, "
                                                        "so there is no picture; its steps are listed below")
     try:
+        if not isinstance(data, dict):
+            raise TypeError(f"it is a {type(data).__name__}, not a JSON object")
         d = drawing_from_data(data)
     except (KeyError, TypeError, AttributeError) as exc:
         return None, [(None, None)] * len(rec.steps), f"the stored graph cannot be read ({type(exc).__name__}: {exc})"
@@ -189,19 +195,20 @@ def run_view(rec: RunRecord, now: float) -> dict[str, object]:
                          "this store does not record which step posted each message (it was written before "
                          "steps recorded it), so every step shows the whole transcript") if n]
     if "config" not in rec.meta:
-        notes.append("no config: " + rec.meta.get("config_missing", "this run was checkpointed before runs kept it"))
+        missing = rec.meta.get("config_missing")
+        notes.append("no config: " + (missing if isinstance(missing, str) else "this run was checkpointed before runs kept it"))
     return {"kind": "run", "run": {**run, "attempts": stats.get("attempts"), "factory": rec.meta.get("factory")},
             "svg": svg, "steps": steps, "per_step_transcript": per_step, "turns": bid_turns,
             "messages": [_message(m) for m in rec.messages],
             "lanes": {k: [_message(m) for m in v] for k, v in rec.lanes.items()},
             "errors": errors, "events": events, "notes": notes,
-            "limits": (rec.meta.get("fingerprint") or {}).get("limits"),
+            "limits": fp.get("limits") if isinstance(fp := rec.meta.get("fingerprint"), dict) else None,
             "usage": {**{k: stats.get(k) for k in ("calls", "attempts", "usage", "cost_usd", "over_cap") if k in stats},
                       **token_summary(events)},
             "config": mask_secrets(config) if config is not None else None}
 
 
-def _message(m: dict[str, object]) -> dict[str, object]:
+def _message(m: ViewMessage) -> dict[str, object]:
     meta = md if isinstance(md := m.get("metadata"), dict) else {}
     out = {"role": m["role"], "content": m["content"], **({"score": meta["score"]} if "score" in meta else {})}
     calls = meta.get("tool_calls")
