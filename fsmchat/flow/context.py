@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar, Union
 
 from ..errors import ConfigError
-from ..events import JsonShapeError, as_list, as_object, get_opt_str, get_str
+from ..checks import as_list, as_object, get_opt_str, get_str
+from ..errors import JsonShapeError
 from ..patterns.run_context import RunContext
 from ..speakers.llm import CallStats
 from ..store.checkpoint import NotSerializable, decode, encode
@@ -294,7 +295,8 @@ class FlowContext(RunContext):
         self.restore_shared(state)
         memory = state.get("memory", self.memory)
         self.memory = None if memory is None else \
-            {k: AppendLog(as_list(v, f"{where}.memory")) for k, v in as_object(memory, f"{where}.memory").items()}
+            {k: AppendLog([_text_row(m, f"{where}.memory.{k}") for m in as_list(v, f"{where}.memory")])
+             for k, v in as_object(memory, f"{where}.memory").items()}
         self.joined.clear()
         for name, key in as_object(state.get("joined", {}), f"{where}.joined").items():  # a Discussion's lines
             if not isinstance(key, int):
@@ -430,3 +432,9 @@ def compile_condition(condition: object, what: str = "condition") -> Callable[[F
     evaluate.__name__ = re.sub(r"\W+", "_", _VAR.sub(r"\1", expr)).strip("_")[:40] or "condition"
     evaluate.__doc__ = expr
     return evaluate
+
+
+def _text_row(value: object, where: str) -> dict[str, str]:
+    """A stored chat message of a private memory (``{"role": ..., "content": ...}``), every value a string."""
+    row = as_object(value, where)
+    return {k: get_str(row, k, where) for k in row}

@@ -5,7 +5,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..events import JsonShapeError, get_float, get_int, get_list, get_object, get_opt_str, get_str
+from ..checks import get_float, get_int, get_list, get_object, get_opt_str, get_str
+from ..errors import JsonShapeError
 from .errors import ProtocolError
 
 # ---- envelope event types (AG2's names) ----

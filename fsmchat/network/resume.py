@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..events import JsonShapeError, as_object, get_float, get_list, get_object, get_str
+from ..checks import as_object, get_float, get_list, get_object, get_str
+from ..errors import JsonShapeError
 from ..graph.turns import TurnOrder
 from ..speakers.context import ContextPolicy, LastMessages, check_context
 from .errors import NetworkError, NotFoundError

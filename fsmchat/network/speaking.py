@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from ..engine import STEP
 from ..errors import NoTransitionError
-from ..events import as_object, get_str
+from ..checks import as_object, get_str
 from ..speakers.agent import Turn
 from ..speakers.human import Approve, Edit, Input, Reject, Say
 from ..speakers.llm import TOKENS

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..events import JsonObject
+from ..checks import JsonObject
 from ..models import TraceEvent
 from .protocol import (LEASE_TTL, Capabilities, Commit, EvalInfo, EvalRecord, Fence, LeaseLost, ReadsLog, RunInfo,
                        Saved, already_used, check_lease_ttl, lease_refusal, run_info)

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import CheckpointStoreError, FsmchatError, bad_value
-from ..events import JsonObject
+from ..checks import JsonObject
 from ..models import Message, TraceEvent
 from .checkpoint import (EVAL_COLUMNS, RunInfo, already_kept, eval_info_of_row, eval_of_row, eval_row, event_rows,
                          listed_meta, log_of_rows, message_rows, run_info)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, cast
 
 from ..errors import FsmchatError, bad_value
-from ..events import JsonObject
+from ..checks import JsonObject
 from ..models import Message, StopReason, TraceEvent
 from .statelog import AppendLog, HistoryStep, RunLog, history_of
 

@@ -7,7 +7,7 @@ import json
 from typing import Sequence, Union
 
 from ..errors import CheckpointStoreError, bad_value
-from ..events import JsonObject, JsonValue
+from ..checks import JsonObject, JsonValue
 from ..models import Message, TraceEvent
 from .protocol import Commit, EvalInfo, EvalRecord
 from .statelog import RunLog, encode_json, encode_value

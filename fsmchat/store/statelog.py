@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, SupportsIndex, TypeVar, Union
 
 from ..errors import CheckpointStoreError, FsmchatError
-from ..events import JsonObject, JsonValue
+from ..checks import JsonObject, JsonValue
 from ..models import Message, TraceEvent
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Protocol, Sequence, cast
 
 from ..checks import run_id_problem
 from ..errors import ConfigError, FsmchatError
-from ..events import JsonObject, JsonValue
+from ..checks import JsonObject, JsonValue
 from ..limits import Limits
 from ..models import SEED_ROLE, Message, TraceEvent
 from .checkpoint import NotSerializable, encode

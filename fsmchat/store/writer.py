@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 from ..engine import StepWork
 from ..errors import bad_value
 from ..masking import clean, clean_texts, redact_data, redact_json
-from ..events import JsonObject
+from ..checks import JsonObject
 from ..models import Message, TraceEvent, Transcript
 from .protocol import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, Store, lease_owner, leases_of
 from .statelog import HELD, StateDiff, encode_data

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ..errors import FsmchatError
-from ..events import JsonObject, as_object, get_int, get_list, get_object, get_str
+from ..checks import JsonObject, as_object, get_int, get_list, get_object, get_str
 from ..speakers.llm import INTERCEPTOR
 from ..speakers.providers import own_provider
 from ..speakers.wire import body_of, parse, price_of, with_cost

@@ -58,7 +58,7 @@ from ..config.convert import config_digest, from_config
 from ..errors import ConfigTypeError, FsmchatError
 from ..limits import Limits
 from ..masking import redact, redact_data
-from ..events import JsonObject
+from ..checks import JsonObject
 from ..models import BidDelta, Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from ..patterns.base import Pattern
 from ..speakers.human import Approve, Edit, Input, InputNotAllowed, NotWaiting, Reject, Say, check_input, waiting_for

@@ -12,7 +12,8 @@ from typing import Mapping
 
 from ..graph.render import (dot_source, drawing_from_data, has_graphviz, overlay, render_svg, step_marks,
                             INSTALL_HINT)
-from ..events import BidTools, InvalidBid, JsonObject, parse_events
+from ..events import BidTools, InvalidBid, parse_events
+from ..checks import JsonObject
 from ..models import TraceEvent
 from ..speakers.agent import mask_secrets
 from ..speakers.context import token_summary
