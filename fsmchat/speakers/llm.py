@@ -21,10 +21,9 @@ import time
 from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, TypeVar, Union
 
 from ..engine import STEP
-from ..events import JsonObject, get_bool, get_float, get_int, get_object
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, ModelCallError, fatal_error
 from ..masking import exception_chain, redact, secret_values
 from ..models import BidDelta, StreamRetry, TokenDelta
@@ -41,6 +40,9 @@ from .providers import (API_BASE_ENV as API_BASE_ENV, BASE64_LOG_ENV as BASE64_L
                         own_handler, own_provider as own_provider, register_own as register_own,
                         register_provider as register_provider, registered, resolve_model as resolve_model,
                         unknown_models)
+
+if TYPE_CHECKING:  # the event models are not imported with fsmchat
+    from ..events import JsonObject
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 120.0
@@ -366,6 +368,8 @@ class CallStats:
         """Set the counts to a checkpoint's; on a lane, the difference is passed on to every
         enclosing level too (restoring a lane's own state again changes nothing). A count of the
         wrong type is a ``JsonShapeError`` naming it."""
+        from ..events import get_bool, get_float, get_int, get_object  # a resume reads a stored checkpoint
+
         calls = get_int(state, "calls", "stats") - self.calls
         attempts = get_int(state, "attempts", "stats") - self.attempts
         stored = get_object(state, "usage", "stats")

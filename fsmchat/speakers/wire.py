@@ -36,11 +36,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Protocol
 
 from ..errors import ConfigError, FsmchatError
-from ..events import JsonObject, JsonValue, as_list, as_object, get_opt_str
 from . import modelmap
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # neither is imported with fsmchat: aiohttp on the first fast call, the event models never here
     import aiohttp
+
+    from ..events import JsonObject, JsonValue
 
 TRANSPORTS = ("auto", "fast", "litellm")
 PROVIDERS = ("openai", "hosted_vllm")
@@ -281,46 +282,74 @@ def body_of(response: WireResponse | Dumps) -> dict[str, object]:
     return dict(response.model_dump(mode="json"))
 
 
-def _int(value: object) -> int:
+def _misfit(where: str, expected: str, value: object) -> TypeError:
+    """A reply body's part of the wrong type (worded as ``fsmchat.events.JsonShapeError`` is: where
+    and what was expected, never the value)."""
+    return TypeError(f"{where}: expected {expected}, got {'null' if value is None else type(value).__name__}")
+
+
+def _int(value: object, where: str) -> int:
     """A count of a body as ``int(value or 0)`` reads it (a number or a numeric string)."""
     if not value:
         return 0
     if isinstance(value, (int, float, str)):
         return int(value)
-    raise TypeError(f"a count must be a number, not {type(value).__name__}")
+    raise _misfit(where, "a number", value)
 
 
-def _message(m: JsonObject) -> WireMessage:
+def _dict(value: object, where: str) -> dict[str, object]:
+    """A part of a body that must be an object (missing or null: an empty one)."""
+    if not value:
+        return {}
+    if isinstance(value, dict):
+        return value
+    raise _misfit(where, "an object", value)
+
+
+def _opt_str(value: object, where: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _misfit(where, "a string or null", value)
+
+
+def _message(m: dict[str, object]) -> WireMessage:
     calls = m.get("tool_calls")
     tool_calls = None
     if calls:
+        if not isinstance(calls, list):
+            raise _misfit("message.tool_calls", "an array", calls)
         tool_calls = []
-        for c in as_list(calls, "message.tool_calls"):
-            call = as_object(c, "message.tool_calls[]")
-            fn = as_object(call.get("function") or {}, "message.tool_calls[].function")
-            args = fn.get("arguments") or ""
+        for c in calls:
+            call = _dict(c, "message.tool_calls[]")
+            fn = _dict(call.get("function"), "message.tool_calls[].function")
+            args = fn.get("arguments") or ""  # an object (some servers send one) as litellm sends it: its JSON
             tool_calls.append(ToolCall(str(call.get("id") or ""), Function(
                 str(fn.get("name") or ""), args if isinstance(args, str) else json.dumps(args)),
                 str(call.get("type") or "function")))
-    return WireMessage(get_opt_str(m, "content", "message"), str(m.get("role") or "assistant"), tool_calls)
+    return WireMessage(_opt_str(m.get("content"), "message.content"), str(m.get("role") or "assistant"), tool_calls)
 
 
 def parse(data: Mapping[str, object], model: str, cost: tuple[float, float] | None) -> WireResponse:
-    """The response object for a completion body ``data``, priced with ``cost`` per token."""
+    """The response object for a completion body ``data``, priced with ``cost`` per token. A part of
+    the wrong type is a ``TypeError`` naming where it is."""
     u = data.get("usage")
-    usage = Usage(_int(u.get("prompt_tokens")), _int(u.get("completion_tokens")),
-                  _int(u.get("total_tokens"))) if isinstance(u, dict) else None
+    usage = Usage(_int(u.get("prompt_tokens"), "usage.prompt_tokens"),
+                  _int(u.get("completion_tokens"), "usage.completion_tokens"),
+                  _int(u.get("total_tokens"), "usage.total_tokens")) if isinstance(u, dict) else None
+    listed = data.get("choices") or []
+    if not isinstance(listed, list):
+        raise _misfit("choices", "an array", listed)
     choices = []
-    for c in as_list(data.get("choices") or [], "body.choices"):
-        choice = as_object(c, "body.choices[]")
-        choices.append(Choice(_int(choice.get("index")), _message(as_object(choice.get("message") or {},
-                                                                             "body.choices[].message")),
-                              get_opt_str(choice, "finish_reason", "body.choices[]")))
+    for c in listed:
+        choice = _dict(c, "choices[]")
+        choices.append(Choice(_int(choice.get("index"), "choices[].index"),
+                              _message(_dict(choice.get("message"), "choices[].message")),
+                              _opt_str(choice.get("finish_reason"), "choices[].finish_reason")))
     price = None
     if cost is not None and usage is not None:
         price = usage.prompt_tokens * cost[0] + usage.completion_tokens * cost[1]
     return WireResponse(str(data.get("id") or ""), str(data.get("model") or model), choices, usage,
-                        _int(data.get("created")), {"response_cost": price})
+                        _int(data.get("created"), "created"), {"response_cost": price})
 
 
 _prices: dict[str, tuple[float, float] | None] = {}
