@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import typing
-from typing import Any, Iterable
+from typing import Iterable
 
 from pydantic import BaseModel
 
@@ -78,7 +78,7 @@ class Kinds:
         self.load()
         return sorted(self._specs)
 
-    def spec(self, kind: Any) -> type[BaseModel]:
+    def spec(self, kind: object) -> type[BaseModel]:
         """The spec model registered for ``kind``; ``ConfigError`` naming the known kinds otherwise."""
         if not isinstance(kind, str) or kind not in self._specs:
             self.load()
@@ -87,7 +87,7 @@ class Kinds:
             raise ConfigError(f"{self.what} kind={kind!r} is invalid: one of {self.known()}")
         return found
 
-    def validate(self, value: Any) -> BaseModel:
+    def validate(self, value: object) -> BaseModel:
         """``value`` (a spec model or a dict with a ``kind``) as the spec model of its kind."""
         if isinstance(value, BaseModel):
             kind = getattr(value, "kind", None)
