@@ -57,9 +57,9 @@ from ..trust import BUILTIN_PREFIXES, Trust, UntrustedReference, within
 CONFIG_VERSION = 1
 
 # the registries, filled by the modules defining the kinds (imported on a registry's first lookup)
-PATTERN_KINDS = Kinds("pattern", loaders=("fsmchat.patterns", "fsmchat.flow"))
-STEP_KINDS = Kinds("flow step", loaders=("fsmchat.flow",))
-MODEL_KINDS = Kinds("model", loaders=("fsmchat.testing",))
+PATTERN_KINDS: Kinds[PatternSpec] = Kinds("pattern", loaders=("fsmchat.patterns", "fsmchat.flow"))
+STEP_KINDS: Kinds[BaseModel] = Kinds("flow step", loaders=("fsmchat.flow",))
+MODEL_KINDS: Kinds[BaseModel] = Kinds("model", loaders=("fsmchat.testing",))
 # a model provider's prefix ("fsmchat-scripted") -> (model id, agent name) -> the live model's spec
 MODEL_SOURCES: dict[str, Callable[[str, str], BaseModel]] = {}
 
@@ -604,10 +604,10 @@ def pattern_config(pattern: Any, w: ConfigWriter) -> PatternSpec:
 
 
 # ---- from_config ----
-def parse_config(cfg: object) -> Any:
+def parse_config(cfg: object) -> PatternSpec:
     """A pattern config from a config model, a dict or a JSON string; anything else is a
     ``ConfigError`` listing the valid kinds (no pydantic dump)."""
-    if isinstance(cfg, BaseModel):
+    if isinstance(cfg, PatternSpec):
         return cfg
     try:
         data = json.loads(cfg) if isinstance(cfg, (str, bytes)) else cfg
@@ -626,7 +626,7 @@ def parse_config(cfg: object) -> Any:
     raise bad_value("from_config", "cfg", cfg, f"{what} ({detail})")
 
 
-def from_config(cfg: Any, *, allow: Any = (), trusted: bool = False) -> Any:
+def from_config(cfg: object, *, allow: object = (), trusted: bool = False) -> Any:
     """Rebuild a pattern or flow from ``to_config()``'s output (a model, a dict or JSON).
 
     Only code under fsmchat's own modules and the ``allow`` prefixes is imported (``fsmchat.trust``);
