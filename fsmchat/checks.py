@@ -11,14 +11,18 @@ import numbers
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from .errors import REFUSED, ConfigTypeError, bad_value
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,7 @@ class Number:
         return (("an int" if self.whole else "a finite number") + (f" {bounds}" if bounds else "")
                 + (" or None" if self.none else "") + (f" ({self.meaning})" if self.meaning else ""))
 
-    def problem(self, value: Any) -> tuple[str, bool] | None:
+    def problem(self, value: object) -> tuple[str, bool] | None:
         """Why ``value`` breaks the rule (what is allowed, and whether its type is what is wrong),
         or None."""
         if value is None and self.none:
@@ -80,12 +84,12 @@ class Number:
             (self.lt is None or value < self.lt)
         return None if finite and within else (self.allowed(), False)
 
-    def is_number(self, value: Any) -> bool:
+    def is_number(self, value: object) -> TypeGuard[float]:  # a real number (PEP 484: an int is a float)
         """Whether ``value`` has a number's type: an int for a count, an int or a float for an
         amount (never a bool)."""
         return isinstance(value, numbers.Integral if self.whole else numbers.Real) and not isinstance(value, bool)
 
-    def check(self, value: Any, owner: str, field: str) -> Any:
+    def check(self, value: object, owner: str, field: str) -> Any:
         """``value`` as an int (a count) or a float (an amount), or None when allowed; refused
         (``ConfigTypeError``/``ConfigError``) in ``owner``'s name otherwise."""
         problem = self.problem(value)
@@ -93,7 +97,7 @@ class Number:
             raise bad_value(owner, field, value, problem[0], type_error=problem[1])
         return self._as_number(value)
 
-    def _field(self, value: Any) -> Any:
+    def _field(self, value: object) -> int | float | None:
         """The check as a pydantic field's: refused as a ``REFUSED`` error, which the model's
         owner turns into the same refusal (``fsmchat.errors.invalid_config``)."""
         problem = self.problem(value)
@@ -101,11 +105,13 @@ class Number:
             raise PydanticCustomError(REFUSED, "{allowed}", {"allowed": problem[0], "type_error": problem[1]})
         return self._as_number(value)
 
-    def _as_number(self, value: Any) -> Any:
+    def _as_number(self, value: object) -> int | float | None:
         """A value the rule accepted as a plain int or float (a numpy int is an int), or None."""
-        return value if value is None else int(value) if self.whole else float(value)
+        if value is None or not self.is_number(value):
+            return None
+        return int(value) if self.whole else float(value)
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(self, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         optional = typing.get_origin(source) in (typing.Union, types.UnionType) and type(None) in typing.get_args(source)
         rule = replace(self, none=optional)
         return core_schema.no_info_before_validator_function(rule._field, handler(source))
@@ -140,7 +146,7 @@ RUN_ID_CHARS = ("one line of printable characters other than '/', ':' and '|' (l
                 f"at most {MAX_RUN_ID_CHARS} of them")
 
 
-def run_id_problem(run_id: Any) -> str | None:
+def run_id_problem(run_id: object) -> str | None:
     """Why ``run_id`` is not a usable run id, or None: a non-empty, one-line string without the
     characters of a branch lane's name (``LANE_CHARS``)."""
     if not isinstance(run_id, str) or not run_id.strip() or any(ord(c) < 32 or ord(c) == 127 for c in run_id):
@@ -154,7 +160,7 @@ def run_id_problem(run_id: Any) -> str | None:
     return None
 
 
-def check_run_id(run_id: Any, owner: str, required: bool = False) -> None:
+def check_run_id(run_id: object, owner: str, required: bool = False) -> None:
     """``run_id`` is None (a new id is made) or a non-empty, one-line string without ``/``, ``:``
     or ``|`` (the characters of a branch lane's name)."""
     if run_id is None and not required:
@@ -177,7 +183,7 @@ def check_tasks(tasks: Any, owner: str) -> list[Any]:
 RUNS_AT_ONCE = Count(1, "how many runs at once")
 
 
-def check_concurrency(n: Any, owner: str, field: str = "max_concurrency") -> int:
+def check_concurrency(n: object, owner: str, field: str = "max_concurrency") -> int:
     result: int = RUNS_AT_ONCE.check(n, f"{owner}.run_batch", field)
     return result
 
@@ -189,7 +195,7 @@ def check_batch(tasks: Any, max_concurrency: Any, owner: str) -> list[Any]:
     return out
 
 
-def check_agents(agents: Any, owner: str, field: str = "agents") -> Any:
+def check_agents(agents: T, owner: str, field: str = "agents") -> T:
     """``agents`` is None or a list/tuple: a generator would be used up by the first run (and has no
     length to check), a set or dict has no speaking order."""
     if agents is None or isinstance(agents, (list, tuple)):
@@ -224,7 +230,7 @@ def check_token_hooks(on_token: Any, owner: str) -> list[Any]:
     return check_hooks(on_token, owner, "on_token")
 
 
-def check_keywords(given: dict[str, Any], allowed: tuple[str, ...], owner: str, what: str = "keywords") -> None:
+def check_keywords(given: Mapping[str, object], allowed: tuple[str, ...], owner: str, what: str = "keywords") -> None:
     """A call's keyword arguments (a run method's, a declared constructor's): each one of
     ``allowed``, else ``ConfigTypeError`` naming the closest (``"did you mean checkpoint?"``) and
     listing ``allowed`` as the call's ``what``."""
