@@ -404,7 +404,7 @@ class RetryRefused(ModelCallError):
     """
 
     def __init__(self, agent: str, cause: BaseException, attempts: int, model: str | None = None,
-                 secrets: tuple[str, ...] = (), *, reason: str):
+                 secrets: tuple[object, ...] = (), *, reason: str):
         super().__init__(agent, cause, attempts, model, secrets)
         self.refusal = reason  # why no retry was made (``reason`` also says what failed)
         self.reason = f"{self.reason} (not retried: {reason})"
