@@ -147,8 +147,8 @@ class _RunSpans:
         if event.dest is not None:
             span.set_attribute("fsmchat.dest", event.dest)
 
-    async def send(self, acompletion: Any, agent: str, model: str, messages: list[dict[str, Any]],
-                   meta: dict[str, Any], params: dict[str, Any]) -> Any:
+    async def send(self, acompletion: Callable[..., Awaitable[object]], agent: str, model: str,
+                   messages: list[dict[str, object]], meta: dict[str, object], params: dict[str, object]) -> object:
         """The model-request hook: one ``chat`` span (kind CLIENT) around each request."""
         from opentelemetry import trace
 
