@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, TypeVar, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar, Union
 
 from ..engine import STEP
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, ModelCallError, fatal_error
@@ -68,6 +68,17 @@ TOKENS: contextvars.ContextVar[TokenSink | None] = contextvars.ContextVar("fsmch
 """The run's token sink (``execute(on_token=fn)``, ``stream(task, tokens=True)``): given each
 ``TokenDelta`` of a reply as it arrives (each ``BidDelta`` of a GroupChat bid's message) and a
 ``StreamRetry`` when a shown stream is asked again. A ContextVar, so a pattern run inside a flow step streams to the same sink."""
+
+
+class OwnModel(Protocol):
+    """An in-process provider (``own_handler``: the offline model, a scripted model): a request's
+    whole answer, or its stream of chunk data."""
+
+    def acompletion(self, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                    meta: dict[str, object]) -> Awaitable[object]: ...
+
+    def astream(self, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                meta: dict[str, object]) -> AsyncIterable[object]: ...
 
 
 _tool_modes: dict[str, str] = {}  # resolved model -> "native" | "json" (litellm's knowledge, or a refusal)
@@ -611,7 +622,7 @@ async def acomplete(model: str | None, messages: list[dict[str, object]], *, age
     else:  # a cassette records and replays whole responses
         params.pop("stream", None)
         params.pop("stream_options", None)
-    own = own_handler(resolved)  # the offline or a scripted model: answered in this process
+    own: OwnModel | None = own_handler(resolved)  # the offline or a scripted model: answered in this process
     route: wire.Route | None = None
     fast = False
     lm: ModuleType | None = None
@@ -731,7 +742,7 @@ def _retry_wait(exc: Exception, attempt: int, failed: Callable[..., ModelCallErr
     return wait
 
 
-def own_acompletion(own: Any) -> Callable[..., Awaitable[object]]:
+def own_acompletion(own: OwnModel) -> Callable[..., Awaitable[object]]:
     """An in-process provider's answer with ``litellm.acompletion``'s keywords (what a cassette calls)."""
     async def acompletion(model: str, messages: list[dict[str, object]], metadata: Mapping[str, object] | None = None,
                           **params: object) -> object:
@@ -741,7 +752,7 @@ def own_acompletion(own: Any) -> Callable[..., Awaitable[object]]:
 
 async def _stream(lm: ModuleType | None, stream: Streamed, model: str, messages: list[dict[str, object]],
                   meta: dict[str, object], params: dict[str, object], route: "wire.Route | None",
-                  own: Any = None) -> "wire.WireResponse":
+                  own: OwnModel | None = None) -> "wire.WireResponse":
     """One streamed attempt: in process (``own``), over the fast path (``route``) or through litellm."""
     if own is not None:
         return await stream.read(own.astream(model, wire.sent_messages(messages), params, meta), (0.0, 0.0))  # free

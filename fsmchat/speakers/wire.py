@@ -523,7 +523,7 @@ def _body(route: Route, messages: list[dict[str, Any]], options: dict[str, Any])
     return body
 
 
-async def acompletion(lm: ModuleType | None, route: Route, messages: list[dict[str, Any]],
+async def acompletion(lm: ModuleType | None, route: Route, messages: list[dict[str, object]],
                       options: dict[str, object]) -> WireResponse:
     """One request along ``route``, raising litellm's exception for a failure."""
     import aiohttp
@@ -548,7 +548,7 @@ async def acompletion(lm: ModuleType | None, route: Route, messages: list[dict[s
     return parse(data, route.name, route.price)
 
 
-async def astream(lm: ModuleType | None, route: Route, messages: list[dict[str, Any]],
+async def astream(lm: ModuleType | None, route: Route, messages: list[dict[str, object]],
                   options: dict[str, object]) -> AsyncIterator[JsonValue]:
     """One streamed request along ``route``: each server-sent event's chunk (the JSON of a ``data:``
     line) as it arrives, until ``data: [DONE]`` or the end of the body; a failure raises litellm's exception."""
