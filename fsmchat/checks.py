@@ -11,9 +11,9 @@ import numbers
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, Callable, TypeGuard, TypeVar
 
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
@@ -89,7 +89,7 @@ class Number:
         amount (never a bool)."""
         return isinstance(value, numbers.Integral if self.whole else numbers.Real) and not isinstance(value, bool)
 
-    def check(self, value: object, owner: str, field: str) -> Any:
+    def check(self, value: object, owner: str, field: str) -> Any:  # int or float by the rule: callers hold it as theirs
         """``value`` as an int (a count) or a float (an amount), or None when allowed; refused
         (``ConfigTypeError``/``ConfigError``) in ``owner``'s name otherwise."""
         problem = self.problem(value)
@@ -171,7 +171,7 @@ def check_run_id(run_id: object, owner: str, required: bool = False) -> None:
                         type_error=not isinstance(run_id, str))
 
 
-def check_tasks(tasks: Any, owner: str) -> list[Any]:
+def check_tasks(tasks: Sequence[T], owner: str) -> list[T]:
     """``run_batch(tasks)``: a list (or tuple) of tasks, never a lone string (its characters would
     each become a run)."""
     if isinstance(tasks, (str, bytes)) or not isinstance(tasks, (list, tuple)):
@@ -188,7 +188,7 @@ def check_concurrency(n: object, owner: str, field: str = "max_concurrency") -> 
     return result
 
 
-def check_batch(tasks: Any, max_concurrency: Any, owner: str) -> list[Any]:
+def check_batch(tasks: Sequence[T], max_concurrency: object, owner: str) -> list[T]:
     """Both ``run_batch`` arguments; returns the tasks as a list."""
     out = check_tasks(tasks, owner)
     check_concurrency(max_concurrency, owner)
@@ -208,7 +208,7 @@ def check_agents(agents: T, owner: str, field: str = "agents") -> T:
 RUN_KEYWORDS = ("checkpoint", "run_id", "observers", "on_message", "on_start", "on_token", "commit")
 
 
-def check_hooks(hooks: Any, owner: str, field: str) -> list[Any]:
+def check_hooks(hooks: object, owner: str, field: str) -> list[Callable[..., object]]:
     """``observers``/``on_message``/``on_start``: a list (or tuple) of callables, each called with
     what the run gives it."""
     if isinstance(hooks, (str, bytes, dict)) or not isinstance(hooks, (list, tuple)):
@@ -221,7 +221,7 @@ def check_hooks(hooks: Any, owner: str, field: str) -> list[Any]:
     return list(hooks)
 
 
-def check_token_hooks(on_token: Any, owner: str) -> list[Any]:
+def check_token_hooks(on_token: object, owner: str) -> list[Callable[..., object]]:
     """``on_token``: None, a callable, or a list of callables (each given every ``TokenDelta``)."""
     if on_token is None:
         return []

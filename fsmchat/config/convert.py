@@ -289,7 +289,7 @@ class Travels:
     type in the config form, ``dump(writer, value, what)`` writes it, ``load(reader, data)``
     rebuilds it. Every other field travels as it is."""
 
-    data: Any
+    data: object  # a type form: the field's type in the config form
     dump: Callable[[ConfigWriter, Any, str], Any]
     load: Callable[[ConfigReader, Any], Any]
 
