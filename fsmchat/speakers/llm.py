@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar, Union
 
 from ..engine import STEP
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, ModelCallError, fatal_error
@@ -40,9 +40,6 @@ from .providers import (API_BASE_ENV as API_BASE_ENV, BASE64_LOG_ENV as BASE64_L
                         own_handler, own_provider as own_provider, register_own as register_own,
                         register_provider as register_provider, registered, resolve_model as resolve_model,
                         unknown_models)
-
-if TYPE_CHECKING:  # the event models are not imported with fsmchat
-    from ..events import JsonObject
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 120.0
@@ -260,10 +257,10 @@ class CallStats:
     tool_calls: int = 0  # tool calls run (fsmchat.speakers.tools)
     max_tool_calls: int | None = None  # Limits.max_tool_calls: no tool call runs past it
     tool_over_cap: bool = False  # a reply's tool calls were refused: they would have crossed max_tool_calls
-    events: list[JsonObject] | None = field(default=None, repr=False, compare=False)  # the run's (fallbacks, waits)
+    events: list[dict[str, object]] | None = field(default=None, repr=False, compare=False)  # the run's (fallbacks, waits)
     noted: set[tuple[str, str, str]] = field(default_factory=set, repr=False, compare=False)  # fallbacks noted
     # the text of each partial_reply event, beside it (checkpoints store the events without it)
-    partials: list[tuple[JsonObject, str]] = field(default_factory=list, repr=False, compare=False)
+    partials: list[tuple[dict[str, object], str]] = field(default_factory=list, repr=False, compare=False)
     _state: tuple[tuple[object, ...] | None, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
     # each agent's fast-path route to each model (the run's stats hold them): wire.Route
     routes: dict[tuple[str, str], "wire.Route"] = field(default_factory=dict, repr=False, compare=False)
@@ -377,26 +374,27 @@ class CallStats:
 
     def restore(self, state: Mapping[str, object]) -> None:
         """Set the counts to a checkpoint's; on a lane, the difference is passed on to every
-        enclosing level too (restoring a lane's own state again changes nothing). A count of the
-        wrong type is a ``JsonShapeError`` naming it."""
-        from ..events import get_bool, get_float, get_int, get_object  # a resume reads a stored checkpoint
-
-        calls = get_int(state, "calls", "stats") - self.calls
-        attempts = get_int(state, "attempts", "stats") - self.attempts
-        stored = get_object(state, "usage", "stats")
-        usage = {k: get_int(stored, k, "stats.usage") - self.usage.get(k, 0) for k in stored}
-        cost = get_float(state, "cost_usd", "stats") - self.cost_usd
+        enclosing level too (restoring a lane's own state again changes nothing). A stored count
+        of the wrong type is a ``TypeError``."""
+        calls, attempts, cost, stored = state["calls"], state["attempts"], state["cost_usd"], state["usage"]
+        tools = state.get("tool_calls", 0)
+        if not (isinstance(calls, int) and isinstance(attempts, int) and isinstance(tools, int)
+                and isinstance(cost, (int, float)) and isinstance(stored, dict)):
+            raise TypeError("a checkpoint's stats hold something else than counts (calls, attempts, tool_calls, "
+                            "cost_usd, usage)")
+        calls, attempts, cost = calls - self.calls, attempts - self.attempts, cost - self.cost_usd
+        usage = {k: v - self.usage.get(k, 0) for k, v in stored.items()}
         for stats in self._chain():
             stats.calls += calls
             stats.attempts += attempts
             for k, v in usage.items():
                 stats.usage[k] = stats.usage.get(k, 0) + v
             stats.cost_usd += cost
-        self.over_cap = get_bool(state, "over_cap", "stats", False)
+        self.over_cap = bool(state.get("over_cap", False))
         if self.over_cap:
             self.run.over_cap = True
-        self.count_tools(get_int(state, "tool_calls", "stats", 0) - self.tool_calls)
-        self.tool_over_cap = get_bool(state, "tool_over_cap", "stats", False)
+        self.count_tools(tools - self.tool_calls)
+        self.tool_over_cap = bool(state.get("tool_over_cap", False))
         if self.tool_over_cap:
             self.run.tool_over_cap = True
 
@@ -764,13 +762,13 @@ async def _stream(lm: ModuleType | None, stream: Streamed, model: str, messages:
 def _partial(stats: CallStats | None, agent: str, step: str | None, attempt: int, text: str, reason: str) -> None:
     """A reply that stopped mid-stream: what arrived goes into the run's events (``partial_reply``)."""
     if stats is not None and stats.events is not None:
-        event: JsonObject = {"event": "partial_reply", "agent": agent, "step": step, "attempt": attempt, "chars": len(text),
+        event: dict[str, object] = {"event": "partial_reply", "agent": agent, "step": step, "attempt": attempt, "chars": len(text),
                  "reason": reason}
         stats.events.append(event)
         stats.run.partials.append((event, text))
 
 
-def shown_events(events: list[JsonObject], stats: CallStats) -> list[JsonObject]:
+def shown_events(events: list[dict[str, object]], stats: CallStats) -> list[dict[str, object]]:
     """A run's events as its result shows them: each ``partial_reply`` of this process with the
     text that arrived. The run's working state (what checkpoints store) holds the event without
     it, so no checkpoint ever holds a partial reply's text."""

@@ -38,10 +38,8 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Protocol
 from ..errors import ConfigError, FsmchatError
 from . import modelmap
 
-if TYPE_CHECKING:  # neither is imported with fsmchat: aiohttp on the first fast call, the event models never here
+if TYPE_CHECKING:  # imported on the first fast call
     import aiohttp
-
-    from ..events import JsonObject, JsonValue
 
 TRANSPORTS = ("auto", "fast", "litellm")
 PROVIDERS = ("openai", "hosted_vllm")
@@ -188,7 +186,7 @@ class Notes(Protocol):
     """What ``choose`` reads and notes in a run's stats (``fsmchat.speakers.llm.CallStats``)."""
 
     @property
-    def events(self) -> list[JsonObject] | None: ...
+    def events(self) -> list[dict[str, object]] | None: ...
 
     @property
     def noted(self) -> set[tuple[str, str, str]]: ...
@@ -549,7 +547,7 @@ async def acompletion(lm: ModuleType | None, route: Route, messages: list[dict[s
 
 
 async def astream(lm: ModuleType | None, route: Route, messages: list[dict[str, object]],
-                  options: dict[str, object]) -> AsyncIterator[JsonValue]:
+                  options: dict[str, object]) -> AsyncIterator[object]:
     """One streamed request along ``route``: each server-sent event's chunk (the JSON of a ``data:``
     line) as it arrives, until ``data: [DONE]`` or the end of the body; a failure raises litellm's exception."""
     import aiohttp
