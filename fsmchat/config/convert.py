@@ -526,7 +526,9 @@ class ConfigWriter:
             return to_spec(self)
         return self.participant(s, "flow step")
 
-    def steps(self, steps: Any) -> list[object]:  # the flow's steps field (validated by the flow)
+    def steps(self, steps: object) -> list[object]:
+        if not isinstance(steps, Iterable):  # a flow's steps field, which the flow validated
+            raise TypeError(f"'{type(steps).__name__}' object is not iterable")
         return [self.step(s) for s in steps]
 
     @staticmethod
