@@ -257,11 +257,13 @@ class CallStats:
     tool_calls: int = 0  # tool calls run (fsmchat.speakers.tools)
     max_tool_calls: int | None = None  # Limits.max_tool_calls: no tool call runs past it
     tool_over_cap: bool = False  # a reply's tool calls were refused: they would have crossed max_tool_calls
-    events: list[dict[str, object]] | None = field(default=None, repr=False, compare=False)  # the run's (fallbacks, waits)
+    # the run's events (fallbacks, waits)
+    events: list[dict[str, object]] | None = field(default=None, repr=False, compare=False)
     noted: set[tuple[str, str, str]] = field(default_factory=set, repr=False, compare=False)  # fallbacks noted
     # the text of each partial_reply event, beside it (checkpoints store the events without it)
     partials: list[tuple[dict[str, object], str]] = field(default_factory=list, repr=False, compare=False)
-    _state: tuple[tuple[object, ...] | None, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
+    # to_state: (key, dict)
+    _state: tuple[tuple[object, ...] | None, Frozen | None] = field(default=(None, None), repr=False, compare=False)
     # each agent's fast-path route to each model (the run's stats hold them): wire.Route
     routes: dict[tuple[str, str], "wire.Route"] = field(default_factory=dict, repr=False, compare=False)
 
