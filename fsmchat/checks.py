@@ -13,9 +13,9 @@ import numbers
 import sys
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable, TypeGuard, TypeVar
 
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler, JsonValue as JsonValue
 from pydantic.json_schema import JsonSchemaValue
@@ -27,6 +27,9 @@ JsonObject = dict[str, JsonValue]
 """A JSON object (a stored row, a wire body, a config's mapping); ``JsonValue`` is pydantic's recursive
 JSON value. The same types as ``fsmchat.events``' (which defines its own: it sits below this module),
 importable without loading the event models."""
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ class Number:
         return (("an int" if self.whole else "a finite number") + (f" {bounds}" if bounds else "")
                 + (" or None" if self.none else "") + (f" ({self.meaning})" if self.meaning else ""))
 
-    def problem(self, value: Any) -> tuple[str, bool] | None:
+    def problem(self, value: object) -> tuple[str, bool] | None:
         """Why ``value`` breaks the rule (what is allowed, and whether its type is what is wrong),
         or None."""
         if value is None and self.none:
@@ -88,12 +91,12 @@ class Number:
             (self.lt is None or value < self.lt)
         return None if finite and within else (self.allowed(), False)
 
-    def is_number(self, value: Any) -> bool:
+    def is_number(self, value: object) -> TypeGuard[float]:  # a real number (PEP 484: an int is a float)
         """Whether ``value`` has a number's type: an int for a count, an int or a float for an
         amount (never a bool)."""
         return isinstance(value, numbers.Integral if self.whole else numbers.Real) and not isinstance(value, bool)
 
-    def check(self, value: Any, owner: str, field: str) -> Any:
+    def check(self, value: object, owner: str, field: str) -> Any:  # int or float by the rule: callers hold it as theirs
         """``value`` as an int (a count) or a float (an amount), or None when allowed; refused
         (``ConfigTypeError``/``ConfigError``) in ``owner``'s name otherwise."""
         problem = self.problem(value)
@@ -101,7 +104,7 @@ class Number:
             raise bad_value(owner, field, value, problem[0], type_error=problem[1])
         return self._as_number(value)
 
-    def _field(self, value: Any) -> Any:
+    def _field(self, value: object) -> int | float | None:
         """The check as a pydantic field's: refused as a ``REFUSED`` error, which the model's
         owner turns into the same refusal (``fsmchat.errors.invalid_config``)."""
         problem = self.problem(value)
@@ -109,11 +112,13 @@ class Number:
             raise PydanticCustomError(REFUSED, "{allowed}", {"allowed": problem[0], "type_error": problem[1]})
         return self._as_number(value)
 
-    def _as_number(self, value: Any) -> Any:
+    def _as_number(self, value: object) -> int | float | None:
         """A value the rule accepted as a plain int or float (a numpy int is an int), or None."""
-        return value if value is None else int(value) if self.whole else float(value)
+        if value is None or not self.is_number(value):
+            return None
+        return int(value) if self.whole else float(value)
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(self, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         optional = typing.get_origin(source) in (typing.Union, types.UnionType) and type(None) in typing.get_args(source)
         rule = replace(self, none=optional)
         return core_schema.no_info_before_validator_function(rule._field, handler(source))
@@ -148,7 +153,7 @@ RUN_ID_CHARS = ("one line of printable characters other than '/', ':' and '|' (l
                 f"at most {MAX_RUN_ID_CHARS} of them")
 
 
-def run_id_problem(run_id: Any) -> str | None:
+def run_id_problem(run_id: object) -> str | None:
     """Why ``run_id`` is not a usable run id, or None: a non-empty, one-line string without the
     characters of a branch lane's name (``LANE_CHARS``)."""
     if not isinstance(run_id, str) or not run_id.strip() or any(ord(c) < 32 or ord(c) == 127 for c in run_id):
@@ -162,7 +167,7 @@ def run_id_problem(run_id: Any) -> str | None:
     return None
 
 
-def check_run_id(run_id: Any, owner: str, required: bool = False) -> None:
+def check_run_id(run_id: object, owner: str, required: bool = False) -> None:
     """``run_id`` is None (a new id is made) or a non-empty, one-line string without ``/``, ``:``
     or ``|`` (the characters of a branch lane's name)."""
     if run_id is None and not required:
@@ -173,7 +178,7 @@ def check_run_id(run_id: Any, owner: str, required: bool = False) -> None:
                         type_error=not isinstance(run_id, str))
 
 
-def check_tasks(tasks: Any, owner: str) -> list[Any]:
+def check_tasks(tasks: Sequence[T], owner: str) -> list[T]:
     """``run_batch(tasks)``: a list (or tuple) of tasks, never a lone string (its characters would
     each become a run)."""
     if isinstance(tasks, (str, bytes)) or not isinstance(tasks, (list, tuple)):
@@ -185,19 +190,19 @@ def check_tasks(tasks: Any, owner: str) -> list[Any]:
 RUNS_AT_ONCE = Count(1, "how many runs at once")
 
 
-def check_concurrency(n: Any, owner: str, field: str = "max_concurrency") -> int:
+def check_concurrency(n: object, owner: str, field: str = "max_concurrency") -> int:
     result: int = RUNS_AT_ONCE.check(n, f"{owner}.run_batch", field)
     return result
 
 
-def check_batch(tasks: Any, max_concurrency: Any, owner: str) -> list[Any]:
+def check_batch(tasks: Sequence[T], max_concurrency: object, owner: str) -> list[T]:
     """Both ``run_batch`` arguments; returns the tasks as a list."""
     out = check_tasks(tasks, owner)
     check_concurrency(max_concurrency, owner)
     return out
 
 
-def check_agents(agents: Any, owner: str, field: str = "agents") -> Any:
+def check_agents(agents: T, owner: str, field: str = "agents") -> T:
     """``agents`` is None or a list/tuple: a generator would be used up by the first run (and has no
     length to check), a set or dict has no speaking order."""
     if agents is None or isinstance(agents, (list, tuple)):
@@ -210,7 +215,7 @@ def check_agents(agents: Any, owner: str, field: str = "agents") -> Any:
 RUN_KEYWORDS = ("checkpoint", "run_id", "observers", "on_message", "on_start", "on_token", "commit")
 
 
-def check_hooks(hooks: Any, owner: str, field: str) -> list[Any]:
+def check_hooks(hooks: object, owner: str, field: str) -> list[Callable[..., object]]:
     """``observers``/``on_message``/``on_start``: a list (or tuple) of callables, each called with
     what the run gives it."""
     if isinstance(hooks, (str, bytes, dict)) or not isinstance(hooks, (list, tuple)):
@@ -223,7 +228,7 @@ def check_hooks(hooks: Any, owner: str, field: str) -> list[Any]:
     return list(hooks)
 
 
-def check_token_hooks(on_token: Any, owner: str) -> list[Any]:
+def check_token_hooks(on_token: object, owner: str) -> list[Callable[..., object]]:
     """``on_token``: None, a callable, or a list of callables (each given every ``TokenDelta``)."""
     if on_token is None:
         return []
@@ -232,7 +237,7 @@ def check_token_hooks(on_token: Any, owner: str) -> list[Any]:
     return check_hooks(on_token, owner, "on_token")
 
 
-def check_keywords(given: dict[str, Any], allowed: tuple[str, ...], owner: str, what: str = "keywords") -> None:
+def check_keywords(given: Mapping[str, object], allowed: tuple[str, ...], owner: str, what: str = "keywords") -> None:
     """A call's keyword arguments (a run method's, a declared constructor's): each one of
     ``allowed``, else ``ConfigTypeError`` naming the closest (``"did you mean checkpoint?"``) and
     listing ``allowed`` as the call's ``what``."""

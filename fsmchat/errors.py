@@ -6,9 +6,12 @@ which every exception's message goes through, is ``fsmchat.masking``.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .masking import redact, redact_chain, register_secrets
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class FsmchatError(Exception):
@@ -164,13 +167,13 @@ class MCPServerError(FsmchatError, RuntimeError):
         super().__init__(f"MCP server {server!r}{where} {what}{tail}")
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """A refused value as a message shows it: its repr, at most 80 characters."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def bad_value(owner: str, field: str, value: Any, allowed: str, type_error: bool = False) -> FsmchatError:
+def bad_value(owner: str, field: str, value: object, allowed: str, type_error: bool = False) -> FsmchatError:
     """The one message style for a refused value: ``"{owner}: {field}={value!r} is invalid: {allowed}"``."""
     return (ConfigTypeError if type_error else ConfigError)(f"{owner}: {field}={shown(value)} is invalid: {allowed}")
 
@@ -180,7 +183,7 @@ def bad_value(owner: str, field: str, value: Any, allowed: str, type_error: bool
 REFUSED = "fsmchat_refused"
 
 
-def invalid_config(owner: str, exc: Any) -> FsmchatError:
+def invalid_config(owner: str, exc: ValidationError) -> FsmchatError:
     """A pydantic ``ValidationError`` as one ``ConfigError`` in the style above (no pydantic URL):
     ``"Relay: rounds=0 is invalid: input should be greater than or equal to 1"``. When
     the first error is an fsmchat error a validator raised, that error is returned as it is: it
@@ -259,7 +262,7 @@ class ModelCallError(FsmchatError, RuntimeError):
     """
 
     def __init__(self, agent: str, cause: BaseException, attempts: int, model: str | None = None,
-                 secrets: tuple[Any, ...] = (), reason: str | None = None, kind: str | None = None):
+                 secrets: tuple[object, ...] = (), reason: str | None = None, kind: str | None = None):
         register_secrets(secrets)
         redact_chain(cause)
         self.agent = agent
@@ -492,7 +495,7 @@ def fatal_error(exc: BaseException | None) -> BaseException | None:
     return None
 
 
-def attach_result(exc: BaseException, result: Any) -> BaseException:
+def attach_result(exc: BaseException, result: object) -> BaseException:
     """Hang a run's result (trace, transcript so far) on an exception before it propagates."""
     try:
         setattr(exc, "fsmchat_result", result)  # result_of() reads it back

@@ -11,7 +11,8 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
-from typing import Any, Callable, Iterable, Mapping
+from types import ModuleType
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 
 def lazy_exports(package: str, modules: Mapping[str, Iterable[str]]) -> tuple[Callable[[str], Any],
@@ -75,11 +76,12 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, moves: Mapping[str, str]):
         self.moves = dict(moves)
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         """A spec for an old path (this finder loads it), else None (other finders look)."""
         return importlib.util.spec_from_loader(fullname, self) if fullname in self.moves else None
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         """Import the new path and stand it in for the old one (the import system returns what
         ``sys.modules`` holds under the old name once this returns)."""
         sys.modules[module.__name__] = importlib.import_module(self.moves[module.__name__])

@@ -5,7 +5,7 @@ nested level, so the run stops at the next state boundary and the diagram shows 
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
@@ -72,17 +72,17 @@ class Limits(BaseModel):
                                               "with an event")] = MAX_MESSAGE_CHARS
     refuse_over_bound: bool = Field(False, strict=True)  # refuse a run whose worst-case calls exceed max_model_calls
 
-    def __init__(self, **data: Any):
+    def __init__(self, **data: object):
         try:
             super().__init__(**data)
         except ValidationError as exc:
             raise invalid_config("Limits", exc) from None
 
     @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         """``max_tool_calls`` is written only when set: configs and checkpoints written before it
         existed read back equal."""
-        out: dict[str, Any] = handler(self)
+        out: dict[str, object] = handler(self)
         if out.get("max_tool_calls") is None:
             out.pop("max_tool_calls", None)
         return out
@@ -94,7 +94,22 @@ class Limits(BaseModel):
                                            self.max_tool_calls))
 
 
-def over(limits: Limits, stats: Any) -> str | None:
+class RunStats(Protocol):
+    """What the limits read and set of a run's counts (``fsmchat.speakers.llm.CallStats``, which
+    sits above this layer)."""
+
+    attempts: int
+    over_cap: bool
+    usage: dict[str, int]
+    cost_usd: float
+    limit_hit: str | None
+    deadline: float | None  # time.monotonic() by which the run must end
+    price: tuple[float, float] | None
+    max_requests: int | None
+    max_tool_calls: int | None
+
+
+def over(limits: Limits, stats: RunStats) -> str | None:
     """Which budget ``stats`` has reached, if any. ``max_model_calls`` counts requests (retries
     included) and is a hard cap: it is reached when a request, or a GroupChat bid round, was refused
     because it would cross the cap (so a round that fits completes and its post is kept). Tokens
@@ -112,6 +127,7 @@ def over(limits: Limits, stats: Any) -> str | None:
 
 def add_limit_edges(graph: StateGraph, limits: Limits) -> StateGraph:
     """Insert the budget/deadline exits into ``graph`` and its subgraphs (in place); returns it."""
+    # a guard is given the graph's context (``Callable[[object], bool]``): here a pattern's RunContext
     def over_budget(ctx: Any) -> bool:
         """a budget is spent"""
         stats = ctx.stats.run  # a branch's stats are a lane of the run's: the budget is the run's
@@ -153,7 +169,7 @@ def add_limit_edges(graph: StateGraph, limits: Limits) -> StateGraph:
     return graph
 
 
-def start_clock(limits: Limits | None, stats: Any) -> None:
+def start_clock(limits: Limits | None, stats: RunStats) -> None:
     if limits is not None:
         stats.price = limits.price_per_1k_tokens
         stats.max_requests = limits.max_model_calls  # a hard cap: acomplete never sends past it

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import threading
-from typing import Any, Iterable, Mapping, Sequence, TypeVar, cast
+from typing import Iterable, Mapping, Sequence, TypeVar, cast
 
 _T = TypeVar("_T")
 
@@ -69,7 +69,7 @@ def is_secret(name: str) -> bool:
     return "tokens" in parts and not _TOKEN_COUNT.match(lowered)  # api_tokens yes; max_tokens no
 
 
-def secret_values(options: Mapping[str, Any]) -> list[str]:
+def secret_values(options: Mapping[str, object]) -> list[str]:
     """The secret values among an agent's options: every string under a secret-named key (at any
     depth), every header value (``extra_headers``, ``headers``, ``default_headers``), and the token
     of a ``"Bearer <token>"``-style value on its own. A JSON text under a secret name (a service
@@ -83,7 +83,7 @@ def secret_values(options: Mapping[str, Any]) -> list[str]:
     """
     out: list[str] = []
 
-    def leaves(value: Any) -> None:
+    def leaves(value: object) -> None:
         if isinstance(value, str):
             out.append(value)
             scheme = _SCHEME.match(value.strip())
@@ -103,7 +103,7 @@ def secret_values(options: Mapping[str, Any]) -> list[str]:
             for v in value:
                 leaves(v)
 
-    def walk(value: Any, headers: bool) -> None:
+    def walk(value: object, headers: bool) -> None:
         if isinstance(value, Mapping):
             for k, v in value.items():
                 if headers or (isinstance(k, str) and is_secret(k)):
@@ -118,7 +118,7 @@ def secret_values(options: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def register_secrets(values: Iterable[Any]) -> None:
+def register_secrets(values: Iterable[object]) -> None:
     """Remember ``values`` as secrets of this process: ``redact`` masks them wherever they appear.
     Agents register their credential and header values when they are made; texts shorter than
     ``MIN_SECRET_CHARS`` are ignored (a name or shape still masks them)."""
@@ -130,8 +130,8 @@ def register_secrets(values: Iterable[Any]) -> None:
             _registered = tuple(dict.fromkeys([*_registered, *fresh]))
 
 
-_known: tuple[Any, dict[Any, Any] | None, list[str], bool] = ((), None, [], True)
-# (registered, environment, their secrets longest first, whether each is written as itself in JSON)
+_known: tuple[tuple[str, ...], object, list[str], bool] = ((), None, [], True)
+# (registered, environment (only compared), their secrets longest first, whether each is written as itself in JSON)
 _ESCAPED_IN_JSON = re.compile(r'["\\\x00-\x1f]')  # what json.dumps writes as an escape
 
 
@@ -192,7 +192,7 @@ def _header(m: re.Match[str]) -> str:
     return f"{m.group('name')}{m.group('sep')}{MASK}"
 
 
-def redact(text: str, *secrets: Any) -> str:
+def redact(text: str, *secrets: object) -> str:
     """``text`` with every secret masked as ``***``: the known values (``known_secrets``, and
     ``secrets`` given here), then the value of every secret-named entry in the shapes errors and
     logs carry (dict reprs and JSON, header tuples, ``name=value``, ``Name: value``), then API keys
@@ -242,7 +242,7 @@ def redact_data(value: _T, keep: Iterable[str] = ()) -> _T:
     if plain and not kept and _nothing_to_mask(value, known):
         return value
 
-    def walk(v: Any) -> Any:
+    def walk(v: object) -> object:
         if isinstance(v, str):
             return _redact(v, known)
         if isinstance(v, Mapping):
@@ -260,7 +260,7 @@ def redact_data(value: _T, keep: Iterable[str] = ()) -> _T:
 _JSON = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
 
 
-def _nothing_to_mask(value: Any, known: list[str]) -> bool:
+def _nothing_to_mask(value: object, known: list[str]) -> bool:
     """Whether ``redact_data`` would leave ``value`` as it is, judged on its JSON text in one pass:
     no known secret value in it, and none of the words every secret name and shape contains
     (``_ANY_WORD``). False when it is not plain JSON data (then the data is walked)."""
@@ -271,7 +271,7 @@ def _nothing_to_mask(value: Any, known: list[str]) -> bool:
     return _ANY_WORD.search(text.lower()) is None and not any(s in text for s in known)
 
 
-def clean(value: Any) -> bool:
+def clean(value: object) -> bool:
     """Whether ``value`` (JSON-like data; its texts, a JSON text among them, too) holds nothing
     ``redact_data`` or ``redact_json`` would mask, judged in one pass over its JSON text; False
     also when that cannot be told so (then mask its parts one by one). A store's writer asks it
@@ -328,7 +328,7 @@ def exception_chain(exc: BaseException | None) -> list[BaseException]:
     a wrapper's ``cause`` / ``original_exception``, an exception group's members."""
     out: list[BaseException] = []
     seen: set[int] = set()
-    todo: list[Any] = [exc]
+    todo: list[object] = [exc]
     while todo:
         e = todo.pop()
         if not isinstance(e, BaseException) or id(e) in seen:

@@ -18,7 +18,7 @@ fork of it) parents the new run span to it, so the whole life of a run is one tr
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping
 
 from .engine import run_sync
 from .errors import result_of
@@ -147,8 +147,8 @@ class _RunSpans:
         if event.dest is not None:
             span.set_attribute("fsmchat.dest", event.dest)
 
-    async def send(self, acompletion: Any, agent: str, model: str, messages: list[dict[str, Any]],
-                   meta: dict[str, Any], params: dict[str, Any]) -> Any:
+    async def send(self, acompletion: Callable[..., Awaitable[object]], agent: str, model: str,
+                   messages: list[dict[str, object]], meta: dict[str, object], params: dict[str, object]) -> object:
         """The model-request hook: one ``chat`` span (kind CLIENT) around each request."""
         from opentelemetry import trace
 
@@ -310,7 +310,7 @@ class Tracing:
         return run_sync(lambda: self.aresume(pattern, run_id, checkpoint, **kw))
 
     async def _traced(self, pattern: object, parent: Context | None, task: str | None,
-                      call: Callable[[dict[str, Any]], Awaitable[RunResult]], kw: dict[str, Any],
+                      call: Callable[[dict[str, list[object]]], Awaitable[RunResult]], kw: dict[str, object],
                       run_id: str | None = None, forked_from: str | None = None) -> RunResult:
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -331,7 +331,10 @@ class Tracing:
         spans = _RunSpans(self, run)
         carrier: dict[str, str] = {}
         TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(run))
-        hooks = {"observers": [*kw.pop("observers", ()), spans.on_event]}
+        observers = kw.pop("observers", ())
+        if not isinstance(observers, Iterable):
+            raise TypeError(f"Value after * must be an iterable, not {type(observers).__name__}")  # as [*observers]
+        hooks: dict[str, list[object]] = {"observers": [*observers, spans.on_event]}
         meta_token = RUN_META.set({**(RUN_META.get() or {}), TRACE_META: carrier})
         send_token = INTERCEPTOR.set(spans.send)
         tool_token = TOOL_HOOK.set(spans.tool)

@@ -17,7 +17,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from .graph.state_graph import StateGraph
 
@@ -42,17 +42,17 @@ def split_target(spec: str) -> tuple[str, str | None]:
                      f"or path/to/file.py (its {BUILD}() function)")
 
 
-def load_module(where: str) -> Any:
+def load_module(where: str) -> ModuleType:
     """A module by dotted name, or a ``.py`` file by path."""
     return load_file(Path(where)) if where.endswith(".py") else importlib.import_module(where)
 
 
-def load_target(spec: str) -> Any:
+def load_target(spec: str) -> object:
     """``module:attr``, ``path/to/file.py:attr`` or ``path/to/file.py`` (its ``build``) -> the object."""
     return load_target_with_module(spec)[0]
 
 
-def load_target_with_module(spec: str) -> tuple[Any, Any]:
+def load_target_with_module(spec: str) -> tuple[object, ModuleType]:
     """The object ``spec`` names and the module it was found in."""
     where, attr = split_target(spec)
     if attr is None:
@@ -61,7 +61,7 @@ def load_target_with_module(spec: str) -> tuple[Any, Any]:
                              f"{where}:ATTR, or add a zero-argument {BUILD}() returning a pattern or a StateGraph")
         attr = BUILD
     module = load_module(where)
-    obj: Any = module
+    obj: object = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -73,7 +73,7 @@ def load_target_with_module(spec: str) -> tuple[Any, Any]:
     return obj, module
 
 
-def load_file(path: Path) -> Any:
+def load_file(path: Path) -> ModuleType:
     """Import a ``.py`` file as a module (its directory first on ``sys.path``, so its own imports work)."""
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
@@ -98,7 +98,7 @@ def defines_build(path: Path) -> bool:
     return any(isinstance(node, ast.FunctionDef) and node.name == BUILD for node in tree.body)
 
 
-def resolve_graph(obj: Any) -> StateGraph:
+def resolve_graph(obj: object) -> StateGraph:
     """A StateGraph from a graph, a pattern (``.graph``) or a zero-argument factory of either."""
     for _ in range(3):
         if isinstance(obj, StateGraph):

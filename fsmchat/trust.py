@@ -23,11 +23,12 @@ import importlib
 import inspect
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Callable, Iterable, Protocol, TypeVar, runtime_checkable
 
 from .errors import FsmchatError, bad_value
 from .targets import load_target
 
+T = TypeVar("T")
 BUILTIN_PREFIXES = ("fsmchat",)
 # Of fsmchat's own code, what a config may name without allow=[...] or trusted=True: its documented
 # callables, by the reference to_config() writes and by their public name. The README's "Security"
@@ -47,11 +48,11 @@ class PatternLike(Protocol):
 
     factory: str | None
 
-    def execute(self, task: str, **kw: Any) -> Any: ...
+    def execute(self, task: str, **kw: object) -> object: ...
 
-    def resume(self, run_id: str, checkpoint: Any, *, input: Any = None) -> Any: ...
+    def resume(self, run_id: str, checkpoint: object, *, input: object = None) -> object: ...
 
-    def to_config(self) -> Any: ...
+    def to_config(self) -> object: ...
 
 
 class UntrustedReference(FsmchatError, PermissionError):
@@ -98,21 +99,22 @@ class Trust:
     trusted: bool = False
 
     @classmethod
-    def of(cls, allow: Any = (), trusted: Any = False, owner: str = "from_config") -> "Trust":
+    def of(cls, allow: object = (), trusted: object = False, owner: str = "from_config") -> "Trust":
         """Checked arguments: ``allow`` a module name or a list of them, ``trusted`` a bool."""
         if isinstance(allow, Trust):
             return allow
         if not isinstance(trusted, bool):
             raise bad_value(owner, "trusted", trusted, "True or False", type_error=True)
-        items = [allow] if isinstance(allow, str) else allow
-        if not isinstance(items, Iterable) or isinstance(items, (bytes, dict)):
+        given = [allow] if isinstance(allow, str) else allow
+        if not isinstance(given, Iterable) or isinstance(given, (bytes, dict)):
             raise bad_value(owner, "allow", allow, "a list of module prefixes such as ['myproject.agents']",
                             type_error=True)
-        items = list(items)
-        for p in items:
+        items: list[str] = []
+        for p in given:
             if not isinstance(p, str) or not _MODULE.match(p):
                 raise bad_value(owner, "allow", allow, f"{p!r} is not a dotted module name; a list of module "
                                 "prefixes such as ['myproject.agents'] (files need trusted=True)")
+            items.append(p)
         return cls(tuple(items), trusted)
 
     @property
@@ -122,7 +124,7 @@ class Trust:
     def allows(self, module: str) -> bool:
         return self.trusted or any(within(module, p) for p in self.prefixes)
 
-    def check(self, ref: Any, what: str) -> tuple[str, str]:
+    def check(self, ref: object, what: str) -> tuple[str, str]:
         """``(module, attr)`` of an allowed reference, without importing anything."""
         if not isinstance(ref, str):
             raise bad_value(what, "reference", ref, "a 'module:attr' string", type_error=True)
@@ -161,7 +163,7 @@ class Trust:
             raise UntrustedReference(ref, what, "an MCP server starts a process (or connects to a URL) when a run "
                                      "uses it, so a config may hold one only with trusted=True")
 
-    def resolve(self, ref: str, what: str) -> Any:
+    def resolve(self, ref: str, what: str) -> object:
         """The object ``ref`` names, once allowed; it must also be defined in an allowed module
         (``mymod:os.system`` is ``os.system``, refused unless ``os`` is allowed)."""
         where, attr = self.check(ref, what)
@@ -171,7 +173,7 @@ class Trust:
             except (AttributeError, FileNotFoundError) as exc:  # (the message names what exists)
                 raise bad_value(what, "reference", ref, str(exc)) from None
         try:
-            obj: Any = importlib.import_module(where)
+            obj: object = importlib.import_module(where)
         except ModuleNotFoundError as exc:
             if exc.name is None or not within(where, exc.name):
                 raise  # the module exists; one of its own imports failed
@@ -195,7 +197,7 @@ class Trust:
             raise self.internal(ref, what, home)
         return obj
 
-    def callable(self, ref: str, what: str) -> Any:
+    def callable(self, ref: str, what: str) -> Callable[..., object]:
         """A function (participant, handler, ``until``, ``select``, condition, model function)."""
         obj = self.resolve(ref, what)
         if not inspect.isroutine(obj):
@@ -203,18 +205,18 @@ class Trust:
             raise UntrustedReference(ref, what, f"it is a {kind}, not a function")
         return obj
 
-    def subclass(self, ref: str, what: str, base: type) -> Any:
+    def subclass(self, ref: str, what: str, base: type[T]) -> type[T]:
         """A class that subclasses ``base`` (``agent_class``, ``pattern_class``)."""
         obj = self.resolve(ref, what)
         if not (inspect.isclass(obj) and issubclass(obj, base)):
             raise UntrustedReference(ref, what, f"it is not a subclass of {base.__module__}.{base.__qualname__}")
         return obj
 
-    def factory(self, ref: Any, what: str) -> str:
+    def factory(self, ref: object, what: str) -> str:
         """The module of an allowed ``factory`` reference, without importing anything: one of the
         caller's ``allow`` prefixes (or ``trusted``), as a factory is called while loading."""
         where, sep, attr = ref.rpartition(":") if isinstance(ref, str) else ("", "", "")
-        if not self.trusted and sep and _MODULE.match(where) and self.allows(where) \
+        if isinstance(ref, str) and not self.trusted and sep and _MODULE.match(where) and self.allows(where) \
                 and not any(within(where, p) for p in self.allow):
             raise UntrustedReference(ref, what, "a factory is called while loading, so it must come from a module "
                                      f"you allow (allow=[...]; fsmchat's own modules hold no pattern factories)")

@@ -32,7 +32,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Mapping, Optional, Union
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Iterator, Literal, Mapping, Optional, Protocol, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, SerializerFunctionWrapHandler, SkipValidation,
                       ValidationError,
@@ -57,14 +57,14 @@ from ..trust import BUILTIN_PREFIXES, Trust, UntrustedReference, within
 CONFIG_VERSION = 1
 
 # the registries, filled by the modules defining the kinds (imported on a registry's first lookup)
-PATTERN_KINDS = Kinds("pattern", loaders=("fsmchat.patterns", "fsmchat.flow"))
-STEP_KINDS = Kinds("flow step", loaders=("fsmchat.flow",))
-MODEL_KINDS = Kinds("model", loaders=("fsmchat.testing",))
+PATTERN_KINDS: Kinds[PatternSpec] = Kinds("pattern", loaders=("fsmchat.patterns", "fsmchat.flow"))
+STEP_KINDS: Kinds[BaseModel] = Kinds("flow step", loaders=("fsmchat.flow",))
+MODEL_KINDS: Kinds[BaseModel] = Kinds("model", loaders=("fsmchat.testing",))
 # a model provider's prefix ("fsmchat-scripted") -> (model id, agent name) -> the live model's spec
 MODEL_SOURCES: dict[str, Callable[[str, str], BaseModel]] = {}
 
 
-def validate_step(value: Any) -> BaseModel:
+def validate_step(value: object) -> BaseModel:
     """A flow step's data form: the spec of a step kind (``STEP_KINDS``), or of a pattern kind (a
     pattern run as a flow step, ``AgentFlow(steps=[GroupChat(...), ...])``)."""
     kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
@@ -111,7 +111,7 @@ class ConfigSpec(BaseModel):
                 yield from references(value)
 
 
-def without_later_defaults(out: dict[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
+def without_later_defaults(out: dict[str, object], later: Mapping[str, object]) -> dict[str, object]:
     """``out`` (a config's dumped fields) without the fields added after version 1 that hold the
     value that leaves them out (``later``): a config written before them reads back equal.
 
@@ -133,9 +133,9 @@ def without_later_defaults(out: dict[str, Any], later: Mapping[str, Any]) -> dic
 
 
 # ---- participants ----
-LATER_PATTERN_FIELDS: dict[str, Any] = {"context": None}
+LATER_PATTERN_FIELDS: dict[str, object] = {"context": None}
 """A pattern's config fields added after version 1, with the value that leaves them out of a config."""
-LATER_AGENT_FIELDS: dict[str, Any] = {"max_retry_wait_s": DEFAULT_MAX_RETRY_WAIT, "transport": "auto",
+LATER_AGENT_FIELDS: dict[str, object] = {"max_retry_wait_s": DEFAULT_MAX_RETRY_WAIT, "transport": "auto",
                                       "max_tool_rounds": DEFAULT_MAX_TOOL_ROUNDS,
                                       "max_parallel_tools": DEFAULT_MAX_PARALLEL_TOOLS, "on_tool_error": "return",
                                       "share_tool_results": False, "context": None, "max_input_tokens": None,
@@ -170,7 +170,7 @@ class AgentSpec(ConfigSpec):
     handoffs: list["HandoffSpec"] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         """Fields added after version 1 are written only when set: a config written before them
         reads back equal."""
         return without_later_defaults(handler(self), LATER_AGENT_FIELDS)
@@ -183,7 +183,7 @@ class AgentSpec(ConfigSpec):
             if h.input_filter:
                 yield h.input_filter, f"agent {self.name!r} handoff to {h.target!r} input_filter"
 
-    def tool_label(self, entry: dict[str, Any]) -> str:
+    def tool_label(self, entry: Mapping[str, object]) -> str:
         return f"agent {self.name!r} tool {str(entry.get('ref') or '').rpartition(':')[2]!r}"
 
     def build(self, r: ConfigReader) -> Agent:
@@ -227,7 +227,7 @@ class ContextSpec(ConfigSpec):
     keep_last: int | None = None
     at: float | None = None
 
-    def build(self, r: ConfigReader) -> Any:
+    def build(self, r: ConfigReader) -> LastMessages | Summarize | str:
         if self.policy == "last_messages":
             return LastMessages(self.n)
         if self.policy == "summarize":
@@ -238,7 +238,7 @@ class ContextSpec(ConfigSpec):
         return "full"
 
 
-def context_spec(w: "ConfigWriter", policy: Any, what: str = "context") -> ContextSpec:
+def context_spec(w: "ConfigWriter", policy: object, what: str = "context") -> ContextSpec:
     """A context policy in its config form."""
     if isinstance(policy, LastMessages):
         return ContextSpec(policy="last_messages", n=policy.n)
@@ -259,7 +259,7 @@ class CallableSpec(ConfigSpec):
     def ref_label(self, field: str) -> str:
         return "participant"
 
-    def build(self, r: ConfigReader) -> Any:
+    def build(self, r: ConfigReader) -> CallableSpeaker | Callable[..., object]:
         fn = r.trust.callable(self.ref, "participant")
         return CallableSpeaker(fn, self.name) if self.name else fn
 
@@ -289,7 +289,7 @@ class Travels:
     type in the config form, ``dump(writer, value, what)`` writes it, ``load(reader, data)``
     rebuilds it. Every other field travels as it is."""
 
-    data: Any
+    data: object  # a type form: the field's type in the config form
     dump: Callable[[ConfigWriter, Any, str], Any]
     load: Callable[[ConfigReader, Any], Any]
 
@@ -298,23 +298,29 @@ def travels(field: FieldInfo) -> Travels | None:
     return next((m for m in field.metadata if isinstance(m, Travels)), None)
 
 
-def _dump_participants(w: ConfigWriter, value: Any, what: str) -> list[Any]:
+class Builds(Protocol):
+    """A spec that builds its live object (``spec.build(reader)``): a participant's, a step's."""
+
+    def build(self, r: ConfigReader) -> object: ...
+
+
+def _dump_participants(w: ConfigWriter, value: Iterable[object], what: str) -> list[AgentSpec | HumanSpec | CallableSpec]:
     return [w.participant(x, what) for x in value]
 
 
-def _load_built(r: ConfigReader, data: Any) -> Any:
+def _load_built(r: ConfigReader, data: Builds | list[Builds]) -> object:
     return [x.build(r) for x in data] if isinstance(data, list) else data.build(r)
 
 
-def _dump_agents(w: ConfigWriter, value: Any, what: str) -> list[AgentSpec]:
+def _dump_agents(w: ConfigWriter, value: Iterable[Agent], what: str) -> list[AgentSpec]:
     return [w.agent(a) for a in value]
 
 
-def _dump_steps(w: ConfigWriter, value: Any, what: str) -> list[Any]:
+def _dump_steps(w: ConfigWriter, value: Iterable[object], what: str) -> list[object]:
     return w.steps(value)
 
 
-def _load_context(r: ConfigReader, data: Any) -> Any:
+def _load_context(r: ConfigReader, data: ContextSpec) -> object:
     return data.build(r)
 
 
@@ -322,11 +328,11 @@ ContextField = Annotated[Any, Travels(ContextSpec, context_spec, _load_context)]
 """The type of a pattern's context policy field: written as a ``ContextSpec``."""
 
 
-def _dump_function(w: ConfigWriter, value: Any, what: str) -> str | None:
+def _dump_function(w: ConfigWriter, value: object, what: str) -> str | None:
     return opt_ref(value, what)
 
 
-def _load_function(r: ConfigReader, data: Any) -> Any:
+def _load_function(r: ConfigReader, data: str | None) -> object:
     return r.fn(data, "function")
 
 
@@ -335,7 +341,7 @@ FunctionField = Annotated[Any, Travels(Annotated[Optional[str], REF], _dump_func
 import path, rebuilt through the reader's trust."""
 
 
-def _load_data(r: ConfigReader, data: Any) -> Any:
+def _load_data(r: ConfigReader, data: object) -> object:
     return json.loads(json.dumps(data))
 
 
@@ -413,7 +419,7 @@ class PatternSpec(ConfigSpec):
     interrupt_after: list[str] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         """Pattern fields added after version 1 are written only when set (``LATER_PATTERN_FIELDS``):
         a config written before them reads back equal."""
         return without_later_defaults(handler(self), LATER_PATTERN_FIELDS)
@@ -498,7 +504,7 @@ class ConfigWriter:
         if source is not None and mid and mid not in self.models:
             self.models[mid] = source(mid, agent)
 
-    def participant(self, x: Any, what: str) -> Any:
+    def participant(self, x: object, what: str) -> AgentSpec | HumanSpec | CallableSpec:
         if isinstance(x, Agent):
             return self.agent(x)
         if isinstance(x, Human):
@@ -512,7 +518,7 @@ class ConfigWriter:
         raise TypeError(f"{what}: a {type(x).__name__} participant has no config form; use an Agent or a "
                         "module-level function")
 
-    def step(self, s: Any) -> Any:
+    def step(self, s: object) -> object:
         """A flow step's config form: a step kind of the flow (``Task``, ``Discussion``, ``loop``...)
         writes itself; an Agent, a Human or a function is a participant."""
         to_spec = getattr(s, "to_spec", None)
@@ -520,11 +526,13 @@ class ConfigWriter:
             return to_spec(self)
         return self.participant(s, "flow step")
 
-    def steps(self, steps: Any) -> list[Any]:
+    def steps(self, steps: object) -> list[object]:
+        if not isinstance(steps, Iterable):  # a flow's steps field, which the flow validated
+            raise TypeError(f"'{type(steps).__name__}' object is not iterable")
         return [self.step(s) for s in steps]
 
     @staticmethod
-    def condition(fn: Any, what: str) -> tuple[str | None, str | None]:
+    def condition(fn: object, what: str) -> tuple[str | None, str | None]:
         """A compiled expression (``compile_condition``'s ``evaluate``) travels as its text."""
         if getattr(fn, "__qualname__", "") == "compile_condition.<locals>.evaluate" and fn.__doc__:
             return None, fn.__doc__
@@ -598,10 +606,10 @@ def pattern_config(pattern: Any, w: ConfigWriter) -> PatternSpec:
 
 
 # ---- from_config ----
-def parse_config(cfg: Any) -> Any:
+def parse_config(cfg: object) -> PatternSpec:
     """A pattern config from a config model, a dict or a JSON string; anything else is a
     ``ConfigError`` listing the valid kinds (no pydantic dump)."""
-    if isinstance(cfg, BaseModel):
+    if isinstance(cfg, PatternSpec):
         return cfg
     try:
         data = json.loads(cfg) if isinstance(cfg, (str, bytes)) else cfg
@@ -620,7 +628,7 @@ def parse_config(cfg: Any) -> Any:
     raise bad_value("from_config", "cfg", cfg, f"{what} ({detail})")
 
 
-def from_config(cfg: Any, *, allow: Any = (), trusted: bool = False) -> Any:
+def from_config(cfg: object, *, allow: object = (), trusted: bool = False) -> Any:
     """Rebuild a pattern or flow from ``to_config()``'s output (a model, a dict or JSON).
 
     Only code under fsmchat's own modules and the ``allow`` prefixes is imported (``fsmchat.trust``);
@@ -667,10 +675,10 @@ class ConfigReader:
     def __init__(self, trust: Trust):
         self.trust = trust
 
-    def fn(self, ref: str | None, what: str) -> Any:
+    def fn(self, ref: str | None, what: str) -> Any:  # a loaded function, for a field of its own callable type
         return None if ref is None else self.trust.callable(ref, what)
 
-    def check(self, spec: Any) -> None:
+    def check(self, spec: object) -> None:
         """Refuse the whole config before anything of it is built: a kind registered by a module the
         caller does not allow, or any reference the trust refuses."""
         for node in specs_in(spec):
@@ -688,7 +696,7 @@ class ConfigReader:
                     where = f"command {t.get('command')!r}" if t.get("command") else f"url {t.get('url')!r}"
                     self.trust.process(f"MCP server {t.get('name')!r} ({where})", f"agent {node.name!r} tools")
 
-    def pattern(self, spec: Any) -> Any:
+    def pattern(self, spec: PatternSpec) -> Any:
         # every reference is checked before any is imported: a refusal leaves nothing half-loaded
         if isinstance(spec, FactorySpec):
             if not spec.factory:
@@ -707,13 +715,13 @@ class ConfigReader:
         pattern.factory = spec.factory
         return pattern
 
-    def steps(self, specs: list[Any]) -> list[Any]:
+    def steps(self, specs: Iterable[Builds]) -> list[object]:
         """The flow steps of ``specs``; a pattern's spec (a pattern run as a step) is built as
         ``from_config`` builds a pattern (its interrupts, limits and factory applied)."""
         return [self.pattern(s) if isinstance(s, PatternSpec) else s.build(self) for s in specs]
 
 
-def _held(value: Any) -> list[Any]:
+def _held(value: object) -> list[object]:
     """What a config value holds: a model's field values, a dict's values, a list's items."""
     if isinstance(value, BaseModel):
         return [getattr(value, name) for name in type(value).model_fields]
@@ -722,7 +730,7 @@ def _held(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def specs_in(value: Any) -> Iterator[BaseModel]:
+def specs_in(value: object) -> Iterator[BaseModel]:
     """Every spec model in a config, depth first (the config itself first)."""
     if isinstance(value, BaseModel):
         yield value
@@ -730,7 +738,7 @@ def specs_in(value: Any) -> Iterator[BaseModel]:
         yield from specs_in(v)
 
 
-def references(spec: Any) -> Iterator[tuple[str, str]]:
+def references(spec: object) -> Iterator[tuple[str, str]]:
     """Every import reference a config loads, with where it is (a pattern's stored ``factory`` is
     only loaded by ``resume``, which checks it then; a factory config's is checked by ``from_config``)."""
     if isinstance(spec, ConfigSpec):
@@ -740,7 +748,7 @@ def references(spec: Any) -> Iterator[tuple[str, str]]:
         yield from references(v)
 
 
-def config_digest(cfg: Any) -> str:
+def config_digest(cfg: object) -> str:
     """A stable hash of a config; scripted model ids (a per-process counter) are replaced by their
     position, so the same batch gets the same digest in a new process. Keys are sorted: the order
     a pattern's model declares its fields in does not change it."""

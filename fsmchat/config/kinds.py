@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import importlib
 import typing
-from typing import Any, Iterable
+from typing import Generic, Iterable, TypeVar
 
 from pydantic import BaseModel
 
 from ..errors import ConfigError
+
+S = TypeVar("S", bound=BaseModel)
 
 
 def kinds_of(spec: type[BaseModel]) -> tuple[str, ...]:
@@ -38,7 +40,7 @@ def owner_module(spec: type[BaseModel]) -> str:
     return spec.__module__
 
 
-class Kinds:
+class Kinds(Generic[S]):
     """``kind`` -> spec model, for one family (``"pattern"``, ``"flow step"``, ``"model"``).
 
     ``validate`` turns a dict into the spec model of its ``kind``; as a pydantic field type,
@@ -48,10 +50,10 @@ class Kinds:
     def __init__(self, what: str, loaders: Iterable[str] = ()):
         self.what = what
         self.loaders = tuple(loaders)
-        self._specs: dict[str, type[BaseModel]] = {}
+        self._specs: dict[str, type[S]] = {}
         self._loaded = False
 
-    def register(self, spec: type[BaseModel]) -> type[BaseModel]:
+    def register(self, spec: type[S]) -> type[S]:
         """Register ``spec`` under each of its kinds (usable as a class decorator). A kind another
         class already holds is refused; a module imported again replaces its own class."""
         for kind in kinds_of(spec):
@@ -78,7 +80,7 @@ class Kinds:
         self.load()
         return sorted(self._specs)
 
-    def spec(self, kind: Any) -> type[BaseModel]:
+    def spec(self, kind: object) -> type[S]:
         """The spec model registered for ``kind``; ``ConfigError`` naming the known kinds otherwise."""
         if not isinstance(kind, str) or kind not in self._specs:
             self.load()
@@ -87,11 +89,12 @@ class Kinds:
             raise ConfigError(f"{self.what} kind={kind!r} is invalid: one of {self.known()}")
         return found
 
-    def validate(self, value: Any) -> BaseModel:
+    def validate(self, value: object) -> S:
         """``value`` (a spec model or a dict with a ``kind``) as the spec model of its kind."""
         if isinstance(value, BaseModel):
             kind = getattr(value, "kind", None)
-            if self.spec(kind) is not type(value):
+            spec = self.spec(kind)
+            if type(value) is not spec or not isinstance(value, spec):
                 raise ConfigError(f"{self.what} kind={kind!r} is invalid: a {type(value).__name__} is not the "
                                   f"{self.what} registered under that kind")
             return value

@@ -12,6 +12,7 @@ import importlib
 import inspect
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import bad_value
@@ -22,7 +23,7 @@ from ..trust import Trust
 
 
 # ---- callables by import path ----
-def callable_ref(fn: Any, what: str) -> str:
+def callable_ref(fn: object, what: str) -> str:
     """``"module:qualname"`` of a module-level function (or class), else a ``TypeError`` saying why."""
     label = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     if not callable(fn):
@@ -55,13 +56,13 @@ def callable_ref(fn: Any, what: str) -> str:
     return f"{module}:{qualname}"
 
 
-def _resolve(obj: Any, qualname: str) -> Any:
+def _resolve(obj: object, qualname: str) -> object:
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
     return obj
 
 
-def opt_ref(fn: Any, what: str) -> str | None:
+def opt_ref(fn: object, what: str) -> str | None:
     """``callable_ref`` of ``fn``, or None for None."""
     return None if fn is None else callable_ref(fn, what)
 
@@ -73,7 +74,7 @@ def secret_option(name: str) -> bool:
     return is_secret(name)
 
 
-def strip_secrets(value: Any) -> Any:
+def strip_secrets(value: object) -> object:
     """``value`` without any secret-named entry (at any depth of nested dicts)."""
     if isinstance(value, dict):
         return {k: strip_secrets(v) for k, v in value.items() if not (isinstance(k, str) and secret_option(k))}
@@ -82,7 +83,7 @@ def strip_secrets(value: Any) -> Any:
     return value
 
 
-def is_mcp_server(entry: Any) -> bool:
+def is_mcp_server(entry: object) -> bool:
     """Whether an agent's tool entry is an MCP server's (``MCPServer.to_config()``)."""
     return isinstance(entry, dict) and entry.get("type") == "mcp_server"
 
@@ -92,12 +93,12 @@ TOOL_OPTIONS = ("name", "description", "parameters", "approval", "idempotent", "
 that differs from what ``Tool(fn)`` derives or defaults to (written only when set)."""
 
 
-def is_function_tool(entry: Any) -> bool:
+def is_function_tool(entry: object) -> bool:
     """Whether an agent's tool entry is a function tool's (``{"type": "tool", "ref": ...}``)."""
     return isinstance(entry, dict) and entry.get("type") == "tool"
 
 
-def tool_entry(t: Any, what: str) -> Any:
+def tool_entry(t: object, what: str) -> object:
     """An agent's tool as config data: an MCP server's own form, a ``Tool`` with a function by the
     function's import path (``callable_ref``: a module-level function; a lambda, a closure or a
     bound method is a ``TypeError`` saying so) and its options that differ from the defaults, a
@@ -108,8 +109,8 @@ def tool_entry(t: Any, what: str) -> Any:
         return t
     if t.fn is None:
         return t.spec()
-    out: dict[str, Any] = {"type": "tool", "ref": callable_ref(t.fn, f"{what} tool {t.name!r}")}
-    defaults: dict[str, Any] = {"approval": False, "idempotent": False, "timeout_s": None}
+    out: dict[str, object] = {"type": "tool", "ref": callable_ref(t.fn, f"{what} tool {t.name!r}")}
+    defaults: dict[str, object] = {"approval": False, "idempotent": False, "timeout_s": None}
     try:
         derived = Tool(t.fn)
         defaults.update(name=derived.name, description=derived.description, parameters=derived.parameters)
@@ -131,7 +132,7 @@ def function_tool(trust: Trust, entry: dict[str, Any], what: str) -> Tool:
     return Tool(fn, **{k: entry[k] for k in TOOL_OPTIONS if k in entry})
 
 
-def jsonable(value: Any, what: str) -> Any:
+def jsonable(value: object, what: str) -> Any:
     """``value`` as JSON data (a copy), else a ``TypeError`` saying ``what`` must be JSON-able."""
     try:
         return json.loads(json.dumps(value))

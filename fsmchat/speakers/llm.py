@@ -18,8 +18,10 @@ import random
 import re
 import socket
 import time
+from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from types import ModuleType
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar, Union
 
 from ..engine import STEP
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, ModelCallError, fatal_error
@@ -48,7 +50,8 @@ DEFAULT_MAX_RETRY_WAIT = 60.0  # seconds: a provider asking for a longer wait (R
 # A hook around every model request (used by fsmchat.testing.cassette to record and replay):
 # ``send(acompletion, agent, model, messages, metadata, params) -> awaitable response``.
 # A ContextVar, so one test's cassette never leaks into another's concurrent run.
-INTERCEPTOR: contextvars.ContextVar[Any] = contextvars.ContextVar("fsmchat_interceptor", default=None)
+INTERCEPTOR: contextvars.ContextVar[Callable[..., Awaitable[object]] | None] = \
+    contextvars.ContextVar("fsmchat_interceptor", default=None)
 
 
 REQUESTS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("fsmchat_requests", default=None)
@@ -56,10 +59,23 @@ REQUESTS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("fsm
 (a batch's worker counts each task's requests with it; the request itself goes as it would)."""
 
 
-TOKENS: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar("fsmchat_tokens", default=None)
+TokenSink = Callable[[Union[TokenDelta, BidDelta, StreamRetry]], None]
+"""What a run's token sink is given: each ``TokenDelta``, ``BidDelta`` and ``StreamRetry``."""
+TOKENS: contextvars.ContextVar[TokenSink | None] = contextvars.ContextVar("fsmchat_tokens", default=None)
 """The run's token sink (``execute(on_token=fn)``, ``stream(task, tokens=True)``): given each
 ``TokenDelta`` of a reply as it arrives (each ``BidDelta`` of a GroupChat bid's message) and a
 ``StreamRetry`` when a shown stream is asked again. A ContextVar, so a pattern run inside a flow step streams to the same sink."""
+
+
+class OwnModel(Protocol):
+    """An in-process provider (``own_handler``: the offline model, a scripted model): a request's
+    whole answer, or its stream of chunk data."""
+
+    def acompletion(self, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                    meta: dict[str, object]) -> Awaitable[object]: ...
+
+    def astream(self, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                meta: dict[str, object]) -> AsyncIterable[object]: ...
 
 
 _tool_modes: dict[str, str] = {}  # resolved model -> "native" | "json" (litellm's knowledge, or a refusal)
@@ -123,7 +139,7 @@ _SSL_NOISE = re.compile(r"\s*ssl:(?:<[^>]*>|\S+)\s*")
 
 
 def failure_reason(exc: BaseException, *, timeout: float | None = None, limit: float | None = None,
-                   endpoint: Any = None) -> str | None:
+                   endpoint: object = None) -> str | None:
     """What a failed request means to a person, when the provider's text does not say it: for a
     connection error the URL that could not be reached and why; for a timeout the limit that passed
     and who set it. None for anything else (the error's type and plain message then say it).
@@ -199,7 +215,7 @@ def retry_after(exc: BaseException) -> float | None:
     return None
 
 
-def response_cost(response: Any) -> float | None:
+def response_cost(response: object) -> float | None:
     """litellm's price for ``response`` in USD, or None if it has none. litellm prices every
     response during the call (``_hidden_params["response_cost"]``, the figure its callbacks get);
     that figure is used as is. A response litellm did not return (a cassette replay) is priced here."""
@@ -232,7 +248,7 @@ class CallStats:
     price: tuple[float, float] | None = None  # user price per 1k (prompt, completion) tokens
     limit_hit: str | None = None
     max_requests: int | None = None  # max_model_calls: no request past it is ever sent
-    roster: list[Any] | None = None  # agents whose credentials the run's first request checks
+    roster: Sequence[object] | None = None  # agents whose credentials the run's first request checks
     refused: BaseException | None = None  # the run's UnknownModel or MissingCredentials, once found
     over_cap: bool = False  # a request (or bid round) was refused: it would have crossed max_requests
     parent: "CallStats | None" = field(default=None, repr=False, compare=False)  # the enclosing stats of a lane
@@ -241,11 +257,13 @@ class CallStats:
     tool_calls: int = 0  # tool calls run (fsmchat.speakers.tools)
     max_tool_calls: int | None = None  # Limits.max_tool_calls: no tool call runs past it
     tool_over_cap: bool = False  # a reply's tool calls were refused: they would have crossed max_tool_calls
-    events: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # the run's (fallbacks, waits)
+    # the run's events (fallbacks, waits)
+    events: list[dict[str, object]] | None = field(default=None, repr=False, compare=False)
     noted: set[tuple[str, str, str]] = field(default_factory=set, repr=False, compare=False)  # fallbacks noted
     # the text of each partial_reply event, beside it (checkpoints store the events without it)
-    partials: list[tuple[dict[str, Any], str]] = field(default_factory=list, repr=False, compare=False)
-    _state: tuple[Any, Frozen | None] = field(default=(None, None), repr=False, compare=False)  # to_state: (key, dict)
+    partials: list[tuple[dict[str, object], str]] = field(default_factory=list, repr=False, compare=False)
+    # to_state: (key, dict)
+    _state: tuple[tuple[object, ...] | None, Frozen | None] = field(default=(None, None), repr=False, compare=False)
     # each agent's fast-path route to each model (the run's stats hold them): wire.Route
     routes: dict[tuple[str, str], "wire.Route"] = field(default_factory=dict, repr=False, compare=False)
 
@@ -270,7 +288,7 @@ class CallStats:
             stats = stats.parent
         return chain
 
-    def route(self, lm: Any, agent: str, model: str, options: dict[str, Any]) -> "wire.Route":
+    def route(self, lm: ModuleType | None, agent: str, model: str, options: Mapping[str, object]) -> "wire.Route":
         """Where ``agent``'s requests to ``model`` with ``options`` go (``wire.Route``): worked out on
         its first request of the run and kept while its requests' options stay the same."""
         routes = self.run.routes
@@ -320,7 +338,7 @@ class CallStats:
         return BudgetExceeded(f"max_model_calls={run.max_requests} reached after {run.attempts} request(s): "
                               f"{what} was not sent")
 
-    def add_usage(self, response: Any) -> None:
+    def add_usage(self, response: object) -> None:
         u = getattr(response, "usage", None)
         got = {}
         for k in self.usage:
@@ -342,7 +360,7 @@ class CallStats:
         deadline = self.run.deadline
         return None if deadline is None else deadline - time.monotonic()
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> Frozen:
         """What a checkpoint stores: the same read-only dict (a ``Frozen``) until a count changes,
         so a commit after a step that called no model skips it. A lane stores its own counts."""
         key = (self.calls, self.attempts, self.cost_usd, self.over_cap, self.tool_calls, self.tool_over_cap,
@@ -356,23 +374,29 @@ class CallStats:
             self._state = (key, state)
         return state
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: Mapping[str, object]) -> None:
         """Set the counts to a checkpoint's; on a lane, the difference is passed on to every
-        enclosing level too (restoring a lane's own state again changes nothing)."""
-        calls, attempts = state["calls"] - self.calls, state["attempts"] - self.attempts
-        usage = {k: v - self.usage.get(k, 0) for k, v in state["usage"].items()}
-        cost = state["cost_usd"] - self.cost_usd
+        enclosing level too (restoring a lane's own state again changes nothing). A stored count
+        of the wrong type is a ``TypeError``."""
+        calls, attempts, cost, stored = state["calls"], state["attempts"], state["cost_usd"], state["usage"]
+        tools = state.get("tool_calls", 0)
+        if not (isinstance(calls, int) and isinstance(attempts, int) and isinstance(tools, int)
+                and isinstance(cost, (int, float)) and isinstance(stored, dict)):
+            raise TypeError("a checkpoint's stats hold something else than counts (calls, attempts, tool_calls, "
+                            "cost_usd, usage)")
+        calls, attempts, cost = calls - self.calls, attempts - self.attempts, cost - self.cost_usd
+        usage = {k: v - self.usage.get(k, 0) for k, v in stored.items()}
         for stats in self._chain():
             stats.calls += calls
             stats.attempts += attempts
             for k, v in usage.items():
                 stats.usage[k] = stats.usage.get(k, 0) + v
             stats.cost_usd += cost
-        self.over_cap = state.get("over_cap", False)
+        self.over_cap = bool(state.get("over_cap", False))
         if self.over_cap:
             self.run.over_cap = True
-        self.count_tools(state.get("tool_calls", 0) - self.tool_calls)
-        self.tool_over_cap = state.get("tool_over_cap", False)
+        self.count_tools(tools - self.tool_calls)
+        self.tool_over_cap = bool(state.get("tool_over_cap", False))
         if self.tool_over_cap:
             self.run.tool_over_cap = True
 
@@ -391,7 +415,7 @@ class RetryRefused(ModelCallError):
     """
 
     def __init__(self, agent: str, cause: BaseException, attempts: int, model: str | None = None,
-                 secrets: tuple[Any, ...] = (), *, reason: str):
+                 secrets: tuple[object, ...] = (), *, reason: str):
         super().__init__(agent, cause, attempts, model, secrets)
         self.refusal = reason  # why no retry was made (``reason`` also says what failed)
         self.reason = f"{self.reason} (not retried: {reason})"
@@ -456,7 +480,7 @@ class Streamed:
             if new:
                 self._message(new)
 
-    async def read(self, chunks: Any, price: tuple[float, float] | None) -> "wire.WireResponse":
+    async def read(self, chunks: AsyncIterable[object], price: tuple[float, float] | None) -> "wire.WireResponse":
         """Read ``chunks`` (each a chunk's JSON data, as the server sent it: untrusted, so every
         part is taken only when it has the expected type) into the response."""
         calls: dict[int, dict[str, str]] = {}
@@ -501,21 +525,21 @@ class Streamed:
                                  _hidden_params={"response_cost": cost})
 
     @staticmethod
-    def _assemble(calls: dict[int, dict[str, str]], i: int, call: dict[str, Any]) -> int:
+    def _assemble(calls: dict[int, dict[str, str]], i: int, call: dict[str, object]) -> int:
         """Add one tool-call delta to the call of its index (the ``i``-th of its chunk without one);
         that index."""
         index = call.get("index")
         at = index if type(index) is int else i
         slot = calls.setdefault(at, {"id": "", "name": "", "arguments": ""})
-        fn = call.get("function")
-        fn = fn if type(fn) is dict else {}
+        got = call.get("function")
+        fn: dict[str, object] = got if type(got) is dict else {}
         slot["id"] = slot["id"] or str(call.get("id") or "")
         slot["name"] = slot["name"] or str(fn.get("name") or "")
         slot["arguments"] += str(fn.get("arguments") or "")
         return at
 
 
-def _shown(sink: Callable[[Any], None], piece: type[TokenDelta] | type[BidDelta], agent: str, step: str | None,
+def _shown(sink: TokenSink, piece: type[TokenDelta] | type[BidDelta], agent: str, step: str | None,
            attempt: int) -> Callable[[str], None]:
     """What hands an attempt's text to the run's sink: as ``piece``s of ``agent``'s ``attempt``."""
     def show(text: str) -> None:
@@ -523,7 +547,7 @@ def _shown(sink: Callable[[Any], None], piece: type[TokenDelta] | type[BidDelta]
     return show
 
 
-async def _as_data(chunks: Any) -> AsyncIterator[Any]:
+async def _as_data(chunks: AsyncIterable[object]) -> AsyncIterator[object]:
     """litellm's stream chunks (pydantic objects) as the JSON data the other paths give."""
     async for chunk in chunks:
         yield chunk.model_dump() if hasattr(chunk, "model_dump") else chunk
@@ -545,12 +569,12 @@ async def within(coro: Awaitable[T], limit: float | None) -> T:
         return await coro
 
 
-async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent: str,
-                    kwargs: dict[str, Any], timeout: float | None, num_retries: int,
+async def acomplete(model: str | None, messages: list[dict[str, object]], *, agent: str,
+                    kwargs: Mapping[str, object], timeout: float | None, num_retries: int,
                     stats: CallStats | None = None, backoff: float = 0.5,
                     max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
-                    check: Callable[[Any], None] | None = None, transport: str = "auto", tokens: bool = False,
-                    bid: str | None = None, **request: Any) -> Any:
+                    check: Callable[[object], None] | None = None, transport: str = "auto", tokens: bool = False,
+                    bid: str | None = None, **request: object) -> Any:
     """One logical model call: up to ``1 + num_retries`` attempts, each bounded by ``timeout``.
 
     Before the run's first request the roster's credentials are checked (``CallStats.preflight``);
@@ -579,7 +603,10 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     params.update(request)
     params["max_retries"] = 0  # litellm/openai SDK retries off: retries happen here only
     params.pop("num_retries", None)
-    meta = dict(params.pop("metadata", None) or {})
+    given = params.pop("metadata", None) or {}
+    if not isinstance(given, Mapping):
+        raise TypeError(f"'{type(given).__name__}' object is not a mapping")
+    meta: dict[str, object] = dict(given)
     meta.setdefault("fsmchat_agent", agent)
     if timeout is not None:
         params.setdefault("timeout", timeout)
@@ -588,14 +615,17 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
     streaming = (bool(params.get("stream")) or sink is not None) and INTERCEPTOR.get() is None
     if streaming:
         params["stream"] = True
-        params["stream_options"] = {"include_usage": True, **(params.get("stream_options") or {})}
+        more = params.get("stream_options") or {}
+        if not isinstance(more, Mapping):
+            raise TypeError(f"'{type(more).__name__}' object is not a mapping")
+        params["stream_options"] = {"include_usage": True, **more}
     else:  # a cassette records and replays whole responses
         params.pop("stream", None)
         params.pop("stream_options", None)
-    own = own_handler(resolved)  # the offline or a scripted model: answered in this process
+    own: OwnModel | None = own_handler(resolved)  # the offline or a scripted model: answered in this process
     route: wire.Route | None = None
     fast = False
-    lm: Any = None
+    lm: ModuleType | None = None
     if own is not None and (transport == "litellm" or wire.live_blocker(None) is not None):
         own = None  # asked for, or litellm callbacks or its debug log expect every call: through litellm (an adapter)
     if own is None:
@@ -633,6 +663,7 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
         if sent is not None:
             sent[0] += 1
         stream: Streamed | None = None
+        coro: Awaitable[object]
         try:
             send = INTERCEPTOR.get()
             if streaming:
@@ -645,7 +676,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
                              resolved, messages, meta, params) if send is not None
                         else own.acompletion(resolved, wire.sent_messages(messages), params, meta) if own is not None
                         else wire.acompletion(lm, route, messages, params) if fast and route is not None
-                        else lm.acompletion(model=resolved, messages=messages, metadata=meta, **params))
+                        else (lm or get_litellm()).acompletion(model=resolved, messages=messages, metadata=meta,
+                                                                **params))
             response = await within(coro, limit)
             if stats is not None:
                 stats.add_usage(response)
@@ -677,7 +709,8 @@ async def acomplete(model: str | None, messages: list[dict[str, Any]], *, agent:
 
 
 def _retry_wait(exc: Exception, attempt: int, failed: Callable[..., ModelCallError], *, stats: CallStats | None,
-                limit: float | None, params: dict[str, Any], agent: str, model: str, kwargs: dict[str, Any],
+                limit: float | None, params: Mapping[str, object], agent: str, model: str,
+                kwargs: Mapping[str, object],
                 num_retries: int, backoff: float, max_retry_wait: float) -> float:
     """The wait before the next attempt after ``exc``, or the error that ends the call (raised)."""
     fatal = fatal_error(exc)
@@ -709,34 +742,35 @@ def _retry_wait(exc: Exception, attempt: int, failed: Callable[..., ModelCallErr
     return wait
 
 
-def own_acompletion(own: Any) -> Callable[..., Awaitable[Any]]:
+def own_acompletion(own: OwnModel) -> Callable[..., Awaitable[object]]:
     """An in-process provider's answer with ``litellm.acompletion``'s keywords (what a cassette calls)."""
-    async def acompletion(model: str, messages: list[dict[str, Any]], metadata: dict[str, Any] | None = None,
-                          **params: Any) -> Any:
+    async def acompletion(model: str, messages: list[dict[str, object]], metadata: Mapping[str, object] | None = None,
+                          **params: object) -> object:
         return await own.acompletion(model, wire.sent_messages(messages), params, dict(metadata or {}))
     return acompletion
 
 
-async def _stream(lm: Any, stream: Streamed, model: str, messages: list[dict[str, Any]], meta: dict[str, Any],
-                  params: dict[str, Any], route: "wire.Route | None", own: Any = None) -> Any:
+async def _stream(lm: ModuleType | None, stream: Streamed, model: str, messages: list[dict[str, object]],
+                  meta: dict[str, object], params: dict[str, object], route: "wire.Route | None",
+                  own: OwnModel | None = None) -> "wire.WireResponse":
     """One streamed attempt: in process (``own``), over the fast path (``route``) or through litellm."""
     if own is not None:
         return await stream.read(own.astream(model, wire.sent_messages(messages), params, meta), (0.0, 0.0))  # free
     chunks = wire.astream(lm, route, messages, params) if route is not None else \
-        _as_data(await lm.acompletion(model=model, messages=messages, metadata=meta, **params))
+        _as_data(await (lm or get_litellm()).acompletion(model=model, messages=messages, metadata=meta, **params))
     return await stream.read(chunks, None if own_provider(model) else wire.price_of(lm, model))
 
 
 def _partial(stats: CallStats | None, agent: str, step: str | None, attempt: int, text: str, reason: str) -> None:
     """A reply that stopped mid-stream: what arrived goes into the run's events (``partial_reply``)."""
     if stats is not None and stats.events is not None:
-        event = {"event": "partial_reply", "agent": agent, "step": step, "attempt": attempt, "chars": len(text),
+        event: dict[str, object] = {"event": "partial_reply", "agent": agent, "step": step, "attempt": attempt, "chars": len(text),
                  "reason": reason}
         stats.events.append(event)
         stats.run.partials.append((event, text))
 
 
-def shown_events(events: list[dict[str, Any]], stats: CallStats) -> list[dict[str, Any]]:
+def shown_events(events: list[dict[str, object]], stats: CallStats) -> list[dict[str, object]]:
     """A run's events as its result shows them: each ``partial_reply`` of this process with the
     text that arrived. The run's working state (what checkpoints store) holds the event without
     it, so no checkpoint ever holds a partial reply's text."""

@@ -31,10 +31,15 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, AsyncIterator
+from collections.abc import Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Protocol, runtime_checkable
 
 from ..errors import ConfigError, FsmchatError
 from . import modelmap
+
+if TYPE_CHECKING:  # imported on the first fast call
+    import aiohttp
 
 TRANSPORTS = ("auto", "fast", "litellm")
 PROVIDERS = ("openai", "hosted_vllm")
@@ -52,14 +57,14 @@ CALLBACK_LISTS = ("callbacks", "success_callback", "failure_callback", "_async_s
 
 
 # ---- which path a request takes ---------------------------------------------------------------
-def eligible(model: str, options: dict[str, Any]) -> bool:
+def eligible(model: str, options: Mapping[str, object]) -> bool:
     """Whether ``model`` names an OpenAI-compatible endpoint the fast path can reach (a provider
     prefix of ``PROVIDERS`` and an ``api_base``)."""
     provider, _, name = model.partition("/")
     return provider in PROVIDERS and bool(name) and bool(options.get("api_base") or options.get("base_url"))
 
 
-def static_blocker(model: str, options: dict[str, Any]) -> str | None:
+def static_blocker(model: str, options: Mapping[str, object]) -> str | None:
     """Why a request with these agent options can never take the fast path, or None."""
     if not eligible(model, options):
         return (f"model {model!r} is not an OpenAI-compatible endpoint: the fast path serves "
@@ -73,7 +78,7 @@ def static_blocker(model: str, options: dict[str, Any]) -> str | None:
     return None
 
 
-def live_blocker(lm: Any) -> str | None:
+def live_blocker(lm: ModuleType | None) -> str | None:
     """Why no request may take the fast path right now (litellm's callbacks or debug log expect to
     see every call; either may be switched on at any time), or None. ``lm`` None: litellm as this
     process has it (not imported: nobody registered a callback)."""
@@ -88,12 +93,12 @@ def live_blocker(lm: Any) -> str | None:
     return None
 
 
-def blocker(lm: Any, model: str, options: dict[str, Any]) -> str | None:
+def blocker(lm: ModuleType | None, model: str, options: Mapping[str, object]) -> str | None:
     """Why this request goes through litellm rather than the fast path, or None (it can go fast)."""
     return static_blocker(model, options) or live_blocker(lm)
 
 
-def check_transport(owner: str, transport: Any, model: str, options: dict[str, Any]) -> None:
+def check_transport(owner: str, transport: object, model: str, options: Mapping[str, object]) -> None:
     """Refuse a ``transport`` value, or ``"fast"`` for an agent the fast path cannot serve (before any call)."""
     if transport not in TRANSPORTS:
         raise ConfigError(f"{owner}: transport={transport!r} is invalid: one of 'auto' (the fast path for "
@@ -129,7 +134,7 @@ class _Record:
         return f"{type(self).__name__}({shown})"
 
 
-def _as_plain(value: Any) -> Any:
+def _as_plain(value: object) -> object:
     """A record as plain dicts and lists, all the way down (what ``dataclasses.asdict`` gives)."""
     if isinstance(value, _Record):
         return {k: _as_plain(getattr(value, k)) for k in value.fields}
@@ -151,13 +156,13 @@ class Route(_Record):
     fields = __slots__
     hidden = ("options", "headers")
 
-    def __init__(self, model: str, options: dict[str, Any], eligible: bool, blocked: str | None, url: str = "",
+    def __init__(self, model: str, options: dict[str, object], eligible: bool, blocked: str | None, url: str = "",
                  headers: dict[str, str] | None = None, name: str = "", price: tuple[float, float] | None = None):
         self.model, self.options, self.eligible, self.blocked = model, options, eligible, blocked
         self.url, self.headers, self.name, self.price = url, {} if headers is None else headers, name, price
 
     @classmethod
-    def of(cls, lm: Any, model: str, options: dict[str, Any]) -> "Route":
+    def of(cls, lm: ModuleType | None, model: str, options: Mapping[str, object]) -> "Route":
         """The route of requests to ``model`` with ``options`` (the agent's, or a request's own)."""
         blocked = static_blocker(model, options)
         if blocked is not None:
@@ -167,13 +172,27 @@ class Route(_Record):
         key = options.get("api_key") or os.environ.get(KEY_ENV[provider])
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        headers.update(options.get("headers") or {})
-        headers.update(options.get("extra_headers") or {})
+        for option in ("headers", "extra_headers"):
+            more = options.get(option)
+            if more:
+                if not isinstance(more, Mapping):
+                    raise TypeError(f"{option} must be a mapping of header names to values")
+                headers.update(more)
         url = str(options.get("api_base") or options.get("base_url")).rstrip("/") + "/chat/completions"
         return cls(model, dict(options), True, None, url, headers, name, price_of(lm, model))
 
 
-def choose(lm: Any, route: Route, transport: str, stats: Any, agent: str) -> bool:
+class Notes(Protocol):
+    """What ``choose`` reads and notes in a run's stats (``fsmchat.speakers.llm.CallStats``)."""
+
+    @property
+    def events(self) -> list[dict[str, object]] | None: ...
+
+    @property
+    def noted(self) -> set[tuple[str, str, str]]: ...
+
+
+def choose(lm: ModuleType | None, route: Route, transport: str, stats: Notes | None, agent: str) -> bool:
     """True if this call takes the fast path (``route``: where its requests go). ``transport="auto"``
     falls back to litellm for an endpoint the fast path could serve but this request it cannot,
     noting why once per run, agent and reason in the run's events (``stats``: its ``CallStats``, or
@@ -236,7 +255,7 @@ class WireResponse(_Record):
     fields = __slots__[:-1]
 
     def __init__(self, id: str, model: str, choices: list[Choice], usage: Usage | None, created: int = 0,
-                 _hidden_params: dict[str, Any] | None = None):
+                 _hidden_params: dict[str, object] | None = None):
         self.id, self.model, self.choices, self.usage, self.created = id, model, choices, usage, created
         self._hidden_params = {} if _hidden_params is None else _hidden_params
 
@@ -247,42 +266,95 @@ def with_cost(response: WireResponse, cost: float | None) -> WireResponse:
     return response
 
 
-def body_of(response: Any) -> dict[str, Any]:
+@runtime_checkable
+class Dumps(Protocol):
+    """A litellm ``ModelResponse`` as ``body_of`` reads it (a pydantic model)."""
+
+    def model_dump(self, *, mode: str = ...) -> Mapping[str, object]: ...
+
+
+def body_of(response: WireResponse | Dumps) -> dict[str, object]:
     """A response as the JSON body of a chat completion (a cassette keeps it): a ``WireResponse``'s
     fields, or a litellm ``ModelResponse``'s own dump."""
     if isinstance(response, WireResponse):
-        out: dict[str, Any] = _as_plain(response)
-        out.pop("_hidden_params", None)
-        return out
+        return {k: _as_plain(getattr(response, k)) for k in response.fields if k != "_hidden_params"}
     return dict(response.model_dump(mode="json"))
 
 
-def _message(m: dict[str, Any]) -> WireMessage:
+def _misfit(where: str, expected: str, value: object) -> TypeError:
+    """A reply body's part of the wrong type (worded as ``fsmchat.events.JsonShapeError`` is: where
+    and what was expected, never the value)."""
+    return TypeError(f"{where}: expected {expected}, got {'null' if value is None else type(value).__name__}")
+
+
+def _int(value: object, where: str) -> int:
+    """A count of a body as ``int(value or 0)`` reads it (a number or a numeric string)."""
+    if not value:
+        return 0
+    if isinstance(value, (int, float, str)):
+        return int(value)
+    raise _misfit(where, "a number", value)
+
+
+def _dict(value: object, where: str) -> dict[str, object]:
+    """A part of a body that must be an object (missing or null: an empty one)."""
+    if not value:
+        return {}
+    if isinstance(value, dict):
+        return value
+    raise _misfit(where, "an object", value)
+
+
+def _opt_str(value: object, where: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _misfit(where, "a string or null", value)
+
+
+def _message(m: dict[str, object]) -> WireMessage:
     calls = m.get("tool_calls")
-    tool_calls = [ToolCall(str(c.get("id") or ""), Function(str((c.get("function") or {}).get("name") or ""),
-                                                             (c.get("function") or {}).get("arguments") or ""),
-                           str(c.get("type") or "function")) for c in calls] if calls else None
-    return WireMessage(m.get("content"), str(m.get("role") or "assistant"), tool_calls)
+    tool_calls = None
+    if calls:
+        if not isinstance(calls, list):
+            raise _misfit("message.tool_calls", "an array", calls)
+        tool_calls = []
+        for c in calls:
+            call = _dict(c, "message.tool_calls[]")
+            fn = _dict(call.get("function"), "message.tool_calls[].function")
+            args = fn.get("arguments") or ""  # an object (some servers send one) as litellm sends it: its JSON
+            tool_calls.append(ToolCall(str(call.get("id") or ""), Function(
+                str(fn.get("name") or ""), args if isinstance(args, str) else json.dumps(args)),
+                str(call.get("type") or "function")))
+    return WireMessage(_opt_str(m.get("content"), "message.content"), str(m.get("role") or "assistant"), tool_calls)
 
 
-def parse(data: dict[str, Any], model: str, cost: tuple[float, float] | None) -> WireResponse:
-    """The response object for a completion body ``data``, priced with ``cost`` per token."""
+def parse(data: Mapping[str, object], model: str, cost: tuple[float, float] | None) -> WireResponse:
+    """The response object for a completion body ``data``, priced with ``cost`` per token. A part of
+    the wrong type is a ``TypeError`` naming where it is."""
     u = data.get("usage")
-    usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
-                  int(u.get("total_tokens") or 0)) if isinstance(u, dict) else None
-    choices = [Choice(int(c.get("index") or 0), _message(c.get("message") or {}), c.get("finish_reason"))
-               for c in data.get("choices") or ()]
+    usage = Usage(_int(u.get("prompt_tokens"), "usage.prompt_tokens"),
+                  _int(u.get("completion_tokens"), "usage.completion_tokens"),
+                  _int(u.get("total_tokens"), "usage.total_tokens")) if isinstance(u, dict) else None
+    listed = data.get("choices") or []
+    if not isinstance(listed, list):
+        raise _misfit("choices", "an array", listed)
+    choices = []
+    for c in listed:
+        choice = _dict(c, "choices[]")
+        choices.append(Choice(_int(choice.get("index"), "choices[].index"),
+                              _message(_dict(choice.get("message"), "choices[].message")),
+                              _opt_str(choice.get("finish_reason"), "choices[].finish_reason")))
     price = None
     if cost is not None and usage is not None:
         price = usage.prompt_tokens * cost[0] + usage.completion_tokens * cost[1]
     return WireResponse(str(data.get("id") or ""), str(data.get("model") or model), choices, usage,
-                        int(data.get("created") or 0), {"response_cost": price})
+                        _int(data.get("created"), "created"), {"response_cost": price})
 
 
 _prices: dict[str, tuple[float, float] | None] = {}
 
 
-def price_of(lm: Any, model: str) -> tuple[float, float] | None:
+def price_of(lm: ModuleType | None, model: str) -> tuple[float, float] | None:
     """(input, output) USD per token from litellm's local cost map (``modelmap``: litellm need not
     be imported; ``lm``, when given, is read instead), looked up once per model."""
     if model not in _prices:
@@ -315,8 +387,8 @@ def import_litellm_part(name: str) -> Any:
         raise ImportError(LITELLM_MISSING) from None
 
 
-def litellm_error(lm: Any, model: str, status: int, message: str, headers: dict[str, str] | None = None,
-                  body: Any = None) -> BaseException:
+def litellm_error(lm: ModuleType | None, model: str, status: int, message: str, headers: dict[str, str] | None = None,
+                  body: object = None) -> BaseException:
     """The exception litellm raises for this failure of an OpenAI-compatible endpoint (its own mapping)."""
     try:
         exception_type = import_litellm_part("litellm.litellm_core_utils.exception_mapping_utils").exception_type
@@ -336,9 +408,10 @@ def litellm_error(lm: Any, model: str, status: int, message: str, headers: dict[
     return original  # litellm found no mapping: its own error as it is
 
 
-def _status_error(lm: Any, model: str, status: int, text: str, headers: dict[str, str]) -> BaseException:
+def _status_error(lm: ModuleType | None, model: str, status: int, text: str, headers: dict[str, str]) -> BaseException:
     """An HTTP error answer, worded as the OpenAI SDK words it before litellm maps it."""
-    message, body = f"Error code: {status}", None
+    message = f"Error code: {status}"
+    body: object = None
     try:
         parsed = json.loads(text)
     except ValueError:
@@ -353,11 +426,12 @@ def _status_error(lm: Any, model: str, status: int, text: str, headers: dict[str
 
 # ---- sessions: one per event loop ---------------------------------------------------------------
 _lock = threading.Lock()
-_NO_LIMIT: Any = None  # aiohttp.ClientTimeout(total=None), made with the first session
-_sessions: dict[int, tuple[asyncio.AbstractEventLoop, Any, Any]] = {}  # id(loop) -> (loop, session, closer)
+_NO_LIMIT: aiohttp.ClientTimeout | None = None  # aiohttp.ClientTimeout(total=None), made with the first session
+# id(loop) -> (loop, session, closer)
+_sessions: dict[int, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession, AsyncGenerator[None, None]]] = {}
 
 
-async def _close_with_loop(session: Any) -> AsyncIterator[None]:
+async def _close_with_loop(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
     """An async generator left suspended: the loop's ``shutdown_asyncgens`` (``asyncio.run`` calls
     it) finalises it, which closes the loop's session."""
     try:
@@ -380,7 +454,7 @@ def _drop_dead(every: bool = False) -> None:
 atexit.register(_drop_dead, True)
 
 
-async def session() -> Any:
+async def session() -> aiohttp.ClientSession:
     """The running loop's ``aiohttp.ClientSession`` (made on first use)."""
     loop = asyncio.get_running_loop()
     entry = _sessions.get(id(loop))
@@ -448,7 +522,8 @@ def _body(route: Route, messages: list[dict[str, Any]], options: dict[str, Any])
     return body
 
 
-async def acompletion(lm: Any, route: Route, messages: list[dict[str, Any]], options: dict[str, Any]) -> WireResponse:
+async def acompletion(lm: ModuleType | None, route: Route, messages: list[dict[str, object]],
+                      options: dict[str, object]) -> WireResponse:
     """One request along ``route``, raising litellm's exception for a failure."""
     import aiohttp
 
@@ -472,7 +547,8 @@ async def acompletion(lm: Any, route: Route, messages: list[dict[str, Any]], opt
     return parse(data, route.name, route.price)
 
 
-async def astream(lm: Any, route: Route, messages: list[dict[str, Any]], options: dict[str, Any]) -> AsyncIterator[Any]:
+async def astream(lm: ModuleType | None, route: Route, messages: list[dict[str, object]],
+                  options: dict[str, object]) -> AsyncIterator[object]:
     """One streamed request along ``route``: each server-sent event's chunk (the JSON of a ``data:``
     line) as it arrives, until ``data: [DONE]`` or the end of the body; a failure raises litellm's exception."""
     import aiohttp
