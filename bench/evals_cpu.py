@@ -486,7 +486,8 @@ def main() -> None:
     if args.quick:
         N_CASES = 50
     venv = Path(args.venv)
-    if not (venv / "bin" / "python").exists():
+    if not (venv / "bin" / "python").exists() and not args.against and args.profile in (None, INSPECT):
+        # --against and --profile of another client run from fsmchat's venv alone
         raise SystemExit(f"no evals venv at {venv}: run `make bench-evals` (or pass --venv)")
     with tempfile.TemporaryDirectory(prefix="bench-evals-home-") as home:
         if args.against:

@@ -28,6 +28,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import gc
 import inspect
 import threading
@@ -183,9 +184,7 @@ class RunnableGraph:
             out = [_Edge(t.guard, t.label, t.dest) for t in s.out]
             self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out, s.fork, s.branches)
         self.legal = {(t.source, t.dest) for s in flat.states.values() for t in s.out}
-        # model=None: runs are not registered (no per-run set-up); each set_state names its model
-        self.machine = machine_class()(model=None, states=list(self.steps), initial=self.initial,
-                                       auto_transitions=False, send_event=False)
+        self.machine = shared_machine(machine_class(), tuple(self.steps), self.initial)
 
     def move(self, run: "GraphRun", dest: str) -> None:
         """Move ``run`` from its current state to ``dest`` with the Machine's ``set_state``, after
@@ -194,6 +193,15 @@ class RunnableGraph:
             raise IllegalTransitionError(f"graph {self.graph.name!r}: the engine tried to move from state "
                                          f"{run.state!r} to {dest!r}, which no transition joins (a bug in fsmchat)")
         self.machine.set_state(dest, run)
+
+
+@functools.lru_cache(maxsize=256)
+def shared_machine(cls: type[Machine], states: tuple[str, ...], initial: str) -> Machine:
+    """The ``cls`` Machine over ``states``, one per process for each list of state names: with
+    ``model=None`` no run is registered on it (no per-run set-up) and each ``set_state`` names the
+    run it moves, so it holds nothing but the names, and the graphs of one shape (a pattern built
+    anew per task) share it instead of building their own."""
+    return cls(model=None, states=list(states), initial=initial, auto_transitions=False, send_event=False)
 
 
 def runnable_graph(graph: StateGraph) -> RunnableGraph:

@@ -61,6 +61,8 @@ def callable_name(fn: object) -> str:
 
 def is_awaitable(value: object) -> TypeGuard[Awaitable[object]]:
     """``inspect.isawaitable(value)``, typed as a guard: whether an action's result must be awaited."""
+    if value is None or type(value) is str:  # what most sync actions return, answered without the ABC check
+        return False
     return inspect.isawaitable(value)
 
 

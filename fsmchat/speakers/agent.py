@@ -691,8 +691,8 @@ def as_speaker(x: Any) -> Speaker:
         ...
         TypeError: a participant must be an fsmchat Agent or a callable (turn) -> str | Bid, got int
     """
-    if isinstance(x, Speaker):
-        return x
+    if isinstance(x, (Agent, CallableSpeaker)) or isinstance(x, Speaker):  # fsmchat's own skip the Protocol's
+        return x  # structural check (tens of µs per call)
     if callable(x):
         return CallableSpeaker(x)
     raise TypeError(f"a participant must be an fsmchat Agent or a callable (turn) -> str | Bid, "
