@@ -181,7 +181,8 @@ class Agent(BaseModel):
 
     @model_validator(mode="after")
     def _handoffs(self) -> "Agent":
-        self.handoffs = as_handoffs(self.handoffs, self.name)
+        if self.handoffs:  # none: nothing to check (and no assignment through pydantic)
+            self.handoffs = as_handoffs(self.handoffs, self.name)
         return self
 
     @field_validator("context")
