@@ -28,7 +28,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
-import functools
 import gc
 import inspect
 import threading
@@ -195,13 +194,23 @@ class RunnableGraph:
         self.machine.set_state(dest, run)
 
 
-@functools.lru_cache(maxsize=256)
+_MACHINES: dict[tuple[type[Machine], tuple[str, ...], str], Machine] = {}
+MAX_MACHINES = 256  # distinct state lists kept (past it the table starts again)
+
+
 def shared_machine(cls: type[Machine], states: tuple[str, ...], initial: str) -> Machine:
     """The ``cls`` Machine over ``states``, one per process for each list of state names: with
     ``model=None`` no run is registered on it (no per-run set-up) and each ``set_state`` names the
     run it moves, so it holds nothing but the names, and the graphs of one shape (a pattern built
     anew per task) share it instead of building their own."""
-    return cls(model=None, states=list(states), initial=initial, auto_transitions=False, send_event=False)
+    key = (cls, states, initial)
+    machine = _MACHINES.get(key)
+    if machine is None:
+        if len(_MACHINES) >= MAX_MACHINES:
+            _MACHINES.clear()
+        machine = _MACHINES[key] = cls(model=None, states=list(states), initial=initial, auto_transitions=False,
+                                       send_event=False)
+    return machine
 
 
 def runnable_graph(graph: StateGraph) -> RunnableGraph:
