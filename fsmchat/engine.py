@@ -504,7 +504,8 @@ class GraphRun(Generic[C]):
         self.trace.append(ev)
         if self.recorder is not None:
             self.recorder(ev, work)
-        self._relay(ev)
+        if self.observers or self.parent is not None:
+            self._relay(ev)
 
     def _relay(self, ev: TraceEvent) -> None:
         """Tell the observers (a branch's event also lands in every enclosing run's trace)."""
