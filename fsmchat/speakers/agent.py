@@ -376,6 +376,8 @@ class Agent(BaseModel):
                 failed attempt: ``require_reply_text``).
             ToolError: The model called a tool that has no function.
         """
+        if not self.tools and not self.handoffs:  # a plain reply: the model's text
+            return ((await self.reply_message(turn, check=self.require_reply_text)).content or "").strip()
         if has_tools(self) or self.handoffs:
             return await (self._held_tools or await direct_loop()).speak(self, turn)
         specs = [t for t in self.tool_specs() if not is_schema_dict(t, "respond")]
