@@ -53,7 +53,9 @@ def state_names(labels: Sequence[str], reserved: Iterable[str] = (), prefix: str
 
 
 def first_line(obj: object) -> str:
-    doc = inspect.getdoc(obj) or ""
+    doc = getattr(obj, "__doc__", None)
+    # a one-line docstring (most actions' and guards') is what inspect.getdoc would make of it, without its work
+    doc = doc.expandtabs() if isinstance(doc, str) and "\n" not in doc else inspect.getdoc(obj) or ""
     return doc.strip().splitlines()[0].strip() if doc.strip() else ""
 
 
