@@ -399,7 +399,7 @@ STAGES = (  # fsmchat Eval's stages, by (the file's path ending, function): cumu
     ("the whole case under pydantic-evals (task and evaluators)", "pydantic_evals/dataset.py", "_run_task_and_evaluators"),
     ("fsmchat's task (fsmchat.evals: the run, its trajectory)", "fsmchat/evals/run.py", "task"),
     ("the factory: an Agent and a RoundRobinSwarm built per case", "fsmchat/evals/run.py", "_build"),
-    ("`aexecute`: the run", "fsmchat/patterns/base.py", "aexecute"),
+    ("`aexecute`: the run", "fsmchat/patterns/runner.py", "aexecute"),
     ("the pattern's graph compiled (on first use: once per case, a new pattern each)", "fsmchat/patterns/base.py",
      "graph"),
     ("the engine's run (`run_graph`)", "fsmchat/engine.py", "run_graph"),
@@ -486,7 +486,8 @@ def main() -> None:
     if args.quick:
         N_CASES = 50
     venv = Path(args.venv)
-    if not (venv / "bin" / "python").exists():
+    if not (venv / "bin" / "python").exists() and not args.against and args.profile in (None, INSPECT):
+        # --against and --profile of another client run from fsmchat's venv alone
         raise SystemExit(f"no evals venv at {venv}: run `make bench-evals` (or pass --venv)")
     with tempfile.TemporaryDirectory(prefix="bench-evals-home-") as home:
         if args.against:

@@ -183,9 +183,7 @@ class RunnableGraph:
             out = [_Edge(t.guard, t.label, t.dest) for t in s.out]
             self.steps[s.name] = _Step(s.name, s.action, s.final, s.reason, out, s.fork, s.branches)
         self.legal = {(t.source, t.dest) for s in flat.states.values() for t in s.out}
-        # model=None: runs are not registered (no per-run set-up); each set_state names its model
-        self.machine = machine_class()(model=None, states=list(self.steps), initial=self.initial,
-                                       auto_transitions=False, send_event=False)
+        self.machine = shared_machine(machine_class(), tuple(self.steps), self.initial)
 
     def move(self, run: "GraphRun", dest: str) -> None:
         """Move ``run`` from its current state to ``dest`` with the Machine's ``set_state``, after
@@ -194,6 +192,25 @@ class RunnableGraph:
             raise IllegalTransitionError(f"graph {self.graph.name!r}: the engine tried to move from state "
                                          f"{run.state!r} to {dest!r}, which no transition joins (a bug in fsmchat)")
         self.machine.set_state(dest, run)
+
+
+_MACHINES: dict[tuple[type[Machine], tuple[str, ...], str], Machine] = {}
+MAX_MACHINES = 256  # distinct state lists kept (past it the table starts again)
+
+
+def shared_machine(cls: type[Machine], states: tuple[str, ...], initial: str) -> Machine:
+    """The ``cls`` Machine over ``states``, one per process for each list of state names: with
+    ``model=None`` no run is registered on it (no per-run set-up) and each ``set_state`` names the
+    run it moves, so it holds nothing but the names, and the graphs of one shape (a pattern built
+    anew per task) share it instead of building their own."""
+    key = (cls, states, initial)
+    machine = _MACHINES.get(key)
+    if machine is None:
+        if len(_MACHINES) >= MAX_MACHINES:
+            _MACHINES.clear()
+        machine = _MACHINES[key] = cls(model=None, states=list(states), initial=initial, auto_transitions=False,
+                                       send_event=False)
+    return machine
 
 
 def runnable_graph(graph: StateGraph) -> RunnableGraph:
@@ -487,7 +504,8 @@ class GraphRun(Generic[C]):
         self.trace.append(ev)
         if self.recorder is not None:
             self.recorder(ev, work)
-        self._relay(ev)
+        if self.observers or self.parent is not None:
+            self._relay(ev)
 
     def _relay(self, ev: TraceEvent) -> None:
         """Tell the observers (a branch's event also lands in every enclosing run's trace)."""

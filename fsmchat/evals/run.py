@@ -22,7 +22,6 @@ from there, as it scores recorded ones.
 """
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import json
@@ -468,7 +467,6 @@ class Eval:
         cassette = Cassette(self.cassette)
         token = ACTIVE.set(cassette)  # a Judge keeps its grades in it too
         state = Spent()
-        lock = asyncio.Lock()
         reports: dict[str, EvaluationReport[Any, Any, Any]] = {}
         runs: dict[str, dict[str, Trajectory]] = {}
         dataset = Dataset[CaseInputs, Any, Any](name=self.dataset.name, cases=self.cases,
@@ -486,7 +484,7 @@ class Eval:
                 for variant, settings in self.variants.items():
                     kept = runs[variant] = {}
                     reports[variant] = await dataset.evaluate(
-                        self._task(variant, settings, cassette, names, state, lock, made, refused), name=variant,
+                        self._task(variant, settings, cassette, names, state, made, refused), name=variant,
                         max_concurrency=self.max_concurrency, progress=self.progress, repeat=self.repeat,
                         lifecycle=functools.partial(KeepsRun, kept=kept))
         finally:
@@ -503,7 +501,7 @@ class Eval:
         return result
 
     def _task(self, variant: str, settings: Mapping[str, Any], cassette: Cassette, names: dict[int, str],
-              state: Spent, lock: asyncio.Lock, made: set[int],
+              state: Spent, made: set[int],
               refused: dict[str, deque[BaseException]]) -> Callable[[CaseInputs], Any]:
         keys = {id(c.inputs): case_key(variant, settings, c.inputs) for c in self.cases}  # once per case, not per run
 
@@ -523,7 +521,7 @@ class Eval:
                     raise EvalError(f"no run of this case was made under variant {variant!r}: the batches "
                                     "made fewer runs than the eval scores")
                 case = names.get(id(inputs), "case")
-                run = await self._run_one(variant, settings, inputs, case, state, lock)
+                run = await self._run_one(variant, settings, inputs, case, state)
                 cassette.record(key, variant, case, run)
             holder = CASE_RUN.get()
             if holder is not None:
@@ -636,22 +634,23 @@ class Eval:
         return [todo.popleft() for _ in range(n)]
 
     async def _run_one(self, variant: str, settings: Mapping[str, Any], inputs: CaseInputs, case: str,
-                       state: Spent, lock: asyncio.Lock) -> Trajectory:
+                       state: Spent) -> Trajectory:
         pattern = self._build(variant, settings, inputs)
+        # the run's worst case is reserved out of what the budget has left: no await from the check to the
+        # reservation, so no other case runs in between (no lock)
         worst = 0
-        async with lock:  # reserve the run's worst case out of what the budget has left
-            if self.max_cost_usd is not None and state.cost_usd >= self.max_cost_usd:
-                raise BudgetExceeded(f"the eval's max_cost_usd={self.max_cost_usd} is spent "
-                                     f"(${state.cost_usd:.4f}); this case did not run")
-            if self.max_calls is not None:
-                bound = getattr(pattern, "max_calls", None)
-                worst = int(bound()) if callable(bound) else 0
-                left = self.max_calls - state.calls - state.reserved
-                if not callable(bound) or worst > left:
-                    raise BudgetExceeded(f"the eval's max_calls={self.max_calls}: {left} call(s) left, and this run "
-                                         f"may make up to {worst if callable(bound) else 'an unknown number of'}; "
-                                         "this case did not run")
-                state.reserved += worst
+        if self.max_cost_usd is not None and state.cost_usd >= self.max_cost_usd:
+            raise BudgetExceeded(f"the eval's max_cost_usd={self.max_cost_usd} is spent "
+                                 f"(${state.cost_usd:.4f}); this case did not run")
+        if self.max_calls is not None:
+            bound = getattr(pattern, "max_calls", None)
+            worst = int(bound()) if callable(bound) else 0
+            left = self.max_calls - state.calls - state.reserved
+            if not callable(bound) or worst > left:
+                raise BudgetExceeded(f"the eval's max_calls={self.max_calls}: {left} call(s) left, and this run "
+                                     f"may make up to {worst if callable(bound) else 'an unknown number of'}; "
+                                     "this case did not run")
+            state.reserved += worst
         run_id = None
         if self.checkpoint is not None:
             run_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"eval-{self.dataset.name}-{variant}-{case}")[:80] + \

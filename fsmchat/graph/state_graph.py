@@ -40,17 +40,22 @@ Join = Callable[[C, list[tuple[Any, RunResult]]], object]  # type: ignore[explic
 Fork = tuple[Split[C], Join[C], "int | None"]
 
 
+_NON_WORD = re.compile(r"\W+")
+
+
 def state_names(labels: Sequence[str], reserved: Iterable[str] = (), prefix: str = "",
                 fallback: str = "state") -> list[str]:
     """One valid, distinct state name per label, the one rule every graph builder uses: ``prefix``
     plus the label with each run of non-word characters (``.`` and ``|`` have meanings in state
     names) as one ``_``, none at either end (``fallback`` when nothing is left), made distinct by
     ``distinct_names``. Distinct labels never share a name."""
-    return distinct_names([prefix + (re.sub(r"\W+", "_", label).strip("_") or fallback) for label in labels], reserved)
+    return distinct_names([prefix + (_NON_WORD.sub("_", label).strip("_") or fallback) for label in labels], reserved)
 
 
 def first_line(obj: object) -> str:
-    doc = inspect.getdoc(obj) or ""
+    doc = getattr(obj, "__doc__", None)
+    # a one-line docstring (most actions' and guards') is what inspect.getdoc would make of it, without its work
+    doc = doc.expandtabs() if isinstance(doc, str) and "\n" not in doc else inspect.getdoc(obj) or ""
     return doc.strip().splitlines()[0].strip() if doc.strip() else ""
 
 
@@ -61,6 +66,8 @@ def callable_name(fn: object) -> str:
 
 def is_awaitable(value: object) -> TypeGuard[Awaitable[object]]:
     """``inspect.isawaitable(value)``, typed as a guard: whether an action's result must be awaited."""
+    if value is None or type(value) is str:  # what most sync actions return, answered without the ABC check
+        return False
     return inspect.isawaitable(value)
 
 
@@ -472,6 +479,13 @@ class StateGraph(Generic[C]):
         """
         return [t for t in self.transitions if t.source == name]
 
+    def _out_by_state(self) -> dict[str, list[Transition[C]]]:
+        """``outgoing`` of every state that has transitions, in one pass (a state without any is absent)."""
+        outs: dict[str, list[Transition[C]]] = {}
+        for t in self.transitions:
+            outs.setdefault(t.source, []).append(t)
+        return outs
+
     # ---- analysis ----
     def to_networkx(self) -> nx.MultiDiGraph:
         """Return this level of the graph as a networkx ``MultiDiGraph`` (node and edge data attached)."""
@@ -500,8 +514,9 @@ class StateGraph(Generic[C]):
         where = f"graph {self.name!r}"
         if not self.states:
             raise GraphError(f"{where} has no states; declare at least an initial and a final state")
-        if self.initial not in self.states:
-            raise GraphError(f"{where}: initial state {self.initial!r} is not declared")
+        initial = self.initial
+        if initial not in self.states:
+            raise GraphError(f"{where}: initial state {initial!r} is not declared")
         for t in self.transitions:
             for end in (t.source, t.dest):
                 if end not in self.states:
@@ -512,8 +527,9 @@ class StateGraph(Generic[C]):
                                  "a run ends on entering a final state")
         if not any(s.final for s in self.states.values()):
             raise GraphError(f"{where} has no final state; declare one with .final(name)")
+        outs = self._out_by_state()
         for s in self.states.values():
-            out = self.outgoing(s.name)
+            out = outs.get(s.name, [])
             if not s.final and not out:
                 raise GraphError(f"{where}: state {s.name!r} is not final and has no outgoing transition; "
                                  "add an edge from it or declare it with .final()")
@@ -535,13 +551,12 @@ class StateGraph(Generic[C]):
             for b in s.branches:
                 b.validate()
         edges = [(t.source, t.dest) for t in self.transitions]
-        seen = reached(edges, [self.initial])
+        seen = reached(edges, [initial])
         unreachable = [n for n in self.states if n not in seen]
         if unreachable:
             raise GraphError(f"{where}: state(s) {', '.join(map(repr, unreachable))} cannot be reached from "
-                             f"the initial state {self.initial!r}")
-        forced = {s.name: out[0].dest for s in self.states.values()
-                  if len(out := self.outgoing(s.name)) == 1 and out[0].guard is None}
+                             f"the initial state {initial!r}")
+        forced = {name: out[0].dest for name, out in outs.items() if len(out) == 1 and out[0].guard is None}
         cycle = forced_cycle(forced, list(self.states))
         if cycle:
             loop = " -> ".join(map(repr, cycle + cycle[:1]))
@@ -581,10 +596,11 @@ class StateGraph(Generic[C]):
                 exits: list[Transition] | None) -> str:
         """Inline ``graph`` under ``prefix``; ``exits`` are the enclosing state's outgoing transitions
         (already qualified) that this graph's final states take on. Returns the entry state."""
+        outs = graph._out_by_state()
         for s in graph.states.values():
             q = prefix + s.name
             out = [Transition(q, StateGraph._target(graph, t.dest, prefix), t.guard, t.label, t.order)
-                   for t in graph.outgoing(s.name)]
+                   for t in outs.get(s.name, ())]
             if s.subgraph is not None:
                 sub_cluster = cluster + (q,)
                 clusters[sub_cluster] = s.description or s.subgraph.name

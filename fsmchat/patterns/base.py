@@ -304,7 +304,8 @@ class Pattern(ABC):
                 add_interrupts(g, self.interrupt_before, self.interrupt_after, self._wait_point, type(self).__name__)
             if self.limits is not None:
                 add_limit_edges(g, self.limits)
-            self._graph, self._compiled_for = g.validate(), config
+            g.flatten()  # validated (once), and its flat form made for the engine and ``waits_for_people``
+            self._graph, self._compiled_for = g, config
         return self._graph
 
     def _speaking_states(self, g: StateGraph) -> list[tuple[str, list[Any]]]:

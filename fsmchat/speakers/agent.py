@@ -181,7 +181,8 @@ class Agent(BaseModel):
 
     @model_validator(mode="after")
     def _handoffs(self) -> "Agent":
-        self.handoffs = as_handoffs(self.handoffs, self.name)
+        if self.handoffs:  # none: nothing to check (and no assignment through pydantic)
+            self.handoffs = as_handoffs(self.handoffs, self.name)
         return self
 
     @field_validator("context")
@@ -375,6 +376,8 @@ class Agent(BaseModel):
                 failed attempt: ``require_reply_text``).
             ToolError: The model called a tool that has no function.
         """
+        if not self.tools and not self.handoffs:  # a plain reply: the model's text
+            return ((await self.reply_message(turn, check=self.require_reply_text)).content or "").strip()
         if has_tools(self) or self.handoffs:
             return await (self._held_tools or await direct_loop()).speak(self, turn)
         specs = [t for t in self.tool_specs() if not is_schema_dict(t, "respond")]
@@ -696,8 +699,8 @@ def as_speaker(x: Any) -> Speaker:
         ...
         TypeError: a participant must be an fsmchat Agent or a callable (turn) -> str | Bid, got int
     """
-    if isinstance(x, Speaker):
-        return x
+    if isinstance(x, (Agent, CallableSpeaker)) or isinstance(x, Speaker):  # fsmchat's own skip the Protocol's
+        return x  # structural check (tens of µs per call)
     if callable(x):
         return CallableSpeaker(x)
     raise TypeError(f"a participant must be an fsmchat Agent or a callable (turn) -> str | Bid, "

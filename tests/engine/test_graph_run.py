@@ -126,6 +126,18 @@ def test_runs_share_the_engines_compiled_graph_and_are_independent():
     assert runnable_graph(g).machine.models == []  # no run is registered on the shared machine
 
 
+def test_graphs_of_one_shape_share_one_machine_and_keep_their_own_steps():
+    """A pattern built anew per task compiles a new graph each time: graphs with the same state names
+    share one Machine (it holds nothing but the names), each keeps its own steps and legal pairs."""
+    a, b = runnable_graph(door_graph()), runnable_graph(door_graph())
+    assert a is not b and a.machine is b.machine and a.steps is not b.steps
+    other = runnable_graph(StateGraph("other").state("closed").final("opened").edge("closed", "opened"))
+    assert other.machine is not a.machine
+    r, s = GraphRun(door_graph(), ctx()), GraphRun(door_graph(), ctx())
+    r.fire("open")
+    assert (r.state, s.state) == ("opened", "closed") and a.machine.models == []
+
+
 def test_async_actions_are_refused_when_fired():
     async def slow(ctx):
         await asyncio.sleep(0)

@@ -264,3 +264,27 @@ def test_awkward_names_get_distinct_states():
     r = swarm.execute(TASK)
     check(swarm, r)
     assert [x.role for x in r.transcript] == ["User", "seed", "gpt-4.1 bot", "gpt_4_1_bot", "stop"]
+
+
+def test_a_run_validates_and_flattens_its_graph_once(monkeypatch):
+    """A new swarm per task (an eval's factory) compiles its graph once: validated once, flattened
+    once, the flat form shared by the checks (``waits_for_people``), the engine and the result."""
+    from fsmchat.graph.state_graph import StateGraph
+
+    counts = {"validate": 0, "inline": 0}
+    validate, inline = StateGraph.validate, StateGraph._inline
+
+    def counted_validate(self):
+        counts["validate"] += 1
+        return validate(self)
+
+    def counted_inline(*args):
+        counts["inline"] += 1
+        return inline(*args)
+
+    monkeypatch.setattr(StateGraph, "validate", counted_validate)
+    monkeypatch.setattr(StateGraph, "_inline", staticmethod(counted_inline))
+    m, swarm = swarm_of(["a", "b"])
+    r = swarm.execute("Plan it.")
+    assert r.ok and r.path == ["seed", "a", "b", "stop"]
+    assert r.graph is swarm.graph and counts == {"validate": 1, "inline": 1}
