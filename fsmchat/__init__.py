@@ -10,7 +10,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from .facade import MovedModules, lazy_exports
+from .common.facade import MovedModules, lazy_exports
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -25,7 +25,8 @@ MOVED = {"fsmchat.checkpoint": "fsmchat.store.checkpoint", "fsmchat.checkpoint_p
          "fsmchat.pytest_plugin": "fsmchat.testing.plugin", "fsmchat.gallery": "fsmchat.cli.gallery",
          "fsmchat.config_values": "fsmchat.config.values", "fsmchat.kinds": "fsmchat.config.kinds",
          "fsmchat.distributed": "fsmchat.patterns.distributed", "fsmchat.progress": "fsmchat.patterns.progress",
-         "fsmchat.deadline": "fsmchat.speakers.deadline"}
+         "fsmchat.deadline": "fsmchat.speakers.deadline",
+         "fsmchat.masking": "fsmchat.common.masking", "fsmchat.facade": "fsmchat.common.facade"}
 if not any(isinstance(f, MovedModules) for f in sys.meta_path):
     sys.meta_path.append(MovedModules(MOVED))
 

@@ -39,7 +39,7 @@ from transitions import Machine
 
 from .errors import FsmchatError, Interrupted, LimitReached, NoTransitionError, attach_result, limit_reached
 from .graph.state_graph import Action, C, Fork, Guard, Reason, StateGraph, callable_name, is_awaitable
-from .masking import redact, redact_chain
+from .common.masking import redact, redact_chain
 from .models import RunResult, StopReason, TraceEvent
 
 T = TypeVar("T")

@@ -2,13 +2,13 @@
 
 Only exception classes and the helpers that build or read them live here. Which provider errors
 no retry can fix is decided by the model layer (``fsmchat.speakers.classify``); secret masking,
-which every exception's message goes through, is ``fsmchat.masking``.
+which every exception's message goes through, is ``fsmchat.common.masking``.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .masking import redact, redact_chain, register_secrets
+from .common.masking import redact, redact_chain, register_secrets
 
 if TYPE_CHECKING:
     from pydantic import ValidationError

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping
 
 from .engine import run_sync
 from .errors import result_of
-from .masking import redact
+from .common.masking import redact
 from .models import RunResult, TraceEvent
 from .speakers.llm import INTERCEPTOR
 from .speakers.tool_loop import TOOL_HOOK

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..facade import lazy_exports
+from ..common.facade import lazy_exports
 
 _MODULES = {  # each module -> the public names it defines
     ".commands": ("main", "parser"),

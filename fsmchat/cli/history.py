@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, Protocol
 
-from ..masking import redact_data
+from ..common.masking import redact_data
 from ..models import shorten
 from ..store.checkpoint import SqliteCheckpointer
 from ..store.statelog import RunLog, history_of

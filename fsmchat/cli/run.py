@@ -18,7 +18,7 @@ from typing import Any, Callable, Coroutine, Iterator, TypedDict
 from .. import evals
 from ..checks import check_run_id
 from ..engine import run_sync
-from ..masking import redact, redact_chain, redact_data
+from ..common.masking import redact, redact_chain, redact_data
 from ..errors import bad_value
 from ..models import BidDelta, Message, RunResult, StopReason, StreamRetry, TokenDelta, TraceEvent
 from ..patterns.base import FailedRuns, Pattern

@@ -41,7 +41,7 @@ from ..checks import check_tasks
 from ..config.convert import PatternSpec, config_digest, from_config, to_config
 from ..engine import run_sync
 from ..errors import CheckpointStoreError, FsmchatError, attach_result, result_of
-from ..masking import redact, redact_chain
+from ..common.masking import redact, redact_chain
 from ..models import RunResult
 from .progress import ProgressBar
 from ..speakers.llm import REQUESTS

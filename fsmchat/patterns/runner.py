@@ -28,7 +28,7 @@ from ..errors import ConfigTypeError, attach_result, result_of
 from ..graph.render import drawing_data
 from ..graph.state_graph import StateGraph
 from ..limits import Limits, start_clock
-from ..masking import redact
+from ..common.masking import redact
 from ..models import MAX_MESSAGE_CHARS, Message, RunResult, StopReason, StreamItem, safe_text
 from .progress import ProgressBar, progress_wanted
 from ..speakers.agent import mask_secrets

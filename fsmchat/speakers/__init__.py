@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..facade import lazy_exports
+from ..common.facade import lazy_exports
 
 _MODULES = {  # each module -> the public names it defines
     '.agent': ('Agent', 'CallableSpeaker', 'Turn', 'as_speaker', 'check_roster', 'conversation_view'),

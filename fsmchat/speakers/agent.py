@@ -15,7 +15,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, Va
 
 from .deadline import call_within
 from ..errors import ConfigError, ModelCallError, fatal_error, invalid_config
-from ..masking import register_secrets, secret_values
+from ..common.masking import register_secrets, secret_values
 from ..models import SEED_ROLE, Bid, Message, Transcript, TranscriptView, shorten
 from . import context as contexts, llm, wire
 from .agent_options import AGENT_KEYWORDS, check_litellm_options, mask_secrets as mask_secrets, name_problem

@@ -8,7 +8,7 @@ import math
 import unicodedata
 from urllib.parse import urlsplit
 
-from ..masking import HEADER_OPTIONS
+from ..common.masking import HEADER_OPTIONS
 from .log_secrets import is_secret
 
 

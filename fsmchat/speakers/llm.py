@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar, U
 
 from ..engine import STEP
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, LimitReached, ModelCallError, fatal_error
-from ..masking import exception_chain, redact, secret_values
+from ..common.masking import exception_chain, redact, secret_values
 from ..models import BidDelta, StreamRetry, TokenDelta
 from ..store.statelog import Frozen
 from . import modelmap, ratelimit, wire

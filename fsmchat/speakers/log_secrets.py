@@ -1,5 +1,5 @@
 """Secrets never reach a log: the records of the loggers fsmchat drives (litellm's, the OpenAI
-SDK's, httpx's, httpcore's and fsmchat's own) are masked by the same rule (``fsmchat.masking.redact``,
+SDK's, httpx's, httpcore's and fsmchat's own) are masked by the same rule (``fsmchat.common.masking.redact``,
 names by ``is_secret``) that masks errors, ``Agent`` reprs and configs.
 
 litellm's DEBUG request log (``litellm._turn_on_debug()``, ``litellm.set_verbose = True`` or
@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Callable
 
-from ..masking import MASK, is_secret, redact
+from ..common.masking import MASK, is_secret, redact
 
 __all__ = ["LOGGERS", "MASK", "SecretLogFilter", "covered", "install", "is_secret", "mask_log_text", "mask_record"]
 
@@ -27,7 +27,7 @@ _DONE = "_fsmchat_masked"
 
 
 def mask_log_text(text: str) -> str:
-    """``text`` masked by fsmchat's one redaction rule (``fsmchat.masking.redact``): known secret
+    """``text`` masked by fsmchat's one redaction rule (``fsmchat.common.masking.redact``): known secret
     values (agents' credentials and headers, credential-named environment variables), the value
     of every secret-named entry in the shapes logs carry (dict reprs and JSON, header tuples,
     ``name=value``, ``Name: value`` header lines), then API keys and bearer tokens anywhere."""

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, Sequ
 from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
-from ..masking import redact, redact_chain
+from ..common.masking import redact, redact_chain
 from . import llm
 from .handoff import HandoffCall, find_handoff, handoffs_of
 from .human import USER, Approve, Edit, Reject, Say, request

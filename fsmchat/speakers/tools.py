@@ -37,7 +37,7 @@ from pydantic import Field as PydanticField
 
 from .deadline import call_within
 from ..errors import FsmchatError, bad_value
-from ..masking import redact
+from ..common.masking import redact
 
 DEFAULT_MAX_TOOL_ROUNDS = 5
 """The tool rounds one turn may take by default (``Agent.max_tool_rounds``): model calls with tool
@@ -292,7 +292,7 @@ class Tool:
         self.max_result_chars = max_result_chars
 
     def for_model(self, text: str) -> tuple[str, int | None]:
-        """A result as the model reads it: its secrets masked (``fsmchat.masking.redact``) and, past
+        """A result as the model reads it: its secrets masked (``fsmchat.common.masking.redact``) and, past
         ``max_result_chars``, cut there with the cut said at its end; and the length it had (None:
         it was not cut). The cut is made after masking, so a secret across it is never half shown."""
         limit = self.max_result_chars

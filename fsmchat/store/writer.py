@@ -19,7 +19,7 @@ from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..engine import StepWork
 from ..errors import bad_value
-from ..masking import clean, clean_texts, redact_data, redact_json
+from ..common.masking import clean, clean_texts, redact_data, redact_json
 from ..checks import JsonObject
 from ..models import Message, TraceEvent, Transcript
 from .protocol import LEASE_TTL, Commit, Fence, LeaseLost, LeaseStore, Row, Saved, Store, lease_owner, leases_of
@@ -59,7 +59,7 @@ def carried(work: StepWork | None) -> bool:
 
 
 def masked_message(m: Message) -> Message:
-    """``m`` as a store keeps it: every secret in its text and metadata masked (``fsmchat.masking``)."""
+    """``m`` as a store keeps it: every secret in its text and metadata masked (``fsmchat.common.masking``)."""
     row = m.row()
     clean = redact_data(row)
     return m if clean == row else Message(**clean)
@@ -103,7 +103,7 @@ class RunWriter:
         store's future when it stores the commit later (see ``Store.append``).
 
         This is where every text enters a store, so every secret is masked here (by value: the
-        run's known credentials; and by shape, ``fsmchat.masking``): the messages, each event's
+        run's known credentials; and by shape, ``fsmchat.common.masking``): the messages, each event's
         payload and the state's delta, whatever the store."""
         delta = None if state is None else self.diff.delta(state)
         after = self.messages + len(messages)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from ..masking import redact_data
+from ..common.masking import redact_data
 from .page import page
 from .evalview import case_view, eval_view, evals_view
 from .store import STATUSES, CheckpointView, Store, open_view
@@ -19,7 +19,7 @@ from .view import run_view
 
 
 def runs_data(store: Store | CheckpointView) -> dict[str, object]:
-    """The runs page's data, secrets masked (``fsmchat.masking.redact_data``)."""
+    """The runs page's data, secrets masked (``fsmchat.common.masking.redact_data``)."""
     return redact_data({"kind": "runs", "store": store.label, "statuses": list(STATUSES),
                         "runs": store.summaries()})
 

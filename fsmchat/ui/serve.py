@@ -57,7 +57,7 @@ from ..checks import check_run_id
 from ..config.convert import config_digest, from_config
 from ..errors import ConfigTypeError, FsmchatError
 from ..limits import Limits
-from ..masking import redact, redact_data
+from ..common.masking import redact, redact_data
 from ..checks import JsonObject
 from ..models import BidDelta, Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from ..patterns.base import Pattern

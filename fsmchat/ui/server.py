@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..errors import FsmchatError, bad_value
-from ..masking import redact
+from ..common.masking import redact
 from .page import error_page, page
 from .report import data_at, eval_case_data, eval_data, evals_data, runs_data, run_data
 from .store import EvalNotFound, RunNotFound, StoreUnreadable, open_view, store_label

@@ -66,7 +66,9 @@ def test_every_import_path_a_page_shows_resolves(page, path):
                                       ("fsmchat.kinds", "fsmchat.config.kinds"),
                                       ("fsmchat.distributed", "fsmchat.patterns.distributed"),
                                       ("fsmchat.progress", "fsmchat.patterns.progress"),
-                                      ("fsmchat.deadline", "fsmchat.speakers.deadline")])
+                                      ("fsmchat.deadline", "fsmchat.speakers.deadline"),
+                                      ("fsmchat.masking", "fsmchat.common.masking"),
+                                      ("fsmchat.facade", "fsmchat.common.facade")])
 def test_a_module_moved_into_a_package_keeps_its_old_import_path(old, new):
     """Users' imports and MODULE:ATTR references stored before a move resolve to the same module."""
     assert importlib.import_module(old) is importlib.import_module(new)

@@ -23,7 +23,7 @@ from support.openai_server import OpenAIServer, error
 
 from fsmchat import Agent, GroupChat, SqliteCheckpointer
 from fsmchat.patterns.distributed import TaskFailure
-from fsmchat.masking import redact, redact_chain, secret_values
+from fsmchat.common.masking import redact, redact_chain, secret_values
 from fsmchat.speakers import llm
 from fsmchat.ui import write_report
 from fsmchat.ui.server import start

@@ -58,7 +58,7 @@ def is_secret(name: str) -> bool:
     ``Authorization``, ``OPENAI_API_KEY``... but not counts such as ``max_tokens``.
 
     Examples:
-        >>> from fsmchat.masking import is_secret
+        >>> from fsmchat.common.masking import is_secret
         >>> [is_secret(n) for n in ("api_key", "X-Token", "aws_secret_access_key", "vertex_credentials", "max_tokens")]
         [True, True, True, True, False]
     """
@@ -76,7 +76,7 @@ def secret_values(options: Mapping[str, object]) -> list[str]:
     account's ``vertex_credentials``) also gives its secret-named fields.
 
     Examples:
-        >>> from fsmchat.masking import secret_values
+        >>> from fsmchat.common.masking import secret_values
         >>> secret_values({"api_key": "k-123", "temperature": 0.2, "extra_headers": {"X-Region": "eu-west-1"},
         ...                "extra_body": {"auth_token": "t-456"}})
         ['k-123', 'eu-west-1', 't-456']
@@ -199,7 +199,7 @@ def redact(text: str, *secrets: object) -> str:
     and bearer tokens anywhere.
 
     Examples:
-        >>> from fsmchat.masking import redact
+        >>> from fsmchat.common.masking import redact
         >>> redact('denied: {"x-token": "tok-1", "model": "m"} key=abc Authorization: Bearer xyz')
         'denied: {"x-token": "***", "model": "m"} key=*** Authorization: ***'
     """
@@ -234,7 +234,7 @@ def redact_data(value: _T, keep: Iterable[str] = ()) -> _T:
     (at any depth; a drawing's SVG, say).
 
     Examples:
-        >>> from fsmchat.masking import redact_data
+        >>> from fsmchat.common.masking import redact_data
         >>> redact_data({"error": "denied for api_key=k-1", "headers": {"X-Token": "t-2"}, "n": 3})
         {'error': 'denied for api_key=***', 'headers': {'X-Token': '***'}, 'n': 3}
     """
@@ -278,7 +278,7 @@ def clean(value: object) -> bool:
     once for a whole commit.
 
     Examples:
-        >>> from fsmchat.masking import clean
+        >>> from fsmchat.common.masking import clean
         >>> clean([{"score": 0.9, "message": "Ship it."}, "[1, 2]"]), clean({"error": "api_key=k-1"})
         (True, False)
     """
@@ -295,7 +295,7 @@ def clean_texts(texts: Sequence[str], encoded: Sequence[str] = ()) -> bool:
     store's writer asks it once for a whole commit, on the texts it writes.
 
     Examples:
-        >>> from fsmchat.masking import clean_texts
+        >>> from fsmchat.common.masking import clean_texts
         >>> clean_texts(["Ship it."], ['{"score":0.9}']), clean_texts(["ok"], ['{"api_key":"k-1"}'])
         (True, False)
     """
@@ -314,7 +314,7 @@ def redact_json(text: str | None) -> str | None:
     structure (a store reads it back as state).
 
     Examples:
-        >>> from fsmchat.masking import redact_json
+        >>> from fsmchat.common.masking import redact_json
         >>> redact_json('[["s",["x"],"tool failed: api_key=k-1"],["s",["n"],3]]')
         '[["s", ["x"], "tool failed: api_key=***"], ["s", ["n"], 3]]'
     """
