@@ -287,6 +287,26 @@ def request(kind: str, prompt: str, allowed: dict[str, str], *, person: str | No
     return out
 
 
+APPROVAL_ALLOWED = {"approve": "run the call as proposed",
+                    "edit": "run it with these arguments instead (checked against the tool's schema)",
+                    "reject": "do not run it; the reason goes to the model as the call's result"}
+RERUN_ALLOWED = {"approve": "run the call again (it may have run once already)",
+                 "say": "do not run it; your text is the call's result",
+                 "reject": "do not run it; the reason goes to the model as the call's result"}
+
+
+def tool_call_request(speaker: str, tool: str, arguments: object, call_id: str, *, rerun: bool) -> dict[str, Any]:
+    """The request a person answers for ``speaker``'s tool call waiting for them (``request``):
+    approve, edit or reject a call asked for, or (``rerun``) decide on one that may have run before
+    the run stopped. Its prompt names the speaker, the tool and the arguments."""
+    shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items()) if isinstance(arguments, dict) else str(arguments)
+    prompt = (f"{speaker}'s call {tool}({shown}) may have run before the run stopped (its result was not saved): "
+              "run it again?" if rerun else f"{speaker} asks to call {tool}({shown}): run it?")
+    proposed: dict[str, object] = {"speaker": speaker, "tool": tool, "arguments": arguments, "call_id": call_id}
+    return request("tool_call", prompt, RERUN_ALLOWED if rerun else APPROVAL_ALLOWED, person=None,
+                   proposed=proposed, edit=None if rerun else "arguments")
+
+
 def pending_of(event: Any) -> Pending | None:
     """The ``Pending`` an interrupted run's last trace event carries (None for any other event)."""
     if event is None or event.trigger != StopReason.INTERRUPTED or event.dest is not None or \

@@ -502,6 +502,23 @@ def as_tool_entry(x: object) -> object:
                     f"(async start/tools/stop), got {type(x).__name__}")
 
 
+CallParts = tuple[str, str, object]  # a tool call of a model's message: (id, name, raw arguments)
+
+
+def calls_of(message: object) -> list[CallParts]:
+    """(id, name, raw arguments) of each tool call of a model's message."""
+    out: list[CallParts] = []
+    for i, call in enumerate(getattr(message, "tool_calls", None) or []):
+        fn = getattr(call, "function", None)
+        if fn is None and isinstance(call, dict):
+            fn_d = call.get("function") or {}
+            name, raw, cid = fn_d.get("name"), fn_d.get("arguments"), call.get("id")
+        else:
+            name, raw, cid = getattr(fn, "name", None), getattr(fn, "arguments", None), getattr(call, "id", None)
+        out.append((str(cid or f"call_{i + 1}"), str(name or ""), raw if raw is not None else "{}"))
+    return out
+
+
 def is_schema_dict(x: object, name: str) -> bool:
     return isinstance(x, dict) and ((x.get("function") or {}).get("name") == name if "function" in x
                                     else x.get("name") == name)
