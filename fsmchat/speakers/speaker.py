@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, Protocol, TypeGuard, runtime_checkable
 
-from ..events import JsonObject
 from .handoff import handoffs_of
 from .respond import BidOutcome
 from .tools import has_tools
 
 if TYPE_CHECKING:  # the turn a speaker is given is the agent module's (which imports this one)
+    from ..events import JsonObject
     from .agent import Turn
 
 

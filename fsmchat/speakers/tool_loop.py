@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, Mapp
 
 from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
-from ..events import JsonObject, JsonValue, as_list, as_object, get_float, get_int, get_opt_str, get_str
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from ..masking import redact, redact_chain
 from . import llm
@@ -51,6 +50,7 @@ from .tools import DEFAULT_MAX_PARALLEL_TOOLS, CallParts, Tool, ToolArgumentsErr
     changed_tools, has_tools, is_schema_dict, json_bidder_with_tools, needs_approval, tool_digest
 
 if TYPE_CHECKING:  # the turn a speaker is given is the agent module's (which imports this one)
+    from ..events import JsonObject, JsonValue  # fsmchat.events loads on first read only (its models weigh)
     from .agent import Turn
 
 
@@ -91,6 +91,7 @@ class CallRecord:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> "CallRecord":
+        from ..events import get_float, get_opt_str
         took = None if d.get("duration_s") is None else get_float(d, "duration_s", "tool call")
         return cls(str(d["id"]), str(d["name"]), d.get("arguments"), str(d.get("status") or "asked"),
                    get_opt_str(d, "result", "tool call"), get_opt_str(d, "error", "tool call"), took,
@@ -131,6 +132,7 @@ class Exchange:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> "Exchange":
+        from ..events import as_list, as_object, get_int, get_str
         saved = d.get("answer")  # a reply's text, or a bid as a dict
         answer: str | BidOutcome | None = None if saved is None else str(saved)
         if isinstance(saved, dict) and saved.get("bid"):
@@ -147,11 +149,11 @@ class Exchange:
         by_id = {c.id: c for c in self.calls}
         for m in self.messages:
             out.append(m)
-            if m.get("role") == "assistant":
-                for call in as_list(m.get("tool_calls") or [], "tool_calls"):
-                    rec = by_id.get(get_str(as_object(call, "tool_call"), "id", "tool_call"))
-                    if rec is not None:
-                        out.append({"role": "tool", "tool_call_id": rec.id, "content": call_result(rec)})
+            calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+            for call in calls if isinstance(calls, list) else ():
+                rec = by_id.get(str(call["id"])) if isinstance(call, dict) else None
+                if rec is not None:
+                    out.append({"role": "tool", "tool_call_id": rec.id, "content": call_result(rec)})
         return out
 
 
@@ -563,6 +565,8 @@ class ToolLoop:
     def restore(self, state: Mapping[str, object]) -> None:
         """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
         approved) but has no result may have run when the run stopped: it becomes ``uncertain``."""
+        from ..events import as_list, as_object
+
         def part(key: str) -> JsonObject:
             return as_object(state.get(key) or {}, f"tools.{key}")
         self.exchanges = {k: Exchange.from_dict(as_object(v, "tools.exchanges")) for k, v in part("exchanges").items()}
