@@ -351,8 +351,8 @@ def check_prompt(speaker: Speaker, messages: Sequence[dict[str, object]], stats:
     over = tokens > limit[0]
     events = getattr(stats, "events", None)
     if events is not None:
-        event: dict[str, object] = {"event": "prompt_tokens", "agent": speaker.name, "tokens": tokens, "limit": limit[0],
-                 "policy": policy_name(active_policy(speaker))}
+        event: dict[str, object] = {"event": "prompt_tokens", "agent": speaker.name, "tokens": tokens,
+                                    "limit": limit[0], "policy": policy_name(active_policy(speaker))}
         if over:
             event["refused"] = True
         events.append(event)

@@ -367,7 +367,8 @@ class ToolLoop:
         ex.answer, ex.answered = outcome, True
         return outcome
 
-    async def _cached(self, speaker: Speaker, ask: Callable[[], Awaitable[str | BidOutcome]]) -> str | BidOutcome | None:
+    async def _cached(self, speaker: Speaker,
+                      ask: Callable[[], Awaitable[str | BidOutcome]]) -> str | BidOutcome | None:
         """A speaker without tools in a state with a tool loop: its answer is kept until the
         state's action completes, so entering the state again after a tool round asks it once."""
         ex = self.exchanges.get(speaker.name)
@@ -417,7 +418,8 @@ class ToolLoop:
                                 "call cannot ask for: run the agent in a pattern with a checkpoint",
                                 agent=speaker.name, tool=rec.name, arguments=rec.arguments)
 
-    def _record(self, ex: Exchange, speaker: Speaker, tools: list[Tool], message: object, calls: list[CallParts]) -> None:
+    def _record(self, ex: Exchange, speaker: Speaker, tools: list[Tool], message: object,
+                calls: list[CallParts]) -> None:
         """Remember a reply's tool calls (the assistant message as the wire will carry it back)."""
         ex.rounds += 1
         seen = {c.id for c in ex.calls}
