@@ -18,13 +18,16 @@ the answer reaches the action that asked.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence, Union
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, ConfigTypeError, FsmchatError, Interrupted, bad_value
-from ..models import StopReason
+from ..models import StopReason, TraceEvent
 from .respond import BidOutcome
+
+if TYPE_CHECKING:
+    from ..store.protocol import Saved
 
 USER = "User"  # the role a reviewer's own message is posted under (the task's role: the person running it)
 
@@ -275,7 +278,7 @@ def check_input(pending: Pending, x: object) -> Input:
 
 
 def request(kind: str, prompt: str, allowed: dict[str, str], *, person: str | None = None,
-            proposed: dict[str, Any] | None = None, edit: str | None = None) -> dict[str, Any]:
+            proposed: Mapping[str, object] | None = None, edit: str | None = None) -> dict[str, Any]:
     """The JSON-able request an interrupt point raises with (``Pending`` without its state)."""
     out: dict[str, Any] = {"kind": kind, "prompt": prompt, "allowed": allowed}
     if person is not None:
@@ -307,7 +310,7 @@ def tool_call_request(speaker: str, tool: str, arguments: object, call_id: str, 
                    proposed=proposed, edit=None if rerun else "arguments")
 
 
-def pending_of(event: Any) -> Pending | None:
+def pending_of(event: TraceEvent | None) -> Pending | None:
     """The ``Pending`` an interrupted run's last trace event carries (None for any other event)."""
     if event is None or event.trigger != StopReason.INTERRUPTED or event.dest is not None or \
             not isinstance(event.payload, dict):
@@ -315,7 +318,7 @@ def pending_of(event: Any) -> Pending | None:
     return Pending(state=event.state, **event.payload)
 
 
-def waiting_for(saved: Any) -> Pending | None:
+def waiting_for(saved: Saved) -> Pending | None:
     """What a checkpointed run (``Saved``) waits for, when it stopped at an interrupt."""
     if saved.stop_reason != StopReason.INTERRUPTED or not saved.events:
         return None
@@ -425,8 +428,11 @@ class People:
     def to_state(self) -> dict[str, object]:
         return {"used": dict(self.used)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        self.used.update(state.get("used", {}))
+    def restore(self, state: Mapping[str, object]) -> None:
+        from ..events import as_object, get_int  # read on resume only
+
+        used = as_object(state.get("used", {}), "people.used")
+        self.used.update({k: get_int(used, k, "people.used") for k in used})
 
 
 class ResumeMismatch(FsmchatError, RuntimeError):
