@@ -429,10 +429,9 @@ class People:
         return {"used": dict(self.used)}
 
     def restore(self, state: Mapping[str, object]) -> None:
-        from ..events import as_object, get_int  # read on resume only
-
-        used = as_object(state.get("used", {}), "people.used")
-        self.used.update({k: get_int(used, k, "people.used") for k in used})
+        used = state.get("used", {})
+        if isinstance(used, dict):
+            self.used.update({str(k): n for k, n in used.items() if isinstance(n, int)})
 
 
 class ResumeMismatch(FsmchatError, RuntimeError):

@@ -16,7 +16,7 @@ from .respond import BidOutcome
 from .tools import has_tools
 
 if TYPE_CHECKING:  # the turn a speaker is given is the agent module's (which imports this one)
-    from ..events import JsonObject
+    from pydantic import JsonValue
     from .agent import Turn
 
 
@@ -86,7 +86,7 @@ class ToolSpeaker(Speaker, Protocol):
     def tool_mode(self) -> Literal["native", "json"] | None:
         """How its bids go on the wire (None: as its model allows)."""
 
-    async def tool_message(self, turn: Turn, exchange: list[JsonObject], specs: list[dict[str, object]], *,
+    async def tool_message(self, turn: Turn, exchange: list[dict[str, JsonValue]], specs: list[dict[str, object]], *,
                            final: bool, bid: bool = False) -> object:
         """One model call of a turn with tools: the model's message, with its tool calls if any.
 

@@ -42,6 +42,7 @@ from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from ..masking import redact, redact_chain
 from . import llm
+from .chunks import list_or_empty, object_or_empty
 from .handoff import HandoffCall, find_handoff, handoffs_of
 from .human import USER, Approve, Edit, People, Reject, Say, tool_call_request
 from .respond import BidOutcome, bid_from_arguments, silent
@@ -50,7 +51,7 @@ from .tools import DEFAULT_MAX_PARALLEL_TOOLS, CallParts, Tool, ToolArgumentsErr
     changed_tools, has_tools, is_schema_dict, json_bidder_with_tools, needs_approval, tool_digest
 
 if TYPE_CHECKING:  # the turn a speaker is given is the agent module's (which imports this one)
-    from ..events import JsonObject, JsonValue  # fsmchat.events loads on first read only (its models weigh)
+    from pydantic import JsonValue  # a JSON value (what fsmchat.events.JsonValue is; that module loads on first use)
     from .agent import Turn
 
 
@@ -91,11 +92,10 @@ class CallRecord:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> "CallRecord":
-        from ..events import get_float, get_opt_str
-        took = None if d.get("duration_s") is None else get_float(d, "duration_s", "tool call")
+        took, result, error = d.get("duration_s"), d.get("result"), d.get("error")
         return cls(str(d["id"]), str(d["name"]), d.get("arguments"), str(d.get("status") or "asked"),
-                   get_opt_str(d, "result", "tool call"), get_opt_str(d, "error", "tool call"), took,
-                   str(d.get("reason") or ""))
+                   None if result is None else str(result), None if error is None else str(error),
+                   float(took) if isinstance(took, (int, float)) else None, str(d.get("reason") or ""))
 
     def entry(self) -> dict[str, object]:
         """What the posted message carries (``Message.metadata["tool_calls"]``)."""
@@ -112,7 +112,7 @@ class Exchange:
 
     speaker: str
     rounds: int = 0
-    messages: list[JsonObject] = field(default_factory=list)  # assistant tool_calls + tool results, in order
+    messages: list[dict[str, JsonValue]] = field(default_factory=list)  # assistant tool_calls + tool results, in order
     calls: list[CallRecord] = field(default_factory=list)  # every call of the turn, in order
     answer: str | BidOutcome | None = None
     answered: bool = False
@@ -132,20 +132,20 @@ class Exchange:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> "Exchange":
-        from ..events import as_list, as_object, get_int, get_str
         saved = d.get("answer")  # a reply's text, or a bid as a dict
         answer: str | BidOutcome | None = None if saved is None else str(saved)
         if isinstance(saved, dict) and saved.get("bid"):
             answer = bid_from_arguments({"score": saved["score"], "message": saved["message"]})
-        items = {k: as_list(d.get(k) or [], f"exchange.{k}") for k in ("messages", "calls", "marks")}
-        return cls(get_str(d, "speaker", "exchange"), get_int(d, "rounds", "exchange", 0),
-                   [as_object(m, "exchange.messages") for m in items["messages"]],
-                   [CallRecord.from_dict(as_object(c, "exchange.calls")) for c in items["calls"]], answer,
+        items = {k: list_or_empty(d.get(k)) for k in ("messages", "calls", "marks")}
+        rounds = d.get("rounds")
+        return cls(str(d["speaker"]), rounds if isinstance(rounds, int) else 0,
+                   [m for m in items["messages"] if isinstance(m, dict)],
+                   [CallRecord.from_dict(c) for c in items["calls"] if isinstance(c, dict)], answer,
                    bool(d.get("answered")), [str(m) for m in items["marks"]], bool(d.get("share")))
 
-    def tool_messages(self) -> list[JsonObject]:
+    def tool_messages(self) -> list[dict[str, JsonValue]]:
         """The wire messages of the rounds so far, results filled in (one ``tool`` message per call)."""
-        out: list[JsonObject] = []
+        out: list[dict[str, JsonValue]] = []
         by_id = {c.id: c for c in self.calls}
         for m in self.messages:
             out.append(m)
@@ -567,16 +567,11 @@ class ToolLoop:
     def restore(self, state: Mapping[str, object]) -> None:
         """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
         approved) but has no result may have run when the run stopped: it becomes ``uncertain``."""
-        from ..events import as_list, as_object
-
-        def part(key: str) -> JsonObject:
-            return as_object(state.get(key) or {}, f"tools.{key}")
-        self.exchanges = {k: Exchange.from_dict(as_object(v, "tools.exchanges")) for k, v in part("exchanges").items()}
-        self.offered = {k: [str(x) for x in as_list(v, "tools.offered")] for k, v in part("offered").items()}
-        self.digests = {k: {n: str(x) for n, x in as_object(v, "tools.digests").items()}
-                        for k, v in part("digests").items()}
-        self.last = {k: [dict(as_object(e, "tools.last")) for e in as_list(v, "tools.last")]
-                     for k, v in part("last").items()}
+        part = {k: object_or_empty(state.get(k)) for k in ("exchanges", "offered", "digests", "last")}
+        self.exchanges = {k: Exchange.from_dict(object_or_empty(v)) for k, v in part["exchanges"].items()}
+        self.offered = {k: [str(x) for x in list_or_empty(v)] for k, v in part["offered"].items()}
+        self.digests = {k: {n: str(x) for n, x in object_or_empty(v).items()} for k, v in part["digests"].items()}
+        self.last = {k: [object_or_empty(e) for e in list_or_empty(v)] for k, v in part["last"].items()}
         for ex in self.exchanges.values():
             for c in ex.calls:
                 if c.status in ("asked", "approved"):
