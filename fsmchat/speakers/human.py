@@ -278,9 +278,9 @@ def check_input(pending: Pending, x: object) -> Input:
 
 
 def request(kind: str, prompt: str, allowed: dict[str, str], *, person: str | None = None,
-            proposed: Mapping[str, object] | None = None, edit: str | None = None) -> dict[str, Any]:
+            proposed: Mapping[str, object] | None = None, edit: str | None = None) -> dict[str, object]:
     """The JSON-able request an interrupt point raises with (``Pending`` without its state)."""
-    out: dict[str, Any] = {"kind": kind, "prompt": prompt, "allowed": allowed}
+    out: dict[str, object] = {"kind": kind, "prompt": prompt, "allowed": allowed}
     if person is not None:
         out["person"] = person
     if proposed is not None:
