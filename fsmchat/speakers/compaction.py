@@ -216,7 +216,8 @@ def check_limits(states: Sequence[tuple[str, Sequence[Speaker]]], policy: Contex
             if isinstance(policy_of(s, policy), Summarize) and input_limit(s) is None:
                 raise ConfigError(f"{owner}: agent {s.name!r} follows Summarize, which compacts at a fraction of "
                                   f"its model's input limit, but {resolve_model(getattr(s, 'model', None))!r} has "
-                                  f"none in litellm's model map: give the agent one (Agent({s.name!r}, max_input_tokens=N))")
+                                  f"none in litellm's model map: give the agent one "
+                                  f"(Agent({s.name!r}, max_input_tokens=N))")
 
 
 def check_drawn(states: Sequence[tuple[str, Sequence[Speaker]]], calls: Sequence[tuple[object, int]],

@@ -534,7 +534,7 @@ def offline_tool_calls(messages: Sequence[Mapping[str, object]],
             continue
         params = _obj(_obj(tool.get("function")).get("parameters"))
         props = _obj(params.get("properties"))
-        required = [str(k) for k in _seq(params["required"])] if "required" in params else list(props)  # optional: omitted
+        required = [str(k) for k in _seq(params["required"])] if "required" in params else list(props)  # optional: out
         args = {k: _argument(k, _obj(props.get(k)), asked_text, matched) for k in required}
         # the n-th number parameter takes the n-th number of the message that asked for the tool
         asking = next((u for u in dict.fromkeys([*users[:1], *users[-1:]])  # the task first

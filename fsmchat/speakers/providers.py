@@ -357,5 +357,6 @@ def unknown_models(agents: Iterable[object] | None) -> UnknownModel | None:
             lm.get_llm_provider(model=model, custom_llm_provider=kwargs.get("custom_llm_provider"),
                                 api_base=kwargs.get("api_base") or kwargs.get("base_url"))
         except Exception:
-            unknown.append((getattr(a, "name"), a.model or model, difflib.get_close_matches(model, list(lm.model_cost), 3, 0.6)))
+            close = difflib.get_close_matches(model, list(lm.model_cost), 3, 0.6)
+            unknown.append((getattr(a, "name"), a.model or model, close))
     return UnknownModel(unknown) if unknown else None

@@ -196,13 +196,15 @@ class ToolLoop:
         self.approve_all = False  # interrupt_before=["tools"]: every call waits for a person
         self.offered: dict[str, list[str]] = {}  # each tool source's tool names this run
         self.digests: dict[str, dict[str, str]] = {}  # each tool source's {tool: tool_digest}, checked on resume
-        self._sources: dict[int, tuple[ToolSource, list[Tool] | None]] = {}  # started sources, their tools (None: unlisted)
+        self._sources: dict[int, tuple[ToolSource, list[Tool] | None]] = {}  # started sources, their tools
+        # (None: not listed yet)
         self._starting: asyncio.Lock | None = None  # made in the run's loop on first use
         self.used = False
         self.last: dict[str, list[dict[str, object]]] = {}  # the tool calls of the last state's answered turns
         self.handoffs: dict[str, HandoffCall] = {}  # a turn that ended in a handoff, by speaker (the pattern pops it)
         self.speakers: dict[str, ToolSpeaker] = {}  # who spoke each turn in progress (its tools run the calls)
-        self.ask: Callable[[dict[str, object]], Awaitable[object]] | None = None  # how a person decides (None: ctx.people)
+        self.ask: Callable[[dict[str, object]], Awaitable[object]] | None = None  # how a person decides
+        # (None: ctx.people)
 
     def once(self, speaker: str, mark: str) -> bool:
         """Whether the state's action does ``mark`` with ``speaker``'s answer for the first time
