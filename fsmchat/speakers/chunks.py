@@ -10,7 +10,7 @@ streamed bid can be shown before the round closes.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from .wire import WireResponse, parse, with_cost
 
@@ -215,7 +215,7 @@ class MessageField:
         return i
 
 
-def completion(message: dict[str, Any], finish: str, usage: dict[str, int] | None,
+def completion(message: Mapping[str, object], finish: str, usage: dict[str, int] | None,
                model: str = OWN_MODEL) -> WireResponse:
     """A whole reply of one of fsmchat's own providers: ``message`` (an OpenAI assistant message),
     its finish reason and usage; it costs nothing.
@@ -232,6 +232,22 @@ def completion(message: dict[str, Any], finish: str, usage: dict[str, int] | Non
                             "usage": usage}, model, None), 0.0)
 
 
+def object_or_empty(value: object) -> dict[str, object]:
+    """``value`` when it is a JSON object, else an empty one: a request's part as fsmchat's own
+    providers read it (what they cannot read counts as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def list_or_empty(value: object) -> list[object]:
+    """``value`` when it is a JSON array, else an empty one (as ``object_or_empty``)."""
+    return value if isinstance(value, list) else []
+
+
+def offered_tools(params: Mapping[str, object]) -> list[dict[str, object]]:
+    """The tools a request's options offer (``params["tools"]``), each a JSON object."""
+    return [object_or_empty(t) for t in list_or_empty(params.get("tools"))]
+
+
 def stream_pieces(text: str) -> list[str]:
     """How the offline and scripted models stream a text: word by word, each word with the spaces after it.
 
@@ -243,7 +259,7 @@ def stream_pieces(text: str) -> list[str]:
     return re.findall(r"\S+\s*|\s+", text)
 
 
-def stream_chunks(whole: Any) -> list[dict[str, Any]]:
+def stream_chunks(whole: Any) -> list[dict[str, object]]:
     """The ``chat.completion.chunk`` objects an OpenAI-compatible server would stream for the whole
     response ``whole``: its text piece by piece (``stream_pieces``), each tool call's arguments in
     two pieces (a ``respond`` call's, a bid, piece by piece too: its message is written as a reply
@@ -258,9 +274,9 @@ def stream_chunks(whole: Any) -> list[dict[str, Any]]:
         ['{"score": ', '0.9, ', '"message": ', '"Me ', 'first."}']
     """
     message, finish = whole.choices[0].message, whole.choices[0].finish_reason
-    base = {"id": whole.id, "object": "chat.completion.chunk", "model": whole.model}
+    base: dict[str, object] = {"id": whole.id, "object": "chat.completion.chunk", "model": whole.model}
 
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    def chunk(delta: dict[str, object], finish_reason: str | None = None) -> dict[str, object]:
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
 
     chunks = [chunk({"role": "assistant", "content": piece}) for piece in stream_pieces(message.content or "")]
@@ -280,14 +296,14 @@ def stream_chunks(whole: Any) -> list[dict[str, Any]]:
     return chunks
 
 
-def litellm_chunks(whole: Any) -> list[dict[str, Any]]:
+def litellm_chunks(whole: Any) -> list[dict[str, object]]:
     """The chunks litellm's custom-provider streaming reads (``GenericStreamingChunk``) for the
     whole response ``whole``: for an in-process provider called through litellm (callbacks)."""
     message, finish = whole.choices[0].message, whole.choices[0].finish_reason
     u = whole.usage
     usage = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
              "total_tokens": u.total_tokens} if u is not None else None
-    chunks: list[dict[str, Any]] = [{"text": piece, "tool_use": None, "is_finished": False, "finish_reason": "",
+    chunks: list[dict[str, object]] = [{"text": piece, "tool_use": None, "is_finished": False, "finish_reason": "",
                                      "usage": None, "index": 0} for piece in stream_pieces(message.content or "")]
     for i, call in enumerate(message.tool_calls or ()):
         args = call.function.arguments or ""

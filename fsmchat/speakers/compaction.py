@@ -17,14 +17,32 @@ the state's visits (``compaction_calls``).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Awaitable, Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, Transition, state_names
+from ..models import Message, Transcript
 from .agent import Turn, conversation_view
+from .llm import CallStats
 from .context import Compaction, ContextPolicy, ContextState, Summarize, count_tokens, input_limit, \
     act_under, policy_of, summary_row, view
 from .providers import resolve_model
+from .speaker import Speaker
+
+C = TypeVar("C")  # a graph's context: a compaction reads its transcript, stats, events and context_state
+
+
+@runtime_checkable
+class Prompted(Speaker, Protocol):
+    """A speaker whose prompt a compaction counts (an ``Agent``): its system prompt and model."""
+
+    @property
+    def system_prompt(self) -> str:
+        """Its system prompt."""
+
+    @property
+    def model(self) -> str | None:
+        """Its model's name."""
 
 COMPACTED = "compacted"  # the event a compaction records (its summary, what it covers)
 
@@ -32,7 +50,7 @@ SUMMARY_INSTRUCTION = ("Summarise the conversation above for the participants wh
                        "decision, open question, fact and name they need, in plain prose, as briefly as you can.")
 
 
-def summarizers(speakers: Sequence[Any], policy: ContextPolicy | None) -> list[Summarize]:
+def summarizers(speakers: Sequence[Speaker], policy: ContextPolicy | None) -> list[Summarize]:
     """The distinct ``Summarize`` policies ``speakers`` follow (their own, else ``policy``)."""
     out: list[Summarize] = []
     for s in speakers:
@@ -42,54 +60,68 @@ def summarizers(speakers: Sequence[Any], policy: ContextPolicy | None) -> list[S
     return out
 
 
-def state_of(ctx: Any) -> ContextState:
+def state_of(ctx: object) -> ContextState:
     """The run's ``ContextState`` on ``ctx`` (made on first use, its summary the latest
     ``compacted`` event: a resumed run reads the one its checkpoint holds)."""
     st = getattr(ctx, "context_state", None)
     if st is None:
         st = ContextState()
-        for e in reversed(ctx.events):
-            if e.get("event") == COMPACTED:
+        for e in reversed(_events(ctx)):
+            if isinstance(e, dict) and e.get("event") == COMPACTED:
                 st.summary = Compaction(int(e["upto"]), str(e["summary"]), str(e["by"]))
                 break
-        ctx.context_state = st
+        setattr(ctx, "context_state", st)
     assert isinstance(st, ContextState)
     return st
 
 
-def visible_tokens(speaker: Any, rows: Sequence[Any], policy: Summarize, summary: Compaction | None,
+def _events(ctx: object) -> list[object]:
+    events = getattr(ctx, "events")
+    assert isinstance(events, list), "a run's context has its events (RunContext.events)"
+    return events
+
+
+def _transcript(ctx: object) -> Transcript:
+    transcript = getattr(ctx, "transcript")
+    assert isinstance(transcript, Transcript), "a run's context has its transcript (RunContext.transcript)"
+    return transcript
+
+
+def visible_tokens(speaker: Prompted, rows: Sequence[Message], policy: Summarize, summary: Compaction | None,
                    head: int = 1) -> int:
     """The tokens of the conversation ``speaker`` would see (its system prompt, the task, the
     summary, the messages since): what a compaction is decided on. ``head`` is 1 where the
     first row is the task, kept ahead of the summary; 0 where there is none (a flow's transcript)."""
-    messages = [{"role": "system", "content": speaker.system_prompt}] if speaker.system_prompt.strip() else []
+    messages: list[dict[str, object]] = [{"role": "system", "content": speaker.system_prompt}] \
+        if speaker.system_prompt.strip() else []
     shown = view(rows, policy, summary) if head else rows if summary is None else [summary_row(summary), *rows[summary.upto:]]
     messages += conversation_view(speaker.name, shown)
     return count_tokens(resolve_model(speaker.model), messages)
 
 
-def due(ctx: Any, speakers: Sequence[Any], policy: ContextPolicy | None, head: int = 1) -> Summarize | None:
+def due(ctx: object, speakers: Sequence[Speaker], policy: ContextPolicy | None, head: int = 1) -> Summarize | None:
     """The ``Summarize`` whose compaction must run before the state speaks, or None: a speaker
     following it would see more than ``at`` of its input limit, and there are messages to fold."""
     st = state_of(ctx)
-    rows = ctx.transcript.view()
+    rows = _transcript(ctx).view()
     start = st.summary.upto if st.summary is not None else head
     for s in speakers:
         p = policy_of(s, policy)
         if not isinstance(p, Summarize) or len(rows) - p.keep_last <= start:
             continue
         limit = input_limit(s)
-        if limit is not None and visible_tokens(s, rows, p, st.summary, head) > p.at * limit[0]:
+        if limit is not None and isinstance(s, Prompted) and visible_tokens(s, rows, p, st.summary, head) > \
+                p.at * limit[0]:
             return p
     return None
 
 
-def compacting_action(action: Callable[[Any], Any], speakers: Sequence[Any],
-                      policy: ContextPolicy | None, head: int = 1) -> Callable[[Any], Any]:
+def compacting_action(action: Callable[[C], object], speakers: Sequence[Speaker],
+                      policy: ContextPolicy | None, head: int = 1) -> Callable[[C], Awaitable[object]]:
     """``action`` as a state with a compaction: it ends at once (payload ``"compact"``) when a
     compaction is due; otherwise its calls read the pattern's policy and the run's summary."""
 
-    async def speaking(ctx: Any) -> Any:
+    async def speaking(ctx: C) -> object:
         st = state_of(ctx)
         st.policy = policy
         st.due = due(ctx, speakers, policy, head)
@@ -102,36 +134,39 @@ def compacting_action(action: Callable[[Any], Any], speakers: Sequence[Any],
     return speaking
 
 
-def compaction_due(ctx: Any) -> bool:
+def compaction_due(ctx: object) -> bool:
     """the conversation nears the input limit"""
     st = getattr(ctx, "context_state", None)
     return isinstance(st, ContextState) and st.due is not None
 
 
-def make_compact(state: str, speakers: Sequence[Any], policy: ContextPolicy | None,
-                 head: int = 1) -> Callable[[Any], Any]:
-    async def compact(ctx: Any) -> dict[str, Any]:
+def make_compact(state: str, speakers: Sequence[Speaker], policy: ContextPolicy | None,
+                 head: int = 1) -> Callable[[object], Awaitable[dict[str, object]]]:
+    async def compact(ctx: object) -> dict[str, object]:
         """summarise the older messages (one model call)"""
         st = state_of(ctx)
         p = st.due or due(ctx, speakers, policy, head) or summarizers(speakers, policy)[0]  # a resume re-decides
-        rows = ctx.transcript.view()
+        transcript = _transcript(ctx)
+        rows = transcript.view()
         start = st.summary.upto if st.summary is not None else head
         cut = max(start, len(rows) - p.keep_last)
         shown = [*rows[:head], *([] if st.summary is None else [summary_row(st.summary)]), *rows[start:cut]]
         writer = p.agent
-        text = ctx.transcript.admit(writer.name, await writer.reply(Turn(writer.name, shown, SUMMARY_INSTRUCTION,
-                                                                         stats=ctx.stats)))
+        stats = getattr(ctx, "stats", None)
+        stats = stats if isinstance(stats, CallStats) else None
+        text = transcript.admit(writer.name, await writer.reply(Turn(writer.name, shown, SUMMARY_INSTRUCTION,
+                                                                     stats=stats)))
         st.summary, st.due = Compaction(cut, text, writer.name), None
         record = {"event": COMPACTED, "state": state, "by": writer.name, "covers": [start + 1, cut],
                   "upto": cut, "summary": text}
-        ctx.events.append(record)
+        _events(ctx).append(record)
         return {"by": writer.name, "covers": [start + 1, cut]}
 
     return compact
 
 
-def add_compaction(g: StateGraph, state: str, speakers: Sequence[Any], policy: ContextPolicy | None,
-                   head: int = 1) -> StateGraph:
+def add_compaction(g: StateGraph[C], state: str, speakers: Sequence[Speaker], policy: ContextPolicy | None,
+                   head: int = 1) -> StateGraph[C]:
     """Draw the compaction of ``state``, where ``speakers`` speak under the pattern's ``policy``:
     ``state -[compact]-> compact_<state> -> state`` (the new edge tried first). Nothing changes
     when no speaker follows ``Summarize``. ``head``: 1 where the transcript's first row is the
@@ -161,12 +196,12 @@ def add_compaction(g: StateGraph, state: str, speakers: Sequence[Any], policy: C
     return g.changed()
 
 
-def compaction_calls(states: Sequence[tuple[str, Sequence[Any]]], calls: Sequence[tuple[Any, int]],
-                     policy: ContextPolicy | None) -> list[tuple[Any, int]]:
+def compaction_calls(states: Sequence[tuple[str, Sequence[Speaker]]], calls: Sequence[tuple[object, int]],
+                     policy: ContextPolicy | None) -> list[tuple[Speaker, int]]:
     """(summary writer, the most compactions of a run) for each speaking state with a compaction:
     one per visit at most, and a state is visited at most as often as its busiest speaker is asked."""
     asked = {id(s): n for s, n in calls}
-    out: list[tuple[Any, int]] = []
+    out: list[tuple[Speaker, int]] = []
     for _state, speakers in states:
         found = summarizers(speakers, policy)
         if found:
@@ -174,17 +209,18 @@ def compaction_calls(states: Sequence[tuple[str, Sequence[Any]]], calls: Sequenc
     return out
 
 
-def check_limits(states: Sequence[tuple[str, Sequence[Any]]], policy: ContextPolicy | None, owner: str) -> None:
+def check_limits(states: Sequence[tuple[str, Sequence[Speaker]]], policy: ContextPolicy | None, owner: str) -> None:
     """Refuse, before any model call, a ``Summarize`` speaker whose model's input limit is unknown."""
     for _state, speakers in states:
         for s in speakers:
             if isinstance(policy_of(s, policy), Summarize) and input_limit(s) is None:
                 raise ConfigError(f"{owner}: agent {s.name!r} follows Summarize, which compacts at a fraction of "
-                                  f"its model's input limit, but {resolve_model(s.model)!r} has none in litellm's "
-                                  f"model map: give the agent one (Agent({s.name!r}, max_input_tokens=N))")
+                                  f"its model's input limit, but {resolve_model(getattr(s, 'model', None))!r} has "
+                                  f"none in litellm's model map: give the agent one "
+                                  f"(Agent({s.name!r}, max_input_tokens=N))")
 
 
-def check_drawn(states: Sequence[tuple[str, Sequence[Any]]], calls: Sequence[tuple[Any, int]],
+def check_drawn(states: Sequence[tuple[str, Sequence[Speaker]]], calls: Sequence[tuple[object, int]],
                 policy: ContextPolicy | None, owner: str) -> None:
     """Refuse, before any model call, a speaker that follows ``Summarize`` where no compaction is
     drawn for it (a flow's ``Task`` step, whose prompt carries no conversation to compact)."""

@@ -38,7 +38,7 @@ import contextvars
 import inspect
 import sys
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Awaitable, Callable, Literal, Sequence, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -78,7 +78,7 @@ class LastMessages(BaseModel):
 
     n: int = Field(ge=1, strict=True)
 
-    def __init__(self, n: Any = None, /, **data: Any):
+    def __init__(self, n: object = None, /, **data: object):
         if n is not None:
             data["n"] = n
         try:
@@ -124,7 +124,7 @@ class Summarize(BaseModel):
     keep_last: int = Field(4, ge=0, strict=True)
     at: float = Field(0.8, gt=0.0, le=1.0, allow_inf_nan=False)
 
-    def __init__(self, **data: Any):
+    def __init__(self, **data: object):
         try:
             super().__init__(**data)
         except ValidationError as exc:
@@ -132,7 +132,7 @@ class Summarize(BaseModel):
 
     @field_validator("agent")
     @classmethod
-    def _agent(cls, v: Any) -> Any:
+    def _agent(cls, v: object) -> object:
         if not (hasattr(v, "model") and hasattr(v, "system_prompt") and callable(getattr(v, "reply", None))):
             raise ValueError(f"agent={v!r} is invalid: the Agent that writes the summary (an Agent, whose one "
                              "model call per compaction is counted in max_calls() and the budgets)")
@@ -145,7 +145,7 @@ class Summarize(BaseModel):
 ContextPolicy = Union[Literal["full"], LastMessages, Summarize]
 
 
-def check_context(value: Any, owner: str, name: str = "context") -> ContextPolicy | None:
+def check_context(value: object, owner: str, name: str = "context") -> ContextPolicy | None:
     """``value`` as a context policy (None: the pattern's), or a ``ConfigError`` saying what is allowed.
 
     Examples:
@@ -157,12 +157,14 @@ def check_context(value: Any, owner: str, name: str = "context") -> ContextPolic
         ...
         fsmchat.errors.ConfigError: Agent: context=5 (int) is invalid: a context policy is "full" (the whole conversation; refused when over the input limit), LastMessages(n) (the task and the last n messages), Summarize(agent=..., keep_last=k, at=0.8) (older messages summarised by one model call), or None (the pattern's policy)
     """
-    if value is None or value == "full" or isinstance(value, (LastMessages, Summarize)):
-        return value  # type: ignore[no-any-return]  # value is one of the union's members, checked above
+    if value is None or isinstance(value, (LastMessages, Summarize)):
+        return value
+    if value == "full":
+        return "full"
     raise ConfigError(f"{owner}: {name}={value!r} ({type(value).__name__}) is invalid: a context policy is {POLICIES}")
 
 
-def check_memory_context(value: Any, owner: str) -> ContextPolicy | None:
+def check_memory_context(value: object, owner: str) -> ContextPolicy | None:
     """``check_context`` for a pattern whose speakers answer from private memories
     (``OneOnOneDebate``, ``ExpertPanelDiscussion``): ``Summarize`` is refused (``memory_summarize``).
 
@@ -185,7 +187,10 @@ def memory_summarize(owner: str, what: str) -> ConfigError:
 
 
 
-async def act_under(state: "ContextState", action: Any, ctx: Any) -> Any:
+C = TypeVar("C")  # a graph's context, passed on to its state's action
+
+
+async def act_under(state: "ContextState", action: Callable[[C], object], ctx: C) -> object:
     """``action(ctx)`` (awaited if it returns an awaitable) with ``state`` as the active context
     state of the speaking it does (``ACTIVE``)."""
     token = ACTIVE.set(state)
@@ -197,12 +202,13 @@ async def act_under(state: "ContextState", action: Any, ctx: Any) -> Any:
         ACTIVE.reset(token)
     return out
 
-def scoped(action: Any, policy: ContextPolicy) -> Any:
+def scoped(action: Callable[[C], object] | None, policy: ContextPolicy) -> Callable[[C], Awaitable[object]]:
     """``action`` (a speaking state's) with its calls following the pattern's ``policy``
     (``ACTIVE`` while it runs): what a pattern's ``context=LastMessages(n)`` does in each of its
     speaking states (``Summarize`` is drawn as a compaction: ``compaction.compacting_action``)."""
 
-    async def speaking(ctx: Any) -> Any:
+    async def speaking(ctx: C) -> object:
+        assert action is not None, "a speaking state has an action"
         return await act_under(ContextState(policy=policy), action, ctx)
 
     speaking.__name__ = getattr(action, "__name__", "speak")
@@ -260,8 +266,8 @@ def summary_row(summary: Compaction) -> Message:
     return Message(role=SUMMARY_ROLE, content=summary.text)
 
 
-def count_tokens(model: str, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
-                 tool_choice: Any = None) -> int:
+def count_tokens(model: str, messages: Sequence[dict[str, object]], tools: Sequence[dict[str, object]] | None = None,
+                 tool_choice: object = None) -> int:
     """The tokens of a request for ``model``: its ``messages`` as they are sent (``wire.sent_messages``)
     and the ``tools`` and ``tool_choice`` it offers, as litellm's ``token_counter`` counts them: with
     the model's tokenizer where litellm ships it (litellm counts those), else the ``cl100k_base``
@@ -328,8 +334,8 @@ def fit(speaker: Any, turn: Any, extra: Sequence[dict[str, Any]] = ()) -> list[d
     return messages
 
 
-def check_prompt(speaker: Any, messages: Sequence[dict[str, Any]], stats: Any,
-                 tools: Sequence[dict[str, Any]] | None = None, tool_choice: Any = None) -> None:
+def check_prompt(speaker: Speaker, messages: Sequence[dict[str, object]], stats: object,
+                 tools: Sequence[dict[str, object]] | None = None, tool_choice: object = None) -> None:
     """Count the request ``speaker`` is about to send (``messages``, ``tools``, ``tool_choice``:
     what goes out) against its model's input limit, once: a ``prompt_tokens`` event of the run
     (``refused`` True when over the limit), and over the limit the refusal, with that same figure.
@@ -338,15 +344,15 @@ def check_prompt(speaker: Any, messages: Sequence[dict[str, Any]], stats: Any,
         ContextTooLong: The request has more tokens than the limit (nothing was sent).
     """
     limit = input_limit(speaker)
-    if limit is None:
+    if limit is None or not hasattr(speaker, "model"):
         return
     model = resolve_model(speaker.model)
     tokens = count_tokens(model, messages, tools, tool_choice)
     over = tokens > limit[0]
     events = getattr(stats, "events", None)
     if events is not None:
-        event = {"event": "prompt_tokens", "agent": speaker.name, "tokens": tokens, "limit": limit[0],
-                 "policy": policy_name(active_policy(speaker))}
+        event: dict[str, object] = {"event": "prompt_tokens", "agent": speaker.name, "tokens": tokens,
+                                    "limit": limit[0], "policy": policy_name(active_policy(speaker))}
         if over:
             event["refused"] = True
         events.append(event)
@@ -360,7 +366,7 @@ def policy_name(policy: ContextPolicy) -> str:
         else "full"
 
 
-def counted_usage(usage: dict[str, Any], events: Sequence[Any]) -> dict[str, Any]:
+def counted_usage(usage: dict[str, int], events: Sequence[object]) -> dict[str, int]:
     """``usage`` with the prompt tokens counted before the requests (``prompt_tokens`` events):
     ``counted_prompt_tokens`` (the sum of the prompts sent), ``max_prompt_tokens`` (the largest
     prompt sent, so never over the limit) and, when a prompt was refused, ``refused_prompt_tokens``
@@ -390,7 +396,7 @@ def counted_usage(usage: dict[str, Any], events: Sequence[Any]) -> dict[str, Any
     return out
 
 
-def token_summary(events: Sequence[Any]) -> dict[str, Any]:
+def token_summary(events: Sequence[object]) -> dict[str, dict[str, object]]:
     """What a run's ``prompt_tokens`` and ``compacted`` events add up to (the viewer's usage
     shows it): prompts sent, the largest and the latest of them, the limit, the compactions, and
     the first refused prompt's tokens when one was refused; empty when nothing was counted.
@@ -407,7 +413,7 @@ def token_summary(events: Sequence[Any]) -> dict[str, Any]:
         return {}
     sent = [int(e["tokens"]) for e in counted if not e.get("refused")]
     refused = [int(e["tokens"]) for e in counted if e.get("refused")]
-    summary = {"calls": len(sent), "max": max(sent, default=0), "last": sent[-1] if sent else None,
+    summary: dict[str, object] = {"calls": len(sent), "max": max(sent, default=0), "last": sent[-1] if sent else None,
                "limit": counted[-1].get("limit"),
                "compactions": sum(1 for e in events if isinstance(e, dict) and e.get("event") == "compacted")}
     if refused:

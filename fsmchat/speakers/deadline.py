@@ -11,14 +11,14 @@ import asyncio
 import inspect
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from ..errors import DeadlineExceeded
 from ..graph.state_graph import is_awaitable
 
 
-async def call_within(fn: Callable[..., Any], *args: Any, deadline: float | None, what: str,
-                      limit: str = "the run's deadline_s") -> Any:
+async def call_within(fn: Callable[..., object], *args: object, deadline: float | None, what: str,
+                      limit: str = "the run's deadline_s") -> object:
     """``fn(*args)`` (awaited if it returns an awaitable), bounded by ``deadline`` (monotonic);
     ``limit`` names what set that deadline, for the error (a tool's own ``Tool(timeout_s=2)``)."""
     if deadline is None:
@@ -28,8 +28,10 @@ async def call_within(fn: Callable[..., Any], *args: Any, deadline: float | None
     if left <= 0:
         raise DeadlineExceeded(f"{what} was not started: {limit} has passed")
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+        started = fn(*args)
+        assert is_awaitable(started), "a coroutine function's call is awaitable"
         try:
-            return await asyncio.wait_for(fn(*args), left)
+            return await asyncio.wait_for(started, left)
         except asyncio.TimeoutError:
             raise DeadlineExceeded(f"{what} was cancelled at {limit}") from None
     out = await _in_daemon_thread(fn, args, left, what, limit)
@@ -41,16 +43,19 @@ async def call_within(fn: Callable[..., Any], *args: Any, deadline: float | None
     return out
 
 
-async def _in_daemon_thread(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float, what: str,
-                            limit: str) -> Any:
+async def _in_daemon_thread(fn: Callable[..., object], args: tuple[object, ...], timeout: float, what: str,
+                            limit: str) -> object:
     """``fn(*args)`` in a daemon thread of its own (not the loop's executor, which ``asyncio.run``
     joins on exit), waited for at most ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
+    future: asyncio.Future[object] = loop.create_future()
 
-    def settle(ok: bool, value: Any) -> None:
+    def settle(ok: bool, value: object) -> None:
         if not future.done():
-            future.set_result(value) if ok else future.set_exception(value)
+            if ok:
+                future.set_result(value)
+            elif isinstance(value, BaseException):
+                future.set_exception(value)
 
     def work() -> None:
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from ..models import Message
 
@@ -139,7 +139,14 @@ class HandoffCall:
         return out
 
 
-def find_handoff(speaker: Any, calls: Sequence[tuple[str, str, Any]]) -> HandoffCall | None:
+class Named(Protocol):
+    """A speaker, as a handoff reads it: its name."""
+
+    @property
+    def name(self) -> str: ...
+
+
+def find_handoff(speaker: Named, calls: Sequence[tuple[str, str, object]]) -> HandoffCall | None:
     """The first handoff among a reply's tool calls ``(id, name, arguments)``, if any."""
     by_tool = {h.tool_name: h for h in handoffs_of(speaker)}
     for cid, name, raw in calls:

@@ -18,13 +18,16 @@ the answer reaches the action that asked.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence, Union
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, ConfigTypeError, FsmchatError, Interrupted, bad_value
-from ..models import StopReason
+from ..models import StopReason, TraceEvent
 from .respond import BidOutcome
+
+if TYPE_CHECKING:
+    from ..store.protocol import Saved
 
 USER = "User"  # the role a reviewer's own message is posted under (the task's role: the person running it)
 
@@ -275,9 +278,9 @@ def check_input(pending: Pending, x: object) -> Input:
 
 
 def request(kind: str, prompt: str, allowed: dict[str, str], *, person: str | None = None,
-            proposed: dict[str, Any] | None = None, edit: str | None = None) -> dict[str, Any]:
+            proposed: Mapping[str, object] | None = None, edit: str | None = None) -> dict[str, object]:
     """The JSON-able request an interrupt point raises with (``Pending`` without its state)."""
-    out: dict[str, Any] = {"kind": kind, "prompt": prompt, "allowed": allowed}
+    out: dict[str, object] = {"kind": kind, "prompt": prompt, "allowed": allowed}
     if person is not None:
         out["person"] = person
     if proposed is not None:
@@ -287,7 +290,27 @@ def request(kind: str, prompt: str, allowed: dict[str, str], *, person: str | No
     return out
 
 
-def pending_of(event: Any) -> Pending | None:
+APPROVAL_ALLOWED = {"approve": "run the call as proposed",
+                    "edit": "run it with these arguments instead (checked against the tool's schema)",
+                    "reject": "do not run it; the reason goes to the model as the call's result"}
+RERUN_ALLOWED = {"approve": "run the call again (it may have run once already)",
+                 "say": "do not run it; your text is the call's result",
+                 "reject": "do not run it; the reason goes to the model as the call's result"}
+
+
+def tool_call_request(speaker: str, tool: str, arguments: object, call_id: str, *, rerun: bool) -> dict[str, Any]:
+    """The request a person answers for ``speaker``'s tool call waiting for them (``request``):
+    approve, edit or reject a call asked for, or (``rerun``) decide on one that may have run before
+    the run stopped. Its prompt names the speaker, the tool and the arguments."""
+    shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items()) if isinstance(arguments, dict) else str(arguments)
+    prompt = (f"{speaker}'s call {tool}({shown}) may have run before the run stopped (its result was not saved): "
+              "run it again?" if rerun else f"{speaker} asks to call {tool}({shown}): run it?")
+    proposed: dict[str, object] = {"speaker": speaker, "tool": tool, "arguments": arguments, "call_id": call_id}
+    return request("tool_call", prompt, RERUN_ALLOWED if rerun else APPROVAL_ALLOWED, person=None,
+                   proposed=proposed, edit=None if rerun else "arguments")
+
+
+def pending_of(event: TraceEvent | None) -> Pending | None:
     """The ``Pending`` an interrupted run's last trace event carries (None for any other event)."""
     if event is None or event.trigger != StopReason.INTERRUPTED or event.dest is not None or \
             not isinstance(event.payload, dict):
@@ -295,7 +318,7 @@ def pending_of(event: Any) -> Pending | None:
     return Pending(state=event.state, **event.payload)
 
 
-def waiting_for(saved: Any) -> Pending | None:
+def waiting_for(saved: Saved) -> Pending | None:
     """What a checkpointed run (``Saved``) waits for, when it stopped at an interrupt."""
     if saved.stop_reason != StopReason.INTERRUPTED or not saved.events:
         return None
@@ -405,8 +428,10 @@ class People:
     def to_state(self) -> dict[str, object]:
         return {"used": dict(self.used)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        self.used.update(state.get("used", {}))
+    def restore(self, state: Mapping[str, object]) -> None:
+        used = state.get("used", {})
+        if isinstance(used, dict):
+            self.used.update({str(k): n for k, n in used.items() if isinstance(n, int)})
 
 
 class ResumeMismatch(FsmchatError, RuntimeError):

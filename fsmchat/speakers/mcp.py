@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Mapping, Sequence
+from typing import IO, Any, Awaitable, Callable, Mapping, Sequence
 
 from ..errors import FsmchatError, MCPServerError, bad_value
 from .log_secrets import is_secret
@@ -390,7 +390,7 @@ class MCPServer:
                 raise self._error(f"lists a tool a model cannot call: {exc}") from None
         return out
 
-    def _caller(self, name: str) -> Any:
+    def _caller(self, name: str) -> Callable[..., Awaitable[str]]:
         async def call(**arguments: object) -> str:
             return await self.call_tool(name, arguments)
         call.__name__ = call.__qualname__ = name
@@ -453,7 +453,7 @@ class MCPServer:
         self._tools = tools
         return list(tools)
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
+    async def call_tool(self, name: str, arguments: Mapping[str, object] | None = None) -> str:
         """Call one tool and return its result as text (text parts joined by newlines; structured
         content as JSON when there is no text). An error result raises ``MCPToolError``; a server
         that is gone raises ``MCPServerError``."""

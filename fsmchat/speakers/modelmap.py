@@ -12,12 +12,11 @@ import json
 import os
 import sys
 import threading
-from typing import Any
 
 MAP_FILE = "model_prices_and_context_window_backup.json"
 _lock = threading.Lock()
-_file_map: dict[str, Any] | None = None
-_own: dict[str, dict[str, Any]] = {}  # models of fsmchat's own providers
+_file_map: dict[str, object] | None = None
+_own: dict[str, dict[str, object]] = {}  # models of fsmchat's own providers
 
 
 def _read_file() -> dict[str, object]:
@@ -32,7 +31,8 @@ def _read_file() -> dict[str, object]:
                     path = os.path.join(folder, MAP_FILE)
                     if os.path.exists(path):
                         with open(path, encoding="utf-8") as f:
-                            found = json.load(f)
+                            loaded = json.load(f)
+                        found = loaded if isinstance(loaded, dict) else {}
                         break
                 _file_map = found
     return _file_map

@@ -26,9 +26,10 @@ import os
 import random
 import re
 import time
-from typing import Any, AsyncIterator
+from typing import AsyncIterator, Mapping, Sequence
 
-from .chunks import completion, stream_chunks, stream_pieces  # noqa: F401 - stream_pieces: word by word
+from .chunks import completion, list_or_empty as _seq, object_or_empty as _obj, offered_tools, stream_chunks, \
+    stream_pieces  # noqa: F401 - stream_pieces: word by word
 from .wire import WireResponse
 
 _STOP = set("""a an the and or but if of to in on for with as at by from is are was were be been being it its
@@ -402,10 +403,10 @@ def _reply(rng: random.Random, *, role: str, k1: str, k2: str, prev: str, others
     return opener + body + closer
 
 
-def _text(content: Any) -> str:
+def _text(content: object) -> str:
     if isinstance(content, list):
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content or ""
+    return str(content) if content else ""
 
 
 # ---- tools: the offline model calls a tool when what it is asked for is what the tool offers ----
@@ -418,33 +419,36 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _NAME_NOISE = set("get set run make do has is can the and for put use new add_".split())
 
 
-def _offered(tool: dict[str, Any]) -> tuple[str, set[str], set[str]]:
+def _offered(tool: Mapping[str, object]) -> tuple[str, set[str], set[str]]:
     """A tool's name, the words of its name, description and parameter names (what it offers),
     and its name's short parts ("add" of ``add``, "sum" of ``sum_up``), which are matched whole."""
-    fn = tool.get("function") or {}
+    fn = _obj(tool.get("function"))
     name = str(fn.get("name") or "")
-    params = " ".join(re.split(r"[_\-]", " ".join((fn.get("parameters") or {}).get("properties") or {})))
+    params = " ".join(re.split(r"[_\-]", " ".join(_obj(_obj(fn.get("parameters")).get("properties")))))
     words = {w for w in _words(" ".join(re.split(r"[_\-]", name)) + " " + str(fn.get("description") or "") + " "
                                 + params) if w not in _TOOL_NOISE}
     parts = {p for p in re.split(r"[_\-]|(?<=[a-z])(?=[A-Z])", name.lower()) if len(p) == 3 and p not in _NAME_NOISE}
     return name, words, parts
 
 
-def _number(schema: dict[str, Any], found: list[str]) -> int | float:
+def _number(schema: Mapping[str, object], found: list[str]) -> int | float:
     """The first of ``found`` within the schema's ``minimum``/``maximum``, else 1 brought into them
     (a score from 0 to 1 is never an order number the text mentions)."""
-    low, high = schema.get("minimum", -math.inf), schema.get("maximum", math.inf)
+    lo, hi = schema.get("minimum", -math.inf), schema.get("maximum", math.inf)
+    low: float = lo if isinstance(lo, (int, float)) else -math.inf
+    high: float = hi if isinstance(hi, (int, float)) else math.inf
     value = next((float(f) for f in found if low <= float(f) <= high), min(max(1.0, low), high))
     return int(value) if schema.get("type") == "integer" else value
 
 
-def _argument(name: str, schema: dict[str, Any], text: str, matched: list[str]) -> Any:
+def _argument(name: str, schema: Mapping[str, object], text: str, matched: list[str]) -> object:
     """A value for parameter ``name`` read from ``text`` by its schema: the first allowed value, a
     number, a sentence (a summary or message), an arithmetic expression, a capitalized name (a
     topic or query takes the word of ``text`` that asked for the tool, ``matched``), else the
     first keyword."""
-    if schema.get("enum"):
-        return schema["enum"][0]
+    allowed = schema.get("enum")
+    if allowed:
+        return _seq(allowed)[0]
     kind = schema.get("type")
     about = f"{name} {schema.get('description') or ''}".lower()
     if kind in ("integer", "number"):
@@ -475,7 +479,8 @@ HANDOFF_PREFIX = "transfer_to_"
 _HANDOFF_NOISE = set("hand handoff transfer conversation ask questions".split())
 
 
-def offline_handoff(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+def offline_handoff(messages: Sequence[Mapping[str, object]],
+                    tools: Sequence[Mapping[str, object]]) -> dict[str, object] | None:
     """The handoff the offline model makes (``transfer_to_<name>``), or None: the first offered
     target whose name or description shares a word with the conversation (the task and the
     latest message, not the turn's own instruction, nor who wrote that message)."""
@@ -486,7 +491,7 @@ def offline_handoff(messages: list[dict[str, Any]], tools: list[dict[str, Any]])
     latest = re.sub(r"^[^\n:]{1,64}:\s", "", latest)  # "Name: text": who said it is no topic
     asked = {w[:5] for w in _words(_text(said[0].get("content")) + " " + latest)}
     for tool in tools:
-        fn = tool.get("function") or {}
+        fn = _obj(tool.get("function"))
         name = str(fn.get("name") or "")
         if not name.startswith(HANDOFF_PREFIX):
             continue
@@ -497,7 +502,8 @@ def offline_handoff(messages: list[dict[str, Any]], tools: list[dict[str, Any]])
     return None
 
 
-def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> list[dict[str, Any]]:
+def offline_tool_calls(messages: Sequence[Mapping[str, object]],
+                       optional_params: Mapping[str, object]) -> list[dict[str, object]]:
     """The tool calls the offline model makes for this request (``[]``: none), deterministically.
 
     It calls every offered tool whose name, description or parameter names share a word with what
@@ -506,38 +512,38 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
     3" asks for ``add``, from the task only), once per turn (not after tool results came back), never when
     ``tool_choice`` is ``"none"`` or forces ``respond``; arguments are read from that text by the
     tool's schema (``_argument``)."""
-    offered = [t for t in optional_params.get("tools") or [] if (t.get("function") or {}).get("name") != "respond"]
+    offered = [t for t in offered_tools(optional_params) if _obj(t.get("function")).get("name") != "respond"]
     choice = optional_params.get("tool_choice")
     if not offered or choice == "none" or isinstance(choice, dict):
         return []
     if messages and messages[-1].get("role") == "tool":  # once per turn: the results are in
         return []
-    tools = [t for t in offered if not str((t.get("function") or {}).get("name") or "").startswith(HANDOFF_PREFIX)]
+    tools = [t for t in offered if not str(_obj(t.get("function")).get("name") or "").startswith(HANDOFF_PREFIX)]
     users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
     asked_text = "\n".join(dict.fromkeys([*users[-1:], *users[:1]]))
     asked = _words(asked_text)
     # a three-letter name part counts whole, and only from the task: a pattern's own instruction
     # ("Add your own perspective") never asks for a tool named ``add``
     short = set(re.findall(r"[a-z]+", "\n".join(users[:1]).lower()))
-    calls = []
+    calls: list[dict[str, object]] = []
     for tool in tools:
         name, words, parts = _offered(tool)
         stems = {w[:5] for w in words}
         matched = [w for w in asked if w[:5] in stems] + sorted(parts & short)
         if not matched:
             continue
-        params = (tool.get("function") or {}).get("parameters") or {}
-        props = params.get("properties") or {}
-        required = params["required"] if "required" in params else list(props)  # optional ones are left out
-        args = {k: _argument(k, props.get(k) or {}, asked_text, matched) for k in required}
+        params = _obj(_obj(tool.get("function")).get("parameters"))
+        props = _obj(params.get("properties"))
+        required = [str(k) for k in _seq(params["required"])] if "required" in params else list(props)  # optional: out
+        args = {k: _argument(k, _obj(props.get(k)), asked_text, matched) for k in required}
         # the n-th number parameter takes the n-th number of the message that asked for the tool
         asking = next((u for u in dict.fromkeys([*users[:1], *users[-1:]])  # the task first
                        if any(re.search(rf"\b{re.escape(w)}\b", u.lower()) for w in matched)), asked_text)
         numbers = _NUMBER.findall(asking)
-        numeric = [k for k in required if (props.get(k) or {}).get("type") in ("integer", "number")
-                   and not (props.get(k) or {}).get("enum")]
+        numeric = [k for k in required if _obj(props.get(k)).get("type") in ("integer", "number")
+                   and not _obj(props.get(k)).get("enum")]
         for k, found in zip(numeric, numbers):
-            args[k] = _number(props[k], [found])
+            args[k] = _number(_obj(props[k]), [found])
         digest = hashlib.sha1(json.dumps([name, args, len(messages)], sort_keys=True).encode()).hexdigest()[:12]
         calls.append({"id": f"call_{digest}", "type": "function",
                       "function": {"name": name, "arguments": json.dumps({k: v for k, v in args.items()
@@ -548,23 +554,24 @@ def offline_tool_calls(messages: list[dict[str, Any]], optional_params: dict[str
     return calls
 
 
-def forced_tool_call(messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> dict[str, Any] | None:
+def forced_tool_call(messages: Sequence[Mapping[str, object]],
+                     optional_params: Mapping[str, object]) -> dict[str, object] | None:
     """The call of a tool the request forces (``tool_choice`` names it; ``respond`` is a bid, composed
     elsewhere), or None. A choice among allowed values (a selector's ``speaker`` enum) takes the
     value the latest message of the conversation mentions first (its speaker's own "Name:" aside),
     else the first allowed: the enum's order is the fallback (the next speaker in turn)."""
     choice = optional_params.get("tool_choice")
-    name = ((choice or {}).get("function") or {}).get("name") if isinstance(choice, dict) else None
+    name = _obj(choice.get("function")).get("name") if isinstance(choice, dict) else None
     if not name or name == "respond":
         return None
-    tool = next((t for t in optional_params.get("tools") or [] if (t.get("function") or {}).get("name") == name), None)
+    tool = next((t for t in offered_tools(optional_params) if _obj(t.get("function")).get("name") == name), None)
     if tool is None:
         return None
     said = [m for m in messages if m.get("role") != "system"]
     latest = _text(said[-2 if len(said) > 1 else -1].get("content")) if said else ""
     latest = re.sub(r"^[^\n:]{1,64}:\s", "", latest)  # "Name: text" (another's message): who said it is no mention
-    props = ((tool.get("function") or {}).get("parameters") or {}).get("properties") or {}
-    args: dict[str, Any] = {}
+    props = _obj(_obj(_obj(tool.get("function")).get("parameters")).get("properties"))
+    args: dict[str, object] = {}
     for key, schema in props.items():
         allowed = schema.get("enum") if isinstance(schema, dict) else None
         if allowed:
@@ -579,7 +586,7 @@ def forced_tool_call(messages: list[dict[str, Any]], optional_params: dict[str, 
     return {"id": f"call_{digest}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
-def offline_tool_results(messages: list[dict[str, Any]]) -> str:
+def offline_tool_results(messages: Sequence[Mapping[str, object]]) -> str:
     """What the tools said this turn, as one sentence the reply ends with (``""``: no tool results)."""
     results: list[tuple[str, str]] = []
     names: dict[str, str] = {}
@@ -587,8 +594,8 @@ def offline_tool_results(messages: list[dict[str, Any]]) -> str:
         if m.get("role") == "tool":
             results.append((str(m.get("tool_call_id")), _text(m.get("content"))))
         elif m.get("role") == "assistant" and m.get("tool_calls"):
-            for c in m["tool_calls"]:
-                names[c.get("id")] = (c.get("function") or {}).get("name", "tool")
+            for c in map(_obj, _seq(m["tool_calls"])):
+                names[str(c.get("id"))] = str(_obj(c.get("function")).get("name", "tool"))
         elif m.get("role") == "user":
             break
     if not results:
@@ -606,7 +613,8 @@ def before_tools(messages: list[dict[str, object]]) -> list[dict[str, object]]:
     return messages[:end] if end else messages
 
 
-def with_tools(response: WireResponse, messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> Any:
+def with_tools(response: WireResponse, messages: Sequence[Mapping[str, object]],
+               optional_params: Mapping[str, object]) -> WireResponse:
     """``response`` (a composed reply or bid) as a turn with tools answers: tool calls when it is
     asked for what a tool offers, else the reply (the bid's message) ending with the tools' results;
     a forced tool (a selector's pick) is called."""
@@ -667,9 +675,9 @@ class OfflineModel:
             return self._typing
         return _seconds_env("FSMCHAT_OFFLINE_TYPING")
 
-    def _compose(self, messages: list[dict[str, Any]], optional_params: dict[str, Any],
-                 litellm_params: dict[str, Any] | None) -> WireResponse:
-        meta = (litellm_params or {}).get("metadata") or {}
+    def _compose(self, messages: list[dict[str, object]], optional_params: dict[str, object],
+                 litellm_params: dict[str, object] | None) -> WireResponse:
+        meta = _obj((litellm_params or {}).get("metadata"))
         agent = str(meta.get("fsmchat_agent", "agent"))
         seed = optional_params.get("seed", meta.get("fsmchat_seed", 0))
         # only the system prompt, the task and the latest RECENT messages are read, so a call costs the
@@ -731,8 +739,8 @@ class OfflineModel:
         text = _reply(rng, role=role, k1=k1, k2=k2, prev=prev if prev != agent else "", others=others,
                       system=system, own_turns=_own_turns(agent, convo, last), speakers=speakers)
 
-        tools = optional_params.get("tools") or []
-        wants_bid = (any((t.get("function") or {}).get("name") == "respond" for t in tools)
+        tools = offered_tools(optional_params)
+        wants_bid = (any(_obj(t.get("function")).get("name") == "respond" for t in tools)
                      or "response_format" in optional_params)
         usage = {"prompt_tokens": len(json.dumps(messages, default=str)) // 4,  # ~4 characters a token
                  "completion_tokens": len(text.split())}
@@ -775,7 +783,9 @@ class OfflineModel:
         if self.delay:
             await asyncio.sleep(self.delay)
         for n, chunk in enumerate(stream_chunks(self.answer(messages, params, meta))):
-            if n and self.typing_delay and chunk["choices"] and (
-                    chunk["choices"][0]["delta"].get("content") or chunk["choices"][0]["delta"].get("tool_calls")):
+            choices = chunk["choices"] if n and self.typing_delay else None
+            first = choices[0] if isinstance(choices, list) and choices else None
+            delta = first.get("delta") if isinstance(first, dict) else None
+            if isinstance(delta, dict) and (delta.get("content") or delta.get("tool_calls")):
                 await asyncio.sleep(self.typing_delay)
             yield chunk

@@ -20,7 +20,7 @@ import difflib
 import gc
 import os
 import threading
-from typing import Any
+from typing import Any, AsyncIterator, Iterable, Protocol
 
 from ..errors import ConfigError, MissingCredentials
 from . import log_secrets, wire
@@ -35,7 +35,7 @@ BASE64_LOG_ENV = "MAX_BASE64_LENGTH_FOR_LOGGING"  # a user's own setting of it w
 _lock = threading.RLock()  # re-entered: the import (under it) makes the offline provider (own_handler)
 _litellm: Any = None
 _loading = threading.Event()  # set while litellm's first import runs
-_providers: dict[str, Any] = {}
+_providers: dict[str, object] = {}  # litellm custom providers, by name
 
 
 def default_model() -> str:
@@ -51,10 +51,22 @@ def resolve_model(model: str | None) -> str:
     return m
 
 
-_own: dict[str, Any] = {}  # fsmchat's own providers, answered in this process (never through litellm)
+class OwnProvider(Protocol):
+    """One of fsmchat's own providers (the offline model, the scripted models), answered in process."""
+
+    async def acompletion(self, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                          meta: dict[str, object]) -> object:
+        """The whole reply to a request (a ``wire.WireResponse``)."""
+
+    def astream(self, model: str, messages: list[dict[str, object]], params: dict[str, object],
+                meta: dict[str, object]) -> AsyncIterator[dict[str, object]]:
+        """The reply as the chunks an OpenAI-compatible server streams."""
 
 
-def register_own(name: str, handler: object) -> None:
+_own: dict[str, OwnProvider] = {}  # fsmchat's own providers, answered in this process (never through litellm)
+
+
+def register_own(name: str, handler: OwnProvider) -> None:
     """Add one of fsmchat's own providers (the offline model, the scripted models): requests to
     ``name/<model>`` are answered in this process by ``handler.acompletion(model, messages, params,
     meta)`` (a ``wire.WireResponse``) and, streamed, ``handler.astream(...)`` (OpenAI chunk dicts),
@@ -66,7 +78,7 @@ def register_own(name: str, handler: object) -> None:
             _install(_litellm, name, _providers[name])
 
 
-def own_handler(resolved: str) -> Any:
+def own_handler(resolved: str) -> OwnProvider | None:
     """The in-process provider of ``resolved`` (``provider/model``), or None; the offline model
     is made on first use."""
     provider = resolved.split("/", 1)[0]
@@ -79,23 +91,26 @@ def own_handler(resolved: str) -> Any:
     return handler
 
 
-def litellm_adapter(lm: Any, own: Any) -> Any:
+def litellm_adapter(lm: Any, own: OwnProvider) -> object:
     """One of fsmchat's own in-process providers as a litellm custom provider, for the calls that
     go through litellm although their provider is in process: when litellm callbacks are
     registered or its debug log is on (they expect to see every call)."""
     class Adapter(lm.CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
-        async def acompletion(self, model: str, messages: list[dict[str, Any]], *args: Any,
-                              optional_params: dict[str, Any] | None = None, litellm_params: Any = None,
-                              **kwargs: Any) -> Any:
-            meta = (litellm_params or {}).get("metadata") or {}
-            whole = await own.acompletion(model, messages, dict(optional_params or {}), dict(meta))
+        async def acompletion(self, model: str, messages: list[dict[str, object]], *args: object,
+                              optional_params: dict[str, object] | None = None,
+                              litellm_params: dict[str, object] | None = None, **kwargs: object) -> object:
+            meta = (litellm_params or {}).get("metadata")
+            whole = await own.acompletion(model, messages, dict(optional_params or {}),
+                                          dict(meta) if isinstance(meta, dict) else {})
             return lm.ModelResponse(**wire.body_of(whole))
 
-        async def astreaming(self, model: str, messages: list[dict[str, Any]], *args: Any,
-                             optional_params: dict[str, Any] | None = None, litellm_params: Any = None,
-                             **kwargs: Any) -> Any:
-            meta = (litellm_params or {}).get("metadata") or {}
-            whole = await own.acompletion(model, messages, dict(optional_params or {}), dict(meta))
+        async def astreaming(self, model: str, messages: list[dict[str, object]], *args: object,
+                             optional_params: dict[str, object] | None = None,
+                             litellm_params: dict[str, object] | None = None,
+                             **kwargs: object) -> AsyncIterator[dict[str, object]]:
+            meta = (litellm_params or {}).get("metadata")
+            whole = await own.acompletion(model, messages, dict(optional_params or {}),
+                                          dict(meta) if isinstance(meta, dict) else {})
             for chunk in litellm_chunks(whole):
                 yield chunk
 
@@ -117,7 +132,7 @@ def registered(provider: str) -> bool:
     imported)."""
     return provider in _providers
 
-def _install(lm: Any, name: str, handler: Any) -> None:
+def _install(lm: Any, name: str, handler: object) -> None:
     if not any(p.get("provider") == name for p in lm.custom_provider_map):
         own = name.startswith("fsmchat-")
         lm.custom_provider_map.append({"provider": name, "custom_handler": _free(lm, handler) if own else handler})
@@ -132,14 +147,14 @@ def priced_free(response: object) -> object:
     return response
 
 
-def _free(lm: Any, handler: Any) -> Any:
+def _free(lm: Any, handler: Any) -> object:
     """``handler`` (one of fsmchat's own custom providers) with every response marked free."""
 
     class Free(lm.CustomLLM):  # type: ignore[misc]  # litellm is read as Any ([tool.mypy])
-        def completion(self, *args: Any, **kwargs: Any) -> Any:
+        def completion(self, *args: object, **kwargs: object) -> object:
             return priced_free(handler.completion(*args, **kwargs))
 
-        async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
+        async def acompletion(self, *args: object, **kwargs: object) -> object:
             return priced_free(await handler.acompletion(*args, **kwargs))
 
         def streaming(self, *args: object, **kwargs: object) -> object:
@@ -184,7 +199,7 @@ def needs_litellm(agent: object) -> bool:
     return own_handler(resolved) is None and wire.static_blocker(resolved, kwargs) is not None
 
 
-async def load_litellm(agents: Any) -> None:
+async def load_litellm(agents: Iterable[object] | None) -> None:
     """Import litellm now, in a worker thread (the event loop keeps running), if it is not yet
     imported and any of ``agents`` reaches its model through it (``needs_litellm``: never the
     offline or scripted models, nor the fast path). A run calls this before its clock starts, so the
@@ -218,8 +233,8 @@ def _import_litellm() -> object:
     own_handler(OFFLINE_PROVIDER)
     for name, handler in _own.items():
         _providers.setdefault(name, litellm_adapter(lm, handler))
-    for name, handler in _providers.items():
-        _install(lm, name, handler)
+    for name, provider in _providers.items():
+        _install(lm, name, provider)
     return lm
 
 
@@ -271,7 +286,7 @@ def client_demands_key(model: str | None) -> bool:
     return not env.get("keys_in_environment") and bool(keys)
 
 
-def missing_credentials(agents: Any) -> Any:
+def missing_credentials(agents: Iterable[object]) -> MissingCredentials | None:
     """``MissingCredentials`` naming every model-backed agent whose provider needs a key that is
     neither in the environment nor passed to the agent (``litellm.validate_environment``), or None.
     fsmchat's own providers and agents with ``api_key``/``api_base`` (a local server: it needs no key,
@@ -297,7 +312,7 @@ def missing_credentials(agents: Any) -> Any:
             continue
         keys = [k for k in env.get("missing_keys") or [] if any(w in k.upper() for w in _CREDENTIAL_WORDS)]
         if not env.get("keys_in_environment") and keys:
-            missing.append((a.name, a.model or model, keys))
+            missing.append((getattr(a, "name"), a.model or model, keys))
     return MissingCredentials(missing) if missing else None
 
 
@@ -323,7 +338,7 @@ class UnknownModel(ConfigError):
         super().__init__("\n".join(lines))
 
 
-def unknown_models(agents: Any) -> UnknownModel | None:
+def unknown_models(agents: Iterable[object] | None) -> UnknownModel | None:
     """``UnknownModel`` naming every model-backed agent whose model litellm cannot route to a
     provider (``litellm.get_llm_provider``), or None; fsmchat's own providers are never asked
     (litellm is imported only when some agent needs it)."""
@@ -342,5 +357,6 @@ def unknown_models(agents: Any) -> UnknownModel | None:
             lm.get_llm_provider(model=model, custom_llm_provider=kwargs.get("custom_llm_provider"),
                                 api_base=kwargs.get("api_base") or kwargs.get("base_url"))
         except Exception:
-            unknown.append((a.name, a.model or model, difflib.get_close_matches(model, list(lm.model_cost), 3, 0.6)))
+            close = difflib.get_close_matches(model, list(lm.model_cost), 3, 0.6)
+            unknown.append((getattr(a, "name"), a.model or model, close))
     return UnknownModel(unknown) if unknown else None

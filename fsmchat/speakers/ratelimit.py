@@ -8,7 +8,7 @@ import math
 import threading
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
 from ..errors import ConfigError, ConfigTypeError
 
@@ -116,10 +116,10 @@ class RateLimit:
 
         return await wait_for_room(reserve, self.sleep, tokens, within)
 
-    def settle(self, entry: Any, tokens: float) -> None:
+    def settle(self, entry: object, tokens: float) -> None:
         """The request of ``entry`` took ``tokens`` (its answer's usage), not its estimate."""
         with self._lock:
-            if any(e is entry for e in self._sent):
+            if isinstance(entry, list) and any(e is entry for e in self._sent):
                 self._tokens += tokens - entry[1]
                 entry[1] = tokens
 
@@ -170,15 +170,22 @@ def limit_for(model: str | None, resolved: str, options: dict[str, object]) -> t
     return None
 
 
-def estimate(messages: list[dict[str, Any]], options: dict[str, Any]) -> float:
+def estimate(messages: Sequence[Mapping[str, object]], options: Mapping[str, object]) -> float:
     """A request's tokens before its answer says: a quarter of its characters plus ``max_tokens``."""
-    chars = sum(len(m.get("content") or "") if isinstance(m.get("content"), str) else len(str(m.get("content")))
-                for m in messages)
-    return chars / 4 + (options.get("max_tokens") or options.get("max_completion_tokens") or 0)
+    chars = sum(len(c) if isinstance(c := m.get("content"), str) else len(str(c)) for m in messages)
+    most = options.get("max_tokens") or options.get("max_completion_tokens") or 0
+    return chars / 4 + (most if isinstance(most, (int, float)) else 0)
 
 
-async def admit(model: str | None, resolved: str, options: dict[str, Any], messages: list[dict[str, Any]],
-                stats: Any, agent: str) -> tuple[RateLimit, Any] | None:
+class RunClock(Protocol):
+    """A run's stats as a rate limit reads them (``CallStats``): the seconds left before its deadline."""
+
+    def remaining(self) -> float | None:
+        """Seconds until the run's deadline (None: it has none)."""
+
+
+async def admit(model: str | None, resolved: str, options: dict[str, object], messages: Sequence[Mapping[str, object]],
+                stats: RunClock | None, agent: str) -> tuple[RateLimit, object] | None:
     """Wait for room under the request's rate limit, if it has one, noting a wait in the run's
     events (``stats``: its ``CallStats``, or None); returns what ``settled`` needs once the answer's
     usage is known. A wait past the run's deadline stops at the deadline (the caller then ends the
@@ -190,8 +197,9 @@ async def admit(model: str | None, resolved: str, options: dict[str, Any], messa
     within = stats.remaining() if stats is not None else None
     got = await limit.acquire(estimate(messages, options) if limit.tpm is not None else 0.0, within)
     waited = got[1] if got is not None else within
-    if waited and stats is not None and stats.events is not None:
-        stats.events.append({"event": "rate_limited", "agent": agent, "limit": target, "waited_s": round(waited, 3)})
+    events = getattr(stats, "events", None)
+    if waited and isinstance(events, list):
+        events.append({"event": "rate_limited", "agent": agent, "limit": target, "waited_s": round(waited, 3)})
     return (limit, got[0]) if got is not None else None
 
 

@@ -4,11 +4,37 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Mapping, TypedDict
 
 from ..store.protocol import register_codec
 
-RESPOND_TOOL: dict[str, Any] = {
+class FunctionSpec(TypedDict):
+    """A function a request offers: its name, what it does, its parameters' JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, object]
+
+
+class ToolSpec(TypedDict):
+    """A tool a request offers, as the wire spells it (``{"type": "function", "function": {...}}``)."""
+
+    type: str
+    function: FunctionSpec
+
+
+class FunctionName(TypedDict):
+    name: str
+
+
+class ToolChoice(TypedDict):
+    """A request's ``tool_choice`` that forces one function."""
+
+    type: str
+    function: FunctionName
+
+
+RESPOND_TOOL: ToolSpec = {
     "type": "function",
     "function": {
         "name": "respond",
@@ -46,7 +72,7 @@ Examples:
     ('respond', ['score', 'message'])
 """
 
-RESPOND_TOOL_CHOICE: dict[str, Any] = {"type": "function", "function": {"name": "respond"}}
+RESPOND_TOOL_CHOICE: ToolChoice = {"type": "function", "function": {"name": "respond"}}
 
 
 def respond_response_format() -> dict[str, object]:
@@ -81,7 +107,7 @@ class BidOutcome:
     valid: bool = True
     reason: str = ""
     error: BaseException | None = None  # the call error behind a silent bid (transient, after retries)
-    note: dict[str, Any] | None = None  # an event to record (e.g. the switch to JSON mode)
+    note: Mapping[str, object] | None = None  # an event to record (e.g. the switch to JSON mode)
 
 
 # a checkpoint keeps a bid as {"__bid__": [score, message, valid, reason]} (its error and note are not kept)

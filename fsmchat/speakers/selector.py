@@ -9,9 +9,10 @@ still names no candidate is refused with its reason (``parse_pick``); the patter
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..models import shorten
+from .respond import ToolChoice
 
 SELECT_TOOL = "select_speaker"
 
@@ -40,7 +41,7 @@ def select_spec(candidates: Sequence[str]) -> dict[str, object]:
             "required": ["speaker"]}}}
 
 
-SELECT_CHOICE: dict[str, Any] = {"type": "function", "function": {"name": SELECT_TOOL}}
+SELECT_CHOICE: ToolChoice = {"type": "function", "function": {"name": SELECT_TOOL}}
 
 
 def parse_pick(message: object, candidates: Sequence[str]) -> tuple[str | None, str]:

@@ -9,13 +9,14 @@ speaking block take these, so strict typing goes from a pattern's roster to the 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeGuard, runtime_checkable
 
 from .handoff import handoffs_of
 from .respond import BidOutcome
 from .tools import has_tools
 
 if TYPE_CHECKING:  # the turn a speaker is given is the agent module's (which imports this one)
+    from pydantic import JsonValue
     from .agent import Turn
 
 
@@ -85,8 +86,8 @@ class ToolSpeaker(Speaker, Protocol):
     def tool_mode(self) -> Literal["native", "json"] | None:
         """How its bids go on the wire (None: as its model allows)."""
 
-    async def tool_message(self, turn: Turn, exchange: list[dict[str, Any]], specs: list[dict[str, Any]], *,
-                           final: bool, bid: bool = False) -> Any:
+    async def tool_message(self, turn: Turn, exchange: list[dict[str, JsonValue]], specs: list[dict[str, object]], *,
+                           final: bool, bid: bool = False) -> object:
         """One model call of a turn with tools: the model's message, with its tool calls if any.
 
         Args:

@@ -39,7 +39,7 @@ import re
 import struct
 import threading
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from ..errors import FsmchatError
 from . import modelmap
@@ -226,7 +226,8 @@ def _chunked_count(text: str) -> int:
     return sum(len(enc.encode_ordinary(text[start:start + CHUNK_CHARS])) for start in range(0, len(text), CHUNK_CHARS))
 
 
-def count_request(messages: Sequence[Any], tools: Sequence[Any] | None = None, tool_choice: object = None) -> int | None:
+def count_request(messages: Sequence[object], tools: Sequence[object] | None = None,
+                  tool_choice: object = None) -> int | None:
     """The tokens of a chat request (as sent: no message value None) as ``litellm.token_counter``
     counts them for a model without a tokenizer of litellm's own (the rule of the module's
     docstring), or None for a request outside that rule (litellm counts it then).
@@ -253,7 +254,7 @@ def count_request(messages: Sequence[Any], tools: Sequence[Any] | None = None, t
     try:
         total = sum(_message_tokens(m) for m in messages) + REPLY_PRIMER
         if tools:
-            system = any(m.get("role") == "system" for m in messages)
+            system = any(isinstance(m, dict) and m.get("role") == "system" for m in messages)
             total += count_text(function_definitions(tools)) + TOOLS_OVERHEAD - (SYSTEM_TOOLS_DISCOUNT if system else 0)
         return total + _tool_choice_tokens(tool_choice)
     except Uncounted:
@@ -296,14 +297,13 @@ def _call_arguments_tokens(key: str, value: object) -> int:
     return total
 
 
-def _parts_tokens(parts: list[Any]) -> int:
+def _parts_tokens(parts: list[object]) -> int:
     total = 0
     for part in parts:
         if isinstance(part, str):
             total += count_text(part)
             continue
-        kind = part.get("type") if isinstance(part, Mapping) else None
-        if not isinstance(kind, str):
+        if not isinstance(part, Mapping) or not isinstance(kind := part.get("type"), str):
             raise Uncounted("a content part without a type")
         if kind in TEXT_FIELDS:
             text = str(part.get(TEXT_FIELDS[kind]) or "")

@@ -35,22 +35,27 @@ import contextvars
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, Mapping, Sequence, TypeVar
 
 from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from ..common.masking import redact, redact_chain
 from . import llm
+from .chunks import list_or_empty, object_or_empty
 from .handoff import HandoffCall, find_handoff, handoffs_of
-from .human import USER, Approve, Edit, Reject, Say, request
+from .human import USER, Approve, Edit, People, Reject, Say, tool_call_request
 from .respond import BidOutcome, bid_from_arguments, silent
 from .speaker import Speaker, ToolSpeaker, tooled
-from .tools import DEFAULT_MAX_PARALLEL_TOOLS, Tool, ToolArgumentsError, ToolError, ToolSource, changed_tools, has_tools, \
-    is_schema_dict, json_bidder_with_tools, needs_approval, tool_digest
+from .tools import DEFAULT_MAX_PARALLEL_TOOLS, CallParts, Tool, ToolArgumentsError, ToolError, ToolSource, calls_of, \
+    changed_tools, has_tools, is_schema_dict, json_bidder_with_tools, needs_approval, tool_digest
 
 if TYPE_CHECKING:  # the turn a speaker is given is the agent module's (which imports this one)
+    from pydantic import JsonValue  # a JSON value (what fsmchat.events.JsonValue is; that module loads on first use)
     from .agent import Turn
+
+
+C = TypeVar("C")  # a graph's context: the tool loop's states read its tool_loop, events, stats and people
 
 
 class ToolRound(FsmchatError):
@@ -70,7 +75,7 @@ class CallRecord:
 
     id: str
     name: str
-    arguments: Any  # the validated dict, or the model's raw text when it was not valid
+    arguments: object  # the validated dict, or the model's raw text when it was not valid
     status: str = "asked"
     result: str | None = None
     error: str | None = None
@@ -81,16 +86,18 @@ class CallRecord:
     def resolved(self) -> bool:
         return self.status in ("done", "error", "rejected")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments, "status": self.status,
                 "result": self.result, "error": self.error, "duration_s": self.duration_s, "reason": self.reason}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CallRecord":
-        return cls(str(d["id"]), str(d["name"]), d.get("arguments"), str(d.get("status") or "asked"), d.get("result"),
-                   d.get("error"), d.get("duration_s"), d.get("reason") or "")
+    def from_dict(cls, d: Mapping[str, object]) -> "CallRecord":
+        took, result, error = d.get("duration_s"), d.get("result"), d.get("error")
+        return cls(str(d["id"]), str(d["name"]), d.get("arguments"), str(d.get("status") or "asked"),
+                   None if result is None else str(result), None if error is None else str(error),
+                   float(took) if isinstance(took, (int, float)) else None, str(d.get("reason") or ""))
 
-    def entry(self) -> dict[str, Any]:
+    def entry(self) -> dict[str, object]:
         """What the posted message carries (``Message.metadata["tool_calls"]``)."""
         known = {"result": self.result, "error": self.error,
                  "duration_s": None if self.duration_s is None else round(self.duration_s, 6)}
@@ -105,9 +112,9 @@ class Exchange:
 
     speaker: str
     rounds: int = 0
-    messages: list[dict[str, Any]] = field(default_factory=list)  # assistant tool_calls + tool results, in order
+    messages: list[dict[str, JsonValue]] = field(default_factory=list)  # assistant tool_calls + tool results, in order
     calls: list[CallRecord] = field(default_factory=list)  # every call of the turn, in order
-    answer: Any = None
+    answer: str | BidOutcome | None = None
     answered: bool = False
     marks: list[str] = field(default_factory=list)  # what the state's action already did with the answer
     share: bool = False  # the speaker shares its tool calls with the others (Agent.share_tool_results)
@@ -115,8 +122,8 @@ class Exchange:
     def pending(self) -> list[CallRecord]:
         return [c for c in self.calls if not c.resolved]
 
-    def to_dict(self) -> dict[str, Any]:
-        answer = self.answer
+    def to_dict(self) -> dict[str, object]:
+        answer: object = self.answer
         if isinstance(answer, BidOutcome):
             answer = {"score": answer.score, "message": answer.message, "bid": True}
         return {"speaker": self.speaker, "rounds": self.rounds, "messages": list(self.messages),
@@ -124,25 +131,29 @@ class Exchange:
                 "marks": list(self.marks), "share": self.share}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Exchange":
-        answer = d.get("answer")
-        if isinstance(answer, dict) and answer.get("bid"):
-            answer = bid_from_arguments({"score": answer["score"], "message": answer["message"]})
-        return cls(d["speaker"], int(d.get("rounds", 0)), list(d.get("messages") or []),
-                   [CallRecord.from_dict(c) for c in d.get("calls") or []], answer, bool(d.get("answered")),
-                   list(d.get("marks") or []), bool(d.get("share")))
+    def from_dict(cls, d: Mapping[str, object]) -> "Exchange":
+        saved = d.get("answer")  # a reply's text, or a bid as a dict
+        answer: str | BidOutcome | None = None if saved is None else str(saved)
+        if isinstance(saved, dict) and saved.get("bid"):
+            answer = bid_from_arguments({"score": saved["score"], "message": saved["message"]})
+        items = {k: list_or_empty(d.get(k)) for k in ("messages", "calls", "marks")}
+        rounds = d.get("rounds")
+        return cls(str(d["speaker"]), rounds if isinstance(rounds, int) else 0,
+                   [m for m in items["messages"] if isinstance(m, dict)],
+                   [CallRecord.from_dict(c) for c in items["calls"] if isinstance(c, dict)], answer,
+                   bool(d.get("answered")), [str(m) for m in items["marks"]], bool(d.get("share")))
 
-    def tool_messages(self) -> list[dict[str, Any]]:
+    def tool_messages(self) -> list[dict[str, JsonValue]]:
         """The wire messages of the rounds so far, results filled in (one ``tool`` message per call)."""
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, JsonValue]] = []
         by_id = {c.id: c for c in self.calls}
         for m in self.messages:
             out.append(m)
-            if m.get("role") == "assistant":
-                for call in m.get("tool_calls") or []:
-                    rec = by_id.get(call["id"])
-                    if rec is not None:
-                        out.append({"role": "tool", "tool_call_id": rec.id, "content": call_result(rec)})
+            calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+            for call in calls if isinstance(calls, list) else ():
+                rec = by_id.get(str(call["id"])) if isinstance(call, dict) else None
+                if rec is not None:
+                    out.append({"role": "tool", "tool_call_id": rec.id, "content": call_result(rec)})
         return out
 
 
@@ -153,20 +164,6 @@ def call_result(rec: CallRecord) -> str:
     if rec.status == "rejected":
         return f"rejected: {rec.result or rec.error or 'a person rejected this call'}"
     return f"error: {rec.error or 'the call failed'}"
-
-
-def _calls_of(message: Any) -> list[tuple[str, str, Any]]:
-    """(id, name, raw arguments) of each tool call of a model's message."""
-    out = []
-    for i, call in enumerate(getattr(message, "tool_calls", None) or []):
-        fn = getattr(call, "function", None)
-        if fn is None and isinstance(call, dict):
-            fn_d = call.get("function") or {}
-            name, raw, cid = fn_d.get("name"), fn_d.get("arguments"), call.get("id")
-        else:
-            name, raw, cid = getattr(fn, "name", None), getattr(fn, "arguments", None), getattr(call, "id", None)
-        out.append((str(cid or f"call_{i + 1}"), str(name or ""), raw if raw is not None else "{}"))
-    return out
 
 
 def note_offline_unmatched(speaker: ToolSpeaker, turn: Turn, tools: Sequence[Tool]) -> None:
@@ -199,13 +196,15 @@ class ToolLoop:
         self.approve_all = False  # interrupt_before=["tools"]: every call waits for a person
         self.offered: dict[str, list[str]] = {}  # each tool source's tool names this run
         self.digests: dict[str, dict[str, str]] = {}  # each tool source's {tool: tool_digest}, checked on resume
-        self._sources: dict[int, tuple[Any, list[Tool] | None]] = {}  # started sources, their tools (None: unlisted)
+        self._sources: dict[int, tuple[ToolSource, list[Tool] | None]] = {}  # started sources, their tools
+        # (None: not listed yet)
         self._starting: asyncio.Lock | None = None  # made in the run's loop on first use
         self.used = False
-        self.last: dict[str, list[dict[str, Any]]] = {}  # the tool calls of the last state's answered turns
+        self.last: dict[str, list[dict[str, object]]] = {}  # the tool calls of the last state's answered turns
         self.handoffs: dict[str, HandoffCall] = {}  # a turn that ended in a handoff, by speaker (the pattern pops it)
         self.speakers: dict[str, ToolSpeaker] = {}  # who spoke each turn in progress (its tools run the calls)
-        self.ask: Callable[[dict[str, Any]], Awaitable[Any]] | None = None  # how a person decides (None: ctx.people)
+        self.ask: Callable[[dict[str, object]], Awaitable[object]] | None = None  # how a person decides
+        # (None: ctx.people)
 
     def once(self, speaker: str, mark: str) -> bool:
         """Whether the state's action does ``mark`` with ``speaker``'s answer for the first time
@@ -237,7 +236,7 @@ class ToolLoop:
                 out.extend(self._sources[id(t)][1] or ())
         return out
 
-    async def _start_source(self, t: Any, speaker: Speaker) -> None:
+    async def _start_source(self, t: ToolSource, speaker: Speaker) -> None:
         """Start tool source ``t`` once and list its tools (unless a concurrent turn just did),
         refusing tools that differ from those the run's checkpoint offered."""
         if id(t) not in self._sources:
@@ -307,7 +306,7 @@ class ToolLoop:
         tools = await self.tools_of(speaker)
         final = ex.rounds >= speaker.max_tool_rounds
         message = await speaker.tool_message(turn, ex.tool_messages(), offered(speaker, tools), final=final)
-        calls = _calls_of(message)
+        calls = calls_of(message)
         text = (getattr(message, "content", None) or "").strip()
         handed = self._handoff(speaker, calls, text)
         if handed is not None:
@@ -332,7 +331,8 @@ class ToolLoop:
         A bidder with tools whose bids would go in JSON mode (the model's text, which cannot call
         tools) is a ``ToolError`` before its model call, never a bid without its tools."""
         if not (has_tools(speaker) and hasattr(speaker, "tool_message") and tooled(speaker)):
-            out: BidOutcome = await (self._cached(speaker, lambda: speaker.bid(turn)) if self.active else speaker.bid(turn))
+            out = await (self._cached(speaker, lambda: speaker.bid(turn)) if self.active else speaker.bid(turn))
+            assert isinstance(out, BidOutcome)
             return out
         if getattr(speaker, "resolved_tool_mode", "native") != "native":
             raise json_bidder_with_tools(speaker.name, f"its model {getattr(speaker, 'model', None)!r} refused tools "
@@ -350,7 +350,7 @@ class ToolLoop:
         final = ex.rounds >= speaker.max_tool_rounds
         message = await speaker.tool_message(turn, ex.tool_messages(), [t.spec() for t in tools], final=final,
                                              bid=True)
-        calls = _calls_of(message)
+        calls = calls_of(message)
         respond = [c for c in calls if c[1] == "respond"]
         if respond:
             outcome = bid_from_arguments(respond[0][2])
@@ -369,7 +369,8 @@ class ToolLoop:
         ex.answer, ex.answered = outcome, True
         return outcome
 
-    async def _cached(self, speaker: Speaker, ask: Callable[[], Any]) -> Any:
+    async def _cached(self, speaker: Speaker,
+                      ask: Callable[[], Awaitable[str | BidOutcome]]) -> str | BidOutcome | None:
         """A speaker without tools in a state with a tool loop: its answer is kept until the
         state's action completes, so entering the state again after a tool round asks it once."""
         ex = self.exchanges.get(speaker.name)
@@ -386,7 +387,7 @@ class ToolLoop:
         while True:
             final = ex.rounds >= speaker.max_tool_rounds
             message = await speaker.tool_message(turn, ex.tool_messages(), offered(speaker, tools), final=final)
-            calls = _calls_of(message)
+            calls = calls_of(message)
             text = (getattr(message, "content", None) or "").strip()
             handed = self._handoff(speaker, calls, text)
             if handed is not None:
@@ -400,7 +401,7 @@ class ToolLoop:
             self._refuse_waiting(ex, speaker)
             await self.run_exchange(ex, speaker, turn.stats, None)
 
-    def _handoff(self, speaker: Speaker, calls: list[tuple[str, str, Any]], text: str) -> str | None:
+    def _handoff(self, speaker: Speaker, calls: list[CallParts], text: str) -> str | None:
         """A reply that calls a ``transfer_to_<name>`` tool ends the turn in a handoff: it is kept
         for the pattern (``handoffs``) and the reply's text is returned (its own text, else the
         handoff's message, else "Transferred to <name>."); other calls of that reply do not run."""
@@ -419,12 +420,12 @@ class ToolLoop:
                                 "call cannot ask for: run the agent in a pattern with a checkpoint",
                                 agent=speaker.name, tool=rec.name, arguments=rec.arguments)
 
-    def _record(self, ex: Exchange, speaker: Speaker, tools: list[Tool], message: Any,
-                calls: list[tuple[str, str, Any]]) -> None:
+    def _record(self, ex: Exchange, speaker: Speaker, tools: list[Tool], message: object,
+                calls: list[CallParts]) -> None:
         """Remember a reply's tool calls (the assistant message as the wire will carry it back)."""
         ex.rounds += 1
         seen = {c.id for c in ex.calls}
-        wire = []
+        wire: list[JsonValue] = []
         by_name = {t.name: t for t in tools}
         for cid, name, raw in calls:
             if cid in seen:  # a model reusing an id across rounds: made unique, the wire keeps them matched
@@ -454,7 +455,7 @@ class ToolLoop:
         """(speaker, call) for each call that waits for a person."""
         return [(ex.speaker, c) for ex in self.exchanges.values() for c in ex.calls if c.status == "awaiting"]
 
-    async def run_exchange(self, ex: Exchange, speaker: Speaker, stats: Any, ctx: Any) -> None:
+    async def run_exchange(self, ex: Exchange, speaker: Speaker, stats: llm.CallStats | None, ctx: object) -> None:
         """Run ``ex``'s calls that may run (not waiting for a person), at most
         ``speaker.max_parallel_tools`` at once; results are recorded in call order."""
         tools = {t.name: t for t in await self.tools_of(speaker)}
@@ -467,18 +468,19 @@ class ToolLoop:
             return
         run = stats.run if stats is not None else None
         cap = run.max_tool_calls if run is not None else None
-        if run is not None and cap is not None and run.tool_calls + len(runnable) > cap:
+        if stats is not None and run is not None and cap is not None and run.tool_calls + len(runnable) > cap:
             stats.refuse_tools_over_cap()
             raise BudgetExceeded(f"max_tool_calls={cap} reached after {run.tool_calls} tool call(s): "
                                  f"{speaker.name}'s {len(runnable)} call(s) ({', '.join(c.name for c in runnable)}) "
                                  "were not run")
         gate = asyncio.Semaphore(max(1, int(getattr(speaker, "max_parallel_tools", DEFAULT_MAX_PARALLEL_TOOLS))))
-        deadline = getattr(stats, "deadline", None)
+        deadline = stats.deadline if stats is not None else None
+        events = getattr(ctx, "events") if ctx is not None else None
         on_error = getattr(speaker, "on_tool_error", "return")
         raised: dict[str, Exception] = {}  # a failed call's exception: the cause of the run's ToolError
         cut: dict[str, int | None] = {}  # a result's length when it was cut to the tool's max_result_chars
 
-        async def masked_run(tool: Tool, args: dict[str, Any], call_id: str) -> str:
+        async def masked_run(tool: Tool, args: dict[str, object], call_id: str) -> str:
             # the one place a tool's text enters the run: its secrets masked (and a long result
             # cut) before a trace hook, the model, the transcript or a store sees it
             try:
@@ -527,12 +529,12 @@ class ToolLoop:
 
         await asyncio.gather(*(one(c) for c in runnable))
         for rec in runnable:
-            if cut.get(rec.id) is not None and ctx is not None:
-                ctx.events.append({"event": "tool_result_truncated", "agent": speaker.name, "tool": rec.name,
+            if cut.get(rec.id) is not None and isinstance(events, list):
+                events.append({"event": "tool_result_truncated", "agent": speaker.name, "tool": rec.name,
                                    "call_id": rec.id, "chars": cut[rec.id], "kept": tools[rec.name].max_result_chars})
             if rec.status == "error":
-                if ctx is not None:
-                    ctx.events.append({"event": "tool_error", "agent": speaker.name, "tool": rec.name,
+                if isinstance(events, list):
+                    events.append({"event": "tool_error", "agent": speaker.name, "tool": rec.name,
                                        "call_id": rec.id, "error": rec.error})
                 if on_error == "stop":
                     raise ToolError(f"tool {rec.name!r} of agent {speaker.name!r} failed: {rec.error}",
@@ -547,7 +549,7 @@ class ToolLoop:
         self.exchanges.clear()
         self.speakers.clear()
 
-    def entries(self, speaker: str) -> list[dict[str, Any]]:
+    def entries(self, speaker: str) -> list[dict[str, object]]:
         """The tool calls of ``speaker``'s answered turn, for its posted message."""
         ex = self.exchanges.get(speaker)
         return [c.entry() for c in ex.calls] if ex is not None else []
@@ -558,19 +560,20 @@ class ToolLoop:
         return ex is not None and ex.share
 
     # ---- checkpoint ----
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """The loop's state as plain data (a checkpoint stores it with the context)."""
         return {"exchanges": {k: ex.to_dict() for k, ex in self.exchanges.items()},
                 "offered": {k: list(v) for k, v in self.offered.items()}, "last": dict(self.last),
                 "digests": {k: dict(v) for k, v in self.digests.items()}}
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: Mapping[str, object]) -> None:
         """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
         approved) but has no result may have run when the run stopped: it becomes ``uncertain``."""
-        self.exchanges = {k: Exchange.from_dict(v) for k, v in (state.get("exchanges") or {}).items()}
-        self.offered = {k: list(v) for k, v in (state.get("offered") or {}).items()}
-        self.digests = {k: dict(v) for k, v in (state.get("digests") or {}).items()}
-        self.last = dict(state.get("last") or {})
+        part = {k: object_or_empty(state.get(k)) for k in ("exchanges", "offered", "digests", "last")}
+        self.exchanges = {k: Exchange.from_dict(object_or_empty(v)) for k, v in part["exchanges"].items()}
+        self.offered = {k: [str(x) for x in list_or_empty(v)] for k, v in part["offered"].items()}
+        self.digests = {k: {n: str(x) for n, x in object_or_empty(v).items()} for k, v in part["digests"].items()}
+        self.last = {k: [object_or_empty(e) for e in list_or_empty(v)] for k, v in part["last"].items()}
         for ex in self.exchanges.values():
             for c in ex.calls:
                 if c.status in ("asked", "approved"):
@@ -579,27 +582,28 @@ class ToolLoop:
 
 
 # ---- the graph block ----
-def offered(speaker: Speaker, tools: Sequence[Tool]) -> list[dict[str, Any]]:
+def offered(speaker: Speaker, tools: Sequence[Tool]) -> list[dict[str, object]]:
     """The tool specs a turn of ``speaker`` offers: its tools, then a ``transfer_to_<name>`` per handoff."""
     return [t.spec() for t in tools] + [h.spec() for h in handoffs_of(speaker)]
 
 
-def loop_of(ctx: Any) -> ToolLoop:
+def loop_of(ctx: object) -> ToolLoop:
     """The run's ``ToolLoop`` on ``ctx`` (made on first use)."""
     loop = getattr(ctx, "tool_loop", None)
-    if loop is None:
-        loop = ToolLoop()
-        ctx.tool_loop = loop
+    if isinstance(loop, ToolLoop):
+        return loop
+    loop = ToolLoop()
+    setattr(ctx, "tool_loop", loop)
     return loop
 
 
-def tool_action(action: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def tool_action(action: Callable[[C], object]) -> Callable[[C], Awaitable[object]]:
     """``action`` as the speaking state of a tool loop: its speaking block records tool calls and
     ends it early (the step's payload is then ``"tool_calls"``, and the step says its effects are
     pending: a durable run commits the calls before they run); once it completes, the turns in
     progress are over."""
 
-    async def speaking(ctx: Any) -> Any:
+    async def speaking(ctx: C) -> object:
         loop = loop_of(ctx)
         loop.active = True
         try:
@@ -619,43 +623,42 @@ def tool_action(action: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return speaking
 
 
-def tool_calls(ctx: Any) -> bool:
+def tool_calls(ctx: object) -> bool:
     """the model asked for tool calls"""
     loop = getattr(ctx, "tool_loop", None)
-    return loop is not None and loop.unresolved()
+    return isinstance(loop, ToolLoop) and loop.unresolved()
 
 
-def needs_person(ctx: Any) -> bool:
+def needs_person(ctx: object) -> bool:
     """a tool call waits for a person"""
     loop = getattr(ctx, "tool_loop", None)
-    return loop is not None and bool(loop.awaiting())
+    return isinstance(loop, ToolLoop) and bool(loop.awaiting())
 
 
-APPROVAL_ALLOWED = {"approve": "run the call as proposed",
-                    "edit": "run it with these arguments instead (checked against the tool's schema)",
-                    "reject": "do not run it; the reason goes to the model as the call's result"}
-RERUN_ALLOWED = {"approve": "run the call again (it may have run once already)",
-                 "say": "do not run it; your text is the call's result",
-                 "reject": "do not run it; the reason goes to the model as the call's result"}
-
-
-def make_decide(speakers: Sequence[Speaker]) -> Callable[[Any], Any]:
+def make_decide(speakers: Sequence[Speaker]) -> Callable[[object], Awaitable[dict[str, str]]]:
     by_name = {s.name: s for s in speakers}
 
-    async def decide_tool_calls(ctx: Any) -> dict[str, Any]:
+    async def decide_tool_calls(ctx: object) -> dict[str, str]:
         """a person approves, edits or rejects a waiting tool call"""
         loop = loop_of(ctx)
         speaker, rec = loop.awaiting()[0]
         req = approval_request(speaker, rec)
-        answer = ctx.people.ask(req) if loop.ask is None else await loop.ask(req)  # a hub: hub.decide_tool_call
+        if loop.ask is None:
+            people = getattr(ctx, "people")
+            assert isinstance(people, People), "a run's context has its people (RunContext.people)"
+            answer: object = people.ask(req)
+        else:
+            answer = await loop.ask(req)  # a hub: hub.decide_tool_call
         try:
-            await decide_call(loop, loop.speakers.get(speaker) or by_name[speaker], rec, answer)
+            kind = await decide_call(loop, loop.speakers.get(speaker) or by_name[speaker], rec, answer)
         except ToolArgumentsError as exc:  # the run keeps waiting, saying why
             raise Interrupted({**req, "prompt": f"{req['prompt']} (the edited arguments were refused: {exc})"}) \
                 from None
-        ctx.events.append({"event": "tool_decision", "agent": speaker, "tool": rec.name, "call_id": rec.id,
-                           "decision": answer.kind})
-        return {"call_id": rec.id, "decision": answer.kind}
+        events = getattr(ctx, "events")
+        if isinstance(events, list):
+            events.append({"event": "tool_decision", "agent": speaker, "tool": rec.name, "call_id": rec.id,
+                           "decision": kind})
+        return {"call_id": rec.id, "decision": kind}
 
     return decide_tool_calls
 
@@ -663,19 +666,13 @@ def make_decide(speakers: Sequence[Speaker]) -> Callable[[Any], Any]:
 def approval_request(speaker: str, rec: CallRecord) -> dict[str, Any]:
     """The request a person answers for a call waiting for them (``fsmchat.speakers.human.request``):
     its prompt names the speaker, the tool and the arguments; ``allowed`` says what may be answered."""
-    rerun = rec.reason == "rerun"
-    prompt = (f"{speaker}'s call {rec.name}({_args_text(rec.arguments)}) may have run before the run stopped "
-              "(its result was not saved): run it again?" if rerun else
-              f"{speaker} asks to call {rec.name}({_args_text(rec.arguments)}): run it?")
-    proposed = {"speaker": speaker, "tool": rec.name, "arguments": rec.arguments, "call_id": rec.id}
-    return request("tool_call", prompt, RERUN_ALLOWED if rerun else APPROVAL_ALLOWED, person=None,
-                   proposed=proposed, edit=None if rerun else "arguments")
+    return tool_call_request(speaker, rec.name, rec.arguments, rec.id, rerun=rec.reason == "rerun")
 
 
-async def decide_call(loop: ToolLoop, speaker: Speaker, rec: CallRecord, answer: Any) -> None:
+async def decide_call(loop: ToolLoop, speaker: Speaker, rec: CallRecord, answer: object) -> str:
     """Apply a person's ``answer`` to the waiting call ``rec`` of ``speaker``: ``Approve`` (run it),
     ``Edit(arguments=...)`` (run it with those, checked against the tool's schema), ``Say(text)``
-    (its result, not run) or ``Reject(reason)`` (the reason is its result).
+    (its result, not run) or ``Reject(reason)`` (the reason is its result). Returns the answer's kind.
 
     Raises:
         ToolArgumentsError: Edited arguments the tool's schema refuses (the call still waits).
@@ -695,33 +692,29 @@ async def decide_call(loop: ToolLoop, speaker: Speaker, rec: CallRecord, answer:
     else:
         raise TypeError(f"a decision on tool call {rec.name!r} is Approve(), Edit(arguments={{...}}), Say(text) or "
                         f"Reject(reason), got {type(answer).__name__} {answer!r}")
+    return answer.kind
 
 
-def _args_text(arguments: Any) -> str:
-    if isinstance(arguments, dict):
-        return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
-    return str(arguments)
-
-
-def make_run_tools(speakers: Sequence[Speaker]) -> Callable[[Any], Any]:
+def make_run_tools(speakers: Sequence[Speaker]) -> Callable[[object], Awaitable[list[dict[str, object]]]]:
     by_name = {s.name: s for s in speakers}
 
-    async def run_tools(ctx: Any) -> list[dict[str, Any]]:
+    async def run_tools(ctx: object) -> list[dict[str, object]]:
         """run the requested tool calls, concurrently; results in call order"""
         loop = loop_of(ctx)
-        done: list[dict[str, Any]] = []  # the step's payload: each call it resolved (the trace, stream())
+        done: list[dict[str, object]] = []  # the step's payload: each call it resolved (the trace, stream())
         for ex in list(loop.exchanges.values()):
             pending = ex.pending()
             if pending:  # with the tools of the speaker that spoke (a hub's may carry close_channel)
                 speaker = loop.speakers.get(ex.speaker) or by_name[ex.speaker]
-                await loop.run_exchange(ex, speaker, getattr(ctx, "stats", None), ctx)
+                stats = getattr(ctx, "stats", None)
+                await loop.run_exchange(ex, speaker, stats if isinstance(stats, llm.CallStats) else None, ctx)
                 done += [{"agent": ex.speaker, **c.entry()} for c in pending if c.resolved]
         return done
 
     return run_tools
 
 
-ToolHook = Callable[[Callable[[], Awaitable[str]], str, str, str, dict[str, Any]], Awaitable[str]]
+ToolHook = Callable[[Callable[[], Awaitable[str]], str, str, str, dict[str, object]], Awaitable[str]]
 TOOL_HOOK: contextvars.ContextVar[ToolHook | None] = contextvars.ContextVar("fsmchat_tool_hook", default=None)
 """Around each tool call of the runs in this context: ``hook(run, agent, tool, call_id, arguments)``
 awaits ``run()`` (the call) and returns its result (``fsmchat.otel`` makes a span of it)."""
@@ -755,8 +748,8 @@ APPROVE_ALL: contextvars.ContextVar[bool] = contextvars.ContextVar("fsmchat_appr
 (a flow's steps draw their loops while it compiles, without the pattern at hand)."""
 
 
-def add_tool_loop(g: StateGraph, state: str, speakers: Sequence[Speaker], *, approve_all: bool = False,
-                  events: bool = False, exits: Sequence[tuple[str, Callable[[Any], bool], str]] = ()) -> StateGraph:
+def add_tool_loop(g: StateGraph[C], state: str, speakers: Sequence[Speaker], *, approve_all: bool = False,
+                  events: bool = False, exits: Sequence[tuple[str, Callable[[C], bool], str]] = ()) -> StateGraph[C]:
     """Draw the tool loop of ``state``, where ``speakers`` speak: ``state -[tool_calls]-> tools_<state>
     -> state`` (the new edge tried first) and its wait point ``tools_<state> -[needs_person]->
     approve_<state> -> tools_<state>`` (a person approves a call, or decides on one whose result

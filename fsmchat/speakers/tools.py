@@ -30,7 +30,7 @@ import inspect
 import json
 import re
 import time
-from typing import Any, Callable, Protocol, get_type_hints, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, get_type_hints, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic import Field as PydanticField
@@ -166,7 +166,7 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return " ".join(summary), args
 
 
-def _schema_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
+def _schema_model(fn: Callable[..., object], name: str, docs: dict[str, str]) -> type[BaseModel]:
     """A pydantic model of ``fn``'s parameters (hints, defaults, docstring descriptions)."""
     try:
         sig = inspect.signature(fn)
@@ -176,7 +176,7 @@ def _schema_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> ty
         hints = _hints(fn)
     except Exception as exc:
         raise TypeError(f"Tool {name!r}: cannot resolve the type hints of {fn!r}: {exc}") from None
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # pydantic's create_model reads (type form, FieldInfo) pairs
     for p in sig.parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise TypeError(f"Tool {name!r}: parameter {p.name!r} is *args/**kwargs; a tool's parameters must be "
@@ -184,7 +184,7 @@ def _schema_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> ty
         if p.kind is p.POSITIONAL_ONLY:
             raise TypeError(f"Tool {name!r}: parameter {p.name!r} is positional-only; a tool's parameters are "
                             "passed by name")
-        hint = hints.get(p.name, Any)
+        hint = hints.get(p.name, Any)  # an unannotated parameter takes any JSON value
         default = ... if p.default is p.empty else p.default
         fields[p.name] = (hint, PydanticField(default, description=docs.get(p.name) or None))
     config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
@@ -196,18 +196,18 @@ def _hints(fn: Callable[..., object]) -> dict[str, object]:
     return get_type_hints(target)
 
 
-def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def _clean_schema(schema: dict[str, object]) -> dict[str, object]:
     """The model's JSON schema without pydantic's titles (noise to a model)."""
-    def strip(node: object) -> Any:
+    def strip(node: object) -> object:
         if isinstance(node, dict):
             return {k: strip(v) for k, v in node.items() if k != "title" or not isinstance(v, str)}
         if isinstance(node, list):
             return [strip(v) for v in node]
         return node
-    out = strip(schema)
+    out = {k: strip(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
     out.setdefault("type", "object")
     out.setdefault("properties", {})
-    return dict(out)
+    return out
 
 
 DEFAULT_MAX_RESULT_CHARS = 50_000
@@ -303,13 +303,17 @@ class Tool:
                 f"shown (Tool(max_result_chars={limit}))]", len(text))
 
     @classmethod
-    def from_schema(cls, schema: dict[str, Any]) -> "Tool":
+    def from_schema(cls, schema: Mapping[str, object]) -> "Tool":
         """A tool with no function from an OpenAI-format dict (``{"type": "function", "function": {...}}``
         or the bare ``{"name", "description", "parameters"}``)."""
         inner = schema.get("function")
-        fn: dict[str, Any] = inner if isinstance(inner, dict) else schema
+        fn: Mapping[str, object] = inner if isinstance(inner, dict) else schema
+        parameters = fn.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(parameters, dict):
+            raise TypeError(f"Tool {fn.get('name')!r}: parameters must be a JSON-schema dict, got "
+                            f"{type(parameters).__name__}")
         return cls(None, name=str(fn.get("name") or ""), description=str(fn.get("description") or ""),
-                   parameters=dict(fn.get("parameters") or {"type": "object", "properties": {}}))
+                   parameters=dict(parameters))
 
     @property
     def runnable(self) -> bool:
@@ -415,7 +419,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,),
                                             "null": (type(None),)}
 
 
-def schema_problems(schema: dict[str, Any], value: object, where: str = "") -> list[str]:
+def schema_problems(schema: Mapping[str, object], value: object, where: str = "") -> list[str]:
     """What ``value`` breaks of the JSON-schema rules a tool's parameters commonly use: ``type``,
     ``enum``, ``required``, ``properties``, ``additionalProperties: false`` and ``items`` (nested).
 
@@ -436,11 +440,13 @@ def schema_problems(schema: dict[str, Any], value: object, where: str = "") -> l
         is_bool = isinstance(value, bool)
         if not isinstance(value, allowed) or (is_bool and "boolean" not in names):
             return [f"{label}: expected {' or '.join(map(str, names))}, got {type(value).__name__}"]
-    if "enum" in schema and value not in schema["enum"]:
-        out.append(f"{label}: {value!r} is not one of {schema['enum']!r}")
+    enum = schema.get("enum")
+    if isinstance(enum, list) and value not in enum:
+        out.append(f"{label}: {value!r} is not one of {enum!r}")
     if isinstance(value, dict):
-        props = schema.get("properties") or {}
-        for key in schema.get("required") or []:
+        found, required = schema.get("properties"), schema.get("required")
+        props = found if isinstance(found, dict) else {}
+        for key in required if isinstance(required, list) else []:
             if key not in value:
                 out.append(f"{where + '.' if where else ''}{key}: required")
         for key, item in value.items():
@@ -449,9 +455,10 @@ def schema_problems(schema: dict[str, Any], value: object, where: str = "") -> l
                 out += schema_problems(props[key], item, path)
             elif schema.get("additionalProperties") is False:
                 out.append(f"{path}: not a parameter (allowed: {', '.join(props) or 'none'})")
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, dict):
         for i, item in enumerate(value):
-            out += schema_problems(schema["items"], item, f"{label}[{i}]")
+            out += schema_problems(items, item, f"{label}[{i}]")
     return out
 
 
@@ -500,6 +507,23 @@ def as_tool_entry(x: object) -> object:
         return Tool(x)
     raise TypeError(f"a tool is a function, a Tool(fn, ...), a JSON-schema dict or a tool source "
                     f"(async start/tools/stop), got {type(x).__name__}")
+
+
+CallParts = tuple[str, str, object]  # a tool call of a model's message: (id, name, raw arguments)
+
+
+def calls_of(message: object) -> list[CallParts]:
+    """(id, name, raw arguments) of each tool call of a model's message."""
+    out: list[CallParts] = []
+    for i, call in enumerate(getattr(message, "tool_calls", None) or []):
+        fn = getattr(call, "function", None)
+        if fn is None and isinstance(call, dict):
+            fn_d = call.get("function") or {}
+            name, raw, cid = fn_d.get("name"), fn_d.get("arguments"), call.get("id")
+        else:
+            name, raw, cid = getattr(fn, "name", None), getattr(fn, "arguments", None), getattr(call, "id", None)
+        out.append((str(cid or f"call_{i + 1}"), str(name or ""), raw if raw is not None else "{}"))
+    return out
 
 
 def is_schema_dict(x: object, name: str) -> bool:
