@@ -302,6 +302,56 @@ def as_list(value: object, where: str) -> list[JsonValue]:
     return value
 
 
+
+def as_opt_object(value: object, where: str) -> dict[str, object]:
+    """A stored part that may be absent: ``value`` as an object, ``{}`` for None.
+
+    Args:
+        value: A value read back (a checkpoint's part).
+        where: Where it sits, for the error.
+
+    Returns:
+        The same dict, or a new empty one.
+
+    Raises:
+        JsonShapeError: ``value`` is neither a dict nor None.
+
+    Examples:
+        >>> from fsmchat.checks import as_opt_object
+        >>> as_opt_object(None, "state.digests"), as_opt_object({"a": 1}, "state.digests")
+        ({}, {'a': 1})
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise JsonShapeError(f"{where}: expected an object, got {_kind(value)}")
+    return value
+
+
+def as_opt_list(value: object, where: str) -> list[object]:
+    """A stored part that may be absent: ``value`` as an array, ``[]`` for None.
+
+    Args:
+        value: A value read back (a checkpoint's part).
+        where: Where it sits, for the error.
+
+    Returns:
+        The same list, or a new empty one.
+
+    Raises:
+        JsonShapeError: ``value`` is neither a list nor None.
+
+    Examples:
+        >>> from fsmchat.checks import as_opt_list
+        >>> as_opt_list(None, "exchange.marks"), as_opt_list([1], "exchange.marks")
+        ([], [1])
+    """
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise JsonShapeError(f"{where}: expected an array, got {_kind(value)}")
+    return value
+
 def get_object(obj: Mapping[str, object], key: str, where: str) -> JsonObject:
     """The JSON object at ``obj[key]`` (missing is an error).
 

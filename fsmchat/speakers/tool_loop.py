@@ -37,12 +37,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, Mapping, Sequence, TypeVar
 
+from ..checks import as_opt_list, as_opt_object
 from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
 from ..common.masking import redact, redact_chain
 from . import llm
-from .chunks import list_or_empty, object_or_empty
 from .handoff import HandoffCall, find_handoff, handoffs_of
 from .human import USER, Approve, Edit, People, Reject, Say, tool_call_request
 from .respond import BidOutcome, bid_from_arguments, silent
@@ -136,7 +136,7 @@ class Exchange:
         answer: str | BidOutcome | None = None if saved is None else str(saved)
         if isinstance(saved, dict) and saved.get("bid"):
             answer = bid_from_arguments({"score": saved["score"], "message": saved["message"]})
-        items = {k: list_or_empty(d.get(k)) for k in ("messages", "calls", "marks")}
+        items = {k: as_opt_list(d.get(k), f"exchange.{k}") for k in ("messages", "calls", "marks")}
         rounds = d.get("rounds")
         return cls(str(d["speaker"]), rounds if isinstance(rounds, int) else 0,
                    [m for m in items["messages"] if isinstance(m, dict)],
@@ -569,11 +569,14 @@ class ToolLoop:
     def restore(self, state: Mapping[str, object]) -> None:
         """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
         approved) but has no result may have run when the run stopped: it becomes ``uncertain``."""
-        part = {k: object_or_empty(state.get(k)) for k in ("exchanges", "offered", "digests", "last")}
-        self.exchanges = {k: Exchange.from_dict(object_or_empty(v)) for k, v in part["exchanges"].items()}
-        self.offered = {k: [str(x) for x in list_or_empty(v)] for k, v in part["offered"].items()}
-        self.digests = {k: {n: str(x) for n, x in object_or_empty(v).items()} for k, v in part["digests"].items()}
-        self.last = {k: [object_or_empty(e) for e in list_or_empty(v)] for k, v in part["last"].items()}
+        part = {k: as_opt_object(state.get(k), f"tool loop {k}") for k in ("exchanges", "offered", "digests", "last")}
+        self.exchanges = {k: Exchange.from_dict(as_opt_object(v, "tool loop exchange"))
+                          for k, v in part["exchanges"].items()}
+        self.offered = {k: [str(x) for x in as_opt_list(v, "tool loop offered")] for k, v in part["offered"].items()}
+        self.digests = {k: {n: str(x) for n, x in as_opt_object(v, "tool loop digests").items()}
+                        for k, v in part["digests"].items()}
+        self.last = {k: [as_opt_object(e, "tool loop last") for e in as_opt_list(v, "tool loop last")]
+                     for k, v in part["last"].items()}
         for ex in self.exchanges.values():
             for c in ex.calls:
                 if c.status in ("asked", "approved"):

@@ -34,3 +34,27 @@ def test_a_misfit_names_where_and_what_never_the_value(read, message):
         read()
     assert str(caught.value) == message
     assert isinstance(caught.value, TypeError)
+
+
+def test_optional_parts_read_as_empty_when_absent_and_refuse_a_misfit():
+    from fsmchat.checks import as_opt_list, as_opt_object
+
+    assert as_opt_object(None, "state.x") == {} and as_opt_list(None, "state.x") == []
+    with pytest.raises(JsonShapeError, match=r"^state.x: expected an object, got list$"):
+        as_opt_object([], "state.x")
+    with pytest.raises(JsonShapeError, match=r"^state.x: expected an array, got str$"):
+        as_opt_list("ab", "state.x")
+
+
+def test_a_tool_loop_restored_from_a_damaged_checkpoint_says_where_instead_of_forgetting_its_calls():
+    """A tool loop's stored exchanges are what keeps a resume from repeating a committed call: a part
+    of the wrong shape is an error naming it, never read as "no calls"."""
+    from fsmchat.speakers.tool_loop import ToolLoop
+
+    loop = ToolLoop()
+    loop.restore({"exchanges": None, "offered": {}, "digests": {}, "last": {}})  # absent parts: an older checkpoint
+    assert loop.exchanges == {}
+    with pytest.raises(JsonShapeError, match=r"^tool loop exchanges: expected an object, got list$"):
+        ToolLoop().restore({"exchanges": [["alice", {}]]})
+    with pytest.raises(JsonShapeError, match=r"^exchange.calls: expected an array, got str$"):
+        ToolLoop().restore({"exchanges": {"alice": {"speaker": "alice", "calls": "c1"}}})
