@@ -183,8 +183,9 @@ class SqliteCheckpointer(ReadsLog):
                 self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
             new = self._check_schema()  # a foreign database is refused before anything is written to it
             if not self.read_only:
-                if new and durability == "normal":  # an empty file: its switch to WAL (a rollback-journal
-                    self._db.execute("PRAGMA synchronous=OFF")  # write of its header) has nothing to sync
+                if new and durability == "normal":  # an empty file: its switch to WAL (one write of its
+                    self._db.execute("PRAGMA journal_mode=MEMORY")  # header) has nothing to journal or sync
+                    self._db.execute("PRAGMA synchronous=OFF")
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")  # (durability="fsync": the writer thread's are FULL)
                 # a new store's tables in one transaction (one WAL commit, not one per table)
