@@ -74,6 +74,10 @@ def check_resume(run_id: object, checkpoint: object, owner: str) -> None:
 _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_MESSAGE = "INSERT INTO messages VALUES (?, ?, ?, ?, ?)"
 _HOLDS = "SELECT 1 FROM leases WHERE run_id=? AND owner=? AND token=?"  # the writer still holds the lease
+# a commit's check: a row when the fence holds the lease, with the run's stop reason (a resumed run is reopened)
+_HELD_ENDED = "SELECT (SELECT stop_reason FROM runs WHERE run_id=?) FROM leases WHERE run_id=? AND owner=? AND token=?"
+_ENDED = "SELECT stop_reason FROM runs WHERE run_id=?"
+_REOPEN = "UPDATE runs SET stop_reason=NULL WHERE run_id=?"
 
 
 class _Refused(FsmchatError):
@@ -120,15 +124,12 @@ class SqliteCheckpointer(ReadsLog):
                                        token INTEGER NOT NULL DEFAULT 0);
     CREATE TABLE IF NOT EXISTS evals (eval_id TEXT PRIMARY KEY, name TEXT NOT NULL, created REAL NOT NULL,
                                       summary TEXT NOT NULL, cases TEXT NOT NULL);
-    CREATE TRIGGER IF NOT EXISTS events_reopen AFTER INSERT ON events
-        WHEN NEW.delta IS NOT '-' AND (SELECT stop_reason FROM runs WHERE run_id = NEW.run_id) IS NOT NULL
-        BEGIN UPDATE runs SET stop_reason = NULL WHERE run_id = NEW.run_id; END;
     """
-    # events_reopen: a run that gains a step is not ended (a resumed run's first commit clears its
-    # stop reason), in the commit's own transaction, without a statement of its own per commit; it
-    # looks at a commit's last row only (a held row, delta '-', is always followed by its commit's
-    # step in the same transaction). A store made by an older fsmchat keeps its trigger, which
-    # looks at every row
+    # A run that gains a step is not ended (a resumed run's first commit clears its stop reason):
+    # ``append`` reads the stop reason in its lease check (``_HELD_ENDED``) and clears it, in the
+    # commit's own transaction. A store made by an older fsmchat keeps its ``events_reopen``
+    # trigger, which did it on every row insert (about 2 µs a commit), and which that fsmchat adds
+    # again when it opens the store
     COLUMNS = {"runs": {"run_id", "meta", "stop_reason", "created", "updated"},
                "events": {"run_id", "seq", "step", "state", "trigger", "dest", "t", "payload"},
                "messages": {"run_id", "seq", "role", "content", "metadata"},
@@ -181,15 +182,20 @@ class SqliteCheckpointer(ReadsLog):
                                            isolation_level=None)
             else:
                 self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._check_schema()  # a foreign database is refused before anything is written to it
+            new = self._check_schema()  # a foreign database is refused before anything is written to it
             if not self.read_only:
+                if new and durability == "normal":  # an empty file: its switch to WAL (one write of its
+                    self._db.execute("PRAGMA journal_mode=MEMORY")  # header) has nothing to journal or sync
+                    self._db.execute("PRAGMA synchronous=OFF")
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")  # (durability="fsync": the writer thread's are FULL)
-                self._db.executescript(self.SCHEMA)
-                self._migrate()
+                # a new store's tables in one transaction (one WAL commit, not one per table)
+                self._db.executescript(f"BEGIN IMMEDIATE;{self.SCHEMA}COMMIT;" if new else self.SCHEMA)
+                if not new:
+                    self._migrate()
                 if durability == "fsync":
                     self.group = GroupCommit(self.path)
-            self._deltas = self._columns("events") >= {"nmsg", "delta"}
+            self._deltas = new or self._columns("events") >= {"nmsg", "delta"}
         except sqlite3.DatabaseError as exc:
             raise self._store_error(exc) from None
 
@@ -211,16 +217,18 @@ class SqliteCheckpointer(ReadsLog):
     def _columns(self, table: str) -> set[str]:
         return {c[1] for c in self._db.execute(f"PRAGMA table_info('{table}')")}
 
-    def _check_schema(self) -> None:
-        """An empty file becomes a store; any other database must have the store's tables and columns."""
+    def _check_schema(self) -> bool:
+        """An empty file becomes a store (True: it is one); any other database must have the store's
+        tables and columns."""
         found = {r[0]: self._columns(r[0]) for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not found and not self.read_only:
-            return
+            return True
         wrong = sorted(t for t, cols in self.COLUMNS.items() if not cols <= found.get(t, set()))
         if wrong:
             raise CheckpointStoreError(
                 f"checkpoint store {self.path}: not an fsmchat checkpoint database (tables {sorted(found)}; "
                 f"missing or different: {wrong}); point SqliteCheckpointer at a new file or an fsmchat store")
+        return False
 
     def _migrate(self) -> None:
         """Add the columns an older store lacks (one writer at a time; another may have just done it)."""
@@ -344,15 +352,23 @@ class SqliteCheckpointer(ReadsLog):
 
     def append(self, run_id: str, commit: Commit, fence: Fence | None = None) -> "Future[None] | None":
         """Store one commit in one transaction: its event rows, its messages, and the run marked
-        not ended (its stop reason cleared, by the ``events_reopen`` trigger). With ``fence``, nothing is written and ``LeaseLost`` is
-        raised when the fence no longer holds the run's lease. With ``durability="fsync"`` the
-        commit is queued to the writer thread and its future returned (done once on disk)."""
+        not ended (its stop reason, read by the lease check's statement, cleared). With ``fence``,
+        nothing is written and ``LeaseLost`` is raised when the fence no longer holds the run's lease.
+        With ``durability="fsync"`` the commit is queued to the writer thread and its future
+        returned (done once on disk)."""
         self._writable("write a run")
 
         def write(db: sqlite3.Connection) -> None:
-            self._require(fence, db)
+            if fence is None:
+                held = db.execute(_ENDED, (run_id,)).fetchone() or (None,)
+            else:
+                held = db.execute(_HELD_ENDED, (run_id, fence.run_id, fence.owner, fence.token)).fetchone()
+                if held is None:
+                    raise _Refused
+            if held[0] is not None:
+                db.execute(_REOPEN, (run_id,))
             db.executemany(_INSERT_EVENT, event_rows(run_id, commit))
-            db.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))  # (events_reopen: not ended)
+            db.executemany(_INSERT_MESSAGE, message_rows(run_id, commit))
 
         return self._write(write, fence)
 
@@ -452,7 +468,7 @@ class SqliteCheckpointer(ReadsLog):
                         db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
                                        [(lg.run_id, i, m.role, m.content, encode_json(m.metadata))
                                         for i, m in enumerate(lg.messages)])
-                        if lg.stop_reason is not None:  # events_reopen cleared it as the rows went in
+                        if lg.stop_reason is not None:  # (an older store's events_reopen trigger cleared it)
                             db.execute("UPDATE runs SET stop_reason=? WHERE run_id=?", (lg.stop_reason, lg.run_id))
                     db.execute("COMMIT")
                 except BaseException:
