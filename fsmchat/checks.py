@@ -302,7 +302,6 @@ def as_list(value: object, where: str) -> list[JsonValue]:
     return value
 
 
-
 def as_opt_object(value: object, where: str) -> dict[str, object]:
     """A stored part that may be absent: ``value`` as an object, ``{}`` for None.
 
@@ -351,6 +350,7 @@ def as_opt_list(value: object, where: str) -> list[object]:
     if not isinstance(value, list):
         raise JsonShapeError(f"{where}: expected an array, got {_kind(value)}")
     return value
+
 
 def get_object(obj: Mapping[str, object], key: str, where: str) -> JsonObject:
     """The JSON object at ``obj[key]`` (missing is an error).

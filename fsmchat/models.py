@@ -8,18 +8,12 @@ from dataclasses import dataclass, field
 from collections.abc import Sequence
 from itertools import islice
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, Iterator, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:  # the event models load when a run's events are read (typed_events), not with the models
     from .events import RunEvent
-
-R = TypeVar("R")
-
-ShownRows = dict[tuple[Callable[[str, "Message"], object], str], tuple[list[object], list[int]]]
-"""A transcript's rows as each reader was shown them (``Transcript.shown_as``): per (row function,
-reader), the rows built so far and, per message, how many rows the messages up to it made."""
 
 SEED_ROLE = "User"
 """The role of a run's first message, the task (no participant may take this name)."""
@@ -156,7 +150,7 @@ class Transcript:
         (1, [{'event': 'message_truncated', 'role': 'Critic', 'chars': 17, 'kept': 5}])
     """
 
-    __slots__ = ("_rows", "_listeners", "events", "max_chars", "_shown")
+    __slots__ = ("_rows", "_listeners", "events", "max_chars", "memo")
 
     def __init__(self, rows: list[Message] | None = None, events: list[dict[str, Any]] | None = None,
                  max_chars: int = MAX_MESSAGE_CHARS):
@@ -164,7 +158,7 @@ class Transcript:
         self._listeners: list[Any] = []
         self.events: list[dict[str, Any]] = events if events is not None else []
         self.max_chars = max_chars
-        self._shown: ShownRows = {}
+        self.memo: dict[object, object] = {}  # what readers derive from the rows, kept for later reads (views share it)
 
     def post(self, role: str, content: str, **metadata: object) -> Message:
         """Append a message (repaired and capped as ``admit`` says) and tell every listener.
@@ -247,71 +241,20 @@ class Transcript:
 
         Later posts are not in the view; the rows are append-only, so a view is as stable as a copy.
         """
-        return TranscriptView(self._rows, len(self._rows), self._shown)
-
-    def shown_as(self, reader: str, row: Callable[[str, Message], R | None]) -> list[R]:
-        """Every row as ``reader`` reads it (``row(reader, message)``; None leaves a message out).
-
-        Each message's row is built once per reader and row function, on the first request that
-        reaches it: the rows are append-only, so a later request builds only the new messages'. The
-        list is new on every call; the rows in it are shared between calls and must not be changed.
-
-        Args:
-            reader: Who reads the rows (a participant's name).
-            row: A module-level function making one message's row (the cache is keyed by it).
-
-        Returns:
-            The rows, in order.
-
-        Examples:
-            >>> from fsmchat import Transcript
-            >>> t = Transcript()
-            >>> _ = t.post("User", "Hi"), t.post("system", "noted")
-            >>> def row(reader, m): return None if m.role == "system" else f"{reader} sees {m.content}"
-            >>> t.shown_as("Critic", row)
-            ['Critic sees Hi']
-        """
-        return shown_rows(self._rows, len(self._rows), self._shown, reader, row)
+        return TranscriptView(self._rows, len(self._rows), self.memo)
 
     def __repr__(self) -> str:
         return f"Transcript({len(self._rows)} messages)"
 
 
-def shown_rows(rows: list[Message], n: int, shown: ShownRows, reader: str,
-               row: Callable[[str, Message], R | None]) -> list[R]:
-    """The first ``n`` messages' rows as ``reader`` reads them, built once each (``Transcript.shown_as``)."""
-    entry = shown.get((row, reader))
-    if entry is None:
-        entry = shown[(row, reader)] = ([], [])
-    out, ends = entry
-    for i in range(len(ends), n):
-        made = row(reader, rows[i])
-        if made is not None:
-            out.append(made)
-        ends.append(len(out))
-    return cast("list[R]", out[:ends[n - 1]] if n else [])  # every row in out came from this row function
-
-
 class TranscriptView(Sequence[Message]):
     """The first ``n`` rows of a transcript, read-only; made in O(1) per turn instead of a copy."""
 
-    __slots__ = ("_rows", "_n", "_shown")
+    __slots__ = ("_rows", "_n", "memo")
 
-    def __init__(self, rows: list[Message], n: int, shown: ShownRows | None = None):
+    def __init__(self, rows: list[Message], n: int, memo: dict[object, object] | None = None):
         self._rows, self._n = rows, n
-        self._shown: ShownRows = shown if shown is not None else {}
-
-    def shown_as(self, reader: str, row: Callable[[str, Message], R | None]) -> list[R]:
-        """The view's rows as ``reader`` reads them, shared with its transcript (``Transcript.shown_as``).
-
-        Args:
-            reader: Who reads the rows.
-            row: A module-level function making one message's row.
-
-        Returns:
-            The rows of the view's messages, in order.
-        """
-        return shown_rows(self._rows, self._n, self._shown, reader, row)
+        self.memo = memo if memo is not None else {}  # its transcript's (rows are append-only: what holds for n holds)
 
     def __len__(self) -> int:
         return self._n

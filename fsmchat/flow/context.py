@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar, Union
 
-from ..errors import ConfigError
 from ..checks import as_list, as_object, get_opt_str, get_str
-from ..errors import JsonShapeError
+from ..errors import ConfigError, JsonShapeError
 from ..patterns.run_context import RunContext
 from ..speakers.llm import CallStats
 from ..store.checkpoint import NotSerializable, decode, encode

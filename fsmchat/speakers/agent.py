@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import math
 import os
+import threading
 import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Sequence
@@ -541,7 +542,7 @@ class Turn:
         return self.transcript[-1] if self.transcript else None
 
     def request_messages(self, system_prompt: str) -> list[dict[str, Any]]:
-        """Return the chat messages of this turn's request.
+        """Return the chat messages of this turn's request (new dicts: yours to change).
 
         The system prompt (if any), the conversation as ``conversation_view`` shows it (or the
         private ``history``), then the instruction as a user message.
@@ -549,10 +550,20 @@ class Turn:
         Args:
             system_prompt: The participant's system prompt.
         """
+        return [dict(m) for m in self.request_rows(system_prompt)]
+
+    def request_rows(self, system_prompt: str) -> list[dict[str, Any]]:
+        """``request_messages(system_prompt)`` as fsmchat's own request reads it: the conversation's
+        rows are ``shared_view``'s, shared with the later requests of the transcript (read, never
+        change them).
+
+        Args:
+            system_prompt: The participant's system prompt.
+        """
         msgs: list[dict[str, Any]] = []
         if system_prompt.strip():
             msgs.append({"role": "system", "content": system_prompt})
-        msgs.extend(self.history if self.history is not None else conversation_view(self.agent, self.transcript))
+        msgs.extend(self.history if self.history is not None else shared_view(self.agent, self.transcript))
         msgs.append({"role": "user", "content": user_content(self.instruction, self.images)})
         return msgs
 
@@ -568,9 +579,9 @@ def conversation_view(agent: str, transcript: Sequence[Message]) -> list[dict[st
 
     Its own rows are ``assistant`` messages, the task is a plain ``user`` message, everyone else's
     rows are ``user`` messages ``"Name: text"`` (followed by the speaker's tool calls and results
-    when it shares them: ``Agent(share_tool_results=True)``); system rows are dropped. From a
-    ``Transcript`` or its view, each message's row is built once per reader and shared by every
-    later request (the list is new each time): copy a row before changing it.
+    when it shares them: ``Agent(share_tool_results=True)``); system rows are dropped. Each row is
+    a new dict, yours to change (fsmchat's own requests read ``shared_view``'s, built once per
+    message and reader).
 
     Args:
         agent: The name of the participant who reads it.
@@ -584,9 +595,38 @@ def conversation_view(agent: str, transcript: Sequence[Message]) -> list[dict[st
         >>> conversation_view("Critic", rows)
         [{'role': 'user', 'content': 'Ship it?'}, {'role': 'assistant', 'content': 'Not yet.'}, {'role': 'user', 'content': 'Dev: Why?'}]
     """
-    if isinstance(transcript, (Transcript, TranscriptView)):  # each row built once per reader, then shared
-        return transcript.shown_as(agent, view_row)
-    return [r for r in (view_row(agent, m) for m in transcript) if r is not None]
+    return [dict(r) for r in shared_view(agent, transcript)]
+
+
+def shared_view(agent: str, transcript: Sequence[Message]) -> list[dict[str, Any]]:
+    """``conversation_view(agent, transcript)`` whose rows, from a ``Transcript`` or its view, are
+    built once per message and reader and shared by every later request (the list is new each
+    time; the rows are read, never changed): a request's cost does not grow with what it has shown."""
+    if not isinstance(transcript, (Transcript, TranscriptView)):
+        return [r for r in (view_row(agent, m) for m in transcript) if r is not None]
+    shown = transcript.memo.get(("conversation_view", agent))
+    if not isinstance(shown, _Shown):
+        shown = transcript.memo[("conversation_view", agent)] = _Shown()
+    n = len(transcript)
+    with shown.lock:  # a sync speaker left running in its thread past a deadline may read it too
+        for i in range(len(shown.ends), n):
+            row = view_row(agent, transcript[i])
+            if row is not None:
+                shown.rows.append(row)
+            shown.ends.append(len(shown.rows))
+        return shown.rows[:shown.ends[n - 1]] if n else []
+
+
+class _Shown:
+    """One reader's conversation view of a transcript as built so far (a transcript's ``memo``): the
+    rows, and for each message how many rows the messages up to it made."""
+
+    __slots__ = ("rows", "ends", "lock")
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.ends: list[int] = []
+        self.lock = threading.Lock()
 
 
 def view_row(agent: str, m: Message) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ from typing import Awaitable, Callable, Protocol, Sequence, TypeVar, runtime_che
 from ..errors import ConfigError
 from ..graph.state_graph import StateGraph, Transition, state_names
 from ..models import Message, Transcript
-from .agent import Turn, conversation_view
+from .agent import Turn, shared_view
 from .llm import CallStats
 from .context import Compaction, ContextPolicy, ContextState, Summarize, count_tokens, input_limit, \
     act_under, policy_of, summary_row, view
@@ -95,7 +95,7 @@ def visible_tokens(speaker: Prompted, rows: Sequence[Message], policy: Summarize
     messages: list[dict[str, object]] = [{"role": "system", "content": speaker.system_prompt}] \
         if speaker.system_prompt.strip() else []
     shown = view(rows, policy, summary) if head else rows if summary is None else [summary_row(summary), *rows[summary.upto:]]
-    messages += conversation_view(speaker.name, shown)
+    messages += shared_view(speaker.name, shown)
     return count_tokens(resolve_model(speaker.model), messages)
 
 

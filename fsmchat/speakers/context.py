@@ -329,7 +329,7 @@ def fit(speaker: Any, turn: Any, extra: Sequence[dict[str, Any]] = ()) -> list[d
         rows = view(turn.transcript, policy, state.summary if state is not None else None)
         if rows is not turn.transcript:
             turn = replace(turn, transcript=rows)
-    messages: list[dict[str, Any]] = turn.request_messages(speaker.system_prompt)
+    messages: list[dict[str, Any]] = turn.request_rows(speaker.system_prompt)  # shared rows: read only
     messages += extra
     return messages
 

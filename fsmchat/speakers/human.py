@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..checks import as_opt_object, get_int
 from ..errors import ConfigError, ConfigTypeError, FsmchatError, Interrupted, bad_value
 from ..models import StopReason, TraceEvent
 from .respond import BidOutcome
@@ -429,9 +430,8 @@ class People:
         return {"used": dict(self.used)}
 
     def restore(self, state: Mapping[str, object]) -> None:
-        used = state.get("used", {})
-        if isinstance(used, dict):
-            self.used.update({str(k): n for k, n in used.items() if isinstance(n, int)})
+        used = as_opt_object(state.get("used"), "people")
+        self.used.update({str(k): get_int(used, k, "people.used") for k in used})
 
 
 class ResumeMismatch(FsmchatError, RuntimeError):

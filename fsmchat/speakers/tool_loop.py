@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, Mapping, Sequence, TypeVar
 
-from ..checks import as_opt_list, as_opt_object
+from ..checks import as_object, as_opt_list, as_opt_object, get_int, get_str
 from ..engine import mark_effects_pending
 from ..errors import BudgetExceeded, DeadlineExceeded, FsmchatError, Interrupted
 from ..graph.state_graph import StateGraph, Transition, is_awaitable, state_names
@@ -137,10 +137,9 @@ class Exchange:
         if isinstance(saved, dict) and saved.get("bid"):
             answer = bid_from_arguments({"score": saved["score"], "message": saved["message"]})
         items = {k: as_opt_list(d.get(k), f"exchange.{k}") for k in ("messages", "calls", "marks")}
-        rounds = d.get("rounds")
-        return cls(str(d["speaker"]), rounds if isinstance(rounds, int) else 0,
-                   [m for m in items["messages"] if isinstance(m, dict)],
-                   [CallRecord.from_dict(c) for c in items["calls"] if isinstance(c, dict)], answer,
+        return cls(get_str(d, "speaker", "exchange"), get_int(d, "rounds", "exchange", 0),
+                   [as_object(m, "exchange.messages") for m in items["messages"]],
+                   [CallRecord.from_dict(as_object(c, "exchange.calls")) for c in items["calls"]], answer,
                    bool(d.get("answered")), [str(m) for m in items["marks"]], bool(d.get("share")))
 
     def tool_messages(self) -> list[dict[str, JsonValue]]:
@@ -570,12 +569,12 @@ class ToolLoop:
         """Set the loop back to a ``snapshot``. A call that may run without asking (asked or
         approved) but has no result may have run when the run stopped: it becomes ``uncertain``."""
         part = {k: as_opt_object(state.get(k), f"tool loop {k}") for k in ("exchanges", "offered", "digests", "last")}
-        self.exchanges = {k: Exchange.from_dict(as_opt_object(v, "tool loop exchange"))
+        self.exchanges = {k: Exchange.from_dict(as_object(v, "tool loop exchange"))
                           for k, v in part["exchanges"].items()}
         self.offered = {k: [str(x) for x in as_opt_list(v, "tool loop offered")] for k, v in part["offered"].items()}
         self.digests = {k: {n: str(x) for n, x in as_opt_object(v, "tool loop digests").items()}
                         for k, v in part["digests"].items()}
-        self.last = {k: [as_opt_object(e, "tool loop last") for e in as_opt_list(v, "tool loop last")]
+        self.last = {k: [dict(as_object(e, "tool loop last").items()) for e in as_opt_list(v, "tool loop last")]
                      for k, v in part["last"].items()}
         for ex in self.exchanges.values():
             for c in ex.calls:

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Protocol, runtime_checkable
 
-from ..errors import ConfigError, FsmchatError
+from ..errors import ConfigError, FsmchatError, JsonShapeError
 from . import modelmap
 
 if TYPE_CHECKING:  # imported on the first fast call
@@ -281,10 +281,9 @@ def body_of(response: WireResponse | Dumps) -> dict[str, object]:
     return dict(response.model_dump(mode="json"))
 
 
-def _misfit(where: str, expected: str, value: object) -> TypeError:
-    """A reply body's part of the wrong type (worded as ``fsmchat.events.JsonShapeError`` is: where
-    and what was expected, never the value)."""
-    return TypeError(f"{where}: expected {expected}, got {'null' if value is None else type(value).__name__}")
+def _misfit(where: str, expected: str, value: object) -> JsonShapeError:
+    """A reply body's part of the wrong type: where and what was expected, never the value."""
+    return JsonShapeError(f"{where}: expected {expected}, got {'null' if value is None else type(value).__name__}")
 
 
 def _int(value: object, where: str) -> int:

@@ -21,9 +21,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..checks import check_run_id
+from ..checks import JsonObject, check_run_id
 from ..errors import CheckpointStoreError, FsmchatError, bad_value
-from ..checks import JsonObject
 from ..trust import Trust
 from .group_commit import GroupCommit
 from .protocol import (LEASE_TTL, Capabilities, Commit, EvalInfo, EvalRecord, Fence, LeaseLost, NotSerializable,

@@ -407,7 +407,8 @@ class ScriptedModel:
                 self._counts = dict(collections.Counter(r.agent for r in self.requests))
             n = self._counts[agent] = self._counts.get(agent, 0) + 1
             tools = params.get("tools")  # the request's tool definitions (a list), if any
-            req = Request(agent, n, model, messages, tools if isinstance(tools, list) else None,
+            req = Request(agent, n, model, [dict(m) for m in messages],  # the test's own copy: rows are shared
+                          tools if isinstance(tools, list) else None,
                           params.get("tool_choice"), params.get("response_format"),
                           {k: v for k, v in params.items() if k not in ("tools", "tool_choice", "response_format")})
             self.requests.append(req)

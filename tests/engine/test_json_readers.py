@@ -58,3 +58,34 @@ def test_a_tool_loop_restored_from_a_damaged_checkpoint_says_where_instead_of_fo
         ToolLoop().restore({"exchanges": [["alice", {}]]})
     with pytest.raises(JsonShapeError, match=r"^exchange.calls: expected an array, got str$"):
         ToolLoop().restore({"exchanges": {"alice": {"speaker": "alice", "calls": "c1"}}})
+
+
+@pytest.mark.parametrize("state, message", [
+    ({"exchanges": {"alice": None}}, "tool loop exchange: expected an object, got null"),
+    ({"exchanges": {"alice": {"speaker": "alice", "calls": ["c1"]}}}, "exchange.calls: expected an object, got str"),
+    ({"exchanges": {"alice": {"speaker": "alice", "messages": [["assistant"]]}}},
+     "exchange.messages: expected an object, got list"),
+    ({"exchanges": {"alice": {"speaker": "alice", "rounds": "3"}}}, "exchange.rounds: expected an integer, got str"),
+    ({"exchanges": {"alice": {"rounds": 1}}}, "exchange.speaker: expected a string, got null"),
+    ({"last": {"alice": [None]}}, "tool loop last: expected an object, got null"),
+])
+def test_no_damaged_part_of_a_stored_tool_exchange_is_dropped_or_defaulted(state, message):
+    """A call dropped on resume would run again, a round count reset would allow more rounds than the bound."""
+    from fsmchat.speakers.tool_loop import ToolLoop
+
+    with pytest.raises(JsonShapeError) as caught:
+        ToolLoop().restore(state)
+    assert str(caught.value) == message
+
+
+def test_scripted_people_restored_from_a_damaged_checkpoint_say_where():
+    from fsmchat.speakers.human import People
+
+    people = People.__new__(People)
+    people.used = {}
+    people.restore({"used": {"bob": 2}})
+    assert people.used == {"bob": 2}
+    with pytest.raises(JsonShapeError, match=r"^people.used.bob: expected an integer, got str$"):
+        people.restore({"used": {"bob": "2"}})
+    with pytest.raises(JsonShapeError, match=r"^people: expected an object, got list$"):
+        people.restore({"used": []})

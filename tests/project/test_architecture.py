@@ -412,3 +412,10 @@ def test_no_lazy_facade_exports_a_name_that_is_also_one_of_its_submodules():
         submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
         clashes += [f"{package}.{n}" for n in module.__all__ if n in submodules]
     assert clashes == []
+
+
+def test_no_module_is_over_800_lines_and_none_of_the_network_package_over_450():
+    """Small modules with one job each: the sizes docs/architecture.md's folder list promises."""
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / "fsmchat").rglob("*.py")}
+    assert {p: n for p, n in sizes.items() if n > 800} == {}
+    assert {p: n for p, n in sizes.items() if p.startswith("fsmchat/network/") and n > 450} == {}

@@ -240,7 +240,7 @@ def test_an_explicit_any_in_the_graph_layer_is_refused(tmp_path):
         'Explicit "Any" is not allowed  [explicit-any]'], r.stdout
 
 
-ANY_CEILING = 370  # lines of fsmchat/ with the word Any (362 when set): the kinds left are named in docs/architecture.md
+ANY_CEILING = 370  # lines of fsmchat/ with the word Any (365 when set): the kinds left are named in docs/architecture.md
 
 
 def test_the_word_any_stays_under_its_ceiling():

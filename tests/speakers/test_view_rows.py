@@ -3,6 +3,7 @@ work does not grow with the history it has already shown (the rows of a Transcri
 import fsmchat.speakers.agent as agent_mod
 from fsmchat import Transcript
 from fsmchat.speakers import Turn, conversation_view
+from fsmchat.speakers.agent import shared_view
 
 
 def counting(monkeypatch):
@@ -23,15 +24,17 @@ def test_each_message_is_shown_once_per_reader_across_requests(monkeypatch):
     t.post("User", "Plan a picnic.")
     t.post("Critic", "Too big.")
     t.post("system", "a note for the log")
-    first = conversation_view("Dev", t.view())
+    first = shared_view("Dev", t.view())
     assert first == [{"role": "user", "content": "Plan a picnic."}, {"role": "user", "content": "Critic: Too big."}]
     assert calls == [("Dev", "Plan a picnic."), ("Dev", "Too big."), ("Dev", "a note for the log")]
 
     t.post("Dev", "Then twelve.")
-    second = conversation_view("Dev", t.view())
+    second = shared_view("Dev", t.view())
     assert len(calls) == 4 and calls[-1] == ("Dev", "Then twelve.")  # only the new message was built
     assert second[-1] == {"role": "assistant", "content": "Then twelve."}
     assert second[0] is first[0] and second is not first  # rows shared, the list new
+    public = conversation_view("Dev", t.view())
+    assert public == second and public[0] is not second[0]  # the public view: new dicts, yours to change
 
     conversation_view("Critic", t.view())
     assert [c for c in calls if c[0] == "Critic"] == [("Critic", "Plan a picnic."), ("Critic", "Too big."),
@@ -56,7 +59,7 @@ def test_an_older_view_shows_only_its_messages_and_a_plain_list_is_built_each_ti
     assert len(calls) == 6  # a list is no transcript: built on each call
 
 
-def test_a_request_changing_its_messages_leaves_the_next_request_intact():
+def test_a_request_or_a_speaker_changing_its_messages_leaves_the_next_request_intact():
     t = Transcript()
     t.post("User", "Plan a picnic.")
     t.post("Critic", "Too big.")
@@ -64,6 +67,11 @@ def test_a_request_changing_its_messages_leaves_the_next_request_intact():
     sent = turn.request_messages("Be brief.")
     sent.append({"role": "assistant", "content": None, "tool_calls": []})  # a tool round, as the tool loop adds
     sent.pop(0)
+    sent[0]["content"] = "changed by a speaker"  # request_messages gives new dicts
+    mine = conversation_view("Dev", t.view())
+    mine[1]["content"] = "changed again"
+    rows = Turn(agent="Dev", transcript=t.view(), instruction="x").request_rows("Be brief.")
+    assert rows[1] == {"role": "user", "content": "Plan a picnic."} and rows[2]["content"] == "Critic: Too big."
     again = Turn(agent="Dev", transcript=t.view(), instruction="Again.").request_messages("Be brief.")
     assert again == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Plan a picnic."},
                      {"role": "user", "content": "Critic: Too big."}, {"role": "user", "content": "Again."}]
