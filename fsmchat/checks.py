@@ -251,23 +251,16 @@ def check_keywords(given: Mapping[str, object], allowed: tuple[str, ...], owner:
 
 # Typed readers of JSON read back (a stored row, a wire body, a config): each returns what it reads
 # or raises a JsonShapeError naming where the value sits (never the value: it may hold a secret).
+# ``value``/``obj[key]`` is what is read, ``where`` names ``value`` or ``obj`` for the error
+# ("row 3", "exchange"), and ``default`` (where taken) is the value of a missing or null key.
+
 
 def _kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
 def as_object(value: object, where: str) -> JsonObject:
-    """``value`` as a JSON object, or a ``JsonShapeError`` naming ``where``.
-
-    Args:
-        value: A value read back as JSON.
-        where: Where it sits, for the error (``"row 3 payload"``).
-
-    Returns:
-        The same dict, typed as a JSON object.
-
-    Raises:
-        JsonShapeError: ``value`` is not a dict.
+    """``value``, a dict, as a JSON object.
 
     Examples:
         >>> from fsmchat.checks import as_object
@@ -280,17 +273,7 @@ def as_object(value: object, where: str) -> JsonObject:
 
 
 def as_list(value: object, where: str) -> list[JsonValue]:
-    """``value`` as a JSON array, or a ``JsonShapeError`` naming ``where``.
-
-    Args:
-        value: A value read back as JSON.
-        where: Where it sits, for the error.
-
-    Returns:
-        The same list, typed as a JSON array.
-
-    Raises:
-        JsonShapeError: ``value`` is not a list.
+    """``value``, a list, as a JSON array.
 
     Examples:
         >>> from fsmchat.checks import as_list
@@ -305,66 +288,31 @@ def as_list(value: object, where: str) -> list[JsonValue]:
 def as_opt_object(value: object, where: str) -> dict[str, object]:
     """A stored part that may be absent: ``value`` as an object, ``{}`` for None.
 
-    Args:
-        value: A value read back (a checkpoint's part).
-        where: Where it sits, for the error.
-
-    Returns:
-        The same dict, or a new empty one.
-
-    Raises:
-        JsonShapeError: ``value`` is neither a dict nor None.
-
     Examples:
         >>> from fsmchat.checks import as_opt_object
         >>> as_opt_object(None, "state.digests"), as_opt_object({"a": 1}, "state.digests")
         ({}, {'a': 1})
     """
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
+    if value is not None and not isinstance(value, dict):
         raise JsonShapeError(f"{where}: expected an object, got {_kind(value)}")
-    return value
+    return value if value is not None else {}
 
 
 def as_opt_list(value: object, where: str) -> list[object]:
     """A stored part that may be absent: ``value`` as an array, ``[]`` for None.
-
-    Args:
-        value: A value read back (a checkpoint's part).
-        where: Where it sits, for the error.
-
-    Returns:
-        The same list, or a new empty one.
-
-    Raises:
-        JsonShapeError: ``value`` is neither a list nor None.
 
     Examples:
         >>> from fsmchat.checks import as_opt_list
         >>> as_opt_list(None, "exchange.marks"), as_opt_list([1], "exchange.marks")
         ([], [1])
     """
-    if value is None:
-        return []
-    if not isinstance(value, list):
+    if value is not None and not isinstance(value, list):
         raise JsonShapeError(f"{where}: expected an array, got {_kind(value)}")
-    return value
+    return value if value is not None else []
 
 
 def get_object(obj: Mapping[str, object], key: str, where: str) -> JsonObject:
     """The JSON object at ``obj[key]`` (missing is an error).
-
-    Args:
-        obj: A JSON object.
-        key: The key to read.
-        where: Where ``obj`` sits, for the error.
-
-    Returns:
-        The object at ``key``.
-
-    Raises:
-        JsonShapeError: ``key`` is missing or not an object.
 
     Examples:
         >>> from fsmchat.checks import get_object
@@ -377,17 +325,6 @@ def get_object(obj: Mapping[str, object], key: str, where: str) -> JsonObject:
 def get_list(obj: Mapping[str, object], key: str, where: str) -> list[JsonValue]:
     """The JSON array at ``obj[key]`` (missing is an error).
 
-    Args:
-        obj: A JSON object.
-        key: The key to read.
-        where: Where ``obj`` sits, for the error.
-
-    Returns:
-        The array at ``key``.
-
-    Raises:
-        JsonShapeError: ``key`` is missing or not an array.
-
     Examples:
         >>> from fsmchat.checks import get_list
         >>> get_list({"choices": []}, "choices", "body")
@@ -398,17 +335,6 @@ def get_list(obj: Mapping[str, object], key: str, where: str) -> list[JsonValue]
 
 def get_str(obj: Mapping[str, object], key: str, where: str) -> str:
     """The string at ``obj[key]`` (missing is an error).
-
-    Args:
-        obj: A JSON object.
-        key: The key to read.
-        where: Where ``obj`` sits, for the error.
-
-    Returns:
-        The string at ``key``.
-
-    Raises:
-        JsonShapeError: ``key`` is missing or not a string.
 
     Examples:
         >>> from fsmchat.checks import get_str
@@ -424,17 +350,6 @@ def get_str(obj: Mapping[str, object], key: str, where: str) -> str:
 def get_opt_str(obj: Mapping[str, object], key: str, where: str) -> str | None:
     """The string at ``obj[key]``, or None when it is missing or null.
 
-    Args:
-        obj: A JSON object.
-        key: The key to read.
-        where: Where ``obj`` sits, for the error.
-
-    Returns:
-        The string at ``key``, or None.
-
-    Raises:
-        JsonShapeError: ``key`` holds something else than a string or null.
-
     Examples:
         >>> from fsmchat.checks import get_opt_str
         >>> get_opt_str({"content": None}, "content", "message") is None
@@ -446,85 +361,52 @@ def get_opt_str(obj: Mapping[str, object], key: str, where: str) -> str | None:
     return value
 
 
+def _scalar(obj: Mapping[str, object], key: str, where: str, default: object, kinds: tuple[type, ...],
+            expected: str) -> object:
+    """``obj[key]`` when it is one of ``kinds`` (never a bool unless ``kinds`` is ``(bool,)``), else ``default``
+    for a missing or null key, else the error."""
+    value = obj.get(key)
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, kinds) or (isinstance(value, bool) and kinds != (bool,)):
+        raise JsonShapeError(f"{where}.{key}: expected {expected}, got {_kind(value)}")
+    return value
+
+
 def get_int(obj: Mapping[str, object], key: str, where: str, default: int | None = None) -> int:
     """The integer at ``obj[key]`` (a bool is not one), or ``default`` when it is missing or null.
-
-    Args:
-        obj: A JSON object.
-        key: The key to read.
-        where: Where ``obj`` sits, for the error.
-        default: The value of a missing or null key; None makes it an error.
-
-    Returns:
-        The integer at ``key``, or ``default``.
-
-    Raises:
-        JsonShapeError: ``key`` is not an integer (or is missing with no default).
 
     Examples:
         >>> from fsmchat.checks import get_int
         >>> get_int({"prompt_tokens": 12}, "prompt_tokens", "usage"), get_int({}, "n", "usage", 0)
         (12, 0)
     """
-    value = obj.get(key)
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise JsonShapeError(f"{where}.{key}: expected an integer, got {_kind(value)}")
+    value = _scalar(obj, key, where, default, (int,), "an integer")
+    assert isinstance(value, int)  # _scalar returned an int or the int default
     return value
 
 
 def get_float(obj: Mapping[str, object], key: str, where: str, default: float | None = None) -> float:
     """The number at ``obj[key]`` as a float (a bool is not one), or ``default`` when missing or null.
 
-    Args:
-        obj: A JSON object.
-        key: The key to read.
-        where: Where ``obj`` sits, for the error.
-        default: The value of a missing or null key; None makes it an error.
-
-    Returns:
-        The number at ``key``, or ``default``.
-
-    Raises:
-        JsonShapeError: ``key`` is not a number (or is missing with no default).
-
     Examples:
         >>> from fsmchat.checks import get_float
         >>> get_float({"cost": 1}, "cost", "usage")
         1.0
     """
-    value = obj.get(key)
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise JsonShapeError(f"{where}.{key}: expected a number, got {_kind(value)}")
+    value = _scalar(obj, key, where, default, (int, float), "a number")
+    assert isinstance(value, (int, float))  # _scalar returned a number or the float default
     return float(value)
 
 
 def get_bool(obj: Mapping[str, object], key: str, where: str, default: bool | None = None) -> bool:
     """The boolean at ``obj[key]``, or ``default`` when it is missing or null.
 
-    Args:
-        obj: A JSON object.
-        key: The key to read.
-        where: Where ``obj`` sits, for the error.
-        default: The value of a missing or null key; None makes it an error.
-
-    Returns:
-        The boolean at ``key``, or ``default``.
-
-    Raises:
-        JsonShapeError: ``key`` is not a boolean (or is missing with no default).
-
     Examples:
         >>> from fsmchat.checks import get_bool
         >>> get_bool({"ok": True}, "ok", "row"), get_bool({}, "ok", "row", False)
         (True, False)
     """
-    value = obj.get(key)
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, bool):
-        raise JsonShapeError(f"{where}.{key}: expected a boolean, got {_kind(value)}")
+    value = _scalar(obj, key, where, default, (bool,), "a boolean")
+    assert isinstance(value, bool)  # _scalar returned a bool or the bool default
     return value
