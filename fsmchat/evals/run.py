@@ -44,7 +44,7 @@ from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFai
 from ..checks import Count
 from ..patterns.distributed import TaskOutcome, is_store_uri
 from ..engine import batch_collector, run_sync
-from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError
+from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError, result_of
 from ..store.checkpoint import Checkpointer, check_checkpoint, evals_of
 from .batch import Batch, Wanted, check_executor, group_key, ray_session, run_wave
 from .cassette import ACTIVE, Cassette
@@ -658,6 +658,12 @@ class Eval:
         try:
             result = await pattern.aexecute(inputs.task, checkpoint=self.checkpoint, run_id=run_id) \
                 if self.checkpoint is not None else await pattern.aexecute(inputs.task)  # any aexecute(task) runs
+        except BaseException as exc:  # a run that raised spent what its result so far says
+            partial = result_of(exc)
+            if partial is not None:
+                state.calls += partial.calls
+                state.cost_usd += partial.cost_usd or 0.0
+            raise
         finally:
             state.reserved -= worst
         state.calls += result.calls

@@ -333,3 +333,33 @@ def test_the_example_eval_passes_offline_and_re_scores_from_its_cassette_with_no
     assert "48 runs over 2 variant(s); 0 model calls, 48 runs from the cassette" in again.stdout
     assert again.stdout.split("evaluator", 1)[1] == first.stdout.split("evaluator", 1)[1].replace(
         "120 model calls, 0 runs", "0 model calls, 48 runs")
+
+
+def test_a_run_that_raises_counts_what_it_spent_against_the_eval_s_budget():
+    """A run that raised still made its calls: the partial result it carries (``result_of``) is spent
+    out of ``max_calls``, so the eval cannot go past its budget through failing runs."""
+    import types
+
+    from fsmchat.errors import attach_result
+
+    started = []
+
+    class Raising:  # anything with aexecute(task) and max_calls() is a pattern to an eval
+        def max_calls(self):
+            return 2
+
+        async def aexecute(self, task):
+            started.append(task)
+            raise attach_result(RuntimeError("the worker died"), types.SimpleNamespace(calls=2, cost_usd=0.0))
+
+    ds = load_dataset({"name": "m", "cases": [{"name": f"c{i}", "task": f"Question {i}?"} for i in range(4)],
+                       "evaluators": [{"Contains": "ok"}]})
+    result = Eval(ds, Raising, max_calls=5, max_concurrency=1).run()
+    assert started == ["Question 0?", "Question 1?"]
+    assert result.calls == 4
+    assert result.failures() == [
+        "default / c0: RuntimeError: the worker died", "default / c1: RuntimeError: the worker died",
+        "default / c2: BudgetExceeded: the eval's max_calls=5: 1 call(s) left, and this run may make up to 2; "
+        "this case did not run",
+        "default / c3: BudgetExceeded: the eval's max_calls=5: 1 call(s) left, and this run may make up to 2; "
+        "this case did not run"]
