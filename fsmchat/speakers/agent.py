@@ -628,6 +628,9 @@ class _Shown:
         self.ends: list[int] = []
         self.lock = threading.Lock()
 
+    def __reduce__(self) -> tuple[type[_Shown], tuple[()]]:
+        return _Shown, ()  # a copied or pickled transcript builds its view again (a cache: empty is right)
+
 
 def view_row(agent: str, m: Message) -> dict[str, Any] | None:
     """One message as ``agent`` reads it in ``conversation_view`` (None: a system row, not shown)."""

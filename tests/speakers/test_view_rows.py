@@ -104,3 +104,17 @@ def test_a_provider_changing_the_messages_in_place_leaves_the_next_request_intac
     assert [m["content"][:14] for m in seen[2]] == ["Plan a picnic.", "reply 1", "bob: reply 2", "You are alice,"]
     assert [m["content"][:14] for m in seen[3]] == ["Plan a picnic.", "alice: reply 1", "reply 2", "alice: reply 3",
                                                     "You are bob, a"]
+
+
+def test_a_transcript_with_a_built_view_copies_and_pickles_and_its_copy_shows_the_same():
+    import copy
+    import pickle
+
+    t = Transcript()
+    t.post("User", "Plan a picnic.")
+    t.post("Critic", "Too big.")
+    first = conversation_view("Dev", t.view())
+    for twin in (copy.deepcopy(t), pickle.loads(pickle.dumps(t))):
+        twin.post("Dev", "Then twelve.")
+        assert conversation_view("Dev", twin.view()) == first + [{"role": "assistant", "content": "Then twelve."}]
+    assert conversation_view("Dev", t.view()) == first
