@@ -255,8 +255,15 @@ def check_keywords(given: Mapping[str, object], allowed: tuple[str, ...], owner:
 # ("row 3", "exchange"), and ``default`` (where taken) is the value of a missing or null key.
 
 
-def _kind(value: object) -> str:
-    return "null" if value is None else type(value).__name__
+def misfit(where: str, expected: str, value: object) -> JsonShapeError:
+    """The error of a value read back that is not ``expected``: where it sits and its type, never the value.
+
+    Examples:
+        >>> from fsmchat.checks import misfit
+        >>> str(misfit("usage.prompt_tokens", "a number", None))
+        'usage.prompt_tokens: expected a number, got null'
+    """
+    return JsonShapeError(f"{where}: expected {expected}, got {'null' if value is None else type(value).__name__}")
 
 
 def as_object(value: object, where: str) -> JsonObject:
@@ -268,7 +275,7 @@ def as_object(value: object, where: str) -> JsonObject:
         {'a': 1}
     """
     if not isinstance(value, dict):
-        raise JsonShapeError(f"{where}: expected an object, got {_kind(value)}")
+        raise misfit(where, "an object", value)
     return value
 
 
@@ -281,9 +288,33 @@ def as_list(value: object, where: str) -> list[JsonValue]:
         [1, 'two']
     """
     if not isinstance(value, list):
-        raise JsonShapeError(f"{where}: expected an array, got {_kind(value)}")
+        raise misfit(where, "an array", value)
     return value
 
+
+
+def as_str(value: object, where: str) -> str:
+    """``value``, a string.
+
+    Examples:
+        >>> from fsmchat.checks import as_str
+        >>> as_str("alice", "participant_order")
+        'alice'
+    """
+    if not isinstance(value, str):
+        raise misfit(where, "a string", value)
+    return value
+
+
+def as_str_map(value: object, where: str) -> dict[str, str]:
+    """``value``, an object whose every value is a string (a stored chat message, a digest table).
+
+    Examples:
+        >>> from fsmchat.checks import as_str_map
+        >>> as_str_map({"role": "user", "content": "Hi"}, "memory")
+        {'role': 'user', 'content': 'Hi'}
+    """
+    return {k: as_str(v, f"{where}.{k}") for k, v in as_object(value, where).items()}
 
 def as_opt_object(value: object, where: str) -> dict[str, object]:
     """A stored part that may be absent: ``value`` as an object, ``{}`` for None.
@@ -294,7 +325,7 @@ def as_opt_object(value: object, where: str) -> dict[str, object]:
         ({}, {'a': 1})
     """
     if value is not None and not isinstance(value, dict):
-        raise JsonShapeError(f"{where}: expected an object, got {_kind(value)}")
+        raise misfit(where, "an object", value)
     return value if value is not None else {}
 
 
@@ -307,7 +338,7 @@ def as_opt_list(value: object, where: str) -> list[object]:
         ([], [1])
     """
     if value is not None and not isinstance(value, list):
-        raise JsonShapeError(f"{where}: expected an array, got {_kind(value)}")
+        raise misfit(where, "an array", value)
     return value if value is not None else []
 
 
@@ -341,10 +372,7 @@ def get_str(obj: Mapping[str, object], key: str, where: str) -> str:
         >>> get_str({"role": "user"}, "role", "message")
         'user'
     """
-    value = obj.get(key)
-    if not isinstance(value, str):
-        raise JsonShapeError(f"{where}.{key}: expected a string, got {_kind(value)}")
-    return value
+    return as_str(obj.get(key), f"{where}.{key}")
 
 
 def get_opt_str(obj: Mapping[str, object], key: str, where: str) -> str | None:
@@ -357,7 +385,7 @@ def get_opt_str(obj: Mapping[str, object], key: str, where: str) -> str | None:
     """
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
-        raise JsonShapeError(f"{where}.{key}: expected a string or null, got {_kind(value)}")
+        raise misfit(f"{where}.{key}", "a string or null", value)
     return value
 
 
@@ -369,7 +397,7 @@ def _scalar(obj: Mapping[str, object], key: str, where: str, default: object, ki
     if value is None and default is not None:
         return default
     if not isinstance(value, kinds) or (isinstance(value, bool) and kinds != (bool,)):
-        raise JsonShapeError(f"{where}.{key}: expected {expected}, got {_kind(value)}")
+        raise misfit(f"{where}.{key}", expected, value)
     return value
 
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar, Union
 
-from ..checks import as_list, as_object, get_opt_str, get_str
-from ..errors import ConfigError, JsonShapeError
+from ..checks import as_list, as_object, as_str_map, get_int, get_opt_str, get_str
+from ..errors import ConfigError
 from ..patterns.run_context import RunContext
 from ..speakers.llm import CallStats
 from ..store.checkpoint import NotSerializable, decode, encode
@@ -294,12 +294,12 @@ class FlowContext(RunContext):
         self.restore_shared(state)
         memory = state.get("memory", self.memory)
         self.memory = None if memory is None else \
-            {k: AppendLog([_text_row(m, f"{where}.memory.{k}") for m in as_list(v, f"{where}.memory")])
+            {k: AppendLog([as_str_map(m, f"{where}.memory.{k}") for m in as_list(v, f"{where}.memory")])
              for k, v in as_object(memory, f"{where}.memory").items()}
         self.joined.clear()
-        for name, key in as_object(state.get("joined", {}), f"{where}.joined").items():  # a Discussion's lines
-            if not isinstance(key, int):
-                raise JsonShapeError(f"{where}.joined.{name}: expected an integer, got {type(key).__name__}")
+        joined = as_object(state.get("joined", {}), f"{where}.joined")
+        for name in joined:  # a Discussion's lines
+            key = get_int(joined, name, f"{where}.joined")
             stored = self.frames[key]
             lines = stored.lines if isinstance(stored, LinesFrame) else \
                 LinesFrame.from_state(stored).lines if isinstance(stored, dict) else []
@@ -431,9 +431,3 @@ def compile_condition(condition: object, what: str = "condition") -> Callable[[F
     evaluate.__name__ = re.sub(r"\W+", "_", _VAR.sub(r"\1", expr)).strip("_")[:40] or "condition"
     evaluate.__doc__ = expr
     return evaluate
-
-
-def _text_row(value: object, where: str) -> dict[str, str]:
-    """A stored chat message of a private memory (``{"role": ..., "content": ...}``), every value a string."""
-    row = as_object(value, where)
-    return {k: get_str(row, k, where) for k in row}

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..checks import as_object, get_float, get_list, get_object, get_str
-from ..errors import JsonShapeError
+from ..checks import as_str, as_str_map, get_float, get_list, get_object, get_str
 from ..graph.turns import TurnOrder
 from ..speakers.context import ContextPolicy, LastMessages, check_context
 from .errors import NetworkError, NotFoundError
@@ -86,17 +85,6 @@ def context_data(policy: ContextPolicy | None) -> object:
 _STATE_KEYS = ("context", "creator", "participant_order", "type", "knobs", "expires_at", "hidden")  # read in order
 
 
-def _text(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise JsonShapeError(f"{where}: expected a string, got {type(value).__name__}")
-    return value
-
-
-def _texts(value: object, where: str) -> dict[str, str]:
-    """A stored ``{name: text}`` object (a tool source's digests)."""
-    return {k: _text(v, f"{where}.{k}") for k, v in as_object(value, where).items()}
-
-
 def read_channel(store: KnowledgeStore, channel_id: str) -> StoredChannel:
     """Read ``channel_id`` back from ``store``: its state snapshot and its log.
 
@@ -120,10 +108,10 @@ def read_channel(store: KnowledgeStore, channel_id: str) -> StoredChannel:
     expires_at = None if state["expires_at"] is None else get_float(state, "expires_at", where)
     policy = LastMessages(context["last_messages"]) if isinstance(context, dict) else \
         check_context(context, f"channel '{channel_id}'")
-    digests = {source: _texts(tools, f"{where}.tool_digests.{source}")
+    digests = {source: as_str_map(tools, f"{where}.tool_digests.{source}")
                for source, tools in get_object(state, "tool_digests", where).items()}
     stored = StoredChannel(channel_id, get_str(state, "creator", where),
-                           [_text(p, f"{where}.participant_order") for p in get_list(state, "participant_order", where)],
+                           [as_str(p, f"{where}.participant_order") for p in get_list(state, "participant_order", where)],
                            get_str(state, "type", where), dict(get_object(state, "knobs", where)), expires_at,
                            bool(state["hidden"]), policy, digests, store.read(channel_id))
     for env in stored.log:

@@ -35,7 +35,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Protocol, runtime_checkable
 
-from ..errors import ConfigError, FsmchatError, JsonShapeError
+from ..checks import get_opt_str, misfit
+from ..errors import ConfigError, FsmchatError
 from . import modelmap
 
 if TYPE_CHECKING:  # imported on the first fast call
@@ -281,18 +282,13 @@ def body_of(response: WireResponse | Dumps) -> dict[str, object]:
     return dict(response.model_dump(mode="json"))
 
 
-def _misfit(where: str, expected: str, value: object) -> JsonShapeError:
-    """A reply body's part of the wrong type: where and what was expected, never the value."""
-    return JsonShapeError(f"{where}: expected {expected}, got {'null' if value is None else type(value).__name__}")
-
-
 def _int(value: object, where: str) -> int:
     """A count of a body as ``int(value or 0)`` reads it (a number or a numeric string)."""
     if not value:
         return 0
     if isinstance(value, (int, float, str)):
         return int(value)
-    raise _misfit(where, "a number", value)
+    raise misfit(where, "a number", value)
 
 
 def _dict(value: object, where: str) -> dict[str, object]:
@@ -301,13 +297,7 @@ def _dict(value: object, where: str) -> dict[str, object]:
         return {}
     if isinstance(value, dict):
         return value
-    raise _misfit(where, "an object", value)
-
-
-def _opt_str(value: object, where: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise _misfit(where, "a string or null", value)
+    raise misfit(where, "an object", value)
 
 
 def _message(m: dict[str, object]) -> WireMessage:
@@ -315,7 +305,7 @@ def _message(m: dict[str, object]) -> WireMessage:
     tool_calls = None
     if calls:
         if not isinstance(calls, list):
-            raise _misfit("message.tool_calls", "an array", calls)
+            raise misfit("message.tool_calls", "an array", calls)
         tool_calls = []
         for c in calls:
             call = _dict(c, "message.tool_calls[]")
@@ -324,7 +314,7 @@ def _message(m: dict[str, object]) -> WireMessage:
             tool_calls.append(ToolCall(str(call.get("id") or ""), Function(
                 str(fn.get("name") or ""), args if isinstance(args, str) else json.dumps(args)),
                 str(call.get("type") or "function")))
-    return WireMessage(_opt_str(m.get("content"), "message.content"), str(m.get("role") or "assistant"), tool_calls)
+    return WireMessage(get_opt_str(m, "content", "message"), str(m.get("role") or "assistant"), tool_calls)
 
 
 def parse(data: Mapping[str, object], model: str, cost: tuple[float, float] | None) -> WireResponse:
@@ -336,13 +326,13 @@ def parse(data: Mapping[str, object], model: str, cost: tuple[float, float] | No
                   _int(u.get("total_tokens"), "usage.total_tokens")) if isinstance(u, dict) else None
     listed = data.get("choices") or []
     if not isinstance(listed, list):
-        raise _misfit("choices", "an array", listed)
+        raise misfit("choices", "an array", listed)
     choices = []
     for c in listed:
         choice = _dict(c, "choices[]")
         choices.append(Choice(_int(choice.get("index"), "choices[].index"),
                               _message(_dict(choice.get("message"), "choices[].message")),
-                              _opt_str(choice.get("finish_reason"), "choices[].finish_reason")))
+                              get_opt_str(choice, "finish_reason", "choices[]")))
     price = None
     if cost is not None and usage is not None:
         price = usage.prompt_tokens * cost[0] + usage.completion_tokens * cost[1]

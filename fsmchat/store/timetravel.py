@@ -17,9 +17,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, cast
 
-from ..checks import run_id_problem
+from ..checks import JsonObject, JsonValue, run_id_problem
 from ..errors import ConfigError, FsmchatError
-from ..checks import JsonObject, JsonValue
 from ..limits import Limits
 from ..models import SEED_ROLE, Message, TraceEvent
 from .checkpoint import NotSerializable, encode

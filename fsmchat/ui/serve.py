@@ -53,12 +53,11 @@ from typing import (TYPE_CHECKING, Annotated, Any, AsyncIterator, Awaitable, Cal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
-from ..checks import check_run_id
+from ..checks import JsonObject, check_run_id
 from ..config.convert import config_digest, from_config
 from ..errors import ConfigTypeError, FsmchatError
 from ..limits import Limits
 from ..common.masking import redact, redact_data
-from ..checks import JsonObject
 from ..models import BidDelta, Message, RunResult, StreamRetry, TokenDelta, TraceEvent
 from ..patterns.base import Pattern
 from ..speakers.human import Approve, Edit, Input, InputNotAllowed, NotWaiting, Reject, Say, check_input, waiting_for
