@@ -274,11 +274,14 @@ class Dumps(Protocol):
     def model_dump(self, *, mode: str = ...) -> Mapping[str, object]: ...
 
 
-def body_of(response: WireResponse | Dumps) -> dict[str, object]:
+def body_of(response: object) -> dict[str, object]:
     """A response as the JSON body of a chat completion (a cassette keeps it): a ``WireResponse``'s
-    fields, or a litellm ``ModelResponse``'s own dump."""
+    fields, or a litellm ``ModelResponse``'s own dump; anything else is a ``TypeError``."""
     if isinstance(response, WireResponse):
         return {k: _as_plain(getattr(response, k)) for k in response.fields if k != "_hidden_params"}
+    if not isinstance(response, Dumps):
+        raise TypeError(f"a {type(response).__name__} is no chat completion response (a WireResponse or a litellm "
+                        "ModelResponse)")
     return dict(response.model_dump(mode="json"))
 
 

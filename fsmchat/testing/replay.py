@@ -12,7 +12,7 @@ from ..errors import FsmchatError
 from ..checks import JsonObject, as_object, get_int, get_list, get_object, get_str
 from ..speakers.llm import INTERCEPTOR
 from ..speakers.providers import own_provider
-from ..speakers.wire import Dumps, WireResponse, body_of, parse, price_of, with_cost
+from ..speakers.wire import body_of, parse, price_of, with_cost
 from .models import Fail, fail_error
 
 
@@ -120,9 +120,6 @@ class Cassette:
             entry["error"] = {"status": status if isinstance(status, int) else 500, "message": str(exc)[:500]}
             self.interactions.append(entry)
             raise
-        if not isinstance(response, (WireResponse, Dumps)):
-            raise TypeError(f"cassette {self.path.name}: a response of type {type(response).__name__} cannot be "
-                            "recorded (a WireResponse or a litellm ModelResponse)")
         entry["response"] = body_of(response)
         self.interactions.append(entry)
         return response
