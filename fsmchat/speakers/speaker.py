@@ -16,7 +16,7 @@ from .respond import BidOutcome
 from .tools import has_tools
 
 if TYPE_CHECKING:  # the turn a speaker is given is the agent module's (which imports this one)
-    from pydantic import JsonValue
+    from ..checks import JsonValue
     from .agent import Turn
 
 

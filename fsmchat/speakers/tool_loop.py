@@ -51,7 +51,7 @@ from .tools import DEFAULT_MAX_PARALLEL_TOOLS, CallParts, Tool, ToolArgumentsErr
     changed_tools, has_tools, is_schema_dict, json_bidder_with_tools, needs_approval, tool_digest
 
 if TYPE_CHECKING:  # the turn a speaker is given is the agent module's (which imports this one)
-    from pydantic import JsonValue  # a JSON value (what fsmchat.events.JsonValue is; that module loads on first use)
+    from ..checks import JsonValue
     from .agent import Turn
 
 
