@@ -21,7 +21,8 @@ _MODULES = {  # each module -> the public names it defines
     ".dataset": ("CaseInputs", "load_dataset"),
     ".evaluators": ("Check", "Judge", "MatchesSchema", "PathInGraph", "Regex", "SpeakersAre", "SpeakersInOrder",
                     "StoppedBecause", "ToolCalled", "Visited", "WithinBudget"),
-    ".run": ("Eval", "EvalError", "EvalResult", "Stat"),
+    ".run": ("Eval", "EvalResult", "Stat"),
+    ".score": ("EvalError",),
     ".trajectory": ("ToolUse", "Trajectory"),
 }
 __all__ = ["eval_of", "parse_thresholds", "run_eval_file", "Cassette", "Grade", "CaseInputs", "load_dataset", "Check",
@@ -35,5 +36,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .dataset import CaseInputs, load_dataset
     from .evaluators import (Check, Judge, MatchesSchema, PathInGraph, Regex, SpeakersAre, SpeakersInOrder,
                              StoppedBecause, ToolCalled, Visited, WithinBudget)
-    from .run import Eval, EvalError, EvalResult, Stat
+    from .run import Eval, EvalResult, Stat
+    from .score import EvalError
     from .trajectory import ToolUse, Trajectory

@@ -1,10 +1,10 @@
 """Run a dataset across variants, score every run, and say whether it passed.
 
 ``Eval(dataset, build, variants)`` builds one conversation per case and variant with
-``build(**variant, **case.inputs)``, runs it on the case's task (``repeat`` times), and has
-pydantic-evals score it with the dataset's evaluators. Each variant's result is pydantic-evals'
-``EvaluationReport``; ``EvalResult`` puts them side by side (mean and a 95% confidence interval per
-evaluator) and checks thresholds.
+``build(**variant, **case.inputs)``, runs it on the case's task (``repeat`` times), and scores it
+with the dataset's evaluators (``fsmchat.evals.score`` drives the cases through pydantic-evals'
+evaluators). Each variant's result is pydantic-evals' ``EvaluationReport``; ``EvalResult`` puts
+them side by side (mean and a 95% confidence interval per evaluator) and checks thresholds.
 
 Runs are recorded in a cassette (a JSONL file, one finished run a line, written as each ends): a
 later eval with the same cassette re-scores those runs without a model call, and an eval that was
@@ -17,8 +17,8 @@ With ``executor="local"`` or ``"ray"`` the runs the cassette lacks are made firs
 through ``fsmchat.patterns.distributed.execute_batch`` (``fsmchat.evals.batch``: one batch per pattern
 config, locally with ``max_concurrency_per_worker`` at once, or on Ray workers); each run's
 trajectory comes back from its worker and joins the cassette as that run ends (appended at once:
-a killed batch eval, too, loses only the runs in flight), and pydantic-evals then scores every run
-from there, as it scores recorded ones.
+a killed batch eval, too, loses only the runs in flight), and every run is then scored from there,
+as recorded ones are.
 """
 from __future__ import annotations
 
@@ -30,68 +30,25 @@ import re
 import statistics
 import uuid
 from collections import Counter, defaultdict, deque
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from pydantic_evals import Dataset
-from pydantic_evals.dataset import increment_eval_metric, set_eval_attribute
 from pydantic_evals.evaluators import Evaluator
-from pydantic_evals.lifecycle import CaseLifecycle
-from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
+from pydantic_evals.reporting import EvaluationReport
 
 from ..checks import Count
 from ..patterns.distributed import TaskOutcome, is_store_uri
 from ..engine import batch_collector, run_sync
-from ..errors import BudgetExceeded, ConfigTypeError, FsmchatError, result_of
+from ..errors import BudgetExceeded, ConfigTypeError, result_of
 from ..store.checkpoint import Checkpointer, check_checkpoint, evals_of
 from .batch import Batch, Wanted, check_executor, group_key, ray_session, run_wave
 from .cassette import ACTIVE, Cassette
 from .dataset import CaseInputs, cases_of, load_dataset
 from .record import eval_record
+from .score import EvalError, evaluate
 from .trajectory import Trajectory
-
-CASE_RUN: ContextVar[list[Trajectory] | None] = ContextVar("fsmchat_eval_case_run", default=None)
-"""Where a case's task puts its run: set by ``KeepsRun.setup`` in the case's own context."""
-
-
-class KeepsRun(CaseLifecycle[CaseInputs, Any, Any]):
-    """pydantic-evals' per-case hooks: keep each case's run by its report name, the failed ones too
-    (a ``ReportCaseFailure`` carries no attributes), so the record links every case to its run.
-
-    Args:
-        case: The case being run.
-        kept: Report case name (``"refund [2/3]"``) -> the run, filled as cases end.
-
-    Examples:
-        >>> from pydantic_evals import Case
-        >>> KeepsRun(Case(inputs=CaseInputs(task="Hi")), {}).kept
-        {}
-    """
-
-    def __init__(self, case: Any, kept: dict[str, Trajectory]) -> None:
-        super().__init__(case)
-        self.kept, self.runs = kept, list[Trajectory]()
-
-    async def setup(self) -> None:
-        """Give the case's task a place for its run (the case runs in a context of its own)."""
-        CASE_RUN.set(self.runs)
-
-    async def teardown(self, result: ReportCase[Any, Any, Any] | ReportCaseFailure[Any, Any, Any] | None) -> None:
-        """Keep the case's run under its report name (nothing when it failed before a run)."""
-        if result is not None and self.runs:
-            self.kept[result.name] = self.runs[-1]
-
-
-class EvalError(FsmchatError):
-    """A case could not be run: no recording to re-score, the eval's budget spent, or the run failed.
-
-    Examples:
-        >>> str(EvalError("no recording"))
-        'no recording'
-    """
-
 
 def case_key(variant: str, settings: Mapping[str, Any], inputs: CaseInputs) -> str:
     """The cassette key of one case under one variant: its task, inputs and the variant's settings.
@@ -469,24 +426,23 @@ class Eval:
         state = Spent()
         reports: dict[str, EvaluationReport[Any, Any, Any]] = {}
         runs: dict[str, dict[str, Trajectory]] = {}
-        dataset = Dataset[CaseInputs, Any, Any](name=self.dataset.name, cases=self.cases,
-                                                evaluators=[*self.dataset.evaluators, *self.evaluators])
-        # pydantic-evals hands each task its case's own inputs object: case names and keys are looked up by it
-        names = {id(c.inputs): c.name or "case" for c in dataset.cases}
+        evaluators = [*self.dataset.evaluators, *self.evaluators]
+        # the driver hands each task its case's own inputs object: case names and keys are looked up by it
+        names = {id(c.inputs): c.name or "case" for c in self.cases}
         made: set[int] = set()
         refused: dict[str, deque[BaseException]] = defaultdict(deque)
         # the eval is a batch of runs: the collector tuned as run_batch tunes it (what was alive before, the
-        # imports of pydantic-evals and logfire among it, left out of its scans; restored as the eval ends)
+        # imports of pydantic-evals among it, left out of its scans; restored as the eval ends)
         try:
             with batch_collector(len(self.cases) * self.repeat * len(self.variants)):
                 if self.executor is not None and not self.rescore:
                     await self._make_runs(cassette, state, made, refused)
                 for variant, settings in self.variants.items():
                     kept = runs[variant] = {}
-                    reports[variant] = await dataset.evaluate(
-                        self._task(variant, settings, cassette, names, state, made, refused), name=variant,
-                        max_concurrency=self.max_concurrency, progress=self.progress, repeat=self.repeat,
-                        lifecycle=functools.partial(KeepsRun, kept=kept))
+                    reports[variant] = await evaluate(
+                        variant, self.dataset.name, self.cases, evaluators,
+                        self._task(variant, settings, cassette, names, state, made, refused), repeat=self.repeat,
+                        max_concurrency=self.max_concurrency, progress=self.progress, kept=kept)
         finally:
             ACTIVE.reset(token)
             cassette.close()
@@ -502,10 +458,10 @@ class Eval:
 
     def _task(self, variant: str, settings: Mapping[str, Any], cassette: Cassette, names: dict[int, str],
               state: Spent, made: set[int],
-              refused: dict[str, deque[BaseException]]) -> Callable[[CaseInputs], Any]:
+              refused: dict[str, deque[BaseException]]) -> Callable[[CaseInputs], Awaitable[Trajectory]]:
         keys = {id(c.inputs): case_key(variant, settings, c.inputs) for c in self.cases}  # once per case, not per run
 
-        async def task(inputs: CaseInputs) -> str:
+        async def task(inputs: CaseInputs) -> Trajectory:
             key = keys.get(id(inputs)) or case_key(variant, settings, inputs)
             run = cassette.take(key)
             if run is not None:
@@ -523,15 +479,7 @@ class Eval:
                 case = names.get(id(inputs), "case")
                 run = await self._run_one(variant, settings, inputs, case, state)
                 cassette.record(key, variant, case, run)
-            holder = CASE_RUN.get()
-            if holder is not None:
-                holder.append(run)
-            set_eval_attribute("fsmchat", run)
-            increment_eval_metric("calls", run.calls)
-            increment_eval_metric("tokens", run.tokens)
-            if not run.ok:
-                raise EvalError(f"the run failed: {run.error}")
-            return run.output
+            return run
 
         return task
 
