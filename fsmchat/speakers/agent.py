@@ -742,8 +742,9 @@ def as_speaker(x: Any) -> Speaker:
         ...
         TypeError: a participant must be an fsmchat Agent or a callable (turn) -> str | Bid, got int
     """
-    if isinstance(x, (Agent, CallableSpeaker)) or isinstance(x, Speaker):  # fsmchat's own skip the Protocol's
-        return x  # structural check (tens of µs per call)
+    # fsmchat's own, and what has no ``reply`` (a plain function), skip the Protocol's structural check (tens of µs)
+    if isinstance(x, (Agent, CallableSpeaker)) or (hasattr(x, "reply") and isinstance(x, Speaker)):
+        return x
     if callable(x):
         return CallableSpeaker(x)
     raise TypeError(f"a participant must be an fsmchat Agent or a callable (turn) -> str | Bid, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import unicodedata
 from urllib.parse import urlsplit
 
@@ -44,9 +45,12 @@ def check_litellm_options(extra: dict[str, object]) -> None:
                              "'https://api.example.com/v1' (or None for the provider's own)")
 
 
+_SPACE = re.compile(r"\s")  # what str.isspace() is true of
+
+
 def is_http_url(value: object) -> bool:
     """Whether ``value`` is an ``http://`` or ``https://`` URL with a host, and no spaces."""
-    if not isinstance(value, str) or any(c.isspace() for c in value):
+    if not isinstance(value, str) or _SPACE.search(value):
         return False
     try:
         parts = urlsplit(value)
@@ -74,6 +78,8 @@ def name_problem(name: str) -> str | None:
     if separators:
         return (f"a name holds none of '/', ':' and '|' (they separate run ids, branch lanes and state names); "
                 f"it holds {' and '.join(map(repr, separators))}")
+    if name.isascii() and name.isprintable():  # no ASCII character it allows is hidden (only Cc are)
+        return None
     for c in name:
         if unicodedata.category(c) in _HIDDEN:
             return (f"a name is one line of visible text; it holds {c!r} (U+{ord(c):04X}, "
