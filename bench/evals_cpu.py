@@ -396,7 +396,7 @@ def group_of(path: str) -> str | None:
 
 
 STAGES = (  # fsmchat Eval's stages, by (the file's path ending, function): cumulative time in the profile
-    ("the whole case under pydantic-evals (task and evaluators)", "pydantic_evals/dataset.py", "_run_task_and_evaluators"),
+    ("the whole case under fsmchat's driver (task and evaluators)", "fsmchat/evals/score.py", "one"),
     ("fsmchat's task (fsmchat.evals: the run, its trajectory)", "fsmchat/evals/run.py", "task"),
     ("the factory: an Agent and a RoundRobinSwarm built per case", "fsmchat/evals/run.py", "_build"),
     ("`aexecute`: the run", "fsmchat/patterns/runner.py", "aexecute"),
@@ -405,7 +405,7 @@ STAGES = (  # fsmchat Eval's stages, by (the file's path ending, function): cumu
     ("the engine's run (`run_graph`)", "fsmchat/engine.py", "run_graph"),
     ("the model call: fsmchat's client (`wire.acompletion`) and aiohttp", "fsmchat/speakers/wire.py", "acompletion"),
     ("`Trajectory.of` (the run's record for the evaluators)", "fsmchat/evals/trajectory.py", "of"),
-    ("pydantic-evals' two evaluators", "pydantic_evals/evaluators/_run_evaluator.py", "run_evaluator"),
+    ("pydantic-evals' two evaluators (through fsmchat's driver)", "fsmchat/evals/score.py", "_score"),
 )
 
 
@@ -531,10 +531,10 @@ def main() -> None:
         f"- Where fsmchat's extra goes, by subtraction (the same run): a fsmchat run alone (the factory's pattern "
         f"built and run, no eval library) costs {run_cost:.0f} µs per case more than the raw floor's post: the "
         f"pattern, the engine and the fast-path agent, already {run_cost / ((GOAL - 1) * plain * us):.1f}x what "
-        f"the goal allows. The eval layer under fsmchat (pydantic-evals plus `fsmchat.evals`: the task, the "
-        f"cassette key, the `Trajectory`) adds {layer:.0f} µs per case to it, against the {evals_layer:.0f} µs "
-        f"pydantic-evals adds to the floor in the plain loop, so `fsmchat.evals` itself comes to about "
-        f"{layer - evals_layer:.0f} µs. Of that, {reprs[FSMCHAT]:.0f} µs per case is Python 3.11's `asyncio.run` "
+        f"the goal allows. The eval layer over it (`fsmchat.evals`: its case driver, the task, the cassette key, "
+        f"the `Trajectory`, and pydantic-evals' two evaluators and report) adds {layer:.0f} µs per case, against "
+        f"the {evals_layer:.0f} µs pydantic-evals' `Dataset.evaluate` adds to the floor in the plain loop "
+        f"(docs/reference/evals.md: why fsmchat drives the cases itself). Of that, {reprs[FSMCHAT]:.0f} µs per case is Python 3.11's `asyncio.run` "
         f"formatting the `EvalResult` twice (it tries the SIGINT handler it restores, a `functools.partial` "
         f"holding the main task, as an enum member: see `repr_cost`; {reprs[PLAIN]:.0f} µs for the plain loop's "
         f"cases), a cost of fsmchat's `run_sync` under `Eval.run`.",
@@ -542,7 +542,7 @@ def main() -> None:
         f"{fp['top'][0][1]:.1%} of the profiled eval. By stage: the factory (a new `Agent` and `RoundRobinSwarm` per "
         f"case) {st[STAGES[2][0]]:.0%}, compiling each new pattern's graph {st[STAGES[4][0]]:.0%}, the engine's run "
         f"{st[STAGES[5][0]]:.0%} (of which the model call through fsmchat's client and aiohttp "
-        f"{st[STAGES[6][0]]:.0%}), `Trajectory.of` {st[STAGES[7][0]]:.0%}, pydantic-evals' two evaluators "
+        f"{st[STAGES[6][0]]:.0%}), `Trajectory.of` {st[STAGES[7][0]]:.0%}, the two evaluators "
         f"{st[STAGES[8][0]]:.0%}: fsmchat's extra is a little in each of the pattern, the engine, the agent and "
         "the eval layer, per case, not a hot spot.",
     ]
@@ -566,7 +566,8 @@ def main() -> None:
         f"`Contains(\"{NEEDLE}\")` and `EqualsExpected` for fsmchat and the plain loop, inline checks for the floor, "
         "`includes()` for inspect-ai.", "",
         f"- *{FSMCHAT}*: `Eval(load_dataset(...), build, max_concurrency={CONCURRENCY}).run()`, the factory building "
-        "a `RoundRobinSwarm` of one fast-path `Agent(model=\"openai/...\", api_base=...)`, `max_loops=1`, per case;",
+        "a `RoundRobinSwarm` of one fast-path `Agent(model=\"openai/...\", api_base=...)`, `max_loops=1`, per case "
+        "(its cases driven by `fsmchat.evals.score`, scored by pydantic-evals' evaluators into its report);",
         f"- *{ALONE}* (for the breakdown): the same factory's pattern built and run (`aexecute`) per case, "
         f"{CONCURRENCY} at once, the two checks inline: fsmchat without an eval library;",
         f"- *{PLAIN}* (the baseline of the goal): pydantic-evals' `Dataset.evaluate` whose task posts the same body "
@@ -594,8 +595,9 @@ def main() -> None:
         "holds the engine's, which holds the model call):", "",
         *stage_rows, "",
         "Then each group's share of the own time, a builtin's counted to its callers' groups; *fsmchat.evals* is "
-        "`fsmchat/evals/`, *asyncio + anyio + sockets* the event loop and pydantic-evals' task groups, *logfire + "
-        "opentelemetry* the spans pydantic-evals opens per case and evaluator (no-ops without logfire). The Python "
+        "`fsmchat/evals/`, *asyncio + anyio + sockets* the event loop and pydantic-evals' task groups (the plain "
+        "loop's), *logfire + opentelemetry* the spans pydantic-evals' `Dataset.evaluate` opens per case and "
+        "evaluator (no-ops without logfire). The Python "
         "calls per case (cProfile's counts, builtins aside) do not depend on the machine's load.", "",
         *prof,
     ])
